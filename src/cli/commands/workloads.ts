@@ -1,0 +1,7 @@
+/** kube32-cli commands: `push`, `move`, `checkpoint`, owned by the main-job work. */
+import type { Command } from 'commander';
+
+/** Adds this file's commands to `program`. */
+export function register(_program: Command): void {
+  // Not built yet.
+}

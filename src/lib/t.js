@@ -1,0 +1,4 @@
+import { x } from './u.ts';
+export const y = x + 1;
+console.log(y);
+//# sourceMappingURL=t.js.map

@@ -1,0 +1,2 @@
+export const x = 1;
+//# sourceMappingURL=u.js.map
