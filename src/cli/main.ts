@@ -7,6 +7,8 @@ import { Command, CommanderError } from 'commander';
 import { CliError } from './errors.ts';
 import { register as registerSnapshot } from './commands/snapshot.ts';
 import { register as registerDev } from './commands/dev.ts';
+import { register as registerApiServer } from './commands/apiserver.ts';
+import { register as registerControlPlane } from './commands/control-plane.ts';
 import { register as registerCluster } from './commands/cluster.ts';
 import { register as registerWorkloads } from './commands/workloads.ts';
 
@@ -19,6 +21,8 @@ export function buildProgram(): Command {
     .exitOverride();
   registerSnapshot(program);
   registerDev(program);
+  registerApiServer(program);
+  registerControlPlane(program);
   registerCluster(program);
   registerWorkloads(program);
   return program;
