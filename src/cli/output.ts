@@ -1,0 +1,74 @@
+/**
+ * Output of kube32-cli in kubectl's forms: `-o json` (2-space indented JSON), `-o yaml`, and the
+ * default human form (a column table like `kubectl get`, or a one-line message like
+ * `pod/x moved`). Human progress goes to standard error when the output is machine-readable, so that
+ * `-o json` output can always be piped.
+ */
+import { Option } from 'commander';
+import { stringify } from 'yaml';
+import { CliError } from './errors.ts';
+
+/** The output formats of `-o`. `''` is the human form. */
+export type OutputFormat = '' | 'json' | 'yaml' | 'name';
+
+/** The `-o, --output` option, with kubectl's wording. */
+export function outputOption(): Option {
+  return new Option('-o, --output <format>', 'Output format. One of: (json, yaml, name).');
+}
+
+/**
+ * Checks an `-o` value.
+ * @throws CliError for an unknown format, with kubectl's message
+ */
+export function parseOutputFormat(value: string | undefined): OutputFormat {
+  if (value === undefined || value === '') return '';
+  if (value === 'json' || value === 'yaml' || value === 'name') return value;
+  throw new CliError(`unable to match a printer suitable for the output format "${value}", allowed formats are: json,name,yaml`);
+}
+
+/**
+ * Writes one object as `-o json` or `-o yaml` print it.
+ * @param kindPlural for `-o name`: the resource, e.g. `checkpoint.kube32.io`
+ */
+export function formatObject(obj: unknown, format: Exclude<OutputFormat, ''>, kindPlural = ''): string {
+  if (format === 'json') return `${JSON.stringify(obj, null, 4)}\n`;
+  if (format === 'yaml') return stringify(obj, { lineWidth: 0 });
+  const name = (obj as { metadata?: { name?: string } }).metadata?.name ?? '';
+  return `${kindPlural}/${name}\n`;
+}
+
+/**
+ * Lays out rows as `kubectl get` does: upper-case headers, each column as wide as its widest cell,
+ * three spaces between columns, no trailing spaces.
+ * @param headers the column titles
+ * @param rows cells, one array a row; `undefined` prints `<none>`
+ */
+export function formatTable(headers: string[], rows: (string | number | undefined)[][]): string {
+  const cells = [headers.map((h) => h.toUpperCase()), ...rows.map((r) => r.map((c) => (c === undefined ? '<none>' : String(c))))];
+  const widths = headers.map((_, i) => Math.max(...cells.map((r) => (r[i] ?? '').length)));
+  return cells
+    .map((r) =>
+      r
+        .map((c, i) => (i === r.length - 1 ? c : c.padEnd(widths[i]!)))
+        .join('   ')
+        .trimEnd(),
+    )
+    .map((line) => `${line}\n`)
+    .join('');
+}
+
+/**
+ * A byte count as `kubectl get ckpt` prints sizes: `512B`, `12.3KiB`, `1.5MiB`.
+ * @param bytes a count of bytes
+ */
+export function formatSize(bytes: number): string {
+  if (bytes < 1024) return `${bytes}B`;
+  const units = ['KiB', 'MiB', 'GiB'];
+  let v = bytes / 1024;
+  let i = 0;
+  while (v >= 1024 && i < units.length - 1) {
+    v /= 1024;
+    i++;
+  }
+  return `${v >= 10 ? v.toFixed(0) : v.toFixed(1)}${units[i]}`;
+}
