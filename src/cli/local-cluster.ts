@@ -1,0 +1,381 @@
+/**
+ * A whole Kube32 cluster on one computer, as `kube32-cli up` runs it in the foreground: the control
+ * plane (`kube32-cli control-plane`: API server on SQLite in the data dir, and the controllers) and N
+ * `kube32-sim` workers on 127.0.0.2, 127.0.0.3, ..., each a child process with its log in
+ * `<data-dir>/logs/`.
+ *
+ * Data dir layout:
+ * ```
+ * <data-dir>/
+ *   up.lock                 {"pid":..., "children":{"control-plane":pid, "worker-1":pid, ...}} while `up` runs
+ *   kubeconfig              the admin kubeconfig the control plane writes (point kubectl at it)
+ *   ...                     the control plane's own files (SQLite database, CA, tokens)
+ *   nodes/<worker>/         each worker's --data-dir and its node kubeconfig
+ *   logs/<component>.log    each child's standard output and error, appended
+ * ```
+ * Readiness is read from the cluster itself: the control plane is up when its kubeconfig is written
+ * and `/readyz` answers 200; a worker is up when its Node reports Ready with a heartbeat from this run.
+ * Stopping sends SIGTERM to the workers first (each drains itself: cordon, evict, up to 20 s), then to
+ * the control plane; a second interrupt kills what is left at once.
+ */
+import { type ChildProcess, spawn } from 'node:child_process';
+import { closeSync, existsSync, mkdirSync, openSync, readFileSync, rmSync, statSync, writeFileSync } from 'node:fs';
+import { createServer } from 'node:net';
+import { join } from 'node:path';
+import { apiJson, rawRequest } from './api-client.ts';
+import { CliError } from './errors.ts';
+import { loadClusterTarget } from './kubeconfig.ts';
+import { issueWorkerKubeconfig } from './node-credentials.ts';
+import { repoFile } from './paths.ts';
+
+/** Options of one `up`. */
+export interface LocalClusterOptions {
+  /** Number of workers, 0 to 200. @default 2 */
+  workers: number;
+  /** The data dir; created when missing. */
+  dataDir: string;
+  /** The API server's port on 127.0.0.1; 0 lets the control plane pick one. @default 6443 */
+  port: number;
+  /** Each worker's heap (`kube32-sim --heap`), as given, e.g. `64Mi`; the worker's default when absent. */
+  workerHeap?: string;
+  /** How long each component may take to become ready, ms. @default 60000 */
+  readyTimeoutMs?: number;
+  /** Where progress lines go. */
+  print: (line: string) => void;
+  /** Aborts start-up (a Ctrl-C while components come up): what started is stopped, and CliError thrown. */
+  signal?: AbortSignal;
+}
+
+/** A running local cluster. */
+export interface LocalCluster {
+  /** The API server's URL. */
+  server: string;
+  /** The admin kubeconfig's path. */
+  kubeconfig: string;
+  /** Names of the workers started. */
+  workers: string[];
+  /** Resolves when the control plane exits on its own (not through `stop`), with its exit code. */
+  controlPlaneExited: Promise<number>;
+  /** Stops the workers (they drain), then the control plane, and releases the data dir. Idempotent. */
+  stop(): Promise<void>;
+  /** Kills every child at once (SIGKILL) and releases the data dir. */
+  kill(): void;
+}
+
+interface Child {
+  name: string;
+  proc: ChildProcess;
+  log: string;
+  exited: Promise<number>;
+  exitCode: number | null;
+}
+
+const LOCK_FILE = 'up.lock';
+/** A worker drains for up to 20 s (seed "Drain and evictions"); give it that and a margin. */
+const WORKER_STOP_MS = 35_000;
+const CONTROL_PLANE_STOP_MS = 15_000;
+
+/** The address of worker `i` (1-based): 127.0.0.2, 127.0.0.3, ... */
+export function workerAddress(i: number): string {
+  const n = i + 1;
+  return `127.0.${Math.floor(n / 256)}.${n % 256}`;
+}
+
+/** The Node name of worker `i` (1-based). */
+export function workerName(i: number): string {
+  return `worker-${i}`;
+}
+
+function alive(pid: number): boolean {
+  try {
+    process.kill(pid, 0);
+    return true;
+  } catch (err: unknown) {
+    return (err as { code?: string }).code === 'EPERM';
+  }
+}
+
+function cmdline(pid: number): string {
+  try {
+    return readFileSync(`/proc/${pid}/cmdline`, 'utf8').replaceAll('\0', ' ');
+  } catch {
+    return '';
+  }
+}
+
+interface LockRecord {
+  pid: number;
+  children: Record<string, number>;
+}
+
+/**
+ * Takes the data dir for this process: writes `up.lock` with our pid, or refuses when another live
+ * `up` holds it. A lock left by an `up` that died is taken over, and the children it recorded that
+ * still run with this data dir on their command line are killed first.
+ * @throws CliError naming the pid that holds the data dir
+ */
+function acquireLock(dataDir: string, print: (line: string) => void): string {
+  const path = join(dataDir, LOCK_FILE);
+  for (let attempt = 0; attempt < 2; attempt++) {
+    try {
+      const fd = openSync(path, 'wx', 0o644);
+      writeFileSync(fd, JSON.stringify({ pid: process.pid, children: {} } satisfies LockRecord));
+      closeSync(fd);
+      return path;
+    } catch (err: unknown) {
+      if ((err as { code?: string }).code !== 'EEXIST') throw err;
+    }
+    let held: LockRecord | undefined;
+    try {
+      held = JSON.parse(readFileSync(path, 'utf8')) as LockRecord;
+    } catch {
+      held = undefined; // half-written or foreign: treat as stale
+    }
+    if (held && held.pid !== process.pid && alive(held.pid)) {
+      throw new CliError(
+        `the data dir ${dataDir} is in use by another kube32-cli up (pid ${held.pid}): stop it (Ctrl-C there, or kill ${held.pid}) or pass another --data-dir`,
+      );
+    }
+    for (const [name, pid] of Object.entries(held?.children ?? {})) {
+      if (alive(pid) && cmdline(pid).includes(dataDir)) {
+        print(`data dir: stopping ${name} (pid ${pid}) left running by an earlier up`);
+        try {
+          process.kill(pid, 'SIGKILL');
+        } catch {
+          // gone meanwhile
+        }
+      }
+    }
+    rmSync(path, { force: true });
+  }
+  throw new CliError(`could not take the data dir ${dataDir}: ${path} keeps reappearing`);
+}
+
+function recordChildren(lockPath: string, children: Child[]): void {
+  const rec: LockRecord = { pid: process.pid, children: Object.fromEntries(children.map((c) => [c.name, c.proc.pid ?? 0])) };
+  writeFileSync(lockPath, JSON.stringify(rec));
+}
+
+/** @throws CliError when something already listens on 127.0.0.1:`port` */
+async function checkPortFree(port: number): Promise<void> {
+  if (port === 0) return;
+  await new Promise<void>((resolve, reject) => {
+    const srv = createServer();
+    srv.once('error', (err: NodeJS.ErrnoException) => {
+      if (err.code === 'EADDRINUSE') {
+        reject(
+          new CliError(
+            `port ${port} on 127.0.0.1 is already in use (another cluster or program listens there): pass --port with a free port, or --port 0 to let the control plane pick one`,
+          ),
+        );
+      } else if (err.code === 'EACCES') {
+        reject(new CliError(`port ${port}: permission denied (ports below 1024 need root): pass another --port`));
+      } else reject(err);
+    });
+    srv.listen({ host: '127.0.0.1', port, exclusive: true }, () => srv.close(() => resolve()));
+  });
+}
+
+function tail(path: string, lines = 15): string {
+  try {
+    const text = readFileSync(path, 'utf8').trimEnd().split('\n');
+    return text
+      .slice(-lines)
+      .map((l) => `    ${l}`)
+      .join('\n');
+  } catch {
+    return '    (no log)';
+  }
+}
+
+function startChild(name: string, script: string, args: string[], logDir: string): Child {
+  const log = join(logDir, `${name}.log`);
+  const fd = openSync(log, 'a');
+  writeFileSync(fd, `--- ${new Date().toISOString()} kube32-cli up starts ${name}: ${args.join(' ')}\n`);
+  // detached: its own process group, so that a Ctrl-C on the terminal reaches only `up`, which then
+  // stops the workers before the control plane.
+  const proc = spawn(process.execPath, [script, ...args], { stdio: ['ignore', fd, fd], detached: true });
+  closeSync(fd);
+  const child: Child = { name, proc, log, exitCode: null, exited: Promise.resolve(0) };
+  child.exited = new Promise<number>((resolve) => {
+    proc.once('exit', (code, sig) => {
+      child.exitCode = code ?? (sig ? 128 : 1);
+      resolve(child.exitCode);
+    });
+    proc.once('error', () => {
+      child.exitCode = 127;
+      resolve(127);
+    });
+  });
+  return child;
+}
+
+/** Resolves when `p` settles or `ms` pass; true when `p` settled first. */
+async function within(p: Promise<unknown>, ms: number): Promise<boolean> {
+  let timer: NodeJS.Timeout | undefined;
+  const timeout = new Promise<false>((r) => {
+    timer = setTimeout(() => r(false), ms);
+  });
+  try {
+    return await Promise.race([p.then(() => true), timeout]);
+  } finally {
+    clearTimeout(timer);
+  }
+}
+
+/**
+ * Polls `check` until it returns a value, the child exits, or the deadline passes. Each poll is an
+ * API call with a short interval: the state it waits for (a file, an HTTP 200, a Node condition) has
+ * no event to wait on from outside the process.
+ */
+async function until<T>(
+  what: string,
+  child: Child,
+  timeoutMs: number,
+  signal: AbortSignal | undefined,
+  check: () => Promise<T | undefined>,
+): Promise<T> {
+  const deadline = Date.now() + timeoutMs;
+  let lastError = '';
+  while (Date.now() < deadline) {
+    if (signal?.aborted) throw new CliError(`interrupted while waiting for ${child.name} (${what})`);
+    if (child.exitCode !== null) {
+      throw new CliError(`${child.name} exited with code ${child.exitCode} before ${what}; the end of ${child.log}:\n${tail(child.log)}`);
+    }
+    try {
+      const v = await check();
+      if (v !== undefined) return v;
+    } catch (err: unknown) {
+      lastError = err instanceof Error ? err.message : String(err);
+    }
+    await within(child.exited, 150);
+  }
+  throw new CliError(
+    `${child.name} was not ready after ${Math.round(timeoutMs / 1000)} s (${what})${lastError ? `: ${lastError}` : ''}; the end of ${child.log}:\n${tail(child.log)}`,
+  );
+}
+
+interface NodeObject {
+  metadata: { annotations?: Record<string, string> };
+  status?: { conditions?: { type: string; status: string; lastHeartbeatTime?: string }[] };
+}
+
+/**
+ * Starts the cluster and returns once every component is ready.
+ * @throws CliError when the data dir or the port is taken, or a component exits or is not ready in
+ *   time (every child started is stopped first, and the message ends with that child's log)
+ */
+export async function startLocalCluster(opts: LocalClusterOptions): Promise<LocalCluster> {
+  const { dataDir, print } = opts;
+  const readyTimeoutMs = opts.readyTimeoutMs ?? 60_000;
+  mkdirSync(dataDir, { recursive: true, mode: 0o700 });
+  const logDir = join(dataDir, 'logs');
+  mkdirSync(logDir, { recursive: true });
+  const lockPath = acquireLock(dataDir, print);
+  const children: Child[] = [];
+  let stopping: Promise<void> | undefined;
+
+  const kill = (): void => {
+    for (const c of children) if (c.exitCode === null) c.proc.kill('SIGKILL');
+    rmSync(lockPath, { force: true });
+  };
+  const stopChild = async (c: Child, ms: number): Promise<void> => {
+    if (c.exitCode !== null) return;
+    c.proc.kill('SIGTERM');
+    if (!(await within(c.exited, ms))) {
+      print(`${c.name} did not stop within ${ms / 1000} s: killing it`);
+      c.proc.kill('SIGKILL');
+      await c.exited;
+    }
+  };
+  const stop = (): Promise<void> => {
+    stopping ??= (async () => {
+      const workers = children.filter((c) => c.name !== 'control-plane' && c.exitCode === null);
+      if (workers.length > 0) print(`stopping ${workers.map((w) => w.name).join(', ')} (each drains its pods first)`);
+      await Promise.all(workers.map((w) => stopChild(w, WORKER_STOP_MS)));
+      const cp = children.find((c) => c.name === 'control-plane');
+      if (cp && cp.exitCode === null) {
+        print('stopping the control plane');
+        await stopChild(cp, CONTROL_PLANE_STOP_MS);
+      }
+      rmSync(lockPath, { force: true });
+      if (children.length > 0) print('cluster stopped');
+    })();
+    return stopping;
+  };
+
+  try {
+    await checkPortFree(opts.port);
+    const kubeconfig = join(dataDir, 'kubeconfig');
+    const started = Date.now();
+    const cli = repoFile('bin/kube32-cli.js');
+    const cp = startChild('control-plane', cli, ['control-plane', '--data-dir', dataDir, '--port', String(opts.port)], logDir);
+    children.push(cp);
+    recordChildren(lockPath, children);
+    print(`control plane   starting   (log ${cp.log})`);
+    // Its kubeconfig, written by this run (an older one may still be there from the last run).
+    const server = await until('writing its kubeconfig', cp, readyTimeoutMs, opts.signal, async () => {
+      if (!existsSync(kubeconfig) || statSync(kubeconfig).mtimeMs < started - 1000) return undefined;
+      return loadClusterTarget({ kubeconfig }).kubeConfig.getCurrentCluster()?.server;
+    });
+    const admin = loadClusterTarget({ kubeconfig }).kubeConfig;
+    await until('answering /readyz', cp, readyTimeoutMs, opts.signal, async () => {
+      const res = await rawRequest(admin, { path: '/readyz' });
+      res.body.resume();
+      return res.status === 200 ? true : undefined;
+    });
+    print(`control plane   ready      ${server}   (${((Date.now() - started) / 1000).toFixed(1)}s)`);
+
+    const workers: string[] = [];
+    const sim = repoFile('bin/kube32-sim.js');
+    for (let i = 1; i <= opts.workers; i++) {
+      const name = workerName(i);
+      const nodeDir = join(dataDir, 'nodes', name);
+      mkdirSync(nodeDir, { recursive: true, mode: 0o700 });
+      const nodeKubeconfig = await issueWorkerKubeconfig(dataDir, name, join(nodeDir, 'kubeconfig'));
+      const args = ['--kubeconfig', nodeKubeconfig, '--name', name, '--address', workerAddress(i), '--data-dir', nodeDir];
+      if (opts.workerHeap) args.push('--heap', opts.workerHeap);
+      const w = startChild(name, sim, args, logDir);
+      w.proc.once('exit', (code) => {
+        if (!stopping) print(`${name} exited with code ${code ?? 'signal'} (log ${w.log})`);
+      });
+      children.push(w);
+      workers.push(name);
+      recordChildren(lockPath, children);
+      print(`${name.padEnd(15)} starting   ${workerAddress(i)}   (log ${w.log})`);
+    }
+    await Promise.all(
+      children
+        .filter((c) => c.name !== 'control-plane')
+        .map(async (w, idx) => {
+          const t0 = Date.now();
+          const node = await until('its Node reporting Ready', w, readyTimeoutMs, opts.signal, async () => {
+            const n = await apiJson<NodeObject>(admin, { path: `/api/v1/nodes/${w.name}` });
+            const ready = n.status?.conditions?.find((c) => c.type === 'Ready');
+            // A Node from an earlier run still says Ready until the node lifecycle controller notices; only
+            // a heartbeat from this run counts (heartbeats have one-second precision).
+            const beat = ready?.lastHeartbeatTime ? Date.parse(ready.lastHeartbeatTime) : 0;
+            return ready?.status === 'True' && beat >= started - 1000 ? n : undefined;
+          });
+          const mops = node.metadata.annotations?.['kube32.io/interp-mops'];
+          print(
+            `${w.name.padEnd(15)} ready      ${workerAddress(idx + 1)}   (${((Date.now() - t0) / 1000).toFixed(1)}s${mops ? `, interp-mops ${mops}` : ''})`,
+          );
+        }),
+    );
+    cp.proc.once('exit', (code) => {
+      if (!stopping) print(`control plane exited with code ${code ?? 'signal'}; the end of ${cp.log}:\n${tail(cp.log)}`);
+    });
+    return {
+      server: server!,
+      kubeconfig,
+      workers,
+      controlPlaneExited: cp.exited,
+      stop,
+      kill,
+    };
+  } catch (err: unknown) {
+    await stop().catch(() => kill());
+    throw err;
+  }
+}
