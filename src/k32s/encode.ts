@@ -110,9 +110,14 @@ function layout(state: SnapshotState): Layout {
 }
 
 function smallSectionsBytes(l: Layout): number {
-  let n = 3 * SECTION_HEADER_BYTES + l.globals + l.channels + l.events;
+  let n = 0;
+  for (const length of [l.globals, l.channels, l.events]) if (length > 0) n += SECTION_HEADER_BYTES + length;
   for (const t of l.tables) n += SECTION_HEADER_BYTES + t;
   return n;
+}
+
+function sectionCount(state: SnapshotState, l: Layout): number {
+  return [state.memory.length, l.globals, l.channels, l.events].filter((n) => n > 0).length + l.tables.length;
 }
 
 /**
@@ -122,13 +127,15 @@ function smallSectionsBytes(l: Layout): number {
  */
 export function snapshotByteLength(state: SnapshotState): number {
   const l = layout(state);
-  return HEADER_BYTES + SECTION_HEADER_BYTES + state.memory.length + smallSectionsBytes(l) + TRAILER_BYTES;
+  const memory = state.memory.length > 0 ? SECTION_HEADER_BYTES + state.memory.length : 0;
+  return HEADER_BYTES + memory + smallSectionsBytes(l) + TRAILER_BYTES;
 }
 
 /**
  * Writes `state` as a K32S version 1 snapshot. The sections come in this order: MEMORY, GLOBALS,
- * one TABLE per table, CHANNELS, EVENTS (each present, possibly empty). The chunks are: the header
- * with the MEMORY section's header; the linear memory as views of `state.memory` of at most
+ * one TABLE per table, CHANNELS, EVENTS; a MEMORY, GLOBALS, CHANNELS or EVENTS section that would
+ * be empty is left out (a table is always written). The chunks are: the header with the MEMORY
+ * section's header; the linear memory as views of `state.memory` of at most
  * `chunkBytes` each (never copied); the other sections with the trailer. The SHA-256 is computed as
  * the chunks go. `state.memory` must not change until the last chunk has been consumed (the pod
  * stays frozen), and a consumer that keeps chunks must copy the memory views.
@@ -152,7 +159,7 @@ function* writeChunks(state: SnapshotState, l: Layout, chunkBytes: number): Gene
   const hash = createHash('sha256');
   const memory = state.memory;
 
-  const head = new Uint8Array(HEADER_BYTES + SECTION_HEADER_BYTES);
+  const head = new Uint8Array(HEADER_BYTES + (memory.length > 0 ? SECTION_HEADER_BYTES : 0));
   const hv = new DataView(head.buffer);
   head.set(K32S_MAGIC, 0);
   hv.setUint16(4, K32S_VERSION, true);
@@ -162,9 +169,11 @@ function* writeChunks(state: SnapshotState, l: Layout, chunkBytes: number): Gene
   hv.setUint32(44, state.memoryPages, true);
   hv.setBigUint64(48, state.podTimeMs, true);
   hv.setBigUint64(56, state.unixTimeMs, true);
-  hv.setUint32(64, 4 + state.tables.length, true);
-  hv.setUint16(68, SectionType.MEMORY, true);
-  hv.setUint32(70, memory.length, true);
+  hv.setUint32(64, sectionCount(state, l), true);
+  if (memory.length > 0) {
+    hv.setUint16(68, SectionType.MEMORY, true);
+    hv.setUint32(70, memory.length, true);
+  }
   hash.update(head);
   yield head;
 
@@ -183,7 +192,7 @@ function* writeChunks(state: SnapshotState, l: Layout, chunkBytes: number): Gene
     v.setUint32(p + 2, length, true);
     p += SECTION_HEADER_BYTES;
   };
-  section(SectionType.GLOBALS, l.globals);
+  if (l.globals > 0) section(SectionType.GLOBALS, l.globals);
   for (const g of state.globals) {
     v.setUint32(p, g.index, true);
     v.setUint8(p + 4, g.type);
@@ -206,7 +215,7 @@ function* writeChunks(state: SnapshotState, l: Layout, chunkBytes: number): Gene
       }
     }
   });
-  section(SectionType.CHANNELS, l.channels);
+  if (l.channels > 0) section(SectionType.CHANNELS, l.channels);
   state.channels.forEach((c, i) => {
     const name = l.channelNames[i]!;
     v.setUint32(p, c.handle, true);
@@ -214,7 +223,7 @@ function* writeChunks(state: SnapshotState, l: Layout, chunkBytes: number): Gene
     tail.set(name, p + 6);
     p += 6 + name.length;
   });
-  section(SectionType.EVENTS, l.events);
+  if (l.events > 0) section(SectionType.EVENTS, l.events);
   state.events.forEach((e, i) => {
     const topic = l.eventTopics[i]!;
     v.setUint16(p, topic.length, true);
