@@ -214,8 +214,8 @@ export class SnapshotDecoder {
     if (this.#error) throw this.#error;
     if (this.#result) return this.#result;
     if (this.#state !== 'done') {
-      this.#state = 'failed';
       this.#error = new K32SError('Truncated', `the snapshot ends before its trailer: the stream ended after ${this.#pos} bytes, ${this.#where()}`, this.#pos);
+      this.#state = 'failed';
       throw this.#error;
     }
     throw new K32SError('Malformed', 'internal: no result', this.#pos);
