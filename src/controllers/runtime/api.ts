@@ -1,0 +1,102 @@
+/**
+ * Every write (and the few direct reads) the controllers make, as one small interface: the seam that unit
+ * tests replace with a recorder (`testing/fake-api.ts`), and that `kube-api.ts` implements with
+ * @kubernetes/client-node against a real API server. Reads of the cluster's state come from the informer
+ * caches instead (`cache.ts`).
+ *
+ * Every method throws an {@link ApiCallError} for an error answer (use `isNotFound`, `isConflict`, ...).
+ */
+import type { Readable } from 'node:stream';
+import type {
+  CoreV1Event,
+  V1DaemonSet,
+  V1Deployment,
+  V1Endpoints,
+  V1Node,
+  V1Pod,
+  V1ReplicaSet,
+} from '@kubernetes/client-node';
+import type { Checkpoint } from './types.ts';
+
+/** A JSON merge patch (RFC 7386): `null` removes a field. */
+export type MergePatch = Record<string, unknown>;
+
+/** The answer of the kubelet's `POST /checkpoint/...` through the node proxy (seed "Kubelet endpoints"). */
+export type SnapshotAnswer =
+  | {
+      kind: 'snapshot';
+      /** The K32S bytes; the caller must consume or destroy it. */
+      body: Readable;
+      /** `Content-Length`, bytes. */
+      sizeBytes: number;
+      imageSha256: string;
+      snapshotSha256: string;
+      podTimeMs: number;
+    }
+  | {
+      /** 404 (no such pod or container), 409 `NotMovable`, 504 `Timeout`, or another error answer. */
+      kind: 'refused';
+      code: number;
+      reason: string;
+      message: string;
+      blockers: string[];
+    };
+
+/** Options of a pod deletion. */
+export interface DeletePodOptions {
+  /** Precondition: delete only this uid (409 otherwise). */
+  uid?: string;
+  /** Grace period, seconds; 0 deletes at once. */
+  gracePeriodSeconds?: number;
+}
+
+/** The cluster API the controllers use. */
+export interface ClusterApi {
+  // Pods
+  createPod(namespace: string, pod: V1Pod): Promise<V1Pod>;
+  /** `POST .../pods/<name>/binding`. */
+  bindPod(namespace: string, name: string, uid: string | undefined, nodeName: string): Promise<void>;
+  patchPod(namespace: string, name: string, patch: MergePatch): Promise<V1Pod>;
+  patchPodStatus(namespace: string, name: string, patch: MergePatch): Promise<V1Pod>;
+  deletePod(namespace: string, name: string, options?: DeletePodOptions): Promise<void>;
+  /**
+   * The one-write replacement of a move: `POST .../pods/<name>/replace` with `pod.metadata.uid` the CURRENT
+   * uid as a precondition. Answers the new pod (new uid). 409 when the uid differs, 404 when gone.
+   */
+  replacePod(namespace: string, name: string, pod: V1Pod): Promise<V1Pod>;
+  // Nodes
+  patchNode(name: string, patch: MergePatch): Promise<V1Node>;
+  patchNodeStatus(name: string, patch: MergePatch): Promise<V1Node>;
+  // Events
+  createEvent(namespace: string, event: CoreV1Event): Promise<void>;
+  // Workloads
+  createReplicaSet(namespace: string, rs: V1ReplicaSet): Promise<V1ReplicaSet>;
+  patchReplicaSet(namespace: string, name: string, patch: MergePatch): Promise<V1ReplicaSet>;
+  patchReplicaSetStatus(namespace: string, name: string, patch: MergePatch): Promise<V1ReplicaSet>;
+  deleteReplicaSet(namespace: string, name: string): Promise<void>;
+  patchDeployment(namespace: string, name: string, patch: MergePatch): Promise<V1Deployment>;
+  patchDeploymentStatus(namespace: string, name: string, patch: MergePatch): Promise<V1Deployment>;
+  patchDaemonSetStatus(namespace: string, name: string, patch: MergePatch): Promise<V1DaemonSet>;
+  // Endpoints
+  createEndpoints(namespace: string, endpoints: V1Endpoints): Promise<V1Endpoints>;
+  replaceEndpoints(namespace: string, name: string, endpoints: V1Endpoints): Promise<V1Endpoints>;
+  // Checkpoints
+  createCheckpoint(namespace: string, checkpoint: Checkpoint): Promise<Checkpoint>;
+  patchCheckpoint(namespace: string, name: string, patch: MergePatch): Promise<Checkpoint>;
+  patchCheckpointStatus(namespace: string, name: string, patch: MergePatch): Promise<Checkpoint>;
+  deleteCheckpoint(namespace: string, name: string): Promise<void>;
+  /** `PUT .../checkpoints/<name>/data` with the snapshot; answers the Checkpoint with its data facts. */
+  putCheckpointData(namespace: string, name: string, body: Readable, sizeBytes: number): Promise<Checkpoint>;
+  // The kubelet, through the node proxy
+  /** `POST /api/v1/nodes/<node>/proxy/checkpoint/<ns>/<pod>/<container>?leave=...&timeoutMs=...`. */
+  takeSnapshot(
+    node: string,
+    namespace: string,
+    pod: string,
+    container: string,
+    leave: 'running' | 'frozen',
+    timeoutMs: number,
+  ): Promise<SnapshotAnswer>;
+  /** `POST /api/v1/nodes/<node>/proxy/thaw/...`: true when thawed, false when it was not frozen (404). */
+  thaw(node: string, namespace: string, pod: string, container: string): Promise<boolean>;
+}

@@ -1,0 +1,175 @@
+/**
+ * What every reconcile receives: the API, the caches, the clock, the logger, the timing options, and the
+ * little in-memory state that controllers of one process share (replacements in flight, the snapshot lock,
+ * the Auto policy's cooldowns, freeze times of moves).
+ */
+import type { CoreV1Event, V1Pod } from '@kubernetes/client-node';
+import type { TimerClock } from '../../lib/workqueue.ts';
+import type { ClusterApi } from './api.ts';
+import type { Caches } from './cache.ts';
+import type { ControllerLog } from './controller.ts';
+import { errorMessage } from './errors.ts';
+import type { CheckpointEventReason } from './types.ts';
+
+/** Timings of the controllers, all in ms; the defaults are the seed's and Kubernetes'. */
+export interface ControllerTimings {
+  /** A move's replacement that does not run within this rolls back (seed "Limits"). @default 60000 */
+  moveTimeoutMs: number;
+  /** How long the current call may take before a snapshot (the kubelet's `timeoutMs`). @default 10000 */
+  freezeTimeoutMs: number;
+  /** A node whose Lease is not renewed for this long turns NotReady/Unknown. @default 40000 */
+  nodeMonitorGracePeriodMs: number;
+  /** Pods of an unreachable node are evicted this long after it turned Unknown. @default 300000 */
+  podEvictionTimeoutMs: number;
+  /** Finished non-periodic Checkpoints are removed this long after they finished (seed "Retention"). @default 3600000 */
+  checkpointRetentionMs: number;
+  /** An Auto pod moves on its own at most once per this (seed "Policies"). @default 600000 */
+  autoMoveCooldownMs: number;
+  /** At most one memory-pressure move per node per this. @default 60000 */
+  memoryPressureNodeCooldownMs: number;
+  /** The shortest `kube32.io/checkpoint-interval`. @default 10000 */
+  minCheckpointIntervalMs: number;
+  /** An unschedulable pod is tried again after this even without a node event. @default 15000 */
+  unschedulableRetryMs: number;
+}
+
+export const DEFAULT_TIMINGS: ControllerTimings = {
+  moveTimeoutMs: 60_000,
+  freezeTimeoutMs: 10_000,
+  nodeMonitorGracePeriodMs: 40_000,
+  podEvictionTimeoutMs: 300_000,
+  checkpointRetentionMs: 3_600_000,
+  autoMoveCooldownMs: 600_000,
+  memoryPressureNodeCooldownMs: 60_000,
+  minCheckpointIntervalMs: 10_000,
+  unschedulableRetryMs: 15_000,
+};
+
+/**
+ * Pods being replaced (a move, a rollback, a restore after node loss): between the DELETED of the old uid
+ * and the ADDED of the new one, the workload controllers count the pod as present, so a ReplicaSet never
+ * adds a pod that would start without the state (seed "Moves": "The Deployment counts one pod at every step").
+ */
+export class Replacements {
+  readonly #inFlight = new Map<string, number>();
+  readonly #clock: TimerClock;
+  constructor(clock: TimerClock) {
+    this.#clock = clock;
+  }
+  /** Marks `namespace/name` as being replaced (for at most 30 s). */
+  begin(key: string): void {
+    this.#inFlight.set(key, this.#clock.now() + 30_000);
+  }
+  /** The replacement is visible (its ADDED arrived) or failed. */
+  end(key: string): void {
+    this.#inFlight.delete(key);
+  }
+  /** Whether `namespace/name` is being replaced now. */
+  has(key: string): boolean {
+    const until = this.#inFlight.get(key);
+    if (until === undefined) return false;
+    if (until < this.#clock.now()) {
+      this.#inFlight.delete(key);
+      return false;
+    }
+    return true;
+  }
+}
+
+/** A FIFO async lock: the control plane takes one snapshot at a time, others wait (seed "Limits"). */
+export class Mutex {
+  #tail: Promise<void> = Promise.resolve();
+  /** Runs `fn` when every earlier holder has finished. */
+  async run<T>(fn: () => Promise<T>): Promise<T> {
+    const prev = this.#tail;
+    let release!: () => void;
+    this.#tail = new Promise<void>((r) => {
+      release = r;
+    });
+    await prev;
+    try {
+      return await fn();
+    } finally {
+      release();
+    }
+  }
+}
+
+/** The shared, in-memory state of one control plane process (lost on restart, as the seed allows). */
+export interface SharedState {
+  replacements: Replacements;
+  snapshotLock: Mutex;
+  /** `namespace/name` of a pod → when it last moved on its own (Auto policy). */
+  autoMovedAt: Map<string, number>;
+  /** Node name → when its last memory-pressure move started. */
+  pressureMoveAt: Map<string, number>;
+  /** `namespace/checkpoint` → observer time of the freeze, for the Moved event's figure. */
+  frozenAt: Map<string, number>;
+  /** `namespace/checkpoint` → observer time of the replacement, for the 60 s rollback. */
+  replacedAt: Map<string, number>;
+  /** Node name → observer time its Lease last changed, and that Lease's renew time. */
+  leaseSeen: Map<string, { renew: string; at: number }>;
+}
+
+/** Creates empty shared state. */
+export function newSharedState(clock: TimerClock): SharedState {
+  return {
+    replacements: new Replacements(clock),
+    snapshotLock: new Mutex(),
+    autoMovedAt: new Map(),
+    pressureMoveAt: new Map(),
+    frozenAt: new Map(),
+    replacedAt: new Map(),
+    leaseSeen: new Map(),
+  };
+}
+
+/** Everything a reconcile needs. */
+export interface ControllerContext {
+  api: ClusterApi;
+  cache: Caches;
+  clock: TimerClock;
+  log: ControllerLog;
+  timings: ControllerTimings;
+  state: SharedState;
+}
+
+let eventSeq = 0;
+
+/**
+ * Records an event on a pod (`kubectl get events`, `kubectl describe pod`). An event that cannot be written
+ * is logged, never fatal: events are informational.
+ * @param type `Normal` or `Warning`
+ */
+export async function recordPodEvent(
+  ctx: ControllerContext,
+  pod: Pick<V1Pod, 'metadata'>,
+  type: 'Normal' | 'Warning',
+  reason: CheckpointEventReason | string,
+  message: string,
+  component = 'kube32-controller-manager',
+): Promise<void> {
+  const ns = pod.metadata?.namespace ?? 'default';
+  const name = pod.metadata?.name ?? '';
+  const now = new Date(ctx.clock.now()).toISOString();
+  const event: CoreV1Event = {
+    apiVersion: 'v1',
+    kind: 'Event',
+    metadata: { name: `${name}.${ctx.clock.now().toString(16)}${(++eventSeq).toString(16)}`, namespace: ns },
+    involvedObject: { apiVersion: 'v1', kind: 'Pod', namespace: ns, name, uid: pod.metadata?.uid },
+    reason,
+    message,
+    type,
+    count: 1,
+    firstTimestamp: now as unknown as Date,
+    lastTimestamp: now as unknown as Date,
+    source: { component },
+    reportingComponent: component,
+    reportingInstance: component,
+  };
+  try {
+    await ctx.api.createEvent(ns, event);
+  } catch (err: unknown) {
+    ctx.log.warn({ pod: `${ns}/${name}`, reason, err: errorMessage(err) }, 'cannot record event');
+  }
+}

@@ -1,0 +1,138 @@
+/**
+ * Pure helpers about pods and nodes that several controllers need: activity, readiness, policies, the
+ * blockers the control plane finds in a pod's spec (seed "What keeps a pod from moving"), memory requests.
+ */
+import type { V1Node, V1Pod } from '@kubernetes/client-node';
+import { parseBytes } from '../../lib/index.ts';
+import { ANNOTATIONS, type MigrationPolicy } from './types.ts';
+
+/** Whether a pod counts for its owner: not terminal, not being deleted. */
+export function isPodActive(pod: V1Pod): boolean {
+  const phase = pod.status?.phase;
+  return phase !== 'Succeeded' && phase !== 'Failed' && !pod.metadata?.deletionTimestamp;
+}
+
+/** Whether the pod's `Ready` condition is `True`. */
+export function isPodReady(pod: V1Pod): boolean {
+  return pod.status?.conditions?.some((c) => c.type === 'Ready' && c.status === 'True') ?? false;
+}
+
+/** Whether the pod is `Running` with every container running. */
+export function isPodRunning(pod: V1Pod): boolean {
+  if (pod.status?.phase !== 'Running') return false;
+  const statuses = pod.status.containerStatuses ?? [];
+  return statuses.length > 0 && statuses.every((s) => s.state?.running !== undefined);
+}
+
+/** The termination reason that makes a restore failed: the pod `Failed`, or a container ended `RestoreError`. */
+export function restoreFailure(pod: V1Pod): string | undefined {
+  for (const s of pod.status?.containerStatuses ?? []) {
+    const t = s.state?.terminated ?? s.lastState?.terminated;
+    if (t?.reason === 'RestoreError') return t.message ? `RestoreError: ${t.message}` : 'RestoreError';
+  }
+  if (pod.status?.phase === 'Failed') return pod.status.message ?? pod.status.reason ?? 'the pod failed';
+  return undefined;
+}
+
+/** The pod's `kube32.io/migration` policy; anything but `Never` and `Auto` is `OnDrain`. */
+export function migrationPolicy(pod: V1Pod): MigrationPolicy {
+  const v = pod.metadata?.annotations?.[ANNOTATIONS.migration];
+  return v === 'Never' || v === 'Auto' ? v : 'OnDrain';
+}
+
+/** The pod's controller owner reference, if any. */
+export function controllerOf(obj: { metadata?: { ownerReferences?: Array<{ controller?: boolean; kind: string; name: string; uid: string }> } }) {
+  return obj.metadata?.ownerReferences?.find((r) => r.controller === true);
+}
+
+/** Whether a DaemonSet owns the pod. */
+export function isDaemonSetPod(pod: V1Pod): boolean {
+  return controllerOf(pod)?.kind === 'DaemonSet';
+}
+
+const CAPABILITY_GRANTS = new Set(['DISPLAY', 'KEYBOARD', 'SPEAKER', 'SD', 'CHIP_TEMP']);
+
+/**
+ * The blockers the control plane finds in a pod's spec, every one, with the seed's exact texts (seed "What
+ * keeps a pod from moving"): `grant <resource>`, `grant capability <NAME>`, `grant kube32.io/i2c-device`,
+ * `volume claim <claim> on node storage`, `annotation kube32.io/migration: Never`. The node finds the others
+ * (an open file, a call still running, an entry point).
+ *
+ * Local copy until src/kubelet exports its `podSpecBlockers`; then this delegates to it.
+ */
+export function podSpecBlockers(pod: V1Pod): string[] {
+  const blockers: string[] = [];
+  const add = (b: string) => {
+    if (!blockers.includes(b)) blockers.push(b);
+  };
+  for (const c of [...(pod.spec?.initContainers ?? []), ...(pod.spec?.containers ?? [])]) {
+    const names = [...Object.keys(c.resources?.requests ?? {}), ...Object.keys(c.resources?.limits ?? {})];
+    for (const r of names) {
+      if ((r.startsWith('hardware.kube32.io/') && r !== 'hardware.kube32.io/ipc') || r.startsWith('esp32.io/')) add(`grant ${r}`);
+    }
+    for (const cap of c.securityContext?.capabilities?.add ?? []) {
+      if (CAPABILITY_GRANTS.has(cap)) add(`grant capability ${cap}`);
+    }
+    if (names.includes('kube32.io/i2c-device')) add('grant kube32.io/i2c-device');
+  }
+  if (pod.metadata?.annotations?.['kube32.io/i2c-device'] !== undefined) add('grant kube32.io/i2c-device');
+  for (const v of pod.spec?.volumes ?? []) {
+    if (v.persistentVolumeClaim) add(`volume claim ${v.persistentVolumeClaim.claimName} on node storage`);
+    else if (v.csi?.driver === 'kube32.io/sd') add(`volume claim ${v.name} on node storage`);
+  }
+  if (migrationPolicy(pod) === 'Never') add('annotation kube32.io/migration: Never');
+  return blockers;
+}
+
+/** The pod's memory request, bytes: the sum over containers (requests, else limits). */
+export function podMemoryRequest(pod: V1Pod): number {
+  let sum = 0;
+  for (const c of pod.spec?.containers ?? []) {
+    const q = c.resources?.requests?.memory ?? c.resources?.limits?.memory;
+    if (q !== undefined) sum += safeBytes(q);
+  }
+  return sum;
+}
+
+function safeBytes(q: string): number {
+  try {
+    return parseBytes(String(q));
+  } catch {
+    return 0;
+  }
+}
+
+/** A node's allocatable memory in bytes (or capacity), `Infinity` when it reports none. */
+export function nodeAllocatableMemory(node: V1Node): number {
+  const q = node.status?.allocatable?.memory ?? node.status?.capacity?.memory;
+  return q === undefined ? Number.POSITIVE_INFINITY : safeBytes(q);
+}
+
+/** The node's `Ready` condition status: `True`, `False`, `Unknown`, or undefined when it has none. */
+export function nodeReadyStatus(node: V1Node): string | undefined {
+  return node.status?.conditions?.find((c) => c.type === 'Ready')?.status;
+}
+
+/** Whether the node is Ready and not cordoned. */
+export function isNodeSchedulable(node: V1Node): boolean {
+  return nodeReadyStatus(node) === 'True' && node.spec?.unschedulable !== true;
+}
+
+/** The node's `kube32.io/interp-mops`, 0 when absent or not a number. */
+export function nodeMops(node: V1Node | undefined): number {
+  const v = Number(node?.metadata?.annotations?.[ANNOTATIONS.interpMops]);
+  return Number.isFinite(v) && v > 0 ? v : 0;
+}
+
+/** The name of the container a Checkpoint names, or the only container. */
+export function resolveContainer(pod: V1Pod, name: string | undefined): string | { error: string } {
+  const containers = pod.spec?.containers ?? [];
+  if (name) return containers.some((c) => c.name === name) ? name : { error: `the pod has no container ${name}` };
+  if (containers.length === 1) return containers[0]!.name;
+  return { error: `the pod has ${containers.length} containers: spec.containerName must name one` };
+}
+
+/** A short random-free suffix from a uid: its first 5 hex digits. */
+export function shortUid(uid: string | undefined): string {
+  return (uid ?? '').replace(/-/g, '').slice(0, 5) || '00000';
+}

@@ -1,0 +1,91 @@
+import assert from 'node:assert/strict';
+import { test } from 'node:test';
+import { fakeContext, node, pod } from '../testing/fakes.ts';
+import { pickNode } from './fit.ts';
+import { AssumedPods, reconcileSchedule } from './reconcile.ts';
+
+test('a pending pod is bound to the node with the most free memory, with a Scheduled event', { timeout: 5000 }, async () => {
+  const { ctx, cache, fake } = fakeContext();
+  cache.nodes.set(node('small', { memory: '1Mi' }));
+  cache.nodes.set(node('big', { memory: '8Mi' }));
+  cache.pods.set(pod('echo', { memory: '256Ki' }));
+  await reconcileSchedule('default/echo', ctx, new AssumedPods());
+  assert.deepEqual(fake.writes, [{ op: 'bindPod', args: ['default', 'echo', 'uid-echo', 'big'] }]);
+  assert.deepEqual(fake.eventReasons, ['Scheduled']);
+});
+
+test('a burst does not overfill a node: bound pods are assumed until the cache shows them', { timeout: 5000 }, async () => {
+  const { ctx, cache, fake } = fakeContext();
+  cache.nodes.set(node('a', { memory: '1Mi' }));
+  cache.nodes.set(node('b', { memory: '1Mi' }));
+  cache.pods.set(pod('p1', { memory: '768Ki' }));
+  cache.pods.set(pod('p2', { memory: '768Ki' }));
+  const assumed = new AssumedPods();
+  await reconcileSchedule('default/p1', ctx, assumed);
+  await reconcileSchedule('default/p2', ctx, assumed);
+  const targets = fake.writes.map((c) => c.args[3]);
+  assert.deepEqual(targets.sort(), ['a', 'b']);
+});
+
+test('when nothing fits, PodScheduled=False Unschedulable names every reason and the pod is tried again later', { timeout: 5000 }, async () => {
+  const { ctx, cache, fake } = fakeContext();
+  cache.nodes.set(node('cordoned', { unschedulable: true }));
+  cache.nodes.set(node('down', { ready: 'Unknown' }));
+  cache.nodes.set(node('tiny', { memory: '64Ki' }));
+  cache.nodes.set(node('other', { labels: { zone: 'a' } }));
+  const p = pod('big', { memory: '1Mi' });
+  p.spec!.nodeSelector = { zone: 'b' };
+  cache.pods.set(p);
+  cache.nodes.set(node('tiny', { memory: '64Ki', labels: { zone: 'b' } }));
+  const res = await reconcileSchedule('default/big', ctx, new AssumedPods());
+  assert.equal(res?.requeueAfterMs, ctx.timings.unschedulableRetryMs);
+  assert.equal(fake.writes.length, 1);
+  assert.equal(fake.writes[0]!.op, 'patchPodStatus');
+  const cond = (fake.writes[0]!.args[2] as { status: { conditions: Array<{ type: string; status: string; reason: string; message: string }> } }).status.conditions[0]!;
+  assert.equal(cond.type, 'PodScheduled');
+  assert.equal(cond.status, 'False');
+  assert.equal(cond.reason, 'Unschedulable');
+  assert.equal(
+    cond.message,
+    "0/4 nodes are available: 1 Insufficient memory, 1 node(s) didn't match Pod's node affinity/selector, 1 node(s) were not ready, 1 node(s) were unschedulable.",
+  );
+  assert.deepEqual(fake.eventReasons, ['FailedScheduling']);
+});
+
+test('pods share the node address: a second pod with the same containerPort goes elsewhere', () => {
+  const a = node('a');
+  const b = node('b', { memory: '1Mi' });
+  const running = pod('web1', { nodeName: 'a', running: true, ports: [8080] });
+  const placement = pickNode(pod('web2', { ports: [8080] }), [a, b], [running]);
+  assert.deepEqual(placement, { nodeName: 'b' });
+  const none = pickNode(pod('web3', { ports: [8080] }), [a], [running]);
+  assert.match(String((none as { message: string }).message), /free ports/);
+});
+
+test('kube32.io/placement: fastest picks the highest interp-mops', () => {
+  const nodes = [node('slow', { mops: 7, memory: '64Mi' }), node('fast', { mops: 1500, memory: '1Mi' })];
+  const p = pod('calc', { annotations: { 'kube32.io/placement': 'fastest' } });
+  assert.deepEqual(pickNode(p, nodes, []), { nodeName: 'fast' });
+  assert.deepEqual(pickNode(pod('plain'), nodes, []), { nodeName: 'slow' });
+});
+
+test('untolerated NoSchedule taints exclude a node; a toleration admits it', () => {
+  const t = node('t', { taints: [{ key: 'node.kubernetes.io/unreachable', effect: 'NoSchedule' }] });
+  const p = pod('x');
+  assert.match(String((pickNode(p, [t], []) as { message: string }).message), /untolerated taint \{node.kubernetes.io\/unreachable: \}/);
+  p.spec!.tolerations = [{ key: 'node.kubernetes.io/unreachable', operator: 'Exists' }];
+  assert.deepEqual(pickNode(p, [t], []), { nodeName: 't' });
+});
+
+test('a bound, deleted or foreign-scheduler pod is left alone', { timeout: 5000 }, async () => {
+  const { ctx, cache, fake } = fakeContext();
+  cache.nodes.set(node('a'));
+  cache.pods.set(pod('bound', { nodeName: 'a' }));
+  const other = pod('other');
+  other.spec!.schedulerName = 'my-scheduler';
+  cache.pods.set(other);
+  await reconcileSchedule('default/bound', ctx, new AssumedPods());
+  await reconcileSchedule('default/other', ctx, new AssumedPods());
+  await reconcileSchedule('default/gone', ctx, new AssumedPods());
+  assert.deepEqual(fake.calls, []);
+});

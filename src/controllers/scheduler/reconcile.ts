@@ -1,0 +1,103 @@
+/**
+ * The scheduler's sync: bind one pending pod to the node {@link pickNode} chooses, or say why none fits
+ * in the pod's `PodScheduled` condition (reason `Unschedulable`) and a `FailedScheduling` event.
+ */
+import type { V1Pod } from '@kubernetes/client-node';
+import type { ReconcileResult } from '../runtime/controller.ts';
+import { splitKey } from '../runtime/controller.ts';
+import { type ControllerContext, recordPodEvent } from '../runtime/context.ts';
+import { isConflict, isNotFound } from '../runtime/errors.ts';
+import { isPodActive } from '../runtime/pods.ts';
+import { pickNode } from './fit.ts';
+
+/** Pods bound by this scheduler that the cache does not show bound yet, so that a burst does not overfill a node. */
+export class AssumedPods {
+  readonly #pods = new Map<string, { pod: V1Pod; until: number }>();
+  /** Remembers `pod` as bound to `nodeName` for at most 30 s. */
+  assume(key: string, pod: V1Pod, nodeName: string, now: number): void {
+    this.#pods.set(key, { pod: { ...pod, spec: { ...pod.spec!, nodeName } }, until: now + 30_000 });
+  }
+  forget(key: string): void {
+    this.#pods.delete(key);
+  }
+  has(key: string, now: number): boolean {
+    const a = this.#pods.get(key);
+    if (a && a.until < now) this.#pods.delete(key);
+    return a !== undefined && a.until >= now;
+  }
+  list(now: number): V1Pod[] {
+    return [...this.#pods.entries()].filter(([k]) => this.has(k, now)).map(([, a]) => a.pod);
+  }
+}
+
+/** Whether this scheduler handles the pod: unbound, active, default scheduler. */
+export function needsScheduling(pod: V1Pod): boolean {
+  const scheduler = pod.spec?.schedulerName;
+  return (
+    !pod.spec?.nodeName &&
+    isPodActive(pod) &&
+    (scheduler === undefined || scheduler === '' || scheduler === 'default-scheduler')
+  );
+}
+
+/**
+ * Schedules the pod `namespace/name`.
+ * @returns a requeue after `unschedulableRetryMs` when nothing fits
+ * @throws ApiCallError when binding or the status write fails (retried with back-off)
+ */
+export async function reconcileSchedule(
+  key: string,
+  ctx: ControllerContext,
+  assumed: AssumedPods,
+): Promise<ReconcileResult | undefined> {
+  const { namespace, name } = splitKey(key);
+  const pod = ctx.cache.pods.get(name, namespace);
+  if (!pod || !needsScheduling(pod)) {
+    assumed.forget(key);
+    return undefined;
+  }
+  const now = ctx.clock.now();
+  if (assumed.has(key, now)) return undefined;
+  const placement = pickNode(pod, ctx.cache.nodes.list(), ctx.cache.pods.list(), { assumed: assumed.list(now) });
+  if (placement.nodeName !== undefined) {
+    try {
+      await ctx.api.bindPod(namespace, name, pod.metadata?.uid, placement.nodeName);
+    } catch (err: unknown) {
+      // Bound meanwhile (409) or gone (404): the next event tells the truth.
+      if (isConflict(err) || isNotFound(err)) return undefined;
+      throw err;
+    }
+    assumed.assume(key, pod, placement.nodeName, now);
+    ctx.log.info({ pod: key, node: placement.nodeName }, 'scheduled');
+    await recordPodEvent(ctx, pod, 'Normal', 'Scheduled', `Successfully assigned ${key} to ${placement.nodeName}`, 'default-scheduler');
+    return undefined;
+  }
+  const current = pod.status?.conditions?.find((c) => c.type === 'PodScheduled');
+  if (current?.status !== 'False' || current.reason !== 'Unschedulable' || current.message !== placement.message) {
+    const others = (pod.status?.conditions ?? []).filter((c) => c.type !== 'PodScheduled');
+    try {
+      await ctx.api.patchPodStatus(namespace, name, {
+        status: {
+          phase: pod.status?.phase ?? 'Pending',
+          conditions: [
+            ...others,
+            {
+              type: 'PodScheduled',
+              status: 'False',
+              reason: 'Unschedulable',
+              message: placement.message,
+              lastTransitionTime: new Date(now).toISOString(),
+            },
+          ],
+        },
+      });
+    } catch (err: unknown) {
+      if (isNotFound(err)) return undefined;
+      throw err;
+    }
+    await recordPodEvent(ctx, pod, 'Warning', 'FailedScheduling', placement.message, 'default-scheduler');
+    ctx.log.info({ pod: key, why: placement.message }, 'unschedulable');
+  }
+  return { requeueAfterMs: ctx.timings.unschedulableRetryMs };
+}
+
