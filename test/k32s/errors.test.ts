@@ -3,10 +3,9 @@
 import assert from 'node:assert/strict';
 import { createHash } from 'node:crypto';
 import { describe, it } from 'node:test';
-import { decodeSnapshot, fromHex, K32SError, SnapshotDecoder, type DecodeOptions, type K32SErrorCode } from '../../src/k32s/index.ts';
+import { decodeSnapshot, K32SError, SnapshotDecoder, type DecodeOptions, type K32SErrorCode } from '../../src/k32s/index.ts';
 import { EMPTY_MODULE_SHA256, GOLDEN_A } from './golden.ts';
 
-const image = fromHex(EMPTY_MODULE_SHA256, 32);
 const TRAILER_AT = 175;
 
 /** A copy of vector A with `bytes` written at `offset`, its trailer recomputed unless `keepTrailer`. */

@@ -10,6 +10,7 @@ import {
   snapshotByteLength,
   toHex,
   type DecodedSnapshot,
+  type SnapshotHeader,
   type SnapshotState,
 } from '../../src/k32s/index.ts';
 import { EMPTY_MODULE_SHA256, GOLDEN_A, GOLDEN_B, GOLDEN_C } from './golden.ts';
@@ -157,7 +158,8 @@ describe('K32S golden vectors', { timeout: 30_000 }, () => {
     decoder.push(GOLDEN_A.subarray(0, 67));
     assert.equal(decoder.header, undefined);
     decoder.push(GOLDEN_A.subarray(67, 68));
-    assert.equal(decoder.header?.podTimeMs, 1234567n);
+    const header: SnapshotHeader | undefined = decoder.header;
+    assert.equal(header?.podTimeMs, 1234567n);
     assert.throws(() => decoder.end(), (e: unknown) => e instanceof K32SError && e.code === 'Truncated');
   });
 });
