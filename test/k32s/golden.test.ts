@@ -156,10 +156,10 @@ describe('K32S golden vectors', { timeout: 30_000 }, () => {
   it('the decoder gives the header as soon as its 68 bytes are in', () => {
     const decoder = new SnapshotDecoder({ memory: 'discard' });
     decoder.push(GOLDEN_A.subarray(0, 67));
-    assert.equal(decoder.header, undefined);
+    const before: SnapshotHeader | undefined = decoder.header;
+    assert.equal(before, undefined);
     decoder.push(GOLDEN_A.subarray(67, 68));
-    const header: SnapshotHeader | undefined = decoder.header;
-    assert.equal(header?.podTimeMs, 1234567n);
+    assert.equal(decoder.header?.podTimeMs, 1234567n);
     assert.throws(() => decoder.end(), (e: unknown) => e instanceof K32SError && e.code === 'Truncated');
   });
 });
