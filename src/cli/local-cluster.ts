@@ -36,6 +36,8 @@ export interface LocalClusterOptions {
   dataDir: string;
   /** The API server's port on 127.0.0.1; 0 lets the control plane pick one. @default 6443 */
   port: number;
+  /** The first worker's address; the others take the next ones. @default '127.0.0.2' */
+  firstAddress?: string;
   /** Each worker's heap (`kube32-sim --heap`), as given, e.g. `64Mi`; the worker's default when absent. */
   workerHeap?: string;
   /** How long each component may take to become ready, ms. @default 60000 */
@@ -75,10 +77,18 @@ const LOCK_FILE = 'up.lock';
 const WORKER_STOP_MS = 35_000;
 const CONTROL_PLANE_STOP_MS = 15_000;
 
-/** The address of worker `i` (1-based): 127.0.0.2, 127.0.0.3, ... */
-export function workerAddress(i: number): string {
-  const n = i + 1;
-  return `127.0.${Math.floor(n / 256)}.${n % 256}`;
+/**
+ * The address of worker `i` (1-based): `first`, then the next IPv4 addresses (127.0.0.2, 127.0.0.3, ...).
+ * @throws CliError when `first` is not an IPv4 loopback address (127.0.0.0/8), or the range runs past it
+ */
+export function workerAddress(i: number, first = '127.0.0.2'): string {
+  const parts = first.split('.').map(Number);
+  if (parts.length !== 4 || parts[0] !== 127 || parts.some((p) => !Number.isInteger(p) || p < 0 || p > 255)) {
+    throw new CliError(`invalid first worker address "${first}": expected an IPv4 loopback address such as 127.0.0.2`);
+  }
+  const n = ((parts[1]! << 16) | (parts[2]! << 8) | parts[3]!) + i - 1;
+  if (n >= 1 << 24 || (n & 0xff) === 255) throw new CliError(`worker ${i} has no loopback address after ${first}`);
+  return `127.${(n >> 16) & 0xff}.${(n >> 8) & 0xff}.${n & 0xff}`;
 }
 
 /** The Node name of worker `i` (1-based). */
@@ -305,6 +315,7 @@ export async function startLocalCluster(opts: LocalClusterOptions): Promise<Loca
   };
 
   try {
+    for (let i = 1; i <= opts.workers; i++) workerAddress(i, opts.firstAddress); // check the range up front
     await checkPortFree(opts.port);
     const kubeconfig = join(dataDir, 'kubeconfig');
     const started = Date.now();
@@ -333,7 +344,7 @@ export async function startLocalCluster(opts: LocalClusterOptions): Promise<Loca
       const nodeDir = join(dataDir, 'nodes', name);
       mkdirSync(nodeDir, { recursive: true, mode: 0o700 });
       const nodeKubeconfig = await issueWorkerKubeconfig(dataDir, name, join(nodeDir, 'kubeconfig'));
-      const args = ['--kubeconfig', nodeKubeconfig, '--name', name, '--address', workerAddress(i), '--data-dir', nodeDir];
+      const args = ['--kubeconfig', nodeKubeconfig, '--name', name, '--address', workerAddress(i, opts.firstAddress), '--data-dir', nodeDir];
       if (opts.workerHeap) args.push('--heap', opts.workerHeap);
       const w = startChild(name, sim, args, logDir);
       w.proc.once('exit', (code) => {
@@ -342,7 +353,7 @@ export async function startLocalCluster(opts: LocalClusterOptions): Promise<Loca
       children.push(w);
       workers.push(name);
       recordChildren(lockPath, children);
-      print(`${name.padEnd(15)} starting   ${workerAddress(i)}   (log ${w.log})`);
+      print(`${name.padEnd(15)} starting   ${workerAddress(i, opts.firstAddress)}   (log ${w.log})`);
     }
     await Promise.all(
       children
@@ -359,7 +370,7 @@ export async function startLocalCluster(opts: LocalClusterOptions): Promise<Loca
           });
           const mops = node.metadata.annotations?.['kube32.io/interp-mops'];
           print(
-            `${w.name.padEnd(15)} ready      ${workerAddress(idx + 1)}   (${((Date.now() - t0) / 1000).toFixed(1)}s${mops ? `, interp-mops ${mops}` : ''})`,
+            `${w.name.padEnd(15)} ready      ${workerAddress(idx + 1, opts.firstAddress)}   (${((Date.now() - t0) / 1000).toFixed(1)}s${mops ? `, interp-mops ${mops}` : ''})`,
           );
         }),
     );

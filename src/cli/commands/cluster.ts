@@ -20,6 +20,7 @@ interface UpFlags {
   dataDir?: string;
   port: string;
   workerHeap?: string;
+  firstAddress: string;
   readyTimeout: string;
 }
 
@@ -65,6 +66,7 @@ async function up(flags: UpFlags): Promise<void> {
       dataDir,
       port,
       workerHeap: flags.workerHeap,
+      firstAddress: flags.firstAddress,
       readyTimeoutMs,
       print,
       signal: startupAbort.signal,
@@ -106,6 +108,7 @@ export function register(program: Command): void {
     .option('--workers <n>', 'number of kube32-sim workers (0: the control plane alone)', '2')
     .option('--data-dir <dir>', 'where the cluster keeps its state (default: $KUBE32_DATA_DIR or ~/.kube32)')
     .option('--port <port>', "the API server's port on 127.0.0.1 (0: pick a free one)", '6443')
+    .option('--first-address <ip>', "the first worker's loopback address; the others take the next ones", '127.0.0.2')
     .option('--worker-heap <bytes>', "each worker's heap for pods, e.g. 64Mi (default: kube32-sim's)")
     .option('--ready-timeout <seconds>', 'how long each component may take to become ready', '60')
     .action(up);

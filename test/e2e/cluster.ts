@@ -1,0 +1,376 @@
+/**
+ * End-to-end test helpers: a real local cluster (`kube32-cli up` as a child process, on a free port,
+ * in a temp data dir, its workers on loopback addresses of their own so that suites run side by side),
+ * the real `kubectl` against it, `kube32-cli` as a real process, extra workers, and what the example
+ * counter pod answers. Everything started here is stopped, and the temp dir removed, in `t.after`.
+ */
+import { type ChildProcess, execFile, spawn } from 'node:child_process';
+import { existsSync, mkdtempSync, readFileSync, readdirSync, rmSync } from 'node:fs';
+import http from 'node:http';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import type { TestContext } from 'node:test';
+import { fileURLToPath } from 'node:url';
+import { parseAllDocuments } from 'yaml';
+
+export const ROOT = fileURLToPath(new URL('../../', import.meta.url));
+export const CLI = join(ROOT, 'bin/kube32-cli.js');
+export const SIM = join(ROOT, 'bin/kube32-sim.js');
+export const KUBECTL = '/usr/bin/kubectl';
+export const COUNTER_WASM = join(ROOT, 'build/examples/counter.wasm');
+export const COUNTER_DIR = join(ROOT, 'examples/counter');
+
+/** What a process printed and how it ended. */
+export interface Run {
+  code: number;
+  stdout: string;
+  stderr: string;
+}
+
+/** Runs a program to its end (bounded by `timeoutMs`), never throwing on a non-zero exit. */
+export function run(file: string, args: string[], opts: { input?: string; timeoutMs?: number; env?: NodeJS.ProcessEnv } = {}): Promise<Run> {
+  return new Promise((resolve) => {
+    const child = execFile(
+      file,
+      args,
+      { timeout: opts.timeoutMs ?? 120_000, maxBuffer: 64 << 20, env: opts.env ?? process.env, killSignal: 'SIGKILL' },
+      (err, stdout, stderr) => {
+        const code = err ? (typeof (err as { code?: unknown }).code === 'number' ? (err as { code: number }).code : 1) : 0;
+        resolve({ code, stdout: String(stdout), stderr: String(stderr) });
+      },
+    );
+    if (opts.input !== undefined) child.stdin?.end(opts.input);
+  });
+}
+
+/**
+ * Components the end-to-end suites drive, and whether each is there yet. A suite skips, naming what is
+ * missing, only while a piece is not built at all; once everything exists the suite runs and fails for real.
+ */
+export function missingPieces(needs: Needs = {}): string[] {
+  const missing: string[] = [];
+  const has = (rel: string, text?: string): boolean => {
+    const p = join(ROOT, rel);
+    return existsSync(p) && (text === undefined || readFileSync(p, 'utf8').includes(text));
+  };
+  if (!has('src/apiserver/index.ts')) missing.push('src/apiserver/index.ts (API server)');
+  if (!has('src/cli/commands/control-plane.ts', '.command(')) missing.push('kube32-cli control-plane (src/cli/commands/control-plane.ts)');
+  if (!has('src/controllers/index.ts')) missing.push('src/controllers/index.ts (controllers)');
+  if (needs.workers !== false) {
+    if (!has('src/apiserver/index.ts', 'issueNodeKubeconfig')) missing.push('issueNodeKubeconfig in src/apiserver/index.ts (node credentials)');
+    if (!has('src/kubelet/main.ts')) missing.push('src/kubelet/main.ts (kube32-sim)');
+  }
+  if (needs.counter) {
+    if (!existsSync(COUNTER_WASM)) missing.push('build/examples/counter.wasm (npm run build: scripts/build-examples.sh)');
+    if (!existsSync(COUNTER_DIR) || !readdirSync(COUNTER_DIR).some((f) => /\.ya?ml$/.test(f))) {
+      missing.push('examples/counter/*.yaml (the Deployment + Service manifest)');
+    }
+  }
+  return missing;
+}
+
+/** What a suite needs besides the control plane. */
+export interface Needs {
+  /** kube32-sim workers (and node credentials). @default true */
+  workers?: boolean;
+  /** The counter example, built, with its manifests. */
+  counter?: boolean;
+}
+
+/** A skip reason for `missingPieces`, or false when nothing is missing. */
+export function skipUnlessBuilt(needs: Needs = {}): string | false {
+  const m = missingPieces(needs);
+  return m.length > 0 ? `not built yet: ${m.join('; ')}` : false;
+}
+
+/** A loopback /24 of its own for one cluster's workers: 127.A.B.2, 127.A.B.3, ... */
+function randomFirstAddress(): string {
+  const a = 1 + Math.floor(Math.random() * 250);
+  const b = 1 + Math.floor(Math.random() * 250);
+  return `127.${a}.${b}.2`;
+}
+
+/** A running local cluster started by `kube32-cli up`. */
+export interface TestCluster {
+  dataDir: string;
+  kubeconfig: string;
+  /** The first worker's address; worker-N has the N-th one. */
+  firstAddress: string;
+  /** Everything `up` printed so far. */
+  output(): string;
+  /** The real kubectl with this cluster's kubeconfig and a fresh cache dir. */
+  kubectl(args: string[], opts?: { input?: string; timeoutMs?: number }): Promise<Run>;
+  /** kube32-cli as a real process, with KUBECONFIG set to this cluster's. */
+  cli(args: string[], opts?: { timeoutMs?: number }): Promise<Run>;
+  /** The pid of a child of `up` (`control-plane`, `worker-1`...) from its lock file. */
+  childPid(name: string): number;
+  /** Stops `up` with SIGTERM and waits for its exit code. */
+  stop(): Promise<number>;
+  process: ChildProcess;
+}
+
+/**
+ * Starts `kube32-cli up` and waits for its "Cluster ready" line.
+ * @param opts.dataDir reuse a data dir (a second `up`); by default a new temp dir, removed at the end
+ * @throws Error with `up`'s output when it exits or is not ready within `readyTimeoutMs`
+ */
+export async function startCluster(
+  t: TestContext,
+  opts: { workers?: number; dataDir?: string; extraArgs?: string[]; readyTimeoutMs?: number; firstAddress?: string } = {},
+): Promise<TestCluster> {
+  const dataDir = opts.dataDir ?? mkdtempSync(join(tmpdir(), 'kube32-e2e-'));
+  if (!opts.dataDir) t.after(() => rmSync(dataDir, { recursive: true, force: true }));
+  const cacheDir = mkdtempSync(join(tmpdir(), 'kube32-e2e-kubectl-'));
+  t.after(() => rmSync(cacheDir, { recursive: true, force: true }));
+  const firstAddress = opts.firstAddress ?? randomFirstAddress();
+  const args = [
+    CLI,
+    'up',
+    '--workers',
+    String(opts.workers ?? 2),
+    '--data-dir',
+    dataDir,
+    '--port',
+    '0',
+    '--first-address',
+    firstAddress,
+    ...(opts.extraArgs ?? []),
+  ];
+  const proc = spawn(process.execPath, args, { stdio: ['ignore', 'pipe', 'pipe'] });
+  let out = '';
+  proc.stdout!.on('data', (d: Buffer) => {
+    out += d.toString();
+  });
+  proc.stderr!.on('data', (d: Buffer) => {
+    out += d.toString();
+  });
+  const exited = new Promise<number>((resolve) => proc.once('exit', (code, sig) => resolve(code ?? (sig ? 128 : 1))));
+  let stopped: Promise<number> | undefined;
+  const stop = (): Promise<number> => {
+    stopped ??= (async () => {
+      if (proc.exitCode === null && proc.signalCode === null) proc.kill('SIGTERM');
+      const timer = setTimeout(() => proc.kill('SIGKILL'), 60_000);
+      const code = await exited;
+      clearTimeout(timer);
+      return code;
+    })();
+    return stopped;
+  };
+  t.after(async () => {
+    await stop();
+    // Children of a killed `up` would be orphans: kill what its lock file still names.
+    try {
+      const lock = JSON.parse(readFileSync(join(dataDir, 'up.lock'), 'utf8')) as { children: Record<string, number> };
+      for (const pid of Object.values(lock.children)) {
+        try {
+          process.kill(pid, 'SIGKILL');
+        } catch {
+          // already gone
+        }
+      }
+    } catch {
+      // no lock: `up` cleaned up
+    }
+  });
+  const readyTimeoutMs = opts.readyTimeoutMs ?? 90_000;
+  const ready = await new Promise<boolean>((resolve) => {
+    const timer = setTimeout(() => resolve(false), readyTimeoutMs);
+    const check = (): void => {
+      if (out.includes('Cluster ready')) {
+        clearTimeout(timer);
+        resolve(true);
+      }
+    };
+    proc.stdout!.on('data', check);
+    exited.then(() => {
+      clearTimeout(timer);
+      resolve(out.includes('Cluster ready'));
+    });
+  });
+  if (!ready) {
+    await stop();
+    throw new Error(`kube32-cli up did not become ready:\n${out}\n${logTails(dataDir)}`);
+  }
+  const kubeconfig = join(dataDir, 'kubeconfig');
+  const env = { ...process.env, KUBECONFIG: kubeconfig };
+  return {
+    dataDir,
+    kubeconfig,
+    firstAddress,
+    output: () => out,
+    process: proc,
+    kubectl: (a, o = {}) => run(KUBECTL, ['--kubeconfig', kubeconfig, '--cache-dir', cacheDir, ...a], o),
+    cli: (a, o = {}) => run(process.execPath, [CLI, ...a], { ...o, env }),
+    childPid(name) {
+      const lock = JSON.parse(readFileSync(join(dataDir, 'up.lock'), 'utf8')) as { children: Record<string, number> };
+      const pid = lock.children[name];
+      if (!pid) throw new Error(`up.lock names no ${name}: ${JSON.stringify(lock)}`);
+      return pid;
+    },
+    stop,
+  };
+}
+
+/** The last lines of every log of a cluster, for failure messages. */
+export function logTails(dataDir: string, lines = 30): string {
+  const dir = join(dataDir, 'logs');
+  if (!existsSync(dir)) return '(no logs)';
+  return readdirSync(dir)
+    .map((f) => `--- ${f}\n${readFileSync(join(dir, f), 'utf8').trimEnd().split('\n').slice(-lines).join('\n')}`)
+    .join('\n');
+}
+
+/**
+ * Polls `check` (an API call) until it returns a value or the deadline passes.
+ * @throws Error naming `what` and the last value or error seen
+ */
+export async function waitFor<T>(what: string, timeoutMs: number, check: () => Promise<T | undefined | false>): Promise<T> {
+  const deadline = Date.now() + timeoutMs;
+  let last: unknown;
+  while (Date.now() < deadline) {
+    try {
+      const v = await check();
+      if (v !== undefined && v !== false) return v;
+      last = v;
+    } catch (err: unknown) {
+      last = err;
+    }
+    await new Promise((r) => setTimeout(r, 250)); // poll interval of an API condition, not a synchronisation sleep
+  }
+  throw new Error(`timed out after ${timeoutMs} ms waiting for ${what}; last: ${last instanceof Error ? last.message : JSON.stringify(last)}`);
+}
+
+/** What the counter example answers. */
+export interface CounterReply {
+  count: number;
+  ticks?: number;
+  podTimeMs: number;
+  node?: string;
+}
+
+/** One GET to a pod's HTTP port, answering its status and body. */
+export function httpGet(host: string, port: number, path = '/'): Promise<{ status: number; body: string }> {
+  return new Promise((resolve, reject) => {
+    const req = http.get({ host, port, path, timeout: 10_000 }, (res) => {
+      let body = '';
+      res.on('data', (d: Buffer) => {
+        body += d.toString();
+      });
+      res.on('end', () => resolve({ status: res.statusCode ?? 0, body }));
+    });
+    req.on('timeout', () => req.destroy(new Error(`GET http://${host}:${port}${path}: timed out`)));
+    req.on('error', reject);
+  });
+}
+
+/** Asks the counter pod at `host:port` once and decodes its JSON. */
+export async function askCounter(host: string, port: number): Promise<CounterReply> {
+  const res = await httpGet(host, port);
+  if (res.status !== 200) throw new Error(`counter at ${host}:${port} answered ${res.status}: ${res.body}`);
+  return JSON.parse(res.body) as CounterReply;
+}
+
+/** The counter example's manifests, and the names the tests need from them. */
+export interface CounterManifest {
+  /** All documents of examples/counter/*.yaml, in file order. */
+  docs: Record<string, unknown>[];
+  deployment: string;
+  service: string;
+  /** The Deployment's selector, as a `-l` argument. */
+  selector: string;
+  containerPort: number;
+  servicePort: number | string;
+  /** The module name of the image `wasm://NAME`. */
+  moduleName: string;
+}
+
+/** Reads examples/counter/*.yaml. @throws Error when there is no Deployment or Service in them */
+export function counterManifest(): CounterManifest {
+  const docs: Record<string, unknown>[] = [];
+  for (const f of readdirSync(COUNTER_DIR).filter((f) => /\.ya?ml$/.test(f)).sort()) {
+    for (const d of parseAllDocuments(readFileSync(join(COUNTER_DIR, f), 'utf8'))) {
+      const js = d.toJS() as Record<string, unknown> | null;
+      if (js) docs.push(js);
+    }
+  }
+  // biome-ignore lint/suspicious/noExplicitAny: manifest documents are free-form YAML
+  const dep = docs.find((d) => d.kind === 'Deployment') as any;
+  // biome-ignore lint/suspicious/noExplicitAny: manifest documents are free-form YAML
+  const svc = docs.find((d) => d.kind === 'Service') as any;
+  if (!dep || !svc) throw new Error('examples/counter has no Deployment and Service');
+  const labels = dep.spec.selector.matchLabels as Record<string, string>;
+  const container = dep.spec.template.spec.containers[0];
+  const image = String(container.image);
+  return {
+    docs,
+    deployment: dep.metadata.name,
+    service: svc.metadata.name,
+    selector: Object.entries(labels)
+      .map(([k, v]) => `${k}=${v}`)
+      .join(','),
+    containerPort: Number(container.ports?.[0]?.containerPort ?? 8080),
+    servicePort: svc.spec.ports?.[0]?.name ?? svc.spec.ports?.[0]?.port,
+    moduleName: image.startsWith('wasm://') ? image.slice('wasm://'.length) : 'counter',
+  };
+}
+
+/** A pod as the tests read it. */
+export interface PodView {
+  metadata: { name: string; uid: string; annotations?: Record<string, string>; labels?: Record<string, string> };
+  spec: { nodeName?: string };
+  status: { phase?: string; podIP?: string; conditions?: { type: string; status: string }[] };
+}
+
+/** True when the pod runs and reports Ready. */
+export function podReady(p: PodView | undefined): boolean {
+  return !!p && p.status.phase === 'Running' && !!p.status.conditions?.some((c) => c.type === 'Ready' && c.status === 'True');
+}
+
+/** Reads pods through kubectl (`-o json`). @throws Error with kubectl's stderr when it fails */
+export async function getPods(c: TestCluster, args: string[]): Promise<PodView[]> {
+  const r = await c.kubectl(['get', 'pods', '-o', 'json', ...args]);
+  if (r.code !== 0) throw new Error(`kubectl get pods ${args.join(' ')}: ${r.stderr}`);
+  return (JSON.parse(r.stdout) as { items: PodView[] }).items;
+}
+
+/** The address after `first` by `n` (127.A.B.2 + 1 = 127.A.B.3). */
+export function nthAddress(first: string, n: number): string {
+  const p = first.split('.').map(Number);
+  return `${p[0]}.${p[1]}.${p[2]}.${p[3]! + n}`;
+}
+
+/**
+ * Starts one more kube32-sim worker against a running cluster (a node joining), with a node kubeconfig
+ * minted from the cluster's data dir, and waits for its Node to be Ready. Stopped in `t.after`.
+ * @returns its process, to kill or stop it
+ */
+export async function startWorker(
+  t: TestContext,
+  c: TestCluster,
+  opts: { name: string; address: string; heap?: string; extraArgs?: string[] },
+): Promise<ChildProcess> {
+  const { issueWorkerKubeconfig } = await import('../../src/cli/node-credentials.ts');
+  const nodeDir = join(c.dataDir, 'nodes', opts.name);
+  const { mkdirSync, openSync, closeSync } = await import('node:fs');
+  mkdirSync(nodeDir, { recursive: true });
+  const kc = await issueWorkerKubeconfig(c.dataDir, opts.name, join(nodeDir, 'kubeconfig'));
+  const args = [SIM, '--kubeconfig', kc, '--name', opts.name, '--address', opts.address, '--data-dir', nodeDir];
+  if (opts.heap) args.push('--heap', opts.heap);
+  args.push(...(opts.extraArgs ?? []));
+  const fd = openSync(join(c.dataDir, 'logs', `${opts.name}.log`), 'a');
+  const proc = spawn(process.execPath, args, { stdio: ['ignore', fd, fd] });
+  closeSync(fd);
+  const exited = new Promise<void>((r) => proc.once('exit', () => r()));
+  t.after(async () => {
+    if (proc.exitCode === null && proc.signalCode === null) {
+      proc.kill('SIGKILL');
+      await exited;
+    }
+  });
+  await waitFor(`node ${opts.name} Ready`, 60_000, async () => {
+    if (proc.exitCode !== null) throw new Error(`${opts.name} exited with ${proc.exitCode}`);
+    const r = await c.kubectl(['get', 'node', opts.name, '-o', 'jsonpath={.status.conditions[?(@.type=="Ready")].status}']);
+    return r.code === 0 && r.stdout.trim() === 'True';
+  });
+  return proc;
+}
