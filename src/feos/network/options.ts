@@ -114,3 +114,33 @@ export function parseNetworkFlags(flags: NetworkFlags): NetworkSettings {
   if (prefixSize(podIpv4Range) < 4n) fail('pod-ipv4-range', rangeText, 'holds no address for a pod');
   return { podPrefix, podIpv4Range, dnsAddress, otlpAddress, dnsUpstreams, denyPrefixes };
 }
+
+/**
+ * Checks a pod's DNS upstreams as a create does (the seed's "DNS"): each must be an IP address,
+ * and neither the resolver itself, a loopback, link-local or multicast address, in a denied
+ * prefix, a pod's (the pod prefix or the IPv4 range) nor one of the node's addresses.
+ * @param nodeAddresses the node's own addresses, canonical
+ * @returns the upstreams in canonical form
+ * @throws RangeError naming the upstream and why
+ */
+export function checkPodUpstreams(upstreams: string[], s: NetworkSettings, nodeAddresses: string[]): string[] {
+  const nonUnicast = ['127.0.0.0/8', '::1/128', '169.254.0.0/16', 'fe80::/10', '224.0.0.0/4', 'ff00::/8', '0.0.0.0/32', '::/128'].map((p) => parsePrefix(p));
+  return upstreams.map((u) => {
+    let a: ReturnType<typeof parseAddress>;
+    try {
+      a = parseAddress(u);
+    } catch {
+      throw new RangeError(`DNS upstream "${u}" is not an IP address`);
+    }
+    const text = canonicalAddress(u);
+    if (text === s.dnsAddress) throw new RangeError(`DNS upstream ${text} is the resolver itself`);
+    if (nonUnicast.some((p) => prefixHolds(p, a.family, a.value))) throw new RangeError(`DNS upstream ${text} is a loopback, link-local, multicast or unspecified address`);
+    const denied = s.denyPrefixes.find((p) => prefixHolds(p, a.family, a.value));
+    if (denied) throw new RangeError(`DNS upstream ${text} is in the denied prefix ${formatPrefix(denied)}`);
+    if ((s.podPrefix && prefixHolds(s.podPrefix, a.family, a.value)) || prefixHolds(s.podIpv4Range, a.family, a.value)) {
+      throw new RangeError(`DNS upstream ${text} is a pod's address`);
+    }
+    if (nodeAddresses.includes(text)) throw new RangeError(`DNS upstream ${text} is one of the node's addresses`);
+    return text;
+  });
+}
