@@ -14,3 +14,18 @@ export {
   MIGRATION_ANNOTATION,
   type ModuleFacts,
 } from './spec-blockers.ts';
+export { startKubelet, type Kubelet, type KubeletOptions } from './kubelet.ts';
+export { selfDrain, isDaemonSetPod, SELF_DRAIN_TIMEOUT_MS, type DrainReport } from './drain.ts';
+export {
+  MEMORY_PRESSURE_BYTES,
+  HEARTBEAT_MS,
+  LEASE_DURATION_SECONDS,
+  INTERP_MOPS_ANNOTATION,
+  LEFT_ANNOTATION,
+  formatMops,
+} from './node.ts';
+export { IMAGE_SHA256_ANNOTATION, DIGEST_IMAGE_PREFIX, imageDigest } from './modules.ts';
+export { TICK_INTERVAL_ANNOTATION, TOPICS_ANNOTATION, RESTORE_FROM_ANNOTATION } from './pod-spec.ts';
+export { DEFAULT_FREEZE_TIMEOUT_MS, MAX_FREEZE_TIMEOUT_MS } from './server.ts';
+export { CONTROL_PLANE_USER, ADMIN_GROUP } from './auth.ts';
+export { buildPodStatus, podPhase, type ContainerView } from './pod-status.ts';

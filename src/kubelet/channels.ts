@@ -1,0 +1,95 @@
+/**
+ * Channel messages between pods (pod-abi.md `kube32_channel_open` / `k32_channel_send`; seed "What
+ * moves": channels and held events). A message a pod sends on a topic goes to every pod of its
+ * namespace subscribed to that topic (annotation `kube32.io/topics`), cluster-wide: to this node's
+ * pods directly, and to every other node through the control plane's node proxy
+ * (`POST /api/v1/nodes/<node>/proxy/publish/<ns>/<topic>`), in order per node.
+ */
+import { ListWatch, Watch, type V1Node, type V1NodeList } from '@kubernetes/client-node';
+import type { Logger } from '../lib/index.ts';
+import { type ControlPlane, errorMessage } from './client.ts';
+import type { PodManager } from './pods.ts';
+
+/** Messages waiting for one node before newer ones are dropped: 1000. */
+export const MAX_PENDING_PER_NODE = 1000;
+
+/** Routes channel messages; see the file's comment. */
+export class ChannelRouter {
+  readonly #cp: ControlPlane;
+  readonly #nodeName: string;
+  readonly #pods: () => PodManager | undefined;
+  readonly #log: Logger;
+  readonly #queues = new Map<string, { tail: Promise<void>; pending: number }>();
+  #nodes: ListWatch<V1Node> | undefined;
+  /** Messages dropped because a node's queue was full. */
+  dropped = 0;
+
+  constructor(cp: ControlPlane, nodeName: string, pods: () => PodManager | undefined, log: Logger) {
+    this.#cp = cp;
+    this.#nodeName = nodeName;
+    this.#pods = pods;
+    this.#log = log;
+  }
+
+  /** Starts watching the cluster's nodes (the fan-out list). */
+  async start(): Promise<void> {
+    const listFn = () => this.#cp.json<V1NodeList>('GET', '/api/v1/nodes');
+    const nodes = new ListWatch<V1Node>('/api/v1/nodes', new Watch(this.#cp.kubeConfig), listFn, false);
+    nodes.on('error', (err: unknown) => {
+      this.#log.warn({ err: errorMessage(err) }, 'node watch failed (channel fan-out); retrying');
+      setTimeout(() => void nodes.start().catch(() => {}), 2000).unref();
+    });
+    this.#nodes = nodes;
+    await nodes.start();
+  }
+
+  async stop(): Promise<void> {
+    await this.#nodes?.stop();
+  }
+
+  /** Delivers a message to this node's pods of `namespace` subscribed to `topic`; answers how many. */
+  deliver(namespace: string, topic: string, payload: Uint8Array): number {
+    let n = 0;
+    for (const w of this.#pods()?.workers.values() ?? []) {
+      if (w.pod.metadata?.namespace !== namespace || !w.topics.includes(topic)) continue;
+      for (const r of w.runners) {
+        if (!r.instance) continue;
+        r.instance.event(topic, payload);
+        n++;
+      }
+    }
+    return n;
+  }
+
+  /** Publishes a message a local pod sent: here at once, and to every other node through the control plane. */
+  publish(namespace: string, topic: string, payload: Uint8Array): void {
+    this.deliver(namespace, topic, payload);
+    for (const node of this.#nodes?.list() ?? []) {
+      const name = node.metadata?.name;
+      if (!name || name === this.#nodeName) continue;
+      let q = this.#queues.get(name);
+      if (!q) {
+        q = { tail: Promise.resolve(), pending: 0 };
+        this.#queues.set(name, q);
+      }
+      if (q.pending >= MAX_PENDING_PER_NODE) {
+        this.dropped++;
+        continue;
+      }
+      q.pending++;
+      const queue = q;
+      const path = `/api/v1/nodes/${encodeURIComponent(name)}/proxy/publish/${encodeURIComponent(namespace)}/${encodeURIComponent(topic)}`;
+      q.tail = q.tail.then(async () => {
+        try {
+          const res = await this.#cp.request('POST', path, { body: payload, contentType: 'application/octet-stream' });
+          await res.text();
+          if (res.status >= 300) this.#log.warn({ node: name, topic, status: res.status }, 'channel message refused by a node');
+        } catch (err: unknown) {
+          this.#log.warn({ node: name, topic, err: errorMessage(err) }, 'channel message not sent to a node');
+        } finally {
+          queue.pending--;
+        }
+      });
+    }
+  }
+}

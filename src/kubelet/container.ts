@@ -1,0 +1,266 @@
+/**
+ * One container of a pod on this node: pulls its module, starts it (or restores it from the pod's
+ * Checkpoint, seed "Kubelet endpoints"), watches it end, and restarts it per the pod's
+ * `restartPolicy` with Kubernetes' back-off (the first restart at once, then 10 s doubling to
+ * 5 min; reset after 10 min of running). A `RestoreError` is never restarted.
+ */
+import { join } from 'node:path';
+import type { V1Container, V1Pod } from '@kubernetes/client-node';
+import type { Logger } from '../lib/index.ts';
+import { ModuleError, PodInstance, PodStartError, type PodExit, type PodModule } from '../wasm/index.ts';
+import { type ControlPlane, errorMessage } from './client.ts';
+import { ImagePullError, imageDigest, type LoadedModules } from './modules.ts';
+import { ContainerConfigError, resolveContainerConfig, memoryLimitBytes } from './pod-spec.ts';
+import type { ContainerPhase, ContainerView } from './pod-status.ts';
+
+/** The first back-off after a crash that follows a restart: 10 s (the kubelet's). */
+export const BACKOFF_INITIAL_MS = 10_000;
+/** The longest back-off: 5 min (the kubelet's). */
+export const BACKOFF_MAX_MS = 300_000;
+/** A container that ran this long before it ended starts its back-off afresh: 10 min. */
+export const BACKOFF_RESET_MS = 600_000;
+
+/** What a runner needs from its node. */
+export interface RunnerContext {
+  cp: ControlPlane;
+  modules: LoadedModules;
+  address: string;
+  /** The pod's own directory on the node (`<data-dir>/pods/<uid>`). */
+  podDir: string;
+  log: Logger;
+  /** Called whenever the container's view changes (the pod's status is then written). */
+  onChange(): void;
+  /** Called for each message the container sends on a channel. */
+  onChannelSend(namespace: string, topic: string, payload: Uint8Array): void;
+}
+
+/** Sleeps `ms`, or until the signal aborts; never rejects. */
+function pause(ms: number, signal: AbortSignal): Promise<void> {
+  return new Promise((resolve) => {
+    if (signal.aborted) return resolve();
+    const t = setTimeout(done, ms);
+    function done() {
+      clearTimeout(t);
+      signal.removeEventListener('abort', done);
+      resolve();
+    }
+    signal.addEventListener('abort', done, { once: true });
+  });
+}
+
+/** Runs one container until the pod stops; see the file's comment. */
+export class ContainerRunner {
+  readonly spec: V1Container;
+  readonly #ctx: RunnerContext;
+  #pod: V1Pod;
+  readonly #restoreFrom: string | undefined;
+  readonly #stop = new AbortController();
+  /** The running instance, if any. */
+  instance: PodInstance | undefined;
+  /** The latest instance, running or ended (for `kubectl logs`). */
+  current: PodInstance | undefined;
+  /** The instance that ran before the latest one (for `kubectl logs --previous`). */
+  previous: PodInstance | undefined;
+  /** The module, once loaded. */
+  module: PodModule | undefined;
+  #state: ContainerPhase = { kind: 'waiting', reason: 'ContainerCreating' };
+  #lastState: (ContainerPhase & { kind: 'terminated' }) | undefined;
+  #restartCount = 0;
+  #final = false;
+  #imageID = '';
+  #backoffMs = 0;
+  #done: Promise<void> | undefined;
+
+  /**
+   * @param restoreFrom the Checkpoint to restore the first start from (annotation `kube32.io/restore-from`)
+   */
+  constructor(pod: V1Pod, spec: V1Container, restoreFrom: string | undefined, ctx: RunnerContext) {
+    this.#pod = pod;
+    this.spec = spec;
+    this.#restoreFrom = restoreFrom;
+    this.#ctx = ctx;
+  }
+
+  /** The latest pod object (env and assets are read from it at each start). */
+  set pod(pod: V1Pod) {
+    this.#pod = pod;
+  }
+
+  /** The container's view for the pod's status. */
+  view(): ContainerView {
+    const uid = this.#pod.metadata?.uid ?? '';
+    return {
+      name: this.spec.name,
+      image: this.spec.image ?? '',
+      imageID: this.#imageID,
+      containerID: `kube32://${uid.slice(0, 8)}-${this.spec.name}-${this.#restartCount}`,
+      state: this.#state,
+      ...(this.#lastState ? { lastState: this.#lastState } : {}),
+      restartCount: this.#restartCount,
+      frozen: this.instance?.frozen ?? false,
+      final: this.#final,
+    };
+  }
+
+  /** Bytes of linear memory the container may hold (its memory limit); 0 once it has ended for good. */
+  heldBytes(): number {
+    if (this.#final) return 0;
+    try {
+      return memoryLimitBytes(this.spec);
+    } catch {
+      return 0;
+    }
+  }
+
+  /** Starts the run loop (once). */
+  start(): void {
+    this.#done ??= this.#run().catch((err: unknown) => {
+      this.#ctx.log.error({ err: errorMessage(err), container: this.spec.name }, 'container runner failed');
+    });
+  }
+
+  /** Stops the container (terminates a running instance) and waits for the loop to end. */
+  async stop(): Promise<void> {
+    this.#stop.abort();
+    const inst = this.instance;
+    if (inst) await inst.terminate().catch(() => {});
+    await this.#done;
+  }
+
+  #set(state: ContainerPhase): void {
+    this.#state = state;
+    this.#ctx.onChange();
+  }
+
+  #nextBackoff(): number {
+    const delay = this.#backoffMs;
+    this.#backoffMs = delay === 0 ? BACKOFF_INITIAL_MS : Math.min(delay * 2, BACKOFF_MAX_MS);
+    return delay;
+  }
+
+  async #prepare(): Promise<{ module: PodModule; config: Awaited<ReturnType<typeof resolveContainerConfig>> } | 'retry' | 'never'> {
+    const signal = this.#stop.signal;
+    try {
+      const digest = imageDigest(this.#pod, this.spec.image ?? '');
+      this.#imageID = `sha256:${digest}`;
+      const limit = memoryLimitBytes(this.spec);
+      const module = await this.#ctx.modules.get(digest, limit);
+      const config = await resolveContainerConfig(this.#ctx.cp, this.#pod, this.spec, this.#ctx.address);
+      return { module, config };
+    } catch (err: unknown) {
+      const message = errorMessage(err);
+      this.#ctx.log.warn({ container: this.spec.name, err: message }, 'container cannot be created');
+      if (err instanceof ImagePullError && err.reason === 'InvalidImageName') {
+        this.#set({ kind: 'waiting', reason: 'InvalidImageName', message });
+        return 'never';
+      }
+      if (err instanceof ModuleError) {
+        this.#set({ kind: 'waiting', reason: 'CreateContainerError', message });
+        return 'never';
+      }
+      const reason = err instanceof ImagePullError ? 'ErrImagePull' : err instanceof ContainerConfigError ? 'CreateContainerConfigError' : 'CreateContainerError';
+      this.#set({ kind: 'waiting', reason, message });
+      const delay = Math.max(this.#nextBackoff(), 1000);
+      if (reason === 'ErrImagePull') {
+        await pause(Math.min(delay, 2000), signal);
+        if (!signal.aborted) this.#set({ kind: 'waiting', reason: 'ImagePullBackOff', message: `Back-off pulling image "${this.spec.image}": ${message}` });
+      }
+      await pause(delay, signal);
+      return 'retry';
+    }
+  }
+
+  async #restoreStream(name: string): Promise<AsyncIterable<Uint8Array>> {
+    const ns = this.#pod.metadata?.namespace ?? 'default';
+    const path = `/apis/kube32.io/v1/namespaces/${ns}/checkpoints/${encodeURIComponent(name)}/data`;
+    const res = await this.#ctx.cp.request('GET', path, { signal: this.#stop.signal }).catch((err: unknown) => {
+      throw new PodStartError('RestoreError', `cannot restore the snapshot: Checkpoint ${name}: ${errorMessage(err)}`);
+    });
+    if (res.status !== 200 || !res.body) {
+      const text = await res.text().catch(() => '');
+      let detail = text.slice(0, 200);
+      try {
+        detail = (JSON.parse(text) as { message?: string }).message ?? detail;
+      } catch {}
+      const why = res.status === 404 ? `Checkpoint ${name} has no data` : `Checkpoint ${name}: the control plane answered ${res.status}: ${detail}`;
+      throw new PodStartError('RestoreError', `cannot restore the snapshot: ${why}`);
+    }
+    return res.body as AsyncIterable<Uint8Array>;
+  }
+
+  async #run(): Promise<void> {
+    const signal = this.#stop.signal;
+    let restore = this.#restoreFrom;
+    let count = false;
+    const ns = this.#pod.metadata?.namespace ?? 'default';
+    const podName = this.#pod.metadata?.name ?? '';
+    while (!signal.aborted) {
+      const prepared = await this.#prepare();
+      if (signal.aborted) return;
+      if (prepared === 'never') return;
+      if (prepared === 'retry') continue;
+      const { module, config } = prepared;
+      this.module = module;
+      if (count) this.#restartCount++;
+      count = true;
+      let startedAt = Date.now();
+      let exit: PodExit;
+      try {
+        const restoreFrom = restore ? await this.#restoreStream(restore) : undefined;
+        const inst = await PodInstance.start({
+          module,
+          namespace: ns,
+          podName,
+          containerName: this.spec.name,
+          env: config.env,
+          assets: config.assets,
+          memoryLimitBytes: config.memoryLimitBytes,
+          tickIntervalMs: config.tickIntervalMs,
+          topics: config.topics,
+          fsDir: join(this.#ctx.podDir, 'fs', this.spec.name),
+          onChannelSend: (topic, payload) => this.#ctx.onChannelSend(ns, topic, payload),
+          ...(restoreFrom ? { restoreFrom } : {}),
+        });
+        if (signal.aborted) {
+          await inst.terminate().catch(() => {});
+          return;
+        }
+        startedAt = Date.now();
+        if (restore) this.#ctx.log.info({ container: this.spec.name, checkpoint: restore }, 'container restored');
+        this.previous = this.current;
+        this.current = inst;
+        this.instance = inst;
+        inst.on('frozen', () => this.#ctx.onChange());
+        inst.on('thawed', () => this.#ctx.onChange());
+        this.#set({ kind: 'running', startedAt });
+        exit = await inst.exited;
+      } catch (err: unknown) {
+        exit = err instanceof PodStartError
+          ? { reason: err.reason, message: err.message, exitCode: 1, finishedAt: Date.now() }
+          : { reason: 'Error', message: errorMessage(err), exitCode: 1, finishedAt: Date.now() };
+      }
+      restore = undefined;
+      this.instance = undefined;
+      if (signal.aborted) return;
+      this.#ctx.log.info({ container: this.spec.name, reason: exit.reason, exitCode: exit.exitCode, message: exit.message }, 'container ended');
+      const term = { kind: 'terminated' as const, reason: exit.reason, message: exit.message, exitCode: exit.exitCode, startedAt, finishedAt: exit.finishedAt };
+      const policy = this.#pod.spec?.restartPolicy ?? 'Always';
+      const restart = exit.reason !== 'RestoreError' && (policy === 'Always' || (policy === 'OnFailure' && exit.exitCode !== 0));
+      if (!restart) {
+        this.#final = true;
+        this.#set(term);
+        return;
+      }
+      if (exit.finishedAt - startedAt >= BACKOFF_RESET_MS) this.#backoffMs = 0;
+      this.#lastState = term;
+      const delay = this.#nextBackoff();
+      if (delay > 0) {
+        this.#set({
+          kind: 'waiting', reason: 'CrashLoopBackOff',
+          message: `back-off ${Math.round(delay / 1000)}s restarting failed container=${this.spec.name} pod=${podName}_${ns}(${this.#pod.metadata?.uid ?? ''})`,
+        });
+        await pause(delay, signal);
+      }
+    }
+  }
+}

@@ -1,0 +1,192 @@
+/**
+ * One pod on this node: its containers (see `container.ts`), its HTTP listeners on each
+ * `containerPort` at the node's address (a frozen or absent container answers 503 with
+ * `Retry-After: 1`), its files under `<data-dir>/pods/<uid>`, and its status, written to the API
+ * server whenever it changes (a freeze turns `Ready` False at once, well within the seed's 2 s).
+ */
+import { createServer, type Server } from 'node:http';
+import { mkdir, rm } from 'node:fs/promises';
+import { join } from 'node:path';
+import type { V1Pod } from '@kubernetes/client-node';
+import type { Logger } from '../lib/index.ts';
+import { serveHttp } from '../wasm/index.ts';
+import { type ControlPlane, errorMessage, isApiError } from './client.ts';
+import { ContainerRunner } from './container.ts';
+import type { LoadedModules } from './modules.ts';
+import { buildPodStatus } from './pod-status.ts';
+import { RESTORE_FROM_ANNOTATION, podTopics } from './pod-spec.ts';
+
+/** What a pod worker needs from its node. */
+export interface PodWorkerContext {
+  cp: ControlPlane;
+  modules: LoadedModules;
+  address: string;
+  dataDir: string;
+  log: Logger;
+  onChannelSend(namespace: string, topic: string, payload: Uint8Array): void;
+  /** Called when the memory the pod holds may have changed (start, end). */
+  onResourcesChanged(): void;
+}
+
+/** The pod's `namespace/name`. */
+export function podKey(pod: V1Pod): string {
+  return `${pod.metadata?.namespace ?? 'default'}/${pod.metadata?.name ?? ''}`;
+}
+
+/** Runs one pod (by uid) until it is deleted, replaced or the node stops. */
+export class PodWorker {
+  readonly uid: string;
+  readonly dir: string;
+  readonly runners: ContainerRunner[];
+  readonly #ctx: PodWorkerContext;
+  readonly #log: Logger;
+  #pod: V1Pod;
+  readonly #servers: Server[] = [];
+  readonly #acceptedAt = Date.now();
+  #lastWritten = '';
+  #writing = false;
+  #dirty = false;
+  #stopped = false;
+  #deleting: Promise<void> | undefined;
+  #topics: string[];
+
+  constructor(pod: V1Pod, ctx: PodWorkerContext) {
+    this.#pod = pod;
+    this.uid = pod.metadata?.uid ?? '';
+    this.#ctx = ctx;
+    this.#log = ctx.log.child({ pod: podKey(pod), uid: this.uid });
+    this.dir = join(ctx.dataDir, 'pods', this.uid);
+    this.#topics = podTopics(pod);
+    const restoreFrom = pod.metadata?.annotations?.[RESTORE_FROM_ANNOTATION] || undefined;
+    this.runners = (pod.spec?.containers ?? []).map(
+      (c) => new ContainerRunner(pod, c, restoreFrom, {
+        cp: ctx.cp, modules: ctx.modules, address: ctx.address, podDir: this.dir, log: this.#log,
+        onChange: () => {
+          this.requestStatus();
+          ctx.onResourcesChanged();
+        },
+        onChannelSend: ctx.onChannelSend,
+      }),
+    );
+  }
+
+  /** The pod as last seen. */
+  get pod(): V1Pod {
+    return this.#pod;
+  }
+
+  /** The topics the pod subscribes to. */
+  get topics(): string[] {
+    return this.#topics;
+  }
+
+  /** The runner of a container by name. */
+  container(name: string): ContainerRunner | undefined {
+    return this.runners.find((r) => r.spec.name === name);
+  }
+
+  /** Bytes of linear memory the pod's containers may hold. */
+  heldBytes(): number {
+    return this.runners.reduce((n, r) => n + r.heldBytes(), 0);
+  }
+
+  /** Starts the pod: its directory, its listeners, its containers. */
+  async start(): Promise<void> {
+    await mkdir(this.dir, { recursive: true });
+    for (const runner of this.runners) {
+      for (const port of runner.spec.ports ?? []) {
+        if ((port.protocol ?? 'TCP') !== 'TCP') continue;
+        const server = createServer(serveHttp(() => (runner.instance && !runner.instance.exit ? runner.instance : undefined)));
+        server.keepAliveTimeout = 5000;
+        this.#servers.push(server);
+        await new Promise<void>((resolve) => {
+          server.once('error', (err) => {
+            this.#log.error({ port: port.containerPort, err: errorMessage(err) }, 'cannot serve the pod on its containerPort');
+            resolve();
+          });
+          server.listen(port.containerPort, this.#ctx.address, () => resolve());
+        });
+      }
+      runner.start();
+    }
+    this.requestStatus();
+  }
+
+  /** Takes a newer version of the pod; a deletionTimestamp starts the graceful deletion. */
+  update(pod: V1Pod): void {
+    if (this.#stopped) return;
+    this.#pod = pod;
+    for (const r of this.runners) r.pod = pod;
+    this.#topics = podTopics(pod);
+    if (pod.metadata?.deletionTimestamp) void this.delete();
+  }
+
+  /**
+   * The graceful deletion the API server asked for: stops the containers, removes the pod's files,
+   * then deletes the pod with grace 0 (uid as precondition). Runs once.
+   */
+  delete(): Promise<void> {
+    this.#deleting ??= (async () => {
+      await this.stop({ removeFiles: true });
+      const { name, namespace } = this.#pod.metadata ?? {};
+      try {
+        await this.#ctx.cp.json('DELETE', `/api/v1/namespaces/${namespace}/pods/${encodeURIComponent(name ?? '')}`, {
+          body: { apiVersion: 'v1', kind: 'DeleteOptions', gracePeriodSeconds: 0, preconditions: { uid: this.uid } },
+        });
+        this.#log.info('pod deleted');
+      } catch (err: unknown) {
+        if (!isApiError(err, 404, 409)) this.#log.warn({ err: errorMessage(err) }, 'final delete of the pod failed');
+      }
+    })();
+    return this.#deleting;
+  }
+
+  /**
+   * Stops the containers and listeners; no status is written after this.
+   * @param opts.removeFiles also remove `<data-dir>/pods/<uid>`
+   */
+  async stop(opts: { removeFiles?: boolean } = {}): Promise<void> {
+    this.#stopped = true;
+    await Promise.all(this.runners.map((r) => r.stop()));
+    await Promise.all(this.#servers.map((s) => new Promise<void>((resolve) => {
+      s.close(() => resolve());
+      s.closeAllConnections();
+    })));
+    if (opts.removeFiles) await rm(this.dir, { recursive: true, force: true }).catch(() => {});
+    this.#ctx.onResourcesChanged();
+  }
+
+  /** Asks for the status to be written (coalesced; only a changed status is written). */
+  requestStatus(): void {
+    this.#dirty = true;
+    if (!this.#writing) void this.#writeLoop();
+  }
+
+  async #writeLoop(): Promise<void> {
+    this.#writing = true;
+    try {
+      while (this.#dirty && !this.#stopped) {
+        this.#dirty = false;
+        const status = buildPodStatus(this.#pod, this.runners.map((r) => r.view()), this.#ctx.address, this.#acceptedAt);
+        const text = JSON.stringify(status, (k, v) => (k === 'lastTransitionTime' ? undefined : v));
+        if (text === this.#lastWritten) continue;
+        const { name, namespace } = this.#pod.metadata ?? {};
+        try {
+          const pod = await this.#ctx.cp.json<V1Pod>('PATCH', `/api/v1/namespaces/${namespace}/pods/${encodeURIComponent(name ?? '')}/status`, {
+            body: { metadata: { uid: this.uid }, status },
+            contentType: 'application/merge-patch+json',
+          });
+          if (pod?.metadata?.uid === this.uid && !this.#stopped) this.#pod = { ...this.#pod, status: pod.status };
+          this.#lastWritten = text;
+        } catch (err: unknown) {
+          if (isApiError(err, 404, 409)) return; // gone or replaced: the informer will tell
+          this.#log.warn({ err: errorMessage(err) }, 'pod status update failed; retrying');
+          this.#dirty = true;
+          await new Promise((r) => setTimeout(r, 1000));
+        }
+      }
+    } finally {
+      this.#writing = false;
+    }
+  }
+}

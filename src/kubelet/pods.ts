@@ -1,0 +1,167 @@
+/**
+ * The pod sync loop: an informer on the pods bound to this node (`spec.nodeName=<node>`), one
+ * {@link PodWorker} per pod uid. A pod is keyed by uid, not by name: a move replaces a pod with one
+ * of the same name and a new uid (the old one is DELETED for its node), and a rollback brings it back.
+ */
+import { readdir, rm } from 'node:fs/promises';
+import { join } from 'node:path';
+import { ListWatch, Watch, type V1Pod, type V1PodList } from '@kubernetes/client-node';
+import type { Logger } from '../lib/index.ts';
+import { type ControlPlane, errorMessage, isApiError } from './client.ts';
+import type { LoadedModules } from './modules.ts';
+import { PodWorker, podKey } from './pod-worker.ts';
+
+/** What the pod manager needs from its node. */
+export interface PodManagerOptions {
+  cp: ControlPlane;
+  nodeName: string;
+  address: string;
+  dataDir: string;
+  modules: LoadedModules;
+  log: Logger;
+  onChannelSend(namespace: string, topic: string, payload: Uint8Array): void;
+  onResourcesChanged(): void;
+}
+
+function terminal(pod: V1Pod): boolean {
+  return pod.status?.phase === 'Succeeded' || pod.status?.phase === 'Failed';
+}
+
+/** Runs the pods bound to the node. */
+export class PodManager {
+  readonly #o: PodManagerOptions;
+  readonly #workers = new Map<string, PodWorker>();
+  #informer: ListWatch<V1Pod> | undefined;
+  #stopped = false;
+  #retryMs = 0;
+
+  constructor(opts: PodManagerOptions) {
+    this.#o = opts;
+  }
+
+  /** The pods running here, by uid. */
+  get workers(): ReadonlyMap<string, PodWorker> {
+    return this.#workers;
+  }
+
+  /** The worker of the pod `namespace/name` on this node (the newest, when a replacement is starting). */
+  find(namespace: string, name: string): PodWorker | undefined {
+    let found: PodWorker | undefined;
+    for (const w of this.#workers.values()) if (podKey(w.pod) === `${namespace}/${name}`) found = w;
+    return found;
+  }
+
+  /** The pods as the informer last listed them (what is bound to the node). */
+  boundPods(): V1Pod[] {
+    return [...(this.#informer?.list() ?? [])];
+  }
+
+  /** Bytes of linear memory the node's pods may hold. */
+  heldBytes(): number {
+    let n = 0;
+    for (const w of this.#workers.values()) n += w.heldBytes();
+    return n;
+  }
+
+  /**
+   * Lists and watches the node's pods; resolves once the first list is in and its pods started.
+   * @throws ApiError when the first list fails
+   */
+  async start(): Promise<void> {
+    const { cp, nodeName } = this.#o;
+    const fieldSelector = `spec.nodeName=${nodeName}`;
+    const listFn = () => cp.json<V1PodList>('GET', '/api/v1/pods', { query: { fieldSelector } });
+    const informer = new ListWatch<V1Pod>('/api/v1/pods', new Watch(cp.kubeConfig), listFn, false, undefined, fieldSelector);
+    this.#informer = informer;
+    informer.on('add', (pod) => this.#sync(pod));
+    informer.on('update', (pod) => this.#sync(pod));
+    informer.on('delete', (pod) => this.#gone(pod));
+    let started = false;
+    let firstError: unknown;
+    informer.on('connect', () => {
+      this.#retryMs = 0;
+    });
+    informer.on('error', (err: unknown) => {
+      if (!started) {
+        firstError = err;
+        return;
+      }
+      if (this.#stopped) return;
+      this.#retryMs = Math.min(this.#retryMs ? this.#retryMs * 2 : 500, 10_000);
+      this.#o.log.warn({ err: errorMessage(err), retryMs: this.#retryMs }, 'pod watch failed; listing again');
+      setTimeout(() => {
+        if (!this.#stopped) informer.start().catch(() => {});
+      }, this.#retryMs).unref();
+    });
+    await informer.start();
+    started = true;
+    if (firstError !== undefined) throw firstError;
+    await this.#removeOrphans();
+  }
+
+  /** Stops the informer and every pod (files kept: a restart of the node finds them). */
+  async stop(): Promise<void> {
+    this.#stopped = true;
+    await this.#informer?.stop();
+    await Promise.all([...this.#workers.values()].map((w) => w.stop()));
+    this.#workers.clear();
+  }
+
+  #sync(pod: V1Pod): void {
+    if (this.#stopped) return;
+    const uid = pod.metadata?.uid ?? '';
+    const worker = this.#workers.get(uid);
+    if (worker) {
+      worker.update(pod);
+      return;
+    }
+    if (pod.spec?.nodeName !== this.#o.nodeName) return;
+    // A pod of the same name with another uid was replaced: stop the old one.
+    for (const w of this.#workers.values()) if (podKey(w.pod) === podKey(pod)) this.#drop(w, true);
+    if (pod.metadata?.deletionTimestamp) {
+      void this.#finalDelete(pod);
+      return;
+    }
+    if (terminal(pod)) return;
+    const w = new PodWorker(pod, {
+      cp: this.#o.cp, modules: this.#o.modules, address: this.#o.address, dataDir: this.#o.dataDir,
+      log: this.#o.log, onChannelSend: this.#o.onChannelSend, onResourcesChanged: this.#o.onResourcesChanged,
+    });
+    this.#workers.set(uid, w);
+    this.#o.log.info({ pod: podKey(pod), uid }, 'pod bound to the node: starting it');
+    w.start().catch((err: unknown) => this.#o.log.error({ pod: podKey(pod), err: errorMessage(err) }, 'pod failed to start'));
+  }
+
+  #gone(pod: V1Pod): void {
+    const w = this.#workers.get(pod.metadata?.uid ?? '');
+    if (w) {
+      this.#o.log.info({ pod: podKey(pod), uid: w.uid }, 'pod no longer bound to the node: stopping it');
+      this.#drop(w, true);
+    }
+  }
+
+  #drop(w: PodWorker, removeFiles: boolean): void {
+    this.#workers.delete(w.uid);
+    w.stop({ removeFiles }).catch((err: unknown) => this.#o.log.warn({ err: errorMessage(err) }, 'pod stop failed'));
+  }
+
+  async #finalDelete(pod: V1Pod): Promise<void> {
+    const { name, namespace, uid } = pod.metadata ?? {};
+    await rm(join(this.#o.dataDir, 'pods', uid ?? ''), { recursive: true, force: true }).catch(() => {});
+    try {
+      await this.#o.cp.json('DELETE', `/api/v1/namespaces/${namespace}/pods/${encodeURIComponent(name ?? '')}`, {
+        body: { apiVersion: 'v1', kind: 'DeleteOptions', gracePeriodSeconds: 0, preconditions: { uid } },
+      });
+    } catch (err: unknown) {
+      if (!isApiError(err, 404, 409)) this.#o.log.warn({ err: errorMessage(err) }, 'final delete of the pod failed');
+    }
+  }
+
+  /** Removes the directories of pods that are no longer bound to the node (a former run's). */
+  async #removeOrphans(): Promise<void> {
+    const bound = new Set(this.boundPods().map((p) => p.metadata?.uid));
+    const dir = join(this.#o.dataDir, 'pods');
+    const entries = await readdir(dir).catch(() => [] as string[]);
+    for (const uid of entries) if (!bound.has(uid)) await rm(join(dir, uid), { recursive: true, force: true }).catch(() => {});
+  }
+}
