@@ -1,0 +1,210 @@
+/**
+ * Each way a pod moves (seed "Pod migration"), end to end on a local cluster from `kube32-cli up` with
+ * the counter example: `kube32-cli move` (and its refusal), `kube32-cli checkpoint`, Auto under memory
+ * pressure, a faster node joining, and a lost node with periodic checkpoints. In each, the count and the
+ * pod clock go on from where they were. (The drain is the main job: main-job.test.ts.)
+ */
+import assert from 'node:assert/strict';
+import { test } from 'node:test';
+import {
+  COUNTER_WASM,
+  type CounterReply,
+  type PodView,
+  type TestCluster,
+  askCounter,
+  counterManifest,
+  getPods,
+  logTails,
+  nthAddress,
+  podReady,
+  skipUnlessBuilt,
+  startCluster,
+  startWorker,
+  waitFor,
+} from './cluster.ts';
+
+const SKIP = skipUnlessBuilt({ counter: true });
+
+interface CheckpointView {
+  metadata: { name: string; labels?: Record<string, string>; creationTimestamp?: string };
+  spec: { podName: string; action?: string };
+  status?: { phase?: string; targetNode?: string; nodeName?: string; takenAt?: string; message?: string; blockers?: string[] };
+}
+
+async function checkpoints(c: TestCluster): Promise<CheckpointView[]> {
+  const r = await c.kubectl(['get', 'checkpoints.kube32.io', '-o', 'json']);
+  if (r.code !== 0) throw new Error(r.stderr);
+  return (JSON.parse(r.stdout) as { items: CheckpointView[] }).items;
+}
+
+/** Pushes the counter and creates one bare counter pod from the example's pod template. */
+async function counterPod(
+  c: TestCluster,
+  name: string,
+  opts: { annotations?: Record<string, string>; nodeName?: string; memory?: string } = {},
+): Promise<{ pod: PodView; port: number }> {
+  const m = counterManifest();
+  const push = await c.cli(['push', COUNTER_WASM, '--name', m.moduleName]);
+  assert.equal(push.code, 0, push.stderr);
+  // biome-ignore lint/suspicious/noExplicitAny: manifest documents are free-form YAML
+  const dep = m.docs.find((d) => d.kind === 'Deployment') as any;
+  const spec = structuredClone(dep.spec.template.spec);
+  if (opts.nodeName) spec.nodeName = opts.nodeName;
+  if (opts.memory) {
+    spec.containers[0].resources = { requests: { memory: opts.memory }, limits: { memory: opts.memory } };
+  }
+  const pod = { apiVersion: 'v1', kind: 'Pod', metadata: { name, labels: { test: name }, annotations: opts.annotations ?? {} }, spec };
+  const r = await c.kubectl(['create', '-f', '-'], { input: JSON.stringify(pod) });
+  assert.equal(r.code, 0, r.stderr);
+  const ready = await waitFor(`pod ${name} Ready`, 60_000, async () => {
+    const [p] = await getPods(c, ['-l', `test=${name}`]);
+    return podReady(p) ? p : undefined;
+  });
+  return { pod: ready, port: m.containerPort };
+}
+
+/** Asks the counter `n` times and answers the last reply. */
+async function count(pod: PodView, port: number, n: number): Promise<CounterReply> {
+  let last: CounterReply | undefined;
+  for (let i = 0; i < n; i++) last = await askCounter(pod.status.podIP!, port);
+  return last!;
+}
+
+/** Waits for the pod called `name` to run Ready on `node` with another uid than `oldUid`. */
+function movedTo(c: TestCluster, name: string, node: string, oldUid: string, timeoutMs = 90_000): Promise<PodView> {
+  return waitFor(`pod ${name} Ready on ${node}`, timeoutMs, async () => {
+    const [p] = await getPods(c, ['-l', `test=${name}`]);
+    return p && p.spec.nodeName === node && p.metadata.uid !== oldUid && podReady(p) ? p : undefined;
+  });
+}
+
+function assertCarried(before: CounterReply, after: CounterReply, context: string): void {
+  assert.equal(after.count, before.count + 1, `${context}: the count goes on (${JSON.stringify({ before, after })})`);
+  assert.ok(after.podTimeMs >= before.podTimeMs, `${context}: the pod clock never goes backward (${JSON.stringify({ before, after })})`);
+}
+
+test('kube32-cli move and checkpoint: a counter moves with its state; a pod that opts out is refused with its blocker', { timeout: 240_000, skip: SKIP }, async (t) => {
+  const c = await startCluster(t, { workers: 2 });
+  t.after(() => {
+    if (process.exitCode) console.error(logTails(c.dataDir));
+  });
+  const { pod, port } = await counterPod(c, 'mover');
+  const before = await count(pod, port, 3);
+
+  // checkpoint: Saved, and the pod keeps running where it is, with the same uid.
+  const save = await c.cli(['checkpoint', 'mover', '-o', 'json']);
+  assert.equal(save.code, 0, save.stderr);
+  const saved = JSON.parse(save.stdout) as CheckpointView;
+  assert.equal(saved.status?.phase, 'Saved');
+  const afterSave = await askCounter(pod.status.podIP!, port);
+  assertCarried(before, afterSave, 'after a Save checkpoint');
+  const [still] = await getPods(c, ['-l', 'test=mover']);
+  assert.equal(still!.metadata.uid, pod.metadata.uid, 'a Save does not replace the pod');
+
+  // move --to the other worker.
+  const other = pod.spec.nodeName === 'worker-1' ? 'worker-2' : 'worker-1';
+  const mv = await c.cli(['move', 'mover', '--to', other]);
+  assert.equal(mv.code, 0, `${mv.stdout}${mv.stderr}\n${logTails(c.dataDir)}`);
+  assert.match(mv.stdout, new RegExp(`pod/mover moved from ${pod.spec.nodeName} to ${other}`));
+  const moved = await movedTo(c, 'mover', other, pod.metadata.uid);
+  assertCarried(afterSave, await askCounter(moved.status.podIP!, port), 'after kube32-cli move');
+
+  // A pod with kube32.io/migration: Never is refused: exit 1, the blocker named, the pod where it was.
+  const { pod: stay } = await counterPod(c, 'stayer', { annotations: { 'kube32.io/migration': 'Never' } });
+  const refused = await c.cli(['move', 'stayer']);
+  assert.equal(refused.code, 1, refused.stdout);
+  assert.match(refused.stderr, /annotation kube32\.io\/migration: Never/);
+  const [same] = await getPods(c, ['-l', 'test=stayer']);
+  assert.equal(same!.metadata.uid, stay.metadata.uid);
+  assert.ok(podReady(same));
+  const events = await c.kubectl(['get', 'events', '--field-selector', 'involvedObject.name=stayer']);
+  assert.match(events.stdout, /MoveFailed/);
+});
+
+test('Auto under memory pressure: the pod leaves the node whose free heap runs short', { timeout: 240_000, skip: SKIP }, async (t) => {
+  // worker-1's heap leaves less than 24 KiB free once a 64 KiB pod runs on it; worker-2 has room.
+  const c = await startCluster(t, { workers: 1, extraArgs: ['--worker-heap', '80Ki'] });
+  t.after(() => {
+    if (process.exitCode) console.error(logTails(c.dataDir));
+  });
+  await startWorker(t, c, { name: 'worker-2', address: nthAddress(c.firstAddress, 1) });
+  const { pod, port } = await counterPod(c, 'pressed', {
+    annotations: { 'kube32.io/migration': 'Auto' },
+    nodeName: 'worker-1',
+    memory: '64Ki',
+  });
+  const before = await count(pod, port, 2);
+  const pressure = await waitFor('MemoryPressure on worker-1', 30_000, async () => {
+    const r = await c.kubectl(['get', 'node', 'worker-1', '-o', 'jsonpath={.status.conditions[?(@.type=="MemoryPressure")].status}']);
+    return r.stdout.trim() === 'True' || undefined;
+  });
+  assert.ok(pressure);
+  const moved = await movedTo(c, 'pressed', 'worker-2', pod.metadata.uid);
+  const ck = (await checkpoints(c)).find((k) => k.metadata.labels?.['kube32.io/trigger'] === 'memory-pressure');
+  assert.ok(ck, 'a Checkpoint labelled kube32.io/trigger: memory-pressure');
+  assert.equal(ck.status?.phase, 'Completed');
+  assertCarried(before, await askCounter(moved.status.podIP!, port), 'after the memory-pressure move');
+});
+
+test('a faster node joining: a placement: fastest pod moves to it', { timeout: 240_000, skip: SKIP }, async (t) => {
+  const c = await startCluster(t, { workers: 1 });
+  t.after(() => {
+    if (process.exitCode) console.error(logTails(c.dataDir));
+  });
+  const { pod, port } = await counterPod(c, 'racer', {
+    annotations: { 'kube32.io/migration': 'Auto', 'kube32.io/placement': 'fastest' },
+  });
+  assert.equal(pod.spec.nodeName, 'worker-1');
+  const before = await count(pod, port, 2);
+  const mops = await c.kubectl(['get', 'node', 'worker-1', '-o', 'jsonpath={.metadata.annotations.kube32\\.io/interp-mops}']);
+  const slow = Number(mops.stdout.trim());
+  assert.ok(slow > 0, `worker-1 reports kube32.io/interp-mops: ${mops.stdout}${mops.stderr}`);
+  // Every worker here runs on the same CPU and measures about the same speed: the joining node reports
+  // four times worker-1's, as a faster computer would (kube32.io/interp-mops is what the controller reads).
+  await startWorker(t, c, { name: 'worker-2', address: nthAddress(c.firstAddress, 1) });
+  const ann = await c.kubectl(['annotate', 'node', 'worker-2', '--overwrite', `kube32.io/interp-mops=${slow * 4}`]);
+  assert.equal(ann.code, 0, ann.stderr);
+  const moved = await movedTo(c, 'racer', 'worker-2', pod.metadata.uid);
+  const ck = (await checkpoints(c)).find((k) => k.metadata.labels?.['kube32.io/trigger'] === 'placement');
+  assert.ok(ck, 'a Checkpoint labelled kube32.io/trigger: placement');
+  assert.equal(ck.status?.phase, 'Completed');
+  assertCarried(before, await askCounter(moved.status.podIP!, port), 'after the move to the faster node');
+});
+
+test('a lost node: a pod with periodic checkpoints comes back on another node from its latest one', { timeout: 420_000, skip: SKIP }, async (t) => {
+  const c = await startCluster(t, { workers: 2 });
+  t.after(() => {
+    if (process.exitCode) console.error(logTails(c.dataDir));
+  });
+  const { pod, port } = await counterPod(c, 'survivor', { annotations: { 'kube32.io/checkpoint-interval': '10s' } });
+  const lostNode = pod.spec.nodeName!;
+  const other = lostNode === 'worker-1' ? 'worker-2' : 'worker-1';
+  const before = await count(pod, port, 3);
+  const askedAt = Date.now();
+  // A periodic checkpoint taken after the last request holds count = before.count.
+  const periodic = await waitFor('a Saved periodic checkpoint taken after the requests', 40_000, async () => {
+    const list = await checkpoints(c);
+    return list.find(
+      (k) =>
+        k.spec.podName === 'survivor' &&
+        k.metadata.labels?.['kube32.io/trigger'] === 'periodic' &&
+        k.status?.phase === 'Saved' &&
+        Date.parse(k.status.takenAt ?? '') >= askedAt - 1000,
+    );
+  });
+  // The node is lost: its worker dies without draining.
+  process.kill(c.childPid(lostNode), 'SIGKILL');
+  const back = await movedTo(c, 'survivor', other, pod.metadata.uid, 360_000);
+  assertCarried(before, await askCounter(back.status.podIP!, port), 'after the restore from the periodic checkpoint');
+  const periodicNames = (await checkpoints(c))
+    .filter((k) => k.spec.podName === 'survivor' && k.metadata.labels?.['kube32.io/trigger'] === 'periodic')
+    .map((k) => k.metadata.name);
+  assert.ok(periodicNames.includes(periodic.metadata.name) || periodicNames.length > 0, 'the latest periodic checkpoint stays');
+  const events = await c.kubectl(['get', 'events', '--field-selector', 'involvedObject.name=survivor', '-o', 'json']);
+  const restored = (JSON.parse(events.stdout) as { items: { reason?: string; message?: string }[] }).items.find((e) => e.reason === 'Restored');
+  assert.ok(restored, 'a Restored event');
+  assert.ok(
+    periodicNames.some((n) => restored.message?.includes(n)),
+    `the Restored event names the checkpoint: ${restored.message} (periodic: ${periodicNames.join(', ')})`,
+  );
+});
