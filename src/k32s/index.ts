@@ -34,6 +34,7 @@ export {
 } from './types.ts';
 export { K32SError, type K32SErrorCode } from './errors.ts';
 export { encodeSnapshot, snapshotByteLength } from './encode.ts';
-export { SnapshotDecoder, decodeSnapshot, sectionName, valTypeName } from './decode.ts';
+export { SnapshotDecoder, decodeSnapshot } from './decode.ts';
+export { sectionName, valTypeName } from './sections.ts';
 export { inspectSnapshot, type SnapshotInspection } from './inspect.ts';
 export { toHex, fromHex } from './hex.ts';

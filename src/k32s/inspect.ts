@@ -1,5 +1,6 @@
 /** Reads a snapshot for display: its header, where each section lies, and whether its trailer holds. */
-import { SnapshotDecoder, valTypeName } from './decode.ts';
+import { SnapshotDecoder } from './decode.ts';
+import { valTypeName } from './sections.ts';
 import { SectionType, type DecodedSnapshot, type SectionInfo, type SnapshotHeader } from './types.ts';
 
 /** A section as `snapshot inspect` shows it. */
