@@ -239,3 +239,16 @@ function* writeChunks(state: SnapshotState, l: Layout, chunkBytes: number): Gene
 }
 
 const LITTLE_ENDIAN = new Uint8Array(Uint16Array.of(1).buffer)[0] === 1;
+
+/**
+ * The SHA-256 of the snapshot that {@link encodeSnapshot} writes for `state` (its trailer), computed
+ * in one pass without keeping the bytes: the `X-Kube32-Snapshot-Sha256` header, which goes out
+ * before the body. Costs one SHA-256 over the memory.
+ * @returns 32 bytes.
+ * @throws {RangeError} when `state` cannot be written (see {@link encodeSnapshot}).
+ */
+export function snapshotSha256(state: SnapshotState): Uint8Array {
+  let last: Uint8Array | undefined;
+  for (const chunk of encodeSnapshot(state, { chunkBytes: Math.max(1, state.memory.length) })) last = chunk;
+  return last!.slice(last!.length - TRAILER_BYTES);
+}

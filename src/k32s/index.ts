@@ -33,7 +33,7 @@ export {
   type EncodeOptions,
 } from './types.ts';
 export { K32SError, type K32SErrorCode } from './errors.ts';
-export { encodeSnapshot, snapshotByteLength } from './encode.ts';
+export { encodeSnapshot, snapshotByteLength, snapshotSha256 } from './encode.ts';
 export { SnapshotDecoder, decodeSnapshot } from './decode.ts';
 export { sectionName, valTypeName } from './sections.ts';
 export { inspectSnapshot, type SnapshotInspection } from './inspect.ts';

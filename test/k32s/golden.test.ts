@@ -8,6 +8,7 @@ import {
   K32SError,
   SnapshotDecoder,
   snapshotByteLength,
+  snapshotSha256,
   toHex,
   type DecodedSnapshot,
   type SnapshotHeader,
@@ -90,6 +91,7 @@ describe('K32S golden vectors', { timeout: 30_000 }, () => {
     assert.equal(snapshotByteLength(state), 207);
     assert.equal(toHex(concat(encodeSnapshot(state))), toHex(GOLDEN_A));
     assert.equal(toHex(concat(encodeSnapshot(state, { chunkBytes: 3 }))), toHex(GOLDEN_A));
+    assert.equal(toHex(snapshotSha256(state)), '43dcfee7870671193fb6c47917587d17f77d8efcb9f044b2967446035c3e78e1');
   });
 
   it('vector A checks against its own module: image, memory limit, globals, tables, functions', async () => {
