@@ -1,0 +1,28 @@
+/**
+ * The checkpoint controller's wiring: Checkpoint events → their key; pod events → the Checkpoints that name
+ * the pod (a move waiting for its replacement, retention waiting for `restore-from` to go, periodic ones to
+ * remove with their pod).
+ */
+import type { V1Pod } from '@kubernetes/client-node';
+import type { Informers } from '../runtime/cache.ts';
+import { Controller, keyOf } from '../runtime/controller.ts';
+import type { ControllerContext } from '../runtime/context.ts';
+import { ANNOTATIONS, type Checkpoint } from '../runtime/types.ts';
+import { reconcileCheckpoint } from './reconcile.ts';
+
+/** Builds the checkpoint controller and subscribes it. */
+export function newCheckpointController(ctx: ControllerContext, informers: Informers): Controller {
+  const c = new Controller('checkpoint', (key) => reconcileCheckpoint(key, ctx), { clock: ctx.clock, log: ctx.log, workers: 4 });
+  informers.on('checkpoints', (verb, ck: Checkpoint) => {
+    if (verb !== 'delete') c.enqueue(keyOf(ck));
+  });
+  informers.on('pods', (_verb, pod: V1Pod) => {
+    const ns = pod.metadata?.namespace ?? 'default';
+    const restoreFrom = pod.metadata?.annotations?.[ANNOTATIONS.restoreFrom];
+    if (restoreFrom) c.enqueue(`${ns}/${restoreFrom}`);
+    for (const ck of ctx.cache.checkpoints.list(ns)) {
+      if (ck.spec?.podName === pod.metadata?.name) c.enqueue(keyOf(ck));
+    }
+  });
+  return c;
+}

@@ -1,0 +1,177 @@
+/**
+ * The checkpoint controller's sync for one Checkpoint (seed "Moves", "What keeps a pod from moving",
+ * "Checkpoint objects and data"). The phase decides the step; every step can run again after a crash:
+ *
+ * - `Pending` → checks (the pod, its container, the blockers of its spec, a target for a Move) → `Saving`,
+ *   or `Failed` with every blocker and the `MoveFailed`/`CheckpointFailed` event, the pod left running.
+ * - `Saving` → snapshot and data ({@link snapshotAndStore}) → `Saved` (Save) or the replacement (Move,
+ *   {@link replaceForMove}) → `Moving`. A failure before the replacement thaws the pod. A pod already
+ *   replaced for this Checkpoint (a crash after the replacement) goes straight to `Moving`.
+ * - `Moving` → {@link watchMove}: `Completed` or a rollback.
+ * - `Saved`, `Completed`, `Failed` → retention ({@link retain}).
+ */
+import type { V1Pod } from '@kubernetes/client-node';
+import type { ReconcileResult } from '../runtime/controller.ts';
+import { splitKey } from '../runtime/controller.ts';
+import { type ControllerContext, recordPodEvent } from '../runtime/context.ts';
+import { isNotFound } from '../runtime/errors.ts';
+import { isPodRunning, podSpecBlockers, resolveContainer } from '../runtime/pods.ts';
+import { ANNOTATIONS, type Checkpoint } from '../runtime/types.ts';
+import { pickNode } from '../scheduler/fit.ts';
+import { replaceForMove, thawQuietly, watchMove } from './move.ts';
+import { retain } from './retention.ts';
+import { snapshotAndStore } from './save.ts';
+import { actionOf, ckKey, failCheckpoint, writeStatus } from './status.ts';
+
+/** Reconciles the Checkpoint `namespace/name`. */
+export async function reconcileCheckpoint(key: string, ctx: ControllerContext): Promise<ReconcileResult | undefined> {
+  const { namespace, name } = splitKey(key);
+  const ck = ctx.cache.checkpoints.get(name, namespace);
+  if (!ck || ck.metadata?.deletionTimestamp) {
+    ctx.state.frozenAt.delete(key);
+    ctx.state.replacedAt.delete(key);
+    return undefined;
+  }
+  try {
+    switch (ck.status?.phase ?? 'Pending') {
+      case 'Pending':
+        return await start(ctx, ck);
+      case 'Saving':
+        return await saving(ctx, ck);
+      case 'Moving':
+        return await watchMove(ctx, ck);
+      default:
+        return await retain(ctx, ck);
+    }
+  } catch (err: unknown) {
+    if (isNotFound(err) && !ctx.cache.checkpoints.get(name, namespace)) return undefined; // deleted meanwhile
+    throw err;
+  }
+}
+
+/** Another Checkpoint of the same pod that is Saving or Moving now. */
+function busyWith(ctx: ControllerContext, ck: Checkpoint): Checkpoint | undefined {
+  return ctx.cache.checkpoints
+    .list(ck.metadata?.namespace)
+    .find(
+      (o) =>
+        o.metadata?.name !== ck.metadata?.name &&
+        o.spec?.podName === ck.spec.podName &&
+        (o.status?.phase === 'Saving' || o.status?.phase === 'Moving'),
+    );
+}
+
+/** The move's target: `spec.target.nodeName`, or the scheduler's pick with the target's selector added. */
+export function chooseTarget(ctx: ControllerContext, ck: Checkpoint, pod: V1Pod): { node: string } | { error: string } {
+  const source = pod.spec?.nodeName ?? '';
+  const placement = pickNode(pod, ctx.cache.nodes.list(), ctx.cache.pods.list(), {
+    exclude: new Map([[source, "node(s) were the pod's own node"]]),
+    nodeName: ck.spec.target?.nodeName,
+    extraSelector: ck.spec.target?.nodeSelector,
+  });
+  if (placement.nodeName !== undefined) return { node: placement.nodeName };
+  return { error: `no target node: ${placement.message}` };
+}
+
+async function start(ctx: ControllerContext, ck: Checkpoint): Promise<ReconcileResult | undefined> {
+  const ns = ck.metadata?.namespace ?? 'default';
+  const action = actionOf(ck);
+  if (action !== 'Save' && action !== 'Move') {
+    await failCheckpoint(ctx, ck, { message: `spec.action must be Save or Move, not ${JSON.stringify(action)}` });
+    return undefined;
+  }
+  if (!ck.spec?.podName) {
+    await failCheckpoint(ctx, ck, { message: 'spec.podName is required' });
+    return undefined;
+  }
+  const pod = ctx.cache.pods.get(ck.spec.podName, ns);
+  if (!pod || pod.metadata?.deletionTimestamp) {
+    await failCheckpoint(ctx, ck, { message: `pod ${ns}/${ck.spec.podName} not found` });
+    return undefined;
+  }
+  const container = resolveContainer(pod, ck.spec.containerName);
+  if (typeof container !== 'string') {
+    await failCheckpoint(ctx, ck, { message: container.error, pod, beforeReplacement: true });
+    return undefined;
+  }
+  const blockers = podSpecBlockers(pod);
+  if (blockers.length > 0) {
+    await failCheckpoint(ctx, ck, {
+      message: `the pod cannot ${action === 'Move' ? 'move' : 'be checkpointed'}: ${blockers.join('; ')}`,
+      blockers,
+      pod,
+      beforeReplacement: true,
+    });
+    return undefined;
+  }
+  if (!pod.spec?.nodeName || !isPodRunning(pod)) {
+    await failCheckpoint(ctx, ck, {
+      message: `the pod is not running (phase ${pod.status?.phase ?? 'Pending'})`,
+      pod,
+      beforeReplacement: true,
+    });
+    return undefined;
+  }
+  const busy = busyWith(ctx, ck);
+  if (busy) {
+    ctx.log.debug({ checkpoint: ckKey(ck), waitingFor: busy.metadata?.name }, 'another checkpoint of the pod is in progress');
+    return { requeueAfterMs: 500 };
+  }
+  let targetNode: string | undefined;
+  if (action === 'Move') {
+    const target = chooseTarget(ctx, ck, pod);
+    if ('error' in target) {
+      await failCheckpoint(ctx, ck, { message: target.error, pod, beforeReplacement: true });
+      return undefined;
+    }
+    targetNode = target.node;
+  }
+  const next = await writeStatus(ctx, ck, { phase: 'Saving', nodeName: pod.spec.nodeName, targetNode });
+  return saving(ctx, next, pod);
+}
+
+async function saving(ctx: ControllerContext, ck: Checkpoint, fresh?: V1Pod): Promise<ReconcileResult | undefined> {
+  const ns = ck.metadata?.namespace ?? 'default';
+  const pod = fresh ?? ctx.cache.pods.get(ck.spec.podName, ns);
+  const source = ck.status?.nodeName;
+  const isMove = actionOf(ck) === 'Move';
+  if (!pod) {
+    if (ctx.state.replacements.has(`${ns}/${ck.spec.podName}`)) return { requeueAfterMs: 500 };
+    await failCheckpoint(ctx, ck, { message: `pod ${ns}/${ck.spec.podName} was deleted while saving` });
+    return undefined;
+  }
+  if (isMove && pod.metadata?.annotations?.[ANNOTATIONS.restoreFrom] === ck.metadata?.name && pod.spec?.nodeName !== source) {
+    // Replaced before a restart of the control plane: the status had not caught up.
+    await writeStatus(ctx, ck, { phase: 'Moving', targetNode: pod.spec?.nodeName, newPodName: pod.metadata?.name });
+    return { requeueAfterMs: 0 };
+  }
+  if (!source || pod.spec?.nodeName !== source) {
+    await failCheckpoint(ctx, ck, { message: `the pod left node ${source} while saving`, pod });
+    return undefined;
+  }
+  const container = resolveContainer(pod, ck.spec.containerName);
+  if (typeof container !== 'string') {
+    await failCheckpoint(ctx, ck, { message: container.error, pod, beforeReplacement: true });
+    return undefined;
+  }
+  const result = await snapshotAndStore(ctx, ck, pod, container, source, isMove ? 'frozen' : 'running');
+  if (!result.ok) {
+    if (isMove && result.mayBeFrozen) await thawQuietly(ctx, ck, pod);
+    await failCheckpoint(ctx, ck, { message: result.message, blockers: result.blockers, pod, beforeReplacement: true });
+    return undefined;
+  }
+  if (!isMove) {
+    await writeStatus(ctx, ck, { ...result.facts, phase: 'Saved' });
+    ctx.log.info({ checkpoint: ckKey(ck), sizeBytes: result.facts.sizeBytes }, 'checkpoint saved');
+    await recordPodEvent(ctx, pod, 'Normal', 'Checkpointed', `${ck.metadata?.name}: saved ${result.facts.sizeBytes} bytes on ${source}`);
+    return undefined;
+  }
+  const withFacts = await writeStatus(ctx, ck, result.facts);
+  const target = ck.status?.targetNode;
+  if (!target) {
+    await thawQuietly(ctx, ck, pod);
+    await failCheckpoint(ctx, ck, { message: 'no target node recorded', pod, beforeReplacement: true });
+    return undefined;
+  }
+  return replaceForMove(ctx, withFacts, pod, target, result.frozenAt);
+}

@@ -1,0 +1,119 @@
+/**
+ * What the control plane does for one pod outside a move (seed "Periodic checkpoints and node loss",
+ * "Moves" rollback):
+ *
+ * - A pod that restored from a Checkpoint outside a move (after a node loss or a rollback) and runs: the
+ *   `Restored` event with the checkpoint's age, and `kube32.io/restore-from` removed.
+ * - A pod whose restore failed (`RestoreError`): the `MoveFailed` event, and the pod replaced without the
+ *   annotation so that it starts afresh.
+ * - A pod with `kube32.io/checkpoint-interval`: a Save Checkpoint labelled `kube32.io/trigger: periodic` at
+ *   that interval (10 s at least), named after the interval's slot so that a retry after a crash does not
+ *   make a second one.
+ */
+import type { V1Pod } from '@kubernetes/client-node';
+import { parseDuration } from '../../lib/index.ts';
+import { removeRestoreAnnotation, replacePod, restoredMessage } from '../checkpoint/move.ts';
+import type { ReconcileResult } from '../runtime/controller.ts';
+import { splitKey } from '../runtime/controller.ts';
+import { type ControllerContext, recordPodEvent } from '../runtime/context.ts';
+import { errorMessage, isAlreadyExists } from '../runtime/errors.ts';
+import { isPodRunning, migrationPolicy, podSpecBlockers, restoreFailure } from '../runtime/pods.ts';
+import { ANNOTATIONS, type Checkpoint, LABELS } from '../runtime/types.ts';
+
+/** Reconciles the pod `namespace/name`. */
+export async function reconcilePod(key: string, ctx: ControllerContext): Promise<ReconcileResult | undefined> {
+  const { namespace, name } = splitKey(key);
+  const pod = ctx.cache.pods.get(name, namespace);
+  if (!pod || pod.metadata?.deletionTimestamp) return undefined;
+  const restoreFrom = pod.metadata?.annotations?.[ANNOTATIONS.restoreFrom];
+  if (restoreFrom !== undefined) {
+    const done = await followRestore(ctx, pod, restoreFrom);
+    if (done) return undefined;
+  }
+  return periodic(ctx, pod);
+}
+
+/** @returns true when the pod was handled (the periodic step waits for the next event) */
+async function followRestore(ctx: ControllerContext, pod: V1Pod, ckName: string): Promise<boolean> {
+  const ns = pod.metadata?.namespace ?? 'default';
+  const ck = ctx.cache.checkpoints.get(ckName, ns);
+  // A move in progress to this pod's node is the checkpoint controller's.
+  if (ck?.status?.phase === 'Moving' && ck.status.targetNode === pod.spec?.nodeName) return true;
+  if (ck && (ck.status?.phase === 'Saving' || ck.status?.phase === 'Pending')) return true;
+  if (isPodRunning(pod)) {
+    if (ck && ck.status?.phase !== 'Completed') {
+      await recordPodEvent(ctx, pod, 'Normal', 'Restored', restoredMessage(ck, ctx.clock.now()));
+    }
+    await removeRestoreAnnotation(ctx, pod);
+    ctx.log.info({ pod: `${ns}/${pod.metadata?.name}`, checkpoint: ckName }, 'restored');
+    return true;
+  }
+  const failure = restoreFailure(pod);
+  if (failure) {
+    await recordPodEvent(ctx, pod, 'Warning', 'MoveFailed', `cannot restore from checkpoint ${ckName}: ${failure}; starting afresh`);
+    const fresh = await replacePod(ctx, pod, undefined, undefined);
+    ctx.log.info({ pod: `${ns}/${pod.metadata?.name}`, checkpoint: ckName, replaced: fresh !== undefined }, 'restore failed; replaced afresh');
+    return true;
+  }
+  return true; // still starting
+}
+
+/** The pod's periodic checkpoint interval, ms (clamped to the minimum), or undefined. */
+export function checkpointInterval(ctx: ControllerContext, pod: V1Pod): number | undefined {
+  const text = pod.metadata?.annotations?.[ANNOTATIONS.checkpointInterval];
+  if (text === undefined) return undefined;
+  try {
+    return Math.max(ctx.timings.minCheckpointIntervalMs, parseDuration(text));
+  } catch (err: unknown) {
+    ctx.log.warn({ pod: `${pod.metadata?.namespace}/${pod.metadata?.name}`, err: errorMessage(err) }, 'ignoring kube32.io/checkpoint-interval');
+    return undefined;
+  }
+}
+
+function lastPeriodicAt(ctx: ControllerContext, pod: V1Pod): number | undefined {
+  let last: number | undefined;
+  for (const c of ctx.cache.checkpoints.list(pod.metadata?.namespace)) {
+    if (c.metadata?.labels?.[LABELS.trigger] !== 'periodic' || c.spec?.podName !== pod.metadata?.name) continue;
+    const t = Date.parse(String(c.metadata?.creationTimestamp ?? ''));
+    if (Number.isFinite(t) && (last === undefined || t > last)) last = t;
+  }
+  return last;
+}
+
+const lastCreated = new WeakMap<ControllerContext, Map<string, number>>();
+
+async function periodic(ctx: ControllerContext, pod: V1Pod): Promise<ReconcileResult | undefined> {
+  const interval = checkpointInterval(ctx, pod);
+  if (interval === undefined || migrationPolicy(pod) === 'Never' || podSpecBlockers(pod).length > 0) return undefined;
+  if (!isPodRunning(pod)) return undefined; // the pod's next update brings it back
+  const ns = pod.metadata?.namespace ?? 'default';
+  const podName = pod.metadata?.name ?? '';
+  const key = `${ns}/${podName}`;
+  const active = ctx.cache.checkpoints
+    .list(ns)
+    .some((c) => c.spec?.podName === podName && !['Saved', 'Completed', 'Failed'].includes(c.status?.phase ?? 'Pending'));
+  if (active) return { requeueAfterMs: 1000 };
+  const mine = lastCreated.get(ctx) ?? new Map<string, number>();
+  lastCreated.set(ctx, mine);
+  const now = ctx.clock.now();
+  const startedAt = Date.parse(String(pod.status?.startTime ?? pod.metadata?.creationTimestamp ?? ''));
+  const last = Math.max(mine.get(key) ?? 0, lastPeriodicAt(ctx, pod) ?? 0) || (Number.isFinite(startedAt) ? startedAt : now);
+  const due = last + interval;
+  if (due > now) return { requeueAfterMs: due - now };
+  const slot = Math.floor(now / interval);
+  const name = `${podName.slice(0, 200)}-periodic-${slot.toString(36)}`;
+  const ck: Checkpoint = {
+    apiVersion: 'kube32.io/v1',
+    kind: 'Checkpoint',
+    metadata: { name, namespace: ns, labels: { [LABELS.trigger]: 'periodic', [LABELS.pod]: podName.slice(0, 63) } },
+    spec: { podName, action: 'Save' },
+  };
+  try {
+    await ctx.api.createCheckpoint(ns, ck);
+    ctx.log.debug({ pod: key, checkpoint: name }, 'periodic checkpoint');
+  } catch (err: unknown) {
+    if (!isAlreadyExists(err)) throw err;
+  }
+  mine.set(key, now);
+  return { requeueAfterMs: interval };
+}
