@@ -1,4 +1,32 @@
-export * from './ip.ts';
-export * from './errors.ts';
-export * from './options.ts';
-export * from './addresses.ts';
+/**
+ * FeOS's pods' network, the door of src/feos/network (the seed's "The pods' network", "Devices
+ * and routes", "Addresses", "The table", "Security groups", "Name tables", "DNS", "Metadata").
+ *
+ * feosd wires it with a few calls:
+ * ```ts
+ * const network = createNetwork({ stateDir, podPrefix, podIpv4Range, dnsAddress, otlpAddress, dnsUpstreams, denyPrefixes, log });
+ * const keptAddresses = await network.start(keptPods);   // never throws for the network; see unavailableReason
+ * for (const s of network.grpcServices()) server.addService(s.definition, s.implementation);
+ * await network.createPod(id, spec);     // CreatePod: addresses, kept before returned
+ * await network.attachPod(id);           // every boot/resume: { tap, mac, guest }
+ * await network.detachPod(id);           // stop/suspend
+ * await network.removePod(id);           // delete/hibernate
+ * await network.stop();
+ * ```
+ */
+export { createNetwork, PodNetwork, RULES_INTERVAL_MS } from './network.ts';
+export type { NetworkOptions, PodNetworkSpec, KeptPod, GuestNetwork, AttachedPod } from './network.ts';
+export { parseNetworkFlags, checkPodUpstreams, DEFAULT_DNS_UPSTREAMS, IPV4_GATEWAY, IPV6_GATEWAY, METADATA_ADDRESS } from './options.ts';
+export type { NetworkFlags, NetworkSettings } from './options.ts';
+export { AddressAllocator } from './addresses.ts';
+export type { PodAddresses, AddressAllocatorOptions } from './addresses.ts';
+export { NetworkError, networkErrorToGrpc, type NetworkErrorCode } from './errors.ts';
+export { tapName, podMac, checkPodId, TAP_PREFIX } from './pod-link.ts';
+export { checkMetadata, metadataDocument, MetadataService, METADATA_MAX_BYTES } from './metadata.ts';
+export { Resolver, lookupName, stripEch, bindResolverSockets, NAME_TTL_SECONDS, type DnsQueryRecord, type ResolverPod } from './dns.ts';
+export { compileTable, tableUpdate, defaultGroup, DEFAULT_GROUP, TABLE, NFLOG_DROPS, NFLOG_COPIES } from './table.ts';
+export type { CompiledTable, TableInput, TablePod } from './table.ts';
+export { SecurityGroupStore, NameTableStore, checkSecurityGroup, checkNameTable } from './stores.ts';
+export { grpcServiceDefinition, securityGroupService, nameService, type GrpcService } from './grpc.ts';
+export { takeListenFds } from './listen-fds.ts';
+export { parsePrefix, parseAddress, formatPrefix, formatAddress, canonicalAddress, subtractPrefixes, normalizePrefixes, type Prefix, type Family } from './ip.ts';

@@ -84,16 +84,20 @@ export class MetadataService {
   }
 
   #handle(req: http.IncomingMessage, res: http.ServerResponse): void {
-    const send = (status: number, body: string, type = 'text/plain') => {
-      res.writeHead(status, { 'content-type': type, 'content-length': Buffer.byteLength(body) });
-      res.end(body);
-    };
+    req.resume();
+    const r = this.#answer(req);
+    res.writeHead(r.status, { 'content-type': r.type ?? 'text/plain', 'content-length': Buffer.byteLength(r.body) });
+    res.end(r.body);
+  }
+
+  /** The answer to one request: its status, body and content type. */
+  #answer(req: http.IncomingMessage): { status: number; body: string; type?: string } {
+    const send = (status: number, body: string, type?: string) => ({ status, body, type });
     const source = (req.socket.remoteAddress ?? '').replace(/^::ffff:/, '');
     const pod = this.#podBySource(source);
     if (!pod) return send(403, 'Forbidden: not a pod of this node.');
     const url = new URL(req.url ?? '/', 'http://169.254.169.254');
     const path = decodeURIComponent(url.pathname);
-    req.resume();
     if (path === '/latest/api/token') {
       if (req.method !== 'PUT') return send(405, 'Method not allowed: a token is asked for with PUT.');
       // As MMDS: a request relayed through a proxy gets no token.
@@ -116,7 +120,7 @@ export class MetadataService {
     }
     let node: unknown = metadataDocument(pod);
     for (const part of path.split('/').filter((p) => p !== '')) {
-      if (node === null || typeof node !== 'object' || !Object.hasOwn(node, part)) return send(404, 'Resource not found: ' + path + '.');
+      if (node === null || typeof node !== 'object' || !Object.hasOwn(node, part)) return send(404, `Resource not found: ${path}.`);
       node = (node as Record<string, unknown>)[part];
     }
     const json = (req.headers.accept ?? '').includes('application/json');

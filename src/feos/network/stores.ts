@@ -90,14 +90,14 @@ export function checkSecurityGroup(g: SecurityGroup): SecurityGroup {
     });
   }
   out.members = out.members.map((m) => {
+    let p: ReturnType<typeof parsePrefix>;
     try {
-      const p = parsePrefix(m);
-      if (p.family !== 6) invalid(`security group ${out.id}: member "${m}" must be an IPv6 address or prefix`);
-      return formatPrefix(p);
+      p = parsePrefix(m);
     } catch (err: unknown) {
-      if (err instanceof NetworkError) throw err;
-      invalid(`security group ${out.id}: member "${m}": ${(err as Error).message}`);
+      return invalid(`security group ${out.id}: member "${m}": ${(err as Error).message}`);
     }
+    if (p.family !== 6) invalid(`security group ${out.id}: member "${m}" must be an IPv6 address or prefix`);
+    return formatPrefix(p);
   });
   return out;
 }
@@ -109,7 +109,7 @@ function checkEntry(table: string, e: NameEntry): NameEntry {
     try {
       return canonicalAddress(a);
     } catch {
-      invalid(`name table ${table}: ${e.name}: "${a}" is not an IP address`);
+      return invalid(`name table ${table}: ${e.name}: "${a}" is not an IP address`);
     }
   });
   return { ...e, addresses };

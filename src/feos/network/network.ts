@@ -1,0 +1,479 @@
+/**
+ * The pods' network as feosd wires it (the seed's "The pods' network"): one object that sets the
+ * node up, hands out addresses, brings pods' links up and down, keeps the table, the resolver
+ * and the metadata service, and serves feos.network.v1. See docs/feos/network.md.
+ */
+import dgram from 'node:dgram';
+import net from 'node:net';
+import { join } from 'node:path';
+import type { Logger } from '../../lib/index.ts';
+import type { NameTable, SecurityGroup } from '../gen/feos/network/v1/network_pb.js';
+import { AddressAllocator, type PodAddresses } from './addresses.ts';
+import { deleteConntrack, deletePodLink, ensurePodLink, linkExists, listPodLinks, removeLegacyNetwork, setUpNode } from './devices.ts';
+import { Resolver, bindResolverSockets, type DnsQueryRecord, type ResolverPod } from './dns.ts';
+import { NetworkError, errorMessage } from './errors.ts';
+import { nameService, securityGroupService, type GrpcService } from './grpc.ts';
+import { canonicalAddress, isUla, parsePrefix, type Prefix } from './ip.ts';
+import { takeListenFds } from './listen-fds.ts';
+import { MetadataService, checkMetadata, type PodMetadata } from './metadata.ts';
+import { IPV4_GATEWAY, IPV6_GATEWAY, checkPodUpstreams, parseNetworkFlags, type NetworkFlags, type NetworkSettings } from './options.ts';
+import { podMac, tapName, checkPodId } from './pod-link.ts';
+import { NameTableStore, SecurityGroupStore } from './stores.ts';
+import { ipJson, nft } from './system.ts';
+import { ALWAYS_DENIED, compileTable, tableUpdate, type CompiledTable } from './table.ts';
+
+/** How often the rules are written again, ms (the seed: every minute). */
+export const RULES_INTERVAL_MS = 60_000;
+
+/** How the layer is made: feosd's flags and where its state lives. */
+export interface NetworkOptions extends NetworkFlags {
+  /** feosd's state root: `pods/` (the address files), `security-groups/`, `name-tables/`. e.g. /var/lib/feos */
+  stateDir: string;
+  log: Logger;
+  /** The resolver's port. @default 53 */
+  dnsPort?: number;
+  /** The upstreams' port. @default 53 */
+  upstreamPort?: number;
+  /** The metadata responder's port on the resolver's address; 0 lets the OS pick. @default 0 */
+  metadataPort?: number;
+  /** Take the resolver's sockets from systemd's protocol (`LISTEN_FDS`, `LISTEN_PID`, `LISTEN_FDNAMES=dns`). @default true */
+  listenFds?: boolean;
+  /** @default RULES_INTERVAL_MS */
+  rulesIntervalMs?: number;
+}
+
+/** A pod's network as its spec gives it (feos.pod.v1.PodNetwork and PodSpec.metadata). */
+export interface PodNetworkSpec {
+  securityGroups: string[];
+  nameTables: string[];
+  dnsUpstreams: string[];
+  /** PodSpec.metadata. */
+  metadata?: Record<string, string>;
+}
+
+/** A pod kept from before (its record), given at start. */
+export interface KeptPod {
+  id: string;
+  network: PodNetworkSpec;
+  ipv6?: string;
+  ipv4?: string;
+}
+
+/** What the guest is pushed (feos.guest.v1.ConfigureNetworkRequest's fields). */
+export interface GuestNetwork {
+  macAddress: string;
+  /** A /128, gateway fe80::1. */
+  ipv6Address: string;
+  /** A /32, gateway 169.254.0.1 on the link. */
+  ipv4Address: string;
+  ipv6Gateway: string;
+  ipv4Gateway: string;
+  /** The resolver. */
+  nameservers: string[];
+  /** Routes via the IPv6 gateway instead of a default route: fc00::/7 for a ULA pod. */
+  ipv6Routes: string[];
+  /** 0: the device's default. */
+  mtu: number;
+}
+
+/** A pod's link as attachPod made it. */
+export interface AttachedPod {
+  /** The TAP device, `pod-<ID>`: QEMU's `-netdev tap,ifname=<tap>,script=no,downscript=no`. */
+  tap: string;
+  /** The guest's MAC address. */
+  mac: string;
+  guest: GuestNetwork;
+}
+
+interface PodState {
+  id: string;
+  tap: string;
+  spec: PodNetworkSpec;
+  addresses: PodAddresses;
+  attached: boolean;
+}
+
+/**
+ * The layer. Make it with {@link createNetwork}; call {@link PodNetwork.start} once.
+ *
+ * Lifecycle of a pod with a network, from feosd:
+ * - CreatePod: `createPod(id, spec)` checks the spec, hands out the addresses (kept on disk
+ *   before it returns); feosd records them in PodInfo.
+ * - Every boot and resume: `attachPod(id)` before QEMU starts; it returns the TAP and what the
+ *   guest is pushed. Fails with FAILED_PRECONDITION naming missing groups and tables.
+ * - Stop, suspend: `detachPod(id)` after the VM ended.
+ * - DeletePod, hibernation: `removePod(id)`.
+ */
+export class PodNetwork {
+  readonly settings: NetworkSettings;
+  readonly groups: SecurityGroupStore;
+  readonly tables: NameTableStore;
+  readonly #o: NetworkOptions;
+  readonly #log: Logger;
+  readonly #pods = new Map<string, PodState>();
+  #alloc?: AddressAllocator;
+  #resolver?: Resolver;
+  #metadata?: MetadataService;
+  #metadataPort?: number;
+  #table?: CompiledTable;
+  #tableChain: Promise<unknown> = Promise.resolve();
+  #timer?: NodeJS.Timeout;
+  #unavailable: string | undefined = 'the network has not started';
+  #queryListeners = new Set<(r: DnsQueryRecord) => void>();
+  #stopped = false;
+
+  constructor(opts: NetworkOptions) {
+    this.settings = parseNetworkFlags(opts);
+    this.#o = opts;
+    this.#log = opts.log;
+    this.groups = new SecurityGroupStore(join(opts.stateDir, 'security-groups'));
+    this.tables = new NameTableStore(join(opts.stateDir, 'name-tables'));
+    this.groups.onChange = (id, membersOnly) => this.#onGroupChange(id, membersOnly);
+  }
+
+  /** Why pods with a network cannot be created or booted, or undefined while the network works. */
+  get unavailableReason(): string | undefined {
+    return this.#unavailable;
+  }
+
+  /**
+   * Loads the groups and tables, then sets the network up: the earlier versions' leftovers
+   * removed, forwarding, the unreachable prefix, `feos-dns`, the addresses reconciled with the
+   * kept pods (which get the addresses they lack), TAP devices of pods that are gone removed,
+   * the metadata responder, the table, and the resolver, which answers once the pods are known.
+   * Never throws for the network: without a prefix, or when a step fails, it logs the reason,
+   * which {@link createPod} and {@link attachPod} then fail with (FAILED_PRECONDITION).
+   * @returns the kept pods' addresses, by ID, for feosd to record where they changed
+   */
+  async start(kept: KeptPod[] = []): Promise<Map<string, PodAddresses>> {
+    for (const [store, kind] of [[this.groups, 'security group'], [this.tables, 'name table']] as const) {
+      for (const bad of await store.load()) this.#log.error({ file: bad.file, err: bad.error }, `a ${kind} record cannot be read; skipped`);
+    }
+    const result = new Map<string, PodAddresses>();
+    for (const k of kept) {
+      this.#pods.set(k.id, { id: k.id, tap: tapName(k.id), spec: k.network, addresses: { ipv6: k.ipv6, ipv4: k.ipv4 }, attached: false });
+    }
+    if (!this.settings.podPrefix) {
+      this.#unavailable = 'the node has no pod prefix (--pod-prefix)';
+      this.#log.error({ reason: this.#unavailable }, 'the pods network is not set up; pods with a network fail');
+      return result;
+    }
+    try {
+      const podsDir = join(this.#o.stateDir, 'pods');
+      await removeLegacyNetwork(podsDir, this.#log);
+      await setUpNode(this.settings);
+      this.#alloc = await AddressAllocator.open({
+        podsDir,
+        podPrefix: this.settings.podPrefix,
+        podIpv4Range: this.settings.podIpv4Range,
+        keptPods: kept.map((k) => [k.id, { ipv6: k.ipv6, ipv4: k.ipv4 }] as [string, PodAddresses]),
+      });
+      for (const k of kept) {
+        const p = this.#pods.get(k.id)!;
+        p.addresses = await this.#alloc.allocate(k.id, p.addresses);
+        result.set(k.id, { ...p.addresses });
+      }
+      const taps = new Set([...this.#pods.values()].map((p) => p.tap));
+      for (const link of await listPodLinks()) {
+        if (!taps.has(link)) {
+          await deletePodLink(link);
+          this.#log.info({ tap: link }, 'removed the TAP device of a pod that is gone');
+        }
+      }
+      // Pods whose links are there run: they stay in the table while feosd takes them over.
+      for (const p of this.#pods.values()) p.attached = await linkExists(p.tap);
+      this.#metadata = new MetadataService({ podBySource: (a) => this.#metadataOf(a), log: this.#log });
+      this.#metadataPort = await this.#metadata.listen(this.settings.dnsAddress, this.#o.metadataPort ?? 0);
+      await this.#writeTable(true);
+      await this.#startResolver();
+      this.#unavailable = undefined;
+      const interval = this.#o.rulesIntervalMs ?? RULES_INTERVAL_MS;
+      this.#timer = setInterval(() => {
+        this.#writeTable(true).catch((err: unknown) => this.#log.error({ err: errorMessage(err) }, 'writing the rules again failed'));
+      }, interval);
+      this.#timer.unref();
+      this.#log.info({ podPrefix: this.#o.podPrefix, metadataPort: this.#metadataPort }, 'the pods network is up');
+    } catch (err: unknown) {
+      this.#unavailable = `the pods network could not be set up: ${errorMessage(err)}`;
+      this.#log.error({ err: errorMessage(err) }, 'the pods network is not set up; pods with a network fail');
+    }
+    return result;
+  }
+
+  async #startResolver(): Promise<void> {
+    const port = this.#o.dnsPort ?? 53;
+    let udp: dgram.Socket;
+    let tcp: net.Server;
+    const fds = this.#o.listenFds === false ? {} : takeListenFds('dns');
+    if (fds.udp !== undefined && fds.tcp !== undefined) {
+      udp = dgram.createSocket('udp4');
+      await new Promise<void>((resolve, reject) => {
+        udp.once('error', reject);
+        udp.bind({ fd: fds.udp }, () => resolve());
+      });
+      tcp = net.createServer();
+      await new Promise<void>((resolve, reject) => {
+        tcp.once('error', reject);
+        tcp.listen({ fd: fds.tcp }, () => resolve());
+      });
+      this.#log.info('the resolver took the sockets it was handed (LISTEN_FDS)');
+    } else {
+      ({ udp, tcp } = await bindResolverSockets(this.settings.dnsAddress, port));
+    }
+    this.#resolver = new Resolver({
+      podBySource: (a) => this.#resolverPodOf(a),
+      tables: () => this.tables.view(),
+      defaultUpstreams: () => this.settings.dnsUpstreams,
+      upstreamPort: this.#o.upstreamPort,
+      onQuery: (r) => {
+        for (const l of this.#queryListeners) l(r);
+      },
+      log: this.#log,
+    });
+    this.#resolver.serve(udp, tcp);
+  }
+
+  #podBySource(address: string): PodState | undefined {
+    for (const p of this.#pods.values()) if (p.addresses.ipv4 === address || p.addresses.ipv6 === address) return p;
+    return undefined;
+  }
+
+  #resolverPodOf(address: string): ResolverPod | undefined {
+    const p = this.#podBySource(address);
+    return p ? { podId: p.id, nameTables: p.spec.nameTables, upstreams: p.spec.dnsUpstreams } : undefined;
+  }
+
+  #metadataOf(address: string): PodMetadata | undefined {
+    const p = this.#podBySource(address);
+    if (!p?.addresses.ipv4) return undefined;
+    return { podId: p.id, ipv6: p.addresses.ipv6, ipv4: p.addresses.ipv4, metadata: p.spec.metadata ?? {} };
+  }
+
+  #requireUp(): AddressAllocator {
+    if (this.#unavailable !== undefined || !this.#alloc) {
+      throw new NetworkError('FAILED_PRECONDITION', `pods with a network cannot run on this node: ${this.#unavailable ?? 'the network is not set up'}`);
+    }
+    return this.#alloc;
+  }
+
+  /** The node's own addresses, canonical. @throws NetworkError INTERNAL when `ip` fails */
+  async nodeAddresses(): Promise<string[]> {
+    const links = await ipJson<Array<{ addr_info?: Array<{ local: string }> }>>('addr', 'show');
+    const out = new Set<string>();
+    for (const l of links) for (const a of l.addr_info ?? []) out.add(canonicalAddress(a.local.split('%')[0]));
+    return [...out];
+  }
+
+  /**
+   * Checks a pod's network spec as CreatePod does: its upstreams, its metadata, the IDs it names.
+   * @returns the spec with its upstreams canonical
+   * @throws NetworkError INVALID_ARGUMENT naming what is wrong
+   */
+  async checkSpec(spec: PodNetworkSpec): Promise<PodNetworkSpec> {
+    try {
+      checkMetadata(spec.metadata ?? {});
+      const dnsUpstreams = checkPodUpstreams(spec.dnsUpstreams, this.settings, await this.nodeAddresses());
+      return { ...spec, dnsUpstreams };
+    } catch (err: unknown) {
+      if (err instanceof RangeError) throw new NetworkError('INVALID_ARGUMENT', err.message, { cause: err });
+      throw err;
+    }
+  }
+
+  /**
+   * CreatePod's part: checks the spec and hands the pod its addresses, kept on disk before they
+   * are returned; a pod the layer knows gets its own again (`existing`: its record's).
+   * @throws NetworkError FAILED_PRECONDITION while the network is not up, INVALID_ARGUMENT on a
+   *   bad ID or spec, RESOURCE_EXHAUSTED when no address is left
+   */
+  async createPod(podId: string, spec: PodNetworkSpec, existing: PodAddresses = {}): Promise<PodAddresses> {
+    try {
+      checkPodId(podId);
+    } catch (err: unknown) {
+      throw new NetworkError('INVALID_ARGUMENT', errorMessage(err));
+    }
+    const alloc = this.#requireUp();
+    const checked = await this.checkSpec(spec);
+    const addresses = await alloc.allocate(podId, existing);
+    const cur = this.#pods.get(podId);
+    this.#pods.set(podId, { id: podId, tap: tapName(podId), spec: checked, addresses, attached: cur?.attached ?? false });
+    return { ...addresses };
+  }
+
+  /** The groups and tables a pod names that the node does not have. */
+  missingFor(podId: string): { groups: string[]; tables: string[] } {
+    const p = this.#pods.get(podId);
+    if (!p) return { groups: [], tables: [] };
+    return { groups: p.spec.securityGroups.filter((g) => !this.groups.has(g)), tables: p.spec.nameTables.filter((t) => !this.tables.has(t)) };
+  }
+
+  /**
+   * Before a boot or resume: makes the pod's TAP device with every setting, and puts the pod in
+   * the table. Can run again (after a restart of feosd, for a running pod).
+   * @returns the TAP, the MAC and what the guest is pushed
+   * @throws NetworkError FAILED_PRECONDITION while the network is not up or when the pod's
+   *   groups or tables are not on the node (the message names them), NOT_FOUND for a pod the
+   *   layer does not know, INTERNAL naming the step that failed
+   */
+  async attachPod(podId: string): Promise<AttachedPod> {
+    this.#requireUp();
+    const p = this.#pods.get(podId);
+    if (!p) throw new NetworkError('NOT_FOUND', `pod ${podId} has no network on this node`);
+    const missing = this.missingFor(podId);
+    if (missing.groups.length > 0 || missing.tables.length > 0) {
+      const parts = [];
+      if (missing.groups.length > 0) parts.push(`security group${missing.groups.length > 1 ? 's' : ''} ${missing.groups.join(', ')}`);
+      if (missing.tables.length > 0) parts.push(`name table${missing.tables.length > 1 ? 's' : ''} ${missing.tables.join(', ')}`);
+      throw new NetworkError('FAILED_PRECONDITION', `pod ${podId}: ${parts.join(' and ')} not on the node`);
+    }
+    if (!p.addresses.ipv4 || !p.addresses.ipv6) throw new NetworkError('FAILED_PRECONDITION', `pod ${podId} has no addresses of this network`);
+    await ensurePodLink({ tap: p.tap, ipv6: p.addresses.ipv6, ipv4: p.addresses.ipv4, dnsAddress: this.settings.dnsAddress, otlpAddress: this.settings.otlpAddress });
+    p.attached = true;
+    await this.#writeTable(false);
+    return { tap: p.tap, mac: podMac(podId), guest: this.guestNetwork(podId)! };
+  }
+
+  /** What the pod's guest is pushed, or undefined for a pod the layer does not know. */
+  guestNetwork(podId: string): GuestNetwork | undefined {
+    const p = this.#pods.get(podId);
+    if (!p?.addresses.ipv4 || !p.addresses.ipv6) return undefined;
+    const ula = isUla(p.addresses.ipv6);
+    return {
+      macAddress: podMac(podId),
+      ipv6Address: p.addresses.ipv6,
+      ipv4Address: p.addresses.ipv4,
+      ipv6Gateway: IPV6_GATEWAY,
+      ipv4Gateway: IPV4_GATEWAY,
+      nameservers: [this.settings.dnsAddress],
+      ipv6Routes: ula ? ['fc00::/7'] : [],
+      mtu: 0,
+    };
+  }
+
+  /** After a stop or suspend: deletes the TAP device (its routes and proxy entry go with it); the pod keeps its addresses. */
+  async detachPod(podId: string): Promise<void> {
+    const p = this.#pods.get(podId);
+    if (!p) return;
+    await deletePodLink(p.tap);
+    p.attached = false;
+    if (this.#alloc) await this.#writeTable(false);
+  }
+
+  /**
+   * DeletePod's and a hibernation's part, in the seed's order: the pod leaves the resolver and
+   * the metadata service, its TAP device is deleted, then the connection tracking entries of its
+   * addresses, then it leaves the table, and its IPv4 address is freed. A pod the layer does not
+   * know is nothing to do.
+   * @throws NetworkError INTERNAL naming the step; the steps before it are done, and a call again finishes
+   */
+  async removePod(podId: string): Promise<void> {
+    const p = this.#pods.get(podId);
+    if (!p) return;
+    // Off the resolver and the metadata service: the pod is not known by its addresses any more.
+    this.#pods.delete(podId);
+    this.#metadata?.forgetPod(podId);
+    try {
+      await deletePodLink(p.tap);
+      const addrs = [p.addresses.ipv4, p.addresses.ipv6].filter((a): a is string => a !== undefined);
+      await deleteConntrack(addrs);
+      if (this.#alloc) {
+        await this.#writeTable(false);
+        await this.#alloc.release(podId);
+      }
+    } catch (err: unknown) {
+      this.#pods.set(podId, { ...p, attached: false });
+      throw err;
+    }
+  }
+
+  /** The pods that name a group, for the refusal of its deletion. */
+  podsNamingGroup(id: string): string[] {
+    return [...this.#pods.values()].filter((p) => p.spec.securityGroups.includes(id)).map((p) => p.id);
+  }
+
+  /** The pods that name a table. */
+  podsNamingTable(id: string): string[] {
+    return [...this.#pods.values()].filter((p) => p.spec.nameTables.includes(id)).map((p) => p.id);
+  }
+
+  /** feos.network.v1.SecurityGroupService and NameService, for `server.addService`. */
+  grpcServices(): GrpcService[] {
+    return [securityGroupService(this.groups, (id) => this.podsNamingGroup(id)), nameService(this.tables, (id) => this.podsNamingTable(id))];
+  }
+
+  /** Every query the resolver answers (the traffic records' DNS queries). @returns a function that stops the listening */
+  onDnsQuery(listener: (r: DnsQueryRecord) => void): () => void {
+    this.#queryListeners.add(listener);
+    return () => this.#queryListeners.delete(listener);
+  }
+
+  /** The pod's addresses, if the layer knows it. */
+  addressesOf(podId: string): PodAddresses | undefined {
+    const p = this.#pods.get(podId);
+    return p ? { ...p.addresses } : undefined;
+  }
+
+  #onGroupChange(id: string, membersOnly: boolean): void {
+    if (!this.#alloc || this.#stopped) return;
+    this.#writeTable(false).catch((err: unknown) =>
+      this.#log.error({ group: id, membersOnly, err: errorMessage(err) }, 'writing the table after a group change failed'),
+    );
+  }
+
+  /** Compiles and writes the table, one write at a time; `replace` writes it whole. */
+  #writeTable(replace: boolean): Promise<void> {
+    const run = this.#tableChain.then(async () => {
+      const node = await this.nodeAddresses();
+      const denied: Prefix[] = [...this.settings.denyPrefixes, ...ALWAYS_DENIED, ...node.map((a) => parsePrefix(a))];
+      const groups = new Map<string, SecurityGroup>(this.groups.view());
+      const next = compileTable({
+        podIpv4Range: this.settings.podIpv4Range,
+        dnsAddress: this.settings.dnsAddress,
+        otlpAddress: this.settings.otlpAddress,
+        metadataPort: this.#metadataPort,
+        denied,
+        groups,
+        pods: [...this.#pods.values()].filter((p) => p.attached).map((p) => ({ tap: p.tap, ipv6: p.addresses.ipv6, groups: p.spec.securityGroups })),
+      });
+      const batch = tableUpdate(this.#table, next, replace);
+      if (batch) await nft(batch);
+      this.#table = next;
+    });
+    this.#tableChain = run.catch(() => {});
+    return run;
+  }
+
+  /** Writes the table again now (what the minute's timer does). */
+  rewriteTable(): Promise<void> {
+    return this.#writeTable(true);
+  }
+
+  /**
+   * Stops the resolver, the metadata service and the timer. The devices, routes and the table
+   * stay: the pods outlive feosd.
+   */
+  async stop(): Promise<void> {
+    this.#stopped = true;
+    if (this.#timer) clearInterval(this.#timer);
+    await this.#tableChain;
+    await this.#resolver?.close();
+    await this.#metadata?.close();
+  }
+}
+
+/** The tables a NameTable map holds (for tests and tools). */
+export type NameTables = ReadonlyMap<string, NameTable>;
+
+/**
+ * Makes the layer from feosd's options.
+ * @throws RangeError naming the option and value when a flag is bad (feosd exits then)
+ * @example
+ * const network = createNetwork({ stateDir: '/var/lib/feos', podPrefix: '2001:db8:0:1::/64', log });
+ * const kept = await network.start(keptPods);            // never throws for the network
+ * for (const s of network.grpcServices()) server.addService(s.definition, s.implementation);
+ * const addrs = await network.createPod(id, spec);       // record addrs in PodInfo
+ * const { tap, mac, guest } = await network.attachPod(id); // before QEMU starts
+ */
+export function createNetwork(opts: NetworkOptions): PodNetwork {
+  return new PodNetwork(opts);
+}
