@@ -1,0 +1,317 @@
+/**
+ * The FeOS guest agent (seed 000, "The guest"; docs/feos/guest.md): runs in a pod's microVM, started by
+ * the initramfs's /init, and serves feos.guest.v1.GuestService over the virtio-serial port `feos.guest`
+ * (/dev/vport0p1) to feosd. The port is one byte stream: each host connection opens with the channel's
+ * handshake (channel.ts) and then carries one HTTP/2 connection with feosd as the client.
+ *
+ * Self-contained: imports only node:, the generated guest_pb.js and @bufbuild/protobuf, which the
+ * initramfs carries (scripts/build-guest.sh).
+ */
+import { execFile } from 'node:child_process';
+import { Duplex } from 'node:stream';
+import fs from 'node:fs';
+import http2 from 'node:http2';
+import os from 'node:os';
+import { promisify } from 'node:util';
+import { create, fromBinary, toBinary, type DescMessage, type MessageShape } from '@bufbuild/protobuf';
+import {
+  AdjustTimeRequestSchema,
+  AdjustTimeResponseSchema,
+  AgentState,
+  ConfigureNetworkRequestSchema,
+  ConfigureNetworkResponseSchema,
+  EmptyMemoryRequestSchema,
+  EmptyMemoryResponseSchema,
+  GetTimeRequestSchema,
+  GetTimeResponseSchema,
+  MountVolumesRequestSchema,
+  MountVolumesResponseSchema,
+  PingRequestSchema,
+  PingResponseSchema,
+  SetTimeRequestSchema,
+  SetTimeResponseSchema,
+  ShutdownRequestSchema,
+  ShutdownResponseSchema,
+} from '../gen/feos/guest/v1/guest_pb.js';
+import { GuestHandshake } from './channel.ts';
+import { GrpcCode, GrpcError, serveUnary, type UnaryHandler } from './grpc-wire.ts';
+
+const run = promisify(execFile);
+/** The agent's version, reported by Ping. */
+export const AGENT_VERSION = '1';
+const PORT_PATH = process.env.FEOS_GUEST_PORT ?? '/dev/vport0p1';
+const CLOCK_HELPER = '/usr/bin/feos-clock';
+/** How long the agent waits between reads while the host is not connected (ms). */
+const IDLE_POLL_MS = 100;
+
+let attaches = 0;
+let state: AgentState = AgentState.READY;
+let reason = '';
+
+function log(msg: string): void {
+  try {
+    fs.appendFileSync('/dev/kmsg', `feos-agent: ${msg}\n`);
+  } catch {
+    process.stderr.write(`feos-agent: ${msg}\n`);
+  }
+}
+
+function method<I extends DescMessage, O extends DescMessage>(
+  inSchema: I,
+  outSchema: O,
+  fn: (req: MessageShape<I>) => Promise<MessageShape<O>>,
+): UnaryHandler {
+  return async (bytes) => {
+    let req: MessageShape<I>;
+    try {
+      req = fromBinary(inSchema, bytes);
+    } catch (err: unknown) {
+      throw new GrpcError(GrpcCode.INVALID_ARGUMENT, `request: ${String(err)}`);
+    }
+    return toBinary(outSchema, await fn(req));
+  };
+}
+
+function readFileOr(path: string, fallback: string): string {
+  try {
+    return fs.readFileSync(path, 'utf8');
+  } catch {
+    return fallback;
+  }
+}
+
+function memAvailable(): bigint {
+  const m = /MemAvailable:\s+(\d+) kB/.exec(readFileOr('/proc/meminfo', ''));
+  return m ? BigInt(m[1]) * 1024n : 0n;
+}
+
+async function clock(cmd: 'step' | 'adjust', offsetNs: bigint): Promise<void> {
+  try {
+    await run(CLOCK_HELPER, [cmd, offsetNs.toString()], { timeout: 5000 });
+  } catch (err: unknown) {
+    const e = err as { code?: string; stderr?: string };
+    if (e.code === 'ENOENT') throw new GrpcError(GrpcCode.UNIMPLEMENTED, `${CLOCK_HELPER} is missing`);
+    throw new GrpcError(GrpcCode.INTERNAL, `clock ${cmd}: ${e.stderr?.trim() || String(err)}`);
+  }
+}
+
+const S = 'feos.guest.v1.GuestService';
+const handlers = new Map<string, UnaryHandler>([
+  [
+    `/${S}/Ping`,
+    method(PingRequestSchema, PingResponseSchema, async () =>
+      create(PingResponseSchema, {
+        state,
+        reason,
+        uptimeMs: BigInt(Math.round(Number.parseFloat(readFileOr('/proc/uptime', '0').split(' ')[0]) * 1000)),
+        bootId: readFileOr('/proc/sys/kernel/random/boot_id', '').trim(),
+        agentVersion: AGENT_VERSION,
+        kernelRelease: os.release(),
+        attaches,
+        memoryAvailableBytes: memAvailable(),
+      }),
+    ),
+  ],
+  [
+    `/${S}/GetTime`,
+    method(GetTimeRequestSchema, GetTimeResponseSchema, async () =>
+      create(GetTimeResponseSchema, { unixNanos: BigInt(Date.now()) * 1_000_000n }),
+    ),
+  ],
+  [
+    `/${S}/SetTime`,
+    method(SetTimeRequestSchema, SetTimeResponseSchema, async (req) => {
+      await clock('step', req.unixNanos - BigInt(Date.now()) * 1_000_000n);
+      return create(SetTimeResponseSchema);
+    }),
+  ],
+  [
+    `/${S}/AdjustTime`,
+    method(AdjustTimeRequestSchema, AdjustTimeResponseSchema, async (req) => {
+      await clock('adjust', req.offsetNanos);
+      return create(AdjustTimeResponseSchema);
+    }),
+  ],
+  [
+    `/${S}/ConfigureNetwork`,
+    method(ConfigureNetworkRequestSchema, ConfigureNetworkResponseSchema, async (req) => {
+      await configureNetwork(req);
+      return create(ConfigureNetworkResponseSchema);
+    }),
+  ],
+  [
+    `/${S}/EmptyMemory`,
+    method(EmptyMemoryRequestSchema, EmptyMemoryResponseSchema, async () => {
+      try {
+        fs.writeFileSync('/proc/sys/vm/drop_caches', '3');
+        fs.writeFileSync('/proc/sys/vm/compact_memory', '1');
+      } catch (err: unknown) {
+        throw new GrpcError(GrpcCode.INTERNAL, `empty memory: ${String(err)}`);
+      }
+      return create(EmptyMemoryResponseSchema, { memoryAvailableBytes: memAvailable() });
+    }),
+  ],
+  [
+    `/${S}/Shutdown`,
+    method(ShutdownRequestSchema, ShutdownResponseSchema, async (req) => {
+      state = AgentState.STOPPING;
+      log(req.reboot ? 'reboot asked' : 'shutdown asked');
+      // Answer first, then go: sync, unmount the data disk, power off.
+      setTimeout(() => {
+        execFile('/bin/sh', ['-c', `sync; umount /data 2>/dev/null; ${req.reboot ? 'reboot' : 'poweroff'} -f`]);
+      }, 50);
+      return create(ShutdownResponseSchema);
+    }),
+  ],
+  [
+    `/${S}/MountVolumes`,
+    method(MountVolumesRequestSchema, MountVolumesResponseSchema, async (req) => {
+      const res = create(MountVolumesResponseSchema);
+      for (const v of req.volumes) res.failed[v.name] = 'volumes are not supported by this guest yet';
+      return res;
+    }),
+  ],
+]);
+
+async function configureNetwork(req: MessageShape<typeof ConfigureNetworkRequestSchema>): Promise<void> {
+  const steps: string[][] = [];
+  if (req.macAddress) steps.push(['link', 'set', 'eth0', 'address', req.macAddress]);
+  if (req.mtu) steps.push(['link', 'set', 'eth0', 'mtu', String(req.mtu)]);
+  steps.push(['link', 'set', 'eth0', 'up']);
+  if (req.ipv6Address) {
+    steps.push(['-6', 'addr', 'replace', `${req.ipv6Address}/128`, 'dev', 'eth0', 'nodad']);
+    const gw = req.ipv6Gateway || 'fe80::1';
+    if (req.ipv6Routes.length === 0) steps.push(['-6', 'route', 'replace', 'default', 'via', gw, 'dev', 'eth0']);
+    for (const r of req.ipv6Routes) steps.push(['-6', 'route', 'replace', r, 'via', gw, 'dev', 'eth0']);
+  }
+  if (req.ipv4Address) {
+    const gw = req.ipv4Gateway || '169.254.0.1';
+    steps.push(['addr', 'replace', `${req.ipv4Address}/32`, 'dev', 'eth0']);
+    steps.push(['route', 'replace', gw, 'dev', 'eth0', 'scope', 'link']);
+    steps.push(['route', 'replace', 'default', 'via', gw, 'dev', 'eth0', 'onlink']);
+  }
+  for (const args of steps) {
+    try {
+      await run('/bin/ip', args, { timeout: 5000 });
+    } catch (err: unknown) {
+      throw new GrpcError(GrpcCode.INTERNAL, `ip ${args.join(' ')}: ${(err as { stderr?: string }).stderr?.trim() || String(err)}`);
+    }
+  }
+  if (req.nameservers.length > 0) {
+    fs.writeFileSync('/etc/resolv.conf', req.nameservers.map((n) => `nameserver ${n}\n`).join(''));
+  }
+}
+
+/** One host connection's HTTP/2 transport: bytes read from the port in, writes to the port out. */
+class PortStream extends Duplex {
+  readonly #write: (chunk: Buffer) => Promise<void>;
+  constructor(write: (chunk: Buffer) => Promise<void>) {
+    super();
+    this.#write = write;
+  }
+  override _read(): void {}
+  override _write(chunk: Buffer, _enc: BufferEncoding, cb: (err?: Error | null) => void): void {
+    this.#write(chunk).then(() => cb(), cb);
+  }
+}
+
+/** Serves the port for as long as the guest runs. */
+async function serve(): Promise<void> {
+  const fd = await waitForPort();
+  const server = http2.createServer();
+  server.on('sessionError', () => {});
+  server.on('session', (session) => serveUnary(session, handlers));
+  const handshake = new GuestHandshake();
+  let current: PortStream | undefined;
+  let writes: Promise<void> = Promise.resolve();
+  // Writes go out one at a time, in order; a write while the host is away blocks in the kernel until
+  // a host connects again, whose handshake then drops the stale bytes.
+  const write = (chunk: Buffer): Promise<void> => {
+    const p = writes.then(() => writeAll(fd, chunk));
+    writes = p.catch(() => {});
+    return p;
+  };
+  const endSession = (): void => {
+    if (current) {
+      current.push(null);
+      current.destroy();
+      current = undefined;
+    }
+    handshake.reset();
+  };
+  const buf = Buffer.allocUnsafe(64 * 1024);
+  for (;;) {
+    const n = await new Promise<number>((resolve, reject) =>
+      fs.read(fd, buf, 0, buf.length, null, (err, bytes) => (err ? reject(err) : resolve(bytes))),
+    ).catch((err: unknown) => {
+      log(`read: ${String(err)}`);
+      return 0;
+    });
+    if (n === 0) {
+      if (current) log('the host went away');
+      endSession();
+      await new Promise((r) => setTimeout(r, IDLE_POLL_MS));
+      continue;
+    }
+    const chunk = Buffer.from(buf.subarray(0, n));
+    if (current && !current.destroyed) {
+      current.push(chunk);
+      continue;
+    }
+    const step = handshake.push(chunk);
+    for (const nonce of step.answers) void write(Buffer.from(`FEOS-ATTACHED ${nonce}\n`, 'latin1'));
+    if (step.kind === 'preface') {
+      attaches += 1;
+      const stream = new PortStream(write);
+      current = stream;
+      stream.on('close', () => {
+        if (current === stream) {
+          current = undefined;
+          handshake.reset();
+        }
+      });
+      stream.on('error', () => {});
+      // The session's end (the host went away, or bytes that are not HTTP/2) ends this connection: what
+      // the port carries next must open with a handshake again.
+      server.once('session', (session) => {
+        session.once('close', () => {
+          if (current === stream) endSession();
+        });
+      });
+      server.emit('connection', stream);
+      stream.push(step.rest);
+    }
+  }
+}
+
+async function writeAll(fd: number, chunk: Buffer): Promise<void> {
+  let off = 0;
+  while (off < chunk.length) {
+    off += await new Promise<number>((resolve, reject) =>
+      fs.write(fd, chunk, off, chunk.length - off, null, (err, n) => (err ? reject(err) : resolve(n))),
+    );
+  }
+}
+
+async function waitForPort(): Promise<number> {
+  for (let i = 0; ; i++) {
+    try {
+      return fs.openSync(PORT_PATH, 'r+');
+    } catch (err: unknown) {
+      if (i % 50 === 0) log(`${PORT_PATH}: ${String(err)}; waiting for it`);
+      await new Promise((r) => setTimeout(r, IDLE_POLL_MS));
+    }
+  }
+}
+
+const mounts = readFileOr('/proc/mounts', '');
+if (fs.existsSync('/dev/feos-data') && !mounts.includes(`${fs.realpathSync('/dev/feos-data')} /data `)) {
+  state = AgentState.DEGRADED;
+  reason = 'the data disk is not mounted at /data';
+}
+
+if (import.meta.main) {
+  process.on('uncaughtException', (err) => log(`uncaught: ${err.stack ?? String(err)}`));
+  log(`agent ${AGENT_VERSION} serving on ${PORT_PATH}`);
+  void serve();
+}
