@@ -1,5 +1,5 @@
 /**
- * Output of kube32-cli in kubectl's forms: `-o json` (2-space indented JSON), `-o yaml`, and the
+ * Output of kube32-cli in kubectl's forms: `-o json` (4-space indented JSON, as kubectl prints it), `-o yaml`, and the
  * default human form (a column table like `kubectl get`, or a one-line message like
  * `pod/x moved`). Human progress goes to standard error when the output is machine-readable, so that
  * `-o json` output can always be piped.
