@@ -13,16 +13,17 @@
  *   nodes/<worker>/         each worker's --data-dir and its node kubeconfig
  *   logs/<component>.log    each child's standard output and error, appended
  * ```
- * Readiness is read from the cluster itself: the control plane is up when its kubeconfig is written
- * and `/readyz` answers 200; a worker is up when its Node reports Ready with a heartbeat from this run.
+ * Readiness is read from the cluster itself: the control plane is up when `/readyz` answers 200
+ * through the kubeconfig it writes; a worker is up when its Node reports Ready with a heartbeat from this run.
  * Stopping sends SIGTERM to the workers first (each drains itself: cordon, evict, up to 20 s), then to
  * the control plane; a second interrupt kills what is left at once.
  */
 import { type ChildProcess, spawn } from 'node:child_process';
-import { closeSync, existsSync, mkdirSync, openSync, readFileSync, rmSync, statSync, writeFileSync } from 'node:fs';
+import { closeSync, existsSync, mkdirSync, openSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
 import { createServer } from 'node:net';
 import { join } from 'node:path';
-import { apiJson, rawRequest } from './api-client.ts';
+import type { KubeConfig } from '@kubernetes/client-node';
+import { apiJson, rawRequest, serverUrl } from './api-client.ts';
 import { CliError } from './errors.ts';
 import { loadClusterTarget } from './kubeconfig.ts';
 import { issueWorkerKubeconfig } from './node-credentials.ts';
@@ -324,16 +325,17 @@ export async function startLocalCluster(opts: LocalClusterOptions): Promise<Loca
     children.push(cp);
     recordChildren(lockPath, children);
     print(`control plane   starting   (log ${cp.log})`);
-    // Its kubeconfig, written by this run (an older one may still be there from the last run).
-    const server = await until('writing its kubeconfig', cp, readyTimeoutMs, opts.signal, async () => {
-      if (!existsSync(kubeconfig) || statSync(kubeconfig).mtimeMs < started - 1000) return undefined;
-      return loadClusterTarget({ kubeconfig }).kubeConfig.getCurrentCluster()?.server;
-    });
-    const admin = loadClusterTarget({ kubeconfig }).kubeConfig;
-    await until('answering /readyz', cp, readyTimeoutMs, opts.signal, async () => {
-      const res = await rawRequest(admin, { path: '/readyz' });
+    // Ready when /readyz answers 200 through the kubeconfig it writes. The file is read again at each
+    // try: one left by an earlier run may name another port until this run rewrites it.
+    let admin: KubeConfig | undefined;
+    const server = await until('answering /readyz', cp, readyTimeoutMs, opts.signal, async () => {
+      if (!existsSync(kubeconfig)) return undefined;
+      const kc = loadClusterTarget({ kubeconfig }).kubeConfig;
+      const res = await rawRequest(kc, { path: '/readyz', signal: AbortSignal.timeout(5000) });
       res.body.resume();
-      return res.status === 200 ? true : undefined;
+      if (res.status !== 200) return undefined;
+      admin = kc;
+      return serverUrl(kc);
     });
     print(`control plane   ready      ${server}   (${((Date.now() - started) / 1000).toFixed(1)}s)`);
 
@@ -361,7 +363,7 @@ export async function startLocalCluster(opts: LocalClusterOptions): Promise<Loca
         .map(async (w, idx) => {
           const t0 = Date.now();
           const node = await until('its Node reporting Ready', w, readyTimeoutMs, opts.signal, async () => {
-            const n = await apiJson<NodeObject>(admin, { path: `/api/v1/nodes/${w.name}` });
+            const n = await apiJson<NodeObject>(admin!, { path: `/api/v1/nodes/${w.name}` });
             const ready = n.status?.conditions?.find((c) => c.type === 'Ready');
             // A Node from an earlier run still says Ready until the node lifecycle controller notices; only
             // a heartbeat from this run counts (heartbeats have one-second precision).
