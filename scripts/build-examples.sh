@@ -1,6 +1,33 @@
 #!/usr/bin/env bash
-# Builds the example pods and the interpreter-speed kernel from source into build/ (asc, clang, wat2wasm).
-# Filled in by the pod runtime work.
+# Builds the example pods and the interp-mops kernel from source into build/ with the real
+# compilers: asc (AssemblyScript, from npm), clang and wasm-ld (Debian's clang and lld), wat2wasm
+# (Debian's wabt). Called by `npm run build`; scripts/setup.sh installs the tools.
+#   build/examples/echo.wasm, build/examples/counter.wasm, build/examples/counter-c.wasm
+#   build/interp-mops.wasm
 set -euo pipefail
 cd "$(dirname "$0")/.."
-exit 0
+out=build/examples
+mkdir -p "$out"
+
+need() {
+  command -v "$1" >/dev/null 2>&1 || { echo "build-examples: $1 not found ($2); run scripts/setup.sh" >&2; exit 1; }
+}
+need clang "Debian package clang"
+need wasm-ld "Debian package lld"
+need wat2wasm "Debian package wabt"
+[ -x node_modules/.bin/asc ] || { echo "build-examples: node_modules/.bin/asc not found; run npm ci" >&2; exit 1; }
+
+# AssemblyScript pods: the SDK's abort hook replaces the env.abort import.
+asc_flags=(-O3 --noAssert --runtime incremental --use abort=sdk/assemblyscript/index/k32_abort)
+for ex in echo counter; do
+  node_modules/.bin/asc "examples/$ex/$ex.ts" -o "$out/$ex.wasm" "${asc_flags[@]}"
+done
+
+# C pods: no libc; bulk memory so that copies are memory.copy, not calls to memcpy.
+clang --target=wasm32 -O2 -mbulk-memory -nostdlib -Wl,--no-entry -Isdk/c \
+  -o "$out/counter-c.wasm" examples/counter-c/counter.c
+
+# The fixed kernel of kube32.io/interp-mops.
+wat2wasm src/wasm/kernel/interp-mops.wat -o build/interp-mops.wasm
+
+echo "build-examples: $(ls "$out" | tr '\n' ' ')and interp-mops.wasm in build/"
