@@ -1,7 +1,221 @@
-/** kube32-cli commands: `dev MODULE.wasm` (run one pod locally), owned by src/wasm. */
+/**
+ * `kube32-cli dev MODULE.wasm`: runs one pod on this computer, serving its HTTP on a port as a node
+ * would (pod-abi.md; issue 3, "For pod authors"). A pod author's edit-run loop, and the way to try
+ * a snapshot by hand: with `--save-on-exit FILE`, SIGINT or SIGTERM freezes the pod and writes its
+ * K32S snapshot; `--restore FILE` starts from one. Owned by src/wasm.
+ *
+ * Standard output carries the pod's log lines; standard error the runner's own messages, among them
+ * `serving <name> on http://HOST:PORT` once the pod is ready (tests read the port from it).
+ */
+import { randomBytes } from 'node:crypto';
+import { createReadStream } from 'node:fs';
+import { mkdtemp, open, readFile, rename, rm } from 'node:fs/promises';
+import { createServer, type Server } from 'node:http';
+import { tmpdir } from 'node:os';
+import { basename, dirname, join } from 'node:path';
 import type { Command } from 'commander';
+import { parseBytes, parseDuration } from '../../lib/index.ts';
+import { ModuleError, PodInstance, PodStartError, PodStateError, loadModule, serveHttp, type PodModule } from '../../wasm/index.ts';
+import { CliError } from '../errors.ts';
+
+interface DevFlags {
+  port: string;
+  address: string;
+  env: string[];
+  tickInterval?: string;
+  topics?: string;
+  memoryLimit: string;
+  restore?: string;
+  saveOnExit?: string;
+  fsDir?: string;
+  name?: string;
+  freezeTimeout: string;
+}
+
+function collect(value: string, previous: string[]): string[] {
+  return [...previous, value];
+}
 
 /** Adds this file's commands to `program`. */
-export function register(_program: Command): void {
-  // Not built yet.
+export function register(program: Command): void {
+  program
+    .command('dev')
+    .description('Run one pod on this computer, serving its HTTP as a node would')
+    .argument('<module>', 'the pod\'s WebAssembly module (.wasm)')
+    .option('-p, --port <port>', 'port to serve the pod\'s HTTP on (0: any free port)', '8080')
+    .option('--address <address>', 'address to listen on', '127.0.0.1')
+    .option('-e, --env <KEY=VALUE>', 'an environment variable of the container (repeatable)', collect, [])
+    .option('--tick-interval <duration>', 'call k32_tick at this interval, as the annotation kube32.io/tick-interval (500ms, 1s)')
+    .option('--topics <a,b>', 'topics the pod subscribes to, as kube32.io/topics; its channel sends on them come back as events')
+    .option('--memory-limit <quantity>', 'the pod\'s memory limit, as resources.limits.memory (64Ki, 16Mi)', '16Mi')
+    .option('--restore <file>', 'start from this K32S snapshot instead of afresh')
+    .option('--save-on-exit <file>', 'on SIGINT or SIGTERM, freeze the pod and write its K32S snapshot here')
+    .option('--fs-dir <dir>', 'the pod\'s storage for k32_fs (default: a temporary directory, removed at exit)')
+    .option('--name <name>', 'the pod\'s name (default: the module\'s file name)')
+    .option('--freeze-timeout <duration>', 'how long the current call may take to return when freezing', '10s')
+    .action(async (file: string, flags: DevFlags) => {
+      await dev(file, flags);
+    });
+}
+
+function parseFlags(file: string, flags: DevFlags) {
+  const port = Number(flags.port);
+  if (!Number.isInteger(port) || port < 0 || port > 65535) throw new CliError(`--port must be 0 to 65535: got ${JSON.stringify(flags.port)}`);
+  const env: Record<string, string> = {};
+  for (const kv of flags.env) {
+    const eq = kv.indexOf('=');
+    if (eq <= 0) throw new CliError(`--env ${JSON.stringify(kv)}: expected KEY=VALUE`);
+    env[kv.slice(0, eq)] = kv.slice(eq + 1);
+  }
+  const num = (what: string, f: () => number): number => {
+    try {
+      return f();
+    } catch (err: unknown) {
+      throw new CliError(`${what}: ${err instanceof Error ? err.message : String(err)}`);
+    }
+  };
+  const tickIntervalMs = flags.tickInterval ? num('--tick-interval', () => parseDuration(flags.tickInterval!)) : 0;
+  const memoryLimitBytes = num('--memory-limit', () => parseBytes(flags.memoryLimit));
+  if (memoryLimitBytes < 1) throw new CliError('--memory-limit must be at least 1 byte');
+  const freezeTimeoutMs = Math.round(num('--freeze-timeout', () => parseDuration(flags.freezeTimeout)));
+  if (freezeTimeoutMs < 1 || freezeTimeoutMs > 60_000) throw new CliError('--freeze-timeout must be 1ms to 60s');
+  const topics = (flags.topics ?? '').split(',').map((t) => t.trim()).filter((t) => t.length > 0);
+  const name = flags.name ?? basename(file).replace(/\.wasm$/, '').toLowerCase().replace(/[^a-z0-9-]+/g, '-');
+  return { port, env, tickIntervalMs, memoryLimitBytes, freezeTimeoutMs, topics, name };
+}
+
+async function dev(file: string, flags: DevFlags): Promise<void> {
+  const opts = parseFlags(file, flags);
+  let bytes: Uint8Array;
+  try {
+    bytes = await readFile(file);
+  } catch (err: unknown) {
+    throw new CliError(`${file}: cannot read it: ${(err as NodeJS.ErrnoException).code === 'ENOENT' ? 'no such file' : String(err)}`);
+  }
+  let module: PodModule;
+  try {
+    module = await loadModule(bytes, { memoryLimitBytes: opts.memoryLimitBytes });
+  } catch (err: unknown) {
+    if (err instanceof ModuleError) throw new CliError(`${file}: ${err.message}`, 1, { cause: err });
+    throw err;
+  }
+  const fsDir = flags.fsDir ?? (await mkdtemp(join(tmpdir(), `kube32-dev-${opts.name}-`)));
+  const say = (line: string): void => {
+    process.stderr.write(`${line}\n`);
+  };
+  const topics = new Set(opts.topics);
+  let pod: PodInstance | undefined;
+  try {
+    pod = await PodInstance.start({
+      module,
+      namespace: 'default',
+      podName: opts.name,
+      containerName: opts.name,
+      env: opts.env,
+      tickIntervalMs: opts.tickIntervalMs,
+      topics: opts.topics,
+      fsDir,
+      onLog: (e) => process.stdout.write(`${e.line}\n`),
+      onChannelSend: (topic, payload) => {
+        say(`channel ${topic}: ${payload.length} bytes`);
+        if (topics.has(topic)) pod?.event(topic, payload);
+      },
+      ...(flags.restore ? { restoreFrom: createReadStream(flags.restore) } : {}),
+    });
+  } catch (err: unknown) {
+    if (!flags.fsDir) await rm(fsDir, { recursive: true, force: true });
+    if (err instanceof PodStartError) throw new CliError(`${opts.name}: ${err.reason}: ${err.message}`, 1, { cause: err });
+    if ((err as NodeJS.ErrnoException).code === 'ENOENT') throw new CliError(`${flags.restore}: no such file`);
+    throw err;
+  }
+  const running = pod;
+  const server: Server = createServer(serveHttp(() => running, { onError: (m) => say(m) }));
+  await new Promise<void>((resolve, reject) => {
+    server.once('error', (err) => reject(new CliError(`cannot listen on ${flags.address}:${opts.port}: ${err.message}`)));
+    server.listen(opts.port, flags.address, () => resolve());
+  });
+  const addr = server.address();
+  const port = typeof addr === 'object' && addr ? addr.port : opts.port;
+  const how = flags.restore ? `restored from ${flags.restore} at pod time ${running.podTimeMs} ms` : 'started afresh';
+  say(`${opts.name}: ${module.kind} pod, image sha256:${module.imageSha256}, ${how}`);
+  say(`serving ${opts.name} on http://${flags.address}:${port}`);
+
+  const done = Promise.withResolvers<number>();
+  let stopping = false;
+  const stop = async (signal: string): Promise<void> => {
+    if (stopping) return;
+    stopping = true;
+    say(`${signal}: stopping ${opts.name}`);
+    let code = 0;
+    if (flags.saveOnExit && !running.exit) {
+      try {
+        await saveSnapshot(running, flags.saveOnExit, opts.freezeTimeoutMs, say);
+      } catch (err: unknown) {
+        const blockers = err instanceof PodStateError && err.blockers.length > 0 ? ` (blockers: ${err.blockers.join('; ')})` : '';
+        say(`cannot save the snapshot: ${err instanceof Error ? err.message : String(err)}${blockers}`);
+        code = 1;
+      }
+    }
+    server.close();
+    server.closeAllConnections();
+    await running.terminate();
+    if (!flags.fsDir) await rm(fsDir, { recursive: true, force: true });
+    done.resolve(code);
+  };
+  const onSignal = (signal: NodeJS.Signals): void => {
+    void stop(signal);
+  };
+  process.on('SIGINT', onSignal);
+  process.on('SIGTERM', onSignal);
+  void running.exited.then((exit) => {
+    if (stopping) return;
+    say(`${opts.name} ended: ${exit.reason}: ${exit.message}`);
+    stopping = true;
+    server.close();
+    server.closeAllConnections();
+    void (flags.fsDir ? Promise.resolve() : rm(fsDir, { recursive: true, force: true })).then(() => done.resolve(exit.exitCode));
+  });
+  const code = await done.promise;
+  process.off('SIGINT', onSignal);
+  process.off('SIGTERM', onSignal);
+  if (code !== 0) throw new CliError(`${opts.name} ended with exit code ${code}`, code);
+}
+
+/**
+ * Freezes the pod, streams its snapshot into a temporary file beside `path` (fsync), and renames
+ * it over `path` (then fsyncs the directory): the file is whole or absent.
+ */
+async function saveSnapshot(pod: PodInstance, path: string, timeoutMs: number, say: (line: string) => void): Promise<void> {
+  await pod.freeze(timeoutMs);
+  const snap = await pod.snapshot();
+  const tmp = join(dirname(path), `.${basename(path)}.${process.pid}.${randomBytes(4).toString('hex')}.tmp`);
+  const fh = await open(tmp, 'w', 0o600);
+  let written = 0;
+  let last: Uint8Array = new Uint8Array(0);
+  try {
+    for await (const chunk of snap.chunks) {
+      await fh.write(chunk);
+      written += chunk.length;
+      last = chunk;
+    }
+    await fh.sync();
+  } catch (err: unknown) {
+    await fh.close();
+    await rm(tmp, { force: true });
+    throw err;
+  }
+  await fh.close();
+  if (written !== snap.byteLength) {
+    await rm(tmp, { force: true });
+    throw new Error(`the snapshot has ${written} bytes, expected ${snap.byteLength}`);
+  }
+  await rename(tmp, path);
+  const dir = await open(dirname(path), 'r');
+  try {
+    await dir.sync();
+  } finally {
+    await dir.close();
+  }
+  const trailer = Buffer.from(last.subarray(Math.max(0, last.length - 32))).toString('hex');
+  say(`saved ${path}: ${snap.byteLength} bytes, sha256:${trailer}, pod time ${snap.podTimeMs} ms`);
 }
