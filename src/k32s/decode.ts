@@ -20,6 +20,7 @@ import {
   K32S_MAGIC,
   K32S_VERSION,
   MAX_MEMORY_PAGES,
+  MAX_SECTIONS,
   SECTION_HEADER_BYTES,
   SectionType,
   TRAILER_BYTES,
@@ -36,6 +37,7 @@ import {
 
 /** The most bytes a section other than MEMORY may have unless `sectionLimitBytes` says otherwise. */
 const DEFAULT_SECTION_LIMIT = 16 << 20;
+
 
 type State = 'header' | 'sectionHead' | 'memory' | 'skip' | 'small' | 'trailer' | 'done' | 'failed';
 
@@ -83,6 +85,7 @@ export class SnapshotDecoder {
   #sawEvents = false;
   readonly #globals: SnapshotGlobal[] = [];
   readonly #tables: SnapshotTable[] = [];
+  readonly #tableIndices = new Set<number>();
   readonly #channels: SnapshotChannel[] = [];
   readonly #events: HeldEvent[] = [];
   readonly #sections: SectionInfo[] = [];
@@ -309,6 +312,9 @@ export class SnapshotDecoder {
     if (limit !== undefined && bytes > limit) {
       this.#fail('MemoryLimit', `the snapshot holds ${bytes} bytes of linear memory, more than the pod's memory limit of ${limit} bytes`, 40);
     }
+    if (header.sectionCount > MAX_SECTIONS) {
+      this.#fail('Malformed', `the header says ${header.sectionCount} sections; this reader takes at most ${MAX_SECTIONS}`, 64);
+    }
     this.#header = header;
     this.#sectionsLeft = header.sectionCount;
     const dest = this.#opts.memory ?? 'allocate';
@@ -421,7 +427,7 @@ export class SnapshotDecoder {
         readGlobals(c, this.#opts.module, this.#globals);
         break;
       case SectionType.TABLE:
-        readTable(c, this.#opts.module, this.#tables);
+        readTable(c, this.#opts.module, this.#tables, this.#tableIndices);
         break;
       case SectionType.CHANNELS:
         readChannels(c, this.#channels);

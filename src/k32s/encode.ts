@@ -8,6 +8,7 @@ import {
   K32S_MAGIC,
   K32S_VERSION,
   MAX_MEMORY_PAGES,
+  MAX_SECTIONS,
   SECTION_HEADER_BYTES,
   SectionType,
   TRAILER_BYTES,
@@ -69,6 +70,7 @@ function layout(state: SnapshotState): Layout {
       fail(`global ${g.index} bits`, `of a 32-bit value must be below 2^32, got ${g.bits}`);
     }
   }
+  if (state.tables.length > MAX_SECTIONS - 4) fail('tables', `are ${state.tables.length}; a snapshot holds at most ${MAX_SECTIONS - 4}`);
   const seenTables = new Set<number>();
   const tables: number[] = [];
   for (const t of state.tables) {

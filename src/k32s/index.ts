@@ -16,6 +16,7 @@ export {
   TRAILER_BYTES,
   WASM_PAGE_BYTES,
   MAX_MEMORY_PAGES,
+  MAX_SECTIONS,
   NULL_FUNCREF,
   SectionType,
   ValType,

@@ -126,17 +126,18 @@ export function readGlobals(c: Cursor, module: ModuleShape | undefined, out: Sna
 }
 
 /**
- * Reads a TABLE section into `tables`.
+ * Reads a TABLE section into `tables`; `seen` holds the table indices read so far.
  * @throws {K32SError} `Malformed` for a bad layout or a repeated table, `TableMismatch` for one the module does not take.
  */
-export function readTable(c: Cursor, module: ModuleShape | undefined, tables: SnapshotTable[]): void {
+export function readTable(c: Cursor, module: ModuleShape | undefined, tables: SnapshotTable[], seen: Set<number>): void {
   const at = c.offset - SECTION_HEADER_BYTES;
   const index = c.u32('the table index');
   const size = c.u32('the table size');
   if (size * 4 !== c.left) {
     fail('Malformed', `table ${index} says ${size} entries but its section holds ${c.left / 4}`, at + SECTION_HEADER_BYTES + 4);
   }
-  if (tables.some((t) => t.index === index)) fail('Malformed', `the snapshot has table ${index} twice`, at);
+  if (seen.has(index)) fail('Malformed', `the snapshot has table ${index} twice`, at);
+  seen.add(index);
   const entries = new Uint32Array(size);
   const raw = c.bytes(size * 4, 'the table entries');
   if (LITTLE_ENDIAN) {

@@ -17,6 +17,12 @@ export const TRAILER_BYTES = 32;
 export const WASM_PAGE_BYTES = 65536;
 /** Most pages a wasm32 linear memory can have. */
 export const MAX_MEMORY_PAGES = 65536;
+/**
+ * The most sections a snapshot may have (a reader's bound, not the format's). The writer puts at most
+ * 4 plus one per table; the bound keeps a stream of empty sections from growing a reader's
+ * bookkeeping without end.
+ */
+export const MAX_SECTIONS = 65536;
 /** The table entry (and funcref global value) that stands for `ref.null func`. */
 export const NULL_FUNCREF = 0xffffffff;
 

@@ -122,6 +122,7 @@ describe('K32S layout errors', { timeout: 60_000 }, () => {
     ['bytes after the trailer', new Uint8Array(Buffer.concat([GOLDEN_A, Uint8Array.of(0)])), /1 or more bytes after its trailer/],
     ['flags other than 0', damaged(6, [1, 0]), /flags are 0x0001; K32S version 1 defines none/],
     ['memory bytes that do not fit the pages', damaged(44, [2]), /memory bytes \(16\) do not agree with its memory pages \(2\)/],
+    ['more sections than a reader takes', damaged(64, [1, 0, 1, 0]), /the header says 65537 sections; this reader takes at most 65536/],
     ['more pages than wasm32 has', damaged(44, [1, 0, 1, 0]), /65537 memory pages; a wasm32 memory has at most 65536/],
     ['a MEMORY section of another length than the header says', damaged(70, [15]), /MEMORY section is 15 bytes long; the header says memory bytes 16/],
     ['a GLOBALS section that is not whole entries', damaged(92, [25]), /GLOBALS section is 25 bytes long, not a multiple of 13/],
