@@ -54,7 +54,7 @@ export async function replacePod(ctx: ControllerContext, pod: V1Pod, nodeName: s
   const ns = pod.metadata?.namespace ?? 'default';
   const name = pod.metadata?.name ?? '';
   const key = `${ns}/${name}`;
-  ctx.state.replacements.begin(key);
+  ctx.state.replacements.begin(key, pod.metadata?.ownerReferences?.find((r) => r.controller)?.uid);
   try {
     return await ctx.api.replacePod(ns, name, replacementPod(pod, nodeName, restoreFrom));
   } catch (err: unknown) {

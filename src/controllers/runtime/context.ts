@@ -51,14 +51,14 @@ export const DEFAULT_TIMINGS: ControllerTimings = {
  * adds a pod that would start without the state (seed "Moves": "The Deployment counts one pod at every step").
  */
 export class Replacements {
-  readonly #inFlight = new Map<string, number>();
+  readonly #inFlight = new Map<string, { until: number; ownerUid?: string }>();
   readonly #clock: TimerClock;
   constructor(clock: TimerClock) {
     this.#clock = clock;
   }
-  /** Marks `namespace/name` as being replaced (for at most 30 s). */
-  begin(key: string): void {
-    this.#inFlight.set(key, this.#clock.now() + 30_000);
+  /** Marks `namespace/name` (controlled by `ownerUid`) as being replaced, for at most 30 s. */
+  begin(key: string, ownerUid?: string): void {
+    this.#inFlight.set(key, { until: this.#clock.now() + 30_000, ownerUid });
   }
   /** The replacement is visible (its ADDED arrived) or failed. */
   end(key: string): void {
@@ -66,13 +66,17 @@ export class Replacements {
   }
   /** Whether `namespace/name` is being replaced now. */
   has(key: string): boolean {
-    const until = this.#inFlight.get(key);
-    if (until === undefined) return false;
-    if (until < this.#clock.now()) {
+    const entry = this.#inFlight.get(key);
+    if (entry === undefined) return false;
+    if (entry.until < this.#clock.now()) {
       this.#inFlight.delete(key);
       return false;
     }
     return true;
+  }
+  /** The `namespace/name` keys being replaced whose controller is `ownerUid`. */
+  ownedBy(ownerUid: string): string[] {
+    return [...this.#inFlight.keys()].filter((k) => this.has(k) && this.#inFlight.get(k)?.ownerUid === ownerUid);
   }
 }
 

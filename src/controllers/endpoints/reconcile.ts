@@ -1,0 +1,85 @@
+/**
+ * The endpoints controller: a Service with a selector gets an Endpoints object of the same name listing its
+ * pods' addresses: ready pods under `addresses`, others (a frozen pod during a move is not Ready) under
+ * `notReadyAddresses`, with the Service's ports resolved to the pods' container ports (by name or number).
+ */
+import type { CoreV1EndpointPort as V1EndpointPort, V1EndpointAddress, V1EndpointSubset, V1Endpoints, V1Pod, V1Service, V1ServicePort } from '@kubernetes/client-node';
+import type { ReconcileResult } from '../runtime/controller.ts';
+import { splitKey } from '../runtime/controller.ts';
+import type { ControllerContext } from '../runtime/context.ts';
+import { isAlreadyExists, isNotFound } from '../runtime/errors.ts';
+import { isPodActive, isPodReady } from '../runtime/pods.ts';
+
+function selects(svc: V1Service, pod: V1Pod): boolean {
+  const sel = svc.spec?.selector;
+  if (!sel || Object.keys(sel).length === 0) return false;
+  return Object.entries(sel).every(([k, v]) => pod.metadata?.labels?.[k] === v);
+}
+
+function resolvePort(sp: V1ServicePort, pod: V1Pod): number | undefined {
+  const target = sp.targetPort ?? sp.port;
+  if (typeof target === 'number') return target;
+  if (/^\d+$/.test(String(target))) return Number(target);
+  for (const c of pod.spec?.containers ?? []) for (const p of c.ports ?? []) if (p.name === target) return p.containerPort;
+  return undefined;
+}
+
+/** The subsets for a Service's pods, grouped by identical resolved ports, in a stable order. */
+export function endpointSubsets(svc: V1Service, pods: readonly V1Pod[]): V1EndpointSubset[] {
+  const groups = new Map<string, V1EndpointSubset>();
+  const sorted = [...pods].filter((p) => selects(svc, p) && isPodActive(p) && p.status?.podIP).sort((a, b) => (a.metadata?.name ?? '').localeCompare(b.metadata?.name ?? ''));
+  for (const pod of sorted) {
+    const ports: V1EndpointPort[] = [];
+    for (const sp of svc.spec?.ports ?? []) {
+      const port = resolvePort(sp, pod);
+      if (port !== undefined) ports.push({ name: sp.name, port, protocol: sp.protocol ?? 'TCP' });
+    }
+    const k = JSON.stringify(ports);
+    const subset: V1EndpointSubset = groups.get(k) ?? { addresses: [] as V1EndpointAddress[], notReadyAddresses: [] as V1EndpointAddress[], ports };
+    const address = {
+      ip: pod.status!.podIP!,
+      nodeName: pod.spec?.nodeName,
+      targetRef: { kind: 'Pod', namespace: pod.metadata?.namespace, name: pod.metadata?.name, uid: pod.metadata?.uid },
+    };
+    if (isPodReady(pod)) subset.addresses!.push(address);
+    else subset.notReadyAddresses!.push(address);
+    groups.set(k, subset);
+  }
+  return [...groups.values()].map((s) => ({
+    ...(s.addresses!.length ? { addresses: s.addresses } : {}),
+    ...(s.notReadyAddresses!.length ? { notReadyAddresses: s.notReadyAddresses } : {}),
+    ports: s.ports,
+  }));
+}
+
+/** Reconciles the Endpoints of the Service `namespace/name`. */
+export async function reconcileEndpoints(key: string, ctx: ControllerContext): Promise<ReconcileResult | undefined> {
+  const { namespace, name } = splitKey(key);
+  const svc = ctx.cache.services.get(name, namespace);
+  if (!svc || !svc.spec?.selector || Object.keys(svc.spec.selector).length === 0) return undefined; // the GC removes owned endpoints
+  const subsets = endpointSubsets(svc, ctx.cache.pods.list(namespace));
+  const existing = ctx.cache.endpoints.get(name, namespace);
+  const body: V1Endpoints = {
+    apiVersion: 'v1',
+    kind: 'Endpoints',
+    metadata: { name, namespace, labels: svc.metadata?.labels, resourceVersion: existing?.metadata?.resourceVersion },
+    subsets,
+  };
+  if (!existing) {
+    try {
+      await ctx.api.createEndpoints(namespace, body);
+    } catch (err: unknown) {
+      if (!isAlreadyExists(err)) throw err;
+      return { requeueAfterMs: 200 };
+    }
+    return undefined;
+  }
+  if (JSON.stringify(existing.subsets ?? []) === JSON.stringify(subsets)) return undefined;
+  try {
+    await ctx.api.replaceEndpoints(namespace, name, body);
+  } catch (err: unknown) {
+    if (isNotFound(err)) return { requeueAfterMs: 200 };
+    throw err;
+  }
+  return undefined;
+}

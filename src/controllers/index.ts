@@ -1,0 +1,165 @@
+/**
+ * Kube32's controllers (issue 6; seed 002 "Moves", "Drain and evictions", "Policies", "Periodic checkpoints
+ * and node loss", "Retention", "Limits"): the door of `src/controllers/`.
+ *
+ * `startControllers` builds every controller as a REST client of an API server (informers from
+ * @kubernetes/client-node, then one work queue and workers each), waits until every cache has synced, then
+ * starts the workers. Each controller reconciles from what it observes, and every step is safe to repeat
+ * after a crash. See docs/controllers.md.
+ */
+import type { KubeConfig } from '@kubernetes/client-node';
+import { createLogger } from '../lib/index.ts';
+import { realClock, type TimerClock } from '../lib/workqueue.ts';
+import { newCheckpointController } from './checkpoint/controller.ts';
+import { newEndpointsController } from './endpoints/controller.ts';
+import { newNodeLifecycleController } from './nodelifecycle/controller.ts';
+import { newPodLifecycleController } from './podlifecycle/controller.ts';
+import { newPolicyController } from './policy/controller.ts';
+import type { ClusterApi } from './runtime/api.ts';
+import { Informers } from './runtime/cache.ts';
+import type { Controller, ControllerLog } from './runtime/controller.ts';
+import { type ControllerContext, type ControllerTimings, DEFAULT_TIMINGS, newSharedState } from './runtime/context.ts';
+import { KubeClusterApi } from './runtime/kube-api.ts';
+import { newScheduler } from './scheduler/controller.ts';
+import { newWorkloadControllers } from './workloads/controller.ts';
+
+export type { ClusterApi, SnapshotAnswer } from './runtime/api.ts';
+export type { ControllerTimings } from './runtime/context.ts';
+export { DEFAULT_TIMINGS } from './runtime/context.ts';
+export type { Checkpoint, CheckpointPhase, CheckpointSpec, CheckpointStatus } from './runtime/types.ts';
+export { ANNOTATIONS, LABELS } from './runtime/types.ts';
+export { podSpecBlockers } from './runtime/pods.ts';
+export { pickNode, type Placement } from './scheduler/fit.ts';
+
+/** The names of the controllers, for `disable`. */
+export const CONTROLLER_NAMES = [
+  'scheduler',
+  'checkpoint',
+  'podlifecycle',
+  'replicaset',
+  'deployment',
+  'daemonset',
+  'endpoints',
+  'nodelifecycle',
+  'policy',
+] as const;
+export type ControllerName = (typeof CONTROLLER_NAMES)[number];
+
+/** Options of {@link startControllers}. */
+export interface StartControllersOptions {
+  /** Where the API server is and who the controllers are (an admin identity). */
+  kubeConfig: KubeConfig;
+  /** Timings, ms; each defaults to {@link DEFAULT_TIMINGS} (the seed's and Kubernetes' values). */
+  timings?: Partial<ControllerTimings>;
+  /** Controllers not to run (another scheduler runs, say). */
+  disable?: readonly ControllerName[];
+  /** The clock. @default realClock */
+  clock?: TimerClock;
+  /** The logger. @default pino, component `controllers` */
+  log?: ControllerLog;
+}
+
+/** Running controllers. */
+export interface RunningControllers {
+  /** Stops the workers (waiting for reconciles in progress) and the watches. */
+  stop(): Promise<void>;
+}
+
+/**
+ * Starts every controller against the API server of `kubeConfig`.
+ * @returns once every informer has listed its resource and the workers run
+ * @throws ApiCallError when a required resource (pods, nodes, checkpoints) cannot be listed
+ * @throws RangeError when a timing is not a positive number
+ * @example
+ * const kc = new KubeConfig(); kc.loadFromFile('admin.kubeconfig');
+ * const controllers = await startControllers({ kubeConfig: kc });
+ * // ...
+ * await controllers.stop();
+ */
+export async function startControllers(options: StartControllersOptions): Promise<RunningControllers> {
+  const timings: ControllerTimings = { ...DEFAULT_TIMINGS, ...(options.timings ?? {}) };
+  for (const [k, v] of Object.entries(timings)) {
+    if (typeof v !== 'number' || !Number.isFinite(v) || v <= 0) {
+      throw new RangeError(`startControllers: timing '${k}' must be a positive number of ms: current value is ${v}`);
+    }
+  }
+  const clock = options.clock ?? realClock;
+  const log = options.log ?? createLogger('controllers');
+  const api = new KubeClusterApi(options.kubeConfig);
+  const informers = new Informers(options.kubeConfig, api.rest, log);
+  const ctx: ControllerContext = { api, cache: informers.caches, clock, log, timings, state: newSharedState(clock) };
+  return startWith(ctx, informers, options.disable ?? []);
+}
+
+async function startWith(ctx: ControllerContext, informers: Informers, disable: readonly ControllerName[]): Promise<RunningControllers> {
+  const all: Controller[] = [
+    newScheduler(ctx, informers),
+    newCheckpointController(ctx, informers),
+    newPodLifecycleController(ctx, informers),
+    ...newWorkloadControllers(ctx, informers),
+    newEndpointsController(ctx, informers),
+    newNodeLifecycleController(ctx, informers),
+    newPolicyController(ctx, informers),
+  ];
+  const controllers = all.filter((c) => !disable.includes(c.name as ControllerName));
+  try {
+    await informers.start();
+  } catch (err: unknown) {
+    await informers.stop();
+    (ctx.api as KubeClusterApi).rest?.close();
+    throw err;
+  }
+  // Every cache has synced: queue what exists, then start the workers.
+  for (const c of all) {
+    if (!controllers.includes(c)) c.queue.shutDown();
+  }
+  primeQueues(ctx, controllers);
+  for (const c of controllers) c.start();
+  ctx.log.info({ controllers: controllers.map((c) => c.name) }, 'controllers started');
+  let stopped = false;
+  return {
+    async stop() {
+      if (stopped) return;
+      stopped = true;
+      await informers.stop();
+      await Promise.all(controllers.map((c) => c.stop()));
+      (ctx.api as KubeClusterApi).rest?.close();
+    },
+  };
+}
+
+/** The informers' initial adds fire before the workers start; this makes sure nothing listed is missed. */
+function primeQueues(ctx: ControllerContext, controllers: Controller[]): void {
+  const key = (o: { metadata?: { namespace?: string; name?: string } }) =>
+    o.metadata?.namespace ? `${o.metadata.namespace}/${o.metadata.name}` : (o.metadata?.name ?? '');
+  for (const c of controllers) {
+    switch (c.name) {
+      case 'scheduler':
+      case 'podlifecycle':
+        for (const p of ctx.cache.pods.list()) c.enqueue(key(p));
+        break;
+      case 'checkpoint':
+        for (const o of ctx.cache.checkpoints.list()) c.enqueue(key(o));
+        break;
+      case 'replicaset':
+        for (const o of ctx.cache.replicaSets.list()) c.enqueue(key(o));
+        break;
+      case 'deployment':
+        for (const o of ctx.cache.deployments.list()) c.enqueue(key(o));
+        break;
+      case 'daemonset':
+        for (const o of ctx.cache.daemonSets.list()) c.enqueue(key(o));
+        break;
+      case 'endpoints':
+        for (const o of ctx.cache.services.list()) c.enqueue(key(o));
+        break;
+      case 'nodelifecycle':
+        for (const o of ctx.cache.nodes.list()) c.enqueue(key(o));
+        break;
+      case 'policy':
+        for (const o of ctx.cache.nodes.list()) c.enqueue(`node:${key(o)}`);
+        for (const p of ctx.cache.pods.list()) c.enqueue(`pod:${key(p)}`);
+        break;
+    }
+  }
+}

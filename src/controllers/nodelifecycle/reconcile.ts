@@ -1,0 +1,145 @@
+/**
+ * The node lifecycle controller (seed "Periodic checkpoints and node loss"; Kubernetes' nodelifecycle):
+ *
+ * - A node whose Lease (`kube-node-lease/<node>`) is not renewed for `nodeMonitorGracePeriodMs`, judged by
+ *   this controller's own clock (the time it saw the renewal change, not the node's timestamps), turns
+ *   `Ready=Unknown` (reason `NodeStatusUnknown`) and gets the `node.kubernetes.io/unreachable` taints
+ *   (`NoSchedule`, `NoExecute`). A node reporting `Ready=False` gets `node.kubernetes.io/not-ready:NoSchedule`.
+ * - `podEvictionTimeoutMs` after it turned Unknown, its pods are evicted for rescheduling: a pod with a Saved
+ *   periodic checkpoint is replaced, unbound, with `kube32.io/restore-from` naming the latest one (owners or
+ *   not), so the node the scheduler picks restores it; any other pod is deleted (its owner makes a new one).
+ *   DaemonSet pods stay. Evictions stop while more than 55 % of at least 3 nodes look unhealthy (a partition
+ *   of the control plane rather than node losses).
+ * - A node that renews its Lease again loses the controller's taints.
+ */
+import type { V1Node, V1NodeCondition, V1Taint } from '@kubernetes/client-node';
+import { latestPeriodic } from '../checkpoint/retention.ts';
+import { replacePod } from '../checkpoint/move.ts';
+import type { ReconcileResult } from '../runtime/controller.ts';
+import type { ControllerContext } from '../runtime/context.ts';
+import { isConflict, isNotFound } from '../runtime/errors.ts';
+import { isDaemonSetPod, isPodActive, migrationPolicy, nodeReadyStatus } from '../runtime/pods.ts';
+
+export const UNREACHABLE = 'node.kubernetes.io/unreachable';
+export const NOT_READY = 'node.kubernetes.io/not-ready';
+
+/** The node's liveness signal: its Lease's renew time, else its Ready heartbeat. */
+function signal(ctx: ControllerContext, node: V1Node): string | undefined {
+  const name = node.metadata?.name ?? '';
+  const lease = ctx.cache.leases.get(name, 'kube-node-lease');
+  const renew = lease?.spec?.renewTime;
+  if (renew !== undefined) return `${String(renew)}|${lease?.metadata?.resourceVersion ?? ''}`;
+  const ready = node.status?.conditions?.find((c) => c.type === 'Ready');
+  return ready?.lastHeartbeatTime !== undefined ? String(ready.lastHeartbeatTime) : undefined;
+}
+
+/** How long the node has been silent, by this controller's clock. */
+export function silentForMs(ctx: ControllerContext, node: V1Node): number {
+  const name = node.metadata?.name ?? '';
+  const now = ctx.clock.now();
+  const sig = signal(ctx, node) ?? '';
+  const seen = ctx.state.leaseSeen.get(name);
+  if (!seen || seen.renew !== sig) {
+    ctx.state.leaseSeen.set(name, { renew: sig, at: now });
+    return 0;
+  }
+  return now - seen.at;
+}
+
+function withTaints(node: V1Node, wanted: V1Taint[], managed: string[]): V1Taint[] | undefined {
+  const current = node.spec?.taints ?? [];
+  const keep = current.filter((t) => !managed.includes(t.key));
+  const next = [...keep, ...wanted.map((w) => current.find((t) => t.key === w.key && t.effect === w.effect) ?? w)];
+  const same = next.length === current.length && next.every((t) => current.some((c) => c.key === t.key && c.effect === t.effect));
+  return same ? undefined : next;
+}
+
+function unhealthy(ctx: ControllerContext, node: V1Node): boolean {
+  return nodeReadyStatus(node) !== 'True' || silentForMs(ctx, node) >= ctx.timings.nodeMonitorGracePeriodMs;
+}
+
+/** Reconciles the node `name`. */
+export async function reconcileNode(name: string, ctx: ControllerContext): Promise<ReconcileResult | undefined> {
+  const node = ctx.cache.nodes.get(name);
+  if (!node) {
+    ctx.state.leaseSeen.delete(name);
+    return undefined;
+  }
+  const now = ctx.clock.now();
+  const grace = ctx.timings.nodeMonitorGracePeriodMs;
+  const silent = silentForMs(ctx, node);
+  const nowIso = new Date(now).toISOString();
+
+  if (silent < grace) {
+    // Alive: the kubelet reports its own conditions; keep only the not-ready taint in step with them.
+    const ready = nodeReadyStatus(node);
+    const wanted: V1Taint[] = ready === 'False' ? [{ key: NOT_READY, effect: 'NoSchedule', timeAdded: nowIso as unknown as Date }] : [];
+    const taints = ready === 'Unknown' ? undefined : withTaints(node, wanted, [UNREACHABLE, NOT_READY]);
+    if (taints) await ctx.api.patchNode(name, { spec: { taints } });
+    return { requeueAfterMs: grace - silent };
+  }
+
+  // Silent for the grace period: Unknown and tainted.
+  const conditions = node.status?.conditions ?? [];
+  if (nodeReadyStatus(node) !== 'Unknown') {
+    const next: V1NodeCondition[] = conditions.map((c) =>
+      ['Ready', 'MemoryPressure', 'DiskPressure', 'PIDPressure'].includes(c.type)
+        ? { ...c, status: 'Unknown', reason: 'NodeStatusUnknown', message: 'Kubelet stopped posting node status.', lastTransitionTime: nowIso as unknown as Date }
+        : c,
+    );
+    if (!next.some((c) => c.type === 'Ready')) {
+      next.push({ type: 'Ready', status: 'Unknown', reason: 'NodeStatusUnknown', message: 'Kubelet stopped posting node status.', lastTransitionTime: nowIso as unknown as Date });
+    }
+    await ctx.api.patchNodeStatus(name, { status: { conditions: next } });
+    ctx.log.warn({ node: name, silentMs: silent }, 'node stopped renewing its lease: Ready=Unknown');
+  }
+  const taints = withTaints(
+    node,
+    [
+      { key: UNREACHABLE, effect: 'NoSchedule', timeAdded: nowIso as unknown as Date },
+      { key: UNREACHABLE, effect: 'NoExecute', timeAdded: nowIso as unknown as Date },
+    ],
+    [UNREACHABLE, NOT_READY],
+  );
+  if (taints) await ctx.api.patchNode(name, { spec: { taints } });
+
+  const readyCond = conditions.find((c) => c.type === 'Ready');
+  const since =
+    readyCond?.status === 'Unknown' && Number.isFinite(Date.parse(String(readyCond.lastTransitionTime ?? '')))
+      ? Math.min(Date.parse(String(readyCond.lastTransitionTime)), now)
+      : now;
+  // Count eviction time from when *this* controller saw the node go silent past the grace, at the latest.
+  const seenAt = (ctx.state.leaseSeen.get(name)?.at ?? now) + grace;
+  const evictAt = Math.max(since, seenAt) + ctx.timings.podEvictionTimeoutMs;
+  if (now < evictAt) return { requeueAfterMs: evictAt - now };
+
+  const nodes = ctx.cache.nodes.list();
+  const sick = nodes.filter((n) => unhealthy(ctx, n)).length;
+  if (nodes.length >= 3 && sick / nodes.length > 0.55) {
+    ctx.log.warn({ node: name, unhealthy: sick, nodes: nodes.length }, 'most nodes look unhealthy: not evicting');
+    return { requeueAfterMs: grace };
+  }
+  await evictPods(ctx, name);
+  return { requeueAfterMs: grace };
+}
+
+/** Evicts the pods of a lost node for rescheduling; restores from the latest Saved periodic checkpoint where one exists. */
+export async function evictPods(ctx: ControllerContext, nodeName: string): Promise<void> {
+  for (const pod of ctx.cache.pods.list()) {
+    if (pod.spec?.nodeName !== nodeName || !isPodActive(pod) || isDaemonSetPod(pod)) continue;
+    const ns = pod.metadata?.namespace ?? 'default';
+    const name = pod.metadata?.name ?? '';
+    const latest = migrationPolicy(pod) === 'Never' ? undefined : latestPeriodic(ctx, ns, name);
+    if (latest) {
+      const replaced = await replacePod(ctx, pod, undefined, latest.metadata?.name);
+      ctx.log.info({ pod: `${ns}/${name}`, node: nodeName, checkpoint: latest.metadata?.name, replaced: replaced !== undefined }, 'node lost: the pod restores elsewhere from its periodic checkpoint');
+      continue;
+    }
+    try {
+      await ctx.api.deletePod(ns, name, { uid: pod.metadata?.uid, gracePeriodSeconds: 0 });
+      ctx.log.info({ pod: `${ns}/${name}`, node: nodeName }, 'node lost: pod deleted for rescheduling');
+    } catch (err: unknown) {
+      if (!isNotFound(err) && !isConflict(err)) throw err;
+    }
+  }
+}

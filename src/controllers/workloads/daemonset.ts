@@ -1,0 +1,87 @@
+/**
+ * The DaemonSet sync, as far as drains need it (`kubectl drain --ignore-daemonsets` finds the DaemonSet of
+ * each such pod): one pod per Ready node that matches the template's `nodeSelector`, bound directly to the
+ * node (DaemonSet pods tolerate cordons), pods on nodes that no longer qualify removed, and the status.
+ * No rolling update of DaemonSet pods: a changed template applies to new pods.
+ */
+import type { V1DaemonSet, V1Node, V1Pod } from '@kubernetes/client-node';
+import type { ReconcileResult } from '../runtime/controller.ts';
+import { splitKey } from '../runtime/controller.ts';
+import type { ControllerContext } from '../runtime/context.ts';
+import { isConflict, isNotFound } from '../runtime/errors.ts';
+import { isPodActive, isPodReady, nodeReadyStatus } from '../runtime/pods.ts';
+import { matchesSelector, tolerates } from '../scheduler/fit.ts';
+import type { Expectations } from './replicaset.ts';
+import { ownedPods } from './replicaset.ts';
+
+function eligible(ds: V1DaemonSet, node: V1Node): boolean {
+  if (nodeReadyStatus(node) !== 'True') return false;
+  const probe: V1Pod = { spec: ds.spec?.template.spec ?? { containers: [] } };
+  if (!matchesSelector(probe, node)) return false;
+  const tolerations = ds.spec?.template.spec?.tolerations ?? [];
+  return (node.spec?.taints ?? []).every(
+    (t) => t.effect === 'PreferNoSchedule' || t.key.startsWith('node.kubernetes.io/') || tolerations.some((x) => tolerates(x, t)),
+  );
+}
+
+/** Reconciles the DaemonSet `namespace/name`. */
+export async function reconcileDaemonSet(key: string, ctx: ControllerContext, exp: Expectations): Promise<ReconcileResult | undefined> {
+  const { namespace, name } = splitKey(key);
+  const ds = ctx.cache.daemonSets.get(name, namespace);
+  if (!ds || ds.metadata?.deletionTimestamp) return undefined;
+  const now = ctx.clock.now();
+  const pods = ownedPods(ctx, namespace, ds.metadata?.uid).filter(isPodActive);
+  exp.observe(key, pods, now);
+  const byNode = new Map<string, V1Pod[]>();
+  for (const p of pods) byNode.set(p.spec?.nodeName ?? '', [...(byNode.get(p.spec?.nodeName ?? '') ?? []), p]);
+  const nodes = ctx.cache.nodes.list().filter((n) => eligible(ds, n));
+  const wanted = new Set(nodes.map((n) => n.metadata?.name ?? ''));
+  for (const n of wanted) {
+    if ((byNode.get(n)?.length ?? 0) > 0 || exp.pendingCreates(`${key}@${n}`) > 0) continue;
+    const t = ds.spec!.template;
+    const pod: V1Pod = {
+      apiVersion: 'v1',
+      kind: 'Pod',
+      metadata: {
+        generateName: `${name}-`,
+        namespace,
+        labels: { ...(t.metadata?.labels ?? {}) },
+        annotations: { ...(t.metadata?.annotations ?? {}) },
+        ownerReferences: [{ apiVersion: 'apps/v1', kind: 'DaemonSet', name, uid: ds.metadata!.uid!, controller: true, blockOwnerDeletion: true }],
+      },
+      spec: { ...structuredClone(t.spec!), nodeName: n },
+    };
+    const created = await ctx.api.createPod(namespace, pod);
+    exp.created(`${key}@${n}`, created.metadata?.name ?? '', now);
+  }
+  for (const [n, list] of byNode) {
+    const extra = wanted.has(n) ? list.slice(1) : list;
+    for (const p of extra) {
+      try {
+        await ctx.api.deletePod(namespace, p.metadata?.name ?? '', { uid: p.metadata?.uid });
+      } catch (err: unknown) {
+        if (!isNotFound(err) && !isConflict(err)) throw err;
+      }
+    }
+  }
+  const scheduled = [...byNode.keys()].filter((n) => wanted.has(n)).length;
+  const ready = pods.filter((p) => wanted.has(p.spec?.nodeName ?? '') && isPodReady(p)).length;
+  const status = {
+    desiredNumberScheduled: wanted.size,
+    currentNumberScheduled: scheduled,
+    numberMisscheduled: [...byNode.keys()].filter((n) => !wanted.has(n)).length,
+    numberReady: ready,
+    numberAvailable: ready,
+    updatedNumberScheduled: scheduled,
+    observedGeneration: ds.metadata?.generation ?? 1,
+  };
+  const cur = (ds.status ?? {}) as Record<string, unknown>;
+  if (Object.entries(status).some(([k, v]) => (cur[k] ?? 0) !== v)) {
+    try {
+      await ctx.api.patchDaemonSetStatus(namespace, name, { status });
+    } catch (err: unknown) {
+      if (!isNotFound(err)) throw err;
+    }
+  }
+  return undefined;
+}

@@ -1,0 +1,173 @@
+/**
+ * The ReplicaSet sync: as many active pods as `spec.replicas`, and the status kubectl prints.
+ *
+ * A pod being replaced by a move, a rollback or a restore (between the DELETED of its old uid and the ADDED
+ * of its new one) counts as present, and so does a `Failed` pod whose restore failed, which the pod
+ * lifecycle controller replaces afresh: the ReplicaSet never adds a pod that would start without the state
+ * (seed "Moves"). Pods it created or deleted but that the cache does not show yet are counted through
+ * {@link Expectations}, so that a burst of events does not create or delete twice.
+ */
+import type { V1Pod, V1ReplicaSet } from '@kubernetes/client-node';
+import type { ReconcileResult } from '../runtime/controller.ts';
+import { splitKey } from '../runtime/controller.ts';
+import type { ControllerContext } from '../runtime/context.ts';
+import { isConflict, isNotFound } from '../runtime/errors.ts';
+import { controllerOf, isPodActive, isPodReady } from '../runtime/pods.ts';
+import { matchLabelSelector } from '../runtime/selectors.ts';
+import { ANNOTATIONS } from '../runtime/types.ts';
+
+/** The most pods one sync creates or deletes (the rest follow in the next sync). */
+const BURST = 100;
+
+/** Creations and deletions a controller made that its cache does not show yet. */
+export class Expectations {
+  readonly #creates = new Map<string, Map<string, number>>();
+  readonly #deletes = new Map<string, Map<string, number>>();
+  /** Forget what the cache shows (or what is older than 30 s). */
+  observe(ownerKey: string, pods: readonly V1Pod[], now: number): void {
+    const names = new Set(pods.map((p) => p.metadata?.name ?? ''));
+    const uids = new Set(pods.map((p) => p.metadata?.uid ?? ''));
+    const c = this.#creates.get(ownerKey);
+    for (const [name, at] of c ?? []) if (names.has(name) || at + 30_000 < now) c!.delete(name);
+    const d = this.#deletes.get(ownerKey);
+    for (const [uid, at] of d ?? []) if (!uids.has(uid) || at + 30_000 < now) d!.delete(uid);
+  }
+  created(ownerKey: string, name: string, now: number): void {
+    const m = this.#creates.get(ownerKey) ?? new Map<string, number>();
+    m.set(name, now);
+    this.#creates.set(ownerKey, m);
+  }
+  deleted(ownerKey: string, uid: string, now: number): void {
+    const m = this.#deletes.get(ownerKey) ?? new Map<string, number>();
+    m.set(uid, now);
+    this.#deletes.set(ownerKey, m);
+  }
+  pendingCreates(ownerKey: string): number {
+    return this.#creates.get(ownerKey)?.size ?? 0;
+  }
+  isDeleting(ownerKey: string, uid: string): boolean {
+    return this.#deletes.get(ownerKey)?.has(uid) ?? false;
+  }
+}
+
+/** Whether a pod counts for its owner: active, or Failed on a restore the pod lifecycle controller replaces. */
+export function countsForOwner(pod: V1Pod): boolean {
+  if (isPodActive(pod)) return true;
+  return pod.status?.phase === 'Failed' && !pod.metadata?.deletionTimestamp && pod.metadata?.annotations?.[ANNOTATIONS.restoreFrom] !== undefined;
+}
+
+/** The pods an owner controls (by controller reference uid). */
+export function ownedPods(ctx: ControllerContext, namespace: string, ownerUid: string | undefined): V1Pod[] {
+  return ctx.cache.pods.list(namespace).filter((p) => controllerOf(p)?.uid === ownerUid);
+}
+
+/** The pod a ReplicaSet creates from its template. */
+export function podFromTemplate(rs: V1ReplicaSet): V1Pod {
+  const t = rs.spec?.template;
+  return {
+    apiVersion: 'v1',
+    kind: 'Pod',
+    metadata: {
+      generateName: `${rs.metadata?.name}-`,
+      namespace: rs.metadata?.namespace,
+      labels: { ...(t?.metadata?.labels ?? {}) },
+      annotations: { ...(t?.metadata?.annotations ?? {}) },
+      ownerReferences: [
+        { apiVersion: 'apps/v1', kind: 'ReplicaSet', name: rs.metadata!.name!, uid: rs.metadata!.uid!, controller: true, blockOwnerDeletion: true },
+      ],
+    },
+    spec: structuredClone(t?.spec ?? { containers: [] }),
+  };
+}
+
+/** Deletion order: unbound first, then not running, then not ready, then the newest; moving pods last. */
+function deletionRank(p: V1Pod): [number, number, number, number, number] {
+  const moving = p.metadata?.annotations?.[ANNOTATIONS.restoreFrom] !== undefined ? 1 : 0;
+  const created = Date.parse(String(p.metadata?.creationTimestamp ?? '')) || 0;
+  return [moving, p.spec?.nodeName ? 1 : 0, p.status?.phase === 'Running' ? 1 : 0, isPodReady(p) ? 1 : 0, -created];
+}
+
+function compareRank(a: number[], b: number[]): number {
+  for (let i = 0; i < a.length; i++) if (a[i] !== b[i]) return a[i]! - b[i]!;
+  return 0;
+}
+
+/** Reconciles the ReplicaSet `namespace/name`. */
+export async function reconcileReplicaSet(key: string, ctx: ControllerContext, exp: Expectations): Promise<ReconcileResult | undefined> {
+  const { namespace, name } = splitKey(key);
+  const rs = ctx.cache.replicaSets.get(name, namespace);
+  if (!rs || rs.metadata?.deletionTimestamp) return undefined;
+  const uid = rs.metadata?.uid ?? '';
+  const now = ctx.clock.now();
+  // Adopt orphans that match (as Kubernetes does), so that a pod recreated by hand is counted.
+  for (const p of ctx.cache.pods.list(namespace)) {
+    if (!controllerOf(p) && isPodActive(p) && matchLabelSelector(rs.spec?.selector, p.metadata?.labels)) {
+      try {
+        await ctx.api.patchPod(namespace, p.metadata?.name ?? '', {
+          metadata: {
+            ownerReferences: [
+              ...(p.metadata?.ownerReferences ?? []),
+              { apiVersion: 'apps/v1', kind: 'ReplicaSet', name, uid, controller: true, blockOwnerDeletion: true },
+            ],
+          },
+        });
+      } catch (err: unknown) {
+        if (!isNotFound(err) && !isConflict(err)) throw err;
+      }
+    }
+  }
+  const owned = ownedPods(ctx, namespace, uid);
+  exp.observe(key, owned, now);
+  const active = owned.filter((p) => countsForOwner(p) && !exp.isDeleting(key, p.metadata?.uid ?? ''));
+  const present = new Set(owned.map((p) => `${namespace}/${p.metadata?.name}`));
+  const ghosts = ctx.state.replacements.ownedBy(uid).filter((k) => !present.has(k)).length;
+  const want = rs.spec?.replicas ?? 1;
+  const have = active.length + ghosts + exp.pendingCreates(key);
+  if (have < want) {
+    for (let i = 0; i < Math.min(BURST, want - have); i++) {
+      const created = await ctx.api.createPod(namespace, podFromTemplate(rs));
+      exp.created(key, created.metadata?.name ?? '', now);
+      ctx.log.info({ replicaset: key, pod: created.metadata?.name }, 'created pod');
+    }
+  } else if (active.length + ghosts > want) {
+    const victims = [...active].sort((a, b) => compareRank(deletionRank(a), deletionRank(b))).slice(0, Math.min(BURST, active.length + ghosts - want));
+    for (const p of victims) {
+      try {
+        await ctx.api.deletePod(namespace, p.metadata?.name ?? '', { uid: p.metadata?.uid });
+      } catch (err: unknown) {
+        if (!isNotFound(err) && !isConflict(err)) throw err;
+      }
+      exp.deleted(key, p.metadata?.uid ?? '', now);
+      ctx.log.info({ replicaset: key, pod: p.metadata?.name }, 'deleted pod');
+    }
+  }
+  await writeReplicaSetStatus(ctx, rs, active);
+  return undefined;
+}
+
+async function writeReplicaSetStatus(ctx: ControllerContext, rs: V1ReplicaSet, active: V1Pod[]): Promise<void> {
+  const labels = rs.spec?.template?.metadata?.labels ?? {};
+  const ready = active.filter((p) => isPodReady(p)).length;
+  const status = {
+    replicas: active.length,
+    fullyLabeledReplicas: active.filter((p) => Object.entries(labels).every(([k, v]) => p.metadata?.labels?.[k] === v)).length,
+    readyReplicas: ready,
+    availableReplicas: ready,
+    observedGeneration: rs.metadata?.generation ?? 1,
+  };
+  const cur = rs.status ?? { replicas: 0 };
+  if (
+    cur.replicas === status.replicas &&
+    (cur.fullyLabeledReplicas ?? 0) === status.fullyLabeledReplicas &&
+    (cur.readyReplicas ?? 0) === status.readyReplicas &&
+    (cur.availableReplicas ?? 0) === status.availableReplicas &&
+    (cur.observedGeneration ?? 0) === status.observedGeneration
+  ) {
+    return;
+  }
+  try {
+    await ctx.api.patchReplicaSetStatus(rs.metadata?.namespace ?? 'default', rs.metadata?.name ?? '', { status });
+  } catch (err: unknown) {
+    if (!isNotFound(err)) throw err;
+  }
+}
