@@ -1,7 +1,113 @@
-/** kube32-cli commands: `control-plane` (the API server and the controllers in one process), owned by src/controllers. */
-import type { Command } from 'commander';
+/**
+ * kube32-cli commands: `control-plane`, owned by src/controllers: the API server and every controller in
+ * ONE process. The API server runs in-process (`createApiServer`); the controllers are REST clients of it
+ * with the admin identity of the kubeconfig it writes, exactly as they would be of a remote one.
+ *
+ * `kube32-cli control-plane --data-dir D [--port P|0] [--bind ADDR] [--checkpoint-data-bytes Q]
+ *   [--node-monitor-grace-period 40s] [--pod-eviction-timeout 5m] [--move-timeout 60s]
+ *   [--checkpoint-retention 1h] [--listen-file F]`
+ *
+ * Once the API server listens and the controllers' caches have synced it prints one JSON line on standard
+ * output, as `apiserver` does: `{"url":"https://127.0.0.1:PORT","port":PORT,"kubeconfig":"D/kubeconfig"}`.
+ * SIGINT/SIGTERM stop the controllers, then the API server.
+ */
+import { KubeConfig } from '@kubernetes/client-node';
+import { Option, type Command } from 'commander';
+import { createApiServer } from '../../apiserver/index.ts';
+import { type ControllerTimings, startControllers } from '../../controllers/index.ts';
+import { parseBytes, parseDuration, writeFileAtomic } from '../../lib/index.ts';
+import { CliError } from '../errors.ts';
+
+interface Flags {
+  dataDir?: string;
+  port: string;
+  bind: string;
+  checkpointDataBytes: string;
+  nodeMonitorGracePeriod: string;
+  podEvictionTimeout: string;
+  moveTimeout: string;
+  checkpointRetention: string;
+  listenFile?: string;
+  certSan: string[];
+}
+
+function duration(flag: string, text: string): number {
+  try {
+    const ms = parseDuration(text);
+    if (ms <= 0) throw new RangeError('must be positive');
+    return ms;
+  } catch (err: unknown) {
+    throw new CliError(`--${flag}: ${err instanceof Error ? err.message : String(err)}`);
+  }
+}
 
 /** Adds this file's commands to `program`. */
-export function register(_program: Command): void {
-  // Not built yet.
+export function register(program: Command): void {
+  program
+    .command('control-plane')
+    .description('Run the Kube32 control plane: the API server and the controllers (scheduler, moves, drain, policies, checkpoints) in one process')
+    .addOption(new Option('--data-dir <dir>', 'directory of the database, the CA and the admin kubeconfig').makeOptionMandatory())
+    .addOption(new Option('--port <port>', 'TCP port of the API server; 0 picks a free one').default('6443'))
+    .addOption(new Option('--bind <address>', 'address to listen on').default('127.0.0.1'))
+    .addOption(new Option('--checkpoint-data-bytes <quantity>', 'memory for all checkpoint snapshots (e.g. 16Mi)').default('16Mi'))
+    .addOption(new Option('--node-monitor-grace-period <duration>', 'a node that does not renew its Lease for this long turns NotReady (Unknown)').default('40s'))
+    .addOption(new Option('--pod-eviction-timeout <duration>', 'pods of an unreachable node are evicted this long after it turned Unknown').default('5m'))
+    .addOption(new Option('--move-timeout <duration>', "a move's replacement that does not run within this rolls back").default('60s'))
+    .addOption(new Option('--checkpoint-retention <duration>', 'finished Checkpoints (other than the latest periodic ones) go after this').default('1h'))
+    .addOption(new Option('--cert-san <name...>', 'extra DNS names or IP addresses for the serving certificate').default([]))
+    .addOption(new Option('--listen-file <file>', 'also write the JSON line with the URL and kubeconfig to this file'))
+    .action(async (flags: Flags) => {
+      const port = Number(flags.port);
+      if (!Number.isInteger(port) || port < 0 || port > 65535) throw new CliError(`--port must be a TCP port (0-65535): current value is ${flags.port}`);
+      let dataBytes: number;
+      try {
+        dataBytes = parseBytes(flags.checkpointDataBytes);
+      } catch (err: unknown) {
+        throw new CliError(`--checkpoint-data-bytes: ${err instanceof Error ? err.message : String(err)}`);
+      }
+      const timings: Partial<ControllerTimings> = {
+        nodeMonitorGracePeriodMs: duration('node-monitor-grace-period', flags.nodeMonitorGracePeriod),
+        podEvictionTimeoutMs: duration('pod-eviction-timeout', flags.podEvictionTimeout),
+        moveTimeoutMs: duration('move-timeout', flags.moveTimeout),
+        checkpointRetentionMs: duration('checkpoint-retention', flags.checkpointRetention),
+      };
+      let server: Awaited<ReturnType<typeof createApiServer>>;
+      try {
+        server = await createApiServer({
+          dataDir: flags.dataDir,
+          port,
+          bindAddress: flags.bind,
+          checkpointDataBytes: dataBytes,
+          certificateSans: flags.certSan,
+        });
+      } catch (err: unknown) {
+        throw new CliError(err instanceof Error ? err.message : String(err), 1, { cause: err });
+      }
+      let controllers: Awaited<ReturnType<typeof startControllers>>;
+      try {
+        if (!server.kubeconfigPath) throw new Error('the API server wrote no admin kubeconfig');
+        const kc = new KubeConfig();
+        kc.loadFromFile(server.kubeconfigPath);
+        controllers = await startControllers({ kubeConfig: kc, timings });
+      } catch (err: unknown) {
+        await server.close();
+        throw new CliError(`starting the controllers: ${err instanceof Error ? err.message : String(err)}`, 1, { cause: err });
+      }
+      const line = `${JSON.stringify({ url: server.url, port: server.port, kubeconfig: server.kubeconfigPath ?? null })}\n`;
+      if (flags.listenFile) await writeFileAtomic(flags.listenFile, line);
+      process.stdout.write(line);
+      await new Promise<void>((resolve) => {
+        const stop = () => {
+          process.off('SIGINT', stop);
+          process.off('SIGTERM', stop);
+          void controllers
+            .stop()
+            .catch(() => {})
+            .then(() => server.close())
+            .then(resolve);
+        };
+        process.on('SIGINT', stop);
+        process.on('SIGTERM', stop);
+      });
+    });
 }

@@ -3,6 +3,7 @@
  * blockers the control plane finds in a pod's spec (seed "What keeps a pod from moving"), memory requests.
  */
 import type { V1Node, V1Pod } from '@kubernetes/client-node';
+import { podSpecBlockers as kubeletSpecBlockers } from '../../kubelet/index.ts';
 import { parseBytes } from '../../lib/index.ts';
 import { ANNOTATIONS, type MigrationPolicy } from './types.ts';
 
@@ -50,39 +51,11 @@ export function isDaemonSetPod(pod: V1Pod): boolean {
   return controllerOf(pod)?.kind === 'DaemonSet';
 }
 
-const CAPABILITY_GRANTS = new Set(['DISPLAY', 'KEYBOARD', 'SPEAKER', 'SD', 'CHIP_TEMP']);
-
 /**
  * The blockers the control plane finds in a pod's spec, every one, with the seed's exact texts (seed "What
- * keeps a pod from moving"): `grant <resource>`, `grant capability <NAME>`, `grant kube32.io/i2c-device`,
- * `volume claim <claim> on node storage`, `annotation kube32.io/migration: Never`. The node finds the others
- * (an open file, a call still running, an entry point).
- *
- * Local copy until src/kubelet exports its `podSpecBlockers`; then this delegates to it.
+ * keeps a pod from moving"). One implementation, the kubelet's: the node checks the same rows.
  */
-export function podSpecBlockers(pod: V1Pod): string[] {
-  const blockers: string[] = [];
-  const add = (b: string) => {
-    if (!blockers.includes(b)) blockers.push(b);
-  };
-  for (const c of [...(pod.spec?.initContainers ?? []), ...(pod.spec?.containers ?? [])]) {
-    const names = [...Object.keys(c.resources?.requests ?? {}), ...Object.keys(c.resources?.limits ?? {})];
-    for (const r of names) {
-      if ((r.startsWith('hardware.kube32.io/') && r !== 'hardware.kube32.io/ipc') || r.startsWith('esp32.io/')) add(`grant ${r}`);
-    }
-    for (const cap of c.securityContext?.capabilities?.add ?? []) {
-      if (CAPABILITY_GRANTS.has(cap)) add(`grant capability ${cap}`);
-    }
-    if (names.includes('kube32.io/i2c-device')) add('grant kube32.io/i2c-device');
-  }
-  if (pod.metadata?.annotations?.['kube32.io/i2c-device'] !== undefined) add('grant kube32.io/i2c-device');
-  for (const v of pod.spec?.volumes ?? []) {
-    if (v.persistentVolumeClaim) add(`volume claim ${v.persistentVolumeClaim.claimName} on node storage`);
-    else if (v.csi?.driver === 'kube32.io/sd') add(`volume claim ${v.name} on node storage`);
-  }
-  if (migrationPolicy(pod) === 'Never') add('annotation kube32.io/migration: Never');
-  return blockers;
-}
+export const podSpecBlockers: (pod: V1Pod) => string[] = (pod) => kubeletSpecBlockers(pod);
 
 /** The pod's memory request, bytes: the sum over containers (requests, else limits). */
 export function podMemoryRequest(pod: V1Pod): number {
