@@ -1,0 +1,43 @@
+/**
+ * What every handler receives: the registry, the authenticated user, and the server's options.
+ */
+import type { IncomingMessage, ServerResponse } from 'node:http';
+import type { Logger } from '../../lib/index.ts';
+import type { Registry } from '../registry/store.ts';
+import type { CheckpointDataStore } from '../registry/checkpoints/data-store.ts';
+import type { ResourceRequest } from './router.ts';
+
+/** An authenticated user (`user.Info`). */
+export interface UserInfo {
+  name: string;
+  uid?: string;
+  groups: string[];
+}
+
+/** Server-wide state and settings the handlers share. */
+export interface ServerContext {
+  registry: Registry;
+  log: Logger;
+  maxBodyBytes: number;
+  /** Interval of watch bookmarks and keep-alive newlines, in ms. */
+  watchHeartbeatMs: number;
+  checkpointData: CheckpointDataStore;
+  /** The bearer token the server presents to kubelets (user system:kube-apiserver). */
+  kubeletToken: string;
+  /** Answers a TokenReview: the user of a bearer token, or undefined. */
+  authenticateToken(token: string): UserInfo | undefined;
+  /** Limit of a module upload in bytes. */
+  maxModuleBytes: number;
+  /** Open streaming responses (watch, proxy), ended on close. */
+  streams: Set<ServerResponse>;
+}
+
+/** One request as the handlers see it. */
+export interface RequestScope {
+  req: IncomingMessage;
+  res: ServerResponse;
+  url: URL;
+  user: UserInfo;
+  info: ResourceRequest;
+  ctx: ServerContext;
+}

@@ -1,0 +1,145 @@
+/**
+ * Binary subresources: a Checkpoint's snapshot (`checkpoints/<name>/data`, seed 002 "Checkpoint
+ * objects and data": PUT checked while it streams, 422 when not K32S, 413 over the whole space;
+ * GET the bytes or 404), a Module's bytes (`modules/<name>/data`) and blobs by digest
+ * (`/apis/kube32.io/v1/blobs/<sha256>`).
+ */
+import { createHash } from 'node:crypto';
+import type { ServerResponse } from 'node:http';
+import { ApiError, badRequest, notFound } from '../errors.ts';
+import { checkpoints } from '../registry/checkpoints/index.ts';
+import { SnapshotCheckError, SnapshotChecker } from '../registry/checkpoints/snapshot-check.ts';
+import { modules } from '../registry/modules/index.ts';
+import { rec } from '../registry/util.ts';
+import type { RequestScope, ServerContext } from './context.ts';
+import { mediaType, sendJson } from './http.ts';
+
+/** Default limit of a module's bytes: 64 MiB. */
+export const DEFAULT_MAX_MODULE_BYTES = 64 * 1024 * 1024;
+
+function requireOctetStream(scope: RequestScope): number {
+  const type = mediaType(scope.req);
+  if (type !== 'application/octet-stream') {
+    throw new ApiError('UnsupportedMediaType', `the data must be sent as application/octet-stream, not ${type}`);
+  }
+  const len = scope.req.headers['content-length'];
+  if (len === undefined || !/^\d+$/.test(len)) throw badRequest('the data must be sent with a Content-Length');
+  return Number(len);
+}
+
+function sendBytes(res: ServerResponse, bytes: Uint8Array, headers: Record<string, string> = {}): void {
+  res.writeHead(200, { 'Content-Type': 'application/octet-stream', 'Content-Length': bytes.byteLength, 'Cache-Control': 'no-cache, private', ...headers });
+  res.end(bytes);
+}
+
+/** Serves GET and PUT of a Checkpoint's data. */
+export async function serveCheckpointData(scope: RequestScope): Promise<void> {
+  const { req, res, ctx, info } = scope;
+  const reg = ctx.registry;
+  const ns = info.namespace ?? '';
+  const name = info.name!;
+  const key = `${ns}/${name}`;
+  if (req.method === 'GET') {
+    const ckpt = reg.get(checkpoints, ns, name);
+    const bytes = ctx.checkpointData.get(key, ckpt.metadata.uid);
+    if (!bytes) throw new ApiError('NotFound', `checkpoints.kube32.io "${name}" has no data`, { name, group: 'kube32.io', kind: 'checkpoints' });
+    const st = rec(ckpt.status);
+    const headers: Record<string, string> = {};
+    if (typeof st.imageSha256 === 'string') headers['X-Kube32-Image-Sha256'] = st.imageSha256;
+    if (typeof st.snapshotSha256 === 'string') headers['X-Kube32-Snapshot-Sha256'] = st.snapshotSha256;
+    if (typeof st.podTimeMs === 'number') headers['X-Kube32-Pod-Time-Ms'] = String(st.podTimeMs);
+    return sendBytes(res, bytes, headers);
+  }
+  if (req.method !== 'PUT') throw new ApiError('MethodNotAllowed', `${req.method} is not supported on checkpoints/data`);
+  const length = requireOctetStream(scope);
+  const ckpt = reg.get(checkpoints, ns, name);
+  ctx.checkpointData.checkSize(length);
+  const buf = Buffer.allocUnsafe(length);
+  let off = 0;
+  const fail = (err: SnapshotCheckError) => {
+    req.resume();
+    return new ApiError('Invalid', `Checkpoint.kube32.io "${name}" is invalid: data: ${err.message}`, {
+      name,
+      group: 'kube32.io',
+      kind: 'Checkpoint',
+      causes: [{ reason: 'FieldValueInvalid', message: err.message, field: 'data' }],
+    });
+  };
+  let facts: ReturnType<SnapshotChecker['finish']>;
+  try {
+    const checker = new SnapshotChecker(length);
+    for await (const c of req) {
+      const chunk = c as Buffer;
+      checker.update(chunk);
+      chunk.copy(buf, off);
+      off += chunk.length;
+    }
+    facts = checker.finish();
+  } catch (err: unknown) {
+    if (err instanceof SnapshotCheckError) throw fail(err);
+    throw err;
+  }
+  const updated = reg.serverUpdate(checkpoints, ns, name, (o) => {
+    if (o.metadata.uid !== ckpt.metadata.uid) throw notFound('checkpoints', 'kube32.io', name);
+    o.status = { ...rec(o.status), sizeBytes: facts.sizeBytes, snapshotSha256: facts.snapshotSha256, imageSha256: facts.imageSha256, podTimeMs: facts.podTimeMs };
+    return o;
+  });
+  const dropped = ctx.checkpointData.put(key, ckpt.metadata.uid!, buf);
+  if (dropped.length) ctx.log.info({ dropped, stored: key }, 'checkpoint data: dropped the oldest snapshots to make room');
+  sendJson(res, 200, updated);
+}
+
+/** Serves GET and PUT of a Module's bytes (PUT creates or updates the Module). */
+export async function serveModuleData(scope: RequestScope): Promise<void> {
+  const { req, res, ctx, info } = scope;
+  const reg = ctx.registry;
+  const name = info.name!;
+  if (req.method === 'GET') {
+    const mod = reg.get(modules, '', name);
+    const sha = String(rec(mod.spec).sha256);
+    const bytes = reg.storage.getBlob(sha);
+    if (!bytes) throw new ApiError('NotFound', `modules.kube32.io "${name}" has no data`, { name, group: 'kube32.io', kind: 'modules' });
+    return sendBytes(res, bytes, { 'X-Kube32-Image-Sha256': sha });
+  }
+  if (req.method !== 'PUT') throw new ApiError('MethodNotAllowed', `${req.method} is not supported on modules/data`);
+  const length = requireOctetStream(scope);
+  if (length > ctx.maxModuleBytes) {
+    req.resume();
+    throw new ApiError('RequestEntityTooLarge', `the module is ${length} bytes, over the limit of ${ctx.maxModuleBytes} bytes`);
+  }
+  const buf = Buffer.allocUnsafe(length);
+  const hash = createHash('sha256');
+  let off = 0;
+  for await (const c of req) {
+    const chunk = c as Buffer;
+    if (off + chunk.length > length) throw badRequest('the body is longer than its Content-Length');
+    chunk.copy(buf, off);
+    hash.update(chunk);
+    off += chunk.length;
+  }
+  if (off !== length) throw badRequest(`the body ended after ${off} of ${length} bytes`);
+  if (length < 8 || buf.readUInt32BE(0) !== 0x0061736d) {
+    throw new ApiError('Invalid', `Module.kube32.io "${name}" is invalid: data: not a WebAssembly module (no \\0asm magic)`, {
+      name,
+      group: 'kube32.io',
+      kind: 'Module',
+      causes: [{ reason: 'FieldValueInvalid', message: 'not a WebAssembly module (no \\0asm magic)', field: 'data' }],
+    });
+  }
+  const sha256 = hash.digest('hex');
+  const result = reg.storage.transaction(() => {
+    reg.storage.putBlob(sha256, buf);
+    const existing = reg.find(modules, '', name);
+    if (!existing) return { obj: reg.create(modules, '', { metadata: { name }, spec: { sha256, sizeBytes: length } }), created: true };
+    return { obj: reg.serverUpdate(modules, '', name, (o) => ({ ...o, spec: { ...rec(o.spec), sha256, sizeBytes: length } })), created: false };
+  });
+  sendJson(res, result.created ? 201 : 200, result.obj);
+}
+
+/** Serves `GET /apis/kube32.io/v1/blobs/<sha256>`. */
+export function serveBlob(ctx: ServerContext, res: ServerResponse, sha: string): void {
+  if (!/^[0-9a-f]{64}$/.test(sha)) throw badRequest(`"${sha}" is not a SHA-256 digest (64 lowercase hex digits)`);
+  const bytes = ctx.registry.storage.getBlob(sha);
+  if (!bytes) throw new ApiError('NotFound', `blob "${sha}" not found`, { name: sha, group: 'kube32.io', kind: 'blobs' });
+  sendBytes(res, bytes, { 'X-Kube32-Image-Sha256': sha });
+}

@@ -1,0 +1,98 @@
+/**
+ * HTTP plumbing of the handlers: bounded body reading and decoding (JSON, YAML), content
+ * negotiation (Table), and the one error writer that turns anything thrown into a `metav1.Status`.
+ */
+import type { IncomingMessage, ServerResponse } from 'node:http';
+import { parse as parseYaml } from 'yaml';
+import { ApiError, badRequest, errorToStatus } from '../errors.ts';
+
+/** Default limit of a request body: 3 MiB, as Kubernetes' apiserver (etcd's object size limit is 1.5 MiB). */
+export const DEFAULT_MAX_BODY_BYTES = 3 * 1024 * 1024;
+
+/**
+ * Reads a whole request body up to `limit` bytes.
+ * @throws ApiError RequestEntityTooLarge past the limit (the rest of the body is discarded)
+ */
+export async function readBody(req: IncomingMessage, limit: number): Promise<Buffer> {
+  const declared = Number(req.headers['content-length'] ?? '0');
+  if (declared > limit) {
+    req.resume();
+    throw new ApiError('RequestEntityTooLarge', `the request body is ${declared} bytes, over the limit of ${limit} bytes`);
+  }
+  const chunks: Buffer[] = [];
+  let size = 0;
+  for await (const c of req) {
+    const chunk = c as Buffer;
+    size += chunk.length;
+    if (size > limit) {
+      req.resume();
+      throw new ApiError('RequestEntityTooLarge', `the request body is over the limit of ${limit} bytes`);
+    }
+    chunks.push(chunk);
+  }
+  return Buffer.concat(chunks);
+}
+
+/** The media type of a request (lower case, no parameters). */
+export function mediaType(req: IncomingMessage): string {
+  return String(req.headers['content-type'] ?? 'application/json').split(';')[0]!.trim().toLowerCase();
+}
+
+/**
+ * Decodes a body as JSON, or YAML when the media type says so (apply-patch+yaml, yaml).
+ * @throws ApiError BadRequest naming the decode error; UnsupportedMediaType for protobuf
+ */
+export function decodeBody(buf: Buffer, type: string): unknown {
+  if (type === 'application/vnd.kubernetes.protobuf') {
+    throw new ApiError('UnsupportedMediaType', 'the body of the request was in an unknown format - accepted media types include: application/json, application/yaml');
+  }
+  const text = buf.toString('utf8');
+  if (text.trim() === '') return undefined;
+  if (type.endsWith('yaml')) {
+    try {
+      return parseYaml(text, { uniqueKeys: true, maxAliasCount: 100 });
+    } catch (err: unknown) {
+      throw badRequest(`error decoding YAML: ${err instanceof Error ? err.message.split('\n')[0] : String(err)}`);
+    }
+  }
+  try {
+    return JSON.parse(text);
+  } catch (err: unknown) {
+    throw badRequest(`couldn't get version/kind; json parse error: ${err instanceof Error ? err.message : String(err)}`);
+  }
+}
+
+/** Whether the client asks for a `meta.k8s.io` Table (`Accept: application/json;as=Table;...`). */
+export function wantsTable(req: IncomingMessage): boolean {
+  const accept = String(req.headers.accept ?? '');
+  return /as=Table/.test(accept) && /g=meta\.k8s\.io/.test(accept);
+}
+
+/** Whether the client asks for `PartialObjectMetadata` (`as=PartialObjectMetadata[List]`). */
+export function wantsPartial(req: IncomingMessage): boolean {
+  return /as=PartialObjectMetadata/.test(String(req.headers.accept ?? ''));
+}
+
+/** Writes a JSON answer. */
+export function sendJson(res: ServerResponse, code: number, body: unknown, headers: Record<string, string> = {}): void {
+  const data = JSON.stringify(body);
+  res.writeHead(code, { 'Content-Type': 'application/json', 'Content-Length': Buffer.byteLength(data), 'Cache-Control': 'no-cache, private', ...headers });
+  res.end(data);
+}
+
+/** Writes any thrown value as a `metav1.Status` with its HTTP code. */
+export function sendError(res: ServerResponse, err: unknown): number {
+  const { status, headers } = errorToStatus(err);
+  if (res.headersSent) {
+    res.destroy();
+    return status.code;
+  }
+  sendJson(res, status.code, status, headers);
+  return status.code;
+}
+
+/** A `Warning` header value as Kubernetes writes it (`299 - "text"`). */
+export function warningHeader(warnings: string[]): Record<string, string> {
+  if (warnings.length === 0) return {};
+  return { Warning: warnings.map((w) => `299 - ${JSON.stringify(w)}`).join(', ') };
+}

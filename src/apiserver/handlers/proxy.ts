@@ -1,0 +1,138 @@
+/**
+ * Proxies: the node proxy (`/api/v1/nodes/<node>/proxy/<path>` → the kubelet at the node's
+ * InternalIP and `status.daemonEndpoints.kubeletEndpoint.Port`, plain HTTP, streaming both ways,
+ * method, headers and body passed through, the kubelet's status and body passed back; the server
+ * authenticates as `system:kube-apiserver` with its bearer token), pods' `log` (→ the node proxy's
+ * `/containerLogs/<ns>/<pod>/<container>`) and the service proxy (→ a ready endpoint of the service).
+ */
+import { request as httpRequest, type IncomingHttpHeaders } from 'node:http';
+import { ApiError, badRequest, notFound } from '../errors.ts';
+import { nodes } from '../registry/nodes/index.ts';
+import { pods } from '../registry/pods/index.ts';
+import { endpoints, services } from '../registry/core/index.ts';
+import { arr, rec } from '../registry/util.ts';
+import type { RequestScope } from './context.ts';
+
+const HOP_BY_HOP = new Set(['connection', 'keep-alive', 'proxy-authenticate', 'proxy-authorization', 'te', 'trailer', 'transfer-encoding', 'upgrade', 'host', 'authorization']);
+
+function forwardHeaders(h: IncomingHttpHeaders): Record<string, string | string[]> {
+  const out: Record<string, string | string[]> = {};
+  for (const [k, v] of Object.entries(h)) if (v !== undefined && !HOP_BY_HOP.has(k)) out[k] = v;
+  return out;
+}
+
+/** Where a node's kubelet listens, from its status. */
+export function kubeletAddress(node: ReturnType<RequestScope['ctx']['registry']['get']>): { host: string; port: number } {
+  const st = rec(node.status);
+  const addrs = arr(st.addresses);
+  const host = (addrs.find((a) => a.type === 'InternalIP')?.address ?? addrs.find((a) => a.type === 'Hostname')?.address) as string | undefined;
+  const port = rec(rec(rec(st.daemonEndpoints).kubeletEndpoint)).Port;
+  if (!host || typeof port !== 'number' || port <= 0) {
+    throw new ApiError('ServiceUnavailable', `node "${node.metadata.name}" has no kubelet endpoint (status.addresses InternalIP and status.daemonEndpoints.kubeletEndpoint.Port)`);
+  }
+  return { host, port };
+}
+
+/** Streams the request to `host:port` + `path` and the answer back; ends when either side does. */
+function forward(scope: RequestScope, target: { host: string; port: number }, path: string, auth: boolean): Promise<void> {
+  const { req, res, ctx } = scope;
+  return new Promise<void>((resolve) => {
+    const headers = forwardHeaders(req.headers);
+    if (auth) headers.authorization = `Bearer ${ctx.kubeletToken}`;
+    headers['x-forwarded-for'] = req.socket.remoteAddress ?? '';
+    const up = httpRequest({ host: target.host, port: target.port, method: req.method, path, headers });
+    ctx.streams.add(res);
+    const done = () => {
+      ctx.streams.delete(res);
+      resolve();
+    };
+    up.on('response', (ur) => {
+      const h = forwardHeaders(ur.headers);
+      res.writeHead(ur.statusCode ?? 502, h);
+      res.flushHeaders();
+      ur.pipe(res);
+      ur.on('end', done);
+      ur.on('error', () => {
+        res.destroy();
+        done();
+      });
+    });
+    up.on('error', (err) => {
+      if (!res.headersSent) {
+        const s = new ApiError('ServiceUnavailable', `error trying to reach service: ${err.message}`).toStatus();
+        const body = JSON.stringify(s);
+        res.writeHead(503, { 'Content-Type': 'application/json', 'Content-Length': Buffer.byteLength(body) });
+        res.end(body);
+      } else res.destroy();
+      done();
+    });
+    res.on('close', () => {
+      if (!res.writableFinished) up.destroy();
+      done();
+    });
+    req.pipe(up);
+  });
+}
+
+/** Serves `/api/v1/nodes/<node>/proxy/<path>`. */
+export async function serveNodeProxy(scope: RequestScope): Promise<void> {
+  const node = scope.ctx.registry.get(nodes, '', scope.info.name!);
+  const target = kubeletAddress(node);
+  await forward(scope, target, `/${scope.info.subpath}${scope.info.trailingSlash ? '/' : ''}${scope.url.search}`, true);
+}
+
+/** Serves `GET pods/<pod>/log`: the container's log from its node, followed when `follow=true`. */
+export async function servePodLog(scope: RequestScope): Promise<void> {
+  const { ctx, info, url } = scope;
+  const ns = info.namespace ?? '';
+  const pod = ctx.registry.get(pods, ns, info.name!);
+  const spec = rec(pod.spec);
+  const names = arr(spec.containers).map((c) => String(c.name));
+  let container = url.searchParams.get('container') ?? '';
+  if (!container) {
+    const dflt = pod.metadata.annotations?.['kubectl.kubernetes.io/default-container'];
+    if (dflt && names.includes(dflt)) container = dflt;
+    else if (names.length === 1) container = names[0]!;
+    else throw badRequest(`a container name must be specified for pod ${info.name}, choose one of: [${names.join(' ')}]`);
+  }
+  const all = [...names, ...arr(spec.initContainers).map((c) => String(c.name))];
+  if (!all.includes(container)) throw badRequest(`container ${container} is not valid for pod ${info.name}`);
+  if (!spec.nodeName) throw badRequest(`pod ${info.name} does not have a host assigned`);
+  const node = ctx.registry.find(nodes, '', String(spec.nodeName));
+  if (!node) throw notFound('nodes', '', String(spec.nodeName));
+  const target = kubeletAddress(node);
+  const q = new URLSearchParams();
+  for (const k of ['follow', 'tailLines', 'sinceSeconds', 'sinceTime', 'timestamps', 'previous', 'limitBytes']) {
+    const v = url.searchParams.get(k);
+    if (v !== null) q.set(k, v);
+  }
+  const qs = q.toString();
+  await forward(scope, target, `/containerLogs/${encodeURIComponent(ns)}/${encodeURIComponent(info.name!)}/${encodeURIComponent(container)}${qs ? `?${qs}` : ''}`, true);
+}
+
+/** Serves `/api/v1/namespaces/<ns>/services/[<scheme>:]<name>[:<port>]/proxy/<path>`. */
+export async function serveServiceProxy(scope: RequestScope): Promise<void> {
+  const { ctx, info } = scope;
+  const ns = info.namespace ?? '';
+  const parts = info.name!.split(':');
+  let name = parts[0]!;
+  let portName = parts[1] ?? '';
+  if (parts.length === 3) {
+    name = parts[1]!;
+    portName = parts[2]!;
+  }
+  const svc = ctx.registry.get(services, ns, name);
+  const ports = arr(rec(svc.spec).ports);
+  const port = portName ? ports.find((p) => p.name === portName || String(p.port) === portName) : ports[0];
+  if (!port) throw new ApiError('ServiceUnavailable', `no service port "${portName}" on service "${name}"`);
+  const ep = ctx.registry.find(endpoints, ns, name);
+  for (const subset of arr(ep?.subsets)) {
+    const epPort = arr(subset.ports).find((p) => (port.name ? p.name === port.name : true));
+    const addr = arr(subset.addresses)[0];
+    if (epPort && addr) {
+      await forward(scope, { host: String(addr.ip), port: Number(epPort.port) }, `/${info.subpath}${info.trailingSlash ? '/' : ''}${scope.url.search}`, false);
+      return;
+    }
+  }
+  throw new ApiError('ServiceUnavailable', `no endpoints available for service "${name}"`);
+}

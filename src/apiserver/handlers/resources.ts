@@ -1,0 +1,173 @@
+/**
+ * The resource handler: maps method, name and subresource to a registry verb, decodes bodies and
+ * query options, encodes answers (objects, lists, Tables, PartialObjectMetadata) and hands the
+ * subresources to their handlers.
+ */
+import { ApiError, badRequest, successStatus } from '../errors.ts';
+import type { DeleteOptions, PatchType, WriteOptions } from '../registry/store.ts';
+import type { FieldValidation } from '../registry/meta.ts';
+import { apiVersionOf, storageKey } from '../registry/types.ts';
+import type { RequestScope } from './context.ts';
+import { decodeBody, mediaType, readBody, sendJson, wantsPartial, wantsTable, warningHeader } from './http.ts';
+import { type IncludeObject, partialMetadata, toTable } from './table.ts';
+import { serveWatch } from './watch.ts';
+import { serveSubresource } from './subresources.ts';
+
+const PATCH_TYPES: Record<string, PatchType> = {
+  'application/merge-patch+json': 'merge',
+  'application/strategic-merge-patch+json': 'strategic',
+  'application/json-patch+json': 'json',
+  'application/apply-patch+yaml': 'apply',
+  'application/apply-patch+cbor': 'apply',
+};
+
+/** The write options of a request's query (`dryRun`, `fieldValidation`, `fieldManager`). */
+export function writeOptions(url: URL, warnings: string[]): WriteOptions {
+  const q = url.searchParams;
+  const dry = q.getAll('dryRun');
+  for (const d of dry) if (d !== 'All') throw badRequest(`dryRun: Unsupported value: "${d}": supported values: "All"`);
+  const fv = q.get('fieldValidation') ?? 'Ignore';
+  if (!['Strict', 'Warn', 'Ignore'].includes(fv)) throw badRequest(`fieldValidation: Unsupported value: "${fv}": supported values: "Ignore", "Strict", "Warn"`);
+  return { dryRun: dry.length > 0, fieldValidation: fv as FieldValidation, fieldManager: q.get('fieldManager') ?? undefined, warnings };
+}
+
+/** Reads and decodes a JSON/YAML body (bounded). */
+export async function readObject(scope: RequestScope): Promise<unknown> {
+  const buf = await readBody(scope.req, scope.ctx.maxBodyBytes);
+  return decodeBody(buf, mediaType(scope.req));
+}
+
+function deleteOptions(url: URL, body: unknown): DeleteOptions {
+  const q = url.searchParams;
+  const o: DeleteOptions = {};
+  if (body && typeof body === 'object' && !Array.isArray(body)) {
+    const b = body as Record<string, unknown>;
+    if (b.gracePeriodSeconds !== undefined && b.gracePeriodSeconds !== null) o.gracePeriodSeconds = Number(b.gracePeriodSeconds);
+    if (typeof b.propagationPolicy === 'string') o.propagationPolicy = b.propagationPolicy as DeleteOptions['propagationPolicy'];
+    if (typeof b.orphanDependents === 'boolean') o.orphanDependents = b.orphanDependents;
+    if (b.preconditions && typeof b.preconditions === 'object') o.preconditions = b.preconditions as DeleteOptions['preconditions'];
+    if (Array.isArray(b.dryRun) && b.dryRun.includes('All')) o.dryRun = true;
+  }
+  const g = q.get('gracePeriodSeconds');
+  if (g !== null) {
+    if (!/^-?\d+$/.test(g)) throw badRequest(`invalid gracePeriodSeconds: ${g}`);
+    o.gracePeriodSeconds = Number(g);
+  }
+  const p = q.get('propagationPolicy');
+  if (p) o.propagationPolicy = p as DeleteOptions['propagationPolicy'];
+  if (q.get('orphanDependents') === 'true') o.orphanDependents = true;
+  if (q.getAll('dryRun').includes('All')) o.dryRun = true;
+  return o;
+}
+
+/** Serves a request on a resource (`info.def` is set). */
+export async function serveResource(scope: RequestScope): Promise<void> {
+  const { req, res, url, ctx, info } = scope;
+  const def = info.def!;
+  const reg = ctx.registry;
+  const q = url.searchParams;
+  const method = req.method ?? 'GET';
+  const namespace = def.namespaced ? (info.namespace ?? '') : '';
+  if (def.namespaced && info.name !== undefined && !info.namespace) {
+    throw new ApiError('NotFound', 'the server could not find the requested resource');
+  }
+  if (info.subresource !== undefined) {
+    await serveSubresource(scope);
+    return;
+  }
+  const warnings: string[] = [];
+  const now = new Date();
+  const include = (q.get('includeObject') ?? 'Metadata') as IncludeObject;
+  if (!['None', 'Metadata', 'Object'].includes(include)) throw badRequest(`includeObject: Unsupported value: "${include}"`);
+
+  if (method === 'GET' && (q.get('watch') === 'true' || q.get('watch') === '1')) {
+    serveWatch(scope);
+    return;
+  }
+  if (info.name === undefined) {
+    switch (method) {
+      case 'GET': {
+        const limit = q.get('limit');
+        if (limit !== null && !/^\d+$/.test(limit)) throw badRequest(`invalid limit: ${limit}`);
+        const list = reg.list(def, def.namespaced ? info.namespace : undefined, {
+          labelSelector: q.get('labelSelector') ?? undefined,
+          fieldSelector: q.get('fieldSelector') ?? undefined,
+          limit: limit ? Number(limit) : undefined,
+          continue: q.get('continue') ?? undefined,
+        });
+        if (wantsTable(req)) {
+          sendJson(res, 200, toTable(def, list.items, list.resourceVersion, include, now, { continue: list.continue, remainingItemCount: list.remainingItemCount }));
+          return;
+        }
+        const metadata: Record<string, unknown> = { resourceVersion: list.resourceVersion };
+        if (list.continue) metadata.continue = list.continue;
+        if (list.remainingItemCount !== undefined) metadata.remainingItemCount = list.remainingItemCount;
+        if (wantsPartial(req)) {
+          sendJson(res, 200, { kind: 'PartialObjectMetadataList', apiVersion: 'meta.k8s.io/v1', metadata, items: list.items.map(partialMetadata) });
+          return;
+        }
+        sendJson(res, 200, { kind: def.listKind, apiVersion: apiVersionOf(def), metadata, items: list.items });
+        return;
+      }
+      case 'POST': {
+        const body = await readObject(scope);
+        const created = reg.create(def, namespace, body, writeOptions(url, warnings));
+        ctx.log.debug({ resource: storageKey(def), namespace, name: created.metadata.name }, 'created');
+        sendJson(res, 201, created, warningHeader(warnings));
+        return;
+      }
+      case 'DELETE': {
+        const body = await readObject(scope).catch(() => undefined);
+        const items = reg.deleteCollection(def, def.namespaced ? info.namespace : undefined, { labelSelector: q.get('labelSelector') ?? undefined, fieldSelector: q.get('fieldSelector') ?? undefined }, deleteOptions(url, body));
+        sendJson(res, 200, { kind: def.listKind, apiVersion: apiVersionOf(def), metadata: { resourceVersion: String(reg.storage.currentResourceVersion()) }, items });
+        return;
+      }
+      default:
+        throw new ApiError('MethodNotAllowed', `${method} is not supported on ${def.plural}`);
+    }
+  }
+  const name = info.name;
+  switch (method) {
+    case 'GET': {
+      const obj = reg.get(def, namespace, name);
+      if (wantsTable(req)) sendJson(res, 200, toTable(def, [obj], obj.metadata.resourceVersion ?? '', include, now));
+      else if (wantsPartial(req)) sendJson(res, 200, partialMetadata(obj));
+      else sendJson(res, 200, obj);
+      return;
+    }
+    case 'PUT': {
+      const body = await readObject(scope);
+      const obj = reg.update(def, namespace, name, body, writeOptions(url, warnings));
+      sendJson(res, 200, obj, warningHeader(warnings));
+      return;
+    }
+    case 'PATCH': {
+      const type = PATCH_TYPES[mediaType(req)];
+      if (!type) throw new ApiError('UnsupportedMediaType', `the body of the request was in an unknown format - accepted media types include: ${Object.keys(PATCH_TYPES).join(', ')}`);
+      const body = await readObject(scope);
+      const opts = writeOptions(url, warnings);
+      if (type === 'apply') {
+        if (!opts.fieldManager) throw badRequest('PATCH of type apply requires a fieldManager (the fieldManager query parameter)');
+        if (q.has('fieldValidation') === false) opts.fieldValidation = 'Strict';
+      }
+      const r = reg.patch(def, namespace, name, type, body, opts);
+      sendJson(res, r.created ? 201 : 200, r.object, warningHeader(warnings));
+      return;
+    }
+    case 'DELETE': {
+      const body = await readObject(scope).catch((err: unknown) => {
+        if (err instanceof ApiError && err.reason === 'UnsupportedMediaType') return undefined; // drain's protobuf DeleteOptions
+        throw err;
+      });
+      const r = reg.delete(def, namespace, name, deleteOptions(url, body));
+      if (r.deleted && !(def.group === '' && def.plural === 'pods')) {
+        sendJson(res, 200, successStatus(200, { name, kind: def.plural, uid: r.object.metadata.uid }));
+        return;
+      }
+      sendJson(res, r.deleted || def.plural === 'pods' ? 200 : 202, r.object);
+      return;
+    }
+    default:
+      throw new ApiError('MethodNotAllowed', `${method} is not supported on ${def.plural}/${name}`);
+  }
+}

@@ -1,0 +1,119 @@
+/**
+ * Subresources: `status`, `scale`, pods' `eviction`, `binding`, `replace` and `log`, `proxy` of
+ * nodes, services and pods, and the `data` of checkpoints and modules. Each is served only for
+ * resources whose definition lists it.
+ */
+import { ApiError, badRequest } from '../errors.ts';
+import { bindPod } from '../registry/pods/binding.ts';
+import { evictPod } from '../registry/pods/eviction.ts';
+import { replacePod } from '../registry/pods/replace.ts';
+import type { PatchType } from '../registry/store.ts';
+import { jsonPatch, mergePatch } from '../registry/patch.ts';
+import type { Subresource } from '../registry/types.ts';
+import { at, rec, selectorString } from '../registry/util.ts';
+import type { KubeObject } from '../storage/index.ts';
+import type { RequestScope } from './context.ts';
+import { mediaType, sendJson, warningHeader } from './http.ts';
+import { readObject, writeOptions } from './resources.ts';
+import { serveCheckpointData, serveModuleData } from './data.ts';
+import { serveNodeProxy, servePodLog, serveServiceProxy } from './proxy.ts';
+
+const PATCH_TYPES: Record<string, PatchType> = {
+  'application/merge-patch+json': 'merge',
+  'application/strategic-merge-patch+json': 'strategic',
+  'application/json-patch+json': 'json',
+  'application/apply-patch+yaml': 'apply',
+};
+
+function toScale(obj: KubeObject, paths: { specReplicas: string[]; statusReplicas: string[]; selector: string[] }): Record<string, unknown> {
+  return {
+    kind: 'Scale',
+    apiVersion: 'autoscaling/v1',
+    metadata: { name: obj.metadata.name, namespace: obj.metadata.namespace, uid: obj.metadata.uid, resourceVersion: obj.metadata.resourceVersion, creationTimestamp: obj.metadata.creationTimestamp },
+    spec: { replicas: at(obj, paths.specReplicas) ?? 0 },
+    status: { replicas: at(obj, paths.statusReplicas) ?? 0, selector: selectorString(at(obj, paths.selector)) },
+  };
+}
+
+/** Serves `<resource>/<name>/<subresource>[/...]`. */
+export async function serveSubresource(scope: RequestScope): Promise<void> {
+  const { req, res, url, ctx, info } = scope;
+  const def = info.def!;
+  const reg = ctx.registry;
+  const sub = info.subresource as Subresource;
+  const method = req.method ?? 'GET';
+  const namespace = def.namespaced ? (info.namespace ?? '') : '';
+  const name = info.name!;
+  if (!def.subresources.includes(sub)) throw new ApiError('NotFound', 'the server could not find the requested resource');
+  if (sub !== 'proxy' && info.subpath !== '') throw new ApiError('NotFound', 'the server could not find the requested resource');
+  const warnings: string[] = [];
+  const notAllowed = () => new ApiError('MethodNotAllowed', `${method} is not supported on ${def.plural}/${sub}`);
+  switch (sub) {
+    case 'status': {
+      if (method === 'GET') return sendJson(res, 200, reg.get(def, namespace, name));
+      if (method === 'PUT') return sendJson(res, 200, reg.update(def, namespace, name, await readObject(scope), writeOptions(url, warnings), 'status'), warningHeader(warnings));
+      if (method === 'PATCH') {
+        const type = PATCH_TYPES[mediaType(req)];
+        if (!type) throw new ApiError('UnsupportedMediaType', `the body of the request was in an unknown format - accepted media types include: ${Object.keys(PATCH_TYPES).join(', ')}`);
+        const opts = writeOptions(url, warnings);
+        if (type === 'apply' && !opts.fieldManager) throw badRequest('PATCH of type apply requires a fieldManager');
+        return sendJson(res, 200, reg.patch(def, namespace, name, type, await readObject(scope), opts, 'status').object, warningHeader(warnings));
+      }
+      throw notAllowed();
+    }
+    case 'scale': {
+      const paths = def.scale!;
+      const current = reg.get(def, namespace, name);
+      if (method === 'GET') return sendJson(res, 200, toScale(current, paths));
+      let scale: Record<string, unknown>;
+      const body = await readObject(scope);
+      if (method === 'PUT') scale = rec(body);
+      else if (method === 'PATCH') {
+        const type = PATCH_TYPES[mediaType(req)];
+        if (type === 'json') scale = rec(jsonPatch(toScale(current, paths), body));
+        else if (type) scale = rec(mergePatch(toScale(current, paths), body));
+        else throw new ApiError('UnsupportedMediaType', 'unsupported patch type');
+      } else throw notAllowed();
+      const replicas = rec(scale.spec).replicas;
+      if (typeof replicas !== 'number' || !Number.isInteger(replicas) || replicas < 0) {
+        throw new ApiError('Invalid', `Scale.autoscaling "${name}" is invalid: spec.replicas: Invalid value: ${JSON.stringify(replicas)}: must be greater than or equal to 0`, {
+          name,
+          group: 'autoscaling',
+          kind: 'Scale',
+          causes: [{ reason: 'FieldValueInvalid', message: 'Invalid value: must be greater than or equal to 0', field: 'spec.replicas' }],
+        });
+      }
+      const rv = rec(scale.metadata).resourceVersion;
+      const next = structuredClone(current);
+      rec(next.spec).replicas = replicas;
+      if (typeof rv === 'string' && rv) next.metadata.resourceVersion = rv;
+      const updated = reg.update(def, namespace, name, next, writeOptions(url, warnings));
+      return sendJson(res, 200, toScale(updated, paths));
+    }
+    case 'eviction': {
+      if (method !== 'POST') throw notAllowed();
+      const status = evictPod(reg, namespace, name, await readObject(scope), { dryRun: url.searchParams.getAll('dryRun').includes('All') });
+      return sendJson(res, 201, status);
+    }
+    case 'binding': {
+      if (method !== 'POST') throw notAllowed();
+      return sendJson(res, 201, bindPod(reg, namespace, name, await readObject(scope), { dryRun: url.searchParams.getAll('dryRun').includes('All') }));
+    }
+    case 'replace': {
+      if (method !== 'POST') throw notAllowed();
+      const fresh = replacePod(reg, namespace, name, await readObject(scope), { dryRun: url.searchParams.getAll('dryRun').includes('All') });
+      ctx.log.info({ namespace, pod: name, node: rec(fresh.spec).nodeName, uid: fresh.metadata.uid }, 'pod replaced');
+      return sendJson(res, 201, fresh);
+    }
+    case 'data':
+      if (def.kind === 'Checkpoint') return serveCheckpointData(scope);
+      return serveModuleData(scope);
+    case 'log':
+      if (method !== 'GET') throw notAllowed();
+      return servePodLog(scope);
+    case 'proxy':
+      if (def.kind === 'Node') return serveNodeProxy(scope);
+      if (def.kind === 'Service') return serveServiceProxy(scope);
+      throw new ApiError('NotFound', 'the server could not find the requested resource');
+  }
+}

@@ -1,0 +1,198 @@
+/**
+ * The server's certificate authority, serving certificate, bearer tokens and kubeconfigs, all
+ * under `<data-dir>/pki/`. The CA (ECDSA P-256, 10 years) is made on first start and kept; the
+ * serving certificate is issued afresh at each start for the addresses the server listens on.
+ * Tokens are `k32.<payload>.<HMAC-SHA256>` over `{u: user, g: groups}` with a key kept in
+ * `pki/token.key`, so a token minted by `issueNodeKubeconfig` in another process is valid at once.
+ */
+// @peculiar/x509 (through tsyringe) needs the Reflect metadata polyfill loaded first.
+import 'reflect-metadata';
+import { createHmac, randomBytes, timingSafeEqual, webcrypto } from 'node:crypto';
+import { existsSync, mkdirSync, readFileSync } from 'node:fs';
+import { hostname } from 'node:os';
+import { join } from 'node:path';
+import * as x509 from '@peculiar/x509';
+import { stringify as toYaml, parse as parseYaml } from 'yaml';
+import { writeFileAtomicSync } from '../lib/index.ts';
+import type { UserInfo } from './handlers/context.ts';
+
+x509.cryptoProvider.set(webcrypto as unknown as Crypto);
+const ALG = { name: 'ECDSA', namedCurve: 'P-256', hash: 'SHA-256' } as const;
+
+/** The admin user's name and groups. */
+export const ADMIN_USER: UserInfo = { name: 'kube32-admin', groups: ['system:masters', 'system:authenticated'] };
+/** The user the API server is to kubelets. */
+export const APISERVER_USER: UserInfo = { name: 'system:kube-apiserver', groups: ['system:masters', 'system:authenticated'] };
+
+/** PEM files of the CA and the serving certificate. */
+export interface ServingPki {
+  caCertPem: string;
+  certPem: string;
+  keyPem: string;
+}
+
+function pkiDir(dataDir: string): string {
+  const d = join(dataDir, 'pki');
+  mkdirSync(d, { recursive: true, mode: 0o700 });
+  return d;
+}
+
+async function keyPem(key: CryptoKey): Promise<string> {
+  const pkcs8 = await webcrypto.subtle.exportKey('pkcs8', key as webcrypto.CryptoKey);
+  return x509.PemConverter.encode(pkcs8, 'PRIVATE KEY');
+}
+
+async function importKey(pem: string): Promise<CryptoKey> {
+  const der = x509.PemConverter.decodeFirst(pem);
+  return (await webcrypto.subtle.importKey('pkcs8', der, ALG, true, ['sign'])) as unknown as CryptoKey;
+}
+
+/**
+ * Loads the CA from `<data-dir>/pki` or makes it, then issues a serving certificate for `hosts`
+ * (IP addresses or DNS names; 127.0.0.1, ::1, localhost and this host's name are always included).
+ * @throws Error naming the file when the stored CA cannot be read
+ */
+export async function ensureServingPki(dataDir: string, hosts: string[]): Promise<ServingPki> {
+  const dir = pkiDir(dataDir);
+  const caCertPath = join(dir, 'ca.crt');
+  const caKeyPath = join(dir, 'ca.key');
+  let caCert: x509.X509Certificate;
+  let caKey: CryptoKey;
+  if (existsSync(caCertPath) && existsSync(caKeyPath)) {
+    try {
+      caCert = new x509.X509Certificate(readFileSync(caCertPath, 'utf8'));
+      caKey = await importKey(readFileSync(caKeyPath, 'utf8'));
+    } catch (err: unknown) {
+      throw new Error(`${caCertPath}: cannot read the certificate authority: ${err instanceof Error ? err.message : String(err)}`, { cause: err });
+    }
+  } else {
+    const keys = (await webcrypto.subtle.generateKey(ALG, true, ['sign', 'verify'])) as unknown as { publicKey: CryptoKey; privateKey: CryptoKey };
+    const now = new Date();
+    caCert = await x509.X509CertificateGenerator.createSelfSigned({
+      serialNumber: randomBytes(8).toString('hex'),
+      name: 'CN=kube32-ca',
+      notBefore: new Date(now.getTime() - 3600_000),
+      notAfter: new Date(now.getTime() + 10 * 365 * 86400_000),
+      keys,
+      signingAlgorithm: ALG,
+      extensions: [
+        new x509.BasicConstraintsExtension(true, undefined, true),
+        new x509.KeyUsagesExtension(x509.KeyUsageFlags.keyCertSign | x509.KeyUsageFlags.cRLSign | x509.KeyUsageFlags.digitalSignature, true),
+        await x509.SubjectKeyIdentifierExtension.create(keys.publicKey),
+      ],
+    });
+    caKey = keys.privateKey;
+    writeFileAtomicSync(caKeyPath, await keyPem(caKey), 0o600);
+    writeFileAtomicSync(caCertPath, caCert.toString('pem'));
+  }
+  const serverKeys = (await webcrypto.subtle.generateKey(ALG, true, ['sign', 'verify'])) as unknown as { publicKey: CryptoKey; privateKey: CryptoKey };
+  const names = new Set(['127.0.0.1', '::1', 'localhost', hostname(), 'kubernetes', 'kubernetes.default', 'kubernetes.default.svc', ...hosts]);
+  const isIp = (h: string) => /^\d+\.\d+\.\d+\.\d+$/.test(h) || h.includes(':');
+  const now = new Date();
+  const cert = await x509.X509CertificateGenerator.create({
+    serialNumber: randomBytes(8).toString('hex'),
+    subject: 'CN=kube-apiserver',
+    issuer: caCert.subject,
+    notBefore: new Date(now.getTime() - 3600_000),
+    notAfter: new Date(now.getTime() + 365 * 86400_000),
+    publicKey: serverKeys.publicKey,
+    signingKey: caKey,
+    signingAlgorithm: ALG,
+    extensions: [
+      new x509.SubjectAlternativeNameExtension([...names].filter((n) => n && n !== '0.0.0.0' && n !== '::').map((n) => ({ type: isIp(n) ? 'ip' : 'dns', value: n }))),
+      new x509.KeyUsagesExtension(x509.KeyUsageFlags.digitalSignature | x509.KeyUsageFlags.keyEncipherment, true),
+      new x509.ExtendedKeyUsageExtension([x509.ExtendedKeyUsage.serverAuth]),
+      new x509.BasicConstraintsExtension(false, undefined, true),
+    ],
+  });
+  return { caCertPem: caCert.toString('pem'), certPem: cert.toString('pem'), keyPem: await keyPem(serverKeys.privateKey) };
+}
+
+/** The token signing key of a data dir (made on first use). */
+function tokenKey(dataDir: string): Buffer {
+  const p = join(pkiDir(dataDir), 'token.key');
+  if (!existsSync(p)) writeFileAtomicSync(p, randomBytes(32).toString('hex'), 0o600);
+  return Buffer.from(readFileSync(p, 'utf8').trim(), 'hex');
+}
+
+/** Mints a bearer token for `user`. */
+export function mintToken(dataDir: string, user: UserInfo): string {
+  const payload = Buffer.from(JSON.stringify({ u: user.name, g: user.groups })).toString('base64url');
+  const sig = createHmac('sha256', tokenKey(dataDir)).update(payload).digest('base64url');
+  return `k32.${payload}.${sig}`;
+}
+
+/** Checks bearer tokens against the key of a data dir. */
+export class TokenAuthenticator {
+  private readonly key: Buffer;
+  constructor(dataDir: string) {
+    this.key = tokenKey(dataDir);
+  }
+  /** The user of `token`, or undefined when it is not one of this server's. */
+  authenticate(token: string): UserInfo | undefined {
+    const m = /^k32\.([A-Za-z0-9_-]+)\.([A-Za-z0-9_-]+)$/.exec(token);
+    if (!m) return undefined;
+    const want = createHmac('sha256', this.key).update(m[1]!).digest();
+    const got = Buffer.from(m[2]!, 'base64url');
+    if (got.length !== want.length || !timingSafeEqual(got, want)) return undefined;
+    try {
+      const p = JSON.parse(Buffer.from(m[1]!, 'base64url').toString()) as { u: string; g: string[] };
+      return { name: p.u, groups: [...new Set([...(p.g ?? []), 'system:authenticated'])] };
+    } catch {
+      return undefined;
+    }
+  }
+}
+
+/** Options of a kubeconfig. */
+export interface KubeconfigOptions {
+  server: string;
+  token: string;
+  user: string;
+  /** PEM of the CA; none for plain HTTP. */
+  caCertPem?: string;
+  namespace?: string;
+}
+
+/** A kubeconfig's YAML text for one cluster, user and context named `kube32`. */
+export function kubeconfigYaml(o: KubeconfigOptions): string {
+  const cluster: Record<string, unknown> = { server: o.server };
+  if (o.caCertPem) cluster['certificate-authority-data'] = Buffer.from(o.caCertPem).toString('base64');
+  return toYaml({
+    apiVersion: 'v1',
+    kind: 'Config',
+    clusters: [{ name: 'kube32', cluster }],
+    users: [{ name: o.user, user: { token: o.token } }],
+    contexts: [{ name: 'kube32', context: { cluster: 'kube32', user: o.user, namespace: o.namespace ?? 'default' } }],
+    'current-context': 'kube32',
+    preferences: {},
+  });
+}
+
+/** Path of the admin kubeconfig of a data dir. */
+export function adminKubeconfigPath(dataDir: string): string {
+  return join(dataDir, 'kubeconfig');
+}
+
+/**
+ * Writes a kubeconfig for the kubelet of `nodeName` (user `system:node:<name>`, group
+ * `system:nodes`) beside the admin one: `<data-dir>/nodes/<name>.kubeconfig`. The server address
+ * and CA come from the admin kubeconfig, so the API server must have started once.
+ * @returns the path written
+ * @throws Error when the data dir has no admin kubeconfig yet, or the node name is not a DNS subdomain
+ */
+export function issueNodeKubeconfig(dataDir: string, nodeName: string, opts: { path?: string } = {}): string {
+  if (!/^[a-z0-9]([-a-z0-9.]*[a-z0-9])?$/.test(nodeName) || nodeName.length > 253) throw new RangeError(`node name "${nodeName}" is not a lowercase RFC 1123 subdomain`);
+  const admin = adminKubeconfigPath(dataDir);
+  if (!existsSync(admin)) throw new Error(`${admin}: no admin kubeconfig: start the API server with --data-dir ${dataDir} first`);
+  const cfg = parseYaml(readFileSync(admin, 'utf8')) as { clusters: { cluster: { server: string; 'certificate-authority-data'?: string } }[] };
+  const c = cfg.clusters[0]!.cluster;
+  const user = `system:node:${nodeName}`;
+  const token = mintToken(dataDir, { name: user, groups: ['system:nodes'] });
+  const caPem = c['certificate-authority-data'] ? Buffer.from(c['certificate-authority-data'], 'base64').toString() : undefined;
+  const dir = join(dataDir, 'nodes');
+  mkdirSync(dir, { recursive: true, mode: 0o700 });
+  const path = opts.path ?? join(dir, `${nodeName}.kubeconfig`);
+  writeFileAtomicSync(path, kubeconfigYaml({ server: c.server, token, user, caCertPem: caPem }), 0o600);
+  return path;
+}

@@ -1,0 +1,247 @@
+/**
+ * The garbage collector and the namespace finalizer, run inside the API server on the store's
+ * events:
+ * - an object whose owners (ownerReferences, by uid) are all gone is deleted (background
+ *   propagation); an owner deleted with `Foreground` keeps its `foregroundDeletion` finalizer until
+ *   its dependents are gone; with `Orphan`, its dependents lose the reference and the `orphan`
+ *   finalizer goes;
+ * - a namespace being deleted has its content deleted, then goes itself.
+ * Pods replaced by a move (`replacedUids`) are not owners that went away.
+ * Work is queued by key and done in order, off the request path; a sweep at start catches what a
+ * restart missed.
+ */
+import type { Logger } from '../../lib/index.ts';
+import { ApiError } from '../errors.ts';
+import type { KubeObject, StorageEvent, WatchHandle } from '../storage/index.ts';
+import { RESOURCES, resourceByKey } from './catalog.ts';
+import { replacedUids } from './pods/replace.ts';
+import { FINALIZER_FOREGROUND, FINALIZER_ORPHAN, type Registry } from './store.ts';
+import { type ResourceDef, storageKey } from './types.ts';
+
+type Task = { kind: 'owner'; resource: string; namespace: string; name: string; uid: string } | { kind: 'orphans'; namespace: string | undefined } | { kind: 'namespace'; name: string };
+
+/** Runs the garbage collector and namespace finalizer until `stop()`. */
+export class GarbageCollector {
+  private readonly reg: Registry;
+  private readonly log: Logger;
+  private readonly queue: Task[] = [];
+  private readonly queued = new Set<string>();
+  private handle: WatchHandle | undefined;
+  private scheduled = false;
+  private idleWaiters: (() => void)[] = [];
+
+  constructor(reg: Registry, log: Logger) {
+    this.reg = reg;
+    this.log = log;
+  }
+
+  /** Subscribes to the store and sweeps once. */
+  start(): void {
+    this.handle = this.reg.storage.watch('*', this.reg.storage.currentResourceVersion(), (e) => this.onEvent(e));
+    this.enqueue({ kind: 'orphans', namespace: undefined });
+    for (const ns of this.reg.storage.list('namespaces').items) if (ns.metadata.deletionTimestamp) this.enqueue({ kind: 'namespace', name: ns.metadata.name! });
+    for (const def of RESOURCES) {
+      for (const o of this.reg.storage.list(storageKey(def)).items) {
+        const f = o.metadata.finalizers ?? [];
+        if (o.metadata.deletionTimestamp && (f.includes(FINALIZER_FOREGROUND) || f.includes(FINALIZER_ORPHAN))) {
+          this.enqueue({ kind: 'owner', resource: storageKey(def), namespace: o.metadata.namespace ?? '', name: o.metadata.name!, uid: o.metadata.uid! });
+        }
+      }
+    }
+  }
+
+  stop(): void {
+    this.handle?.stop();
+    this.queue.length = 0;
+  }
+
+  /** Resolves when the queue is empty (for tests). */
+  idle(): Promise<void> {
+    if (this.queue.length === 0 && !this.scheduled) return Promise.resolve();
+    return new Promise((r) => this.idleWaiters.push(r));
+  }
+
+  private enqueue(t: Task): void {
+    const k = JSON.stringify(t);
+    if (this.queued.has(k)) return;
+    this.queued.add(k);
+    this.queue.push(t);
+    if (!this.scheduled) {
+      this.scheduled = true;
+      setImmediate(() => this.drain());
+    }
+  }
+
+  private drain(): void {
+    const started = Date.now();
+    while (this.queue.length > 0 && Date.now() - started < 20) {
+      const t = this.queue.shift()!;
+      this.queued.delete(JSON.stringify(t));
+      try {
+        this.run(t);
+      } catch (err: unknown) {
+        if (!(err instanceof ApiError && (err.reason === 'NotFound' || err.reason === 'Conflict'))) {
+          this.log.warn({ task: t, err: err instanceof Error ? err.message : String(err) }, 'garbage collector: task failed');
+        }
+      }
+    }
+    if (this.queue.length > 0) {
+      setImmediate(() => this.drain());
+      return;
+    }
+    this.scheduled = false;
+    for (const w of this.idleWaiters.splice(0)) w();
+  }
+
+  private onEvent(e: StorageEvent): void {
+    const m = e.object.metadata;
+    if (e.type === 'DELETED') {
+      if (!replacedUids.has(m.uid ?? '')) this.enqueue({ kind: 'owner', resource: e.resource, namespace: e.namespace, name: e.name, uid: m.uid! });
+      else replacedUids.delete(m.uid!);
+      // A dependent gone may let a foreground owner finish; a namespace may now be empty.
+      for (const ref of m.ownerReferences ?? []) {
+        const def = RESOURCES.find((r) => r.kind === ref.kind && ref.apiVersion === (r.group ? `${r.group}/${r.version}` : r.version));
+        if (def) this.enqueue({ kind: 'owner', resource: storageKey(def), namespace: def.namespaced ? e.namespace : '', name: ref.name, uid: ref.uid });
+      }
+      if (e.namespace) {
+        const ns = this.reg.storage.get({ resource: 'namespaces', namespace: '', name: e.namespace });
+        if (ns?.metadata.deletionTimestamp) this.enqueue({ kind: 'namespace', name: e.namespace });
+      }
+      return;
+    }
+    if (m.deletionTimestamp) {
+      if (e.resource === 'namespaces') this.enqueue({ kind: 'namespace', name: e.name });
+      const f = m.finalizers ?? [];
+      if (f.includes(FINALIZER_FOREGROUND) || f.includes(FINALIZER_ORPHAN)) this.enqueue({ kind: 'owner', resource: e.resource, namespace: e.namespace, name: e.name, uid: m.uid! });
+    }
+  }
+
+  private ownerAlive(ref: { apiVersion: string; kind: string; name: string; uid: string }, namespace: string): boolean {
+    const def = RESOURCES.find((r) => r.kind === ref.kind && ref.apiVersion === (r.group ? `${r.group}/${r.version}` : r.version));
+    if (!def) return true; // an owner of a kind we do not serve: leave the dependent alone
+    const o = this.reg.storage.get({ resource: storageKey(def), namespace: def.namespaced ? namespace : '', name: ref.name });
+    if (!o || o.metadata.uid !== ref.uid) return false;
+    // An owner being deleted in the foreground still owns its dependents, but wants them gone.
+    return !(o.metadata.deletionTimestamp && (o.metadata.finalizers ?? []).includes(FINALIZER_FOREGROUND));
+  }
+
+  /** Dependents of an owner uid: objects of every resource in its namespace (or all, for cluster-scoped owners). */
+  private dependents(uid: string, namespace: string): { def: ResourceDef; obj: KubeObject }[] {
+    const out: { def: ResourceDef; obj: KubeObject }[] = [];
+    for (const def of RESOURCES) {
+      for (const obj of this.reg.storage.list(storageKey(def), def.namespaced && namespace ? namespace : undefined).items) {
+        if ((obj.metadata.ownerReferences ?? []).some((r) => r.uid === uid)) out.push({ def, obj });
+      }
+    }
+    return out;
+  }
+
+  private run(t: Task): void {
+    if (t.kind === 'namespace') {
+      this.finalizeNamespace(t.name);
+      return;
+    }
+    if (t.kind === 'orphans') {
+      for (const def of RESOURCES) {
+        for (const obj of this.reg.storage.list(storageKey(def), t.namespace).items) this.collectIfOrphaned(def, obj);
+      }
+      return;
+    }
+    const def = resourceByKey(t.resource);
+    if (!def) return;
+    const owner = this.reg.storage.get({ resource: t.resource, namespace: t.namespace, name: t.name });
+    const alive = owner && owner.metadata.uid === t.uid;
+    const deps = this.dependents(t.uid, t.namespace);
+    if (!alive) {
+      for (const d of deps) this.collectIfOrphaned(d.def, d.obj);
+      return;
+    }
+    const f = owner.metadata.finalizers ?? [];
+    if (f.includes(FINALIZER_ORPHAN)) {
+      for (const d of deps) {
+        this.reg.serverUpdate(d.def, d.obj.metadata.namespace ?? '', d.obj.metadata.name!, (o) => {
+          o.metadata.ownerReferences = (o.metadata.ownerReferences ?? []).filter((r) => r.uid !== t.uid);
+          if (o.metadata.ownerReferences.length === 0) delete o.metadata.ownerReferences;
+          return o;
+        });
+      }
+      this.removeFinalizer(def, owner, FINALIZER_ORPHAN);
+      return;
+    }
+    if (f.includes(FINALIZER_FOREGROUND)) {
+      for (const d of deps) {
+        if (!d.obj.metadata.deletionTimestamp) this.deleteDependent(d.def, d.obj, 'Foreground');
+      }
+      if (this.dependents(t.uid, t.namespace).length === 0) this.removeFinalizer(def, owner, FINALIZER_FOREGROUND);
+    }
+  }
+
+  private collectIfOrphaned(def: ResourceDef, obj: KubeObject): void {
+    const refs = obj.metadata.ownerReferences ?? [];
+    if (refs.length === 0 || obj.metadata.deletionTimestamp) return;
+    const ns = obj.metadata.namespace ?? '';
+    const alive = refs.filter((r) => this.ownerAlive(r, ns));
+    if (alive.length > 0) {
+      if (alive.length < refs.length) {
+        // Drop references to owners that are gone, keep the object.
+        const gone = new Set(refs.filter((r) => !alive.includes(r)).map((r) => r.uid));
+        const dying = refs.some((r) => gone.has(r.uid));
+        if (dying) {
+          this.reg.serverUpdate(def, ns, obj.metadata.name!, (o) => {
+            o.metadata.ownerReferences = (o.metadata.ownerReferences ?? []).filter((r) => !gone.has(r.uid) || this.ownerAlive(r, ns));
+            return o;
+          });
+        }
+      }
+      return;
+    }
+    this.deleteDependent(def, obj, 'Background');
+  }
+
+  private deleteDependent(def: ResourceDef, obj: KubeObject, policy: 'Background' | 'Foreground'): void {
+    this.log.debug({ resource: storageKey(def), namespace: obj.metadata.namespace, name: obj.metadata.name }, 'garbage collector: deleting dependent');
+    try {
+      this.reg.delete(def, obj.metadata.namespace ?? '', obj.metadata.name!, { propagationPolicy: policy, preconditions: { uid: obj.metadata.uid } });
+    } catch (err: unknown) {
+      if (!(err instanceof ApiError && (err.reason === 'NotFound' || err.reason === 'Conflict'))) throw err;
+    }
+  }
+
+  private removeFinalizer(def: ResourceDef, owner: KubeObject, finalizer: string): void {
+    this.reg.serverUpdate(def, owner.metadata.namespace ?? '', owner.metadata.name!, (o) => {
+      o.metadata.finalizers = (o.metadata.finalizers ?? []).filter((f) => f !== finalizer);
+      if (o.metadata.finalizers.length === 0) delete o.metadata.finalizers;
+      return o;
+    });
+  }
+
+  private finalizeNamespace(name: string): void {
+    const ns = this.reg.storage.get({ resource: 'namespaces', namespace: '', name });
+    if (!ns?.metadata.deletionTimestamp) return;
+    let remaining = 0;
+    for (const def of RESOURCES) {
+      if (!def.namespaced) continue;
+      for (const obj of this.reg.storage.list(storageKey(def), name).items) {
+        remaining++;
+        if (!obj.metadata.deletionTimestamp) {
+          try {
+            this.reg.delete(def, name, obj.metadata.name!, { propagationPolicy: 'Background' });
+          } catch (err: unknown) {
+            if (!(err instanceof ApiError && err.reason === 'NotFound')) throw err;
+          }
+        }
+      }
+    }
+    if (remaining > 0) {
+      // Whatever is left is terminating; its DELETED events bring the namespace back here.
+      const left = RESOURCES.some((d) => d.namespaced && this.reg.storage.list(storageKey(d), name).items.length > 0);
+      if (left) return;
+    }
+    try {
+      this.reg.storage.delete({ resource: 'namespaces', namespace: '', name }, { uid: ns.metadata.uid });
+      this.log.info({ namespace: name }, 'namespace deleted');
+    } catch {
+      // gone already
+    }
+  }
+}

@@ -1,0 +1,79 @@
+/**
+ * Object metadata rules every resource shares: the fields of ObjectMeta a client may send, the
+ * fields the server owns, timestamps as Kubernetes writes them (RFC 3339, seconds), and
+ * strict field validation of the top level.
+ */
+import { randomBytes } from 'node:crypto';
+import { ApiError, badRequest } from '../errors.ts';
+import type { KubeObject } from '../storage/index.ts';
+import { type ResourceDef, apiVersionOf } from './types.ts';
+
+/** ObjectMeta fields a client may send. */
+export const OBJECT_META_FIELDS = new Set([
+  'name',
+  'generateName',
+  'namespace',
+  'selfLink',
+  'uid',
+  'resourceVersion',
+  'generation',
+  'creationTimestamp',
+  'deletionTimestamp',
+  'deletionGracePeriodSeconds',
+  'labels',
+  'annotations',
+  'ownerReferences',
+  'finalizers',
+  'managedFields',
+]);
+
+/** `now` as Kubernetes writes timestamps: `2026-01-02T03:04:05Z`. */
+export function timestamp(now: Date): string {
+  return `${now.toISOString().slice(0, 19)}Z`;
+}
+
+/** Five random characters of `[bcdfghjklmnpqrstvwxz2456789]`, as `generateName` appends. */
+export function randomSuffix(): string {
+  const alphabet = 'bcdfghjklmnpqrstvwxz2456789';
+  const bytes = randomBytes(5);
+  let s = '';
+  for (const b of bytes) s += alphabet[b % alphabet.length];
+  return s;
+}
+
+/** How unknown or duplicate fields are treated (`fieldValidation=`). */
+export type FieldValidation = 'Strict' | 'Warn' | 'Ignore';
+
+/**
+ * Checks a request body's shape against the resource: an object, `apiVersion`/`kind` (when given)
+ * those of the resource, known top-level and metadata fields. Answers warnings for `Warn`.
+ * @throws ApiError BadRequest for a wrong kind or apiVersion, or an unknown field under `Strict`
+ */
+export function checkBodyShape(def: ResourceDef, body: unknown, mode: FieldValidation, expectKind = def.kind, expectApiVersion = apiVersionOf(def)): string[] {
+  if (body === null || typeof body !== 'object' || Array.isArray(body)) throw badRequest('the request body must be a JSON object');
+  const obj = body as Record<string, unknown>;
+  if (obj.kind !== undefined && obj.kind !== expectKind) {
+    throw badRequest(`the kind of the object (${String(obj.kind)}) does not match the kind of the request (${expectKind})`);
+  }
+  if (obj.apiVersion !== undefined && obj.apiVersion !== expectApiVersion) {
+    throw badRequest(`the API version in the data (${String(obj.apiVersion)}) does not match the expected API version (${expectApiVersion})`);
+  }
+  if (obj.metadata !== undefined && (obj.metadata === null || typeof obj.metadata !== 'object' || Array.isArray(obj.metadata))) {
+    throw badRequest('metadata must be an object');
+  }
+  if (mode === 'Ignore') return [];
+  const unknown: string[] = [];
+  const allowed = new Set(['apiVersion', 'kind', 'metadata', ...def.fields]);
+  for (const k of Object.keys(obj)) if (!allowed.has(k)) unknown.push(`unknown field "${k}"`);
+  for (const k of Object.keys((obj.metadata ?? {}) as object)) if (!OBJECT_META_FIELDS.has(k)) unknown.push(`unknown field "metadata.${k}"`);
+  if (unknown.length === 0) return [];
+  if (mode === 'Strict') {
+    throw new ApiError('BadRequest', `strict decoding error: ${unknown.join(', ')}`);
+  }
+  return unknown;
+}
+
+/** The object with `apiVersion` and `kind` of its resource, as every answer carries them. */
+export function withTypeMeta(def: ResourceDef, obj: KubeObject): KubeObject {
+  return { apiVersion: apiVersionOf(def), kind: def.kind, ...obj, metadata: obj.metadata };
+}

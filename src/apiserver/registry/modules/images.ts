@@ -1,0 +1,45 @@
+/**
+ * Pod image resolution against the module store: on pod create, an image `wasm://NAME` must name a
+ * stored Module (else 422 Invalid) and sets the pod's annotation `kube32.io/image-sha256` to its
+ * digest; an image `kube32.io/wasm-sha256:<hex>` sets the same annotation from its digest. The
+ * first container with a Wasm image decides.
+ */
+import { invalid } from '../../errors.ts';
+import type { KubeObject, Storage } from '../../storage/index.ts';
+import { arr, rec } from '../util.ts';
+
+/** The annotation naming the SHA-256 (hex) of a pod's module. */
+export const IMAGE_SHA_ANNOTATION = 'kube32.io/image-sha256';
+const WASM_PREFIX = 'wasm://';
+const DIGEST_PREFIX = 'kube32.io/wasm-sha256:';
+const HEX64 = /^[0-9a-f]{64}$/;
+
+/**
+ * Resolves the Wasm image of a new pod, in place.
+ * @throws ApiError Invalid when a `wasm://NAME` is not stored or a digest is malformed
+ */
+export function resolvePodImage(storage: Storage, pod: KubeObject): void {
+  const spec = rec(pod.spec);
+  const containers = [...arr(spec.initContainers).map((c, i) => ({ c, f: `spec.initContainers[${i}].image` })), ...arr(spec.containers).map((c, i) => ({ c, f: `spec.containers[${i}].image` }))];
+  for (const { c, f } of containers) {
+    const image = typeof c.image === 'string' ? c.image : '';
+    let sha: string | undefined;
+    if (image.startsWith(WASM_PREFIX)) {
+      const name = image.slice(WASM_PREFIX.length);
+      const mod = storage.get({ resource: 'modules.kube32.io', namespace: '', name });
+      const digest = rec(mod?.spec).sha256;
+      if (!mod || typeof digest !== 'string') {
+        throw invalid('Pod', '', pod.metadata.name ?? '', [{ reason: 'FieldValueNotFound', message: `Not found: "${image}": no module "${name}" is stored (push it with kube32-cli push)`, field: f }]);
+      }
+      sha = digest;
+    } else if (image.startsWith(DIGEST_PREFIX)) {
+      const hex = image.slice(DIGEST_PREFIX.length).toLowerCase();
+      if (!HEX64.test(hex)) throw invalid('Pod', '', pod.metadata.name ?? '', [{ reason: 'FieldValueInvalid', message: `Invalid value: "${image}": the digest must be 64 hex digits`, field: f }]);
+      sha = hex;
+    }
+    if (sha) {
+      pod.metadata.annotations = { ...(pod.metadata.annotations ?? {}), [IMAGE_SHA_ANNOTATION]: sha };
+      return;
+    }
+  }
+}

@@ -1,0 +1,121 @@
+/**
+ * The eviction subresource (`POST pods/<name>/eviction`, policy/v1 Eviction; seed 002 "Drain and
+ * evictions"). PodDisruptionBudgets are honoured first (429 TooManyRequests). Then a pod that is
+ * Running on a node, whose `kube32.io/migration` is not `Never` and that no DaemonSet owns, is
+ * MOVED: a `kube32.io/v1` Checkpoint `<pod>-evict-<first 8 characters of the pod's uid>` with
+ * `spec {podName, action: Move}` and label `kube32.io/trigger: eviction` is created (idempotently)
+ * for the checkpoint controller. Any other pod is deleted gracefully, as Kubernetes' eviction
+ * deletes it.
+ */
+import { ApiError, badRequest, type Status, successStatus } from '../../errors.ts';
+import type { KubeObject } from '../../storage/index.ts';
+import { checkpoints } from '../checkpoints/index.ts';
+import { poddisruptionbudgets } from '../policy/index.ts';
+import { labelSelectorFromObject } from '../selectors.ts';
+import type { DeleteOptions, Registry } from '../store.ts';
+import { arr, rec } from '../util.ts';
+import { pods } from './index.ts';
+
+/** The annotation of a pod's migration policy. */
+export const MIGRATION_ANNOTATION = 'kube32.io/migration';
+/** The label telling what created a Checkpoint. */
+export const TRIGGER_LABEL = 'kube32.io/trigger';
+
+/** The name of the Checkpoint an eviction creates for `pod`. */
+export function evictionCheckpointName(pod: KubeObject): string {
+  const short = (pod.metadata.uid ?? '').replace(/-/g, '').slice(0, 8);
+  const suffix = `-evict-${short}`;
+  return `${pod.metadata.name!.slice(0, 253 - suffix.length)}${suffix}`;
+}
+
+/** Whether an eviction moves `pod` rather than deleting it. */
+export function evictionMoves(pod: KubeObject): boolean {
+  const spec = rec(pod.spec);
+  if (!spec.nodeName || rec(pod.status).phase !== 'Running' || pod.metadata.deletionTimestamp) return false;
+  if (pod.metadata.annotations?.[MIGRATION_ANNOTATION] === 'Never') return false;
+  return !(pod.metadata.ownerReferences ?? []).some((o) => o.kind === 'DaemonSet' && o.controller === true);
+}
+
+function isReady(pod: KubeObject): boolean {
+  return arr(rec(pod.status).conditions).some((c) => c.type === 'Ready' && c.status === 'True') && !pod.metadata.deletionTimestamp;
+}
+
+function intOrPercent(v: unknown, total: number, roundUp: boolean): number {
+  if (typeof v === 'number') return v;
+  const m = /^(\d+)%$/.exec(String(v));
+  if (!m) return Number(v) || 0;
+  const x = (Number(m[1]) * total) / 100;
+  return roundUp ? Math.ceil(x) : Math.floor(x);
+}
+
+/**
+ * Checks the PodDisruptionBudgets of `pod`.
+ * @throws ApiError TooManyRequests (429) when the eviction would break a budget; InternalError for more than one budget
+ */
+export function checkDisruptionBudgets(reg: Registry, pod: KubeObject): void {
+  const ns = pod.metadata.namespace ?? '';
+  const labels = pod.metadata.labels ?? {};
+  const budgets = reg.list(poddisruptionbudgets, ns).items.filter((b) => {
+    const sel = rec(b.spec).selector;
+    try {
+      return sel !== undefined && labelSelectorFromObject(sel)(labels);
+    } catch {
+      return false;
+    }
+  });
+  if (budgets.length === 0) return;
+  if (budgets.length > 1) throw new ApiError('InternalError', 'This pod has more than one PodDisruptionBudget, which the eviction subresource does not support.');
+  // An unready pod may always go: evicting it does not lower the healthy count.
+  if (!isReady(pod)) return;
+  const b = budgets[0]!;
+  const spec = rec(b.spec);
+  const matching = reg.list(pods, ns).items.filter((p) => labelSelectorFromObject(spec.selector)(p.metadata.labels ?? {}));
+  const expected = matching.length;
+  const healthy = matching.filter(isReady).length;
+  let desired: number;
+  if (spec.maxUnavailable !== undefined) desired = expected - intOrPercent(spec.maxUnavailable, expected, true);
+  else desired = intOrPercent(spec.minAvailable ?? 1, expected, true);
+  if (healthy - 1 < desired) {
+    throw new ApiError(
+      'TooManyRequests',
+      "Cannot evict pod as it would violate the pod's disruption budget.",
+      { causes: [{ reason: 'DisruptionBudget', message: `The disruption budget ${b.metadata.name} needs ${desired} healthy pods and has ${healthy} currently` }] },
+      { headers: { 'Retry-After': '5' } },
+    );
+  }
+}
+
+/**
+ * Evicts a pod.
+ * @param body the Eviction (its name must be the pod's; `deleteOptions` are used for a deletion)
+ * @returns the 201 Status of an accepted eviction
+ * @throws ApiError NotFound, BadRequest, TooManyRequests
+ */
+export function evictPod(reg: Registry, namespace: string, name: string, body: unknown, opts: { dryRun?: boolean } = {}): Status {
+  const ev = rec(body);
+  if (ev.kind !== undefined && ev.kind !== 'Eviction') throw badRequest(`the kind of the object (${String(ev.kind)}) does not match Eviction`);
+  const evName = rec(ev.metadata).name;
+  if (evName !== undefined && evName !== name) throw badRequest(`name in URL does not match name in Eviction object`);
+  const pod = reg.get(pods, namespace, name);
+  const delOpts = rec(ev.deleteOptions) as DeleteOptions;
+  if (delOpts.preconditions?.uid && delOpts.preconditions.uid !== pod.metadata.uid) {
+    throw new ApiError('Conflict', `Operation cannot be fulfilled on pods "${name}": Precondition failed: UID in precondition: ${delOpts.preconditions.uid}, UID in object meta: ${pod.metadata.uid}`, { name, kind: 'pods' });
+  }
+  if (!pod.metadata.deletionTimestamp) checkDisruptionBudgets(reg, pod);
+  if (evictionMoves(pod)) {
+    const ckpt = {
+      metadata: { name: evictionCheckpointName(pod), namespace, labels: { [TRIGGER_LABEL]: 'eviction' } },
+      spec: { podName: name, action: 'Move' },
+    };
+    if (!reg.find(checkpoints, namespace, ckpt.metadata.name)) {
+      try {
+        reg.create(checkpoints, namespace, ckpt, { dryRun: opts.dryRun });
+      } catch (err: unknown) {
+        if (!(err instanceof ApiError && err.reason === 'AlreadyExists')) throw err;
+      }
+    }
+    return successStatus(201);
+  }
+  reg.delete(pods, namespace, name, { ...delOpts, dryRun: opts.dryRun, preconditions: { uid: pod.metadata.uid } });
+  return successStatus(201);
+}

@@ -1,0 +1,73 @@
+/**
+ * The one-write replacement of a moved pod (`POST pods/<name>/replace`, Kube32's own: Kubernetes
+ * cannot change a uid by update). The body is a Pod of the same name whose `metadata.uid` is the
+ * CURRENT uid, as a precondition. In one storage transaction the old object goes and the new one
+ * comes: a new uid and creationTimestamp, the body's labels, annotations, ownerReferences,
+ * finalizers and spec (its `spec.nodeName` is the target), status reset to Pending with
+ * PodScheduled True. Watchers see DELETED (old uid) then ADDED (new uid). No graceful deletion and
+ * no garbage collection of the old object's dependents.
+ */
+import { randomUUID } from 'node:crypto';
+import { ApiError, badRequest, conflict, invalid, notFound } from '../../errors.ts';
+import type { KubeObject } from '../../storage/index.ts';
+import { timestamp, withTypeMeta } from '../meta.ts';
+import type { Registry } from '../store.ts';
+import { rec } from '../util.ts';
+import { pods } from './index.ts';
+
+/** Uids of pods removed by a replacement, which the garbage collector leaves alone. */
+export const replacedUids = new Set<string>();
+
+/**
+ * Replaces a pod in one write.
+ * @returns the new Pod
+ * @throws ApiError NotFound (no pod of that name), Conflict (uid differs), BadRequest, Invalid
+ */
+export function replacePod(reg: Registry, namespace: string, name: string, body: unknown, opts: { dryRun?: boolean } = {}): KubeObject {
+  const b = rec(body);
+  const meta = rec(b.metadata);
+  if (b.kind !== undefined && b.kind !== 'Pod') throw badRequest(`the kind of the object (${String(b.kind)}) does not match Pod`);
+  if (meta.name !== undefined && meta.name !== name) throw badRequest(`the name of the object (${String(meta.name)}) does not match the name on the URL (${name})`);
+  if (meta.namespace !== undefined && meta.namespace !== namespace) throw badRequest('the namespace of the provided object does not match the namespace sent on the request');
+  if (typeof meta.uid !== 'string' || !meta.uid) throw invalid('Pod', '', name, [{ reason: 'FieldValueRequired', message: 'Required value: the uid of the pod being replaced', field: 'metadata.uid' }]);
+  const key = reg.keyOf(pods, namespace, name);
+  return reg.storage.transaction(() => {
+    const current = reg.storage.get(key);
+    if (!current) throw notFound('pods', '', name);
+    if (current.metadata.uid !== meta.uid) {
+      throw conflict('pods', '', name, `Precondition failed: UID in precondition: ${String(meta.uid)}, UID in object meta: ${current.metadata.uid}`);
+    }
+    const now = reg.now();
+    const fresh: KubeObject = {
+      metadata: {
+        name,
+        namespace,
+        uid: randomUUID(),
+        creationTimestamp: timestamp(now),
+        generation: 1,
+        labels: meta.labels as Record<string, string> | undefined,
+        annotations: meta.annotations as Record<string, string> | undefined,
+        ownerReferences: meta.ownerReferences as KubeObject['metadata']['ownerReferences'],
+        finalizers: meta.finalizers as string[] | undefined,
+      },
+      spec: structuredClone(b.spec),
+    };
+    for (const k of Object.keys(fresh.metadata)) if (fresh.metadata[k] === undefined) delete fresh.metadata[k];
+    pods.prepareForCreate!(fresh, { now, list: (r, ns) => reg.storage.list(r, ns).items });
+    reg.hooks.admitCreate?.(pods, fresh);
+    const causes = pods.validate!(fresh);
+    if (causes.length) throw invalid('Pod', '', name, causes);
+    const status = rec(fresh.status);
+    fresh.status = { phase: 'Pending', conditions: [{ type: 'PodScheduled', status: 'True', lastProbeTime: null, lastTransitionTime: timestamp(now) }], qosClass: status.qosClass };
+    if (opts.dryRun) return withTypeMeta(pods, fresh);
+    replacedUids.add(current.metadata.uid!);
+    try {
+      reg.storage.delete(key, { uid: current.metadata.uid });
+      return withTypeMeta(pods, reg.storage.create(key, fresh));
+    } catch (err: unknown) {
+      replacedUids.delete(current.metadata.uid!);
+      if (err instanceof ApiError) throw err;
+      throw err;
+    }
+  });
+}

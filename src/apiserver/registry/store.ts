@@ -1,0 +1,473 @@
+/**
+ * `Registry`: the verbs on stored resources, applying each resource's strategy in a fixed order
+ * (STYLE.md §5.7): prepare (defaults, status kept apart), validate (pure), then one storage write.
+ * Graceful deletion, finalizers and delete propagation live here; the garbage collector and the
+ * namespace finalizer (gc.ts) carry out what deletion leaves to them.
+ */
+import { randomUUID } from 'node:crypto';
+import { isDeepStrictEqual } from 'node:util';
+import { ApiError, alreadyExists, badRequest, conflict, invalid, notFound } from '../errors.ts';
+import { type KubeObject, type ObjectKey, type Preconditions, type Storage, StorageError } from '../storage/index.ts';
+import { checkBodyShape, type FieldValidation, randomSuffix, timestamp, withTypeMeta } from './meta.ts';
+import { jsonPatch, mergePatch, strategicMergePatch } from './patch.ts';
+import { type FieldRequirement, parseFieldSelector, parseLabelSelector } from './selectors.ts';
+import { type ResourceDef, type StrategyContext, storageKey } from './types.ts';
+import { rec } from './util.ts';
+
+/** Options every write takes. */
+export interface WriteOptions {
+  dryRun?: boolean;
+  fieldValidation?: FieldValidation;
+  fieldManager?: string;
+  /** Collects warnings for the `Warning` response header. */
+  warnings?: string[];
+}
+
+/** The patch content types. */
+export type PatchType = 'merge' | 'strategic' | 'json' | 'apply';
+
+/** `metav1.DeleteOptions`, the fields the server honours. */
+export interface DeleteOptions {
+  gracePeriodSeconds?: number;
+  propagationPolicy?: 'Orphan' | 'Background' | 'Foreground';
+  preconditions?: Preconditions;
+  dryRun?: boolean;
+  orphanDependents?: boolean;
+}
+
+/** What list and watch filter on. */
+export interface ListOptions {
+  labelSelector?: string;
+  fieldSelector?: string;
+  limit?: number;
+  continue?: string;
+}
+
+/** The result of a delete: `deleted` false when the object stays (graceful deletion, finalizers). */
+export interface DeleteResult {
+  object: KubeObject;
+  deleted: boolean;
+}
+
+/** Hooks other parts of the server plug into the registry (image resolution, data dropped with a Checkpoint). */
+export interface RegistryHooks {
+  /** Admission on create, after defaults and before validation; may mutate or throw an ApiError. */
+  admitCreate?(def: ResourceDef, obj: KubeObject): void;
+  /** Called after an object is removed from storage (not on dry runs). */
+  afterDelete?(def: ResourceDef, obj: KubeObject): void;
+}
+
+/** The finalizers the server itself carries out. */
+export const FINALIZER_ORPHAN = 'orphan';
+export const FINALIZER_FOREGROUND = 'foregroundDeletion';
+
+function keyOf(def: ResourceDef, namespace: string, name: string): ObjectKey {
+  return { resource: storageKey(def), namespace: def.namespaced ? namespace : '', name };
+}
+
+function mapStorageError(def: ResourceDef, name: string, err: unknown): unknown {
+  if (!(err instanceof StorageError)) return err;
+  switch (err.code) {
+    case 'NotFound':
+      return notFound(def.plural, def.group, name);
+    case 'AlreadyExists':
+      return alreadyExists(def.plural, def.group, name);
+    case 'Conflict':
+      return conflict(def.plural, def.group, name, err.message);
+    case 'Expired':
+      return new ApiError('Expired', err.message);
+  }
+}
+
+/** The verbs, over one storage. */
+export class Registry {
+  readonly storage: Storage;
+  readonly hooks: RegistryHooks;
+  /** The clock; tests may replace it. */
+  now: () => Date = () => new Date();
+
+  constructor(storage: Storage, hooks: RegistryHooks = {}) {
+    this.storage = storage;
+    this.hooks = hooks;
+  }
+
+  private ctx(): StrategyContext {
+    return { now: this.now(), list: (resource, ns) => this.storage.list(resource, ns).items };
+  }
+
+  /**
+   * Reads one object.
+   * @throws ApiError NotFound
+   */
+  get(def: ResourceDef, namespace: string, name: string): KubeObject {
+    const obj = this.storage.get(keyOf(def, namespace, name));
+    if (!obj) throw notFound(def.plural, def.group, name);
+    return withTypeMeta(def, obj);
+  }
+
+  /** Reads one object or undefined. */
+  find(def: ResourceDef, namespace: string, name: string): KubeObject | undefined {
+    const obj = this.storage.get(keyOf(def, namespace, name));
+    return obj ? withTypeMeta(def, obj) : undefined;
+  }
+
+  /**
+   * A compiled filter of label and field selectors for `def`.
+   * @throws ApiError BadRequest for a selector that does not parse or names an unsupported field
+   */
+  matcher(def: ResourceDef, opts: ListOptions): (obj: KubeObject) => boolean {
+    const labels = opts.labelSelector ? parseLabelSelector(opts.labelSelector) : undefined;
+    const fields: FieldRequirement[] = opts.fieldSelector ? parseFieldSelector(opts.fieldSelector) : [];
+    const readers = fields.map((f) => {
+      let read: ((o: KubeObject) => string | undefined) | undefined;
+      if (f.field === 'metadata.name') read = (o) => o.metadata.name;
+      else if (f.field === 'metadata.namespace') read = (o) => o.metadata.namespace ?? '';
+      else read = def.fieldSelectors?.[f.field];
+      if (!read) throw badRequest(`field label not supported: ${f.field}`);
+      return { ...f, read };
+    });
+    return (obj) => {
+      if (labels && !labels(obj.metadata.labels ?? {})) return false;
+      for (const f of readers) {
+        const v = f.read(obj) ?? '';
+        if ((v === f.value) !== (f.op === '=')) return false;
+      }
+      return true;
+    };
+  }
+
+  /**
+   * Lists objects, filtered, optionally paged (`limit`, `continue`: an opaque token of the last name).
+   * @throws ApiError BadRequest for bad selectors or a bad continue token
+   */
+  list(def: ResourceDef, namespace: string | undefined, opts: ListOptions = {}): { items: KubeObject[]; resourceVersion: string; continue?: string; remainingItemCount?: number } {
+    const match = this.matcher(def, opts);
+    const { items, resourceVersion } = this.storage.list(storageKey(def), def.namespaced ? namespace : undefined);
+    let filtered = items.filter(match);
+    let after: string | undefined;
+    if (opts.continue) {
+      try {
+        const tok = JSON.parse(Buffer.from(opts.continue, 'base64url').toString()) as { start: string };
+        after = String(tok.start);
+      } catch {
+        throw badRequest('continue key is not valid: illegal base64 data');
+      }
+      filtered = filtered.filter((o) => `${o.metadata.namespace ?? ''}/${o.metadata.name}` > after!);
+    }
+    const out: { items: KubeObject[]; resourceVersion: string; continue?: string; remainingItemCount?: number } = { items: filtered, resourceVersion: String(resourceVersion) };
+    if (opts.limit && opts.limit > 0 && filtered.length > opts.limit) {
+      out.items = filtered.slice(0, opts.limit);
+      const last = out.items[out.items.length - 1]!;
+      out.continue = Buffer.from(JSON.stringify({ rv: resourceVersion, start: `${last.metadata.namespace ?? ''}/${last.metadata.name}` })).toString('base64url');
+      out.remainingItemCount = filtered.length - opts.limit;
+    }
+    out.items = out.items.map((o) => withTypeMeta(def, o));
+    return out;
+  }
+
+  private checkNamespace(def: ResourceDef, namespace: string): void {
+    if (!def.namespaced) return;
+    const ns = this.storage.get({ resource: 'namespaces', namespace: '', name: namespace });
+    if (!ns) throw notFound('namespaces', '', namespace);
+    if (ns.metadata.deletionTimestamp) {
+      throw new ApiError('Forbidden', `${def.plural} "${''}" is forbidden: unable to create new content in namespace ${namespace} because it is being terminated`, {
+        kind: def.plural,
+        group: def.group || undefined,
+      });
+    }
+  }
+
+  /**
+   * Creates an object (POST). Status is dropped (the strategy sets the initial one), the server sets
+   * uid, creationTimestamp, generation and resourceVersion; `generateName` gets a random suffix.
+   * @throws ApiError BadRequest (shape), Invalid, AlreadyExists, NotFound (namespace), Forbidden (namespace terminating)
+   */
+  create(def: ResourceDef, namespace: string, body: unknown, opts: WriteOptions = {}): KubeObject {
+    const warnings = checkBodyShape(def, body, opts.fieldValidation ?? 'Ignore');
+    opts.warnings?.push(...warnings);
+    const obj = structuredClone(body) as KubeObject;
+    obj.metadata = { ...(obj.metadata ?? {}) };
+    const m = obj.metadata;
+    if (def.namespaced) {
+      if (m.namespace && m.namespace !== namespace) throw badRequest('the namespace of the provided object does not match the namespace sent on the request');
+      m.namespace = namespace;
+    } else delete m.namespace;
+    if (!m.name && m.generateName) m.name = `${m.generateName}${randomSuffix()}`;
+    const now = this.now();
+    m.uid = randomUUID();
+    m.creationTimestamp = timestamp(now);
+    m.generation = 1;
+    delete m.resourceVersion;
+    delete m.deletionTimestamp;
+    delete m.deletionGracePeriodSeconds;
+    delete m.selfLink;
+    delete m.managedFields;
+    if (def.hasStatus) delete obj.status;
+    def.prepareForCreate?.(obj, this.ctx());
+    this.hooks.admitCreate?.(def, obj);
+    const causes = def.validate?.(obj) ?? [];
+    if (causes.length) throw invalid(def.kind, def.group, m.name ?? m.generateName ?? '', causes);
+    delete obj.apiVersion;
+    delete obj.kind;
+    if (opts.dryRun) {
+      this.checkNamespace(def, namespace);
+      if (this.storage.get(keyOf(def, namespace, m.name!))) throw alreadyExists(def.plural, def.group, m.name!);
+      return withTypeMeta(def, obj);
+    }
+    try {
+      const stored = this.storage.transaction(() => {
+        this.checkNamespace(def, namespace);
+        return this.storage.create(keyOf(def, namespace, m.name!), obj);
+      });
+      return withTypeMeta(def, stored);
+    } catch (err: unknown) {
+      throw mapStorageError(def, m.name!, err);
+    }
+  }
+
+  /**
+   * Computes the next state of an object from a client's full object (PUT) for the main resource
+   * or a subresource (`status`): the main resource keeps the stored status, `status` keeps
+   * everything but status; server-owned metadata always stays. Pure but for the strategy's context.
+   * @throws ApiError BadRequest, Invalid, Conflict (stale resourceVersion)
+   */
+  private nextState(def: ResourceDef, current: KubeObject, body: KubeObject, sub: 'status' | undefined): KubeObject {
+    const name = current.metadata.name!;
+    const rv = body.metadata?.resourceVersion;
+    if (rv !== undefined && rv !== '' && rv !== current.metadata.resourceVersion) {
+      throw conflict(def.plural, def.group, name, 'the object has been modified; please apply your changes to the latest version and try again');
+    }
+    if (body.metadata?.uid && body.metadata.uid !== current.metadata.uid) {
+      throw conflict(def.plural, def.group, name, `Precondition failed: UID in precondition: ${body.metadata.uid}, UID in object meta: ${current.metadata.uid}`);
+    }
+    if (body.metadata?.name && body.metadata.name !== name) throw badRequest(`the name of the object (${body.metadata.name}) does not match the name on the URL (${name})`);
+    let next: KubeObject;
+    if (sub === 'status') {
+      next = structuredClone(current);
+      if (body.status === undefined) delete next.status;
+      else next.status = structuredClone(body.status);
+    } else {
+      next = structuredClone(body);
+      next.metadata = { ...(body.metadata ?? {}) };
+      for (const k of ['uid', 'creationTimestamp', 'deletionTimestamp', 'deletionGracePeriodSeconds', 'namespace', 'name', 'generation'] as const) {
+        if (current.metadata[k] === undefined) delete next.metadata[k];
+        else (next.metadata as Record<string, unknown>)[k] = current.metadata[k];
+      }
+      delete next.metadata.managedFields;
+      delete next.metadata.selfLink;
+      if (def.hasStatus) {
+        if (current.status === undefined) delete next.status;
+        else next.status = structuredClone(current.status);
+      }
+      def.prepareForUpdate?.(next, current, this.ctx());
+      // Finalizers may be removed but not added once deletion began.
+      if (current.metadata.deletionTimestamp) {
+        const had = new Set(current.metadata.finalizers ?? []);
+        const added = (next.metadata.finalizers ?? []).filter((f) => !had.has(f));
+        if (added.length) throw invalid(def.kind, def.group, name, [{ reason: 'FieldValueForbidden', message: `Forbidden: no new finalizers can be added if the object is being deleted, found new finalizers ${JSON.stringify(added)}`, field: 'metadata.finalizers' }]);
+      }
+      const specOf = (o: KubeObject) => Object.fromEntries(Object.entries(o).filter(([k]) => k !== 'metadata' && k !== 'status' && k !== 'apiVersion' && k !== 'kind'));
+      if (!isDeepStrictEqual(specOf(next), specOf(current))) next.metadata.generation = (current.metadata.generation ?? 1) + 1;
+    }
+    delete next.apiVersion;
+    delete next.kind;
+    next.metadata.resourceVersion = current.metadata.resourceVersion;
+    const causes = def.validate?.(next, current) ?? [];
+    if (causes.length) throw invalid(def.kind, def.group, name, causes);
+    return next;
+  }
+
+  /** Removes an object whose deletion is complete (no finalizers left, grace over) after an update. */
+  private finishIfDone(def: ResourceDef, key: ObjectKey, obj: KubeObject): { object: KubeObject; deleted: boolean } {
+    const m = obj.metadata;
+    if (m.deletionTimestamp && (m.finalizers ?? []).length === 0 && (m.deletionGracePeriodSeconds ?? 0) === 0) {
+      const gone = this.storage.delete(key, { uid: m.uid });
+      this.hooks.afterDelete?.(def, gone);
+      return { object: gone, deleted: true };
+    }
+    return { object: obj, deleted: false };
+  }
+
+  /**
+   * Replaces an object (PUT) or its status (`sub = 'status'`).
+   * @throws ApiError NotFound, Conflict, Invalid, BadRequest
+   */
+  update(def: ResourceDef, namespace: string, name: string, body: unknown, opts: WriteOptions = {}, sub?: 'status'): KubeObject {
+    const warnings = checkBodyShape(def, body, opts.fieldValidation ?? 'Ignore');
+    opts.warnings?.push(...warnings);
+    const key = keyOf(def, namespace, name);
+    try {
+      return this.storage.transaction(() => {
+        const current = this.storage.get(key);
+        if (!current) throw notFound(def.plural, def.group, name);
+        const next = this.nextState(def, current, body as KubeObject, sub);
+        if (opts.dryRun) return withTypeMeta(def, next);
+        const stored = this.storage.update(key, next, { resourceVersion: current.metadata.resourceVersion });
+        return withTypeMeta(def, this.finishIfDone(def, key, stored).object);
+      });
+    } catch (err: unknown) {
+      throw mapStorageError(def, name, err);
+    }
+  }
+
+  /**
+   * Patches an object or its status. `apply` (server-side apply) creates the object when missing and
+   * otherwise merges the applied configuration like a strategic merge patch.
+   * @returns the object and whether it was created (201)
+   * @throws ApiError NotFound, Conflict, Invalid, BadRequest, UnsupportedMediaType
+   */
+  patch(def: ResourceDef, namespace: string, name: string, type: PatchType, patch: unknown, opts: WriteOptions = {}, sub?: 'status'): { object: KubeObject; created: boolean } {
+    const key = keyOf(def, namespace, name);
+    if (type !== 'json' && (patch === null || typeof patch !== 'object' || Array.isArray(patch))) throw badRequest('the patch must be a JSON object');
+    try {
+      return this.storage.transaction(() => {
+        const current = this.storage.get(key);
+        if (!current) {
+          if (type === 'apply' && sub === undefined) {
+            const body = structuredClone(patch) as KubeObject;
+            body.metadata = { ...(body.metadata ?? {}), name };
+            if (!opts.fieldManager) throw badRequest('PATCH of type apply requires a fieldManager');
+            return { object: this.create(def, namespace, body, opts), created: true };
+          }
+          throw notFound(def.plural, def.group, name);
+        }
+        if (type === 'apply') checkBodyShape(def, patch, opts.fieldValidation ?? 'Strict');
+        const base = withTypeMeta(def, current);
+        let patched: unknown;
+        switch (type) {
+          case 'merge':
+            patched = mergePatch(base, patch);
+            break;
+          case 'json':
+            patched = jsonPatch(base, patch);
+            break;
+          case 'strategic':
+          case 'apply':
+            if (def.group === 'kube32.io' && type === 'strategic') {
+              throw new ApiError('UnsupportedMediaType', 'the body of the request was in an unknown format - accepted media types include: application/json-patch+json, application/merge-patch+json, application/apply-patch+yaml');
+            }
+            patched = strategicMergePatch(base, patch);
+            break;
+        }
+        const p = rec(patched) as KubeObject;
+        if (!p.metadata || typeof p.metadata !== 'object') throw badRequest('the patched object has no metadata');
+        // A patch never carries a stale resourceVersion unless the client put one in it on purpose.
+        const patchRv = rec(rec(patch).metadata).resourceVersion;
+        p.metadata.resourceVersion = typeof patchRv === 'string' ? patchRv : current.metadata.resourceVersion;
+        opts.warnings?.push(...checkBodyShape(def, p, type === 'apply' ? 'Ignore' : (opts.fieldValidation ?? 'Ignore')));
+        const next = this.nextState(def, current, p, sub);
+        if (opts.dryRun) return { object: withTypeMeta(def, next), created: false };
+        const stored = this.storage.update(key, next, { resourceVersion: current.metadata.resourceVersion });
+        return { object: withTypeMeta(def, this.finishIfDone(def, key, stored).object), created: false };
+      });
+    } catch (err: unknown) {
+      throw mapStorageError(def, name, err);
+    }
+  }
+
+  /**
+   * Deletes an object. With a grace period (pods bound to a node) or finalizers it is only marked
+   * (`deletionTimestamp`) and stays until the kubelet or the finalizers' owners finish.
+   * @throws ApiError NotFound, Conflict (preconditions), Forbidden (protected namespaces)
+   */
+  delete(def: ResourceDef, namespace: string, name: string, options: DeleteOptions = {}): DeleteResult {
+    const key = keyOf(def, namespace, name);
+    if (def.plural === 'namespaces' && def.group === '' && ['default', 'kube-system', 'kube-public'].includes(name)) {
+      throw new ApiError('Forbidden', `namespaces "${name}" is forbidden: this namespace may not be deleted`, { name, kind: 'namespaces' });
+    }
+    const policy = options.propagationPolicy ?? (options.orphanDependents ? 'Orphan' : 'Background');
+    if (!['Orphan', 'Background', 'Foreground'].includes(policy)) {
+      throw invalid('DeleteOptions', '', '', [{ reason: 'FieldValueNotSupported', message: `Unsupported value: "${policy}": supported values: "Foreground", "Background", "Orphan"`, field: 'propagationPolicy' }]);
+    }
+    try {
+      return this.storage.transaction(() => {
+        const current = this.storage.get(key);
+        if (!current) throw notFound(def.plural, def.group, name);
+        const pre = options.preconditions;
+        if (pre?.uid && pre.uid !== current.metadata.uid) {
+          throw conflict(def.plural, def.group, name, `Precondition failed: UID in precondition: ${pre.uid}, UID in object meta: ${current.metadata.uid}`);
+        }
+        if (pre?.resourceVersion && pre.resourceVersion !== current.metadata.resourceVersion) {
+          throw conflict(def.plural, def.group, name, `Precondition failed: ResourceVersion in precondition: ${pre.resourceVersion}, ResourceVersion in object meta: ${current.metadata.resourceVersion}`);
+        }
+        const now = this.now();
+        const finalizers = [...(current.metadata.finalizers ?? [])];
+        if (policy === 'Orphan' && !finalizers.includes(FINALIZER_ORPHAN) && !current.metadata.deletionTimestamp) finalizers.push(FINALIZER_ORPHAN);
+        if (policy === 'Foreground' && !finalizers.includes(FINALIZER_FOREGROUND) && !current.metadata.deletionTimestamp) finalizers.push(FINALIZER_FOREGROUND);
+        const defaultGrace = def.gracePeriod?.(current);
+        let grace = options.gracePeriodSeconds ?? defaultGrace ?? 0;
+        if (defaultGrace === 0) grace = 0;
+        if (grace < 0) grace = 0;
+        const isNamespace = def.plural === 'namespaces' && def.group === '';
+        const marks = finalizers.length > 0 || grace > 0 || isNamespace;
+        if (!marks) {
+          if (options.dryRun) return { object: withTypeMeta(def, current), deleted: true };
+          const gone = this.storage.delete(key, { uid: current.metadata.uid });
+          this.hooks.afterDelete?.(def, gone);
+          return { object: withTypeMeta(def, gone), deleted: true };
+        }
+        const next = structuredClone(current);
+        const m = next.metadata;
+        if (!m.deletionTimestamp) {
+          m.deletionTimestamp = timestamp(new Date(now.getTime() + grace * 1000));
+          m.deletionGracePeriodSeconds = grace;
+        } else if (grace < (m.deletionGracePeriodSeconds ?? 0)) {
+          // A shorter grace period shortens a pending graceful deletion (the kubelet's grace 0 ends it).
+          m.deletionTimestamp = timestamp(new Date(now.getTime() + grace * 1000));
+          m.deletionGracePeriodSeconds = grace;
+        }
+        m.finalizers = finalizers;
+        if (finalizers.length === 0) delete m.finalizers;
+        if (isNamespace) next.status = { ...rec(next.status), phase: 'Terminating' };
+        if (options.dryRun) return { object: withTypeMeta(def, next), deleted: false };
+        const stored = this.storage.update(key, next);
+        if (!isNamespace) {
+          const done = this.finishIfDone(def, key, stored);
+          return { object: withTypeMeta(def, done.object), deleted: done.deleted };
+        }
+        return { object: withTypeMeta(def, stored), deleted: false };
+      });
+    } catch (err: unknown) {
+      throw mapStorageError(def, name, err);
+    }
+  }
+
+  /**
+   * Deletes every object a list with `opts` selects (deletecollection); answers those deleted or marked.
+   * @throws ApiError BadRequest for bad selectors
+   */
+  deleteCollection(def: ResourceDef, namespace: string | undefined, opts: ListOptions, options: DeleteOptions = {}): KubeObject[] {
+    const { items } = this.list(def, namespace, { labelSelector: opts.labelSelector, fieldSelector: opts.fieldSelector });
+    const out: KubeObject[] = [];
+    for (const o of items) {
+      try {
+        out.push(this.delete(def, o.metadata.namespace ?? '', o.metadata.name!, options).object);
+      } catch (err: unknown) {
+        if (!(err instanceof ApiError && err.reason === 'NotFound')) throw err;
+      }
+    }
+    return out;
+  }
+
+  /**
+   * Writes an object as the server itself (controllers inside the API server: GC, eviction):
+   * `mutate(current)` on the latest version, retried by the storage transaction.
+   * @throws ApiError NotFound
+   */
+  serverUpdate(def: ResourceDef, namespace: string, name: string, mutate: (o: KubeObject) => KubeObject): KubeObject {
+    const key = keyOf(def, namespace, name);
+    try {
+      return this.storage.transaction(() => {
+        const stored = this.storage.guaranteedUpdate(key, mutate);
+        return withTypeMeta(def, this.finishIfDone(def, key, stored).object);
+      });
+    } catch (err: unknown) {
+      throw mapStorageError(def, name, err);
+    }
+  }
+
+  /** The storage key of `def` at `namespace/name` (for the pods' one-write replacement and the GC). */
+  keyOf(def: ResourceDef, namespace: string, name: string): ObjectKey {
+    return keyOf(def, namespace, name);
+  }
+}

@@ -1,0 +1,75 @@
+/**
+ * What the registry knows of one resource: its names (for discovery and URLs), its strategy
+ * (defaults, validation, what create and update may change) and how it prints as a Table.
+ * Each resource's `registry/<resource>/index.ts` exports one or more `ResourceDef`s; the handlers
+ * route only the verbs and subresources a definition declares.
+ */
+import type { StatusCause } from '../errors.ts';
+import type { KubeObject } from '../storage/index.ts';
+
+/** One Table column (`metav1.TableColumnDefinition`); priority 1 columns show only with `-o wide`. */
+export interface Column {
+  name: string;
+  type: 'string' | 'integer' | 'number' | 'boolean' | 'date';
+  format?: string;
+  priority?: number;
+  description?: string;
+}
+
+/** The subresources a resource may have. */
+export type Subresource = 'status' | 'scale' | 'eviction' | 'log' | 'proxy' | 'binding' | 'replace' | 'data';
+
+/** Context a strategy sees: the time of the request and a reader of other objects. */
+export interface StrategyContext {
+  now: Date;
+  /** Reads another object (for defaults that depend on the cluster, e.g. a Service's cluster IP). */
+  list(resource: string, namespace?: string): KubeObject[];
+}
+
+/** One resource's rules. */
+export interface ResourceDef {
+  group: string;
+  version: string;
+  kind: string;
+  listKind: string;
+  plural: string;
+  singular: string;
+  namespaced: boolean;
+  shortNames?: string[];
+  categories?: string[];
+  /** Subresources served under `<name>/<subresource>`. */
+  subresources: Subresource[];
+  /** Whether spec and status are written apart (main writes keep status, `/status` writes only status). */
+  hasStatus: boolean;
+  /** Scale subresource paths, for `hasScale` resources. */
+  scale?: { specReplicas: string[]; statusReplicas: string[]; selector: string[] };
+  /** Top-level fields a valid object may carry besides apiVersion, kind and metadata (strict field validation). */
+  fields: string[];
+  /** Sets defaults on a new object (after status was cleared), in place. */
+  prepareForCreate?(obj: KubeObject, ctx: StrategyContext): void;
+  /** Normalizes an update of the main resource, in place (defaults again, immutable fields kept). */
+  prepareForUpdate?(obj: KubeObject, old: KubeObject, ctx: StrategyContext): void;
+  /** Problems of an object; pure. `old` is given on update. */
+  validate?(obj: KubeObject, old?: KubeObject): StatusCause[];
+  /** Field selector keys beyond metadata.name and metadata.namespace, each reading the field as a string. */
+  fieldSelectors?: Record<string, (obj: KubeObject) => string | undefined>;
+  /** Table columns, the first being Name (format name). */
+  columns: Column[];
+  /** One Table row's cells, in `columns` order. */
+  cells(obj: KubeObject, now: Date): unknown[];
+  /** Seconds of graceful deletion by default (pods: spec.terminationGracePeriodSeconds); undefined: deleted at once. */
+  gracePeriod?(obj: KubeObject): number | undefined;
+}
+
+/** `group/plural` as the storage key (`pods`, `deployments.apps`). */
+export function storageKey(def: Pick<ResourceDef, 'group' | 'plural'>): string {
+  return def.group ? `${def.plural}.${def.group}` : def.plural;
+}
+
+/** `apiVersion` of a definition (`v1`, `apps/v1`). */
+export function apiVersionOf(def: Pick<ResourceDef, 'group' | 'version'>): string {
+  return def.group ? `${def.group}/${def.version}` : def.version;
+}
+
+/** The standard verbs every stored resource supports. */
+export const STANDARD_VERBS = ['create', 'delete', 'deletecollection', 'get', 'list', 'patch', 'update', 'watch'] as const;

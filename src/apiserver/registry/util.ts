@@ -1,0 +1,147 @@
+/**
+ * Small helpers of the resource strategies: validation of names (RFC 1123) and a field path
+ * reader.
+ */
+import type { StatusCause } from '../errors.ts';
+import { humanDuration } from '../../lib/index.ts';
+import type { KubeObject } from '../storage/index.ts';
+
+const DNS1123_LABEL = /^[a-z0-9]([-a-z0-9]*[a-z0-9])?$/;
+const DNS1123_SUBDOMAIN = /^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$/;
+
+/** Problems of `name` as an RFC 1123 subdomain (most objects' names), at `field`. */
+export function validateSubdomain(name: string | undefined, field: string): StatusCause[] {
+  if (!name) return [{ reason: 'FieldValueRequired', message: 'Required value: name or generateName is required', field }];
+  if (name.length > 253 || !DNS1123_SUBDOMAIN.test(name)) {
+    return [
+      {
+        reason: 'FieldValueInvalid',
+        message: `Invalid value: "${name}": a lowercase RFC 1123 subdomain must consist of lower case alphanumeric characters, '-' or '.', and must start and end with an alphanumeric character (e.g. 'example.com', regex used for validation is '[a-z0-9]([-a-z0-9]*[a-z0-9])?(\\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*')`,
+        field,
+      },
+    ];
+  }
+  return [];
+}
+
+/** Problems of `name` as an RFC 1123 label (namespaces, services, container names), at `field`. */
+export function validateLabel(name: string | undefined, field: string): StatusCause[] {
+  if (!name) return [{ reason: 'FieldValueRequired', message: 'Required value', field }];
+  if (name.length > 63 || !DNS1123_LABEL.test(name)) {
+    return [
+      {
+        reason: 'FieldValueInvalid',
+        message: `Invalid value: "${name}": a lowercase RFC 1123 label must consist of lower case alphanumeric characters or '-', and must start and end with an alphanumeric character (e.g. 'my-name',  or '123-abc', regex used for validation is '[a-z0-9]([-a-z0-9]*[a-z0-9])?')`,
+        field,
+      },
+    ];
+  }
+  return [];
+}
+
+const LABEL_VALUE = /^(([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9])?$/;
+const QUALIFIED_NAME = /^([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9]$/;
+
+/** Problems of `metadata.labels` and `metadata.annotations`. */
+export function validateMetaMaps(obj: KubeObject): StatusCause[] {
+  const out: StatusCause[] = [];
+  const labels = obj.metadata.labels ?? {};
+  if (typeof labels !== 'object' || Array.isArray(labels)) return [{ reason: 'FieldValueInvalid', message: 'Invalid value: must be a map of strings', field: 'metadata.labels' }];
+  for (const [k, v] of Object.entries(labels)) {
+    if (!validKey(k)) out.push({ reason: 'FieldValueInvalid', message: `Invalid value: "${k}": name part must consist of alphanumeric characters, '-', '_' or '.', and must start and end with an alphanumeric character`, field: 'metadata.labels' });
+    if (typeof v !== 'string' || v.length > 63 || !LABEL_VALUE.test(v)) {
+      out.push({ reason: 'FieldValueInvalid', message: `Invalid value: "${String(v)}": a valid label must be an empty string or consist of alphanumeric characters, '-', '_' or '.', and must start and end with an alphanumeric character`, field: 'metadata.labels' });
+    }
+  }
+  const ann = obj.metadata.annotations ?? {};
+  if (typeof ann !== 'object' || Array.isArray(ann)) return [{ reason: 'FieldValueInvalid', message: 'Invalid value: must be a map of strings', field: 'metadata.annotations' }];
+  for (const [k, v] of Object.entries(ann)) {
+    if (!validKey(k)) out.push({ reason: 'FieldValueInvalid', message: `Invalid value: "${k}": name part must consist of alphanumeric characters, '-', '_' or '.'`, field: 'metadata.annotations' });
+    if (typeof v !== 'string') out.push({ reason: 'FieldValueInvalid', message: `Invalid value: annotation "${k}" must be a string`, field: 'metadata.annotations' });
+  }
+  return out;
+}
+
+function validKey(k: string): boolean {
+  const slash = k.lastIndexOf('/');
+  const name = slash >= 0 ? k.slice(slash + 1) : k;
+  const prefix = slash >= 0 ? k.slice(0, slash) : undefined;
+  if (name.length === 0 || name.length > 63 || !QUALIFIED_NAME.test(name)) return false;
+  if (prefix !== undefined && (prefix.length === 0 || prefix.length > 253 || !DNS1123_SUBDOMAIN.test(prefix))) return false;
+  return true;
+}
+
+/** Reads `obj.a.b.c` for path `['a','b','c']`; undefined when absent. */
+export function at(obj: unknown, path: readonly string[]): unknown {
+  let cur: unknown = obj;
+  for (const p of path) {
+    if (cur === null || typeof cur !== 'object') return undefined;
+    cur = (cur as Record<string, unknown>)[p];
+  }
+  return cur;
+}
+
+/** A record-typed view of a field (creating nothing). */
+export function rec(v: unknown): Record<string, unknown> {
+  return v !== null && typeof v === 'object' && !Array.isArray(v) ? (v as Record<string, unknown>) : {};
+}
+
+/** An array-typed view of a field. */
+export function arr(v: unknown): Record<string, unknown>[] {
+  return Array.isArray(v) ? (v as Record<string, unknown>[]) : [];
+}
+
+/** The AGE cell of an object: kubectl's human duration of now − creationTimestamp, `<unknown>` without one. */
+export function age(ts: unknown, now: Date): string {
+  if (typeof ts !== 'string') return '<unknown>';
+  const t = Date.parse(ts);
+  if (Number.isNaN(t)) return '<unknown>';
+  const d = now.getTime() - t;
+  if (d < -1000) return '<invalid>';
+  return humanDuration(d);
+}
+
+/** A `Column` list's name column. */
+export const NAME_COLUMN = { name: 'Name', type: 'string', format: 'name', description: 'Name must be unique within a namespace.' } as const;
+/** A `Column` list's age column. */
+export const AGE_COLUMN = { name: 'Age', type: 'string', description: 'CreationTimestamp is a timestamp representing the server time when this object was created.' } as const;
+
+/** A required string field's cause. */
+export function required(field: string): StatusCause {
+  return { reason: 'FieldValueRequired', message: 'Required value', field };
+}
+
+/** An invalid value's cause. */
+export function invalidValue(field: string, value: unknown, why: string): StatusCause {
+  return { reason: 'FieldValueInvalid', message: `Invalid value: ${JSON.stringify(value)}: ${why}`, field };
+}
+
+/** A cause for a field that may not change. */
+export function immutable(field: string): StatusCause {
+  return { reason: 'FieldValueInvalid', message: 'Invalid value: field is immutable', field };
+}
+
+/** Label selector of a workload (`spec.selector.matchLabels`) as `k=v,k2=v2` (matchExpressions rendered too). */
+export function selectorString(sel: unknown): string {
+  const s = rec(sel);
+  const parts: string[] = [];
+  for (const [k, v] of Object.entries(rec(s.matchLabels))) parts.push(`${k}=${String(v)}`);
+  for (const e of arr(s.matchExpressions)) {
+    const values = Array.isArray(e.values) ? (e.values as string[]) : [];
+    switch (e.operator) {
+      case 'In':
+        parts.push(`${String(e.key)} in (${values.join(',')})`);
+        break;
+      case 'NotIn':
+        parts.push(`${String(e.key)} notin (${values.join(',')})`);
+        break;
+      case 'Exists':
+        parts.push(String(e.key));
+        break;
+      case 'DoesNotExist':
+        parts.push(`!${String(e.key)}`);
+        break;
+    }
+  }
+  return parts.join(',');
+}

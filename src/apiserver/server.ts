@@ -1,0 +1,353 @@
+/**
+ * `createApiServer`: the API server in one call. It opens the store (SQLite in the data dir, or
+ * memory for tests), makes sure the system namespaces exist, sets up the CA, serving certificate
+ * and admin kubeconfig (HTTPS), or plain HTTP on loopback when asked, and serves every request
+ * through one dispatcher: health and metrics, discovery and OpenAPI, TokenReview, blobs, then the
+ * resources. Every error is answered as a `metav1.Status`; every request is logged once at debug
+ * level and counted.
+ */
+import { createServer as createHttpServer, type IncomingMessage, type Server, type ServerResponse } from 'node:http';
+import { createServer as createHttpsServer } from 'node:https';
+import { mkdirSync } from 'node:fs';
+import { join } from 'node:path';
+import type { AddressInfo } from 'node:net';
+import { Counter, Histogram, Registry as MetricsRegistry, collectDefaultMetrics } from 'prom-client';
+import { createLogger, type Logger, writeFileAtomicSync } from '../lib/index.ts';
+import { ApiError, badRequest } from './errors.ts';
+import { authorize, bearerToken, verbOf } from './handlers/auth.ts';
+import type { RequestScope, ServerContext, UserInfo } from './handlers/context.ts';
+import { serveBlob } from './handlers/data.ts';
+import { DEFAULT_MAX_MODULE_BYTES } from './handlers/data.ts';
+import {
+  AGGREGATED_CONTENT_TYPE,
+  VERSION_INFO,
+  aggregatedDiscovery,
+  legacyApiVersions,
+  legacyGroup,
+  legacyGroupList,
+  legacyResourceList,
+} from './handlers/discovery.ts';
+import { DEFAULT_MAX_BODY_BYTES, decodeBody, mediaType, readBody, sendError, sendJson } from './handlers/http.ts';
+import { openApiDocument, openApiIndex } from './handlers/openapi.ts';
+import { serveResource } from './handlers/resources.ts';
+import { parseResourcePath } from './handlers/router.ts';
+import { ADMIN_USER, APISERVER_USER, TokenAuthenticator, adminKubeconfigPath, ensureServingPki, kubeconfigYaml, mintToken } from './pki.ts';
+import { CheckpointDataStore, DEFAULT_CHECKPOINT_DATA_BYTES } from './registry/checkpoints/data-store.ts';
+import { checkpoints } from './registry/checkpoints/index.ts';
+import { GarbageCollector } from './registry/gc.ts';
+import { resolvePodImage } from './registry/modules/images.ts';
+import { namespaces } from './registry/nodes/index.ts';
+import { serviceaccounts } from './registry/core/index.ts';
+import { Registry } from './registry/store.ts';
+import { rec } from './registry/util.ts';
+import { MemoryStorage, SqliteStorage, type Storage } from './storage/index.ts';
+
+/** Options of `createApiServer`. */
+export interface ApiServerOptions {
+  /** Directory of the database, the PKI and the admin kubeconfig; required unless `storage` is `memory`. */
+  dataDir?: string;
+  /** TCP port; 0 picks a free one. @default 0 */
+  port?: number;
+  /** Address to listen on. @default '127.0.0.1' */
+  bindAddress?: string;
+  /** `sqlite` (default, `<data-dir>/kube32.db`) or `memory` (tests only: nothing survives). */
+  storage?: 'sqlite' | 'memory';
+  /** Serve plain HTTP (only allowed on a loopback address); requests without a token are the admin's. @default false */
+  insecureHttp?: boolean;
+  /** Bytes of checkpoint data kept in memory. @default 16777216 (16 MiB) */
+  checkpointDataBytes?: number;
+  /** Limit of a request body in bytes. @default 3145728 (3 MiB) */
+  maxBodyBytes?: number;
+  /** Limit of a module upload in bytes. @default 67108864 (64 MiB) */
+  maxModuleBytes?: number;
+  /** Interval of watch bookmarks / keep-alive newlines, ms. @default 10000 */
+  watchHeartbeatMs?: number;
+  /** Events kept for watch resumption. @default 50000 */
+  watchWindow?: number;
+  /** Extra names or addresses for the serving certificate. */
+  certificateSans?: string[];
+  logger?: Logger;
+}
+
+/** A running API server. */
+export interface ApiServer {
+  /** `https://127.0.0.1:PORT` (or http://). */
+  url: string;
+  port: number;
+  /** The admin kubeconfig's path (undefined with memory storage and no data dir). */
+  kubeconfigPath: string | undefined;
+  /** The admin's bearer token. */
+  adminToken: string;
+  /** PEM of the CA (undefined for plain HTTP). */
+  caCertPem: string | undefined;
+  registry: Registry;
+  /** Stops listening, ends open streams, closes the store. */
+  close(): Promise<void>;
+}
+
+function isLoopback(addr: string): boolean {
+  return addr === 'localhost' || addr === '::1' || /^127\./.test(addr);
+}
+
+/**
+ * Starts the API server.
+ * @throws RangeError for bad options (plain HTTP off loopback, missing data dir, bad sizes)
+ * @throws Error when the port cannot be bound or the store cannot be opened
+ * @example const s = await createApiServer({ dataDir: '/var/lib/kube32', port: 6443 }); ... await s.close();
+ */
+export async function createApiServer(opts: ApiServerOptions): Promise<ApiServer> {
+  const bind = opts.bindAddress ?? '127.0.0.1';
+  const kind = opts.storage ?? 'sqlite';
+  if (opts.insecureHttp && !isLoopback(bind)) throw new RangeError(`plain HTTP is only allowed on a loopback address: current bind address is ${bind}`);
+  if (kind === 'sqlite' && !opts.dataDir) throw new RangeError('the sqlite storage needs a data dir (--data-dir)');
+  if (!opts.insecureHttp && !opts.dataDir) throw new RangeError('HTTPS needs a data dir for its certificate authority (--data-dir), or use plain HTTP on loopback');
+  const maxBodyBytes = opts.maxBodyBytes ?? DEFAULT_MAX_BODY_BYTES;
+  if (!Number.isSafeInteger(maxBodyBytes) || maxBodyBytes <= 0) throw new RangeError(`maxBodyBytes must be a positive integer: current value is ${maxBodyBytes}`);
+  const log = opts.logger ?? createLogger('apiserver');
+  if (opts.dataDir) mkdirSync(opts.dataDir, { recursive: true, mode: 0o700 });
+
+  const storage: Storage = kind === 'memory' ? new MemoryStorage({ watchWindow: opts.watchWindow }) : new SqliteStorage(join(opts.dataDir!, 'kube32.db'), { watchWindow: opts.watchWindow });
+  const checkpointData = new CheckpointDataStore(opts.checkpointDataBytes ?? DEFAULT_CHECKPOINT_DATA_BYTES);
+  const registry = new Registry(storage, {
+    admitCreate(def, obj) {
+      if (def.group === '' && def.plural === 'pods') resolvePodImage(storage, obj);
+    },
+    afterDelete(def, obj) {
+      if (def === checkpoints) checkpointData.delete(`${obj.metadata.namespace}/${obj.metadata.name}`);
+    },
+  });
+  bootstrap(registry, log);
+  const gc = new GarbageCollector(registry, log);
+  gc.start();
+  // A namespace made by anyone gets its default service account, as Kubernetes' controller makes it.
+  const saWatch = storage.watch('namespaces', storage.currentResourceVersion(), (e) => {
+    if (e.type !== 'ADDED') return;
+    setImmediate(() => ensureDefaultServiceAccount(registry, e.name));
+  });
+
+  const tokens = opts.dataDir ? new TokenAuthenticator(opts.dataDir) : undefined;
+  const adminToken = opts.dataDir ? mintToken(opts.dataDir, ADMIN_USER) : 'insecure-admin';
+  const kubeletToken = opts.dataDir ? mintToken(opts.dataDir, APISERVER_USER) : 'insecure-apiserver';
+  const authenticateToken = (t: string): UserInfo | undefined => tokens?.authenticate(t) ?? (opts.insecureHttp && t === adminToken ? ADMIN_USER : undefined);
+
+  const metrics = new MetricsRegistry();
+  collectDefaultMetrics({ register: metrics });
+  const requests = new Counter({ name: 'apiserver_request_total', help: 'Requests by verb, resource and HTTP code.', labelNames: ['verb', 'resource', 'subresource', 'code'], registers: [metrics] });
+  const latency = new Histogram({
+    name: 'apiserver_request_duration_seconds',
+    help: 'Time to answer a request (watches and proxies: to their headers).',
+    labelNames: ['verb', 'resource'],
+    buckets: [0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5],
+    registers: [metrics],
+  });
+
+  const ctx: ServerContext = {
+    registry,
+    log,
+    maxBodyBytes,
+    maxModuleBytes: opts.maxModuleBytes ?? DEFAULT_MAX_MODULE_BYTES,
+    watchHeartbeatMs: opts.watchHeartbeatMs ?? 10_000,
+    checkpointData,
+    kubeletToken,
+    authenticateToken,
+    streams: new Set(),
+  };
+
+  const handler = (req: IncomingMessage, res: ServerResponse) => {
+    const started = process.hrtime.bigint();
+    let verb = (req.method ?? 'GET').toLowerCase();
+    let resource = '';
+    let subresource = '';
+    res.on('finish', () => {
+      requests.inc({ verb, resource, subresource, code: String(res.statusCode) });
+    });
+    const observe = () => latency.observe({ verb, resource }, Number(process.hrtime.bigint() - started) / 1e9);
+    void (async () => {
+      const url = new URL(req.url ?? '/', 'http://apiserver');
+      const path = url.pathname;
+      // Health and version need no credentials, as in Kubernetes (system:unauthenticated may read them).
+      if (path === '/healthz' || path === '/livez' || path === '/readyz' || path.startsWith('/healthz/') || path.startsWith('/livez/') || path.startsWith('/readyz/')) {
+        res.writeHead(200, { 'Content-Type': 'text/plain; charset=utf-8' });
+        res.end('ok');
+        return;
+      }
+      if (path === '/version' || path === '/version/') return sendJson(res, 200, VERSION_INFO);
+      const token = bearerToken(req);
+      let user: UserInfo | undefined;
+      if (token) user = authenticateToken(token);
+      else if (opts.insecureHttp) user = ADMIN_USER;
+      if (!user) throw new ApiError('Unauthorized', 'Unauthorized');
+      if (path === '/metrics') {
+        if (!user.groups.includes('system:masters')) throw new ApiError('Forbidden', `forbidden: User "${user.name}" cannot get path "/metrics"`);
+        const body = await metrics.metrics();
+        res.writeHead(200, { 'Content-Type': metrics.contentType });
+        res.end(body);
+        return;
+      }
+      if (req.method === 'GET' && serveNonResource(req, res, path)) return;
+      if (path === '/apis/authentication.k8s.io/v1/tokenreviews' && req.method === 'POST') {
+        verb = 'create';
+        resource = 'tokenreviews';
+        return serveTokenReview(req, res, ctx, maxBodyBytes);
+      }
+      const blob = /^\/apis\/kube32\.io\/v1\/blobs\/([^/]+)$/.exec(path);
+      if (blob && req.method === 'GET') {
+        resource = 'blobs';
+        verb = 'get';
+        return serveBlob(ctx, res, blob[1]!);
+      }
+      const info = parseResourcePath(path);
+      if (!info?.def) throw new ApiError('NotFound', 'the server could not find the requested resource');
+      resource = info.plural;
+      subresource = info.subresource ?? '';
+      verb = verbOf(req.method ?? 'GET', info, url.searchParams.get('watch') === 'true');
+      authorize(registry, user, verb, info);
+      const scope: RequestScope = { req, res, url, user, info, ctx };
+      await serveResource(scope);
+    })()
+      .catch((err: unknown) => {
+        const code = sendError(res, err);
+        if (code >= 500) log.error({ method: req.method, url: req.url, err: err instanceof Error ? err.message : String(err) }, 'request failed');
+      })
+      .finally(() => {
+        observe();
+        log.debug({ method: req.method, url: req.url, code: res.statusCode }, 'request');
+      });
+  };
+
+  let server: Server;
+  let caCertPem: string | undefined;
+  if (opts.insecureHttp) {
+    server = createHttpServer({ keepAlive: true }, handler);
+  } else {
+    const pki = await ensureServingPki(opts.dataDir!, [bind, ...(opts.certificateSans ?? [])]);
+    caCertPem = pki.caCertPem;
+    server = createHttpsServer({ cert: pki.certPem, key: pki.keyPem, keepAlive: true }, handler);
+  }
+  server.requestTimeout = 0;
+  server.headersTimeout = 60_000;
+  server.keepAliveTimeout = 65_000;
+  await new Promise<void>((resolve, reject) => {
+    server.once('error', reject);
+    server.listen(opts.port ?? 0, bind, () => {
+      server.off('error', reject);
+      resolve();
+    });
+  });
+  const port = (server.address() as AddressInfo).port;
+  const host = bind.includes(':') ? `[${bind}]` : bind === '0.0.0.0' ? '127.0.0.1' : bind;
+  const url = `${opts.insecureHttp ? 'http' : 'https'}://${host}:${port}`;
+  let kubeconfigPath: string | undefined;
+  if (opts.dataDir) {
+    kubeconfigPath = adminKubeconfigPath(opts.dataDir);
+    writeFileAtomicSync(kubeconfigPath, kubeconfigYaml({ server: url, token: adminToken, user: ADMIN_USER.name, caCertPem }), 0o600);
+  }
+  log.info({ url, storage: kind, dataDir: opts.dataDir }, 'API server listening');
+
+  let closed = false;
+  return {
+    url,
+    port,
+    kubeconfigPath,
+    adminToken,
+    caCertPem,
+    registry,
+    async close() {
+      if (closed) return;
+      closed = true;
+      saWatch.stop();
+      gc.stop();
+      for (const s of ctx.streams) s.destroy();
+      await new Promise<void>((resolve) => {
+        server.close(() => resolve());
+        server.closeAllConnections();
+      });
+      storage.close();
+    },
+  };
+}
+
+/** Serves discovery and OpenAPI; false when `path` is not one of them. */
+function serveNonResource(req: IncomingMessage, res: ServerResponse, path: string): boolean {
+  const p = path.replace(/\/$/, '');
+  const aggregated = /g=apidiscovery\.k8s\.io;v=v2/.test(String(req.headers.accept ?? ''));
+  if (p === '/api' || p === '/apis') {
+    if (aggregated) {
+      const body = JSON.stringify(aggregatedDiscovery(p === '/api'));
+      res.writeHead(200, { 'Content-Type': AGGREGATED_CONTENT_TYPE, 'Content-Length': Buffer.byteLength(body), Vary: 'Accept' });
+      res.end(body);
+    } else sendJson(res, 200, p === '/api' ? legacyApiVersions(req) : legacyGroupList(), { Vary: 'Accept' });
+    return true;
+  }
+  if (p === '/api/v1') {
+    sendJson(res, 200, legacyResourceList('', 'v1'));
+    return true;
+  }
+  const g = /^\/apis\/([^/]+)$/.exec(p);
+  if (g) {
+    const doc = legacyGroup(g[1]!);
+    if (!doc) throw new ApiError('NotFound', 'the server could not find the requested resource');
+    sendJson(res, 200, doc);
+    return true;
+  }
+  const gv = /^\/apis\/([^/]+)\/([^/]+)$/.exec(p);
+  if (gv) {
+    const doc = legacyResourceList(gv[1]!, gv[2]!);
+    if (!doc) throw new ApiError('NotFound', 'the server could not find the requested resource');
+    sendJson(res, 200, doc);
+    return true;
+  }
+  if (p === '/openapi/v3') {
+    sendJson(res, 200, openApiIndex());
+    return true;
+  }
+  if (p.startsWith('/openapi/v3/')) {
+    const doc = openApiDocument(p.slice('/openapi/v3/'.length));
+    if (!doc) throw new ApiError('NotFound', 'the server could not find the requested resource');
+    res.writeHead(200, { 'Content-Type': 'application/json', 'Content-Length': Buffer.byteLength(doc), 'Cache-Control': 'public, immutable' });
+    res.end(doc);
+    return true;
+  }
+  if (p === '/openapi/v2' || p === '/swagger.json') throw new ApiError('NotFound', 'the server could not find the requested resource');
+  return false;
+}
+
+/** `POST /apis/authentication.k8s.io/v1/tokenreviews`: the user of a token, for kubelets checking the API server. */
+async function serveTokenReview(req: IncomingMessage, res: ServerResponse, ctx: ServerContext, limit: number): Promise<void> {
+  const body = rec(decodeBody(await readBody(req, limit), mediaType(req)));
+  if (body.kind !== undefined && body.kind !== 'TokenReview') throw badRequest(`the kind of the object (${String(body.kind)}) does not match TokenReview`);
+  const token = rec(body.spec).token;
+  if (typeof token !== 'string' || !token) {
+    throw new ApiError('Invalid', 'TokenReview.authentication.k8s.io "" is invalid: spec.token: Required value', {
+      group: 'authentication.k8s.io',
+      kind: 'TokenReview',
+      causes: [{ reason: 'FieldValueRequired', message: 'Required value', field: 'spec.token' }],
+    });
+  }
+  const user = ctx.authenticateToken(token);
+  const status = user ? { authenticated: true, user: { username: user.name, groups: user.groups }, audiences: [] } : { authenticated: false, error: 'invalid bearer token' };
+  sendJson(res, 201, { kind: 'TokenReview', apiVersion: 'authentication.k8s.io/v1', metadata: { creationTimestamp: null }, spec: { token }, status });
+}
+
+/** The namespaces every cluster has. */
+export const SYSTEM_NAMESPACES = ['default', 'kube-system', 'kube-public', 'kube-node-lease'] as const;
+
+function bootstrap(registry: Registry, log: Logger): void {
+  for (const name of SYSTEM_NAMESPACES) {
+    if (!registry.find(namespaces, '', name)) {
+      registry.create(namespaces, '', { metadata: { name } });
+      log.info({ namespace: name }, 'created system namespace');
+    }
+    ensureDefaultServiceAccount(registry, name);
+  }
+}
+
+function ensureDefaultServiceAccount(registry: Registry, namespace: string): void {
+  try {
+    const ns = registry.find(namespaces, '', namespace);
+    if (!ns || ns.metadata.deletionTimestamp) return;
+    if (!registry.find(serviceaccounts, namespace, 'default')) registry.create(serviceaccounts, namespace, { metadata: { name: 'default' } });
+  } catch (err: unknown) {
+    if (!(err instanceof ApiError && err.reason === 'AlreadyExists')) throw err;
+  }
+}

@@ -1,0 +1,5 @@
+/** The storage layer's door. */
+export * from './interface.ts';
+export { BaseStorage, DEFAULT_WATCH_WINDOW } from './base.ts';
+export { SqliteStorage, type SqliteStorageOptions } from './sqlite.ts';
+export { MemoryStorage } from './memory.ts';

@@ -1,0 +1,128 @@
+/**
+ * The object store of the API server: keys, resourceVersions and watch, nothing about HTTP.
+ * One interface, two backends (`SqliteStorage`, the default, and `MemoryStorage` for tests), both
+ * built on `BaseStorage`, which owns the resourceVersion counter's use, transactions' events and the
+ * watch window. (STYLE.md §5.7.)
+ */
+
+/** Any Kubernetes object as stored: JSON with `metadata`. */
+export interface KubeObject {
+  apiVersion?: string;
+  kind?: string;
+  metadata: ObjectMeta;
+  [field: string]: unknown;
+}
+
+/** `metav1.OwnerReference`. */
+export interface OwnerReference {
+  apiVersion: string;
+  kind: string;
+  name: string;
+  uid: string;
+  controller?: boolean;
+  blockOwnerDeletion?: boolean;
+}
+
+/** `metav1.ObjectMeta`, the fields the server reads. */
+export interface ObjectMeta {
+  name?: string;
+  generateName?: string;
+  namespace?: string;
+  uid?: string;
+  resourceVersion?: string;
+  generation?: number;
+  creationTimestamp?: string;
+  deletionTimestamp?: string;
+  deletionGracePeriodSeconds?: number;
+  labels?: Record<string, string>;
+  annotations?: Record<string, string>;
+  ownerReferences?: OwnerReference[];
+  finalizers?: string[];
+  [field: string]: unknown;
+}
+
+/** Where an object lives: its resource (`pods`, `deployments.apps`), namespace (`''` when cluster-scoped) and name. */
+export interface ObjectKey {
+  resource: string;
+  namespace: string;
+  name: string;
+}
+
+/** A change to the store, as watchers receive it. `rv` is the resourceVersion of the write. */
+export interface StorageEvent {
+  type: 'ADDED' | 'MODIFIED' | 'DELETED';
+  resource: string;
+  namespace: string;
+  name: string;
+  rv: number;
+  /** The object after the change (for DELETED: as it was, with the deletion's resourceVersion). */
+  object: KubeObject;
+  /** The object before the change (MODIFIED, DELETED). */
+  previous?: KubeObject;
+}
+
+/** Preconditions of a write: the stored object's resourceVersion and/or uid must match. */
+export interface Preconditions {
+  resourceVersion?: string;
+  uid?: string;
+}
+
+/** Thrown by storage operations; the registry maps it to a Status. */
+export class StorageError extends Error {
+  readonly code: 'NotFound' | 'AlreadyExists' | 'Conflict' | 'Expired';
+  constructor(code: StorageError['code'], message: string) {
+    super(message);
+    this.name = 'StorageError';
+    this.code = code;
+  }
+}
+
+/** A watch subscription; `stop()` is idempotent. */
+export interface WatchHandle {
+  stop(): void;
+}
+
+/** The operations every backend offers. All reads and writes are synchronous and atomic. */
+export interface Storage {
+  /** The object at `key`, or undefined. */
+  get(key: ObjectKey): KubeObject | undefined;
+  /** Every object of `resource`, in one namespace or (undefined) all, sorted by namespace and name, with the store's current resourceVersion. */
+  list(resource: string, namespace?: string): { items: KubeObject[]; resourceVersion: number };
+  /**
+   * Stores a new object; sets `metadata.resourceVersion`.
+   * @throws StorageError AlreadyExists
+   */
+  create(key: ObjectKey, obj: KubeObject): KubeObject;
+  /**
+   * Replaces an object; sets `metadata.resourceVersion`. A write that changes nothing is skipped and answers the stored object.
+   * @throws StorageError NotFound, Conflict (preconditions)
+   */
+  update(key: ObjectKey, obj: KubeObject, pre?: Preconditions): KubeObject;
+  /**
+   * Removes an object and answers it with the deletion's resourceVersion.
+   * @throws StorageError NotFound, Conflict (preconditions)
+   */
+  delete(key: ObjectKey, pre?: Preconditions): KubeObject;
+  /**
+   * Reads `key`, calls `tryUpdate(current)` and writes its result, in one transaction. Answers the
+   * stored object (unchanged when `tryUpdate` answered an equal object: no write, no event).
+   * @throws StorageError NotFound; whatever `tryUpdate` throws
+   */
+  guaranteedUpdate(key: ObjectKey, tryUpdate: (current: KubeObject) => KubeObject): KubeObject;
+  /** Runs `fn` in one transaction: all its writes or none; watchers see its events after the commit, in order. */
+  transaction<T>(fn: () => T): T;
+  /** The latest resourceVersion handed out. */
+  currentResourceVersion(): number;
+  /**
+   * Calls `listener` for every event with `rv > sinceRv` on `resource` (all resources when `'*'`),
+   * first those still in the watch window, then live ones.
+   * @throws StorageError Expired when events after `sinceRv` have left the window (410 Gone)
+   */
+  watch(resource: string, sinceRv: number, listener: (e: StorageEvent) => void): WatchHandle;
+  /** Content-addressed bytes (the module store): stores `bytes` under its SHA-256 hex digest. */
+  putBlob(sha256: string, bytes: Uint8Array): void;
+  /** The bytes stored under `sha256`, or undefined. */
+  getBlob(sha256: string): Uint8Array | undefined;
+  /** Releases the backend (closes the database). */
+  close(): void;
+}

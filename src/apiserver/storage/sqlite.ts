@@ -1,0 +1,94 @@
+/**
+ * The default backend: one SQLite file (better-sqlite3) in WAL mode with synchronous commits
+ * (`synchronous = FULL`), so an answered write survives a crash. Objects are JSON rows keyed by
+ * (resource, namespace, name); the resourceVersion is one counter row; module bytes are rows keyed
+ * by their SHA-256.
+ */
+import Database from 'better-sqlite3';
+import { BaseStorage, DEFAULT_WATCH_WINDOW } from './base.ts';
+import type { ObjectKey } from './interface.ts';
+
+/** Options of `SqliteStorage`. */
+export interface SqliteStorageOptions {
+  /** Events kept for watch resumption. @default 50000 */
+  watchWindow?: number;
+}
+
+/** Objects in one SQLite file. */
+export class SqliteStorage extends BaseStorage {
+  private readonly db: Database.Database;
+  private readonly stmts: {
+    get: Database.Statement;
+    listAll: Database.Statement;
+    listNs: Database.Statement;
+    put: Database.Statement;
+    del: Database.Statement;
+    bump: Database.Statement;
+    rv: Database.Statement;
+    putBlob: Database.Statement;
+    getBlob: Database.Statement;
+  };
+
+  /**
+   * Opens (or creates) the database at `path`.
+   * @throws Error when the file cannot be opened or is not a database of this server
+   */
+  constructor(path: string, opts: SqliteStorageOptions = {}) {
+    super(opts.watchWindow ?? DEFAULT_WATCH_WINDOW);
+    this.db = new Database(path);
+    this.db.pragma('journal_mode = WAL');
+    this.db.pragma('synchronous = FULL');
+    this.db.pragma('busy_timeout = 5000');
+    this.db.exec(`
+      CREATE TABLE IF NOT EXISTS objects (
+        resource TEXT NOT NULL, namespace TEXT NOT NULL, name TEXT NOT NULL, value TEXT NOT NULL,
+        PRIMARY KEY (resource, namespace, name)) WITHOUT ROWID;
+      CREATE TABLE IF NOT EXISTS counter (id INTEGER PRIMARY KEY CHECK (id = 1), rv INTEGER NOT NULL);
+      INSERT OR IGNORE INTO counter (id, rv) VALUES (1, 0);
+      CREATE TABLE IF NOT EXISTS blobs (sha256 TEXT PRIMARY KEY, bytes BLOB NOT NULL) WITHOUT ROWID;
+    `);
+    this.stmts = {
+      get: this.db.prepare('SELECT value FROM objects WHERE resource = ? AND namespace = ? AND name = ?').pluck(),
+      listAll: this.db.prepare('SELECT value FROM objects WHERE resource = ? ORDER BY namespace, name').pluck(),
+      listNs: this.db.prepare('SELECT value FROM objects WHERE resource = ? AND namespace = ? ORDER BY name').pluck(),
+      put: this.db.prepare('INSERT OR REPLACE INTO objects (resource, namespace, name, value) VALUES (?, ?, ?, ?)'),
+      del: this.db.prepare('DELETE FROM objects WHERE resource = ? AND namespace = ? AND name = ?'),
+      bump: this.db.prepare('UPDATE counter SET rv = rv + 1 WHERE id = 1 RETURNING rv').pluck(),
+      rv: this.db.prepare('SELECT rv FROM counter WHERE id = 1').pluck(),
+      putBlob: this.db.prepare('INSERT OR IGNORE INTO blobs (sha256, bytes) VALUES (?, ?)'),
+      getBlob: this.db.prepare('SELECT bytes FROM blobs WHERE sha256 = ?').pluck(),
+    };
+    this.initWindow();
+  }
+
+  protected rawGet(key: ObjectKey): string | undefined {
+    return this.stmts.get.get(key.resource, key.namespace, key.name) as string | undefined;
+  }
+  protected rawList(resource: string, namespace: string | undefined): string[] {
+    return (namespace === undefined ? this.stmts.listAll.all(resource) : this.stmts.listNs.all(resource, namespace)) as string[];
+  }
+  protected rawPut(key: ObjectKey, json: string): void {
+    this.stmts.put.run(key.resource, key.namespace, key.name, json);
+  }
+  protected rawDelete(key: ObjectKey): void {
+    this.stmts.del.run(key.resource, key.namespace, key.name);
+  }
+  protected nextRv(): number {
+    return this.stmts.bump.get() as number;
+  }
+  protected readRv(): number {
+    return this.stmts.rv.get() as number;
+  }
+  protected atomically<T>(fn: () => T): T {
+    return this.db.transaction(fn)();
+  }
+  putBlob(sha256: string, bytes: Uint8Array): void {
+    this.stmts.putBlob.run(sha256, Buffer.from(bytes.buffer, bytes.byteOffset, bytes.byteLength));
+  }
+  getBlob(sha256: string): Uint8Array | undefined {
+    return this.stmts.getBlob.get(sha256) as Buffer | undefined;
+  }
+  close(): void {
+    if (this.db.open) this.db.close();
+  }
+}
