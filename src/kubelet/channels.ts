@@ -21,6 +21,7 @@ export class ChannelRouter {
   readonly #log: Logger;
   readonly #queues = new Map<string, { tail: Promise<void>; pending: number }>();
   #nodes: ListWatch<V1Node> | undefined;
+  #stopped = false;
   /** Messages dropped because a node's queue was full. */
   dropped = 0;
 
@@ -36,14 +37,19 @@ export class ChannelRouter {
     const listFn = () => this.#cp.json<V1NodeList>('GET', '/api/v1/nodes');
     const nodes = new ListWatch<V1Node>('/api/v1/nodes', new Watch(this.#cp.kubeConfig), listFn, false);
     nodes.on('error', (err: unknown) => {
+      if (this.#stopped) return;
       this.#log.warn({ err: errorMessage(err) }, 'node watch failed (channel fan-out); retrying');
-      setTimeout(() => void nodes.start().catch(() => {}), 2000).unref();
+      setTimeout(() => {
+        if (!this.#stopped) void nodes.start().catch(() => {});
+      }, 2000).unref();
     });
     this.#nodes = nodes;
     await nodes.start();
   }
 
+  /** Stops the node watch. */
   async stop(): Promise<void> {
+    this.#stopped = true;
     await this.#nodes?.stop();
   }
 

@@ -243,7 +243,10 @@ export class ContainerRunner {
       this.instance = undefined;
       if (signal.aborted) return;
       this.#ctx.log.info({ container: this.spec.name, reason: exit.reason, exitCode: exit.exitCode, message: exit.message }, 'container ended');
-      const term = { kind: 'terminated' as const, reason: exit.reason, message: exit.message, exitCode: exit.exitCode, startedAt, finishedAt: exit.finishedAt };
+      const term = {
+        kind: 'terminated' as const, reason: exit.reason, message: exit.message, exitCode: exit.exitCode, startedAt,
+        finishedAt: exit.finishedAt, containerID: this.view().containerID,
+      };
       const policy = this.#pod.spec?.restartPolicy ?? 'Always';
       const restart = exit.reason !== 'RestoreError' && (policy === 'Always' || (policy === 'OnFailure' && exit.exitCode !== 0));
       if (!restart) {

@@ -112,7 +112,7 @@ export class NodeAgent {
       node = await this.#cp.json<V1Node>('POST', '/api/v1/nodes', {
         body: { apiVersion: 'v1', kind: 'Node', metadata: { name, labels: this.labels(), annotations }, spec: {} },
       });
-      this.#log.info({ node: name }, 'registered the node');
+      this.#log.info('registered the node');
     } catch (err: unknown) {
       if (!isApiError(err, 409)) throw err;
       const old = await this.#cp.json<V1Node>('GET', `/api/v1/nodes/${encodeURIComponent(name)}`);
@@ -120,7 +120,7 @@ export class NodeAgent {
       const patch: Record<string, unknown> = { metadata: { labels: this.labels(), annotations: { ...annotations, [LEFT_ANNOTATION]: null } } };
       if (left) patch.spec = { unschedulable: null };
       node = await this.#cp.json<V1Node>('PATCH', `/api/v1/nodes/${encodeURIComponent(name)}`, { body: patch, contentType: 'application/merge-patch+json' });
-      this.#log.info({ node: name, rejoined: left }, 'updated the registered node');
+      this.#log.info({ rejoined: left }, 'updated the registered node');
     }
     this.#uid = node.metadata?.uid ?? '';
     await this.postStatus();

@@ -15,7 +15,7 @@ export function toTime(ms: number): string {
 export type ContainerPhase =
   | { kind: 'waiting'; reason: string; message?: string }
   | { kind: 'running'; startedAt: number }
-  | { kind: 'terminated'; reason: string; message: string; exitCode: number; startedAt: number; finishedAt: number };
+  | { kind: 'terminated'; reason: string; message: string; exitCode: number; startedAt: number; finishedAt: number; containerID?: string };
 
 /** What the pod worker knows of one container. */
 export interface ContainerView {
@@ -43,7 +43,7 @@ function containerState(s: ContainerPhase, containerID: string): V1ContainerStat
       return {
         terminated: {
           exitCode: s.exitCode, reason: s.reason, ...(s.message ? { message: s.message } : {}),
-          startedAt: toTime(s.startedAt) as unknown as Date, finishedAt: toTime(s.finishedAt) as unknown as Date, containerID,
+          startedAt: toTime(s.startedAt) as unknown as Date, finishedAt: toTime(s.finishedAt) as unknown as Date, containerID: s.containerID ?? containerID,
         },
       };
   }
