@@ -118,9 +118,9 @@ function copyValue(ctx: HostContext, fn: string, value: Uint8Array | undefined, 
 /** Resolves a pod path inside `root`; undefined when it would escape (pod-abi.md: -EACCES). */
 function resolveInside(root: string, path: string): string | undefined {
   if (path.length === 0 || path.includes('\0')) return undefined;
-  const norm = posix.normalize(`/${path}`);
-  const rel = norm.replace(/^\/+/, '');
-  if (rel === '' || rel === '.' || rel.startsWith('..')) return undefined;
+  // The pod's directory is its root: a leading "/" names it; ".." may not climb out of it.
+  const rel = posix.normalize(path.replace(/^\/+/, ''));
+  if (rel === '' || rel === '.' || rel === '..' || rel.startsWith('../')) return undefined;
   const full = join(root, rel);
   // Symbolic links must not lead out: the real parent directory must be inside the real root.
   let realRoot: string;

@@ -1,0 +1,329 @@
+/**
+ * The pod runtime end to end, on hand-written WAT (test/fixtures/wasm/state.wat and inline
+ * modules): every k32 import, freeze and thaw, held events, snapshot and restore with the state
+ * compared, refusals of a restore, blockers, traps, memory limits, logs.
+ */
+import assert from 'node:assert/strict';
+import { createHash } from 'node:crypto';
+import { once } from 'node:events';
+import { readFileSync } from 'node:fs';
+import { join } from 'node:path';
+import { test } from 'node:test';
+import { setTimeout as delay } from 'node:timers/promises';
+import { NULL_FUNCREF } from '../../src/k32s/index.ts';
+import { PodCallError, PodInstance, PodStartError, PodStateError, loadModule, type LogEntry, type PodModule } from '../../src/wasm/index.ts';
+import { decode, get, pieces, snapshotBytes, startPod, stateNumbers, tempDir, wat } from './helpers.ts';
+
+const STATE = wat('state.wat');
+let stateModule: PodModule | undefined;
+async function stateMod(): Promise<PodModule> {
+  stateModule ??= await loadModule(STATE, { memoryLimitBytes: 1 << 20 });
+  return stateModule;
+}
+
+/** Polls `f` until it returns true, within `ms`. */
+async function until(f: () => Promise<boolean> | boolean, ms = 5000): Promise<void> {
+  const end = Date.now() + ms;
+  while (!(await f())) {
+    if (Date.now() > end) throw new Error('condition not met in time');
+    await new Promise((r) => setImmediate(r));
+  }
+}
+
+test('k32_env and k32_asset copy values, -1 for what is not set', { timeout: 10_000 }, async (t) => {
+  const pod = await startPod(await stateMod(), { env: { NAME: 'hello' }, assets: { greeting: new TextEncoder().encode('hi there') } });
+  t.after(() => pod.terminate());
+  assert.equal(stateNumbers(await pod.handle(get('/e'))).result, 5n);
+  assert.equal(stateNumbers(await pod.handle(get('/a'))).result, 8n);
+  const bare = await startPod(await stateMod());
+  t.after(() => bare.terminate());
+  assert.equal(stateNumbers(await bare.handle(get('/e'))).result, -1n);
+  assert.equal(stateNumbers(await bare.handle(get('/a'))).result, -1n);
+});
+
+test('k32_init runs once; k32_log lines reach the ring and onLog; logs read with tail, since and follow', { timeout: 10_000 }, async (t) => {
+  const seen: LogEntry[] = [];
+  const pod = await startPod(await stateMod(), { onLog: (e) => seen.push(e) });
+  t.after(() => pod.terminate());
+  const n = stateNumbers(await pod.handle(get('/x')));
+  assert.equal(n.inits, 1);
+  assert.equal(n.restored, 0);
+  assert.deepEqual(seen.map((e) => e.line), ['init']);
+  const all: string[] = [];
+  for await (const e of pod.logs()) all.push(e.line);
+  assert.deepEqual(all, ['init']);
+  const none: string[] = [];
+  for await (const e of pod.logs({ sinceTime: Date.now() + 60_000 })) none.push(e.line);
+  assert.deepEqual(none, []);
+  const tail0: string[] = [];
+  for await (const e of pod.logs({ tail: 0 })) tail0.push(e.line);
+  assert.deepEqual(tail0, []);
+  // follow: a restore of this pod logs "restored" in its own ring; here, follow ends with the container.
+  const ac = new AbortController();
+  const followed: string[] = [];
+  const reading = (async () => {
+    for await (const e of pod.logs({ follow: true, signal: ac.signal })) {
+      followed.push(e.line);
+      if (followed.length === 1) void pod.terminate();
+    }
+  })();
+  await reading;
+  assert.deepEqual(followed, ['init']);
+  assert.equal((await pod.exited).reason, 'Completed');
+});
+
+test('k32_time_ms counts from the start and never goes backward', { timeout: 10_000 }, async (t) => {
+  const pod = await startPod(await stateMod());
+  t.after(() => pod.terminate());
+  let last = -1;
+  for (let i = 0; i < 20; i++) {
+    const n = stateNumbers(await pod.handle(get('/x')));
+    assert.ok(n.time >= last, `time went from ${last} to ${n.time}`);
+    last = n.time;
+  }
+  assert.ok(last >= 0 && last < 5000);
+});
+
+test('channels: the same name gives the same handle; sends go out through onChannelSend', { timeout: 10_000 }, async (t) => {
+  const sent: Array<[string, string]> = [];
+  const pod = await startPod(await stateMod(), { onChannelSend: (topic, p) => sent.push([topic, Buffer.from(p).toString()]) });
+  t.after(() => pod.terminate());
+  assert.equal(stateNumbers(await pod.handle(get('/c'))).result, 1n);
+  assert.equal(stateNumbers(await pod.handle(get('/c'))).result, 1n);
+  assert.deepEqual(sent, [['chan-a', 'chan-a'], ['chan-a', 'chan-a']]);
+});
+
+test('k32_fs stays in the pod\'s directory, and an open descriptor blocks a move', { timeout: 10_000 }, async (t) => {
+  const fs = tempDir('fs');
+  t.after(fs.remove);
+  const pod = await startPod(await stateMod(), { fsDir: fs.dir });
+  t.after(() => pod.terminate());
+  assert.equal(stateNumbers(await pod.handle(get('/w'))).result, 3n, 'the first descriptor is 3');
+  assert.deepEqual(pod.openFiles, [{ fd: 3, path: 'f.txt' }]);
+  assert.deepEqual(pod.blockers(), ['open file f.txt (descriptor 3)']);
+  await pod.freeze();
+  await assert.rejects(pod.snapshot(), (e: unknown) => e instanceof PodStateError && e.code === 'NotMovable' && e.blockers[0] === 'open file f.txt (descriptor 3)');
+  await pod.thaw();
+  assert.equal(stateNumbers(await pod.handle(get('/x'))).result, 0n, 'close answers 0');
+  assert.deepEqual(pod.blockers(), []);
+  assert.equal(readFileSync(join(fs.dir, 'f.txt'), 'utf8'), 'greeting');
+  assert.equal(stateNumbers(await pod.handle(get('/r'))).result, 8n, 'reads back 8 bytes');
+  assert.equal(stateNumbers(await pod.handle(get('/p'))).result, -13n, '../escape is -EACCES');
+  assert.equal(stateNumbers(await pod.handle(get('/x'))).result, -9n, 'closing a closed descriptor is -EBADF');
+});
+
+test('a frozen pod answers Frozen, stops ticking, holds 8 events and drops the rest; thaw delivers them first', { timeout: 10_000 }, async (t) => {
+  const pod = await startPod(await stateMod(), { tickIntervalMs: 2 });
+  t.after(() => pod.terminate());
+  await until(async () => stateNumbers(await pod.handle(get('/x'))).ticks > 0n);
+  await pod.freeze();
+  assert.equal(pod.frozen, true);
+  await assert.rejects(pod.handle(get('/x')), (e: unknown) => e instanceof PodCallError && e.code === 'Frozen');
+  for (let i = 0; i < 10; i++) pod.event('topic', Uint8Array.of(i));
+  assert.equal(pod.heldEvents, 8);
+  assert.equal(pod.droppedEvents, 2);
+  const a = await snapshotBytes(pod);
+  await delay(30); // 15 tick intervals: a frozen pod must not change
+  const b = await snapshotBytes(pod);
+  assert.deepEqual(a, b, 'the same frozen pod gives the same bytes');
+  const decoded = await decode(a);
+  assert.deepEqual(decoded.events.map((e) => [...e.payload]), [[0], [1], [2], [3], [4], [5], [6], [7]]);
+  await pod.thaw();
+  const n = stateNumbers(await pod.handle(get('/x')));
+  assert.equal(n.events, 8, 'held events are delivered before the next request');
+  await assert.rejects(pod.thaw(), (e: unknown) => e instanceof PodStateError && e.code === 'NotFrozen');
+});
+
+test('snapshot and restore carry memory, globals of every type, tables, clock and channels', { timeout: 15_000 }, async (t) => {
+  const mod = await stateMod();
+  const sent: string[] = [];
+  const pod = await startPod(mod, { tickIntervalMs: 1, onChannelSend: (topic) => sent.push(topic) });
+  t.after(() => pod.terminate());
+  await pod.handle(get('/s')); // sets tables and float globals at run time
+  await pod.handle(get('/c')); // opens chan-a as handle 1
+  await until(async () => stateNumbers(await pod.handle(get('/x'))).ticks > -9000000000n + 2n);
+  pod.event('ev', new TextEncoder().encode('payload-1'));
+  await pod.freeze();
+  const snap = await pod.snapshot({ digest: true });
+  const parts: Uint8Array[] = [];
+  for await (const c of snap.chunks) parts.push(c);
+  const bytesA = Buffer.concat(parts);
+  assert.equal(bytesA.length, snap.byteLength);
+  assert.equal(snap.imageSha256, mod.imageSha256);
+  assert.equal(snap.snapshotSha256, createHash('sha256').update(bytesA.subarray(0, -32)).digest('hex'));
+  const A = await decode(bytesA);
+  assert.equal(A.header.podTimeMs, BigInt(snap.podTimeMs));
+
+  // What the module holds, by the module's own indices (imports are functions 0-9; $one 10, $two 11, $three 12).
+  assert.deepEqual([...A.tables[0]!.entries], [NULL_FUNCREF, 10, 11, NULL_FUNCREF]);
+  assert.deepEqual([...A.tables[1]!.entries], [NULL_FUNCREF, 12, NULL_FUNCREF, NULL_FUNCREF, 10], 'table 1 set and grown at run time');
+  const g = new Map(A.globals.map((x) => [x.index, x]));
+  assert.equal(g.get(7)!.type, 0x70);
+  assert.equal(g.get(7)!.bits, 11n, 'the funcref global holds $two');
+  assert.equal(g.get(5)!.type, 0x7d);
+  assert.equal(g.get(5)!.bits, 0x40300000n, 'f32 2.75');
+  assert.equal(g.get(6)!.type, 0x7c);
+  const f64 = new DataView(new ArrayBuffer(8));
+  f64.setFloat64(0, 6.0221e23, true);
+  assert.equal(g.get(6)!.bits, f64.getBigUint64(0, true));
+  assert.equal(g.get(3)!.type, 0x7e);
+  assert.ok(BigInt.asIntN(64, g.get(3)!.bits) > -9000000000n, 'i64 ticks, negative, carried as two\'s complement');
+  assert.ok(!g.has(1) && !g.has(4), 'immutable globals are not state');
+  assert.deepEqual(A.channels, [{ handle: 1, name: 'chan-a' }]);
+  assert.deepEqual(A.events, []);
+
+  // Restore in a fresh runtime from odd-sized chunks, freeze it at once and compare.
+  const sent2: string[] = [];
+  const pod2 = await startPod(mod, { restoreFrom: pieces(bytesA, 7777), onChannelSend: (topic) => sent2.push(topic) });
+  t.after(() => pod2.terminate());
+  await pod2.freeze();
+  const B = await decode(await snapshotBytes(pod2));
+  assert.deepEqual(B.memory!.subarray(0, B.header.memoryBytes), A.memory!.subarray(0, A.header.memoryBytes), 'memory');
+  assert.deepEqual(B.tables, A.tables, 'tables');
+  const differ = B.globals.filter((x, i) => x.bits !== A.globals[i]!.bits).map((x) => x.index);
+  assert.deepEqual(differ, [9], 'every global equal but $restored, which k32_restored increments');
+  assert.equal(B.globals.find((x) => x.index === 9)!.bits, 1n);
+  assert.deepEqual(B.channels, A.channels);
+  assert.ok(B.header.podTimeMs >= A.header.podTimeMs, 'the clock carries over and never goes backward');
+  // With an event held while frozen: delivered after k32_restored; the channel keeps its handle.
+  pod.event('held', new TextEncoder().encode('while-frozen'));
+  const withEvent = await snapshotBytes(pod);
+  assert.deepEqual((await decode(withEvent)).events.map((e) => e.topic), ['held']);
+  const pod3 = await startPod(mod, { restoreFrom: pieces(withEvent, 65536), onChannelSend: (topic) => sent2.push(topic) });
+  t.after(() => pod3.terminate());
+  const n = stateNumbers(await pod3.handle(get('/c')));
+  assert.equal(n.result, 1n, 'kube32_channel_open("chan-a") gives the same handle after a restore');
+  assert.equal(n.restored, 1);
+  assert.equal(n.inits, 1, 'k32_init did not run again');
+  assert.equal(n.events, Number(g.get(8)!.bits) + 1, 'the held event was delivered');
+  assert.ok(n.time >= snap.podTimeMs);
+  assert.deepEqual(sent2, ['chan-a']);
+});
+
+test('a restore refuses another module\'s snapshot, a damaged one, a truncated one, one over the memory limit', { timeout: 15_000 }, async (t) => {
+  const mod = await stateMod();
+  const pod = await startPod(mod);
+  t.after(() => pod.terminate());
+  await pod.handle(get('/g')); // 2 pages
+  await pod.freeze();
+  const bytes = await snapshotBytes(pod);
+  const refuses = async (module: PodModule, source: Uint8Array, pattern: RegExp): Promise<void> => {
+    await assert.rejects(startPod(module, { restoreFrom: pieces(source, 4096) }), (e: unknown) => {
+      assert.ok(e instanceof PodStartError, String(e));
+      assert.equal(e.reason, 'RestoreError');
+      assert.match(e.message, /^cannot restore the snapshot: /);
+      assert.match(e.message, pattern);
+      return true;
+    });
+  };
+  const other = await loadModule(wat('(module (memory (export "memory") 1) (func (export "k32_tick")))'));
+  await refuses(other, bytes, /taken from the module sha256:/);
+  const damaged = Uint8Array.from(bytes);
+  damaged[1000] = damaged[1000]! ^ 0xff;
+  await refuses(mod, damaged, /trailer/);
+  await refuses(mod, bytes.subarray(0, bytes.length - 10), /end/i);
+  const small = await loadModule(STATE, { memoryLimitBytes: 65536 });
+  await refuses(small, bytes, /memory limit/);
+});
+
+test('a trap ends the container with reason Trap and its message; the caller learns it', { timeout: 10_000 }, async (t) => {
+  const pod = await startPod(await stateMod());
+  t.after(() => pod.terminate());
+  await assert.rejects(pod.handle(get('/u')), (e: unknown) => e instanceof PodCallError && e.code === 'Trap' && /k32_handle: unreachable/.test(e.message));
+  const exit = await pod.exited;
+  assert.equal(exit.reason, 'Trap');
+  assert.match(exit.message, /unreachable/);
+  assert.equal(exit.exitCode, 1);
+  await assert.rejects(pod.handle(get('/x')), (e: unknown) => e instanceof PodCallError && e.code === 'NotRunning');
+  const lines: string[] = [];
+  for await (const e of pod.logs()) lines.push(e.line);
+  assert.ok(lines.some((l) => /trap: k32_handle: unreachable/.test(l)));
+  // A trap in k32_init: the pod does not start.
+  const bad = await loadModule(wat('(module (func (export "k32_init") unreachable) (func (export "k32_tick")))'));
+  await assert.rejects(startPod(bad), (e: unknown) => e instanceof PodStartError && e.reason === 'Trap' && /k32_init: unreachable/.test(e.message));
+  // A host function given a range outside memory traps.
+  const oob = await loadModule(wat('(module (import "k32" "k32_log" (func $l (param i32 i32))) (memory (export "memory") 1) (func (export "k32_tick") (call $l (i32.const 65530) (i32.const 100))))'));
+  const p2 = await startPod(oob, { tickIntervalMs: 1 });
+  t.after(() => p2.terminate());
+  const e2 = await p2.exited;
+  assert.equal(e2.reason, 'Trap');
+  assert.match(e2.message, /k32_tick: k32_log: range 65530\+100 is outside the module's memory/);
+});
+
+test('a call past the freeze timeout is a blocker, the pod keeps running, terminate ends it', { timeout: 10_000 }, async (t) => {
+  const pod = await startPod(await stateMod(), { callDeadlineMs: 100 });
+  t.after(() => pod.terminate());
+  const overdue = once(pod, 'overdue');
+  const looping = pod.handle(get('/l')).catch((e: unknown) => e);
+  assert.deepEqual((await overdue)[0], { name: 'k32_handle', ms: 100 });
+  await assert.rejects(pod.freeze(150), (e: unknown) => {
+    assert.ok(e instanceof PodStateError);
+    assert.equal(e.code, 'Timeout');
+    assert.deepEqual(e.blockers, ['call k32_handle still running after 150 ms']);
+    return true;
+  });
+  assert.equal(pod.frozen, false, 'the pod keeps running');
+  assert.equal(pod.runningCall?.name, 'k32_handle');
+  const exit = await pod.terminate();
+  assert.equal(exit.reason, 'Completed');
+  const err = await looping;
+  assert.ok(err instanceof PodCallError && err.code === 'NotRunning');
+});
+
+test('memory never grows past the limit; below one page only the limit is backed', { timeout: 10_000 }, async (t) => {
+  const limited = await loadModule(STATE, { memoryLimitBytes: 2 * 65536 });
+  const pod = await startPod(limited);
+  t.after(() => pod.terminate());
+  assert.equal(stateNumbers(await pod.handle(get('/g'))).result, 1n, 'grows from 1 page to 2');
+  assert.equal(stateNumbers(await pod.handle(get('/g'))).result, -1n, 'a third page is refused');
+
+  const tiny = await loadModule(wat(`(module (import "k32" "k32_log" (func $l (param i32 i32))) (memory (export "memory") 1) (global $n (mut i32) (i32.const 0))
+    (func (export "k32_tick") (i32.store (i32.const 996) (i32.const 0x01020304)) (i32.store (i32.const 2000) (i32.const 7))
+      (global.set $n (i32.add (global.get $n) (i32.const 1))) (call $l (i32.const 996) (i32.const 1))))`), { memoryLimitBytes: 1000 });
+  assert.equal(tiny.subPageLimit, true);
+  const ticked = Promise.withResolvers<void>();
+  const p = await startPod(tiny, { tickIntervalMs: 1, onLog: () => ticked.resolve() });
+  t.after(() => p.terminate());
+  await ticked.promise;
+  await p.freeze();
+  const bytes = await snapshotBytes(p);
+  const s = await decode(bytes);
+  assert.equal(s.header.memoryBytes, 1000);
+  assert.equal(s.header.memoryPages, 1);
+  assert.deepEqual([...s.memory!.subarray(996, 1000)], [4, 3, 2, 1]);
+  assert.ok(s.globals[0]!.bits > 0n);
+  const restored = await startPod(tiny, { restoreFrom: pieces(bytes, 100) });
+  t.after(() => restored.terminate());
+  await restored.freeze();
+  const r = await decode(await snapshotBytes(restored));
+  assert.deepEqual(r.memory!.subarray(0, 1000), s.memory!.subarray(0, 1000));
+  assert.deepEqual(r.globals, s.globals);
+});
+
+test('blockers: an app pod\'s entry point, a table of externref', { timeout: 10_000 }, async (t) => {
+  const app = await loadModule(wat('(module (import "k32" "k32_log" (func $l (param i32 i32))) (memory (export "memory") 1) (data (i32.const 0) "app ran") (func (export "_start") (call $l (i32.const 0) (i32.const 7))))'));
+  const pod = await startPod(app);
+  t.after(() => pod.terminate());
+  assert.deepEqual(pod.blockers(), ['entry point _start runs on its own thread']);
+  const exit = await pod.exited;
+  assert.equal(exit.reason, 'Completed');
+  const lines: string[] = [];
+  for await (const e of pod.logs()) lines.push(e.line);
+  assert.deepEqual(lines, ['app ran']);
+
+  const ext = await loadModule(wat('(module (table 2 externref) (func (export "k32_tick")))'));
+  const p2 = await startPod(ext);
+  t.after(() => p2.terminate());
+  assert.deepEqual(p2.blockers(), ['table 0 holds externref, not functions']);
+  await p2.freeze();
+  await assert.rejects(p2.snapshot(), (e: unknown) => e instanceof PodStateError && e.code === 'NotMovable');
+});
+
+test('snapshot of a running pod is refused; options are checked', { timeout: 10_000 }, async (t) => {
+  const pod = await startPod(await stateMod());
+  t.after(() => pod.terminate());
+  await assert.rejects(pod.snapshot(), (e: unknown) => e instanceof PodStateError && e.code === 'NotFrozen');
+  await assert.rejects(pod.freeze(0), RangeError);
+  await assert.rejects(pod.freeze(60_001), RangeError);
+  await assert.rejects(PodInstance.start({ module: await stateMod(), namespace: '', podName: 'p', containerName: 'c' }), RangeError);
+});
