@@ -12,7 +12,7 @@ import { IPV4_GATEWAY } from './options.ts';
 import { TAP_PREFIX } from './pod-link.ts';
 import { getSysctl, ip, ipJson, isMissing, run, setSysctl } from './system.ts';
 
-/** The dummy device that holds the resolver's and OTLP's addresses. */
+/** The dummy device that holds the resolver's and OTLP's addresses (an ifb device where the kernel has no dummy driver). */
 export const DNS_DEVICE = 'feos-dns';
 
 interface IpAddrInfo {
@@ -78,7 +78,16 @@ export async function setUpNode(opts: { podPrefix?: Prefix; dnsAddress: string; 
   await setSysctl('net/ipv4/ip_forward', 1);
   await setSysctl('net/ipv6/conf/all/forwarding', 1);
   if (opts.podPrefix) await ip('-6', 'route', 'replace', 'unreachable', formatPrefix(opts.podPrefix));
-  if (!(await linkExists(DNS_DEVICE))) await ip('link', 'add', DNS_DEVICE, 'type', 'dummy');
+  if (!(await linkExists(DNS_DEVICE))) {
+    try {
+      await ip('link', 'add', DNS_DEVICE, 'type', 'dummy');
+    } catch (err: unknown) {
+      // A kernel without the dummy driver (such as a microVM's): an ifb device, which sends
+      // nothing of its own either, holds the addresses as well.
+      if (!/Unknown device type/.test(String((err as { stderr?: string }).stderr))) throw err;
+      await ip('link', 'add', DNS_DEVICE, 'type', 'ifb');
+    }
+  }
   await setSysctl(`net/ipv6/conf/${DNS_DEVICE}/disable_ipv6`, 1).catch(() => {});
   const want = [`${opts.dnsAddress}/32`, `${opts.otlpAddress}/32`];
   const [info] = await ipJson<IpAddrInfo[]>('addr', 'show', 'dev', DNS_DEVICE);

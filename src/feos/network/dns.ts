@@ -157,7 +157,7 @@ export class Resolver {
   readonly #conns = new Set<net.Socket>();
 
   constructor(opts: ResolverOptions) {
-    this.#o = { upstreamPort: 53, upstreamTimeoutMs: UPSTREAM_TIMEOUT_MS, ...opts };
+    this.#o = { ...opts, upstreamPort: opts.upstreamPort ?? 53, upstreamTimeoutMs: opts.upstreamTimeoutMs ?? UPSTREAM_TIMEOUT_MS };
   }
 
   /**

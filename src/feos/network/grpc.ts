@@ -38,7 +38,8 @@ export function grpcServiceDefinition(service: DescService): grpc.ServiceDefinit
   const def: Record<string, grpc.MethodDefinition<unknown, unknown>> = {};
   for (const m of service.methods) {
     const codec = (schema: DescMessage) => ({
-      serialize: (msg: unknown) => Buffer.from(toBinary(schema, msg as never)),
+      // A plain object (a client's request) becomes a message first; a message stays itself.
+      serialize: (msg: unknown) => Buffer.from(toBinary(schema, create(schema, msg as never))),
       deserialize: (b: Buffer) => fromBinary(schema, b),
     });
     const i = codec(m.input);

@@ -4,7 +4,9 @@
  * its standard error.
  */
 import { execFile } from 'node:child_process';
-import { readFile, writeFile } from 'node:fs/promises';
+import { mkdtemp, readFile, rm, writeFile } from 'node:fs/promises';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
 import { NetworkError } from './errors.ts';
 
 /** How long one command may take before it counts as failed, ms. */
@@ -80,11 +82,20 @@ export async function getSysctl(key: string): Promise<string | undefined> {
 export type NftCommand = Record<string, unknown>;
 
 /**
- * Runs nftables JSON commands as one transaction (`nft -j -f -`): all of them or none.
+ * Runs nftables JSON commands as one transaction (`nft -j -f FILE`): all of them or none.
  * @throws NetworkError INTERNAL with nft's error when the kernel refuses the batch
  */
 export async function nft(commands: NftCommand[]): Promise<void> {
-  await run('nft', ['-j', '-f', '-'], JSON.stringify({ nftables: commands }));
+  // nft reads "-" by opening /dev/stdin, which fails on the socket Node gives a child as its
+  // stdin: the batch goes through a file of its own.
+  const dir = await mkdtemp(join(tmpdir(), 'feos-nft-'));
+  try {
+    const file = join(dir, 'batch.json');
+    await writeFile(file, JSON.stringify({ nftables: commands }), { mode: 0o600 });
+    await run('nft', ['-j', '-f', file]);
+  } finally {
+    await rm(dir, { recursive: true, force: true });
+  }
 }
 
 /** `nft -j list ...`, parsed to the list of objects. @throws NetworkError as {@link run} */

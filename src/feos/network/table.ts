@@ -14,7 +14,10 @@ import type { NftCommand } from './system.ts';
 
 /** The table's family and name. */
 export const TABLE = { family: 'inet', name: 'feos' } as const;
-/** The nflog group of drops (reasons "spoofed", "deny", "no-rule"). */
+/**
+ * The nflog group of drops (reasons "spoofed", "deny", "no-rule"). Each logging rule also has a
+ * counter: the drops logged, which `nft list` shows.
+ */
 export const NFLOG_DROPS = 2;
 /** The nflog group of the copies of the first packets of the TCP connections pods open. */
 export const NFLOG_COPIES = 3;
@@ -217,7 +220,7 @@ export function compileTable(input: TableInput): CompiledTable {
   const limits = ['spoofed'];
   const rules: NftCommand[] = [];
   const drop = (chain: string, reason: string, limit: string, ...expr: unknown[]) => {
-    rules.push(rule(chain, ...expr, { limit }, { log: { prefix: reason, group: NFLOG_DROPS } }));
+    rules.push(rule(chain, ...expr, { limit }, { counter: null }, { log: { prefix: reason, group: NFLOG_DROPS } }));
     rules.push(rule(chain, ...expr, { drop: null }));
   };
 
@@ -270,7 +273,7 @@ export function compileTable(input: TableInput): CompiledTable {
     limits.push(`${pod.tap}-deny`, `${pod.tap}-no-rule`);
     const podRules: NftCommand[] = [];
     const pdrop = (chain: string, reason: string, limit: string, ...expr: unknown[]) => {
-      podRules.push(rule(chain, ...expr, { limit }, { log: { prefix: reason, group: NFLOG_DROPS } }));
+      podRules.push(rule(chain, ...expr, { limit }, { counter: null }, { log: { prefix: reason, group: NFLOG_DROPS } }));
       podRules.push(rule(chain, ...expr, { drop: null }));
     };
     pdrop(out, 'deny', lDeny, match(payload('ip', 'daddr'), '@deny4'));
@@ -290,10 +293,10 @@ export function compileTable(input: TableInput): CompiledTable {
   // from-pods/to-pods: through the maps, else drop and log (no-rule).
   const fixed = [...rules];
   fixed.push(rule('from-pods', { vmap: { key: meta('iifname'), data: '@pod-out' } }));
-  fixed.push(rule('from-pods', { limit: 'lim-no-map' }, { log: { prefix: 'no-rule', group: NFLOG_DROPS } }));
+  fixed.push(rule('from-pods', { limit: 'lim-no-map' }, { counter: null }, { log: { prefix: 'no-rule', group: NFLOG_DROPS } }));
   fixed.push(rule('from-pods', { drop: null }));
   fixed.push(rule('to-pods', { vmap: { key: meta('oifname'), data: '@pod-in' } }));
-  fixed.push(rule('to-pods', { limit: 'lim-no-map' }, { log: { prefix: 'no-rule', group: NFLOG_DROPS } }));
+  fixed.push(rule('to-pods', { limit: 'lim-no-map' }, { counter: null }, { log: { prefix: 'no-rule', group: NFLOG_DROPS } }));
   fixed.push(rule('to-pods', { drop: null }));
 
   cmds.push({ add: { table: { family: TABLE.family, name: TABLE.name } } });
