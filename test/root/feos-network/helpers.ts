@@ -121,7 +121,7 @@ export function grpcClient(service: DescService, socketPath: string): { call<T>(
   return {
     call<T>(method: string, req: unknown): Promise<T> {
       return new Promise((resolve, reject) => {
-        const fn = (client as unknown as Record<string, Function>)[method].bind(client);
+        const fn = (client as unknown as Record<string, (...args: unknown[]) => void>)[method].bind(client);
         fn(req, { deadline: Date.now() + 20_000 }, (err: grpc.ServiceError | null, resp: T) => (err ? reject(err) : resolve(resp)));
       });
     },
