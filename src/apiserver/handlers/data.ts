@@ -8,7 +8,7 @@ import { createHash } from 'node:crypto';
 import type { ServerResponse } from 'node:http';
 import { ApiError, badRequest, notFound } from '../errors.ts';
 import { checkpoints } from '../registry/checkpoints/index.ts';
-import { SnapshotCheckError, SnapshotChecker } from '../registry/checkpoints/snapshot-check.ts';
+import { K32SError, SnapshotDecoder, type DecodedSnapshot, toHex } from '../../k32s/index.ts';
 import { modules } from '../registry/modules/index.ts';
 import { rec } from '../registry/util.ts';
 import type { RequestScope, ServerContext } from './context.ts';
@@ -56,29 +56,33 @@ export async function serveCheckpointData(scope: RequestScope): Promise<void> {
   ctx.checkpointData.checkSize(length);
   const buf = Buffer.allocUnsafe(length);
   let off = 0;
-  const fail = (err: SnapshotCheckError) => {
+  const fail = (message: string) => {
     req.resume();
-    return new ApiError('Invalid', `Checkpoint.kube32.io "${name}" is invalid: data: ${err.message}`, {
+    return new ApiError('Invalid', `Checkpoint.kube32.io "${name}" is invalid: data: ${message}`, {
       name,
       group: 'kube32.io',
       kind: 'Checkpoint',
-      causes: [{ reason: 'FieldValueInvalid', message: err.message, field: 'data' }],
+      causes: [{ reason: 'FieldValueInvalid', message, field: 'data' }],
     });
   };
-  let facts: ReturnType<SnapshotChecker['finish']>;
+  // The K32S reader checks magic, version, sections and trailer as the bytes arrive; memory is hashed, not kept twice.
+  let snap: DecodedSnapshot;
   try {
-    const checker = new SnapshotChecker(length);
+    const decoder = new SnapshotDecoder({ memory: 'discard' });
     for await (const c of req) {
       const chunk = c as Buffer;
-      checker.update(chunk);
+      if (off + chunk.length > length) throw fail(`the body is longer than its Content-Length (${length} bytes)`);
+      decoder.push(chunk);
       chunk.copy(buf, off);
       off += chunk.length;
     }
-    facts = checker.finish();
+    if (off !== length) throw fail(`the body ended after ${off} of ${length} bytes`);
+    snap = decoder.end();
   } catch (err: unknown) {
-    if (err instanceof SnapshotCheckError) throw fail(err);
+    if (err instanceof K32SError) throw fail(err.message);
     throw err;
   }
+  const facts = { sizeBytes: length, snapshotSha256: toHex(snap.snapshotSha256), imageSha256: toHex(snap.header.imageSha256), podTimeMs: Number(snap.header.podTimeMs) };
   const updated = reg.serverUpdate(checkpoints, ns, name, (o) => {
     if (o.metadata.uid !== ckpt.metadata.uid) throw notFound('checkpoints', 'kube32.io', name);
     o.status = { ...rec(o.status), sizeBytes: facts.sizeBytes, snapshotSha256: facts.snapshotSha256, imageSha256: facts.imageSha256, podTimeMs: facts.podTimeMs };

@@ -24,6 +24,7 @@ interface Flags {
   maxModuleBytes: string;
   listenFile?: string;
   certSan: string[];
+  watchWindow: string;
   issueNodeKubeconfig?: string;
   out?: string;
 }
@@ -41,6 +42,7 @@ export function register(program: Command): void {
     .addOption(new Option('--checkpoint-data-bytes <quantity>', 'memory for all checkpoint snapshots (e.g. 16Mi)').default('16Mi'))
     .addOption(new Option('--max-body-bytes <quantity>', 'limit of a request body').default('3Mi'))
     .addOption(new Option('--max-module-bytes <quantity>', 'limit of a module upload').default('64Mi'))
+    .addOption(new Option('--watch-window <events>', 'events kept in memory for watches to resume from (older resourceVersions get 410 Expired)').default('50000'))
     .addOption(new Option('--listen-file <file>', 'also write the JSON line with the URL and kubeconfig to this file'))
     .addOption(new Option('--cert-san <name...>', 'extra DNS names or IP addresses for the serving certificate').default([]))
     .addOption(new Option('--issue-node-kubeconfig <node>', "write a kubelet's kubeconfig for NODE (user system:node:NODE), print its path and exit"))
@@ -53,6 +55,8 @@ export function register(program: Command): void {
       }
       const port = Number(flags.port);
       if (!Number.isInteger(port) || port < 0 || port > 65535) throw new CliError(`--port must be a TCP port (0-65535): current value is ${flags.port}`);
+      const watchWindow = Number(flags.watchWindow);
+      if (!Number.isInteger(watchWindow) || watchWindow < 1) throw new CliError(`--watch-window must be a positive number of events: current value is ${flags.watchWindow}`);
       let sizes: number[];
       try {
         sizes = [parseBytes(flags.checkpointDataBytes), parseBytes(flags.maxBodyBytes), parseBytes(flags.maxModuleBytes)];
@@ -71,6 +75,7 @@ export function register(program: Command): void {
           maxBodyBytes: sizes[1],
           maxModuleBytes: sizes[2],
           certificateSans: flags.certSan,
+          watchWindow,
         });
       } catch (err: unknown) {
         throw new CliError(err instanceof Error ? err.message : String(err), 1, { cause: err });

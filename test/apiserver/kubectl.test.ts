@@ -1,0 +1,312 @@
+/**
+ * The API server driven by the real kubectl (v1.32): version, api-resources, get (Tables, -o wide,
+ * -A, labels), describe, create, apply (client-side and server-side), patch, label, delete,
+ * cordon, uncordon, drain with evictions, get -w, explain, checkpoints with and without -o wide,
+ * and the errors kubectl prints. A restart keeps every object.
+ */
+import assert from 'node:assert/strict';
+import { spawn } from 'node:child_process';
+import { writeFileSync } from 'node:fs';
+import { join } from 'node:path';
+import { createInterface } from 'node:readline';
+import { test } from 'node:test';
+import { CoreV1Api, CustomObjectsApi, PatchStrategy, setHeaderOptions } from '@kubernetes/client-node';
+import { startApiServer, type TestApiServer } from '../helpers/apiserver.ts';
+
+async function until<T>(what: string, fn: () => Promise<T | undefined | false>, ms = 15_000): Promise<T> {
+  const deadline = Date.now() + ms;
+  let last: unknown;
+  while (Date.now() < deadline) {
+    try {
+      const v = await fn();
+      if (v !== undefined && v !== false) return v;
+    } catch (err: unknown) {
+      last = err;
+    }
+    await new Promise((r) => setTimeout(r, 50));
+  }
+  throw new Error(`timed out waiting for ${what}${last ? `: ${String(last)}` : ''}`);
+}
+
+function file(api: TestApiServer, name: string, text: string): string {
+  const p = join(api.dataDir, name);
+  writeFileSync(p, text);
+  return p;
+}
+
+const POD = `apiVersion: v1
+kind: Pod
+metadata:
+  name: demo
+  labels: {app: web}
+spec:
+  containers:
+  - name: app
+    image: nginx:1.27
+    ports: [{containerPort: 80}]
+`;
+
+test('kubectl works against the API server', { timeout: 240_000 }, async (t) => {
+  const api = await startApiServer(t);
+  const core = api.kubeConfig.makeApiClient(CoreV1Api);
+
+  await t.test('version reports the server as v1.32', async () => {
+    const r = await api.kubectl(['version']);
+    assert.equal(r.code, 0, r.stderr);
+    assert.match(r.stdout, /Server Version: v1\.32\.0-kube32/);
+  });
+
+  await t.test('api-resources lists the built-in resources and checkpoints (ckpt)', async () => {
+    const r = await api.kubectl(['api-resources']);
+    assert.equal(r.code, 0, r.stderr);
+    assert.match(r.stdout, /^checkpoints\s+ckpt\s+kube32\.io\/v1\s+true\s+Checkpoint$/m);
+    assert.match(r.stdout, /^pods\s+po\s+v1\s+true\s+Pod$/m);
+    assert.match(r.stdout, /^deployments\s+deploy\s+apps\/v1\s+true\s+Deployment$/m);
+    assert.match(r.stdout, /^leases\s+coordination\.k8s\.io\/v1\s+true\s+Lease$/m);
+  });
+
+  await t.test('create, get (Table, wide, -A, labels) and AlreadyExists', async () => {
+    const f = file(api, 'pod.yaml', POD);
+    let r = await api.kubectl(['create', '-f', f]);
+    assert.equal(r.code, 0, r.stderr);
+    assert.equal(r.stdout.trim(), 'pod/demo created');
+    r = await api.kubectl(['create', '-f', f]);
+    assert.equal(r.code, 1);
+    assert.match(r.stderr, /Error from server \(AlreadyExists\): error when creating ".*pod\.yaml": pods "demo" already exists/);
+    r = await api.kubectl(['get', 'pods']);
+    assert.match(r.stdout, /^NAME\s+READY\s+STATUS\s+RESTARTS\s+AGE$/m);
+    assert.match(r.stdout, /^demo\s+0\/1\s+Pending\s+0\s+\d+s$/m);
+    r = await api.kubectl(['get', 'pods', '-o', 'wide']);
+    assert.match(r.stdout, /^NAME\s+READY\s+STATUS\s+RESTARTS\s+AGE\s+IP\s+NODE\s+NOMINATED NODE\s+READINESS GATES$/m);
+    r = await api.kubectl(['get', 'pods', '-A', '--show-labels']);
+    assert.match(r.stdout, /^default\s+demo\s+0\/1\s+Pending\s+0\s+\S+\s+app=web$/m);
+    r = await api.kubectl(['get', 'pod', 'demo', '-o', 'jsonpath={.spec.containers[0].ports[0].protocol} {.spec.restartPolicy} {.status.phase}']);
+    assert.equal(r.stdout, 'TCP Always Pending');
+  });
+
+  await t.test('apply (client-side) configures, then reports unchanged; server-side apply', async () => {
+    const f = file(api, 'pod.yaml', POD.replace('1.27', '1.28').replace('{app: web}', '{app: web, tier: front}'));
+    let r = await api.kubectl(['apply', '-f', f]);
+    assert.equal(r.code, 0, r.stderr);
+    assert.equal(r.stdout.trim(), 'pod/demo configured');
+    r = await api.kubectl(['apply', '-f', f]);
+    assert.equal(r.stdout.trim(), 'pod/demo unchanged');
+    const pod = await core.readNamespacedPod({ name: 'demo', namespace: 'default' });
+    assert.equal(pod.spec?.containers[0]?.image, 'nginx:1.28');
+    assert.equal(pod.metadata?.labels?.tier, 'front');
+    const ssa = file(api, 'ssa.yaml', POD.replace('name: demo', 'name: ssa'));
+    r = await api.kubectl(['apply', '--server-side', '-f', ssa]);
+    assert.equal(r.code, 0, r.stderr);
+    assert.equal(r.stdout.trim(), 'pod/ssa serverside-applied');
+    r = await api.kubectl(['apply', '--server-side', '-f', file(api, 'ssa2.yaml', POD.replace('name: demo', 'name: ssa').replace('{app: web}', '{app: web2}'))]);
+    assert.equal(r.code, 0, r.stderr);
+    const ssaPod = await core.readNamespacedPod({ name: 'ssa', namespace: 'default' });
+    assert.equal(ssaPod.metadata?.labels?.app, 'web2');
+  });
+
+  await t.test('patch (merge, json, strategic), label and annotate', async () => {
+    let r = await api.kubectl(['patch', 'pod', 'demo', '--type=merge', '-p', '{"metadata":{"labels":{"m":"1"}}}']);
+    assert.equal(r.code, 0, r.stderr);
+    assert.equal(r.stdout.trim(), 'pod/demo patched');
+    r = await api.kubectl(['patch', 'pod', 'demo', '--type=json', '-p', '[{"op":"add","path":"/metadata/labels/j","value":"2"}]']);
+    assert.equal(r.code, 0, r.stderr);
+    r = await api.kubectl(['patch', 'pod', 'demo', '-p', '{"spec":{"containers":[{"name":"app","image":"nginx:1.29"}]}}']);
+    assert.equal(r.code, 0, r.stderr);
+    r = await api.kubectl(['label', 'pod', 'demo', 'k=v']);
+    assert.equal(r.stdout.trim(), 'pod/demo labeled');
+    r = await api.kubectl(['annotate', 'pod', 'demo', 'note=hello']);
+    assert.equal(r.stdout.trim(), 'pod/demo annotated');
+    const pod = await core.readNamespacedPod({ name: 'demo', namespace: 'default' });
+    assert.deepEqual([pod.metadata?.labels?.m, pod.metadata?.labels?.j, pod.metadata?.labels?.k], ['1', '2', 'v']);
+    assert.equal(pod.spec?.containers[0]?.image, 'nginx:1.29');
+    assert.equal(pod.spec?.containers[0]?.ports?.[0]?.containerPort, 80, 'strategic merge keeps the other fields of a container');
+    r = await api.kubectl(['get', 'pods', '-l', 'k=v,m in (1)', '-o', 'name']);
+    assert.equal(r.stdout.trim(), 'pod/demo');
+    r = await api.kubectl(['patch', 'pod', 'demo', '--type=merge', '-p', '{"spec":{"restartPolicy":"Never"}}']);
+    assert.equal(r.code, 1);
+    assert.match(r.stderr, /The Pod "demo" is invalid: spec: Forbidden: pod updates may not change fields other than/);
+  });
+
+  await t.test('describe shows the pod and its events', async () => {
+    const pod = await core.readNamespacedPod({ name: 'demo', namespace: 'default' });
+    await core.createNamespacedEvent({
+      namespace: 'default',
+      body: {
+        metadata: { name: 'demo.1' },
+        involvedObject: { kind: 'Pod', name: 'demo', namespace: 'default', uid: pod.metadata!.uid },
+        reason: 'Checkpointed',
+        message: 'saved',
+        type: 'Normal',
+        source: { component: 'kube32-checkpoint' },
+        firstTimestamp: new Date(),
+        lastTimestamp: new Date(),
+        count: 1,
+      },
+    });
+    await core.createNamespacedEvent({
+      namespace: 'default',
+      body: { metadata: { name: 'other.1' }, involvedObject: { kind: 'Pod', name: 'other', namespace: 'default' }, reason: 'Other', message: 'not mine', type: 'Normal' },
+    });
+    const r = await api.kubectl(['describe', 'pod', 'demo']);
+    assert.equal(r.code, 0, r.stderr);
+    assert.match(r.stdout, /^Name:\s+demo$/m);
+    assert.match(r.stdout, /^Status:\s+Pending$/m);
+    assert.match(r.stdout, /Normal\s+Checkpointed\s+\S+\s+kube32-checkpoint\s+saved/);
+    assert.doesNotMatch(r.stdout, /not mine/);
+    const ev = await api.kubectl(['get', 'events']);
+    assert.match(ev.stdout, /^LAST SEEN\s+TYPE\s+REASON\s+OBJECT\s+MESSAGE$/m);
+    assert.match(ev.stdout, /Normal\s+Checkpointed\s+pod\/demo\s+saved/);
+  });
+
+  await t.test('get -w prints a row per change', async () => {
+    const child = spawn('kubectl', ['--kubeconfig', api.kubeconfigPath, '--cache-dir', join(api.dataDir, 'watch-cache'), 'get', 'pods', '-w'], { stdio: ['ignore', 'pipe', 'pipe'] });
+    t.after(() => child.kill());
+    const lines: string[] = [];
+    createInterface(child.stdout!).on('line', (l) => lines.push(l));
+    await until('the header', async () => lines.some((l) => l.startsWith('NAME')));
+    await core.createNamespacedPod({ namespace: 'default', body: { metadata: { name: 'watched' }, spec: { containers: [{ name: 'c', image: 'x' }] } } });
+    await until('the new row', async () => lines.some((l) => /^watched\s+0\/1\s+Pending/.test(l)));
+    await core.deleteNamespacedPod({ name: 'watched', namespace: 'default' });
+    await until('the deletion row', async () => lines.filter((l) => l.startsWith('watched')).length >= 2);
+    child.kill();
+  });
+
+  await t.test('delete of an unbound pod is immediate', async () => {
+    const r = await api.kubectl(['delete', 'pod', 'ssa']);
+    assert.equal(r.code, 0, r.stderr);
+    assert.equal(r.stdout.trim(), 'pod "ssa" deleted');
+    const g = await api.kubectl(['get', 'pod', 'ssa']);
+    assert.equal(g.code, 1);
+    assert.match(g.stderr, /Error from server \(NotFound\): pods "ssa" not found/);
+  });
+
+  await t.test('cordon, uncordon and drain with evictions (move and delete)', async () => {
+    for (const n of ['node-1', 'node-2']) {
+      await core.createNode({ body: { metadata: { name: n, labels: { 'node-role.kubernetes.io/worker': '' } } } });
+      await core.patchNodeStatus({
+        name: n,
+        body: { status: { conditions: [{ type: 'Ready', status: 'True' }], nodeInfo: { kubeletVersion: 'v1.32.0-kube32' }, addresses: [{ type: 'InternalIP', address: '127.0.0.9' }] } },
+      }, undefinedMerge());
+    }
+    let r = await api.kubectl(['get', 'nodes']);
+    assert.match(r.stdout, /^node-1\s+Ready\s+worker\s+\S+\s+v1\.32\.0-kube32$/m);
+    r = await api.kubectl(['cordon', 'node-1']);
+    assert.equal(r.stdout.trim(), 'node/node-1 cordoned');
+    r = await api.kubectl(['get', 'nodes', 'node-1']);
+    assert.match(r.stdout, /node-1\s+Ready,SchedulingDisabled/);
+    r = await api.kubectl(['uncordon', 'node-1']);
+    assert.equal(r.stdout.trim(), 'node/node-1 uncordoned');
+
+    // Two running pods on node-1: "mover" can move (an eviction asks for a Checkpoint), "stayer" cannot (migration Never).
+    const running = { phase: 'Running', conditions: [{ type: 'Ready', status: 'True' }] };
+    for (const [name, ann] of [['mover', {}], ['stayer', { 'kube32.io/migration': 'Never' }]] as const) {
+      await core.createNamespacedPod({ namespace: 'default', body: { metadata: { name, annotations: ann }, spec: { nodeName: 'node-1', terminationGracePeriodSeconds: 30, containers: [{ name: 'c', image: 'x' }] } } });
+      await core.patchNamespacedPodStatus({ name, namespace: 'default', body: { status: running } }, undefinedMerge());
+    }
+    const moverUid = (await core.readNamespacedPod({ name: 'mover', namespace: 'default' })).metadata!.uid!;
+    const custom = api.kubeConfig.makeApiClient(CustomObjectsApi);
+    // Play the checkpoint controller and the kubelet: move "mover" when its eviction Checkpoint appears; end "stayer" when it terminates.
+    const playing = (async () => {
+      const ckptName = `mover-evict-${moverUid.replace(/-/g, '').slice(0, 8)}`;
+      const ck = (await until('the eviction checkpoint', async () => custom.getNamespacedCustomObject({ group: 'kube32.io', version: 'v1', namespace: 'default', plural: 'checkpoints', name: ckptName }), 30_000)) as {
+        spec: { podName: string; action: string };
+        metadata: { labels: Record<string, string> };
+      };
+      assert.deepEqual(ck.spec, { podName: 'mover', action: 'Move' });
+      assert.equal(ck.metadata.labels['kube32.io/trigger'], 'eviction');
+      const old = await core.readNamespacedPod({ name: 'mover', namespace: 'default' });
+      const res = await fetchJson(api, 'POST', '/api/v1/namespaces/default/pods/mover/replace', { metadata: { name: 'mover', uid: old.metadata!.uid, labels: old.metadata!.labels }, spec: { ...old.spec, nodeName: 'node-2' } });
+      assert.equal(res.status, 201);
+      await until('stayer terminating', async () => (await core.readNamespacedPod({ name: 'stayer', namespace: 'default' })).metadata?.deletionTimestamp !== undefined);
+      await core.deleteNamespacedPod({ name: 'stayer', namespace: 'default', gracePeriodSeconds: 0 });
+    })();
+    r = await api.kubectl(['drain', 'node-1', '--ignore-daemonsets', '--force', '--timeout=60s'], { timeoutMs: 90_000 });
+    await playing;
+    assert.equal(r.code, 0, r.stderr);
+    assert.match(r.stdout, /node\/node-1 cordoned/);
+    assert.match(r.stdout, /pod\/mover evicted/);
+    assert.match(r.stdout, /pod\/stayer evicted/);
+    assert.match(r.stdout, /node\/node-1 drained/);
+    const moved = await core.readNamespacedPod({ name: 'mover', namespace: 'default' });
+    assert.equal(moved.spec?.nodeName, 'node-2');
+    assert.notEqual(moved.metadata?.uid, moverUid);
+  });
+
+  await t.test('checkpoints print NAME POD ACTION PHASE NODE SIZE AGE, and TARGET NEW POD MESSAGE with -o wide', async () => {
+    const f = file(api, 'ckpt.yaml', 'apiVersion: kube32.io/v1\nkind: Checkpoint\nmetadata: {name: web-move}\nspec: {podName: demo, action: Move, target: {nodeName: node-2}}\n');
+    let r = await api.kubectl(['create', '-f', f]);
+    assert.equal(r.code, 0, r.stderr);
+    assert.equal(r.stdout.trim(), 'checkpoint.kube32.io/web-move created');
+    const status = { status: { phase: 'Completed', nodeName: 'node-1', sizeBytes: 10 * 1024 * 1024, targetNode: 'node-2', newPodName: 'demo', message: 'moved' } };
+    const s = await fetchJson(api, 'PATCH', '/apis/kube32.io/v1/namespaces/default/checkpoints/web-move/status', status, 'application/merge-patch+json');
+    assert.equal(s.status, 200);
+    r = await api.kubectl(['get', 'ckpt']);
+    assert.match(r.stdout, /^NAME\s+POD\s+ACTION\s+PHASE\s+NODE\s+SIZE\s+AGE$/m);
+    assert.match(r.stdout, /^web-move\s+demo\s+Move\s+Completed\s+node-1\s+10Mi\s+\d+s$/m);
+    r = await api.kubectl(['get', 'checkpoints', '-o', 'wide']);
+    assert.match(r.stdout, /^NAME\s+POD\s+ACTION\s+PHASE\s+NODE\s+SIZE\s+AGE\s+TARGET\s+NEW POD\s+MESSAGE$/m);
+    assert.match(r.stdout, /^web-move\s+demo\s+Move\s+Completed\s+node-1\s+10Mi\s+\d+s\s+node-2\s+demo\s+moved$/m);
+    // Status stays out of writes to the object.
+    r = await api.kubectl(['apply', '-f', file(api, 'ckpt2.yaml', 'apiVersion: kube32.io/v1\nkind: Checkpoint\nmetadata: {name: web-move, labels: {a: b}}\nspec: {podName: demo, action: Move, target: {nodeName: node-2}}\nstatus: {phase: Failed}\n')]);
+    assert.equal(r.code, 0, r.stderr);
+    r = await api.kubectl(['get', 'ckpt', 'web-move', '-o', 'jsonpath={.status.phase} {.metadata.labels.a}']);
+    assert.equal(r.stdout, 'Completed b');
+  });
+
+  await t.test('explain describes checkpoints from OpenAPI v3', async () => {
+    const r = await api.kubectl(['explain', 'checkpoints.spec']);
+    assert.equal(r.code, 0, r.stderr);
+    assert.match(r.stdout, /KIND:\s+Checkpoint/);
+    assert.match(r.stdout, /podName\s+<string> -required-/);
+  });
+
+  await t.test('errors kubectl prints: Invalid, BadRequest (strict fields), NotFound', async () => {
+    let r = await api.kubectl(['create', '-f', file(api, 'bad.yaml', 'apiVersion: v1\nkind: Pod\nmetadata: {name: bad}\nspec: {containers: [{name: c}]}\n')]);
+    assert.equal(r.code, 1);
+    assert.match(r.stderr, /The Pod "bad" is invalid: spec\.containers\[0\]\.image: Required value/);
+    r = await api.kubectl(['create', '-f', file(api, 'unknown.yaml', 'apiVersion: v1\nkind: Pod\nmetadata: {name: bad}\nspex: {}\nspec: {containers: [{name: c, image: x}]}\n')]);
+    assert.equal(r.code, 1);
+    assert.match(r.stderr, /Error from server \(BadRequest\).*unknown field "spex"/);
+    r = await api.kubectl(['get', 'ckpt', 'nope']);
+    assert.match(r.stderr, /Error from server \(NotFound\): checkpoints\.kube32\.io "nope" not found/);
+  });
+
+  await t.test('a restart keeps every object', async () => {
+    const before = await api.kubectl(['get', 'pods,ckpt,nodes', '-A', '-o', 'name']);
+    await api.stop({ keepData: true });
+    const again = await startApiServer(t, { dataDir: api.dataDir });
+    const after = await again.kubectl(['get', 'pods,ckpt,nodes', '-A', '-o', 'name']);
+    assert.equal(after.stdout, before.stdout);
+    assert.match(after.stdout, /pod\/demo/);
+    assert.match(after.stdout, /checkpoint\.kube32\.io\/web-move/);
+    await again.stop();
+  });
+});
+
+/** Options of client-node's patch calls that send a JSON merge patch. */
+function undefinedMerge() {
+  return setHeaderOptions('Content-Type', PatchStrategy.MergePatch);
+}
+
+/** A raw request with the admin's credentials (for the subresources client-node has no method for). */
+export async function fetchJson(api: TestApiServer, method: string, path: string, body: unknown, contentType = 'application/json'): Promise<{ status: number; body: Record<string, unknown> }> {
+  const { request } = await import('node:https');
+  const ca = (api.kubeConfig.getCurrentCluster()!.caData ?? '') as string;
+  return new Promise((resolve, reject) => {
+    const data = JSON.stringify(body);
+    const u = new URL(api.url + path);
+    const req = request(
+      { host: u.hostname, port: u.port, path: u.pathname + u.search, method, ca: Buffer.from(ca, 'base64'), headers: { Authorization: `Bearer ${api.kubeConfig.getCurrentUser()!.token}`, 'Content-Type': contentType, 'Content-Length': Buffer.byteLength(data) } },
+      (res) => {
+        let text = '';
+        res.setEncoding('utf8');
+        res.on('data', (d: string) => {
+          text += d;
+        });
+        res.on('end', () => resolve({ status: res.statusCode ?? 0, body: text ? (JSON.parse(text) as Record<string, unknown>) : {} }));
+      },
+    );
+    req.on('error', reject);
+    req.end(data);
+  });
+}
