@@ -1,0 +1,115 @@
+/**
+ * End to end: what keeps a pod from moving, and what a refused move leaves behind (seed "What keeps a pod
+ * from moving", "Drain and evictions"): the spec's blockers, the node's blockers, a Save, no target, and
+ * drains of pods that cannot move. A real API server, the controllers and two real kube32-sim workers.
+ */
+import assert from 'node:assert/strict';
+import { test } from 'node:test';
+import type { V1Pod } from '@kubernetes/client-node';
+import { type Count, type ControllersCluster, counterPod, startControllersCluster } from './cluster.ts';
+
+async function runPod(c: ControllersCluster, pod: V1Pod): Promise<V1Pod> {
+  await c.rest.json({ method: 'POST', path: '/api/v1/namespaces/default/pods', body: pod });
+  return c.until(`pod ${pod.metadata?.name} to run`, async () => {
+    const p = await c.getPod(pod.metadata!.name!);
+    return p?.status?.phase === 'Running' ? p : undefined;
+  }, 30_000);
+}
+
+async function count(c: ControllersCluster, pod: V1Pod, port: number, path = '/count'): Promise<Count> {
+  return c.until(`${pod.metadata?.name} to answer ${path}`, async () => {
+    const res = await c.podGet(pod, port, path);
+    return res.status === 200 ? (JSON.parse(res.body) as Count) : undefined;
+  });
+}
+
+async function finished(c: ControllersCluster, name: string) {
+  return c.until(`checkpoint ${name} to finish`, async () => {
+    const ck = await c.getCheckpoint(name);
+    return ck?.status?.phase === 'Failed' || ck?.status?.phase === 'Completed' || ck?.status?.phase === 'Saved' ? ck : undefined;
+  }, 30_000);
+}
+
+test('refused moves, a Save, and drains of pods that cannot move', { timeout: 240_000 }, async (t) => {
+  const c = await startControllersCluster(t);
+  await c.startWorker('w1');
+  await c.startWorker('w2');
+
+  await t.test('every spec blocker is listed at once; the pod keeps running where it is', async () => {
+    const p = counterPod('gadget', 18101, { annotations: { 'kube32.io/migration': 'Never' } });
+    p.spec!.containers[0]!.securityContext = { capabilities: { add: ['DISPLAY'] } };
+    const pod = await runPod(c, p);
+    await c.createCheckpoint({ metadata: { name: 'gadget-move', namespace: 'default' }, spec: { podName: 'gadget', action: 'Move' } });
+    const ck = await finished(c, 'gadget-move');
+    assert.equal(ck.status?.phase, 'Failed');
+    assert.deepEqual(ck.status?.blockers, ['grant capability DISPLAY', 'annotation kube32.io/migration: Never']);
+    const after = (await c.getPod('gadget'))!;
+    assert.equal(after.metadata?.uid, pod.metadata?.uid);
+    assert.equal(after.spec?.nodeName, pod.spec?.nodeName);
+    const events = await c.events();
+    const failed = events.find((e) => e.reason === 'MoveFailed' && e.involvedObject?.name === 'gadget');
+    assert.match(failed?.message ?? '', /grant capability DISPLAY; annotation kube32.io\/migration: Never/);
+  });
+
+  await t.test("the node's blocker (an open file) fails the move; the pod keeps running and counting", async () => {
+    const pod = await runPod(c, counterPod('filer', 18102));
+    assert.equal((await count(c, pod, 18102)).count, 1);
+    const opened = await c.podGet(pod, 18102, '/open');
+    assert.equal(opened.status, 200);
+    await c.createCheckpoint({ metadata: { name: 'filer-move', namespace: 'default' }, spec: { podName: 'filer', action: 'Move' } });
+    const ck = await finished(c, 'filer-move');
+    assert.equal(ck.status?.phase, 'Failed');
+    assert.ok(ck.status?.blockers?.some((b) => /^open file .*f\.txt \(descriptor \d+\)$/.test(b)), `blockers: ${ck.status?.blockers}`);
+    const after = (await c.getPod('filer'))!;
+    assert.equal(after.metadata?.uid, pod.metadata?.uid);
+    const n = await count(c, after, 18102);
+    assert.equal(n.count, 2, 'still running and counting');
+  });
+
+  await t.test('a Save stores the snapshot and leaves the pod running', async () => {
+    const pod = await runPod(c, counterPod('saver', 18103));
+    await count(c, pod, 18103);
+    await c.createCheckpoint({ metadata: { name: 'saver-save', namespace: 'default' }, spec: { podName: 'saver' } });
+    const ck = await finished(c, 'saver-save');
+    assert.equal(ck.status?.phase, 'Saved');
+    assert.ok((ck.status?.sizeBytes ?? 0) > 0);
+    assert.equal(ck.status?.nodeName, pod.spec?.nodeName);
+    assert.match(ck.status?.snapshotSha256 ?? '', /^[0-9a-f]{64}$/);
+    const after = (await c.getPod('saver'))!;
+    assert.equal(after.metadata?.uid, pod.metadata?.uid);
+    assert.equal((await count(c, after, 18103)).count, 2);
+    assert.ok((await c.events()).some((e) => e.reason === 'Checkpointed' && e.involvedObject?.name === 'saver'));
+  });
+
+  await t.test("a move to the pod's own node fails with the scheduler's reason", async () => {
+    const pod = (await c.getPod('saver'))!;
+    await c.createCheckpoint({ metadata: { name: 'saver-self', namespace: 'default' }, spec: { podName: 'saver', action: 'Move', target: { nodeName: pod.spec!.nodeName! } } });
+    const ck = await finished(c, 'saver-self');
+    assert.equal(ck.status?.phase, 'Failed');
+    assert.match(ck.status?.message ?? '', /own node/);
+  });
+
+  await t.test('kubectl drain deletes what cannot move (its owner starts it elsewhere) and completes', async () => {
+    const template = counterPod('fixed', 18104, { labels: { app: 'fixed' }, annotations: { 'kube32.io/migration': 'Never' } });
+    await c.rest.json({
+      method: 'POST',
+      path: '/apis/apps/v1/namespaces/default/replicasets',
+      body: { apiVersion: 'apps/v1', kind: 'ReplicaSet', metadata: { name: 'fixed', namespace: 'default' }, spec: { replicas: 1, selector: { matchLabels: { app: 'fixed' } }, template: { metadata: template.metadata, spec: template.spec } } },
+    });
+    const first = await c.until('the ReplicaSet pod to run', async () => {
+      const list = await c.rest.json<{ items: V1Pod[] }>({ method: 'GET', path: '/api/v1/namespaces/default/pods?labelSelector=app%3Dfixed' });
+      return list.items.find((p) => p.status?.phase === 'Running');
+    }, 30_000);
+    const node = first.spec!.nodeName!;
+    // The open-file pod on this node too, if it is there: its eviction's move fails at the node, so it is deleted.
+    const drain = await c.api.kubectl(['drain', node, '--ignore-daemonsets', '--force', '--timeout=90s'], { timeoutMs: 120_000 });
+    assert.equal(drain.code, 0, drain.stderr);
+    const second = await c.until('a new pod of the ReplicaSet elsewhere', async () => {
+      const list = await c.rest.json<{ items: V1Pod[] }>({ method: 'GET', path: '/api/v1/namespaces/default/pods?labelSelector=app%3Dfixed' });
+      return list.items.find((p) => p.status?.phase === 'Running' && p.spec?.nodeName !== node);
+    }, 30_000);
+    assert.notEqual(second.metadata?.name, first.metadata?.name, 'a new pod, not a move');
+    const left = await c.rest.json<{ items: V1Pod[] }>({ method: 'GET', path: `/api/v1/pods?fieldSelector=spec.nodeName%3D${node}` });
+    assert.deepEqual(left.items.filter((p) => !p.metadata?.deletionTimestamp).map((p) => p.metadata?.name), []);
+  });
+});
