@@ -57,7 +57,7 @@ test("a group's rules: ports, ICMP of IPv4 alone, blocks without exceptions, IPv
   assert.ok(!inn.some((r) => r.includes('"udp"')), 'an IPv4 block counts in rules out only');
   const out = rulesOf(c.commands, 'out-pod-p0');
   const icmpBlock = out.find((r) => r.includes('"icmp"') && r.includes('@b-'));
-  assert.ok(icmpBlock && icmpBlock.includes('"set":[8]'));
+  assert.ok(icmpBlock?.includes('"set":[8]'));
   assert.ok(!out.some((r) => r.includes('@g-web') && r.includes('icmp')), 'an ICMP rule has no IPv6 peer');
   const block = [...c.sets].find(([n]) => n.startsWith('b-'))![1];
   assert.equal(block.family, 4);
