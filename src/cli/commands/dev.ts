@@ -8,8 +8,8 @@
  * `serving <name> on http://HOST:PORT` once the pod is ready (tests read the port from it).
  */
 import { randomBytes } from 'node:crypto';
-import { createReadStream } from 'node:fs';
-import { mkdtemp, open, readFile, rename, rm } from 'node:fs/promises';
+import { constants, createReadStream } from 'node:fs';
+import { access, mkdtemp, open, readFile, rename, rm } from 'node:fs/promises';
 import { createServer, type Server } from 'node:http';
 import { tmpdir } from 'node:os';
 import { basename, dirname, join } from 'node:path';
@@ -98,6 +98,14 @@ async function dev(file: string, flags: DevFlags): Promise<void> {
   } catch (err: unknown) {
     if (err instanceof ModuleError) throw new CliError(`${file}: ${err.message}`, 1, { cause: err });
     throw err;
+  }
+  if (flags.restore) {
+    try {
+      await access(flags.restore, constants.R_OK);
+    } catch (err: unknown) {
+      const code = (err as NodeJS.ErrnoException).code;
+      throw new CliError(`${flags.restore}: ${code === 'ENOENT' ? 'no such file' : `cannot read it (${code})`}`);
+    }
   }
   const fsDir = flags.fsDir ?? (await mkdtemp(join(tmpdir(), `kube32-dev-${opts.name}-`)));
   const say = (line: string): void => {

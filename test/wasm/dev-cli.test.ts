@@ -1,0 +1,91 @@
+/**
+ * `kube32-cli dev` as a real process: start a pod, curl it, SIGTERM with --save-on-exit writes its
+ * snapshot, a restart with --restore continues the count.
+ */
+import assert from 'node:assert/strict';
+import { execFile, spawn, type ChildProcess } from 'node:child_process';
+import { existsSync, statSync } from 'node:fs';
+import { join } from 'node:path';
+import { test } from 'node:test';
+import { promisify } from 'node:util';
+import { ROOT, example, tempDir } from './helpers.ts';
+
+const run = promisify(execFile);
+const CLI = join(ROOT, 'bin/kube32-cli.js');
+
+interface Dev {
+  child: ChildProcess;
+  url: Promise<string>;
+  stderr: () => string;
+  stdout: () => string;
+  exited: Promise<number | null>;
+}
+
+function startDev(args: string[]): Dev {
+  const child = spawn(process.execPath, [CLI, 'dev', ...args, '--port', '0'], { stdio: ['ignore', 'pipe', 'pipe'] });
+  let err = '';
+  let out = '';
+  const url = Promise.withResolvers<string>();
+  child.stderr!.setEncoding('utf8').on('data', (c: string) => {
+    err += c;
+    const m = /serving \S+ on (http:\/\/\S+)/.exec(err);
+    if (m) url.resolve(m[1]!);
+  });
+  child.stdout!.setEncoding('utf8').on('data', (c: string) => { out += c; });
+  const exited = new Promise<number | null>((resolve) => child.on('exit', (code) => {
+    url.reject(new Error(`kube32-cli dev exited (${code}) before serving: ${err}`));
+    resolve(code);
+  }));
+  return { child, url: url.promise, stderr: () => err, stdout: () => out, exited };
+}
+
+async function curl(url: string): Promise<{ count: number; node: string; podTimeMs: number; restores: number }> {
+  const { stdout } = await run('curl', ['-sS', '--max-time', '5', url]);
+  return JSON.parse(stdout);
+}
+
+test('kube32-cli dev serves a pod, saves it on SIGTERM, and restores it', { timeout: 60_000 }, async (t) => {
+  const wasm = join(ROOT, 'build/examples/counter.wasm');
+  example('counter');
+  const tmp = tempDir('dev');
+  t.after(tmp.remove);
+  const file = join(tmp.dir, 'counter.k32s');
+
+  const first = startDev([wasm, '--env', 'NODE_NAME=laptop', '--tick-interval', '50ms', '--save-on-exit', file]);
+  t.after(() => first.child.kill('SIGKILL'));
+  const url = await first.url;
+  assert.deepEqual([(await curl(url)).count, (await curl(url)).count, (await curl(url)).count], [1, 2, 3]);
+  assert.equal((await curl(url)).node, 'laptop');
+  first.child.kill('SIGTERM');
+  assert.equal(await first.exited, 0, first.stderr());
+  assert.match(first.stderr(), /saved .*counter\.k32s: \d+ bytes, sha256:[0-9a-f]{64}, pod time \d+ ms/);
+  assert.match(first.stdout(), /counter: started afresh/);
+  assert.ok(existsSync(file) && statSync(file).size > 65536);
+  const { stdout: inspected } = await run(process.execPath, [CLI, 'snapshot', 'inspect', file]);
+  assert.match(inspected, /Trailer:\s+ok/);
+
+  const second = startDev([wasm, '--env', 'NODE_NAME=desk', '--restore', file]);
+  t.after(() => second.child.kill('SIGKILL'));
+  const url2 = await second.url;
+  const n = await curl(url2);
+  assert.equal(n.count, 5, 'the count continues from the snapshot');
+  assert.equal(n.node, 'desk');
+  assert.equal(n.restores, 1);
+  assert.match(second.stderr(), /restored from .*counter\.k32s at pod time \d+ ms/);
+  second.child.kill('SIGINT');
+  assert.equal(await second.exited, 0);
+  assert.match(second.stdout(), /counter: restored at count 4/);
+});
+
+test('kube32-cli dev refuses a module that cannot run, naming the cause', { timeout: 30_000 }, async (t) => {
+  const tmp = tempDir('dev-bad');
+  t.after(tmp.remove);
+  const bad = join(tmp.dir, 'bad.wasm');
+  await run('sh', ['-c', `printf 'not wasm' > ${bad}`]);
+  await assert.rejects(run(process.execPath, [CLI, 'dev', bad, '--port', '0']), (e: { code?: number; stderr?: string }) => {
+    assert.equal(e.code, 1);
+    assert.match(e.stderr!, /bad\.wasm: not a WebAssembly module/);
+    return true;
+  });
+  await assert.rejects(run(process.execPath, [CLI, 'dev', join(ROOT, 'build/examples/counter.wasm'), '--restore', join(tmp.dir, 'none.k32s'), '--port', '0']), /none\.k32s: no such file/);
+});
