@@ -23,7 +23,11 @@ export interface SnapshotInspection {
   decoded: Omit<DecodedSnapshot, 'memory'>;
 }
 
-const plural = (n: number, one: string): string => `${n} ${one}${n === 1 ? '' : 's'}`;
+/** A name from a snapshot made safe for a terminal: control characters as `\\u` escapes. */
+const printable = (s: string): string => s.replace(/[\u0000-\u001f\u007f-\u009f]/g, (c) => `\\u${c.charCodeAt(0).toString(16).padStart(4, '0')}`);
+const MAX_LISTED = 4;
+
+const plural = (n: number, one: string, many = `${one}s`): string => `${n} ${n === 1 ? one : many}`;
 
 /**
  * Reads a snapshot without keeping its memory and describes it. A trailer that does not match is
@@ -55,15 +59,21 @@ export async function inspectSnapshot(
       }
       case SectionType.TABLE: {
         const t = d.tables[table++]!;
-        summary = `table ${t.index}, ${plural(t.entries.length, 'entry').replace('entrys', 'entries')}`;
+        summary = `table ${t.index}, ${plural(t.entries.length, 'entry', 'entries')}`;
         break;
       }
-      case SectionType.CHANNELS:
-        summary = plural(d.channels.length, 'channel') + (d.channels.length ? `: ${d.channels.map((c) => `${c.handle}=${c.name}`).join(', ')}` : '');
+      case SectionType.CHANNELS: {
+        const listed = d.channels.slice(0, MAX_LISTED).map((c) => `${c.handle}=${printable(c.name)}`);
+        if (d.channels.length > MAX_LISTED) listed.push('...');
+        summary = plural(d.channels.length, 'channel') + (listed.length ? `: ${listed.join(', ')}` : '');
         break;
-      case SectionType.EVENTS:
-        summary = plural(d.events.length, 'held event');
+      }
+      case SectionType.EVENTS: {
+        const listed = d.events.slice(0, MAX_LISTED).map((e) => `${printable(e.topic)} (${plural(e.payload.length, 'byte')})`);
+        if (d.events.length > MAX_LISTED) listed.push('...');
+        summary = plural(d.events.length, 'held event') + (listed.length ? `: ${listed.join(', ')}` : '');
         break;
+      }
       default:
         summary = 'unknown type, skipped';
     }

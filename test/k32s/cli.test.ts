@@ -89,6 +89,25 @@ describe('kube32-cli snapshot inspect', { timeout: 60_000 }, () => {
     assert.match(r.stdout, /^Taken at: +<unset>$/m);
   });
 
+  it('shows names from a snapshot without passing terminal control characters through', async () => {
+    const state = {
+      imageSha256: new Uint8Array(32),
+      memory: new Uint8Array(0),
+      memoryPages: 0,
+      podTimeMs: 0n,
+      unixTimeMs: 0n,
+      globals: [],
+      tables: [],
+      channels: [{ handle: 7, name: '\u001b[2Jevil' }],
+      events: [{ topic: 'bell\u0007', payload: new Uint8Array(3) }],
+    };
+    const r = await cli(['snapshot', 'inspect', '-'], new Uint8Array(Buffer.concat([...encodeSnapshot(state)])));
+    assert.equal(r.code, 0, r.stderr);
+    assert.doesNotMatch(r.stdout, /[\u0000-\u0009\u000b-\u001f]/);
+    assert.match(r.stdout, /1 channel: 7=\\u001b\[2Jevil/);
+    assert.match(r.stdout, /1 held event: bell\\u0007 \(3 bytes\)/);
+  });
+
   it('exits 1 with the reader message for a cut, a stranger, or a damaged snapshot', async (t) => {
     const dir = await mkdtemp(join(tmpdir(), 'k32s-cli-'));
     t.after(() => rm(dir, { recursive: true, force: true }));
