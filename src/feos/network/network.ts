@@ -121,6 +121,7 @@ export class PodNetwork {
   #unavailable: string | undefined = 'the network has not started';
   #queryListeners = new Set<(r: DnsQueryRecord) => void>();
   #stopped = false;
+  #handedOver = false;
 
   constructor(opts: NetworkOptions) {
     this.settings = parseNetworkFlags(opts);
@@ -129,6 +130,11 @@ export class PodNetwork {
     this.groups = new SecurityGroupStore(join(opts.stateDir, 'security-groups'));
     this.tables = new NameTableStore(join(opts.stateDir, 'name-tables'));
     this.groups.onChange = (id, membersOnly) => this.#onGroupChange(id, membersOnly);
+  }
+
+  /** Whether the resolver answers on sockets handed over by systemd's protocol rather than its own. */
+  get resolverSocketsHandedOver(): boolean {
+    return this.#handedOver;
   }
 
   /** Why pods with a network cannot be created or booted, or undefined while the network works. */
@@ -216,6 +222,7 @@ export class PodNetwork {
         tcp.once('error', reject);
         tcp.listen({ fd: fds.tcp }, () => resolve());
       });
+      this.#handedOver = true;
       this.#log.info('the resolver took the sockets it was handed (LISTEN_FDS)');
     } else {
       ({ udp, tcp } = await bindResolverSockets(this.settings.dnsAddress, port));

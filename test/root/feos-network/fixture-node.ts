@@ -65,7 +65,7 @@ const control = http.createServer((req, res) => {
   });
 });
 await new Promise<void>((resolve) => control.listen(config.controlSocket, resolve));
-process.stdout.write(`ready ${JSON.stringify({ kept: Object.fromEntries(kept), unavailable: network.unavailableReason ?? null })}\n`);
+process.stdout.write(`ready ${JSON.stringify({ kept: Object.fromEntries(kept), unavailable: network.unavailableReason ?? null, handedOver: network.resolverSocketsHandedOver })}\n`);
 
 process.on('SIGTERM', async () => {
   control.close();

@@ -44,7 +44,8 @@ describe('the pods network in namespaces', { timeout: 240_000 }, () => {
   const ctl = (call: Record<string, unknown>) => control(join(dir, 'control.sock'), call);
   const sgClient = () => grpcClient(SecurityGroupService, join(dir, 'grpc.sock'));
   const ntClient = () => grpcClient(NameService, join(dir, 'grpc.sock'));
-  const probe = (pod: string, host: string, port: number, timeoutMs = 1_500) => sh(inNs(podNs[pod], process.execPath, PROBE, host, String(port), String(timeoutMs)));
+  const probe = (pod: string, host: string, port: number, timeoutMs = 1_500, from?: string) =>
+    sh(inNs(podNs[pod], process.execPath, PROBE, host, String(port), String(timeoutMs), ...(from ? [from] : [])));
   const nodeFlags = { podPrefix: PREFIX, dnsUpstreams: ['11.0.0.2'], denyPrefixes: ['11.0.0.128/25'], rulesIntervalMs: 3_600_000 };
 
   async function startNode(kept: unknown[] = []): Promise<{ kept: Record<string, PodAddresses>; unavailable: string | null }> {
@@ -237,10 +238,19 @@ describe('the pods network in namespaces', { timeout: 240_000 }, () => {
     assert.equal((await probe('a', '11.0.0.200', 8080)).code, 1, 'a denied prefix');
     assert.equal((await probe('a', '11.0.0.1', 8080, 800)).code, 1, "the node's own address");
     assert.equal((await probe('c', '11.0.0.2', 8080)).code, 1, 'client has no internet');
+    // A source the TAP is not the route back to is dropped before anything else, and logged.
+    await must(inNs(podNs.a, 'ip', '-6', 'addr', 'add', '2001:db8:1::99/128', 'dev', 'eth0', 'nodad'));
+    await must(inNs(podNs.a, 'ip', 'addr', 'add', '169.254.16.99/32', 'dev', 'eth0'));
+    assert.equal((await probe('a', '2600:1::2', 8080, 1_000, '2001:db8:1::99')).code, 1, 'a spoofed IPv6 source');
+    assert.equal((await probe('a', '11.0.0.2', 8080, 1_000, '169.254.16.99')).code, 1, 'a spoofed IPv4 source');
+    await must(inNs(podNs.a, 'ip', '-6', 'addr', 'del', '2001:db8:1::99/128', 'dev', 'eth0'));
+    await must(inNs(podNs.a, 'ip', 'addr', 'del', '169.254.16.99/32', 'dev', 'eth0'));
+    const pre = await must(inNs(nodeNs, 'nft', 'list', 'chain', 'inet', 'feos', 'prerouting'));
     const chain = await must(inNs(nodeNs, 'nft', 'list', 'chain', 'inet', 'feos', `out-pod-${ids.a}`));
     const logged = (reason: string, text: string) =>
       [...text.matchAll(new RegExp(`counter packets (\\d+) bytes \\d+ log prefix "${reason}"`, 'g'))].reduce((n, m) => n + Number(m[1]), 0);
     assert.ok(logged('deny', chain) > 0, `deny drops logged: ${chain}`);
+    assert.ok(logged('spoofed', pre) >= 2, `spoofed drops logged: ${pre}`);
     const chainC = await must(inNs(nodeNs, 'nft', 'list', 'chain', 'inet', 'feos', `out-pod-${ids.c}`));
     assert.ok(logged('no-rule', chainC) > 0, 'no-rule drops logged');
   });
