@@ -1,0 +1,96 @@
+/**
+ * End to end: a move that rolls back, and a node lost with SIGKILL whose pod comes back from its periodic
+ * checkpoint (seed "Moves" rollback paragraph, "Periodic checkpoints and node loss", "Retention"). A real
+ * API server, the controllers with short timings (move timeout 3 s; a node is Unknown after 15 s without a
+ * Lease renewal, which kube32-sim makes every 10 s; evictions 1 s later), and three kube32-sim workers.
+ */
+import assert from 'node:assert/strict';
+import { test } from 'node:test';
+import type { V1Node, V1Pod } from '@kubernetes/client-node';
+import type { Checkpoint } from '../../src/controllers/runtime/types.ts';
+import { type Count, type ControllersCluster, counterPod, startControllersCluster } from './cluster.ts';
+
+async function runPod(c: ControllersCluster, pod: V1Pod): Promise<V1Pod> {
+  await c.rest.json({ method: 'POST', path: '/api/v1/namespaces/default/pods', body: pod });
+  return c.until(`pod ${pod.metadata?.name} to run`, async () => {
+    const p = await c.getPod(pod.metadata!.name!);
+    return p?.status?.phase === 'Running' ? p : undefined;
+  }, 30_000);
+}
+
+async function count(c: ControllersCluster, pod: V1Pod, port: number): Promise<Count> {
+  return c.until(`${pod.metadata?.name} to answer`, async () => {
+    const res = await c.podGet(pod, port, '/count');
+    return res.status === 200 ? (JSON.parse(res.body) as Count) : undefined;
+  });
+}
+
+test('a move that does not run in time rolls back; a lost node restores from the periodic checkpoint', { timeout: 240_000 }, async (t) => {
+  const c = await startControllersCluster(t, {
+    moveTimeoutMs: 3000,
+    nodeMonitorGracePeriodMs: 15_000,
+    podEvictionTimeoutMs: 1000,
+    minCheckpointIntervalMs: 1000,
+  });
+  const w1 = await c.startWorker('w1');
+  const w2 = await c.startWorker('w2');
+  await c.startWorker('w3');
+
+  await t.test('the replacement does not run within the move timeout: the pod restores on its source', async () => {
+    const pod = await runPod(c, counterPod('roller', 18201, { nodeName: 'w1' }));
+    await count(c, pod, 18201);
+    assert.equal((await count(c, pod, 18201)).count, 2);
+    w2.proc.kill('SIGSTOP'); // the target takes nothing in
+    try {
+      await c.createCheckpoint({ metadata: { name: 'roller-move', namespace: 'default' }, spec: { podName: 'roller', action: 'Move', target: { nodeName: 'w2' } } });
+      const ck = await c.until('the move to roll back', async () => {
+        const x = await c.getCheckpoint('roller-move');
+        return x?.status?.phase === 'Failed' || x?.status?.phase === 'Completed' ? x : undefined;
+      }, 30_000);
+      assert.equal(ck.status?.phase, 'Failed');
+      assert.match(ck.status?.message ?? '', /did not run on w2 within 3 s; rolled back to w1/);
+      const back = await c.until('the pod to run on w1 again', async () => {
+        const p = await c.getPod('roller');
+        return p?.spec?.nodeName === 'w1' && p.status?.phase === 'Running' && !p.metadata?.annotations?.['kube32.io/restore-from'] ? p : undefined;
+      }, 30_000);
+      assert.notEqual(back.metadata?.uid, pod.metadata?.uid);
+      assert.equal((await count(c, back, 18201)).count, 3, 'restored from the same checkpoint');
+      const reasons = (await c.events()).filter((e) => e.involvedObject?.name === 'roller').map((e) => e.reason);
+      assert.ok(reasons.includes('MoveFailed') && reasons.includes('Restored'), reasons.join(', '));
+    } finally {
+      w2.proc.kill('SIGCONT');
+    }
+  });
+
+  await t.test('a node killed with SIGKILL: its pod comes back elsewhere from the latest periodic checkpoint', async () => {
+    const pod = await runPod(c, counterPod('keeper', 18202, { nodeName: 'w1', annotations: { 'kube32.io/checkpoint-interval': '1s' } }));
+    for (let i = 0; i < 3; i++) await count(c, pod, 18202);
+    const countedAt = Date.now();
+    const saved = await c.until('a periodic checkpoint after the third request', async () => {
+      const list = await c.rest.json<{ items: Checkpoint[] }>({ method: 'GET', path: '/apis/kube32.io/v1/namespaces/default/checkpoints?labelSelector=kube32.io%2Ftrigger%3Dperiodic' });
+      return list.items.find((x) => x.spec.podName === 'keeper' && x.status?.phase === 'Saved' && Date.parse(x.status.takenAt ?? '') > countedAt + 200);
+    }, 30_000);
+    assert.equal(saved.metadata?.labels?.['kube32.io/trigger'], 'periodic');
+    const periodic = await c.rest.json<{ items: Checkpoint[] }>({ method: 'GET', path: '/apis/kube32.io/v1/namespaces/default/checkpoints?labelSelector=kube32.io%2Ftrigger%3Dperiodic' });
+    assert.ok(periodic.items.filter((x) => x.spec.podName === 'keeper').length <= 3, 'older periodic checkpoints are removed');
+
+    w1.proc.kill('SIGKILL');
+    await w1.exited;
+    const node = await c.until('w1 to turn Unknown and tainted', async () => {
+      const n = await c.rest.json<V1Node>({ method: 'GET', path: '/api/v1/nodes/w1' });
+      const ready = n.status?.conditions?.find((x) => x.type === 'Ready');
+      return ready?.status === 'Unknown' && n.spec?.taints?.some((x) => x.key === 'node.kubernetes.io/unreachable') ? n : undefined;
+    }, 40_000);
+    assert.equal(node.status?.conditions?.find((x) => x.type === 'Ready')?.reason, 'NodeStatusUnknown');
+    const back = await c.until('keeper to run on another node', async () => {
+      const p = await c.getPod('keeper');
+      return p && p.spec?.nodeName !== 'w1' && p.status?.phase === 'Running' && !p.metadata?.annotations?.['kube32.io/restore-from'] ? p : undefined;
+    }, 40_000);
+    assert.notEqual(back.metadata?.uid, pod.metadata?.uid);
+    assert.equal((await count(c, back, 18202)).count, 4, 'restored with the state of the checkpoint');
+    const restored = (await c.events()).find((e) => e.reason === 'Restored' && e.involvedObject?.name === 'keeper');
+    assert.match(restored?.message ?? '', /restored from checkpoint keeper-periodic-\w+, taken \d+s ago/);
+    // The pod without a checkpoint on the lost node is deleted for rescheduling (it has no owner).
+    await c.until('roller to be deleted', async () => (await c.getPod('roller')) === undefined, 20_000);
+  });
+});
