@@ -1,0 +1,65 @@
+/**
+ * End to end: the Auto policy (seed "Policies"): a faster node joining draws a `placement: fastest` pod to
+ * it, and memory pressure on a node moves its Auto pod that requests the most memory. Real API server,
+ * controllers and kube32-sim workers (speeds fixed with --interp-mops, a small heap with --heap).
+ */
+import assert from 'node:assert/strict';
+import { test } from 'node:test';
+import type { V1Pod } from '@kubernetes/client-node';
+import type { Checkpoint } from '../../src/controllers/runtime/types.ts';
+import { type Count, type ControllersCluster, counterPod, startControllersCluster } from './cluster.ts';
+
+async function runPod(c: ControllersCluster, pod: V1Pod): Promise<V1Pod> {
+  await c.rest.json({ method: 'POST', path: '/api/v1/namespaces/default/pods', body: pod });
+  return c.until(`pod ${pod.metadata?.name} to run`, async () => {
+    const p = await c.getPod(pod.metadata!.name!);
+    return p?.status?.phase === 'Running' ? p : undefined;
+  }, 30_000);
+}
+
+async function count(c: ControllersCluster, pod: V1Pod, port: number): Promise<Count> {
+  return c.until(`${pod.metadata?.name} to answer`, async () => {
+    const res = await c.podGet(pod, port, '/count');
+    return res.status === 200 ? (JSON.parse(res.body) as Count) : undefined;
+  });
+}
+
+async function checkpointsOf(c: ControllersCluster, pod: string): Promise<Checkpoint[]> {
+  const list = await c.rest.json<{ items: Checkpoint[] }>({ method: 'GET', path: '/apis/kube32.io/v1/namespaces/default/checkpoints' });
+  return list.items.filter((x) => x.spec.podName === pod);
+}
+
+test('Auto pods move on their own: to a faster node, and off a node under memory pressure', { timeout: 240_000 }, async (t) => {
+  const c = await startControllersCluster(t);
+  await c.startWorker('slow', ['--interp-mops', '10']);
+
+  await t.test('a node at least twice as fast joins: the fastest pod moves there with its state', async () => {
+    const pod = await runPod(c, counterPod('speedy', 18301, { annotations: { 'kube32.io/migration': 'Auto', 'kube32.io/placement': 'fastest' } }));
+    assert.equal(pod.spec?.nodeName, 'slow');
+    assert.equal((await count(c, pod, 18301)).count, 1);
+    await c.startWorker('fast', ['--interp-mops', '100']);
+    const moved = await c.until('speedy to run on the fast node', async () => {
+      const p = await c.getPod('speedy');
+      return p?.spec?.nodeName === 'fast' && p.status?.phase === 'Running' && !p.metadata?.annotations?.['kube32.io/restore-from'] ? p : undefined;
+    }, 40_000);
+    assert.equal((await count(c, moved, 18301)).count, 2);
+    const cks = await checkpointsOf(c, 'speedy');
+    assert.deepEqual(cks.map((x) => [x.metadata?.labels?.['kube32.io/trigger'], x.spec.target?.nodeName, x.status?.phase]), [['placement', 'fast', 'Completed']]);
+  });
+
+  await t.test('memory pressure: the Auto pod that requests the most memory moves, the other stays', async () => {
+    await c.startWorker('tight', ['--heap', '150Ki', '--interp-mops', '10']);
+    const stay = await runPod(c, counterPod('stay', 18302, { nodeName: 'tight' }));
+    const big = counterPod('big', 18303, { nodeName: 'tight', annotations: { 'kube32.io/migration': 'Auto' } });
+    await runPod(c, big);
+    const moved = await c.until('big to move off the tight node', async () => {
+      const p = await c.getPod('big');
+      return p && p.spec?.nodeName !== 'tight' && p.status?.phase === 'Running' ? p : undefined;
+    }, 40_000);
+    assert.ok(['slow', 'fast'].includes(moved.spec!.nodeName!));
+    const cks = await checkpointsOf(c, 'big');
+    assert.equal(cks[0]?.metadata?.labels?.['kube32.io/trigger'], 'memory-pressure');
+    const after = (await c.getPod('stay'))!;
+    assert.equal(after.metadata?.uid, stay.metadata?.uid, 'the OnDrain pod stays');
+  });
+});
