@@ -2,6 +2,7 @@
 // at any chunk boundaries; damaged snapshots (a flipped byte, a cut, extra bytes, noise) are refused
 // with a K32SError and never restored.
 import assert from 'node:assert/strict';
+import { createHash } from 'node:crypto';
 import { describe, it } from 'node:test';
 import fc from 'fast-check';
 import {
@@ -166,6 +167,30 @@ describe('K32S properties', { timeout: 120_000 }, () => {
         bytes[at]! ^= mask;
         const err = await outcome([bytes], withModule ? moduleOf(state) : undefined);
         assert.ok(err, `flipping byte ${at} of ${bytes.length} went unnoticed`);
+      }),
+      { numRuns: 1000 },
+    );
+  });
+
+  it('a flipped byte outside memory with the trailer recomputed never crashes the reader', async () => {
+    // With a valid trailer the structure alone must hold the reader: it either refuses the bytes
+    // with a K32SError or reads a snapshot that accounts for every byte.
+    await fc.assert(
+      fc.asyncProperty(stateArb, fc.nat(), fc.integer({ min: 1, max: 255 }), async (state, where, mask) => {
+        const bytes = encodeWhole(state);
+        const memoryEnd = state.memory.length > 0 ? 74 + state.memory.length : 68;
+        const structure = bytes.length - 32 - (memoryEnd - 68);
+        const k = where % structure;
+        const at = k < 68 ? k : memoryEnd + k - 68;
+        bytes[at]! ^= mask;
+        bytes.set(createHash('sha256').update(bytes.subarray(0, bytes.length - 32)).digest(), bytes.length - 32);
+        try {
+          const d = await decodeSnapshot([bytes], { memory: 'discard', memoryLimitBytes: 1 << 20 });
+          assert.equal(d.byteLength, bytes.length);
+          assert.equal(d.sections.reduce((n, sec) => n + 6 + sec.length, 68 + 32), bytes.length);
+        } catch (e: unknown) {
+          if (!(e instanceof K32SError)) throw e;
+        }
       }),
       { numRuns: 1000 },
     );
