@@ -161,7 +161,8 @@ export interface DecodeOptions {
   /**
    * Where the MEMORY section goes. A function is called once, right after the header is read and
    * checked, and returns the destination (at least `header.memoryBytes` long, typically a view of the
-   * new instance's memory grown to `header.memoryPages`); the bytes are written straight into it.
+   * new instance's memory grown to `header.memoryPages`; growing it again before `end()` would
+   * detach that view); the bytes are written straight into it.
    * `'allocate'` gives a new buffer; `'discard'` checks and hashes the bytes without keeping them.
    * @default 'allocate'
    */
