@@ -29,4 +29,5 @@ export type { CompiledTable, TableInput, TablePod } from './table.ts';
 export { SecurityGroupStore, NameTableStore, checkSecurityGroup, checkNameTable } from './stores.ts';
 export { grpcServiceDefinition, securityGroupService, nameService, type GrpcService } from './grpc.ts';
 export { takeListenFds } from './listen-fds.ts';
+export { trafficService, WATCH_BUFFER_RECORDS } from './traffic.ts';
 export { parsePrefix, parseAddress, formatPrefix, formatAddress, canonicalAddress, subtractPrefixes, normalizePrefixes, type Prefix, type Family } from './ip.ts';

@@ -13,6 +13,7 @@ import { deleteConntrack, deletePodLink, ensurePodLink, linkExists, listPodLinks
 import { Resolver, bindResolverSockets, type DnsQueryRecord, type ResolverPod } from './dns.ts';
 import { NetworkError, errorMessage } from './errors.ts';
 import { nameService, securityGroupService, type GrpcService } from './grpc.ts';
+import { trafficService } from './traffic.ts';
 import { canonicalAddress, isUla, parsePrefix, type Prefix } from './ip.ts';
 import { takeListenFds } from './listen-fds.ts';
 import { MetadataService, checkMetadata, type PodMetadata } from './metadata.ts';
@@ -403,15 +404,21 @@ export class PodNetwork {
     return [...this.#pods.values()].filter((p) => p.spec.nameTables.includes(id)).map((p) => p.id);
   }
 
-  /** feos.network.v1.SecurityGroupService and NameService, for `server.addService`. */
+  /** feos.network.v1.SecurityGroupService, NameService and TrafficService, for `server.addService`. */
   grpcServices(): GrpcService[] {
-    return [securityGroupService(this.groups, (id) => this.podsNamingGroup(id)), nameService(this.tables, (id) => this.podsNamingTable(id))];
+    return [
+      securityGroupService(this.groups, (id) => this.podsNamingGroup(id)),
+      nameService(this.tables, (id) => this.podsNamingTable(id)),
+      trafficService((l) => this.onDnsQuery(l)),
+    ];
   }
 
   /** Every query the resolver answers (the traffic records' DNS queries). @returns a function that stops the listening */
   onDnsQuery(listener: (r: DnsQueryRecord) => void): () => void {
     this.#queryListeners.add(listener);
-    return () => this.#queryListeners.delete(listener);
+    return () => {
+      this.#queryListeners.delete(listener);
+    };
   }
 
   /** The pod's addresses, if the layer knows it. */

@@ -128,3 +128,20 @@ export function grpcClient(service: DescService, socketPath: string): { call<T>(
     close: () => client.close(),
   };
 }
+
+/** A server stream of a service, its messages collected as they come. */
+export function grpcStream<T>(service: DescService, socketPath: string, method: string, req: unknown): { messages: T[]; close(): void } {
+  const Ctor = grpc.makeGenericClientConstructor(grpcServiceDefinition(service), service.name);
+  const client = new Ctor(`unix:${socketPath}`, grpc.credentials.createInsecure());
+  const call = (client as unknown as Record<string, (r: unknown) => grpc.ClientReadableStream<T>>)[method].call(client, req);
+  const messages: T[] = [];
+  call.on('data', (m: T) => messages.push(m));
+  call.on('error', () => {});
+  return {
+    messages,
+    close: () => {
+      call.cancel();
+      client.close();
+    },
+  };
+}

@@ -15,9 +15,11 @@ import {
   SecurityGroupSchema,
   type SecurityGroupRule,
   SecurityGroupService,
+  TrafficService,
+  type WatchTrafficResponse,
 } from '../../../src/feos/gen/feos/network/v1/network_pb.js';
 import type { AttachedPod, PodAddresses, PodNetworkSpec } from '../../../src/feos/network/index.ts';
-import { Namespaces, control, grpcClient, inNs, must, sh, startInNs, type Started } from './helpers.ts';
+import { Namespaces, control, grpcClient, grpcStream, inNs, must, sh, startInNs, type Started } from './helpers.ts';
 
 const here = import.meta.dirname;
 const NODE_FIXTURE = join(here, 'fixture-node.ts');
@@ -257,6 +259,12 @@ describe('the pods network in namespaces', { timeout: 240_000 }, () => {
 
   it('answers name tables, forwards upstream and refuses strangers (dig)', async () => {
     const dig = async (ns: string, ...args: string[]) => must(inNs(ns, 'dig', '@169.254.0.53', '+time=3', '+tries=1', ...args));
+    const traffic = grpcStream<WatchTrafficResponse>(TrafficService, join(dir, 'grpc.sock'), 'WatchTraffic', { podIds: [ids.a] });
+    const seen = (name: string) => traffic.messages.find((m) => m.record?.kind.case === 'dnsQuery' && m.record.kind.value.name === name)?.record;
+    // The stream is open once a query's record arrives on it.
+    const deadline = Date.now() + 10_000;
+    while (!seen('warmup') && Date.now() < deadline) await dig(podNs.a, 'warmup', 'A');
+    assert.ok(seen('warmup'), 'the traffic stream carries the queries');
     const aaaa = await dig(podNs.a, 'API', 'AAAA', '+noall', '+answer', '+comments');
     assert.match(aaaa, /flags: qr aa rd ra/);
     assert.match(aaaa, new RegExp(`API\\.\\s+5\\s+IN\\s+AAAA\\s+${addrs.b.ipv6!.replaceAll(':', '\\:')}`));
@@ -281,6 +289,13 @@ describe('the pods network in namespaces', { timeout: 240_000 }, () => {
     }
     assert.equal((await dig(podNs.a, 'cache', 'AAAA', '+short')).trim(), '2001:db8:1::99');
     assert.equal((await dig(podNs.a, 'api', 'AAAA', '+short')).trim(), '::1', 'the included table answers once svc has no api');
+    traffic.close();
+    const rec = seen('example.test');
+    assert.equal(rec?.podId, ids.a);
+    assert.deepEqual(rec?.kind.case === 'dnsQuery' && [rec.kind.value.rcode, rec.kind.value.answeredBy, rec.kind.value.addresses], ['NOERROR', '11.0.0.2', ['11.9.9.9']]);
+    const own = seen('db');
+    assert.deepEqual(own?.kind.case === 'dnsQuery' && own.kind.value.answeredBy, 'name-table/extra');
+    assert.ok(!traffic.messages.some((m) => m.record?.podId !== ids.a), "only pod a's records");
   });
 
   it('serves the metadata service with version-2 tokens', async () => {
