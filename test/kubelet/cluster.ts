@@ -1,0 +1,154 @@
+/**
+ * Test cluster for the kubelet's end-to-end suites: a real API server (test/helpers/apiserver.ts)
+ * and real `kube32-sim` processes on their own loopback addresses, the fixture module pushed to
+ * the module store. Everything is stopped and removed in `t.after`.
+ */
+import { spawn, execFileSync, type ChildProcess } from 'node:child_process';
+import { mkdtempSync, readFileSync, rmSync } from 'node:fs';
+import { createServer } from 'node:net';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { createHash } from 'node:crypto';
+import type { TestContext } from 'node:test';
+import type { KubeConfig, V1Pod } from '@kubernetes/client-node';
+import { startApiServer } from '../helpers/apiserver.ts';
+import { ControlPlane } from '../../src/kubelet/client.ts';
+
+const ROOT = new URL('../../', import.meta.url).pathname;
+
+/** A running worker process. */
+export interface Worker {
+  name: string;
+  address: string;
+  dataDir: string;
+  proc: ChildProcess;
+  stdout: () => string;
+  stderr: () => string;
+  /** Resolves with the exit code once the process ends. */
+  exited: Promise<number | null>;
+}
+
+export interface Cluster {
+  admin: ControlPlane;
+  kubeConfig: KubeConfig;
+  kubeconfigPath: string;
+  kubectl(args: string[], opts?: { input?: string }): Promise<{ code: number; stdout: string; stderr: string }>;
+  nodeKubeconfig(name: string): string | Promise<string>;
+  /** The fixture's digest (hex) and module name. */
+  module: { name: string; sha256: string };
+  startWorker(name: string, address: string, extra?: string[]): Promise<Worker>;
+  /** Polls `fn` until it returns a value other than undefined/false, or throws after `ms`. */
+  until<T>(what: string, fn: () => Promise<T | undefined | false> | T | undefined | false, ms?: number): Promise<T>;
+  getPod(name: string, ns?: string): Promise<V1Pod | undefined>;
+  tmp: string;
+}
+
+/** Builds a WAT fixture with wat2wasm into `dir`; answers the bytes. */
+export function buildWat(name: string, dir: string): Uint8Array {
+  const out = join(dir, `${name}.wasm`);
+  execFileSync('wat2wasm', [join(ROOT, 'test/kubelet/fixtures', `${name}.wat`), '-o', out]);
+  return new Uint8Array(readFileSync(out));
+}
+
+/** A free TCP port on `address` (asked of the OS). */
+export function freePort(address: string): Promise<number> {
+  return new Promise((resolve, reject) => {
+    const s = createServer();
+    s.once('error', reject);
+    s.listen(0, address, () => {
+      const port = (s.address() as { port: number }).port;
+      s.close(() => resolve(port));
+    });
+  });
+}
+
+/** Starts the API server, pushes the fixture, and offers workers. */
+export async function startCluster(t: TestContext): Promise<Cluster> {
+  const api = await startApiServer(t);
+  const tmp = mkdtempSync(join(tmpdir(), 'k32-kubelet-'));
+  const workers: Worker[] = [];
+  t.after(async () => {
+    for (const w of workers) if (w.proc.exitCode === null && w.proc.signalCode === null) w.proc.kill('SIGKILL');
+    await Promise.all(workers.map((w) => w.exited));
+    rmSync(tmp, { recursive: true, force: true });
+  });
+  const admin = new ControlPlane(api.kubeConfig);
+  const bytes = buildWat('counter', tmp);
+  const sha256 = createHash('sha256').update(bytes).digest('hex');
+  await admin.json('PUT', '/apis/kube32.io/v1/modules/counter-fixture/data', { body: bytes, contentType: 'application/octet-stream' });
+
+  const until = async <T>(what: string, fn: () => Promise<T | undefined | false> | T | undefined | false, ms = 15_000): Promise<T> => {
+    const deadline = Date.now() + ms;
+    let last: unknown;
+    for (;;) {
+      try {
+        const v = await fn();
+        if (v !== undefined && v !== false) return v as T;
+      } catch (err: unknown) {
+        last = err;
+      }
+      if (Date.now() > deadline) throw new Error(`timed out after ${ms} ms waiting for ${what}${last ? `: ${last instanceof Error ? last.message : String(last)}` : ''}`);
+      await new Promise((r) => setImmediate(r));
+      await new Promise((r) => setTimeout(r, 50)); // poll interval, not synchronisation
+    }
+  };
+
+  const startWorker = async (name: string, address: string, extra: string[] = []): Promise<Worker> => {
+    const dataDir = join(tmp, name);
+    const kubeconfig = await api.nodeKubeconfig(name);
+    const proc = spawn(process.execPath, [join(ROOT, 'bin/kube32-sim.js'), '--kubeconfig', kubeconfig, '--name', name, '--address', address, '--kubelet-port', '0', '--data-dir', dataDir, ...extra], {
+      stdio: ['ignore', 'pipe', 'pipe'],
+      env: { ...process.env, LOG_LEVEL: process.env.LOG_LEVEL ?? 'info' },
+    });
+    let out = '';
+    let err = '';
+    proc.stdout!.on('data', (d: Buffer) => {
+      out += d.toString();
+    });
+    proc.stderr!.on('data', (d: Buffer) => {
+      err += d.toString();
+    });
+    const exited = new Promise<number | null>((resolve) => proc.once('exit', (code) => resolve(code)));
+    const w: Worker = { name, address, dataDir, proc, stdout: () => out, stderr: () => err, exited };
+    workers.push(w);
+    await until(`worker ${name} to start`, () => {
+      if (proc.exitCode !== null) throw new Error(`kube32-sim ${name} exited ${proc.exitCode}: ${err.slice(-2000)}`);
+      return out.includes('ready:');
+    }, 30_000);
+    return w;
+  };
+
+  return {
+    admin,
+    kubeConfig: api.kubeConfig,
+    kubeconfigPath: api.kubeconfigPath,
+    kubectl: api.kubectl,
+    nodeKubeconfig: api.nodeKubeconfig,
+    module: { name: 'counter-fixture', sha256 },
+    startWorker,
+    until,
+    getPod: async (name, ns = 'default') => {
+      try {
+        return await admin.json<V1Pod>('GET', `/api/v1/namespaces/${ns}/pods/${name}`);
+      } catch (err: unknown) {
+        if ((err as { code?: number }).code === 404) return undefined;
+        throw err;
+      }
+    },
+    tmp,
+  };
+}
+
+/** A pod of the fixture bound to `node`, serving on `port`. */
+export function fixturePod(name: string, node: string, port: number, opts: { annotations?: Record<string, string>; memory?: string; restartPolicy?: string } = {}): V1Pod {
+  return {
+    apiVersion: 'v1',
+    kind: 'Pod',
+    metadata: { name, namespace: 'default', labels: { app: name }, annotations: opts.annotations ?? {} },
+    spec: {
+      nodeName: node,
+      restartPolicy: opts.restartPolicy ?? 'Always',
+      containers: [{ name: 'c', image: 'wasm://counter-fixture', ports: [{ containerPort: port }], resources: { limits: { memory: opts.memory ?? '64Ki' } } }],
+    },
+  };
+}
