@@ -24,17 +24,22 @@ function state(bytes: number): SnapshotState {
   };
 }
 
-/** Median time in ms of `fn` over `runs` runs after `runs / 4 + 1` warm-up runs. */
-function measure(runs: number, fn: () => void): number {
-  for (let i = 0; i < runs / 4 + 1; i++) fn();
-  const times: number[] = [];
+/**
+ * Median times in ms of each of `fns` over `runs` rounds, after a few warm-up rounds. The functions
+ * run interleaved, one after the other in each round, so that load from other processes on the
+ * machine falls on all of them alike and the ratios hold.
+ */
+function measure(runs: number, fns: (() => void)[]): number[] {
+  for (let i = 0; i < runs / 4 + 1; i++) for (const fn of fns) fn();
+  const times: number[][] = fns.map(() => []);
   for (let i = 0; i < runs; i++) {
-    const t0 = performance.now();
-    fn();
-    times.push(performance.now() - t0);
+    fns.forEach((fn, k) => {
+      const t0 = performance.now();
+      fn();
+      times[k]!.push(performance.now() - t0);
+    });
   }
-  times.sort((a, b) => a - b);
-  return times[Math.floor(times.length / 2)]!;
+  return times.map((t) => t.sort((a, b) => a - b)[Math.floor(t.length / 2)]!);
 }
 
 function split(bytes: Uint8Array, size: number): Uint8Array[] {
@@ -50,25 +55,27 @@ for (const bytes of [64 * 1024, 1 << 20, 16 << 20]) {
   const wire = new Uint8Array(Buffer.concat([...encodeSnapshot(s)]));
   const chunks = split(wire, SOCKET_CHUNK);
   const dest = new Uint8Array(bytes);
-  const runs = Math.max(15, Math.min(400, Math.round((256 << 20) / bytes)));
+  const runs = Math.max(31, Math.min(401, Math.round((512 << 20) / bytes)));
   let sink = 0;
 
-  const hash = measure(runs, () => {
-    sink ^= createHash('sha256').update(s.memory).digest()[0]!;
-  });
-  const encode = measure(runs, () => {
-    for (const chunk of encodeSnapshot(s)) sink ^= chunk.length;
-  });
-  const decode = measure(runs, () => {
-    const d = new SnapshotDecoder({ memory: () => dest, expectedImageSha256: s.imageSha256, memoryLimitBytes: bytes });
-    for (const c of chunks) d.push(c);
-    sink ^= d.end().byteLength;
-  });
-  const check = measure(runs, () => {
-    const d = new SnapshotDecoder({ memory: 'discard' });
-    for (const c of chunks) d.push(c);
-    sink ^= d.end().byteLength;
-  });
+  const [hash, encode, decode, check] = measure(runs, [
+    () => {
+      sink ^= createHash('sha256').update(s.memory).digest()[0]!;
+    },
+    () => {
+      for (const chunk of encodeSnapshot(s)) sink ^= chunk.length;
+    },
+    () => {
+      const d = new SnapshotDecoder({ memory: () => dest, expectedImageSha256: s.imageSha256, memoryLimitBytes: bytes });
+      for (const c of chunks) d.push(c);
+      sink ^= d.end().byteLength;
+    },
+    () => {
+      const d = new SnapshotDecoder({ memory: 'discard' });
+      for (const c of chunks) d.push(c);
+      sink ^= d.end().byteLength;
+    },
+  ]) as [number, number, number, number];
   if (sink === 0.5) console.log(sink);
   const mbs = (ms: number): string => ((bytes / (1 << 20)) / (ms / 1000)).toFixed(0);
   const label = bytes >= 1 << 20 ? `${bytes >> 20} MiB` : `${bytes >> 10} KiB`;
