@@ -20,7 +20,7 @@ export interface ReconcileResult {
 }
 
 /** Reconciles one key; throws to be retried with back-off. */
-export type Reconciler = (key: string) => Promise<ReconcileResult | undefined | void>;
+export type Reconciler = (key: string) => Promise<ReconcileResult | undefined>;
 
 /** The minimal logger the controllers use (pino's shape). */
 export interface ControllerLog {
@@ -92,7 +92,7 @@ export class Controller {
   }
 
   /** The retry policy, in one place. Exported for tests. */
-  handleResult(key: string, result: ReconcileResult | undefined | void, err?: unknown): void {
+  handleResult(key: string, result: ReconcileResult | undefined, err?: unknown): void {
     if (err === undefined) {
       this.queue.forget(key);
       if (result?.requeueAfterMs !== undefined) this.queue.addAfter(key, Math.max(1, result.requeueAfterMs));

@@ -9,7 +9,7 @@ import type { ClusterApi, SnapshotAnswer } from '../runtime/api.ts';
 import type { Caches, Lister } from '../runtime/cache.ts';
 import type { ControllerLog } from '../runtime/controller.ts';
 import { type ControllerContext, DEFAULT_TIMINGS, newSharedState, type ControllerTimings } from '../runtime/context.ts';
-import { ApiCallError } from '../runtime/errors.ts';
+import type { ApiCallError } from '../runtime/errors.ts';
 
 /** A cache over a plain array; `set` and `remove` change it between reconciles. */
 export class FakeLister<T extends KubernetesObject> implements Lister<T> {

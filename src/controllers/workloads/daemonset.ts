@@ -31,12 +31,12 @@ export async function reconcileDaemonSet(key: string, ctx: ControllerContext, ex
   if (!ds || ds.metadata?.deletionTimestamp) return undefined;
   const now = ctx.clock.now();
   const pods = ownedPods(ctx, namespace, ds.metadata?.uid).filter(isPodActive);
-  exp.observe(key, pods, now);
   const byNode = new Map<string, V1Pod[]>();
   for (const p of pods) byNode.set(p.spec?.nodeName ?? '', [...(byNode.get(p.spec?.nodeName ?? '') ?? []), p]);
   const nodes = ctx.cache.nodes.list().filter((n) => eligible(ds, n));
   const wanted = new Set(nodes.map((n) => n.metadata?.name ?? ''));
   for (const n of wanted) {
+    exp.observe(`${key}@${n}`, byNode.get(n) ?? [], now);
     if ((byNode.get(n)?.length ?? 0) > 0 || exp.pendingCreates(`${key}@${n}`) > 0) continue;
     const t = ds.spec!.template;
     const pod: V1Pod = {
@@ -52,7 +52,7 @@ export async function reconcileDaemonSet(key: string, ctx: ControllerContext, ex
       spec: { ...structuredClone(t.spec!), nodeName: n },
     };
     const created = await ctx.api.createPod(namespace, pod);
-    exp.created(`${key}@${n}`, created.metadata?.name ?? '', now);
+    exp.created(`${key}@${n}`, created.metadata?.uid ?? `unknown-${now}`, now);
   }
   for (const [n, list] of byNode) {
     const extra = wanted.has(n) ? list.slice(1) : list;

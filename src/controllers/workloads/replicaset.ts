@@ -25,16 +25,16 @@ export class Expectations {
   readonly #deletes = new Map<string, Map<string, number>>();
   /** Forget what the cache shows (or what is older than 30 s). */
   observe(ownerKey: string, pods: readonly V1Pod[], now: number): void {
-    const names = new Set(pods.map((p) => p.metadata?.name ?? ''));
     const uids = new Set(pods.map((p) => p.metadata?.uid ?? ''));
     const c = this.#creates.get(ownerKey);
-    for (const [name, at] of c ?? []) if (names.has(name) || at + 30_000 < now) c!.delete(name);
+    for (const [uid, at] of c ?? []) if (uids.has(uid) || at + 30_000 < now) c!.delete(uid);
     const d = this.#deletes.get(ownerKey);
     for (const [uid, at] of d ?? []) if (!uids.has(uid) || at + 30_000 < now) d!.delete(uid);
   }
-  created(ownerKey: string, name: string, now: number): void {
+  /** A pod created with `uid` (the API's answer), not yet in the cache. */
+  created(ownerKey: string, uid: string, now: number): void {
     const m = this.#creates.get(ownerKey) ?? new Map<string, number>();
-    m.set(name, now);
+    m.set(uid, now);
     this.#creates.set(ownerKey, m);
   }
   deleted(ownerKey: string, uid: string, now: number): void {
@@ -126,7 +126,7 @@ export async function reconcileReplicaSet(key: string, ctx: ControllerContext, e
   if (have < want) {
     for (let i = 0; i < Math.min(BURST, want - have); i++) {
       const created = await ctx.api.createPod(namespace, podFromTemplate(rs));
-      exp.created(key, created.metadata?.name ?? '', now);
+      exp.created(key, created.metadata?.uid ?? `unknown-${now}-${i}`, now);
       ctx.log.info({ replicaset: key, pod: created.metadata?.name }, 'created pod');
     }
   } else if (active.length + ghosts > want) {

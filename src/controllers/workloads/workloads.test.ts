@@ -1,0 +1,128 @@
+import assert from 'node:assert/strict';
+import { test } from 'node:test';
+import type { V1Deployment, V1Pod, V1ReplicaSet } from '@kubernetes/client-node';
+import { fakeContext, pod } from '../testing/fakes.ts';
+import { reconcileDeployment, templateHash } from './deployment.ts';
+import { Expectations, reconcileReplicaSet } from './replicaset.ts';
+
+function rs(name: string, replicas: number, uid = `uid-${name}`): V1ReplicaSet {
+  return {
+    metadata: { name, namespace: 'default', uid, generation: 1 },
+    spec: { replicas, selector: { matchLabels: { app: 'counter' } }, template: { metadata: { labels: { app: 'counter' } }, spec: { containers: [{ name: 'app', image: 'wasm://counter' }] } } },
+  };
+}
+
+const owned = (name: string, extra: Parameters<typeof pod>[1] = {}) =>
+  pod(name, { labels: { app: 'counter' }, owner: { kind: 'ReplicaSet', name: 'counter-rs', uid: 'uid-counter-rs' }, running: true, nodeName: 'a', ...extra });
+
+test('a ReplicaSet creates the pods it lacks, once, even before its cache shows them', { timeout: 5000 }, async () => {
+  const { ctx, cache, fake } = fakeContext();
+  cache.replicaSets.set(rs('counter-rs', 2));
+  const exp = new Expectations();
+  await reconcileReplicaSet('default/counter-rs', ctx, exp);
+  await reconcileReplicaSet('default/counter-rs', ctx, exp);
+  const creates = fake.writes.filter((c) => c.op === 'createPod');
+  assert.equal(creates.length, 2, 'the second sync waits for the first two');
+  const created = creates[0]!.args[1] as V1Pod;
+  assert.equal(created.metadata?.generateName, 'counter-rs-');
+  assert.deepEqual(created.metadata?.ownerReferences?.[0], { apiVersion: 'apps/v1', kind: 'ReplicaSet', name: 'counter-rs', uid: 'uid-counter-rs', controller: true, blockOwnerDeletion: true });
+});
+
+test('a pod being replaced by a move counts: no pod is added between its DELETED and ADDED', { timeout: 5000 }, async () => {
+  const { ctx, cache, fake } = fakeContext();
+  cache.replicaSets.set(rs('counter-rs', 1));
+  // The old uid is gone from the cache, the new one not there yet.
+  ctx.state.replacements.begin('default/counter-rs-abcde', 'uid-counter-rs');
+  await reconcileReplicaSet('default/counter-rs', ctx, new Expectations());
+  assert.deepEqual(fake.writes.filter((c) => c.op === 'createPod'), []);
+});
+
+test('a Failed pod whose restore failed still counts (it is replaced afresh under the same name)', { timeout: 5000 }, async () => {
+  const { ctx, cache, fake } = fakeContext();
+  cache.replicaSets.set(rs('counter-rs', 1));
+  const failed = owned('counter-rs-abcde', { annotations: { 'kube32.io/restore-from': 'ck' } });
+  failed.status = { phase: 'Failed' };
+  cache.pods.set(failed);
+  await reconcileReplicaSet('default/counter-rs', ctx, new Expectations());
+  assert.deepEqual(fake.writes.filter((c) => c.op === 'createPod'), []);
+});
+
+test('scaling down deletes unbound, then not ready pods first, and never a moving pod before others', { timeout: 5000 }, async () => {
+  const { ctx, cache, fake } = fakeContext();
+  cache.replicaSets.set(rs('counter-rs', 1));
+  cache.pods.set(owned('ready-1'));
+  cache.pods.set(owned('moving', { annotations: { 'kube32.io/restore-from': 'ck' } }));
+  cache.pods.set(owned('unbound', { nodeName: undefined, running: false }));
+  await reconcileReplicaSet('default/counter-rs', ctx, new Expectations());
+  const deleted = fake.writes.filter((c) => c.op === 'deletePod').map((c) => c.args[1]);
+  assert.deepEqual(deleted, ['unbound', 'ready-1']);
+});
+
+test('the ReplicaSet status is written only when it changes', { timeout: 5000 }, async () => {
+  const { ctx, cache, fake } = fakeContext();
+  const r = rs('counter-rs', 1);
+  cache.replicaSets.set(r);
+  cache.pods.set(owned('p1'));
+  await reconcileReplicaSet('default/counter-rs', ctx, new Expectations());
+  assert.deepEqual(fake.writes, [
+    { op: 'patchReplicaSetStatus', args: ['default', 'counter-rs', { status: { replicas: 1, fullyLabeledReplicas: 1, readyReplicas: 1, availableReplicas: 1, observedGeneration: 1 } }] },
+  ]);
+  r.status = { replicas: 1, fullyLabeledReplicas: 1, readyReplicas: 1, availableReplicas: 1, observedGeneration: 1 };
+  await reconcileReplicaSet('default/counter-rs', ctx, new Expectations());
+  assert.equal(fake.writes.length, 1);
+});
+
+function deployment(replicas: number, image = 'wasm://counter'): V1Deployment {
+  return {
+    metadata: { name: 'counter', namespace: 'default', uid: 'uid-d', generation: 2 },
+    spec: {
+      replicas,
+      selector: { matchLabels: { app: 'counter' } },
+      template: { metadata: { labels: { app: 'counter' } }, spec: { containers: [{ name: 'app', image }] } },
+      strategy: { type: 'RollingUpdate', rollingUpdate: { maxSurge: 1, maxUnavailable: 0 } },
+    },
+  };
+}
+
+function ownedRs(d: V1Deployment, replicas: number, available: number, revision: string): V1ReplicaSet {
+  const hash = templateHash(d.spec!.template);
+  return {
+    metadata: { name: `counter-${hash}`, namespace: 'default', uid: `uid-${hash}`, labels: { app: 'counter', 'pod-template-hash': hash }, annotations: { 'deployment.kubernetes.io/revision': revision }, ownerReferences: [{ apiVersion: 'apps/v1', kind: 'Deployment', name: 'counter', uid: 'uid-d', controller: true }] },
+    spec: { replicas, selector: { matchLabels: { app: 'counter', 'pod-template-hash': hash } }, template: d.spec!.template },
+    status: { replicas, availableReplicas: available, readyReplicas: available },
+  };
+}
+
+test('a new Deployment gets a ReplicaSet named after its template hash, revision 1', { timeout: 5000 }, async () => {
+  const { ctx, cache, fake } = fakeContext();
+  const d = deployment(2);
+  cache.deployments.set(d);
+  await reconcileDeployment('default/counter', ctx);
+  const created = fake.writes[0]!;
+  assert.equal(created.op, 'createReplicaSet');
+  const body = created.args[1] as V1ReplicaSet;
+  assert.equal(body.metadata?.name, `counter-${templateHash(d.spec!.template)}`);
+  assert.equal(body.spec?.replicas, 2);
+  assert.equal(body.metadata?.annotations?.['deployment.kubernetes.io/revision'], '1');
+  assert.equal(body.spec?.selector.matchLabels?.['pod-template-hash'], templateHash(d.spec!.template));
+});
+
+test('a rolling update surges one new pod, then scales the old down only as new ones become available', { timeout: 5000 }, async () => {
+  const { ctx, cache, fake } = fakeContext();
+  const old = ownedRs(deployment(2, 'wasm://v1'), 2, 2, '1');
+  const d = deployment(2, 'wasm://v2');
+  d.metadata!.annotations = { 'deployment.kubernetes.io/revision': '2' };
+  const fresh = ownedRs(d, 0, 0, '2');
+  cache.deployments.set(d);
+  cache.replicaSets.set(old);
+  cache.replicaSets.set(fresh);
+  await reconcileDeployment('default/counter', ctx);
+  const scales = fake.writes.filter((c) => c.op === 'patchReplicaSet').map((c) => [c.args[1], (c.args[2] as { spec: { replicas: number } }).spec.replicas]);
+  assert.deepEqual(scales, [[fresh.metadata!.name, 1]], 'maxSurge 1, maxUnavailable 0: nothing old goes yet');
+  fresh.spec!.replicas = 1;
+  fresh.status = { replicas: 1, availableReplicas: 1, readyReplicas: 1 };
+  fake.calls.length = 0;
+  await reconcileDeployment('default/counter', ctx);
+  const next = fake.writes.filter((c) => c.op === 'patchReplicaSet').map((c) => [c.args[1], (c.args[2] as { spec: { replicas: number } }).spec.replicas]);
+  assert.deepEqual(next, [[old.metadata!.name, 1]]);
+});
