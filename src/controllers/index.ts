@@ -15,7 +15,6 @@ import { newEndpointsController } from './endpoints/controller.ts';
 import { newNodeLifecycleController } from './nodelifecycle/controller.ts';
 import { newPodLifecycleController } from './podlifecycle/controller.ts';
 import { newPolicyController } from './policy/controller.ts';
-import type { ClusterApi } from './runtime/api.ts';
 import { Informers } from './runtime/cache.ts';
 import type { Controller, ControllerLog } from './runtime/controller.ts';
 import { type ControllerContext, type ControllerTimings, DEFAULT_TIMINGS, newSharedState } from './runtime/context.ts';

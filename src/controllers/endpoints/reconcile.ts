@@ -56,7 +56,7 @@ export function endpointSubsets(svc: V1Service, pods: readonly V1Pod[]): V1Endpo
 export async function reconcileEndpoints(key: string, ctx: ControllerContext): Promise<ReconcileResult | undefined> {
   const { namespace, name } = splitKey(key);
   const svc = ctx.cache.services.get(name, namespace);
-  if (!svc || !svc.spec?.selector || Object.keys(svc.spec.selector).length === 0) return undefined; // the GC removes owned endpoints
+  if (!svc?.spec?.selector || Object.keys(svc.spec.selector).length === 0) return undefined; // the GC removes owned endpoints
   const subsets = endpointSubsets(svc, ctx.cache.pods.list(namespace));
   const existing = ctx.cache.endpoints.get(name, namespace);
   const body: V1Endpoints = {

@@ -93,7 +93,7 @@ async function memoryPressure(ctx: ControllerContext, nodeName: string): Promise
 async function fasterNode(ctx: ControllerContext, podKey: string): Promise<ReconcileResult | undefined> {
   const { namespace, name } = splitKey(podKey);
   const pod = ctx.cache.pods.get(name, namespace);
-  if (!pod || pod.metadata?.annotations?.[ANNOTATIONS.placement] !== 'fastest') return undefined;
+  if (pod?.metadata?.annotations?.[ANNOTATIONS.placement] !== 'fastest') return undefined;
   const m = autoMovable(ctx, pod);
   if (!m.ok) return m.waitMs > 0 ? { requeueAfterMs: m.waitMs } : undefined;
   const current = pod.spec?.nodeName ?? '';
