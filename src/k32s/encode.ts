@@ -142,7 +142,8 @@ export function snapshotByteLength(state: SnapshotState): number {
  * the chunks go. `state.memory` must not change until the last chunk has been consumed (the pod
  * stays frozen), and a consumer that keeps chunks must copy the memory views.
  *
- * `state` is checked when this function is called, before the first chunk.
+ * `state` is checked when this function is called, before the first chunk. The generator throws an
+ * `Error` if the memory's buffer is detached (the memory grew) while it runs.
  * @returns a generator of the snapshot's bytes, {@link snapshotByteLength} in all.
  * @throws {RangeError} when `state` is not writable: a digest not 32 bytes, memory length that does
  * not agree with `memoryPages`, a value out of its field's range, a duplicate global, table or
@@ -153,8 +154,16 @@ export function snapshotByteLength(state: SnapshotState): number {
 export function encodeSnapshot(state: SnapshotState, opts: EncodeOptions = {}): Generator<Uint8Array, void, undefined> {
   const chunkBytes = opts.chunkBytes ?? 1 << 20;
   if (!Number.isInteger(chunkBytes) || chunkBytes < 1) throw new RangeError(`chunkBytes must be a positive integer, got ${chunkBytes}`);
-  const l = layout(state);
-  return writeChunks(state, l, chunkBytes);
+  // The lists are taken now, so that the sizes measured here hold for the bytes written later.
+  const taken: SnapshotState = {
+    ...state,
+    globals: state.globals.map((g) => ({ ...g })),
+    tables: state.tables.map((t) => ({ ...t })),
+    channels: state.channels.map((c) => ({ ...c })),
+    events: state.events.map((e) => ({ ...e })),
+  };
+  const l = layout(taken);
+  return writeChunks(taken, l, chunkBytes);
 }
 
 function* writeChunks(state: SnapshotState, l: Layout, chunkBytes: number): Generator<Uint8Array, void, undefined> {
@@ -179,8 +188,11 @@ function* writeChunks(state: SnapshotState, l: Layout, chunkBytes: number): Gene
   hash.update(head);
   yield head;
 
-  for (let at = 0; at < memory.length; at += chunkBytes) {
-    const view = memory.subarray(at, Math.min(at + chunkBytes, memory.length));
+  const bytes = memory.length;
+  for (let at = 0; at < bytes; at += chunkBytes) {
+    // A memory that grew meanwhile detaches the view (length 0): stop rather than write a short stream.
+    if (memory.length !== bytes) throw new Error(`the linear memory changed size while its snapshot was written (${bytes} to ${memory.length} bytes)`);
+    const view = memory.subarray(at, Math.min(at + chunkBytes, bytes));
     hash.update(view);
     yield view;
   }

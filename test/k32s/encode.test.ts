@@ -49,6 +49,21 @@ describe('K32S writer checks', { timeout: 10_000 }, () => {
     assert.throws(() => encodeSnapshot(good(), { chunkBytes: 0 }), /chunkBytes must be a positive integer, got 0/);
   });
 
+  it('stops with an error, not a short stream, when the memory grows while it is written', () => {
+    // The project's type libraries leave out WebAssembly's; this is the one constructor used.
+    type WasmMemory = { buffer: ArrayBuffer; grow(pages: number): number };
+    const { WebAssembly: wasm } = globalThis as unknown as { WebAssembly: { Memory: new (d: { initial: number }) => WasmMemory } };
+    const memory = new wasm.Memory({ initial: 2 });
+    const s = good();
+    s.memory = new Uint8Array(memory.buffer);
+    s.memoryPages = 2;
+    const chunks = encodeSnapshot(s, { chunkBytes: 65536 });
+    chunks.next(); // header
+    chunks.next(); // first page
+    memory.grow(1);
+    assert.throws(() => chunks.next(), /the linear memory changed size while its snapshot was written \(131072 to 0 bytes\)/);
+  });
+
   it('takes a pod whose limit is below one page: one page, only the limit backed', () => {
     const s = good();
     s.memory = new Uint8Array(1000);
