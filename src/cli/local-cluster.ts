@@ -41,6 +41,8 @@ export interface LocalClusterOptions {
   firstAddress?: string;
   /** Each worker's heap (`kube32-sim --heap`), as given, e.g. `64Mi`; the worker's default when absent. */
   workerHeap?: string;
+  /** Extra flags for `kube32-cli control-plane`, e.g. `['--node-monitor-grace-period', '10s']`. */
+  controlPlaneArgs?: string[];
   /** How long each component may take to become ready, ms. @default 60000 */
   readyTimeoutMs?: number;
   /** Where progress lines go. */
@@ -321,7 +323,7 @@ export async function startLocalCluster(opts: LocalClusterOptions): Promise<Loca
     const kubeconfig = join(dataDir, 'kubeconfig');
     const started = Date.now();
     const cli = repoFile('bin/kube32-cli.js');
-    const cp = startChild('control-plane', cli, ['control-plane', '--data-dir', dataDir, '--port', String(opts.port)], logDir);
+    const cp = startChild('control-plane', cli, ['control-plane', '--data-dir', dataDir, '--port', String(opts.port), ...(opts.controlPlaneArgs ?? [])], logDir);
     children.push(cp);
     recordChildren(lockPath, children);
     print(`control plane   starting   (log ${cp.log})`);

@@ -42,7 +42,7 @@ test('move: creates a Move Checkpoint in the context namespace and prints the Mo
     [`GET /api/v1/namespaces/${ns}/pods/counter`]: pod(ns, 'counter', 'worker-1'),
     'GET /api/v1/nodes/worker-2': node('worker-2'),
     ...checkpointRoutes(ns, { phase: 'Completed', nodeName: 'worker-1', targetNode: 'worker-2', newPodName: 'counter' }),
-    [`GET /api/v1/namespaces/${ns}/events`]: {
+    [`GET /api/v1/namespaces/${ns}/events`]: () => ({
       status: 200,
       body: {
         items: [
@@ -50,17 +50,17 @@ test('move: creates a Move Checkpoint in the context namespace and prints the Mo
             metadata: { name: 'e1' },
             involvedObject: { kind: 'Pod', name: 'counter' },
             reason: 'Moved',
-            message: 'moved from worker-1 to worker-2 in 412 ms from the freeze',
+            message: 'counter-move-x: moved from worker-1 to worker-2 in 412 ms from the freeze to Running',
             lastTimestamp: new Date().toISOString(),
           },
         ],
       },
-    },
+    }),
   });
   const kc = api.kubeconfig({ namespace: ns });
   const r = await cli(['move', 'counter', '--to', 'worker-2', '--kubeconfig', kc]);
   assert.equal(r.code, 0, r.stderr);
-  assert.match(r.stdout, /pod\/counter moved from worker-1 to worker-2: moved from worker-1 to worker-2 in 412 ms from the freeze/);
+  assert.match(r.stdout, /pod\/counter moved from worker-1 to worker-2 in 412 ms from the freeze \(checkpoint counter-move-[a-z0-9]{5}\)/);
   const post = api.seen.find((s) => s.method === 'POST')!;
   const body = JSON.parse(post.body.toString());
   assert.equal(body.apiVersion, 'kube32.io/v1');

@@ -22,6 +22,8 @@ interface UpFlags {
   workerHeap?: string;
   firstAddress: string;
   readyTimeout: string;
+  nodeMonitorGracePeriod?: string;
+  podEvictionTimeout?: string;
 }
 
 function intFlag(flag: string, value: string, min: number, max: number): number {
@@ -67,6 +69,10 @@ async function up(flags: UpFlags): Promise<void> {
       port,
       workerHeap: flags.workerHeap,
       firstAddress: flags.firstAddress,
+      controlPlaneArgs: [
+        ...(flags.nodeMonitorGracePeriod ? ['--node-monitor-grace-period', flags.nodeMonitorGracePeriod] : []),
+        ...(flags.podEvictionTimeout ? ['--pod-eviction-timeout', flags.podEvictionTimeout] : []),
+      ],
       readyTimeoutMs,
       print,
       signal: startupAbort.signal,
@@ -110,6 +116,8 @@ export function register(program: Command): void {
     .option('--port <port>', "the API server's port on 127.0.0.1 (0: pick a free one)", '6443')
     .option('--first-address <ip>', "the first worker's loopback address; the others take the next ones", '127.0.0.2')
     .option('--worker-heap <bytes>', "each worker's heap for pods, e.g. 64Mi (default: kube32-sim's)")
+    .option('--node-monitor-grace-period <duration>', 'passed to the control plane: a worker silent this long turns NotReady (default 40s)')
+    .option('--pod-eviction-timeout <duration>', "passed to the control plane: a lost worker's pods are evicted this long after (default 5m)")
     .option('--ready-timeout <seconds>', 'how long each component may take to become ready', '60')
     .action(up);
 }

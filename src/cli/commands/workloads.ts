@@ -154,7 +154,8 @@ async function move(pod: string, flags: MoveFlags): Promise<void> {
   const signal = timeoutMs > 0 ? AbortSignal.timeout(timeoutMs) : new AbortController().signal;
   const done = await followCheckpoint(kc, target.namespace, name, signal, (c) => {
     const s = c.status ?? {};
-    const where = s.phase === 'Moving' && s.targetNode ? ` to ${s.targetNode}` : s.nodeName ? ` on ${s.nodeName}` : '';
+    const where =
+      (s.phase === 'Moving' || s.phase === 'Completed') && s.targetNode ? ` to ${s.targetNode}` : s.nodeName ? ` on ${s.nodeName}` : '';
     say(`  ${((Date.now() - started) / 1000).toFixed(1)}s  ${s.phase ?? 'Pending'}${where}`);
   });
   if (format) process.stdout.write(formatObject(done, format, 'checkpoint.kube32.io'));
@@ -167,8 +168,10 @@ async function move(pod: string, flags: MoveFlags): Promise<void> {
     await new Promise((r) => setTimeout(r, 200)); // poll with a deadline: events have no watchable "ready" state
     moved = await findPodEvent(kc, target.namespace, newPod, 'Moved', started);
   }
-  const detail = moved?.message ?? 'no Moved event recorded, time from the freeze unknown';
-  say(`pod/${newPod} moved from ${done.status?.nodeName ?? from} to ${done.status?.targetNode ?? 'another node'}: ${detail}`);
+  // The event's message names the time from the freeze ("... in 550 ms from the freeze to Running").
+  const freeze = moved?.message?.match(/in ([\d.]+ ?(?:ms|s)) from the freeze/)?.[1];
+  const detail = freeze ? `in ${freeze} from the freeze` : moved?.message ? `(${moved.message})` : '(no Moved event: time from the freeze unknown)';
+  say(`pod/${newPod} moved from ${done.status?.nodeName ?? from} to ${done.status?.targetNode ?? 'another node'} ${detail} (checkpoint ${name})`);
 }
 
 async function checkpoint(pod: string, flags: CheckpointFlags): Promise<void> {
