@@ -13,9 +13,10 @@
  * await network.removePod(id);           // delete/hibernate
  * await network.stop();
  * ```
+ * Or through the pod layer's interface: `new PodService({ network: network.podNetworkProvider(), ... })`.
  */
 export { createNetwork, PodNetwork, RULES_INTERVAL_MS } from './network.ts';
-export type { NetworkOptions, PodNetworkSpec, KeptPod, GuestNetwork, AttachedPod } from './network.ts';
+export type { NetworkOptions, PodNetworkSpec, KeptPod, GuestNetwork, AttachedPod, PodRecordView } from './network.ts';
 export { parseNetworkFlags, checkPodUpstreams, DEFAULT_DNS_UPSTREAMS, IPV4_GATEWAY, IPV6_GATEWAY, METADATA_ADDRESS } from './options.ts';
 export type { NetworkFlags, NetworkSettings } from './options.ts';
 export { AddressAllocator } from './addresses.ts';

@@ -52,6 +52,14 @@ export interface PodNetworkSpec {
   metadata?: Record<string, string>;
 }
 
+/** What the provider reads of a feos.pod.v1.PodInfo. */
+export interface PodRecordView {
+  id: string;
+  ipv6Address: string;
+  ipv4Address: string;
+  spec?: { network?: { securityGroups: string[]; nameTables: string[]; dnsUpstreams: string[] }; metadata: Record<string, string> };
+}
+
 /** A pod kept from before (its record), given at start. */
 export interface KeptPod {
   id: string;
@@ -123,6 +131,7 @@ export class PodNetwork {
   #queryListeners = new Set<(r: DnsQueryRecord) => void>();
   #stopped = false;
   #handedOver = false;
+  #nodeAddresses: string[] = [];
 
   constructor(opts: NetworkOptions) {
     this.settings = parseNetworkFlags(opts);
@@ -269,6 +278,7 @@ export class PodNetwork {
     const links = await ipJson<Array<{ addr_info?: Array<{ local: string }> }>>('addr', 'show');
     const out = new Set<string>();
     for (const l of links) for (const a of l.addr_info ?? []) out.add(canonicalAddress(a.local.split('%')[0]));
+    this.#nodeAddresses = [...out];
     return [...out];
   }
 
@@ -432,6 +442,49 @@ export class PodNetwork {
     this.#writeTable(false).catch((err: unknown) =>
       this.#log.error({ group: id, membersOnly, err: errorMessage(err) }, 'writing the table after a group change failed'),
     );
+  }
+
+  /**
+   * The layer as the pod layer's `PodNetworkProvider` (src/feos/pods) takes it:
+   * - `check(network)`: why a pod with this network cannot be made (the network is not up, or
+   *   an upstream the seed's DNS section refuses, checked against the node's addresses as last
+   *   read), or undefined;
+   * - `setUp(pod)`: the pod's addresses (its record's kept, else handed out and kept on disk) and
+   *   {@link attachPod};
+   * - `tearDown(pod)`: {@link removePod}.
+   */
+  podNetworkProvider(): {
+    check(network: { dnsUpstreams: string[] }): string | undefined;
+    setUp(pod: PodRecordView): Promise<{ ipv6Address: string; ipv4Address: string; tap: string; mac: string; guest: GuestNetwork }>;
+    tearDown(pod: { id: string }): Promise<void>;
+  } {
+    return {
+      check: (network) => {
+        if (this.#unavailable !== undefined) return `pods with a network cannot run on this node: ${this.#unavailable}`;
+        try {
+          checkPodUpstreams(network.dnsUpstreams, this.settings, this.#nodeAddresses);
+          return undefined;
+        } catch (err: unknown) {
+          return errorMessage(err);
+        }
+      },
+      setUp: async (pod) => {
+        const n = pod.spec?.network;
+        const spec: PodNetworkSpec = {
+          securityGroups: n?.securityGroups ?? [],
+          nameTables: n?.nameTables ?? [],
+          dnsUpstreams: n?.dnsUpstreams ?? [],
+          metadata: pod.spec?.metadata ?? {},
+        };
+        const known = this.#pods.get(pod.id);
+        const existing = { ipv6: pod.ipv6Address || undefined, ipv4: pod.ipv4Address || undefined };
+        if (!known || !known.addresses.ipv4 || !known.addresses.ipv6) await this.createPod(pod.id, spec, existing);
+        else known.spec = spec;
+        const at = await this.attachPod(pod.id);
+        return { ipv6Address: at.guest.ipv6Address, ipv4Address: at.guest.ipv4Address, tap: at.tap, mac: at.mac, guest: at.guest };
+      },
+      tearDown: (pod) => this.removePod(pod.id),
+    };
   }
 
   /** Compiles and writes the table, one write at a time; `replace` writes it whole. */

@@ -5,7 +5,7 @@
 import * as grpc from '@grpc/grpc-js';
 import http from 'node:http';
 import { createLogger } from '../../../src/lib/index.ts';
-import { createNetwork, type KeptPod, type PodNetworkSpec } from '../../../src/feos/network/index.ts';
+import { createNetwork, type KeptPod, type PodNetworkSpec, type PodRecordView } from '../../../src/feos/network/index.ts';
 
 interface Config {
   stateDir: string;
@@ -26,7 +26,8 @@ await new Promise<void>((resolve, reject) =>
   server.bindAsync(`unix:${config.grpcSocket}`, grpc.ServerCredentials.createInsecure(), (err) => (err ? reject(err) : resolve())),
 );
 
-type Call = { method: string; id?: string; spec?: PodNetworkSpec; existing?: { ipv6?: string; ipv4?: string } };
+type Call = { method: string; id?: string; spec?: PodNetworkSpec; existing?: { ipv6?: string; ipv4?: string }; pod?: PodRecordView };
+const provider = network.podNetworkProvider();
 const control = http.createServer((req, res) => {
   let body = '';
   req.on('data', (d) => {
@@ -48,6 +49,12 @@ const control = http.createServer((req, res) => {
           break;
         case 'removePod':
           result = await network.removePod(call.id!);
+          break;
+        case 'setUp':
+          result = await provider.setUp(call.pod!);
+          break;
+        case 'tearDown':
+          result = await provider.tearDown(call.pod!);
           break;
         case 'rewriteTable':
           result = await network.rewriteTable();

@@ -343,9 +343,16 @@ describe('the pods network in namespaces', { timeout: 240_000 }, () => {
     } finally {
       await echo.stop();
     }
-    const d = await ctl({ method: 'createPod', id: ids.d, spec: { securityGroups: [], nameTables: [], dnsUpstreams: ['11.0.0.2'] } });
+    // Pod d through the pod layer's interface, on a TAP device the layer makes.
+    const pod = { id: ids.d, ipv6Address: '', ipv4Address: '', spec: { network: { securityGroups: [], nameTables: [], dnsUpstreams: ['11.0.0.2'] }, metadata: {} } };
+    const d = await ctl({ method: 'setUp', pod });
     assert.ok(d.ok, d.message ?? '');
+    const at = d.result as { ipv6Address: string; ipv4Address: string; tap: string };
     // IPv6 never again (a's ::2 is not handed out); IPv4 the lowest never handed out before a's freed one.
-    assert.deepEqual(d.result, { ipv6: '2001:db8:1::5', ipv4: '169.254.16.4' });
+    assert.deepEqual([at.ipv6Address, at.ipv4Address], ['2001:db8:1::5', '169.254.16.4']);
+    const [link] = JSON.parse(await must(inNs(nodeNs, 'ip', '-j', '-d', 'link', 'show', 'dev', at.tap))) as Array<{ linkinfo?: { info_kind?: string } }>;
+    assert.equal(link.linkinfo?.info_kind, 'tun');
+    assert.ok((await ctl({ method: 'tearDown', pod })).ok);
+    assert.equal((await sh(inNs(nodeNs, 'ip', 'link', 'show', at.tap))).code, 1, 'the TAP is gone');
   });
 });
