@@ -478,7 +478,7 @@ export class PodNetwork {
         };
         const known = this.#pods.get(pod.id);
         const existing = { ipv6: pod.ipv6Address || undefined, ipv4: pod.ipv4Address || undefined };
-        if (!known || !known.addresses.ipv4 || !known.addresses.ipv6) await this.createPod(pod.id, spec, existing);
+        if (!known?.addresses.ipv4 || !known.addresses.ipv6) await this.createPod(pod.id, spec, existing);
         else known.spec = spec;
         const at = await this.attachPod(pod.id);
         return { ipv6Address: at.guest.ipv6Address, ipv4Address: at.guest.ipv4Address, tap: at.tap, mac: at.mac, guest: at.guest };
