@@ -206,6 +206,8 @@ export async function createApiServer(opts: ApiServerOptions): Promise<ApiServer
       await serveResource(scope);
     })()
       .catch((err: unknown) => {
+        // An answer before the body was read (413, 404...): drain the body so the client gets the answer on a live connection.
+        if (!req.complete) req.resume();
         const code = sendError(res, err);
         if (code >= 500) log.error({ method: req.method, url: req.url, err: err instanceof Error ? err.message : String(err) }, 'request failed');
       })

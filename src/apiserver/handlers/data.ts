@@ -57,7 +57,6 @@ export async function serveCheckpointData(scope: RequestScope): Promise<void> {
   const buf = Buffer.allocUnsafe(length);
   let off = 0;
   const fail = (message: string) => {
-    req.resume();
     return new ApiError('Invalid', `Checkpoint.kube32.io "${name}" is invalid: data: ${message}`, {
       name,
       group: 'kube32.io',
@@ -66,21 +65,33 @@ export async function serveCheckpointData(scope: RequestScope): Promise<void> {
     });
   };
   // The K32S reader checks magic, version, sections and trailer as the bytes arrive; memory is hashed, not kept twice.
-  let snap: DecodedSnapshot;
-  try {
-    const decoder = new SnapshotDecoder({ memory: 'discard' });
-    for await (const c of req) {
-      const chunk = c as Buffer;
+  // A failure stops the checks but the body is still read to its end (breaking a for-await would reset the connection).
+  let snap: DecodedSnapshot | undefined;
+  let failure: unknown;
+  const decoder = new SnapshotDecoder({ memory: 'discard' });
+  for await (const c of req) {
+    const chunk = c as Buffer;
+    if (failure) continue;
+    try {
       if (off + chunk.length > length) throw fail(`the body is longer than its Content-Length (${length} bytes)`);
       decoder.push(chunk);
       chunk.copy(buf, off);
       off += chunk.length;
+    } catch (err: unknown) {
+      failure = err;
     }
-    if (off !== length) throw fail(`the body ended after ${off} of ${length} bytes`);
-    snap = decoder.end();
-  } catch (err: unknown) {
-    if (err instanceof K32SError) throw fail(err.message);
-    throw err;
+  }
+  if (!failure) {
+    try {
+      if (off !== length) throw fail(`the body ended after ${off} of ${length} bytes`);
+      snap = decoder.end();
+    } catch (err: unknown) {
+      failure = err;
+    }
+  }
+  if (failure || !snap) {
+    if (failure instanceof K32SError) throw fail(failure.message);
+    throw failure;
   }
   const facts = { sizeBytes: length, snapshotSha256: toHex(snap.snapshotSha256), imageSha256: toHex(snap.header.imageSha256), podTimeMs: Number(snap.header.podTimeMs) };
   const updated = reg.serverUpdate(checkpoints, ns, name, (o) => {
@@ -114,13 +125,18 @@ export async function serveModuleData(scope: RequestScope): Promise<void> {
   const buf = Buffer.allocUnsafe(length);
   const hash = createHash('sha256');
   let off = 0;
+  let tooLong = false;
   for await (const c of req) {
     const chunk = c as Buffer;
-    if (off + chunk.length > length) throw badRequest('the body is longer than its Content-Length');
+    if (tooLong || off + chunk.length > length) {
+      tooLong = true;
+      continue;
+    }
     chunk.copy(buf, off);
     hash.update(chunk);
     off += chunk.length;
   }
+  if (tooLong) throw badRequest('the body is longer than its Content-Length');
   if (off !== length) throw badRequest(`the body ended after ${off} of ${length} bytes`);
   if (length < 8 || buf.readUInt32BE(0) !== 0x0061736d) {
     throw new ApiError('Invalid', `Module.kube32.io "${name}" is invalid: data: not a WebAssembly module (no \\0asm magic)`, {

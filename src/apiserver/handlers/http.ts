@@ -21,15 +21,13 @@ export async function readBody(req: IncomingMessage, limit: number): Promise<Buf
   }
   const chunks: Buffer[] = [];
   let size = 0;
+  // Past the limit the rest is read and dropped (breaking a for-await would reset the connection).
   for await (const c of req) {
     const chunk = c as Buffer;
     size += chunk.length;
-    if (size > limit) {
-      req.resume();
-      throw new ApiError('RequestEntityTooLarge', `the request body is over the limit of ${limit} bytes`);
-    }
-    chunks.push(chunk);
+    if (size <= limit) chunks.push(chunk);
   }
+  if (size > limit) throw new ApiError('RequestEntityTooLarge', `the request body is over the limit of ${limit} bytes`);
   return Buffer.concat(chunks);
 }
 

@@ -60,6 +60,26 @@ function deleteOptions(url: URL, body: unknown): DeleteOptions {
   return o;
 }
 
+/**
+ * A kubelet may create only its own Node and its own Lease (the authorizer cannot see the name of a
+ * create in the URL).
+ * @throws ApiError Forbidden
+ */
+function guardNodeCreate(scope: RequestScope, body: unknown): void {
+  const { user, info } = scope;
+  if (user.groups.includes('system:masters') || !user.name.startsWith('system:node:')) return;
+  if (!(info.group === '' && info.plural === 'nodes') && !(info.group === 'coordination.k8s.io' && info.plural === 'leases')) return;
+  const node = user.name.slice('system:node:'.length);
+  const name = (body as { metadata?: { name?: unknown } } | undefined)?.metadata?.name;
+  if (name !== node) {
+    throw new ApiError('Forbidden', `${info.plural} "${String(name)}" is forbidden: User "${user.name}" cannot create resource "${info.plural}" in API group "${info.group}": a node may only create its own ${info.plural === 'nodes' ? 'Node' : 'Lease'}`, {
+      name: typeof name === 'string' ? name : undefined,
+      group: info.group || undefined,
+      kind: info.plural,
+    });
+  }
+}
+
 /** Serves a request on a resource (`info.def` is set). */
 export async function serveResource(scope: RequestScope): Promise<void> {
   const { req, res, url, ctx, info } = scope;
@@ -111,6 +131,7 @@ export async function serveResource(scope: RequestScope): Promise<void> {
       }
       case 'POST': {
         const body = await readObject(scope);
+        guardNodeCreate(scope, body);
         const created = reg.create(def, namespace, body, writeOptions(url, warnings));
         ctx.log.debug({ resource: storageKey(def), namespace, name: created.metadata.name }, 'created');
         sendJson(res, 201, created, warningHeader(warnings));

@@ -29,6 +29,8 @@ export class GarbageCollector {
   private handle: WatchHandle | undefined;
   private scheduled = false;
   private idleWaiters: (() => void)[] = [];
+  /** Owner uid → keys (`resource/namespace/name`) of the objects that name it, kept from the store's events. */
+  private readonly owned = new Map<string, Set<string>>();
 
   constructor(reg: Registry, log: Logger) {
     this.reg = reg;
@@ -37,7 +39,13 @@ export class GarbageCollector {
 
   /** Subscribes to the store and sweeps once. */
   start(): void {
-    this.handle = this.reg.storage.watch('*', this.reg.storage.currentResourceVersion(), (e) => this.onEvent(e));
+    for (const def of RESOURCES) {
+      for (const o of this.reg.storage.list(storageKey(def)).items) this.index(storageKey(def), undefined, o);
+    }
+    this.handle = this.reg.storage.watch('*', this.reg.storage.currentResourceVersion(), (e) => {
+      this.index(e.resource, e.previous, e.type === 'DELETED' ? undefined : e.object);
+      this.onEvent(e);
+    });
     this.enqueue({ kind: 'orphans', namespace: undefined });
     for (const ns of this.reg.storage.list('namespaces').items) if (ns.metadata.deletionTimestamp) this.enqueue({ kind: 'namespace', name: ns.metadata.name! });
     for (const def of RESOURCES) {
@@ -59,6 +67,22 @@ export class GarbageCollector {
   idle(): Promise<void> {
     if (this.queue.length === 0 && !this.scheduled) return Promise.resolve();
     return new Promise((r) => this.idleWaiters.push(r));
+  }
+
+  private index(resource: string, before: KubeObject | undefined, after: KubeObject | undefined): void {
+    const o = after ?? before;
+    if (!o) return;
+    const key = `${resource}/${o.metadata.namespace ?? ''}/${o.metadata.name}`;
+    for (const r of before?.metadata.ownerReferences ?? []) this.owned.get(r.uid)?.delete(key);
+    for (const r of after?.metadata.ownerReferences ?? []) {
+      let set = this.owned.get(r.uid);
+      if (!set) {
+        set = new Set();
+        this.owned.set(r.uid, set);
+      }
+      set.add(key);
+    }
+    for (const r of before?.metadata.ownerReferences ?? []) if (this.owned.get(r.uid)?.size === 0) this.owned.delete(r.uid);
   }
 
   private enqueue(t: Task): void {
@@ -125,13 +149,14 @@ export class GarbageCollector {
     return !(o.metadata.deletionTimestamp && (o.metadata.finalizers ?? []).includes(FINALIZER_FOREGROUND));
   }
 
-  /** Dependents of an owner uid: objects of every resource in its namespace (or all, for cluster-scoped owners). */
-  private dependents(uid: string, namespace: string): { def: ResourceDef; obj: KubeObject }[] {
+  /** Dependents of an owner uid, from the index. */
+  private dependents(uid: string): { def: ResourceDef; obj: KubeObject }[] {
     const out: { def: ResourceDef; obj: KubeObject }[] = [];
-    for (const def of RESOURCES) {
-      for (const obj of this.reg.storage.list(storageKey(def), def.namespaced && namespace ? namespace : undefined).items) {
-        if ((obj.metadata.ownerReferences ?? []).some((r) => r.uid === uid)) out.push({ def, obj });
-      }
+    for (const key of this.owned.get(uid) ?? []) {
+      const [resource, namespace, ...rest] = key.split('/');
+      const def = resourceByKey(resource!);
+      const obj = def && this.reg.storage.get({ resource: resource!, namespace: namespace!, name: rest.join('/') });
+      if (def && obj && (obj.metadata.ownerReferences ?? []).some((r) => r.uid === uid)) out.push({ def, obj });
     }
     return out;
   }
@@ -151,7 +176,7 @@ export class GarbageCollector {
     if (!def) return;
     const owner = this.reg.storage.get({ resource: t.resource, namespace: t.namespace, name: t.name });
     const alive = owner && owner.metadata.uid === t.uid;
-    const deps = this.dependents(t.uid, t.namespace);
+    const deps = this.dependents(t.uid);
     if (!alive) {
       for (const d of deps) this.collectIfOrphaned(d.def, d.obj);
       return;
@@ -172,7 +197,7 @@ export class GarbageCollector {
       for (const d of deps) {
         if (!d.obj.metadata.deletionTimestamp) this.deleteDependent(d.def, d.obj, 'Foreground');
       }
-      if (this.dependents(t.uid, t.namespace).length === 0) this.removeFinalizer(def, owner, FINALIZER_FOREGROUND);
+      if (this.dependents(t.uid).length === 0) this.removeFinalizer(def, owner, FINALIZER_FOREGROUND);
     }
   }
 
