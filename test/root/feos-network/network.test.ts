@@ -25,6 +25,7 @@ const here = import.meta.dirname;
 const NODE_FIXTURE = join(here, 'fixture-node.ts');
 const INET_FIXTURE = join(here, 'fixture-internet.ts');
 const PROBE = join(here, 'probe.ts');
+const HTTP_PROBE = join(here, 'http-probe.ts');
 const PREFIX = '2001:db8:1::/64';
 const ids = { a: 'abcdefghjkm', b: 'bcdefghjkmn', c: 'cdefghjkmnp', d: 'defghjkmnpq' } as const;
 
@@ -299,21 +300,21 @@ describe('the pods network in namespaces', { timeout: 240_000 }, () => {
   });
 
   it('serves the metadata service with version-2 tokens', async () => {
-    const curl = (...args: string[]) => sh(inNs(podNs.a, 'curl', '-s', '-m', '5', '-w', '\n%{http_code}', ...args));
-    const base = 'http://169.254.169.254';
-    assert.match((await curl(`${base}/feos/ipv6`)).stdout, /\n401$/);
-    assert.match((await curl('-X', 'PUT', '-H', 'X-metadata-token-ttl-seconds: 0', `${base}/latest/api/token`)).stdout, /\n400$/);
-    const tok = (await curl('-X', 'PUT', '-H', 'X-metadata-token-ttl-seconds: 60', `${base}/latest/api/token`)).stdout.split('\n');
+    const http = (pod: string, method: string, path: string, ...headers: string[]) =>
+      must(inNs(podNs[pod], process.execPath, HTTP_PROBE, method, `http://169.254.169.254${path}`, ...headers));
+    assert.match(await http('a', 'GET', '/feos/ipv6'), /\n401$/);
+    assert.match(await http('a', 'PUT', '/latest/api/token', 'X-metadata-token-ttl-seconds: 0'), /\n400$/);
+    const tok = (await http('a', 'PUT', '/latest/api/token', 'X-metadata-token-ttl-seconds: 60')).split('\n');
     assert.equal(tok[1], '200');
-    const h = ['-H', `X-metadata-token: ${tok[0]}`];
-    assert.equal((await curl(...h, `${base}/feos/ipv6`)).stdout, `${addrs.a.ipv6}\n200`);
-    assert.equal((await curl(...h, `${base}/metadata/role`)).stdout, 'web\n200');
-    assert.equal((await curl(...h, `${base}/`)).stdout, 'feos/\nmetadata/\n200');
-    const json = (await curl(...h, '-H', 'Accept: application/json', `${base}/`)).stdout.split('\n');
+    const h = `X-metadata-token: ${tok[0]}`;
+    assert.equal(await http('a', 'GET', '/feos/ipv6', h), `${addrs.a.ipv6}\n200`);
+    assert.equal(await http('a', 'GET', '/metadata/role', h), 'web\n200');
+    assert.equal(await http('a', 'GET', '/', h), 'feos/\nmetadata/\n200');
+    const json = (await http('a', 'GET', '/', h, 'Accept: application/json')).split('\n');
     assert.deepEqual(JSON.parse(json[0]), { feos: { 'pod-id': ids.a, ipv6: addrs.a.ipv6, ipv4: addrs.a.ipv4 }, metadata: { role: 'web' } });
     // Another pod's token is not this one's.
-    const other = (await sh(inNs(podNs.b, 'curl', '-s', '-X', 'PUT', '-H', 'X-metadata-token-ttl-seconds: 60', `${base}/latest/api/token`))).stdout;
-    assert.match((await curl('-H', `X-metadata-token: ${other}`, `${base}/feos/ipv6`)).stdout, /\n401$/);
+    const other = (await http('b', 'PUT', '/latest/api/token', 'X-metadata-token-ttl-seconds: 60')).split('\n')[0];
+    assert.match(await http('a', 'GET', '/feos/ipv6', `X-metadata-token: ${other}`), /\n401$/);
   });
 
   it('takes a deleted pod off the network and out of connection tracking', async () => {
