@@ -63,8 +63,7 @@ show kubectl get pods -o wide
 
 step "Send it requests through the Service (the API server's service proxy): the count goes up"
 for _ in 1 2 3 4 5; do
-  show kubectl get --raw /api/v1/namespaces/default/services/counter/proxy/
-  echo
+  show kubectl get --raw /api/v1/namespaces/default/services/counter/proxy/count
 done
 
 POD=$(kubectl get pods -l app=counter -o jsonpath='{.items[0].metadata.name}')
@@ -75,8 +74,7 @@ show kubectl drain "$NODE" --ignore-daemonsets --timeout=120s
 step "The pod runs on the other worker, with a new uid, and goes on counting from where it was"
 show kubectl get pods -o wide
 for _ in 1 2 3; do
-  show kubectl get --raw /api/v1/namespaces/default/services/counter/proxy/
-  echo
+  show kubectl get --raw /api/v1/namespaces/default/services/counter/proxy/count
 done
 
 step "The Checkpoint that carried the move, and the events"

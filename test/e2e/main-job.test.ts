@@ -64,7 +64,7 @@ test('the main job: a counter keeps counting across kubectl drain', { timeout: 3
   const viaService = await c.kubectl([
     'get',
     '--raw',
-    `/api/v1/namespaces/default/services/${m.service}:${m.servicePort}/proxy/`,
+    `/api/v1/namespaces/default/services/${m.service}/proxy/count`,
   ]);
   assert.equal(viaService.code, 0, viaService.stderr);
   last = JSON.parse(viaService.stdout) as CounterReply;
