@@ -1,0 +1,265 @@
+/**
+ * feosctl (docs/feos/feosctl.md): the command line of a node's feosd.
+ *   feosctl [--socket PATH | --tcp ADDRESS] pod create|get|list|start|stop|delete|suspend|resume|events ...
+ *   feosctl [--socket PATH | --tcp ADDRESS] host info
+ * Every command prints a table, or with `-o json|yaml` the PodInfo (its `id` first). A gRPC error prints
+ * as `feosctl: <CODE_NAME>: <message>` (with "(VmBusy)" when marked) and exits 1; bad usage exits 2.
+ */
+import { readFileSync } from 'node:fs';
+import { Command, InvalidArgumentError, Option } from 'commander';
+import { create, fromJson, toJson, type JsonValue } from '@bufbuild/protobuf';
+import { timestampDate } from '@bufbuild/protobuf/wkt';
+import YAML from 'yaml';
+import { type PodInfo, PodInfoSchema, PodService, PodSpecSchema, PodState, type PodEvent } from '../gen/feos/pod/v1/pod_pb.js';
+import { HostService } from '../gen/feos/host/v1/host_pb.js';
+import { codeName, isVmBusy, makeClient } from '../api/index.ts';
+import { parseBytes } from '../../lib/index.ts';
+import { mintPodId } from '../pods/id.ts';
+
+type Output = 'table' | 'json' | 'yaml';
+
+/** Thrown for a gRPC error: printed with its code name. */
+class CallFailed extends Error {}
+
+function podJson(pod: PodInfo): JsonValue {
+  const json = toJson(PodInfoSchema, pod, { alwaysEmitImplicit: false }) as Record<string, JsonValue>;
+  // `id` first, then the rest as protobuf JSON has them.
+  const { id, ...rest } = json;
+  return { id: id ?? '', ...rest };
+}
+
+function age(pod: PodInfo): string {
+  if (!pod.stateChangedAt) return '';
+  const s = Math.max(0, Math.round((Date.now() - timestampDate(pod.stateChangedAt).getTime()) / 1000));
+  if (s < 120) return `${s}s`;
+  if (s < 7200) return `${Math.round(s / 60)}m`;
+  return `${Math.round(s / 3600)}h`;
+}
+
+function table(rows: string[][]): string {
+  const widths = rows[0].map((_, i) => Math.max(...rows.map((r) => r[i].length)));
+  return `${rows.map((r) => r.map((c, i) => (i === r.length - 1 ? c : c.padEnd(widths[i]))).join('   ')).join('\n')}\n`;
+}
+
+function printPods(pods: PodInfo[], output: Output, single: boolean): void {
+  if (output === 'json') {
+    process.stdout.write(`${JSON.stringify(single ? podJson(pods[0]) : { pods: pods.map(podJson) }, null, 2)}\n`);
+  } else if (output === 'yaml') {
+    process.stdout.write(YAML.stringify(single ? podJson(pods[0]) : { pods: pods.map(podJson) }));
+  } else {
+    const rows = [['ID', 'STATE', 'VCPUS', 'MEMORY', 'IPV6', 'IPV4', 'AGE', 'REASON']];
+    for (const p of pods) {
+      rows.push([
+        p.id,
+        PodState[p.state] ?? String(p.state),
+        String(p.spec?.vcpus ?? ''),
+        `${(p.spec?.memoryBytes ?? 0n) / (1024n * 1024n)}Mi`,
+        p.ipv6Address || '-',
+        p.ipv4Address || '-',
+        age(p),
+        p.reason,
+      ]);
+    }
+    process.stdout.write(table(rows));
+  }
+}
+
+/** Runs feosctl with `argv` (process.argv). Exits the process with its status. */
+export async function main(argv: string[]): Promise<void> {
+  const program = new Command('feosctl')
+    .description("FeOS's command line: the pods of one node's feosd")
+    .option('--socket <path>', "feosd's API socket", '/run/feos/api.sock')
+    .option('--tcp <address>', "feosd's TCP address, host:port (instead of the socket)")
+    .option('--timeout <seconds>', 'deadline of each call', (v) => {
+      const n = Number(v);
+      if (!(n > 0)) throw new InvalidArgumentError(`want a positive number of seconds, got ${JSON.stringify(v)}`);
+      return n;
+    }, 600)
+    .exitOverride()
+    .configureOutput({ writeErr: (s) => process.stderr.write(s) });
+
+  const target = () => {
+    const o = program.opts<{ socket: string; tcp?: string }>();
+    return o.tcp ? o.tcp : `unix:${o.socket}`;
+  };
+  const deadline = () => new Date(Date.now() + program.opts<{ timeout: number }>().timeout * 1000);
+  const output = () => new Option('-o, --output <format>', 'table, json or yaml').choices(['table', 'json', 'yaml']).default('table');
+  const pods = () => makeClient(PodService, target());
+  const call = async <T>(fn: () => Promise<T>): Promise<T> => {
+    try {
+      return await fn();
+    } catch (err: unknown) {
+      const e = err as { code?: number; details?: string };
+      if (typeof e.code === 'number') {
+        throw new CallFailed(`${codeName(e.code)}: ${e.details ?? ''}${isVmBusy(err) ? ' (VmBusy)' : ''}`);
+      }
+      throw err;
+    }
+  };
+
+  const pod = program.command('pod').description('the pods of the node');
+  pod
+    .command('create')
+    .description('records a pod and brings it up in the background (an ID is minted when none is given)')
+    .option('--id <id>', 'the pod ID (11 characters of lowercase Crockford base32, a letter first, or a UUID)')
+    .option('--vcpus <n>', 'virtual CPUs', (v) => Number.parseInt(v, 10))
+    .option('--memory <quantity>', 'memory, such as 256Mi or 1Gi')
+    .option('--image <ref...>', 'a container per image, named after it')
+    .option('--network', 'give the pod a network (the defaults)')
+    .option('-f, --filename <file>', 'the PodSpec as YAML or JSON (protobuf JSON names)')
+    .option('--wait', 'wait until the pod is RUNNING or FAILED')
+    .addOption(output())
+    .action(async (o: { id?: string; vcpus?: number; memory?: string; image?: string[]; network?: boolean; filename?: string; wait?: boolean; output: Output }) => {
+      let spec = create(PodSpecSchema);
+      if (o.filename) {
+        const text = readFileSync(o.filename, 'utf8');
+        try {
+          spec = fromJson(PodSpecSchema, YAML.parse(text) as JsonValue);
+        } catch (err: unknown) {
+          throw new InvalidArgumentError(`${o.filename}: not a PodSpec: ${err instanceof Error ? err.message : String(err)}`);
+        }
+      }
+      if (o.vcpus !== undefined) {
+        if (!Number.isInteger(o.vcpus) || o.vcpus <= 0) throw new InvalidArgumentError(`--vcpus: want a positive integer`);
+        spec.vcpus = o.vcpus;
+      }
+      if (o.memory) spec.memoryBytes = BigInt(parseBytes(o.memory));
+      for (const image of o.image ?? []) {
+        const name = (image.split('/').at(-1) ?? 'c').split(/[:@]/)[0].replace(/[^a-z0-9-]/g, '-').slice(0, 63) || 'c';
+        spec.containers.push({ $typeName: 'feos.pod.v1.ContainerSpec', name, image, command: [], args: [], env: {}, volumeMounts: [] });
+      }
+      if (o.network && !spec.network) spec.network = { $typeName: 'feos.pod.v1.PodNetwork', securityGroups: [], nameTables: [], dnsUpstreams: [] };
+      const c = pods();
+      const id = o.id ?? mintPodId();
+      let res = await call(() => c.createPod({ id, spec }, { deadline: deadline() }));
+      if (o.wait) {
+        const ev = c.watchPodEvents({ podId: id }, { deadline: deadline() });
+        res = await call(
+          () =>
+            new Promise((resolve, reject) => {
+              ev.on('data', (e: PodEvent) => {
+                if (e.pod && e.pod.state !== PodState.PENDING) {
+                  resolve({ $typeName: 'feos.pod.v1.CreatePodResponse', pod: e.pod });
+                  ev.cancel();
+                }
+              });
+              ev.on('error', (err: { code?: number }) => {
+                if (err.code !== 1) reject(err);
+              });
+            }),
+        );
+      }
+      printPods([res.pod!], o.output, true);
+      c.grpc.close();
+    });
+  pod
+    .command('get <id>')
+    .description('shows a pod')
+    .addOption(output())
+    .action(async (id: string, o: { output: Output }) => {
+      const c = pods();
+      const res = await call(() => c.getPod({ id }, { deadline: deadline() }));
+      printPods([res.pod!], o.output, true);
+      c.grpc.close();
+    });
+  pod
+    .command('list')
+    .description("lists the node's pods")
+    .addOption(output())
+    .action(async (o: { output: Output }) => {
+      const c = pods();
+      const res = await call(() => c.listPods({}, { deadline: deadline() }));
+      if (o.output === 'table' && res.pods.length === 0) process.stdout.write('No pods.\n');
+      else printPods(res.pods, o.output, false);
+      c.grpc.close();
+    });
+  for (const [name, desc] of [
+    ['start', 'brings a STOPPED or FAILED pod up anew on its disk'],
+    ['stop', 'shuts a pod down (its disk stays)'],
+    ['suspend', "writes a RUNNING pod's microVM into its snapshot"],
+    ['resume', 'resumes a SUSPENDED pod'],
+  ] as const) {
+    pod
+      .command(`${name} <id>`)
+      .description(desc)
+      .addOption(output())
+      .action(async (id: string, o: { output: Output }) => {
+        const c = pods();
+        const method = { start: c.startPod, stop: c.stopPod, suspend: c.suspendPod, resume: c.resumePod }[name] as (
+          req: { id: string },
+          options: { deadline: Date },
+        ) => Promise<{ pod?: PodInfo }>;
+        const res = await call(() => method({ id }, { deadline: deadline() }));
+        printPods([res.pod!], o.output, true);
+        c.grpc.close();
+      });
+  }
+  pod
+    .command('delete <id>')
+    .description('removes a pod: its microVM, disk and record')
+    .action(async (id: string) => {
+      const c = pods();
+      await call(() => c.deletePod({ id }, { deadline: deadline() }));
+      process.stdout.write(`pod ${id} deleted\n`);
+      c.grpc.close();
+    });
+  pod
+    .command('events [id]')
+    .description("streams the pods' changes (one pod's with an ID), one line each, or JSON lines with -o json")
+    .addOption(new Option('-o, --output <format>', 'table or json').choices(['table', 'json']).default('table'))
+    .action(async (id: string | undefined, o: { output: 'table' | 'json' }) => {
+      const c = pods();
+      const stream = c.watchPodEvents({ podId: id ?? '' });
+      await call(
+        () =>
+          new Promise<void>((resolve, reject) => {
+            stream.on('data', (e: PodEvent) => {
+              if (o.output === 'json') {
+                process.stdout.write(`${JSON.stringify({ podId: e.podId, deleted: e.deleted, initial: e.initial, pod: e.pod ? podJson(e.pod) : null })}\n`);
+              } else {
+                const state = e.deleted ? 'DELETED' : PodState[e.pod?.state ?? 0];
+                process.stdout.write(`${e.podId}   ${state}${e.initial ? ' (now)' : ''}   ${e.pod?.reason ?? ''}\n`);
+              }
+            });
+            stream.on('end', resolve);
+            stream.on('error', reject);
+          }),
+      );
+      c.grpc.close();
+    });
+  program
+    .command('host')
+    .description('the node')
+    .command('info')
+    .description("the node's facts")
+    .option('-o, --output <format>', 'table or json', 'table')
+    .action(async (o: { output: string }) => {
+      const c = makeClient(HostService, target());
+      const res = await call(() => c.getHostInfo({}, { deadline: deadline() }));
+      if (o.output === 'json') process.stdout.write(`${JSON.stringify(res, (_, v) => (typeof v === 'bigint' ? v.toString() : v), 2)}\n`);
+      else {
+        process.stdout.write(
+          table([
+            ['HOSTNAME', 'KERNEL', 'CPUS', 'MEMORY', 'FEOSD', 'ACCEL', 'GUESTS'],
+            [res.hostname, res.kernelRelease, String(res.cpus), `${res.memoryBytes / 1024n ** 2n}Mi`, res.feosdVersion, res.accelerator, res.guestVersions.join(',') || '-'],
+          ]),
+        );
+      }
+      c.grpc.close();
+    });
+
+  try {
+    await program.parseAsync(argv);
+  } catch (err: unknown) {
+    if (err instanceof CallFailed) {
+      process.stderr.write(`feosctl: ${err.message}\n`);
+      process.exit(1);
+    }
+    const e = err as { code?: string; exitCode?: number; message?: string };
+    if (typeof e.code === 'string' && e.code.startsWith('commander.')) {
+      process.exit(e.exitCode === 0 ? 0 : 2);
+    }
+    process.stderr.write(`feosctl: ${e.message ?? String(err)}\n`);
+    process.exit(2);
+  }
+}

@@ -1,0 +1,213 @@
+/**
+ * feosd put together (seed 000, "feosd"): the state dir's lock, the records, the microVM layer, the pod
+ * service, and the gRPC server on `<run-dir>/api.sock` (group `feos`, mode 0660, where the group exists)
+ * and, with `--tcp`, on TCP; READY=1 to $NOTIFY_SOCKET once bound.
+ */
+import { execFile } from 'node:child_process';
+import { chmodSync, chownSync, closeSync, readFileSync } from 'node:fs';
+import { mkdir, rm } from 'node:fs/promises';
+import { join } from 'node:path';
+import * as grpc from '@grpc/grpc-js';
+import { create } from '@bufbuild/protobuf';
+import { PodService as PodServiceDesc, PodEventSchema, type PodEvent } from './gen/feos/pod/v1/pod_pb.js';
+import { HostService as HostServiceDesc } from './gen/feos/host/v1/host_pb.js';
+import { createLogger, type Logger } from '../lib/index.ts';
+import { addService, errorMessage, FeosError } from './api/index.ts';
+import { chooseAccelerator, MicroVmService } from './microvm/index.ts';
+import { PodRecords, PodService, guestVersions, unavailablePodNetwork, type PodNetworkProvider } from './pods/index.ts';
+import { hostHandlers } from './host/index.ts';
+import { takeStateLock } from './lock.ts';
+
+/** feosd's options (its flags). */
+export interface FeosdOptions {
+  /** @default "/var/lib/feos" */
+  stateDir: string;
+  /** @default "/run/feos" */
+  runDir: string;
+  /** @default "/usr/lib/feos/guest" */
+  guestDir: string;
+  /** host:port to serve on besides the socket; port 0 asks the OS. */
+  tcp?: string;
+  selfUpgrade: boolean;
+  accelerator: 'auto' | 'kvm' | 'tcg';
+  qemu: string;
+  /** A cgroup v2 directory for the microVMs' `vms/<id>`. */
+  vmsCgroup?: string;
+  clockMaxRttMs: number;
+  /** How long a boot's guest has to attach (ms); default 60 s under KVM, 180 s under TCG. */
+  guestAttachMs?: number;
+  /** The pods' network; none = pods with a network are refused. */
+  network?: PodNetworkProvider;
+  log?: Logger;
+}
+
+/** A running feosd. */
+export interface Feosd {
+  /** The bound TCP port, with `tcp`. */
+  tcpPort?: number;
+  socketPath: string;
+  pods: PodService;
+  /** Stops serving and lets go of the lock; microVMs run on. */
+  close(): Promise<void>;
+}
+
+function findGroup(name: string): number | undefined {
+  try {
+    for (const line of readFileSync('/etc/group', 'utf8').split('\n')) {
+      const [n, , gid] = line.split(':');
+      if (n === name) return Number(gid);
+    }
+  } catch {}
+  return undefined;
+}
+
+function notifyReady(log: Logger): void {
+  const socket = process.env.NOTIFY_SOCKET;
+  if (!socket) return;
+  // Node has no unix datagram sockets: systemd-notify sends it for this pid (the unit needs NotifyAccess=all).
+  execFile('systemd-notify', ['--ready', `--pid=${process.pid}`], (err) => {
+    if (err) log.warn({ err: errorMessage(err) }, 'READY=1: systemd-notify failed');
+  });
+}
+
+/**
+ * Starts feosd: waits for the state dir's lock, loads the records, takes the microVMs and pods over,
+ * and serves.
+ * @throws Error naming the step (lock, records, bind) when feosd cannot start
+ */
+export async function startFeosd(o: FeosdOptions, signal?: AbortSignal): Promise<Feosd> {
+  const log = o.log ?? createLogger('feosd');
+  await mkdir(o.stateDir, { recursive: true, mode: 0o700 });
+  await mkdir(o.runDir, { recursive: true });
+  const lockFd = await takeStateLock(join(o.stateDir, 'feosd.lock'), log, signal);
+  const startedAt = Date.now();
+  const versions = guestVersions(o.guestDir);
+  const kernel = versions.length > 0 ? join(o.guestDir, versions.at(-1)!, 'vmlinuz') : undefined;
+  const accelerator = await chooseAccelerator(o.accelerator, o.stateDir, o.qemu, kernel);
+  log.info({ accelerator, guests: versions }, 'feosd starting');
+  const vms = new MicroVmService({ vmsDir: join(o.stateDir, 'vms'), qemu: o.qemu, accelerator, log, cgroup: o.vmsCgroup });
+  await vms.init();
+  const records = new PodRecords(join(o.stateDir, 'pods'), log);
+  await records.load();
+  const pods = new PodService({
+    records,
+    vms,
+    network: o.network ?? unavailablePodNetwork,
+    guestDir: o.guestDir,
+    disksDir: join(o.stateDir, 'disks'),
+    log,
+    clockMaxRttMs: o.clockMaxRttMs,
+    // TCG runs the guest about ten times slower than KVM, and Node's start in the guest with it.
+    guestAttachMs: o.guestAttachMs ?? (accelerator === 'kvm' ? 60_000 : 180_000),
+  });
+  await pods.init();
+
+  const server = new grpc.Server({ 'grpc.max_receive_message_length': 512 * 1024 * 1024 });
+  const onError = (method: string, err: unknown) => {
+    if (err instanceof FeosError) log.debug({ method, code: err.code, err: err.message }, 'call failed');
+    else log.error({ method, err: errorMessage(err) }, 'call failed');
+  };
+  addService(
+    server,
+    PodServiceDesc,
+    {
+      createPod: async (req) => ({ pod: await pods.act(req.id, { kind: 'create', spec: req.spec! }) }),
+      getPod: async (req) => ({ pod: pods.get(req.id) }),
+      listPods: async () => ({ pods: pods.list() }),
+      startPod: async (req) => ({ pod: await pods.act(req.id, { kind: 'start' }) }),
+      stopPod: async (req) => ({ pod: await pods.act(req.id, { kind: 'stop' }) }),
+      deletePod: async (req) => {
+        await pods.act(req.id, { kind: 'delete' });
+        return {};
+      },
+      suspendPod: async (req) => ({ pod: await pods.act(req.id, { kind: 'suspend' }) }),
+      resumePod: async (req) => ({ pod: await pods.act(req.id, { kind: 'resume' }) }),
+      watchPodEvents: async (req, send, call) => {
+        const only = req.podId ? pods.get(req.podId).id : '';
+        const queue: PodEvent[] = [];
+        let wake: (() => void) | undefined;
+        const listener = (ev: PodEvent) => {
+          if (only && ev.podId !== only) return;
+          queue.push(ev);
+          wake?.();
+        };
+        pods.on('event', listener);
+        try {
+          for (const p of only ? [pods.get(only)] : pods.list()) {
+            send(create(PodEventSchema, { podId: p.id, pod: p, initial: true }));
+          }
+          const ended = new Promise<void>((r) => {
+            call.once('cancelled', r);
+            call.once('close', r);
+          });
+          let done = false;
+          void ended.then(() => {
+            done = true;
+            wake?.();
+          });
+          while (!done) {
+            while (queue.length > 0) send(queue.shift()!);
+            await new Promise<void>((r) => {
+              wake = r;
+            });
+            wake = undefined;
+          }
+        } finally {
+          pods.off('event', listener);
+        }
+      },
+    },
+    onError,
+  );
+  let lockHeld = true;
+  addService(
+    server,
+    HostServiceDesc,
+    hostHandlers({
+      guestDir: o.guestDir,
+      stateDir: o.stateDir,
+      accelerator: () => accelerator,
+      selfUpgrade: o.selfUpgrade,
+      startedAt,
+      exec: (path) => {
+        log.info({ path }, 'self-upgrade: exec');
+        vms.closeAll();
+        process.execve!(path, [path, ...process.argv.slice(2)], process.env);
+      },
+    }),
+    onError,
+  );
+
+  const socketPath = join(o.runDir, 'api.sock');
+  await rm(socketPath, { force: true });
+  const bind = (target: string) =>
+    new Promise<number>((resolve, reject) =>
+      server.bindAsync(target, grpc.ServerCredentials.createInsecure(), (err, port) =>
+        err ? reject(new Error(`bind ${target}: ${err.message}`, { cause: err })) : resolve(port),
+      ),
+    );
+  await bind(`unix:${socketPath}`);
+  const gid = findGroup('feos');
+  if (gid !== undefined) {
+    chownSync(socketPath, 0, gid);
+    chmodSync(socketPath, 0o660);
+  } else chmodSync(socketPath, 0o600);
+  let tcpPort: number | undefined;
+  if (o.tcp) tcpPort = await bind(o.tcp);
+  log.info({ socket: socketPath, tcpPort }, 'feosd serving');
+  notifyReady(log);
+  return {
+    tcpPort,
+    socketPath,
+    pods,
+    close: async () => {
+      await new Promise<void>((r) => server.tryShutdown(() => r()));
+      pods.close();
+      vms.closeAll();
+      if (lockHeld) {
+        closeSync(lockFd);
+        lockHeld = false;
+      }
+    },
+  };
+}

@@ -1,0 +1,86 @@
+/**
+ * feosd's command line (seed 000, "feosd"; docs/feos/feosd.md):
+ *   feosd [--state-dir DIR] [--run-dir DIR] [--guest-dir DIR] [--tcp ADDRESS] [--self-upgrade]
+ *         [--accel auto|kvm|tcg] [--qemu PATH] [--vms-cgroup DIR] [--clock-max-rtt MS]
+ * It serves until SIGTERM or SIGINT; the microVMs run on after it ends.
+ */
+import { Command, InvalidArgumentError, Option } from 'commander';
+import { createLogger } from '../lib/index.ts';
+import { errorMessage } from './api/index.ts';
+import { startFeosd } from './daemon.ts';
+import { FEOSD_VERSION } from './host/index.ts';
+
+function positive(name: string) {
+  return (v: string) => {
+    const n = Number(v);
+    if (!Number.isFinite(n) || n <= 0) throw new InvalidArgumentError(`${name}: want a positive number, got ${JSON.stringify(v)}`);
+    return n;
+  };
+}
+
+/** Runs feosd with `argv` (process.argv: node, script, flags...). */
+export async function main(argv: string[]): Promise<void> {
+  const program = new Command('feosd')
+    .description('FeOS node agent: pods as microVMs, served over gRPC')
+    .version(FEOSD_VERSION)
+    .option('--state-dir <dir>', 'records, disks, microVM directories, the lock', '/var/lib/feos')
+    .option('--run-dir <dir>', 'the API socket api.sock', '/run/feos')
+    .option('--guest-dir <dir>', 'installed guest versions', '/usr/lib/feos/guest')
+    .option('--tcp <address>', 'also serve on TCP, host:port (port 0 asks the OS)')
+    .option('--self-upgrade', 'allow HostService.UpgradeFeosBinary', false)
+    .addOption(new Option('--accel <accel>', 'the VMM accelerator').choices(['auto', 'kvm', 'tcg']).default('auto'))
+    .option('--qemu <path>', 'the QEMU binary', 'qemu-system-x86_64')
+    .option('--vms-cgroup <dir>', 'a cgroup v2 directory for the microVMs (vms/<id>)')
+    .option('--clock-max-rtt <ms>', 'drop guest clock measurements whose round trip is longer', positive('--clock-max-rtt'), 10)
+    .option('--guest-attach-timeout <seconds>', "how long a boot's guest has to attach (default 60, 180 under TCG)", positive('--guest-attach-timeout'))
+    .allowExcessArguments(false);
+  program.parse(argv);
+  const opts = program.opts<{
+    stateDir: string;
+    runDir: string;
+    guestDir: string;
+    tcp?: string;
+    selfUpgrade: boolean;
+    accel: 'auto' | 'kvm' | 'tcg';
+    qemu: string;
+    vmsCgroup?: string;
+    clockMaxRtt: number;
+    guestAttachTimeout?: number;
+  }>();
+  const log = createLogger('feosd');
+  const ac = new AbortController();
+  let feosd: Awaited<ReturnType<typeof startFeosd>> | undefined;
+  let stopping = false;
+  const stop = (sig: string) => {
+    if (stopping) return;
+    stopping = true;
+    log.info({ signal: sig }, 'feosd stopping; the microVMs run on');
+    ac.abort();
+    void (feosd?.close() ?? Promise.resolve()).finally(() => process.exit(0));
+  };
+  process.on('SIGTERM', () => stop('SIGTERM'));
+  process.on('SIGINT', () => stop('SIGINT'));
+  try {
+    feosd = await startFeosd(
+      {
+        stateDir: opts.stateDir,
+        runDir: opts.runDir,
+        guestDir: opts.guestDir,
+        tcp: opts.tcp,
+        selfUpgrade: opts.selfUpgrade,
+        accelerator: opts.accel,
+        qemu: opts.qemu,
+        vmsCgroup: opts.vmsCgroup,
+        clockMaxRttMs: opts.clockMaxRtt,
+        guestAttachMs: opts.guestAttachTimeout === undefined ? undefined : opts.guestAttachTimeout * 1000,
+        log,
+      },
+      ac.signal,
+    );
+    if (feosd.tcpPort !== undefined) process.stdout.write(`feosd: serving on TCP port ${feosd.tcpPort}\n`);
+  } catch (err: unknown) {
+    if (stopping) return;
+    log.fatal({ err: errorMessage(err) }, 'feosd could not start');
+    process.exit(1);
+  }
+}

@@ -1,0 +1,67 @@
+/**
+ * A PodSpec's checks and defaults (seed 000, "A pod", "Volumes", "Metadata"). `normalizeSpec` fills the
+ * defaults so that a create compares specs as they are kept.
+ */
+import { isIP } from 'node:net';
+import { clone, create } from '@bufbuild/protobuf';
+import { type PodSpec, PodSpecSchema } from '../gen/feos/pod/v1/pod_pb.js';
+import { FeosError } from '../api/index.ts';
+
+const MIB = 1024n * 1024n;
+/** Default memory of a pod: 256 MiB. */
+export const DEFAULT_MEMORY_BYTES = 256n * MIB;
+export const MIN_MEMORY_BYTES = 128n * MIB;
+export const MAX_MEMORY_BYTES = 64n * 1024n * MIB;
+export const MAX_VCPUS = 32;
+export const MAX_VOLUMES = 8;
+const NAME = /^[a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?$/;
+const METADATA_KEY = /^[A-Za-z0-9._-]{1,128}$/;
+const UUID = /^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$/;
+
+function bad(msg: string): FeosError {
+  return new FeosError('INVALID_ARGUMENT', `spec: ${msg}`);
+}
+
+/**
+ * Checks a spec and returns it with its defaults (1 vCPU, 256 MiB).
+ * @throws FeosError INVALID_ARGUMENT naming the field and the value
+ */
+export function normalizeSpec(input: PodSpec | undefined): PodSpec {
+  const spec = input ? clone(PodSpecSchema, input) : create(PodSpecSchema);
+  if (spec.vcpus === 0) spec.vcpus = 1;
+  if (spec.memoryBytes === 0n) spec.memoryBytes = DEFAULT_MEMORY_BYTES;
+  if (spec.vcpus > MAX_VCPUS) throw bad(`vcpus ${spec.vcpus}: want 1 to ${MAX_VCPUS}`);
+  if (spec.memoryBytes % MIB !== 0n) throw bad(`memory_bytes ${spec.memoryBytes}: want whole MiB`);
+  if (spec.memoryBytes < MIN_MEMORY_BYTES || spec.memoryBytes > MAX_MEMORY_BYTES) {
+    throw bad(`memory_bytes ${spec.memoryBytes}: want 128 MiB to 64 GiB`);
+  }
+  const names = new Set<string>();
+  for (const [i, c] of spec.containers.entries()) {
+    if (!NAME.test(c.name)) throw bad(`containers[${i}].name ${JSON.stringify(c.name)}: want 1 to 63 lowercase letters, digits and '-'`);
+    if (names.has(c.name)) throw bad(`containers[${i}].name ${c.name}: used twice`);
+    names.add(c.name);
+    if (!c.image) throw bad(`containers[${i}].image: empty`);
+    for (const m of c.volumeMounts) {
+      if (!spec.volumes.some((v) => v.name === m.name)) throw bad(`containers[${i}].volume_mounts: no volume ${JSON.stringify(m.name)}`);
+      if (!m.path.startsWith('/')) throw bad(`containers[${i}].volume_mounts: path ${JSON.stringify(m.path)} is not absolute`);
+    }
+  }
+  if (spec.volumes.length > MAX_VOLUMES) throw bad(`volumes: ${spec.volumes.length}, at most ${MAX_VOLUMES}`);
+  const vnames = new Set<string>();
+  for (const [i, v] of spec.volumes.entries()) {
+    if (!NAME.test(v.name)) throw bad(`volumes[${i}].name ${JSON.stringify(v.name)}: want 1 to 63 lowercase letters, digits and '-'`);
+    if (vnames.has(v.name)) throw bad(`volumes[${i}].name ${v.name}: used twice`);
+    vnames.add(v.name);
+    if (!UUID.test(v.volumeId)) throw bad(`volumes[${i}].volume_id ${JSON.stringify(v.volumeId)}: want a lowercase UUID`);
+  }
+  for (const k of Object.keys(spec.metadata)) {
+    if (!METADATA_KEY.test(k)) throw bad(`metadata key ${JSON.stringify(k)}: want 1 to 128 letters, digits, '-', '_' and '.'`);
+  }
+  if (Buffer.byteLength(JSON.stringify(spec.metadata)) > 32 * 1024) throw bad('metadata: more than 32 KiB as JSON');
+  if (spec.network) {
+    for (const u of spec.network.dnsUpstreams) {
+      if (isIP(u) === 0) throw bad(`network.dns_upstreams ${JSON.stringify(u)}: not an IP address`);
+    }
+  }
+  return spec;
+}
