@@ -32,6 +32,8 @@ export interface RunnerContext {
   onChange(): void;
   /** Called for each message the container sends on a channel. */
   onChannelSend(namespace: string, topic: string, payload: Uint8Array): void;
+  /** Records an event about this container (see `events.ts`). */
+  record(type: 'Normal' | 'Warning', reason: string, message: string): void;
 }
 
 /** Sleeps `ms`, or until the signal aborts; never rejects. */
@@ -123,7 +125,10 @@ export class ContainerRunner {
   async stop(): Promise<void> {
     this.#stop.abort();
     const inst = this.instance;
-    if (inst) await inst.terminate().catch(() => {});
+    if (inst) {
+      this.#ctx.record('Normal', 'Killing', `Stopping container ${this.spec.name}`);
+      await inst.terminate().catch(() => {});
+    }
     await this.#done;
   }
 
@@ -144,12 +149,18 @@ export class ContainerRunner {
       const digest = imageDigest(this.#pod, this.spec.image ?? '');
       this.#imageID = `sha256:${digest}`;
       const limit = memoryLimitBytes(this.spec);
+      const image = this.spec.image ?? '';
+      const pulling = !this.module;
+      const t0 = performance.now();
+      if (pulling) this.#ctx.record('Normal', 'Pulling', `Pulling image "${image}"`);
       const module = await this.#ctx.modules.get(digest, limit);
+      if (pulling) this.#ctx.record('Normal', 'Pulled', `Successfully pulled image "${image}" (sha256:${digest}) in ${Math.round(performance.now() - t0)}ms`);
       const config = await resolveContainerConfig(this.#ctx.cp, this.#pod, this.spec, this.#ctx.address);
       return { module, config };
     } catch (err: unknown) {
       const message = errorMessage(err);
       this.#ctx.log.warn({ container: this.spec.name, err: message }, 'container cannot be created');
+      this.#ctx.record('Warning', 'Failed', `Error: ${message}`);
       if (err instanceof ImagePullError && err.reason === 'InvalidImageName') {
         this.#set({ kind: 'waiting', reason: 'InvalidImageName', message });
         return 'never';
@@ -163,7 +174,10 @@ export class ContainerRunner {
       const delay = Math.max(this.#nextBackoff(), 1000);
       if (reason === 'ErrImagePull') {
         await pause(Math.min(delay, 2000), signal);
-        if (!signal.aborted) this.#set({ kind: 'waiting', reason: 'ImagePullBackOff', message: `Back-off pulling image "${this.spec.image}": ${message}` });
+        if (!signal.aborted) {
+          this.#set({ kind: 'waiting', reason: 'ImagePullBackOff', message: `Back-off pulling image "${this.spec.image}": ${message}` });
+          this.#ctx.record('Normal', 'BackOff', `Back-off pulling image "${this.spec.image}"`);
+        }
       }
       await pause(delay, signal);
       return 'retry';
@@ -206,6 +220,7 @@ export class ContainerRunner {
       let startedAt = Date.now();
       let exit: PodExit;
       try {
+        this.#ctx.record('Normal', 'Created', restore ? `Created container ${this.spec.name} from Checkpoint ${restore}` : `Created container ${this.spec.name}`);
         const restoreFrom = restore ? await this.#restoreStream(restore) : undefined;
         const inst = await PodInstance.start({
           module,
@@ -233,11 +248,13 @@ export class ContainerRunner {
         inst.on('frozen', () => this.#ctx.onChange());
         inst.on('thawed', () => this.#ctx.onChange());
         this.#set({ kind: 'running', startedAt });
+        this.#ctx.record('Normal', 'Started', `Started container ${this.spec.name}`);
         exit = await inst.exited;
       } catch (err: unknown) {
         exit = err instanceof PodStartError
           ? { reason: err.reason, message: err.message, exitCode: 1, finishedAt: Date.now() }
           : { reason: 'Error', message: errorMessage(err), exitCode: 1, finishedAt: Date.now() };
+        if (!signal.aborted) this.#ctx.record('Warning', 'Failed', `Error: ${exit.message}`);
       }
       restore = undefined;
       this.instance = undefined;
@@ -258,6 +275,7 @@ export class ContainerRunner {
       this.#lastState = term;
       const delay = this.#nextBackoff();
       if (delay > 0) {
+        this.#ctx.record('Warning', 'BackOff', `Back-off restarting failed container ${this.spec.name} in pod ${podName}_${ns}(${this.#pod.metadata?.uid ?? ''})`);
         this.#set({
           kind: 'waiting', reason: 'CrashLoopBackOff',
           message: `back-off ${Math.round(delay / 1000)}s restarting failed container=${this.spec.name} pod=${podName}_${ns}(${this.#pod.metadata?.uid ?? ''})`,

@@ -14,6 +14,7 @@ import { KubeletAuthenticator } from './auth.ts';
 import { ChannelRouter } from './channels.ts';
 import { ControlPlane, errorMessage } from './client.ts';
 import { type DrainReport, SELF_DRAIN_TIMEOUT_MS, selfDrain } from './drain.ts';
+import { EventRecorder } from './events.ts';
 import { LoadedModules, ModuleCache } from './modules.ts';
 import { NodeAgent } from './node.ts';
 import { PodManager } from './pods.ts';
@@ -117,6 +118,7 @@ export async function startKubelet(opts: KubeletOptions): Promise<Kubelet> {
       }
     }
     const modules = new LoadedModules(new ModuleCache(cp, dataDir, log));
+    const events = new EventRecorder(cp, nodeName, log);
     let pods: PodManager | undefined;
     const channels = new ChannelRouter(cp, nodeName, () => pods, log);
     const server: Server = createKubeletServer({ pods: () => pods, auth: new KubeletAuthenticator(cp), log, deliver: (ns, t, p) => channels.deliver(ns, t, p) });
@@ -138,10 +140,16 @@ export async function startKubelet(opts: KubeletOptions): Promise<Kubelet> {
         if (node.memoryPressure() !== pressure) {
           pressure = !pressure;
           void node.refresh();
+          events.record(nodeRef(), 'Normal', pressure ? 'NodeHasInsufficientMemory' : 'NodeHasSufficientMemory',
+            `Node ${nodeName} status is now: ${pressure ? 'NodeHasInsufficientMemory' : 'NodeHasSufficientMemory'}`);
         }
       },
+      events,
     });
+    const nodeRef = () => ({ apiVersion: 'v1', kind: 'Node', name: nodeName, uid: node.uid, namespace: 'default' });
     await node.register();
+    events.record(nodeRef(), 'Normal', 'Starting', 'Starting kubelet.');
+    events.record(nodeRef(), 'Normal', 'NodeReady', `Node ${nodeName} status is now: NodeReady`);
     await pods.start();
     cleanups.push(() => pods!.stop());
     await channels.start().catch((err: unknown) => log.warn({ err: errorMessage(err) }, 'cannot watch nodes: channel messages stay on this node'));
@@ -152,10 +160,14 @@ export async function startKubelet(opts: KubeletOptions): Promise<Kubelet> {
     const podManager = pods;
     return {
       nodeName, address, kubeletPort: port, interpMops, pods: podManager, node,
-      drain: (timeoutMs = SELF_DRAIN_TIMEOUT_MS) => selfDrain(cp, node, podManager, log, timeoutMs),
+      drain: (timeoutMs = SELF_DRAIN_TIMEOUT_MS) => {
+        events.record(nodeRef(), 'Normal', 'NodeNotSchedulable', `Node ${nodeName} status is now: NodeNotSchedulable`);
+        return selfDrain(cp, node, podManager, log, timeoutMs);
+      },
       stop() {
         stopped ??= (async () => {
           await node.stop({ ready: false });
+          await events.flush();
           for (const c of cleanups.reverse()) await c().catch(() => {});
         })();
         return stopped;

@@ -5,7 +5,7 @@
  */
 import { homedir, hostname } from 'node:os';
 import { join } from 'node:path';
-import { Command, CommanderError, InvalidArgumentError } from 'commander';
+import { Command, CommanderError, InvalidArgumentError, Option } from 'commander';
 import { KubeConfig } from '@kubernetes/client-node';
 import { createLogger, parseBytes, parseDuration } from '../lib/index.ts';
 import { startKubelet } from './kubelet.ts';
@@ -53,17 +53,17 @@ export function buildCommand(): Command {
     .option('--kubeconfig <file>', 'kubeconfig of the node\'s identity (default: $KUBECONFIG)')
     .option('--name <node>', 'the Node\'s name', hostname().toLowerCase())
     .option('--address <ip>', 'address of the node and its pods (one per worker: 127.0.0.2, 127.0.0.3, ...)', '127.0.0.1')
-    .option('--kubelet-port <port>', 'port of the kubelet endpoint (0: any free port)', intOption, 10250)
-    .option('--heap <bytes>', 'heap the pods may hold (capacity memory; MemoryPressure below 24Ki free)', bytesOption, 256 * 1024 * 1024)
-    .option('--max-pods <n>', 'most pods the node runs', intOption, 110)
-    .option('--labels <k=v,...>', 'extra Node labels', parseLabels, {})
+    .addOption(new Option('--kubelet-port <port>', 'port of the kubelet endpoint (0: any free port)').argParser(intOption).default(10250))
+    .addOption(new Option('--heap <bytes>', 'heap the pods may hold (capacity memory; MemoryPressure below 24Ki free)').argParser(bytesOption).default(256 * 1024 * 1024, '256Mi'))
+    .addOption(new Option('--max-pods <n>', 'most pods the node runs').argParser(intOption).default(110))
+    .addOption(new Option('--labels <k=v,...>', 'extra Node labels').argParser(parseLabels).default({}, 'none'))
     .option('--data-dir <dir>', 'where modules and pods\' files are kept (default: ~/.kube32/nodes/<name>)')
     .option('--interp-mops <mops>', 'report this interpreter speed instead of measuring it', (v) => {
       const n = Number(v);
       if (!(n >= 0)) throw new InvalidArgumentError(`expected a number of MOPS: current value is "${v}"`);
       return n;
     })
-    .option('--drain-timeout <duration>', 'how long the self-drain waits for pods to leave', durationOption, 20_000)
+    .addOption(new Option('--drain-timeout <duration>', 'how long the self-drain waits for pods to leave').argParser(durationOption).default(20_000, '20s'))
     .version('0.1.0')
     .showHelpAfterError()
     .exitOverride();

@@ -94,6 +94,11 @@ export class NodeAgent {
     return { ...this.identity.labels, 'kubernetes.io/arch': kubernetesArch(), 'kubernetes.io/os': platform(), 'kubernetes.io/hostname': this.identity.name };
   }
 
+  /** The Node's uid once registered. */
+  get uid(): string {
+    return this.#uid;
+  }
+
   /** Free heap in bytes: the configured heap less what the pods hold (never below 0). */
   freeHeapBytes(): number {
     return Math.max(0, this.identity.heapBytes - this.#heldBytes());

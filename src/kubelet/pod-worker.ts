@@ -12,6 +12,7 @@ import type { Logger } from '../lib/index.ts';
 import { serveHttp } from '../wasm/index.ts';
 import { type ControlPlane, errorMessage, isApiError } from './client.ts';
 import { ContainerRunner } from './container.ts';
+import type { EventRecorder } from './events.ts';
 import type { LoadedModules } from './modules.ts';
 import { buildPodStatus } from './pod-status.ts';
 import { RESTORE_FROM_ANNOTATION, podTopics } from './pod-spec.ts';
@@ -26,6 +27,7 @@ export interface PodWorkerContext {
   onChannelSend(namespace: string, topic: string, payload: Uint8Array): void;
   /** Called when the memory the pod holds may have changed (start, end). */
   onResourcesChanged(): void;
+  events: EventRecorder;
 }
 
 /** The pod's `namespace/name`. */
@@ -66,6 +68,10 @@ export class PodWorker {
           ctx.onResourcesChanged();
         },
         onChannelSend: ctx.onChannelSend,
+        record: (type, reason, message) => ctx.events.record(
+          { apiVersion: 'v1', kind: 'Pod', name: pod.metadata?.name, namespace: pod.metadata?.namespace, uid: this.uid, fieldPath: `spec.containers{${c.name}}` },
+          type, reason, message,
+        ),
       }),
     );
   }

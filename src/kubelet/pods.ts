@@ -8,6 +8,7 @@ import { join } from 'node:path';
 import { ListWatch, Watch, type V1Pod, type V1PodList } from '@kubernetes/client-node';
 import type { Logger } from '../lib/index.ts';
 import { type ControlPlane, errorMessage, isApiError } from './client.ts';
+import type { EventRecorder } from './events.ts';
 import type { LoadedModules } from './modules.ts';
 import { PodWorker, podKey } from './pod-worker.ts';
 
@@ -21,6 +22,7 @@ export interface PodManagerOptions {
   log: Logger;
   onChannelSend(namespace: string, topic: string, payload: Uint8Array): void;
   onResourcesChanged(): void;
+  events: EventRecorder;
 }
 
 function terminal(pod: V1Pod): boolean {
@@ -125,7 +127,7 @@ export class PodManager {
     if (terminal(pod)) return;
     const w = new PodWorker(pod, {
       cp: this.#o.cp, modules: this.#o.modules, address: this.#o.address, dataDir: this.#o.dataDir,
-      log: this.#o.log, onChannelSend: this.#o.onChannelSend, onResourcesChanged: this.#o.onResourcesChanged,
+      log: this.#o.log, onChannelSend: this.#o.onChannelSend, onResourcesChanged: this.#o.onResourcesChanged, events: this.#o.events,
     });
     this.#workers.set(uid, w);
     this.#o.log.info({ pod: podKey(pod), uid }, 'pod bound to the node: starting it');

@@ -101,6 +101,15 @@ test('kube32-sim runs, serves, checkpoints and restores pods, and drains itself'
     await c.until('ticks', async () => (await counter('127.0.0.2', port1, '/view')).ticks >= 3);
     const r = await c.kubectl(['get', 'pod', 'c1', '-o', 'wide']);
     assert.match(r.stdout, /c1\s+1\/1\s+Running\s+0/);
+    // The kubelet's events, as kubectl describe lists them.
+    const reasons = await c.until('the kubelet events of c1', async () => {
+      const list = await c.admin.json<{ items: Array<{ reason?: string; involvedObject?: { name?: string }; source?: { component?: string } }> }>('GET', '/api/v1/namespaces/default/events');
+      const mine = list.items.filter((e) => e.involvedObject?.name === 'c1' && e.source?.component === 'kubelet').map((e) => e.reason);
+      return mine.includes('Started') ? mine : undefined;
+    });
+    for (const reason of ['Pulling', 'Pulled', 'Created', 'Started']) assert.ok(reasons.includes(reason), reason);
+    const d = await c.kubectl(['describe', 'pod', 'c1']);
+    assert.match(d.stdout, /Started\s+.*Started container c/);
   });
 
   await t.test('kubectl logs shows the pod log, with --tail, --timestamps and -f', async () => {
