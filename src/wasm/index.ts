@@ -19,6 +19,7 @@
  */
 export { loadModule } from './module.ts';
 export { PodInstance } from './instance.ts';
+export { warmWorkerPool, drainWorkerPool } from './worker-pool.ts';
 export { serveHttp, parseHttpResponse, type HttpResponseParts } from './http.ts';
 export { measureInterpMops, interpKernelPath } from './interp-mops.ts';
 export { ModuleError, PodCallError, PodStateError, PodStartError } from './errors.ts';

@@ -5,17 +5,16 @@
  * report; the worker keeps the module and its memory.
  */
 import { EventEmitter } from 'node:events';
-import { Worker } from 'node:worker_threads';
+import type { Worker } from 'node:worker_threads';
 import { DEFAULT_FREEZE_TIMEOUT_MS, MAX_HELD_EVENTS, entryPointBlocker, externrefTableBlocker, globalTypeBlocker, openFileBlocker, runningCallBlocker } from './abi.ts';
 import { valueTypeName } from './binary.ts';
 import { PodCallError, PodStartError, PodStateError, errorMessage } from './errors.ts';
 import { LogRing } from './log-ring.ts';
 import { loadModule } from './module.ts';
+import { takeWorker } from './worker-pool.ts';
 import type { CallKind, FromWorker, OpenFile, ToWorker, WorkerInit } from './protocol.ts';
 import type { ExitReason, LogEntry, LogReadOptions, PodExit, PodModule, PodSnapshot, PodStartOptions, RunningCall } from './types.ts';
 import type { ValType } from '../k32s/index.ts';
-
-const WORKER_URL = new URL(import.meta.url.endsWith('.ts') ? './worker.ts' : './worker.js', import.meta.url);
 
 /** Chunks of a restore in flight to the worker at once. */
 const RESTORE_WINDOW = 4;
@@ -143,7 +142,8 @@ export class PodInstance extends EventEmitter {
       ...(opts.fsDir ? { fsDir: opts.fsDir } : {}),
       restore: opts.restoreFrom !== undefined,
     };
-    const worker = new Worker(WORKER_URL, { workerData: init, name: `pod ${opts.namespace}/${opts.podName}/${opts.containerName}` });
+    const worker = takeWorker();
+    worker.postMessage({ op: 'init', init } satisfies ToWorker);
     const pod = new PodInstance(opts, module, worker);
     return pod.#boot();
   }

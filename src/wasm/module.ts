@@ -10,6 +10,7 @@ import { BinaryError, parseModule, rewriteModule, signatureText, type ParsedExpo
 import { ModuleError, errorMessage } from './errors.ts';
 import type { ExportInfo, ImportInfo, LoadOptions, ModuleShape, PodModule } from './types.ts';
 import { WA } from './wasm-api.ts';
+import { warmWorkerPool } from './worker-pool.ts';
 
 /** WebAssembly's own limit on a 32-bit memory, in pages (4 GiB). */
 const MAX_PAGES = 65536;
@@ -147,6 +148,8 @@ export async function loadModule(bytes: Uint8Array, opts: LoadOptions = {}): Pro
     throw new ModuleError('Malformed', `the instrumented module does not compile: ${errorMessage(err)}`, { cause: err });
   }
   const digest = createHash('sha256').update(original).digest();
+  // A pod of this module is likely to start soon: have a worker booted for it.
+  void warmWorkerPool();
   return Object.freeze({
     imageSha256: digest.toString('hex'),
     imageSha256Bytes: new Uint8Array(digest),

@@ -6,7 +6,7 @@
 import type { ModuleShape as K32sModuleShape } from '../k32s/index.ts';
 import type { WasmModule } from './wasm-api.ts';
 
-/** `workerData` of a pod worker. */
+/** The first message to a pod worker: what it runs. */
 export interface WorkerInit {
   compiled: WasmModule;
   kind: 'request' | 'app';
@@ -38,6 +38,7 @@ export type CallKind = 'handle' | 'tick' | 'event';
 
 /** Main → worker. */
 export type ToWorker =
+  | { op: 'init'; init: WorkerInit }
   | { op: 'call'; id: number; kind: 'handle'; request: Uint8Array }
   | { op: 'call'; id: number; kind: 'tick' }
   | { op: 'call'; id: number; kind: 'event'; topic: string; payload: Uint8Array }
@@ -52,6 +53,7 @@ export type ToWorker =
 
 /** Worker → main. */
 export type FromWorker =
+  | { op: 'booted' }
   | { op: 'ready'; podTimeMs: number; events: Array<{ topic: string; payload: Uint8Array }> }
   | { op: 'startFailed'; reason: 'RestoreError' | 'Trap' | 'Error'; message: string }
   | { op: 'restoreAck' }

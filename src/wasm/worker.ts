@@ -5,37 +5,42 @@
  * whole: a snapshot goes out in bounded chunks (copied once each and transferred), a restore comes
  * in the same way and is written straight into the instance's memory by the K32S reader.
  */
-import { parentPort, workerData } from 'node:worker_threads';
+import { parentPort } from 'node:worker_threads';
 import { encodeSnapshot, K32SError, NULL_FUNCREF, SnapshotDecoder, snapshotByteLength, type SnapshotGlobal, type SnapshotState, type SnapshotTable, type ValType } from '../k32s/index.ts';
 import { INSTR, PAGE } from './abi.ts';
 import { HostState, makeImports, PodClock } from './host.ts';
 import type { FromWorker, ToWorker, WorkerInit } from './protocol.ts';
 import { WA, type WasmGlobal, type WasmInstance, type WasmMemory, type WasmTable } from './wasm-api.ts';
 
-const init = workerData as WorkerInit;
 const port = parentPort!;
 const post = (m: FromWorker, transfer: ArrayBuffer[] = []): void => port.postMessage(m, transfer);
 
+// The first message is the pod's `init` (see worker-pool.ts: the worker boots before its pod exists).
+let init: WorkerInit;
 const clock = new PodClock();
 const host = new HostState();
+let imports: ReturnType<typeof makeImports>;
 let instance: WasmInstance | undefined;
 let memory: WasmMemory | undefined;
 /** Pod time and Unix time recorded at the freeze, so that the same frozen pod gives the same bytes. */
 let frozenAt: { podTimeMs: number; unixTimeMs: number } | undefined;
 let dead = false;
 
-const imports = makeImports(
-  {
-    env: init.env,
-    assets: init.assets,
-    ...(init.fsDir ? { fsDir: init.fsDir } : {}),
-    clock,
-    memory: () => memory,
-    log: (line) => post({ op: 'log', line }),
-    send: (topic, payload) => post({ op: 'send', topic, payload }, [payload.buffer as ArrayBuffer]),
-  },
-  host,
-);
+function setup(i: WorkerInit): void {
+  init = i;
+  imports = makeImports(
+    {
+      env: init.env,
+      assets: init.assets,
+      ...(init.fsDir ? { fsDir: init.fsDir } : {}),
+      clock,
+      memory: () => memory,
+      log: (line) => post({ op: 'log', line }),
+      send: (topic, payload) => post({ op: 'send', topic, payload }, [payload.buffer as ArrayBuffer]),
+    },
+    host,
+  );
+}
 
 function ex<T>(name: string): T | undefined {
   return instance!.exports[name] as T | undefined;
@@ -352,7 +357,7 @@ function snapshotNext(id: number): void {
   }
 }
 
-port.on('message', (m: ToWorker) => {
+function onMessage(m: ToWorker): void {
   if (dead) return;
   switch (m.op) {
     case 'call': call(m); break;
@@ -370,6 +375,12 @@ port.on('message', (m: ToWorker) => {
     case 'snapshotCancel': streams.delete(m.id); break;
     default: break; // restore messages are handled while restoring
   }
-});
+}
 
-void start();
+post({ op: 'booted' });
+port.once('message', (m: ToWorker) => {
+  if (m.op !== 'init') throw new Error(`a pod worker's first message must be init, got ${m.op}`);
+  setup(m.init);
+  port.on('message', onMessage);
+  void start();
+});

@@ -1,0 +1,209 @@
+/**
+ * Benchmarks of the pod runtime (issue 3, "Performance"), ratios measured in one run:
+ *  1. requests per second through k32_handle of `echo` (HTTP, serveHttp) against a plain Node.js
+ *     HTTP server answering the same bytes (target ≥ 0.5×);
+ *  2. freeze + snapshot + restore of a pod with 64 KiB, 1 MiB and 16 MiB of memory, against copying
+ *     and hashing those bytes (target within 2× for 1 MiB and more), with absolute times;
+ *  3. memory per idle pod: RSS growth for 100 idle `echo` pods, and how many a 24 GiB machine holds.
+ * Run: node --expose-gc bench/runtime/index.ts   (or npm run bench runtime)
+ */
+import { execFileSync, spawnSync } from 'node:child_process';
+import { createHash } from 'node:crypto';
+import { existsSync, mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
+import { Agent, createServer, request, type Server } from 'node:http';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { loadModule, PodInstance, serveHttp, warmWorkerPool, type PodModule } from '../../src/wasm/index.ts';
+
+const ROOT = new URL('../../', import.meta.url).pathname;
+const gc = (globalThis as { gc?: () => void }).gc ?? (() => {});
+
+function echoBytes(): Uint8Array {
+  const file = join(ROOT, 'build/examples/echo.wasm');
+  if (!existsSync(file)) {
+    const r = spawnSync('bash', [join(ROOT, 'scripts/build-examples.sh')], { cwd: ROOT, stdio: 'inherit' });
+    if (r.status !== 0) throw new Error('build-examples failed');
+  }
+  return readFileSync(file);
+}
+
+function wat(text: string): Uint8Array {
+  const dir = mkdtempSync(join(tmpdir(), 'k32-bench-'));
+  try {
+    writeFileSync(join(dir, 'm.wat'), text);
+    execFileSync('wat2wasm', [join(dir, 'm.wat'), '-o', join(dir, 'm.wasm')]);
+    return readFileSync(join(dir, 'm.wasm'));
+  } finally {
+    rmSync(dir, { recursive: true, force: true });
+  }
+}
+
+async function listen(server: Server): Promise<number> {
+  await new Promise<void>((r) => server.listen(0, '127.0.0.1', r));
+  return (server.address() as { port: number }).port;
+}
+
+/** Requests per second against `port` for `ms`, with `concurrency` keep-alive connections. */
+async function load(port: number, ms: number, concurrency: number): Promise<number> {
+  const agent = new Agent({ keepAlive: true, maxSockets: concurrency });
+  let done = 0;
+  const end = performance.now() + ms;
+  const one = (): Promise<void> =>
+    new Promise((resolve, reject) => {
+      const req = request({ host: '127.0.0.1', port, path: '/bench?x=1', method: 'GET', agent }, (res) => {
+        res.on('data', () => {});
+        res.on('end', () => {
+          if (res.statusCode !== 200) reject(new Error(`status ${res.statusCode}`));
+          else resolve();
+        });
+      });
+      req.on('error', reject);
+      req.end();
+    });
+  const worker = async (): Promise<void> => {
+    while (performance.now() < end) {
+      await one();
+      done++;
+    }
+  };
+  const t0 = performance.now();
+  await Promise.all(Array.from({ length: concurrency }, worker));
+  const s = (performance.now() - t0) / 1000;
+  agent.destroy();
+  return done / s;
+}
+
+async function benchRequests(echo: PodModule): Promise<void> {
+  const pod = await PodInstance.start({ module: echo, namespace: 'bench', podName: 'echo', containerName: 'echo' });
+  const podServer = createServer(serveHttp(() => pod));
+  const podPort = await listen(podServer);
+  // The plain server answers exactly the bytes echo answers for the same request.
+  const sample = await fetch(`http://127.0.0.1:${podPort}/bench?x=1`);
+  const sampleBody = Buffer.from(await sample.arrayBuffer());
+  const plain = createServer((req, res) => {
+    req.on('data', () => {});
+    req.on('end', () => {
+      res.writeHead(200, { 'content-type': 'application/json', 'content-length': sampleBody.length });
+      res.end(sampleBody);
+    });
+  });
+  const plainPort = await listen(plain);
+  await load(podPort, 500, 16);
+  await load(plainPort, 500, 16);
+  const rounds = 3;
+  let podRps = 0;
+  let plainRps = 0;
+  for (let i = 0; i < rounds; i++) {
+    podRps += await load(podPort, 1500, 16);
+    plainRps += await load(plainPort, 1500, 16);
+  }
+  podRps /= rounds;
+  plainRps /= rounds;
+  // Calls straight into k32_handle, without HTTP, one at a time.
+  const raw = new TextEncoder().encode('GET /bench?x=1 HTTP/1.1\r\nhost: bench\r\n\r\n');
+  const n = 20_000;
+  let t = performance.now();
+  for (let i = 0; i < n; i++) await pod.handle(raw);
+  const direct = n / ((performance.now() - t) / 1000);
+  t = performance.now();
+  for (let i = 0; i < n; i += 500) await Promise.all(Array.from({ length: 500 }, () => pod.handle(raw)));
+  const pipelined = n / ((performance.now() - t) / 1000);
+  console.log('1. requests through k32_handle of echo (HTTP/1.1 keep-alive, 16 connections, same process)');
+  console.log(`   pod via serveHttp:        ${podRps.toFixed(0)} req/s`);
+  console.log(`   plain Node HTTP server:   ${plainRps.toFixed(0)} req/s`);
+  console.log(`   ratio pod/plain:          ${(podRps / plainRps).toFixed(2)}x   (target >= 0.5x)`);
+  console.log(`   pod.handle() without HTTP: ${direct.toFixed(0)} calls/s one at a time, ${pipelined.toFixed(0)} calls/s queued`);
+  podServer.close();
+  plain.close();
+  await pod.terminate();
+}
+
+/** A pod whose k32_init fills `pages` pages of memory with pseudo-random bytes. */
+function filler(pages: number): Uint8Array {
+  return wat(`(module (memory (export "memory") ${pages})
+    (func (export "k32_init") (local $i i32) (local $x i32)
+      (local.set $x (i32.const 1))
+      (loop $l
+        (local.set $x (i32.add (i32.mul (local.get $x) (i32.const 1103515245)) (i32.const 12345)))
+        (i32.store (local.get $i) (local.get $x))
+        (br_if $l (i32.lt_u (local.tee $i (i32.add (local.get $i) (i32.const 4))) (i32.const ${pages * 65536})))))
+    (func (export "k32_tick")))`);
+}
+
+function median(xs: number[]): number {
+  const s = [...xs].sort((a, b) => a - b);
+  return s[Math.floor(s.length / 2)]!;
+}
+
+async function benchSnapshots(): Promise<void> {
+  console.log('\n2. freeze + snapshot + restore, against copy + SHA-256 of the same bytes (medians of 5)');
+  console.log('   memory   copy+hash   freeze+snapshot   restore(start incl.)   fresh start   total    total/copy+hash   (total-fresh start)/copy+hash');
+  for (const [label, pages] of [['64 KiB', 1], ['1 MiB', 16], ['16 MiB', 256]] as const) {
+    const mod = await loadModule(filler(pages), { memoryLimitBytes: pages * 65536 });
+    const base: number[] = [];
+    const snaps: number[] = [];
+    const restores: number[] = [];
+    const starts: number[] = [];
+    for (let r = 0; r < 5; r++) {
+      await warmWorkerPool();
+      const pod = await PodInstance.start({ module: mod, namespace: 'bench', podName: 'fill', containerName: 'fill' });
+      // Baseline: copy the bytes once and hash them (what moving them anywhere at least costs).
+      const data = new Uint8Array(pages * 65536);
+      for (let i = 0; i < data.length; i += 4096) data[i] = i & 0xff;
+      gc();
+      let t = performance.now();
+      const copy = new Uint8Array(data);
+      createHash('sha256').update(copy).digest();
+      base.push(performance.now() - t);
+      gc();
+      t = performance.now();
+      await pod.freeze();
+      const snap = await pod.snapshot();
+      const chunks: Uint8Array[] = [];
+      for await (const c of snap.chunks) chunks.push(c);
+      snaps.push(performance.now() - t);
+      await warmWorkerPool(); // the target node has a worker booted, as a node that runs a while has
+      t = performance.now();
+      const restored = await PodInstance.start({ module: mod, namespace: 'bench', podName: 'fill2', containerName: 'fill', restoreFrom: chunks.values() as unknown as AsyncIterable<Uint8Array> });
+      restores.push(performance.now() - t);
+      await warmWorkerPool();
+      t = performance.now();
+      const fresh = await PodInstance.start({ module: mod, namespace: 'bench', podName: 'fresh', containerName: 'fill' });
+      starts.push(performance.now() - t);
+      await Promise.all([pod.terminate(), restored.terminate(), fresh.terminate()]);
+    }
+    const b = median(base);
+    const s = median(snaps);
+    const rs = median(restores);
+    const st = median(starts);
+    const total = s + rs;
+    console.log(`   ${label.padEnd(8)} ${b.toFixed(2).padStart(7)} ms ${s.toFixed(2).padStart(12)} ms ${rs.toFixed(2).padStart(15)} ms ${st.toFixed(2).padStart(13)} ms ${total.toFixed(1).padStart(8)} ms ${(total / b).toFixed(1).padStart(10)}x ${((total - st) / b).toFixed(1).padStart(18)}x`);
+  }
+  console.log('   (restore includes handing the snapshot to a booted spare worker and instantiating the module; "fresh start" is that alone)');
+}
+
+async function benchIdleMemory(echo: PodModule): Promise<void> {
+  const n = 100;
+  gc();
+  await new Promise((r) => setTimeout(r, 200));
+  const before = process.memoryUsage().rss;
+  const pods: PodInstance[] = [];
+  const t = performance.now();
+  for (let i = 0; i < n; i++) pods.push(await PodInstance.start({ module: echo, namespace: 'bench', podName: `echo-${i}`, containerName: 'echo' }));
+  const startMs = (performance.now() - t) / n;
+  const raw = new TextEncoder().encode('GET / HTTP/1.1\r\nhost: bench\r\n\r\n');
+  await Promise.all(pods.map((p) => p.handle(raw)));
+  gc();
+  await new Promise((r) => setTimeout(r, 500));
+  const after = process.memoryUsage().rss;
+  const per = (after - before) / n;
+  console.log(`\n3. idle pods: ${n} echo pods, each in its own worker thread`);
+  console.log(`   RSS growth per idle pod: ${(per / 2 ** 20).toFixed(2)} MiB (start: ${startMs.toFixed(1)} ms per pod)`);
+  console.log(`   a 24 GiB machine holds about ${Math.floor((24 * 2 ** 30) / per)} idle echo pods`);
+  await Promise.all(pods.map((p) => p.terminate()));
+}
+
+const echo = await loadModule(echoBytes(), { memoryLimitBytes: 16 << 20 });
+await benchRequests(echo);
+await benchSnapshots();
+await benchIdleMemory(echo);
