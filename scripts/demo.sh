@@ -40,7 +40,8 @@ trap stop_cluster EXIT
 
 step "Start a local cluster: a control plane and two workers (kube32-cli up, in the background)"
 printf '$ kube32-cli up --data-dir %s --port 0 &\n' "$DIR"
-kube32-cli up --data-dir "$DIR" --port 0 --workers 2 >"$DIR/up.out" 2>&1 &
+# (node itself in the background, not the kube32-cli function, so that $! is up's own pid)
+node "$ROOT/bin/kube32-cli.js" up --data-dir "$DIR" --port 0 --workers 2 >"$DIR/up.out" 2>&1 &
 UP_PID=$!
 # Wait for up's own "Cluster ready" line (it waits for /readyz and for both Nodes to be Ready).
 for _ in $(seq 1 240); do
@@ -79,7 +80,7 @@ done
 
 step "The Checkpoint that carried the move, and the events"
 show kubectl get ckpt -o wide
-show kubectl get events --field-selector involvedObject.name="$POD"
+show kubectl get events --field-selector involvedObject.name="$POD" --sort-by=.lastTimestamp
 
 step "Let $NODE take pods again"
 show kubectl uncordon "$NODE"
