@@ -45,11 +45,15 @@ export async function linkExists(name: string): Promise<boolean> {
   }
 }
 
+/** Where the NAT64 version pinned its BPF maps. */
+export const LEGACY_NAT64_BPF_DIR = '/sys/fs/bpf/feos/nat64';
+
 /**
  * Removes what earlier versions of the network left: the bridge `feos-pods`, the table
- * `bridge feos`, the device `feos-nat64` and the NAT64 pool's counter `<podsDir>/next-address`.
+ * `bridge feos`, the device `feos-nat64` (its routes and its program go with it), the maps it
+ * pinned in `bpfDir` and the NAT64 pool's counter `<podsDir>/next-address`.
  */
-export async function removeLegacyNetwork(podsDir: string, log: Logger): Promise<void> {
+export async function removeLegacyNetwork(podsDir: string, log: Logger, bpfDir = LEGACY_NAT64_BPF_DIR): Promise<void> {
   for (const dev of ['feos-pods', 'feos-nat64']) {
     if (await linkExists(dev)) {
       await ip('link', 'del', 'dev', dev);
@@ -63,6 +67,7 @@ export async function removeLegacyNetwork(podsDir: string, log: Logger): Promise
     // None, or a kernel without the bridge family.
   }
   await rm(join(podsDir, 'next-address'), { force: true });
+  await rm(bpfDir, { recursive: true, force: true });
 }
 
 /**

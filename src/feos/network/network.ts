@@ -41,6 +41,8 @@ export interface NetworkOptions extends NetworkFlags {
   listenFds?: boolean;
   /** @default RULES_INTERVAL_MS */
   rulesIntervalMs?: number;
+  /** Where the NAT64 version pinned its BPF maps, removed at start. @default '/sys/fs/bpf/feos/nat64' */
+  legacyBpfDir?: string;
 }
 
 /** A pod's network as its spec gives it (feos.pod.v1.PodNetwork and PodSpec.metadata). */
@@ -176,7 +178,7 @@ export class PodNetwork {
     }
     try {
       const podsDir = join(this.#o.stateDir, 'pods');
-      await removeLegacyNetwork(podsDir, this.#log);
+      await removeLegacyNetwork(podsDir, this.#log, this.#o.legacyBpfDir);
       await setUpNode(this.settings);
       this.#alloc = await AddressAllocator.open({
         podsDir,

@@ -17,7 +17,7 @@ interface Config {
 
 const config = JSON.parse(process.argv[2]) as Config;
 const log = createLogger('feos-network-fixture');
-const network = createNetwork({ stateDir: config.stateDir, log, ...config.flags });
+const network = createNetwork({ stateDir: config.stateDir, log, legacyBpfDir: `${config.stateDir}/bpf-nat64`, ...config.flags });
 const kept = await network.start(config.kept);
 
 const server = new grpc.Server();
