@@ -11,7 +11,10 @@ import { join } from 'node:path';
 import { createHash } from 'node:crypto';
 import type { TestContext } from 'node:test';
 import type { KubeConfig, V1Pod } from '@kubernetes/client-node';
+import { createInterface } from 'node:readline';
+import { KubeConfig as KubeConfigClass } from '@kubernetes/client-node';
 import { startApiServer } from '../helpers/apiserver.ts';
+import { issueNodeKubeconfig } from '../../src/apiserver/index.ts';
 import { ControlPlane } from '../../src/kubelet/client.ts';
 
 const ROOT = new URL('../../', import.meta.url).pathname;
@@ -62,9 +65,49 @@ export function freePort(address: string): Promise<number> {
   });
 }
 
-/** Starts the API server, pushes the fixture, and offers workers. */
-export async function startCluster(t: TestContext): Promise<Cluster> {
-  const api = await startApiServer(t);
+/**
+ * `kube32-cli control-plane` (the API server and the controllers in one process) on a free port,
+ * shaped as the API server helper's answer (without kubectl).
+ */
+async function startControlPlane(t: TestContext): Promise<Pick<Awaited<ReturnType<typeof startApiServer>>, 'kubeConfig' | 'kubeconfigPath' | 'kubectl' | 'nodeKubeconfig'>> {
+  const dataDir = mkdtempSync(join(tmpdir(), 'k32-kubelet-cp-'));
+  const proc = spawn(process.execPath, [join(ROOT, 'bin/kube32-cli.js'), 'control-plane', '--data-dir', dataDir, '--port', '0'], {
+    stdio: ['ignore', 'pipe', 'pipe'],
+    env: { ...process.env, LOG_LEVEL: process.env.LOG_LEVEL ?? 'warn' },
+  });
+  let stderr = '';
+  proc.stderr!.on('data', (d: Buffer) => {
+    stderr += d.toString();
+  });
+  const exited = new Promise((resolve) => proc.once('exit', resolve));
+  t.after(async () => {
+    if (proc.exitCode === null && proc.signalCode === null) proc.kill('SIGKILL');
+    await exited;
+    rmSync(dataDir, { recursive: true, force: true });
+  });
+  const first = await Promise.race([
+    new Promise<string>((resolve) => createInterface(proc.stdout!).once('line', resolve)),
+    exited.then(() => {
+      throw new Error(`the control plane exited before it listened:\n${stderr}`);
+    }),
+  ]);
+  const info = JSON.parse(first) as { kubeconfig: string };
+  const kubeConfig = new KubeConfigClass();
+  kubeConfig.loadFromFile(info.kubeconfig);
+  return {
+    kubeConfig,
+    kubeconfigPath: info.kubeconfig,
+    kubectl: () => Promise.reject(new Error('no kubectl in control-plane mode')),
+    nodeKubeconfig: (name: string) => issueNodeKubeconfig(dataDir, name),
+  };
+}
+
+/**
+ * Starts the API server (or, with `controllers`, the whole control plane), pushes the fixture, and
+ * offers workers.
+ */
+export async function startCluster(t: TestContext, opts: { controllers?: boolean } = {}): Promise<Cluster> {
+  const api = opts.controllers ? await startControlPlane(t) : await startApiServer(t);
   const tmp = mkdtempSync(join(tmpdir(), 'k32-kubelet-'));
   const workers: Worker[] = [];
   t.after(async () => {
