@@ -112,7 +112,7 @@ export async function startFeosd(o: FeosdOptions, signal?: AbortSignal): Promise
     PodServiceDesc,
     {
       createPod: async (req) => ({ pod: await pods.act(req.id, { kind: 'create', spec: req.spec! }) }),
-      getPod: async (req) => ({ pod: pods.get(req.id) }),
+      getPod: async (req) => ({ pod: await pods.getWithGuest(req.id) }),
       listPods: async () => ({ pods: pods.list() }),
       startPod: async (req) => ({ pod: await pods.act(req.id, { kind: 'start' }) }),
       stopPod: async (req) => ({ pod: await pods.act(req.id, { kind: 'stop' }) }),

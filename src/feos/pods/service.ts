@@ -16,7 +16,7 @@ import { promisify } from 'node:util';
 import { join } from 'node:path';
 import { create, equals } from '@bufbuild/protobuf';
 import { timestampNow } from '@bufbuild/protobuf/wkt';
-import { type PodEvent, PodEventSchema, type PodInfo, PodInfoSchema, PodSpecSchema, type PodSpec, PodState } from '../gen/feos/pod/v1/pod_pb.js';
+import { GuestStatusSchema, type PodEvent, PodEventSchema, type PodInfo, PodInfoSchema, PodSpecSchema, type PodSpec, PodState } from '../gen/feos/pod/v1/pod_pb.js';
 import { MicroVmState } from '../gen/feos/microvm/v1/microvm_pb.js';
 import type { Logger } from '../../lib/index.ts';
 import { FeosError, errorMessage, vmBusy } from '../api/index.ts';
@@ -38,6 +38,8 @@ export const GUEST_ATTACH_MS = 60_000;
 export const RESUME_PING_MS = 30_000;
 /** A push (time, network) and the request to empty the memory (seed: 10 s). */
 export const PUSH_MS = 10_000;
+/** A call to the guest for the API, its connect included (seed: 5 s). */
+export const GUEST_CALL_MS = 5_000;
 /** How long a stop waits for the guest to power off before QEMU is ended (ms). */
 export const SHUTDOWN_WAIT_MS = 30_000;
 
@@ -137,6 +139,29 @@ export class PodService extends EventEmitter<{ event: [PodEvent] }> {
   get(id: string): PodInfo {
     const pod = this.#o.records.get(parsePodId(id));
     if (!pod) throw new FeosError('NOT_FOUND', `pod ${id} not found`);
+    return pod;
+  }
+
+  /**
+   * The pod as it is now, with its guest's answer when it runs and no change holds its lock (within
+   * 5 s; a guest that does not answer leaves `guest.answered` false with the reason, and the call
+   * succeeds all the same).
+   * @throws FeosError INVALID_ARGUMENT, NOT_FOUND
+   */
+  async getWithGuest(id: string): Promise<PodInfo> {
+    const pod = this.get(id);
+    if (pod.state !== PodState.RUNNING) return pod;
+    const entry = this.#entries.get(pod.id);
+    if (entry?.lock.busy) {
+      pod.guest = create(GuestStatusSchema, { reason: 'a change of the pod runs' });
+      return pod;
+    }
+    try {
+      const ping = await this.#o.vms.guest(pod.id).call('Ping', {}, GUEST_CALL_MS);
+      pod.guest = create(GuestStatusSchema, { answered: true, uptimeMs: ping.uptimeMs, bootId: ping.bootId, agentVersion: ping.agentVersion });
+    } catch (err: unknown) {
+      pod.guest = create(GuestStatusSchema, { reason: `the guest of pod ${pod.id} did not answer within 5s: ${errorMessage(err)}` });
+    }
     return pod;
   }
 
