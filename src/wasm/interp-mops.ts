@@ -10,14 +10,19 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { Worker } from 'node:worker_threads';
 
-/** Path of the built kernel (`npm run build`). */
+/** The repository's root, from `src/wasm/` or, once built, `dist/src/wasm/`. */
+function repoRoot(): string {
+  return new URL(import.meta.url.includes('/dist/src/wasm/') ? '../../../' : '../../', import.meta.url).pathname;
+}
+
+/** Path of the built kernel (`npm run build`): `build/interp-mops.wasm`. */
 export function interpKernelPath(): string {
-  return new URL('../../build/interp-mops.wasm', import.meta.url).pathname;
+  return join(repoRoot(), 'build/interp-mops.wasm');
 }
 
 /** Path of the kernel's source. */
 function kernelSourcePath(): string {
-  return new URL('./kernel/interp-mops.wat', import.meta.url).pathname.replace('/dist/src/', '/src/');
+  return join(repoRoot(), 'src/wasm/kernel/interp-mops.wat');
 }
 
 /** The kernel's bytes: the build's, or built now from the source with wat2wasm when there is no build. */
