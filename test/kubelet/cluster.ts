@@ -53,6 +53,15 @@ export function buildWat(name: string, dir: string): Uint8Array {
   return new Uint8Array(readFileSync(out));
 }
 
+/** Whether `port` can be listened on at `address` now. */
+export function isFree(address: string, port: number): Promise<boolean> {
+  return new Promise((resolve) => {
+    const s = createServer();
+    s.once('error', () => resolve(false));
+    s.listen(port, address, () => s.close(() => resolve(true)));
+  });
+}
+
 /** A free TCP port on `address` (asked of the OS). */
 export function freePort(address: string): Promise<number> {
   return new Promise((resolve, reject) => {
