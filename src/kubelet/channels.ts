@@ -19,11 +19,13 @@ export class ChannelRouter {
   readonly #nodeName: string;
   readonly #pods: () => PodManager | undefined;
   readonly #log: Logger;
-  readonly #queues = new Map<string, { tail: Promise<void>; pending: number }>();
+  readonly #queues = new Map<string, { tail: Promise<void>; pending: number; failing: boolean }>();
   #nodes: ListWatch<V1Node> | undefined;
   #stopped = false;
   /** Messages dropped because a node's queue was full. */
   dropped = 0;
+  /** Messages a node did not take (refused or unreachable). */
+  lost = 0;
 
   constructor(cp: ControlPlane, nodeName: string, pods: () => PodManager | undefined, log: Logger) {
     this.#cp = cp;
@@ -75,7 +77,7 @@ export class ChannelRouter {
       if (!name || name === this.#nodeName) continue;
       let q = this.#queues.get(name);
       if (!q) {
-        q = { tail: Promise.resolve(), pending: 0 };
+        q = { tail: Promise.resolve(), pending: 0, failing: false };
         this.#queues.set(name, q);
       }
       if (q.pending >= MAX_PENDING_PER_NODE) {
@@ -86,13 +88,22 @@ export class ChannelRouter {
       const queue = q;
       const path = `/api/v1/nodes/${encodeURIComponent(name)}/proxy/publish/${encodeURIComponent(namespace)}/${encodeURIComponent(topic)}`;
       q.tail = q.tail.then(async () => {
+        // A node that keeps failing is logged once, when it starts to fail, and once when it recovers.
+        let failure: string | undefined;
         try {
           const res = await this.#cp.request('POST', path, { body: payload, contentType: 'application/octet-stream' });
-          await res.text();
-          if (res.status >= 300) this.#log.warn({ node: name, topic, status: res.status }, 'channel message refused by a node');
+          const text = await res.text();
+          if (res.status >= 300) failure = `${res.status}: ${text.slice(0, 300)}`;
         } catch (err: unknown) {
-          this.#log.warn({ node: name, topic, err: errorMessage(err) }, 'channel message not sent to a node');
+          failure = errorMessage(err);
         } finally {
+          if (failure !== undefined) {
+            this.lost++;
+            if (!queue.failing) this.#log.warn({ node: name, topic, err: failure }, 'channel messages to this node fail (logged once until it recovers)');
+          } else if (queue.failing) {
+            this.#log.info({ node: name }, 'channel messages to this node go through again');
+          }
+          queue.failing = failure !== undefined;
           queue.pending--;
         }
       });

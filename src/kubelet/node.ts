@@ -154,7 +154,15 @@ export class NodeAgent {
 
   /** Posts the status now (serialised with any post in flight); errors are logged, not thrown. */
   refresh(): Promise<void> {
-    this.#posting = this.#posting.then(() => this.postStatus()).catch((err: unknown) => this.#log.warn({ err: errorMessage(err) }, 'node status update failed'));
+    this.#posting = this.#posting
+      .then(() => this.postStatus())
+      .catch(async (err: unknown) => {
+        if (!isApiError(err, 404)) throw err;
+        // Someone deleted the Node (kubectl delete node): register it again, as the kubelet does.
+        this.#log.warn('the Node is gone: registering it again');
+        await this.register();
+      })
+      .catch((err: unknown) => this.#log.warn({ err: errorMessage(err) }, 'node status update failed'));
     return this.#posting;
   }
 

@@ -108,6 +108,10 @@ export class PodWorker {
         await new Promise<void>((resolve) => {
           server.once('error', (err) => {
             this.#log.error({ port: port.containerPort, err: errorMessage(err) }, 'cannot serve the pod on its containerPort');
+            this.#ctx.events.record(
+              { apiVersion: 'v1', kind: 'Pod', name: this.#pod.metadata?.name, namespace: this.#pod.metadata?.namespace, uid: this.uid, fieldPath: `spec.containers{${runner.spec.name}}` },
+              'Warning', 'FailedToServe', `cannot serve containerPort ${port.containerPort} on ${this.#ctx.address}: ${errorMessage(err)}`,
+            );
             resolve();
           });
           server.listen(port.containerPort, this.#ctx.address, () => resolve());
