@@ -20,6 +20,8 @@ import type { ValType } from '../k32s/index.ts';
 const RESTORE_WINDOW = 4;
 /** Bytes of linear memory in one snapshot chunk. */
 const SNAPSHOT_CHUNK_BYTES = 1 << 20;
+/** Snapshot chunks the worker sends ahead of the consumer (so at most 4 MiB in flight). */
+const SNAPSHOT_WINDOW = 4;
 /** Events queued (not frozen) beyond which new ones are dropped. */
 const MAX_QUEUED_EVENTS = 1024;
 /** Requests waiting for their turn beyond which new ones are refused (503). */
@@ -564,18 +566,32 @@ export class PodInstance extends EventEmitter {
   }
 
   async *#chunks(id: number): AsyncGenerator<Uint8Array, void, undefined> {
-    const next = (): Promise<Extract<FromWorker, { op: 'snapshotChunk' }>> => this.#request({ op: 'snapshotNext', id });
+    // The worker sends up to SNAPSHOT_WINDOW chunks ahead; each one consumed grants one more.
+    const inbox: Array<Extract<FromWorker, { op: 'snapshotChunk' }>> = [];
+    let wake: (() => void) | undefined;
+    this.#pending.set(id, (m) => {
+      inbox.push(m as Extract<FromWorker, { op: 'snapshotChunk' }>);
+      wake?.();
+    });
+    const grant = (credit: number): void => {
+      if (!this.#exit) this.#worker.postMessage({ op: 'snapshotNext', id, credit } satisfies ToWorker);
+    };
     let last: Uint8Array | undefined;
     try {
+      if (this.#exit) throw new PodStateError('NotRunning', `the pod has ended (${this.#exit.reason})`);
+      grant(SNAPSHOT_WINDOW);
       for (;;) {
-        const m = await next();
+        while (inbox.length === 0) await new Promise<void>((r) => { wake = r; });
+        const m = inbox.shift()!;
         if (m.error) throw new PodStateError(this.#exit ? 'NotRunning' : 'NotFrozen', `snapshot stream: ${m.error}`);
         if (m.end) break;
         last = m.chunk!;
         yield m.chunk!;
+        grant(1);
       }
       if (last && last.length >= 32 && this.#frozen) this.#cachedDigest = Buffer.from(last.subarray(last.length - 32)).toString('hex');
     } finally {
+      this.#pending.delete(id);
       if (this.#activeSnapshots.delete(id) && !this.#exit) this.#worker.postMessage({ op: 'snapshotCancel', id } satisfies ToWorker);
     }
   }

@@ -48,7 +48,7 @@ export type ToWorker =
   | { op: 'freeze'; id: number }
   | { op: 'thaw'; id: number }
   | { op: 'snapshot'; id: number; events: Array<{ topic: string; payload: Uint8Array }>; digest: boolean; chunkBytes: number }
-  | { op: 'snapshotNext'; id: number }
+  | { op: 'snapshotNext'; id: number; credit: number }
   | { op: 'snapshotCancel'; id: number };
 
 /** Worker → main. */

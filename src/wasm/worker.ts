@@ -295,8 +295,8 @@ function call(m: Extract<ToWorker, { op: 'call' }>): void {
   }
 }
 
-/** Active snapshot streams by id: the generator of chunks. */
-const streams = new Map<number, Generator<Uint8Array, void, undefined>>();
+/** Active snapshot streams by id: the generator of chunks, and how many more the main thread takes now. */
+const streams = new Map<number, { gen: Generator<Uint8Array, void, undefined>; credit: number }>();
 
 function snapshotState(events: Array<{ topic: string; payload: Uint8Array }>): SnapshotState {
   const { bytes, pages } = stateBytes();
@@ -328,29 +328,34 @@ function snapshot(m: Extract<ToWorker, { op: 'snapshot' }>): void {
       for (const c of encodeSnapshot(state, { chunkBytes: 1 << 24 })) last = c;
       snapshotSha256 = hex(last!.subarray(last!.length - 32));
     }
-    streams.set(m.id, encodeSnapshot(state, { chunkBytes: m.chunkBytes }));
+    streams.set(m.id, { gen: encodeSnapshot(state, { chunkBytes: m.chunkBytes }), credit: 0 });
     post({ op: 'snapshotInfo', id: m.id, byteLength, podTimeMs: Number(state.podTimeMs), ...(snapshotSha256 ? { snapshotSha256 } : {}) });
   } catch (err: unknown) {
     post({ op: 'snapshotInfo', id: m.id, byteLength: 0, podTimeMs: 0, error: trapMessage(err) });
   }
 }
 
-function snapshotNext(id: number): void {
-  const gen = streams.get(id);
-  if (!gen) {
+/** Sends chunks of a stream while the main thread has room for them (it grants credit as it consumes). */
+function snapshotNext(id: number, credit: number): void {
+  const s = streams.get(id);
+  if (!s) {
     post({ op: 'snapshotChunk', id, error: 'no such snapshot stream' });
     return;
   }
+  s.credit += credit;
   try {
-    const r = gen.next();
-    if (r.done) {
-      streams.delete(id);
-      post({ op: 'snapshotChunk', id, end: true });
-      return;
+    while (s.credit > 0) {
+      const r = s.gen.next();
+      if (r.done) {
+        streams.delete(id);
+        post({ op: 'snapshotChunk', id, end: true });
+        return;
+      }
+      // One bounded copy out of the live memory, then transferred (not copied again).
+      const chunk = r.value.slice();
+      post({ op: 'snapshotChunk', id, chunk }, [chunk.buffer]);
+      s.credit--;
     }
-    // One bounded copy out of the live memory, then transferred (not copied again).
-    const chunk = r.value.slice();
-    post({ op: 'snapshotChunk', id, chunk }, [chunk.buffer]);
   } catch (err: unknown) {
     streams.delete(id);
     post({ op: 'snapshotChunk', id, error: trapMessage(err) });
@@ -371,7 +376,7 @@ function onMessage(m: ToWorker): void {
       post({ op: 'done', id: m.id });
       break;
     case 'snapshot': snapshot(m); break;
-    case 'snapshotNext': snapshotNext(m.id); break;
+    case 'snapshotNext': snapshotNext(m.id, m.credit); break;
     case 'snapshotCancel': streams.delete(m.id); break;
     default: break; // restore messages are handled while restoring
   }
