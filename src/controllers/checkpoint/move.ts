@@ -15,7 +15,7 @@ import type { ReconcileResult } from '../runtime/controller.ts';
 import { type ControllerContext, recordPodEvent } from '../runtime/context.ts';
 import { errorMessage, isConflict, isNotFound } from '../runtime/errors.ts';
 import { isPodRunning, nodeReadyStatus, restoreFailure } from '../runtime/pods.ts';
-import { ANNOTATIONS, type Checkpoint } from '../runtime/types.ts';
+import { ANNOTATIONS, type Checkpoint, type CheckpointStatus } from '../runtime/types.ts';
 import { ckKey, failCheckpoint, writeStatus } from './status.ts';
 
 /**
@@ -68,7 +68,14 @@ export async function replacePod(ctx: ControllerContext, pod: V1Pod, nodeName: s
  * Step 3 of a move, once the data is stored.
  * @returns a requeue at the move's deadline
  */
-export async function replaceForMove(ctx: ControllerContext, ck: Checkpoint, pod: V1Pod, target: string, frozenAt: number): Promise<ReconcileResult | undefined> {
+export async function replaceForMove(
+  ctx: ControllerContext,
+  ck: Checkpoint,
+  pod: V1Pod,
+  target: string,
+  frozenAt: number,
+  facts: CheckpointStatus = {},
+): Promise<ReconcileResult | undefined> {
   const key = ckKey(ck);
   let replaced: V1Pod | undefined;
   try {
@@ -85,9 +92,12 @@ export async function replaceForMove(ctx: ControllerContext, ck: Checkpoint, pod
   }
   ctx.state.frozenAt.set(key, frozenAt);
   ctx.state.replacedAt.set(key, ctx.clock.now());
-  await writeStatus(ctx, ck, { phase: 'Moving', targetNode: target, newPodName: replaced.metadata?.name });
-  ctx.log.info({ checkpoint: key, pod: pod.metadata?.name, from: ck.status?.nodeName, to: target }, 'replacement bound to the target');
-  await recordPodEvent(ctx, replaced, 'Normal', 'Moving', `${ck.metadata?.name}: the replacement is bound to ${target}`);
+  await writeStatus(ctx, ck, { ...facts, phase: 'Moving', targetNode: target, newPodName: replaced.metadata?.name });
+  ctx.log.info(
+    { checkpoint: key, pod: pod.metadata?.name, from: ck.status?.nodeName, to: target, sinceFreezeMs: ctx.clock.now() - frozenAt },
+    'replacement bound to the target',
+  );
+  void recordPodEvent(ctx, replaced, 'Normal', 'Moving', `${ck.metadata?.name}: the replacement is bound to ${target}`);
   return { requeueAfterMs: ctx.timings.moveTimeoutMs };
 }
 
@@ -145,15 +155,17 @@ async function complete(ctx: ControllerContext, ck: Checkpoint, pod: V1Pod, anno
   const key = ckKey(ck);
   const frozen = ctx.state.frozenAt.get(key) ?? Date.parse(ck.status?.takenAt ?? '');
   const ms = Number.isFinite(frozen) ? Math.max(0, ctx.clock.now() - frozen) : undefined;
+  // The annotation goes first, so that `Completed` means the pod no longer names the Checkpoint (a later
+  // restart of its container starts afresh). A crash in between completes again, without the annotation.
+  if (annotated) await removeRestoreAnnotation(ctx, pod);
   await writeStatus(ctx, ck, { phase: 'Completed', message: ms !== undefined ? `moved in ${ms} ms from the freeze` : 'moved' });
-  await recordPodEvent(
+  void recordPodEvent(
     ctx,
     pod,
     'Normal',
     'Moved',
     `${ck.metadata?.name}: moved from ${ck.status?.nodeName} to ${ck.status?.targetNode}${ms !== undefined ? ` in ${ms} ms from the freeze to Running` : ''}`,
   );
-  if (annotated) await removeRestoreAnnotation(ctx, pod);
   ctx.state.frozenAt.delete(key);
   ctx.state.replacedAt.delete(key);
   ctx.log.info({ checkpoint: key, ms }, 'move completed');

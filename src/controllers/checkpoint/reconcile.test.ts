@@ -25,21 +25,23 @@ test('a Move snapshots the frozen pod, stores it, and replaces the pod in one wr
   assert.deepEqual(res, { requeueAfterMs: 60_000 });
   assert.deepEqual(
     fake.writes.map((c) => c.op),
-    ['patchCheckpointStatus', 'takeSnapshot', 'putCheckpointData', 'patchCheckpointStatus', 'replacePod', 'patchCheckpointStatus'],
+    ['patchCheckpointStatus', 'takeSnapshot', 'putCheckpointData', 'replacePod', 'patchCheckpointStatus'],
   );
   assert.deepEqual(fake.writes[0]!.args[2], { status: { phase: 'Saving', nodeName: 'a', targetNode: 'b' } });
   assert.deepEqual(fake.writes[1]!.args, ['a', 'default', 'counter', 'app', 'frozen', 10_000]);
   assert.deepEqual(fake.writes[2]!.args, ['default', 'm1', '<stream>', 18]);
-  const facts = (fake.writes[3]!.args[2] as { status: Record<string, unknown> }).status;
-  assert.equal(facts.podTimeMs, 1234);
-  assert.equal(facts.takenAt, new Date(ctx.clock.now()).toISOString());
-  const replacement = fake.writes[4]!.args[2] as V1Pod;
+  const replacement = fake.writes[3]!.args[2] as V1Pod;
   assert.equal(replacement.metadata?.uid, 'old-uid', 'the current uid is the precondition');
   assert.equal(replacement.spec?.nodeName, 'b');
   assert.equal(replacement.metadata?.annotations?.['kube32.io/restore-from'], 'm1');
   assert.deepEqual(replacement.metadata?.labels, { app: 'counter' });
   assert.equal(replacement.metadata?.ownerReferences?.[0]?.name, 'counter-5d9');
-  assert.deepEqual(fake.writes[5]!.args[2], { status: { phase: 'Moving', targetNode: 'b', newPodName: 'counter' } });
+  const moving = (fake.writes[4]!.args[2] as { status: Record<string, unknown> }).status;
+  assert.equal(moving.phase, 'Moving');
+  assert.equal(moving.targetNode, 'b');
+  assert.equal(moving.newPodName, 'counter');
+  assert.equal(moving.podTimeMs, 1234, 'the snapshot facts go with the Moving write');
+  assert.equal(moving.takenAt, new Date(ctx.clock.now()).toISOString());
   assert.deepEqual(fake.eventReasons, ['Moving']);
 });
 
@@ -130,9 +132,9 @@ test('Moving → Completed once the replacement runs: Moved with the time from t
   const t = twoNodes();
   moving(t, { running: true });
   await reconcileCheckpoint('default/m5', t.ctx);
-  assert.deepEqual(t.fake.writes.map((c) => c.op), ['patchCheckpointStatus', 'patchPod']);
-  assert.equal((t.fake.writes[0]!.args[2] as { status: { phase: string } }).status.phase, 'Completed');
-  assert.deepEqual(t.fake.writes[1]!.args[2], { metadata: { annotations: { 'kube32.io/restore-from': null } } });
+  assert.deepEqual(t.fake.writes.map((c) => c.op), ['patchPod', 'patchCheckpointStatus']);
+  assert.deepEqual(t.fake.writes[0]!.args[2], { metadata: { annotations: { 'kube32.io/restore-from': null } } });
+  assert.equal((t.fake.writes[1]!.args[2] as { status: { phase: string } }).status.phase, 'Completed');
   assert.match(t.fake.eventMessage('Moved')!, /moved from a to b in 80 ms from the freeze/);
 });
 

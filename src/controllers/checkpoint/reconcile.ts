@@ -166,12 +166,12 @@ async function saving(ctx: ControllerContext, ck: Checkpoint, fresh?: V1Pod): Pr
     await recordPodEvent(ctx, pod, 'Normal', 'Checkpointed', `${ck.metadata?.name}: saved ${result.facts.sizeBytes} bytes on ${source}`);
     return undefined;
   }
-  const withFacts = await writeStatus(ctx, ck, result.facts);
+  // The facts go with the `Moving` write: one write less between the freeze and the replacement.
   const target = ck.status?.targetNode;
   if (!target) {
     await thawQuietly(ctx, ck, pod);
     await failCheckpoint(ctx, ck, { message: 'no target node recorded', pod, beforeReplacement: true });
     return undefined;
   }
-  return replaceForMove(ctx, withFacts, pod, target, result.frozenAt);
+  return replaceForMove(ctx, ck, pod, target, result.frozenAt, result.facts);
 }

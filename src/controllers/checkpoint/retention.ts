@@ -13,7 +13,9 @@ import type { ReconcileResult } from '../runtime/controller.ts';
 import type { ControllerContext } from '../runtime/context.ts';
 import { isNotFound } from '../runtime/errors.ts';
 import { ANNOTATIONS, type Checkpoint, LABELS } from '../runtime/types.ts';
+import { removeRestoreAnnotation } from './move.ts';
 import { ckKey } from './status.ts';
+import { isPodRunning } from '../runtime/pods.ts';
 
 /** Whether some pod's `kube32.io/restore-from` names the Checkpoint. */
 export function namedByRestore(ctx: ControllerContext, ck: Checkpoint): boolean {
@@ -58,6 +60,13 @@ export async function retain(ctx: ControllerContext, ck: Checkpoint): Promise<Re
       metadata: { annotations: { [ANNOTATIONS.finishedAt]: new Date(now).toISOString() } },
     });
     finished = now;
+  }
+  if (ck.status?.phase === 'Completed') {
+    const pod = ctx.cache.pods.get(ck.spec.podName, ns);
+    if (pod && pod.metadata?.annotations?.[ANNOTATIONS.restoreFrom] === ck.metadata?.name && isPodRunning(pod)) {
+      await removeRestoreAnnotation(ctx, pod);
+      return undefined;
+    }
   }
   if (namedByRestore(ctx, ck)) return undefined; // a pod event brings it back
   if (ck.metadata?.labels?.[LABELS.trigger] === 'periodic') {

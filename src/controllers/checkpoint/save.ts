@@ -95,6 +95,7 @@ export async function snapshotAndStore(
         imageSha256: s.imageSha256 ?? answer.imageSha256,
         podTimeMs: s.podTimeMs ?? answer.podTimeMs,
       };
+      ctx.log.debug({ checkpoint: `${ns}/${ck.metadata?.name}`, sizeBytes: size, ms: ctx.clock.now() - frozenAt }, 'snapshot stored');
       return { ok: true, frozenAt, facts };
     } catch (err: unknown) {
       body.destroy();

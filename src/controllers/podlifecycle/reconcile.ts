@@ -39,9 +39,9 @@ async function followRestore(ctx: ControllerContext, pod: V1Pod, ckName: string)
   const ck = ctx.cache.checkpoints.get(ckName, ns);
   // A move in progress to this pod's node is the checkpoint controller's.
   if (ck?.status?.phase === 'Moving' && ck.status.targetNode === pod.spec?.nodeName) return true;
-  if (ck && (ck.status?.phase === 'Saving' || ck.status?.phase === 'Pending')) return true;
+  if (ck && (ck.status?.phase === 'Saving' || ck.status?.phase === 'Pending' || ck.status?.phase === 'Completed')) return true;
   if (isPodRunning(pod)) {
-    if (ck && ck.status?.phase !== 'Completed') {
+    if (ck) {
       await recordPodEvent(ctx, pod, 'Normal', 'Restored', restoredMessage(ck, ctx.clock.now()));
     }
     await removeRestoreAnnotation(ctx, pod);

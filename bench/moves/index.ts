@@ -1,0 +1,148 @@
+/**
+ * Moves benchmark (issue 6, "Performance"): freeze-to-Running of a move between two kube32-sim workers on
+ * this machine, for pods of 32 KB, 1 MiB and 16 MiB of linear memory, as p50 and p99 over `BENCH_MOVES`
+ * moves (50 by default). The figure is the one the control plane reports in each Moved event (and the
+ * Checkpoint's message): from the request that freezes the pod to the replacement seen Running. It is set
+ * against the bare cost of the same pod's snapshot and restore in one process (freeze, K32S snapshot
+ * streamed straight into a new instance's restore, until it runs), measured in the same run: the ratio is
+ * what the control plane adds (node proxy, data store, the one-write replacement, the target kubelet's
+ * watch, start and status).
+ *
+ * The seed measured 3.2 s and 7.5 s between ESP32 boards. Targets: under 100 ms at p50 for 32 KB, and the
+ * control plane adding less than 3x the bare snapshot-and-restore time.
+ *
+ * Prints figures and ratios; asserts nothing about time. Run: `node bench/moves/index.ts` (or
+ * `npm run bench moves`). Needs wat2wasm.
+ */
+import { execFileSync, spawn } from 'node:child_process';
+import { mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { Readable } from 'node:stream';
+import type { V1Pod } from '@kubernetes/client-node';
+import { pino } from 'pino';
+import { startControllers } from '../../src/controllers/index.ts';
+import { KubeRest } from '../../src/controllers/runtime/rest.ts';
+import type { Checkpoint } from '../../src/controllers/runtime/types.ts';
+import { loadModule, PodInstance } from '../../src/wasm/index.ts';
+import { startApiServer } from '../../test/helpers/apiserver.ts';
+
+const ROOT = new URL('../../', import.meta.url).pathname;
+const MOVES = Number(process.env.BENCH_MOVES ?? 50);
+
+function percentile(xs: number[], p: number): number {
+  const s = [...xs].sort((a, b) => a - b);
+  return s[Math.min(s.length - 1, Math.ceil((p / 100) * s.length) - 1)]!;
+}
+
+async function until<T>(what: string, fn: () => Promise<T | undefined | false>, ms = 60_000): Promise<T> {
+  const deadline = Date.now() + ms;
+  for (;;) {
+    const v = await fn().catch(() => undefined);
+    if (v !== undefined && v !== false) return v as T;
+    if (Date.now() > deadline) throw new Error(`timed out waiting for ${what}`);
+    await new Promise((r) => setTimeout(r, 5)); // polling a condition with a deadline
+  }
+}
+
+const tmp = mkdtempSync(join(tmpdir(), 'k32-bench-moves-'));
+const api = await startApiServer(undefined, { args: ['--checkpoint-data-bytes', '96Mi'] });
+const children: ReturnType<typeof spawn>[] = [];
+const log = pino({ level: process.env.LOG_LEVEL ?? 'error' }, pino.destination({ dest: 2, sync: true }));
+const controllers = await startControllers({ kubeConfig: api.kubeConfig, log });
+const rest = new KubeRest(api.kubeConfig);
+try {
+  const wat = readFileSync(join(ROOT, 'test/kubelet/fixtures/counter.wat'), 'utf8');
+  const build = (name: string, pages: number): Buffer => {
+    writeFileSync(join(tmp, `${name}.wat`), wat.replace('(memory (export "memory") 1)', `(memory (export "memory") ${pages})`));
+    execFileSync('wat2wasm', [join(tmp, `${name}.wat`), '-o', join(tmp, `${name}.wasm`)]);
+    return readFileSync(join(tmp, `${name}.wasm`));
+  };
+  const sizes = [
+    { label: '32 KB', module: 'moves-32k', bytes: build('moves-32k', 1), limit: 32_000 },
+    ...(process.env.BENCH_ONLY_SMALL ? [] : [{ label: '1 MiB', module: 'moves-1m', bytes: build('moves-1m', 16), limit: 1024 * 1024 }]),
+    ...(process.env.BENCH_ONLY_SMALL ? [] : [{ label: '16 MiB', module: 'moves-16m', bytes: build('moves-16m', 256), limit: 16 * 1024 * 1024 }]),
+  ];
+  for (const s of sizes) {
+    const r = await rest.request({ method: 'PUT', path: `/apis/kube32.io/v1/modules/${s.module}/data`, body: Readable.from([s.bytes]), contentType: 'application/octet-stream', contentLength: s.bytes.length });
+    r.body.resume();
+  }
+  const startWorker = async (name: string, address: string) => {
+    const proc = spawn(process.execPath, [join(ROOT, 'bin/kube32-sim.js'), '--kubeconfig', api.nodeKubeconfig(name), '--name', name, '--address', address, '--kubelet-port', '0', '--data-dir', join(tmp, name), '--interp-mops', '1000', '--heap', '256Mi'], { stdio: ['ignore', 'pipe', 'inherit'], env: { ...process.env, LOG_LEVEL: 'warn' } });
+    children.push(proc);
+    let out = '';
+    proc.stdout!.on('data', (d: Buffer) => {
+      out += d.toString();
+    });
+    await until(`worker ${name}`, async () => out.includes('ready:'));
+  };
+  await startWorker('bench-a', '127.0.0.2');
+  await startWorker('bench-b', '127.0.0.3');
+
+  console.log(`freeze to Running of a move between two kube32-sim workers (${MOVES} moves each), and the bare snapshot + restore in one process`);
+  console.log('pod      snapshot bytes   p50 ms   p99 ms   bare p50 ms   p50/bare   create->Completed p50 ms');
+  let port = 19000;
+  for (const s of sizes) {
+    const podName = `${s.module}-pod`;
+    const pod: V1Pod = {
+      apiVersion: 'v1',
+      kind: 'Pod',
+      metadata: { name: podName, namespace: 'default' },
+      spec: { nodeName: 'bench-a', containers: [{ name: 'c', image: `wasm://${s.module}`, ports: [{ containerPort: port++ }], resources: { limits: { memory: String(s.limit) } } }] },
+    };
+    await rest.json({ method: 'POST', path: '/api/v1/namespaces/default/pods', body: pod });
+    await until(`${podName} Running`, async () => (await rest.json<V1Pod>({ method: 'GET', path: `/api/v1/namespaces/default/pods/${podName}` })).status?.phase === 'Running');
+    const reported: number[] = [];
+    const observed: number[] = [];
+    let size = 0;
+    for (let i = 0; i < MOVES; i++) {
+      const name = `${podName}-m${i}`;
+      const t0 = performance.now();
+      await rest.json({ method: 'POST', path: '/apis/kube32.io/v1/namespaces/default/checkpoints', body: { apiVersion: 'kube32.io/v1', kind: 'Checkpoint', metadata: { name }, spec: { podName, action: 'Move' } } });
+      const ck = await until(`move ${name}`, async () => {
+        const c = await rest.json<Checkpoint>({ method: 'GET', path: `/apis/kube32.io/v1/namespaces/default/checkpoints/${name}` });
+        if (c.status?.phase === 'Failed') throw new Error(`move ${name} failed: ${c.status.message}`);
+        return c.status?.phase === 'Completed' ? c : undefined;
+      });
+      observed.push(performance.now() - t0);
+      const m = /moved in (\d+) ms/.exec(ck.status?.message ?? '');
+      if (m) reported.push(Number(m[1]));
+      size = ck.status?.sizeBytes ?? size;
+      // Keep the data store small: this Checkpoint is done with.
+      const d = await rest.request({ method: 'DELETE', path: `/apis/kube32.io/v1/namespaces/default/checkpoints/${name}` });
+      d.body.resume();
+      // The next move starts once the annotation is gone and the pod runs (the controller already saw it Running).
+      await until('the moved pod settled', async () => {
+        const p = await rest.json<V1Pod>({ method: 'GET', path: `/api/v1/namespaces/default/pods/${podName}` });
+        return p.status?.phase === 'Running' && !p.metadata?.annotations?.['kube32.io/restore-from'];
+      });
+    }
+    // The bare cost: freeze, snapshot, restore into a new instance until it runs, in this process.
+    const mod = await loadModule(new Uint8Array(s.bytes), { memoryLimitBytes: s.limit });
+    const bare: number[] = [];
+    for (let i = 0; i < Math.min(MOVES, 20); i++) {
+      const src = await PodInstance.start({ module: mod, namespace: 'default', podName: 'bare', containerName: 'c' });
+      const t0 = performance.now();
+      await src.freeze(10_000);
+      const snap = await src.snapshot();
+      const dst = await PodInstance.start({ module: mod, namespace: 'default', podName: 'bare', containerName: 'c', restoreFrom: snap.chunks });
+      bare.push(performance.now() - t0);
+      await src.terminate();
+      await dst.terminate();
+    }
+    const p50 = percentile(reported, 50);
+    const b50 = percentile(bare, 50);
+    console.log(
+      `${s.label.padEnd(9)}${String(size).padStart(14)}${p50.toFixed(0).padStart(9)}${percentile(reported, 99).toFixed(0).padStart(9)}${b50.toFixed(1).padStart(14)}${(p50 / b50).toFixed(2).padStart(11)}${percentile(observed, 50).toFixed(0).padStart(27)}`,
+    );
+    const del = await rest.request({ method: 'DELETE', path: `/api/v1/namespaces/default/pods/${podName}?gracePeriodSeconds=0` });
+    del.body.resume();
+  }
+  console.log('(seed, between ESP32 boards: 3.2 s Cardputer to devkit, 7.5 s devkit to Cardputer; targets: 32 KB p50 < 100 ms, p50/bare < 3)');
+} finally {
+  await controllers.stop();
+  rest.close();
+  for (const c of children) c.kill('SIGKILL');
+  await api.stop();
+  rmSync(tmp, { recursive: true, force: true });
+}
