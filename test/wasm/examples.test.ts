@@ -30,6 +30,20 @@ for (const name of ['counter', 'counter-c'] as const) {
     const logs: string[] = [];
     const moved = await startPod(mod, { env: { NODE_NAME: 'node-b' }, restoreFrom: pieces(bytes, 10_000), onLog: (e) => logs.push(e.line) });
     t.after(() => moved.terminate());
+    // The state as restored (only k32_restored has run since): tables equal; for C, whose counters
+    // live in linear memory, the globals too (the stack pointer is back where it was) and the
+    // memory but for the bytes k32_restored wrote (its counter and its stack frame).
+    await moved.freeze();
+    const B = await decode(await snapshotBytes(moved));
+    assert.deepEqual(B.tables, A.tables);
+    assert.equal(B.header.memoryPages, A.header.memoryPages);
+    if (name === 'counter-c') {
+      assert.deepEqual(B.globals, A.globals);
+      let differ = 0;
+      for (let i = 0; i < A.header.memoryBytes; i++) if (A.memory![i] !== B.memory![i]) differ++;
+      assert.ok(differ > 0 && differ < 128, `${differ} bytes differ`);
+    }
+    await moved.thaw();
     const after = JSON.parse(body(await moved.handle(get('/'))));
     const before = JSON.parse(body(await pod.thaw().then(() => pod.handle(get('/')))));
     assert.equal(after.count, before.count, 'the moved pod continues the count exactly as the original would');

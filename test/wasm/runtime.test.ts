@@ -327,3 +327,76 @@ test('snapshot of a running pod is refused; options are checked', { timeout: 10_
   await assert.rejects(pod.freeze(60_001), RangeError);
   await assert.rejects(PodInstance.start({ module: await stateMod(), namespace: '', podName: 'p', containerName: 'c' }), RangeError);
 });
+
+/** A module whose k32_handle runs edge cases of channels and files and returns the results as i32s. */
+const EDGES = `(module
+  (import "k32" "kube32_channel_open" (func $open (param i32 i32) (result i32)))
+  (import "k32" "k32_channel_send" (func $send (param i32 i32 i32) (result i32)))
+  (import "k32" "k32_fs_open" (func $fopen (param i32 i32 i32) (result i32)))
+  (import "k32" "k32_fs_read" (func $fread (param i32 i32 i32) (result i32)))
+  (import "k32" "k32_fs_write" (func $fwrite (param i32 i32 i32) (result i32)))
+  (import "k32" "k32_fs_close" (func $fclose (param i32) (result i32)))
+  (memory (export "memory") 1)
+  (data (i32.const 200) "log.txt")
+  (data (i32.const 216) "/sub/../x.txt")
+  (func (export "k32_alloc") (param i32) (result i32) (i32.const 8192))
+  (func (export "k32_handle") (param i32 i32) (result i64) (local $fd i32)
+    (i32.store (i32.const 1000) (call $open (i32.const 0) (i32.const 0)))
+    (i32.store (i32.const 1004) (call $open (i32.const 0) (i32.const 129)))
+    (i32.store (i32.const 1008) (call $open (i32.const 0) (i32.const 128)))
+    (i32.store (i32.const 1012) (call $send (i32.const 99) (i32.const 0) (i32.const 1)))
+    (i32.store (i32.const 1016) (call $send (i32.const 1) (i32.const 0) (i32.const 4097)))
+    (i32.store (i32.const 1020) (call $send (i32.const 1) (i32.const 0) (i32.const 4096)))
+    (i32.store (i32.const 1024) (call $fopen (i32.const 200) (i32.const 7) (i32.const 7)))
+    (local.set $fd (call $fopen (i32.const 200) (i32.const 7) (i32.const 2)))
+    (drop (call $fwrite (local.get $fd) (i32.const 200) (i32.const 3)))
+    (drop (call $fclose (local.get $fd)))
+    (local.set $fd (call $fopen (i32.const 200) (i32.const 7) (i32.const 2)))
+    (drop (call $fwrite (local.get $fd) (i32.const 200) (i32.const 3)))
+    (drop (call $fclose (local.get $fd)))
+    (local.set $fd (call $fopen (i32.const 200) (i32.const 7) (i32.const 0)))
+    (i32.store (i32.const 1028) (call $fread (local.get $fd) (i32.const 300) (i32.const 100)))
+    (i32.store (i32.const 1032) (call $fread (local.get $fd) (i32.const 300) (i32.const 100)))
+    (i32.store (i32.const 1036) (call $fwrite (local.get $fd) (i32.const 300) (i32.const 1)))
+    (drop (call $fclose (local.get $fd)))
+    (local.set $fd (call $fopen (i32.const 216) (i32.const 13) (i32.const 1)))
+    (i32.store (i32.const 1040) (local.get $fd))
+    (drop (call $fclose (local.get $fd)))
+    (i32.store (i32.const 1044) (call $fread (i32.const 77) (i32.const 300) (i32.const 1)))
+    (i64.or (i64.const 1000) (i64.shl (i64.const 48) (i64.const 32)))))`;
+
+test('channel and file edge cases: names, payload size, handles, flags, append, errnos', { timeout: 10_000 }, async (t) => {
+  const fs = tempDir('edges');
+  t.after(fs.remove);
+  const sent: Array<[string, number]> = [];
+  const mod = await loadModule(wat(EDGES));
+  const pod = await startPod(mod, { fsDir: fs.dir, onChannelSend: (topic, p) => sent.push([topic, p.length]) });
+  t.after(() => pod.terminate());
+  const raw = await pod.handle(get('/'));
+  const r = [...new Int32Array(raw.buffer, raw.byteOffset, raw.byteLength / 4)];
+  assert.deepEqual(r, [
+    -1, // channel name of 0 bytes
+    -1, // channel name of 129 bytes
+    1, // channel name of 128 bytes: handle 1
+    -1, // send on an unknown handle
+    -1, // send of 4097 bytes
+    0, // send of 4096 bytes
+    -22, // k32_fs_open with flags 7: -EINVAL
+    6, // two appends of 3 bytes, read back
+    0, // then the end of the file
+    -9, // write to a descriptor open for reading: -EBADF
+    3, // "/sub/../x.txt" stays inside the pod's directory
+    -9, // read of a descriptor never opened
+  ]);
+  assert.equal(readFileSync(join(fs.dir, 'log.txt'), 'utf8'), 'loglog');
+  assert.equal(readFileSync(join(fs.dir, 'x.txt'), 'utf8'), '');
+  assert.deepEqual(sent, [['\u0000'.repeat(128), 4096]], 'one send went out: 4096 bytes on the 128-byte topic');
+  assert.deepEqual(pod.blockers(), []);
+  // Without a storage directory, k32_fs_open answers -ENOSYS.
+  const bare = await startPod(mod);
+  t.after(() => bare.terminate());
+  const r2 = await bare.handle(get('/'));
+  const r2i = new Int32Array(r2.buffer, r2.byteOffset, 12);
+  assert.equal(r2i[6], -38);
+  assert.equal(r2i[10], -38);
+});
