@@ -100,7 +100,9 @@ export function createKubeletServer(opts: KubeletServerOptions): Server {
     const { runner, podObj } = found;
     const inst = runner.instance;
     if (!inst) return sendStatus(res, 404, 'NotFound', `container "${container}" of pod "${ns}/${pod}" is not running`, { details: { name: pod, kind: 'pods' } });
-    const blockers = [...new Set([...podSpecBlockers(podObj, { entryPoint: inst.module.entryPoint }), ...inst.blockers()])];
+    // A call still running is not refused here: the freeze below waits for it up to timeoutMs (504).
+    const nodeBlockers = inst.blockers().filter((b) => !b.startsWith('call '));
+    const blockers = [...new Set([...podSpecBlockers(podObj, { entryPoint: inst.module.entryPoint }), ...nodeBlockers])];
     if (blockers.length > 0) return sendStatus(res, 409, 'NotMovable', `pod ${ns}/${pod} cannot move: ${blockers.join('; ')}`, { blockers });
     const wasFrozen = inst.frozen;
     const thawIfNeeded = async () => {
