@@ -125,11 +125,24 @@ export function mintToken(dataDir: string, user: UserInfo): string {
 /** Checks bearer tokens against the key of a data dir. */
 export class TokenAuthenticator {
   private readonly key: Buffer;
+  /** Tokens already checked (a token's user never changes: it is signed into it). */
+  private readonly cache = new Map<string, UserInfo>();
   constructor(dataDir: string) {
     this.key = tokenKey(dataDir);
   }
   /** The user of `token`, or undefined when it is not one of this server's. */
   authenticate(token: string): UserInfo | undefined {
+    const hit = this.cache.get(token);
+    if (hit) return hit;
+    const user = this.verify(token);
+    if (user) {
+      if (this.cache.size >= 4096) this.cache.clear();
+      this.cache.set(token, user);
+    }
+    return user;
+  }
+
+  private verify(token: string): UserInfo | undefined {
     const m = /^k32\.([A-Za-z0-9_-]+)\.([A-Za-z0-9_-]+)$/.exec(token);
     if (!m) return undefined;
     const want = createHmac('sha256', this.key).update(m[1]!).digest();

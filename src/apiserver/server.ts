@@ -213,7 +213,7 @@ export async function createApiServer(opts: ApiServerOptions): Promise<ApiServer
       })
       .finally(() => {
         observe();
-        log.debug({ method: req.method, url: req.url, code: res.statusCode }, 'request');
+        if (log.isLevelEnabled('debug')) log.debug({ method: req.method, url: req.url, code: res.statusCode }, 'request');
       });
   };
 

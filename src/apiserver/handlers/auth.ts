@@ -2,8 +2,8 @@
  * Authentication (bearer tokens; no token on the plain-HTTP loopback mode means the admin) and
  * authorization: `system:masters` may do anything; a kubelet (`system:node:<name>`, group
  * `system:nodes`) may read, write its own Node (and its status), its own Lease in
- * `kube-node-lease`, events, the status of pods bound to it, delete and evict those pods, and
- * review tokens — as Kubernetes' Node authorizer and NodeRestriction admission allow.
+ * `kube-node-lease`, events, the status of pods bound to it, delete and evict those pods, POST to
+ * other kubelets' `publish/` endpoints through the node proxy (channel fan-out), and review tokens — as Kubernetes' Node authorizer and NodeRestriction admission allow.
  */
 import type { IncomingMessage } from 'node:http';
 import { ApiError } from '../errors.ts';
@@ -70,6 +70,8 @@ export function authorize(reg: Registry, user: UserInfo, verb: string, info: Res
   switch (key) {
     case '/nodes':
       if (info.name === node && sub !== 'proxy') return;
+      // Kubelets fan channel messages out to each other through the node proxy (kube32-sim's publish endpoint).
+      if (sub === 'proxy' && verb === 'create' && info.subpath.startsWith('publish/')) return;
       if (verb === 'create' && sub === undefined) return; // the name is checked against the body by the handler
       throw forbidden(user, verb, info, `node "${node}" may only change its own Node object`);
     case 'coordination.k8s.io/leases':

@@ -78,6 +78,12 @@ export function sendJson(res: ServerResponse, code: number, body: unknown, heade
   res.end(data);
 }
 
+/** Writes JSON text made elsewhere (objects copied from the store as text). */
+export function sendRawJson(res: ServerResponse, code: number, json: string): void {
+  res.writeHead(code, { 'Content-Type': 'application/json', 'Content-Length': Buffer.byteLength(json), 'Cache-Control': 'no-cache, private' });
+  res.end(json);
+}
+
 /** Writes any thrown value as a `metav1.Status` with its HTTP code. */
 export function sendError(res: ServerResponse, err: unknown): number {
   const { status, headers } = errorToStatus(err);

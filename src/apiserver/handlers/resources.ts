@@ -8,7 +8,7 @@ import type { DeleteOptions, PatchType, WriteOptions } from '../registry/store.t
 import type { FieldValidation } from '../registry/meta.ts';
 import { apiVersionOf, storageKey } from '../registry/types.ts';
 import type { RequestScope } from './context.ts';
-import { decodeBody, mediaType, readBody, sendJson, wantsPartial, wantsTable, warningHeader } from './http.ts';
+import { decodeBody, mediaType, readBody, sendJson, sendRawJson, wantsPartial, wantsTable, warningHeader } from './http.ts';
 import { type IncludeObject, partialMetadata, toTable } from './table.ts';
 import { serveWatch } from './watch.ts';
 import { serveSubresource } from './subresources.ts';
@@ -109,12 +109,17 @@ export async function serveResource(scope: RequestScope): Promise<void> {
       case 'GET': {
         const limit = q.get('limit');
         if (limit !== null && !/^\d+$/.test(limit)) throw badRequest(`invalid limit: ${limit}`);
-        const list = reg.list(def, def.namespaced ? info.namespace : undefined, {
+        const listOpts = {
           labelSelector: q.get('labelSelector') ?? undefined,
           fieldSelector: q.get('fieldSelector') ?? undefined,
           limit: limit ? Number(limit) : undefined,
           continue: q.get('continue') ?? undefined,
-        });
+        };
+        if (!wantsTable(req) && !wantsPartial(req)) {
+          sendRawJson(res, 200, reg.listJson(def, def.namespaced ? info.namespace : undefined, listOpts));
+          return;
+        }
+        const list = reg.list(def, def.namespaced ? info.namespace : undefined, listOpts);
         if (wantsTable(req)) {
           sendJson(res, 200, toTable(def, list.items, list.resourceVersion, include, now, { continue: list.continue, remainingItemCount: list.remainingItemCount }));
           return;
@@ -122,11 +127,7 @@ export async function serveResource(scope: RequestScope): Promise<void> {
         const metadata: Record<string, unknown> = { resourceVersion: list.resourceVersion };
         if (list.continue) metadata.continue = list.continue;
         if (list.remainingItemCount !== undefined) metadata.remainingItemCount = list.remainingItemCount;
-        if (wantsPartial(req)) {
-          sendJson(res, 200, { kind: 'PartialObjectMetadataList', apiVersion: 'meta.k8s.io/v1', metadata, items: list.items.map(partialMetadata) });
-          return;
-        }
-        sendJson(res, 200, { kind: def.listKind, apiVersion: apiVersionOf(def), metadata, items: list.items });
+        sendJson(res, 200, { kind: 'PartialObjectMetadataList', apiVersion: 'meta.k8s.io/v1', metadata, items: list.items.map(partialMetadata) });
         return;
       }
       case 'POST': {
@@ -150,6 +151,10 @@ export async function serveResource(scope: RequestScope): Promise<void> {
   const name = info.name;
   switch (method) {
     case 'GET': {
+      if (!wantsTable(req) && !wantsPartial(req)) {
+        sendRawJson(res, 200, reg.getJson(def, namespace, name));
+        return;
+      }
       const obj = reg.get(def, namespace, name);
       if (wantsTable(req)) sendJson(res, 200, toTable(def, [obj], obj.metadata.resourceVersion ?? '', include, now));
       else if (wantsPartial(req)) sendJson(res, 200, partialMetadata(obj));

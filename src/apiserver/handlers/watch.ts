@@ -15,6 +15,26 @@ import type { RequestScope } from './context.ts';
 import { wantsTable } from './http.ts';
 import { type IncludeObject, toTable } from './table.ts';
 
+/**
+ * The JSON line of an event in plain (non-Table) form, made once per event and type and shared by
+ * every watcher: a write fanned out to 100 watchers is serialized once.
+ */
+const lineCache = new WeakMap<KubeObject, Map<string, string>>();
+
+function plainLine(type: string, obj: KubeObject, encode: () => unknown): string {
+  let byType = lineCache.get(obj);
+  if (!byType) {
+    byType = new Map();
+    lineCache.set(obj, byType);
+  }
+  let line = byType.get(type);
+  if (line === undefined) {
+    line = `${JSON.stringify({ type, object: encode() })}\n`;
+    byType.set(type, line);
+  }
+  return line;
+}
+
 /** Bytes a slow watcher may have unsent before its stream is closed. */
 const MAX_BUFFERED_BYTES = 32 * 1024 * 1024;
 
@@ -56,12 +76,13 @@ export function serveWatch(scope: RequestScope, filter?: (o: KubeObject) => bool
 
   const send = (type: string, obj: KubeObject) => {
     if (closed) return;
-    let object: unknown = withTypeMeta(def, obj);
     if (table && type !== 'BOOKMARK' && type !== 'ERROR') {
-      object = toTable(def, [object as KubeObject], obj.metadata.resourceVersion ?? '', include, new Date(), { columns: !columnsSent });
+      const object = toTable(def, [withTypeMeta(def, obj)], obj.metadata.resourceVersion ?? '', include, new Date(), { columns: !columnsSent });
       columnsSent = true;
+      res.write(`${JSON.stringify({ type, object })}\n`);
+    } else {
+      res.write(plainLine(type, obj, () => withTypeMeta(def, obj)));
     }
-    res.write(`${JSON.stringify({ type, object })}\n`);
     if (res.writableLength > MAX_BUFFERED_BYTES) {
       ctx.log.warn({ resource: storageKey(def) }, 'watch: client too slow, closing its stream');
       res.destroy();

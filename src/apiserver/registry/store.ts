@@ -11,7 +11,7 @@ import { type KubeObject, type ObjectKey, type Preconditions, type Storage, Stor
 import { checkBodyShape, type FieldValidation, randomSuffix, timestamp, withTypeMeta } from './meta.ts';
 import { jsonPatch, mergePatch, strategicMergePatch } from './patch.ts';
 import { type FieldRequirement, parseFieldSelector, parseLabelSelector } from './selectors.ts';
-import { type ResourceDef, type StrategyContext, storageKey } from './types.ts';
+import { type ResourceDef, type StrategyContext, apiVersionOf, storageKey } from './types.ts';
 import { rec } from './util.ts';
 
 /** Options every write takes. */
@@ -61,6 +61,11 @@ export interface RegistryHooks {
 export const FINALIZER_ORPHAN = 'orphan';
 export const FINALIZER_FOREGROUND = 'foregroundDeletion';
 
+/** Stored JSON text (an object without apiVersion/kind) with apiVersion and kind in front. */
+function withTypeMetaJson(def: ResourceDef, raw: string): string {
+  return `{"apiVersion":"${apiVersionOf(def)}","kind":"${def.kind}",${raw.slice(1)}`;
+}
+
 function keyOf(def: ResourceDef, namespace: string, name: string): ObjectKey {
   return { resource: storageKey(def), namespace: def.namespaced ? namespace : '', name };
 }
@@ -103,6 +108,34 @@ export class Registry {
     const obj = this.storage.get(keyOf(def, namespace, name));
     if (!obj) throw notFound(def.plural, def.group, name);
     return withTypeMeta(def, obj);
+  }
+
+  /**
+   * One object as JSON text with apiVersion and kind, straight from the store (no parse, no
+   * stringify): the answer of a plain GET.
+   * @throws ApiError NotFound
+   */
+  getJson(def: ResourceDef, namespace: string, name: string): string {
+    const raw = this.storage.getRaw(keyOf(def, namespace, name));
+    if (raw === undefined) throw notFound(def.plural, def.group, name);
+    return withTypeMetaJson(def, raw);
+  }
+
+  /**
+   * A list answer as JSON text (`<Kind>List`), filtered and paged like `list`; rows are copied
+   * from the store as text.
+   * @throws ApiError BadRequest for bad selectors or a bad continue token
+   */
+  listJson(def: ResourceDef, namespace: string | undefined, opts: ListOptions = {}): string {
+    if (opts.labelSelector || opts.fieldSelector || opts.limit || opts.continue) {
+      const l = this.list(def, namespace, opts);
+      const metadata: Record<string, unknown> = { resourceVersion: l.resourceVersion };
+      if (l.continue) metadata.continue = l.continue;
+      if (l.remainingItemCount !== undefined) metadata.remainingItemCount = l.remainingItemCount;
+      return JSON.stringify({ kind: def.listKind, apiVersion: apiVersionOf(def), metadata, items: l.items });
+    }
+    const { rows, resourceVersion } = this.storage.listRaw(storageKey(def), def.namespaced ? namespace : undefined);
+    return `{"kind":"${def.listKind}","apiVersion":"${apiVersionOf(def)}","metadata":{"resourceVersion":"${resourceVersion}"},"items":[${rows.map((r) => withTypeMetaJson(def, r)).join(',')}]}`;
   }
 
   /** Reads one object or undefined. */

@@ -62,6 +62,14 @@ export abstract class BaseStorage implements Storage {
     return s === undefined ? undefined : (JSON.parse(s) as KubeObject);
   }
 
+  getRaw(key: ObjectKey): string | undefined {
+    return this.rawGet(key);
+  }
+
+  listRaw(resource: string, namespace?: string): { rows: string[]; resourceVersion: number } {
+    return this.atomically(() => ({ rows: this.rawList(resource, namespace), resourceVersion: this.readRv() }));
+  }
+
   list(resource: string, namespace?: string): { items: KubeObject[]; resourceVersion: number } {
     return this.atomically(() => ({
       items: this.rawList(resource, namespace).map((s) => JSON.parse(s) as KubeObject),

@@ -86,6 +86,10 @@ export interface WatchHandle {
 export interface Storage {
   /** The object at `key`, or undefined. */
   get(key: ObjectKey): KubeObject | undefined;
+  /** The stored JSON text of the object at `key` (no apiVersion/kind), or undefined: for answers that need no parsing. */
+  getRaw(key: ObjectKey): string | undefined;
+  /** The stored JSON texts of `resource` (as `list`), with the store's current resourceVersion. */
+  listRaw(resource: string, namespace?: string): { rows: string[]; resourceVersion: number };
   /** Every object of `resource`, in one namespace or (undefined) all, sorted by namespace and name, with the store's current resourceVersion. */
   list(resource: string, namespace?: string): { items: KubeObject[]; resourceVersion: number };
   /**
