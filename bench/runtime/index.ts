@@ -182,28 +182,25 @@ async function benchSnapshots(): Promise<void> {
   console.log('   (restore includes handing the snapshot to a booted spare worker and instantiating the module; "fresh start" is that alone)');
 }
 
-async function benchIdleMemory(echo: PodModule): Promise<void> {
+function benchIdleMemory(): void {
   const n = 100;
-  gc();
-  await new Promise((r) => setTimeout(r, 200));
-  const before = process.memoryUsage().rss;
-  const pods: PodInstance[] = [];
-  const t = performance.now();
-  for (let i = 0; i < n; i++) pods.push(await PodInstance.start({ module: echo, namespace: 'bench', podName: `echo-${i}`, containerName: 'echo' }));
-  const startMs = (performance.now() - t) / n;
-  const raw = new TextEncoder().encode('GET / HTTP/1.1\r\nhost: bench\r\n\r\n');
-  await Promise.all(pods.map((p) => p.handle(raw)));
-  gc();
-  await new Promise((r) => setTimeout(r, 500));
-  const after = process.memoryUsage().rss;
-  const per = (after - before) / n;
-  console.log(`\n3. idle pods: ${n} echo pods, each in its own worker thread`);
-  console.log(`   RSS growth per idle pod: ${(per / 2 ** 20).toFixed(2)} MiB (start: ${startMs.toFixed(1)} ms per pod)`);
-  console.log(`   a 24 GiB machine holds about ${Math.floor((24 * 2 ** 30) / per)} idle echo pods`);
-  await Promise.all(pods.map((p) => p.terminate()));
+  console.log(`\n3. idle pods: ${n} echo pods, each in its own worker thread (RSS growth of a fresh process)`);
+  const variants: Array<[string, string]> = [['from source (.ts, Node strips types in each worker)', join(ROOT, 'src/wasm/index.ts')]];
+  const dist = join(ROOT, 'dist/src/wasm/index.js');
+  if (existsSync(dist)) variants.push(['built (dist/, npm run build)', dist]);
+  else console.log('   (no dist/: run npm run build to measure the built runtime too)');
+  for (const [label, index] of variants) {
+    const r = spawnSync(process.execPath, ['--expose-gc', join(ROOT, 'bench/runtime/idle.ts'), index, join(ROOT, 'build/examples/echo.wasm'), String(n)], { encoding: 'utf8' });
+    if (r.status !== 0) {
+      console.log(`   ${label}: failed: ${r.stderr.trim().split('\n').at(-1)}`);
+      continue;
+    }
+    const { perPodBytes, startMs } = JSON.parse(r.stdout.trim().split('\n').at(-1)!) as { perPodBytes: number; startMs: number };
+    console.log(`   ${label}: ${(perPodBytes / 2 ** 20).toFixed(2)} MiB per idle pod, start ${startMs.toFixed(1)} ms per pod; a 24 GiB machine holds about ${Math.floor((24 * 2 ** 30) / perPodBytes)}`);
+  }
 }
 
 const echo = await loadModule(echoBytes(), { memoryLimitBytes: 16 << 20 });
 await benchRequests(echo);
 await benchSnapshots();
-await benchIdleMemory(echo);
+benchIdleMemory();
