@@ -43,6 +43,22 @@ interface Held {
   payload: Uint8Array;
 }
 
+/** Modules instrumented again for another memory limit, by the module they came from and the limit. */
+const byLimit = new WeakMap<PodModule, Map<number, Promise<PodModule>>>();
+
+/** `module` instrumented for `memoryLimitBytes` (cached: pods of one spec share it). */
+function forLimit(module: PodModule, memoryLimitBytes: number): Promise<PodModule> {
+  let m = byLimit.get(module);
+  if (!m) byLimit.set(module, (m = new Map()));
+  let p = m.get(memoryLimitBytes);
+  if (!p) {
+    p = loadModule(module.bytes, { memoryLimitBytes });
+    m.set(memoryLimitBytes, p);
+    p.catch(() => m.delete(memoryLimitBytes));
+  }
+  return p;
+}
+
 /** The export a call kind runs. */
 const EXPORT_OF: Record<CallKind, string> = { handle: 'k32_handle', tick: 'k32_tick', event: 'k32_event' };
 
@@ -118,7 +134,7 @@ export class PodInstance extends EventEmitter {
     }
     let module = opts.module;
     if (opts.memoryLimitBytes !== undefined && opts.memoryLimitBytes !== module.memoryLimitBytes) {
-      module = await loadModule(module.bytes, { memoryLimitBytes: opts.memoryLimitBytes });
+      module = await forLimit(module, opts.memoryLimitBytes);
     }
     const shape = module.shape;
     const init: WorkerInit = {
@@ -214,7 +230,11 @@ export class PodInstance extends EventEmitter {
     switch (m.op) {
       case 'log': {
         const entry = this.#logs.append(m.line);
-        this.#opts.onLog?.(entry);
+        try {
+          this.#opts.onLog?.(entry);
+        } catch {
+          // A failing log sink must not take the pod down; the line is in the ring.
+        }
         break;
       }
       case 'send':
@@ -342,6 +362,7 @@ export class PodInstance extends EventEmitter {
    */
   handle(request: Uint8Array, signal?: AbortSignal): Promise<Uint8Array> {
     if (this.#exit) return Promise.reject(new PodCallError('NotRunning', `the pod has ended (${this.#exit.reason})`));
+    if (this.module.kind === 'app') return Promise.reject(new PodCallError('NotHandled', `an app pod takes no requests: its entry point ${this.module.entryPoint} runs on its own thread`));
     if (this.#frozen) return Promise.reject(new PodCallError('Frozen', 'the pod is frozen'));
     if (signal?.aborted) return Promise.reject(new PodCallError('Aborted', 'the request was aborted'));
     if (this.#queue.length >= MAX_QUEUED_REQUESTS) return Promise.reject(new PodCallError('NotRunning', `${MAX_QUEUED_REQUESTS} requests are waiting for the pod`));
@@ -380,7 +401,7 @@ export class PodInstance extends EventEmitter {
    * dropped and counted ({@link droppedEvents}). Ignored once the pod has ended.
    */
   event(topic: string, payload: Uint8Array): void {
-    if (this.#exit) return;
+    if (this.#exit || this.module.kind === 'app') return;
     if (this.#frozen) {
       if (this.#held.length >= MAX_HELD_EVENTS) this.#dropped++;
       else this.#held.push({ topic, payload: new Uint8Array(payload) });
@@ -401,12 +422,17 @@ export class PodInstance extends EventEmitter {
    *
    * @param timeoutMs how long the current call may take to return (seed: `timeoutMs`, 1 to 60000, default 10000)
    * @throws PodStateError `Timeout` with the blocker `call k32_handle still running after <ms> ms`
-   *   when the call outlasts it; the pod is then left running. `NotRunning` for a pod that has ended.
+   *   when the call outlasts it; the pod is then left running. `NotMovable` for an app pod (its
+   *   entry point never returns between calls). `NotRunning` for a pod that has ended.
    * @throws RangeError for a timeout outside 1 to 60000 ms
    */
   async freeze(timeoutMs = DEFAULT_FREEZE_TIMEOUT_MS): Promise<void> {
     if (!Number.isInteger(timeoutMs) || timeoutMs < 1 || timeoutMs > 60_000) throw new RangeError(`timeoutMs must be 1 to 60000: current value is ${timeoutMs}`);
     if (this.#exit) throw new PodStateError('NotRunning', `the pod has ended (${this.#exit.reason})`);
+    if (this.module.kind === 'app') {
+      const blocker = entryPointBlocker(this.module.entryPoint!);
+      throw new PodStateError('NotMovable', `the pod cannot be frozen: ${blocker}`, [blocker]);
+    }
     if (this.#frozen) return;
     this.#frozen = true;
     for (const c of this.#queue.splice(0)) {

@@ -276,6 +276,12 @@ test('memory never grows past the limit; below one page only the limit is backed
   t.after(() => pod.terminate());
   assert.equal(stateNumbers(await pod.handle(get('/g'))).result, 1n, 'grows from 1 page to 2');
   assert.equal(stateNumbers(await pod.handle(get('/g'))).result, -1n, 'a third page is refused');
+  // The limit given at start wins over the one the module was loaded for (the kubelet's path).
+  const viaStart = await startPod(await stateMod(), { memoryLimitBytes: 2 * 65536 });
+  t.after(() => viaStart.terminate());
+  assert.equal(viaStart.module.memoryPagesLimit, 2);
+  assert.equal(stateNumbers(await viaStart.handle(get('/g'))).result, 1n);
+  assert.equal(stateNumbers(await viaStart.handle(get('/g'))).result, -1n);
 
   const tiny = await loadModule(wat(`(module (import "k32" "k32_log" (func $l (param i32 i32))) (memory (export "memory") 1) (global $n (mut i32) (i32.const 0))
     (func (export "k32_tick") (i32.store (i32.const 996) (i32.const 0x01020304)) (i32.store (i32.const 2000) (i32.const 7))
@@ -305,11 +311,19 @@ test('blockers: an app pod\'s entry point, a table of externref', { timeout: 10_
   const pod = await startPod(app);
   t.after(() => pod.terminate());
   assert.deepEqual(pod.blockers(), ['entry point _start runs on its own thread']);
+  await assert.rejects(pod.handle(get('/')), (e: unknown) => e instanceof PodCallError && e.code === 'NotHandled');
   const exit = await pod.exited;
   assert.equal(exit.reason, 'Completed');
   const lines: string[] = [];
   for await (const e of pod.logs()) lines.push(e.line);
   assert.deepEqual(lines, ['app ran']);
+
+  // An app pod that never returns cannot be frozen: refused at once, not left waiting.
+  const forever = await loadModule(wat('(module (func (export "app_main") (loop $l (br $l))))'));
+  const busy = await startPod(forever);
+  t.after(() => busy.terminate());
+  await assert.rejects(busy.freeze(100), (e: unknown) => e instanceof PodStateError && e.code === 'NotMovable' && e.blockers[0] === 'entry point app_main runs on its own thread');
+  assert.equal((await busy.terminate()).reason, 'Completed');
 
   const ext = await loadModule(wat('(module (table 2 externref) (func (export "k32_tick")))'));
   const p2 = await startPod(ext);
