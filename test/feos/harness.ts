@@ -115,3 +115,19 @@ export function waitForPod(p: FeosdProcess, id: string, done: (pod: PodInfo) => 
 }
 
 export { PodState };
+
+/** Polls `probe` (an API call) every 200 ms until it returns a value, bounded by `timeoutMs`; the last error is in the failure. */
+export async function until<T>(what: string, probe: () => Promise<T | undefined>, timeoutMs: number): Promise<T> {
+  const deadline = Date.now() + timeoutMs;
+  let last: unknown;
+  for (;;) {
+    try {
+      const v = await probe();
+      if (v !== undefined) return v;
+    } catch (err: unknown) {
+      last = err;
+    }
+    if (Date.now() > deadline) throw new Error(`${what}: not within ${timeoutMs} ms${last ? `: ${String(last)}` : ''}`);
+    await new Promise((r) => setTimeout(r, 200));
+  }
+}

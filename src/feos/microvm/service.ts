@@ -26,6 +26,14 @@ import { bootId, isSameProcess, pidStartTicks } from './proc.ts';
 import { placeInCgroup, removeCgroup } from './cgroup.ts';
 
 const run = promisify(execFile);
+/** SIGKILLs one process; never a pid ≤ 0 (which would signal a process group). */
+function killPid(pid: number): void {
+  if (!Number.isInteger(pid) || pid <= 0) return;
+  try {
+    process.kill(pid, 'SIGKILL');
+  } catch {}
+}
+
 /** The record format this code writes. */
 export const MICROVM_RECORD_VERSION = 1;
 
@@ -136,9 +144,7 @@ export class MicroVmService extends EventEmitter<{ exit: [MicroVmExit] }> {
           continue;
         } catch (err: unknown) {
           this.#opts.log.warn({ id, pid: record.pid, err: errorMessage(err) }, 'microVM: QMP unreachable; ending it');
-          try {
-            process.kill(record.pid, 'SIGKILL');
-          } catch {}
+          killPid(record.pid);
         }
       }
       await this.#setState(rt, MicroVmState.CRASHED, 'QEMU ended while feosd was away');
@@ -220,9 +226,7 @@ export class MicroVmService extends EventEmitter<{ exit: [MicroVmExit] }> {
     const rt = this.#must(id);
     if (rt.record.state === MicroVmState.RUNNING) {
       rt.expectingExit = true;
-      try {
-        process.kill(rt.record.pid, 'SIGKILL');
-      } catch {}
+      killPid(rt.record.pid);
       await rt.exited;
       rt.expectingExit = false;
       await this.#setState(rt, MicroVmState.STOPPED, reason);
@@ -268,9 +272,7 @@ export class MicroVmService extends EventEmitter<{ exit: [MicroVmExit] }> {
     await qmp.execute('quit').catch(() => {});
     const ended = await Promise.race([rt.exited, new Promise((r) => setTimeout(() => r(undefined), 5000))]);
     if (ended === undefined) {
-      try {
-        process.kill(rt.record.pid, 'SIGKILL');
-      } catch {}
+      killPid(rt.record.pid);
       await rt.exited;
     }
     rt.expectingExit = false;
@@ -411,9 +413,7 @@ export class MicroVmService extends EventEmitter<{ exit: [MicroVmExit] }> {
         break;
       } catch (err: unknown) {
         if (child.exitCode !== null || child.signalCode !== null || performance.now() > deadline) {
-          try {
-            process.kill(pid, 'SIGKILL');
-          } catch {}
+          killPid(pid);
           const log = await readFile(p.qemuLog, 'utf8').catch(() => '');
           throw new FeosError('INTERNAL', `QEMU did not come up: ${errorMessage(err)}; qemu.log: ${log.trim().split('\n').slice(-3).join(' | ')}`);
         }

@@ -23,7 +23,7 @@ import { FeosError, errorMessage, vmBusy } from '../api/index.ts';
 import type { MicroVmExit, MicroVmService } from '../microvm/index.ts';
 import { mintPodId, parsePodId } from './id.ts';
 import { normalizeSpec } from './spec.ts';
-import { PodRecords, POD_RECORD_VERSION } from './records.ts';
+import { type PodRecords, POD_RECORD_VERSION } from './records.ts';
 import { Mutex } from './mutex.ts';
 import type { PodNetworkAttachment, PodNetworkProvider } from './network.ts';
 import { guestVersions } from './guests.ts';
