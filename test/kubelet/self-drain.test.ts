@@ -49,4 +49,13 @@ test('a worker stopped with SIGTERM drains itself: its pod moves with its state,
   assert.equal(n.status?.conditions?.find((x) => x.type === 'Ready')?.status, 'False');
   const pods = await c.admin.json<{ items: V1Pod[] }>('GET', '/api/v1/namespaces/default/pods');
   assert.deepEqual(pods.items.map((p) => p.metadata?.name), ['mover']);
+
+  // The worker comes back on the same data dir: the Node is uncordoned and no longer marked left.
+  await c.startWorker('d1', '127.0.0.4', ['--interp-mops', '1000']);
+  const back = await c.until('d1 Ready again', async () => {
+    const node = await c.admin.json<V1Node>('GET', '/api/v1/nodes/d1');
+    return node.status?.conditions?.find((x) => x.type === 'Ready')?.status === 'True' ? node : undefined;
+  });
+  assert.notEqual(back.spec?.unschedulable, true);
+  assert.equal(back.metadata?.annotations?.['kube32.io/left'], undefined);
 });

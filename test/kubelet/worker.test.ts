@@ -112,6 +112,38 @@ test('kube32-sim runs, serves, checkpoints and restores pods, and drains itself'
     assert.match(d.stdout, /Started\s+.*Started container c/);
   });
 
+  await t.test('a container gets its env (value, fieldRef, configMapKeyRef) and its ConfigMap assets; what is missing waits with the reason', async () => {
+    await c.admin.json('POST', '/api/v1/namespaces/default/configmaps', {
+      body: { apiVersion: 'v1', kind: 'ConfigMap', metadata: { name: 'cfg' }, data: { motd: 'hello from a ConfigMap', greeting: 'hi' } },
+    });
+    const port = await freePort('127.0.0.2');
+    const p = fixturePod('greeter', 'w1', port);
+    p.spec!.containers[0]!.env = [{ name: 'GREETING', valueFrom: { configMapKeyRef: { name: 'cfg', key: 'greeting' } } }];
+    p.spec!.volumes = [{ name: 'assets', configMap: { name: 'cfg' } }];
+    await c.admin.json('POST', '/api/v1/namespaces/default/pods', { body: p });
+    await runningPod(c, 'greeter');
+    const r = await get(`http://127.0.0.2:${port}/greet`);
+    assert.equal(r.text, 'hi|hello from a ConfigMap');
+    const q = fixturePod('nodename', 'w1', await freePort('127.0.0.2'));
+    q.spec!.containers[0]!.env = [{ name: 'GREETING', valueFrom: { fieldRef: { fieldPath: 'spec.nodeName' } } }];
+    await c.admin.json('POST', '/api/v1/namespaces/default/pods', { body: q });
+    await runningPod(c, 'nodename');
+    const qport = q.spec!.containers[0]!.ports![0]!.containerPort;
+    assert.equal((await get(`http://127.0.0.2:${qport}/greet`)).text, 'w1|');
+    // A ConfigMap that does not exist: CreateContainerConfigError, the pod stays Pending.
+    const m = fixturePod('nocfg', 'w1', await freePort('127.0.0.2'));
+    m.spec!.volumes = [{ name: 'assets', configMap: { name: 'absent' } }];
+    await c.admin.json('POST', '/api/v1/namespaces/default/pods', { body: m });
+    const waiting = await c.until('CreateContainerConfigError', async () => {
+      const pod = await c.getPod('nocfg');
+      const w = pod?.status?.containerStatuses?.[0]?.state?.waiting;
+      return w?.reason === 'CreateContainerConfigError' ? pod : undefined;
+    });
+    assert.equal(waiting.status?.phase, 'Pending');
+    assert.match(waiting.status?.containerStatuses?.[0]?.state?.waiting?.message ?? '', /configmap "absent" not found/);
+    for (const name of ['greeter', 'nodename', 'nocfg']) await c.admin.json('DELETE', `/api/v1/namespaces/default/pods/${name}`);
+  });
+
   await t.test('kubectl logs shows the pod log, with --tail, --timestamps and -f', async () => {
     const all = await c.kubectl(['logs', 'c1']);
     assert.equal(all.code, 0, all.stderr);
@@ -267,7 +299,7 @@ test('kube32-sim runs, serves, checkpoints and restores pods, and drains itself'
     assert.equal((await counter('127.0.0.2', port1, '/view')).events, 0, 'the publisher does not subscribe');
   });
 
-  await t.test('a channel message reaches subscribed pods on another node through the node proxy', { todo: 'the API server lets no kubelet identity POST nodes/<n>/proxy (needed for /publish)' }, async () => {
+  await t.test('a channel message reaches subscribed pods on another node through the node proxy', async () => {
     const port = await freePort('127.0.0.3');
     await c.admin.json('POST', '/api/v1/namespaces/default/pods', { body: fixturePod('sub2', 'w2', port, { annotations: { 'kube32.io/topics': 'news' } }) });
     await runningPod(c, 'sub2');
