@@ -17,17 +17,27 @@ need wasm-ld "Debian package lld"
 need wat2wasm "Debian package wabt"
 [ -x node_modules/.bin/asc ] || { echo "build-examples: node_modules/.bin/asc not found; run npm ci" >&2; exit 1; }
 
+# Each output is written beside its target and renamed over it, so that a reader (or a second
+# build running at the same time, as parallel test files may start) never sees half a module.
+tmp() { echo "$(dirname "$1")/.$(basename "$1").$$.tmp"; }
+trap 'rm -f "$out"/.*.tmp build/.*.tmp' EXIT
+
 # AssemblyScript pods: the SDK's abort hook replaces the env.abort import.
 asc_flags=(-O3 --noAssert --runtime incremental --use abort=sdk/assemblyscript/index/k32_abort)
 for ex in echo counter; do
-  node_modules/.bin/asc "examples/$ex/$ex.ts" -o "$out/$ex.wasm" "${asc_flags[@]}"
+  t=$(tmp "$out/$ex.wasm")
+  node_modules/.bin/asc "examples/$ex/$ex.ts" -o "$t" "${asc_flags[@]}"
+  mv -f "$t" "$out/$ex.wasm"
 done
 
 # C pods: no libc; bulk memory so that copies are memory.copy, not calls to memcpy.
-clang --target=wasm32 -O2 -mbulk-memory -nostdlib -Wl,--no-entry -Isdk/c \
-  -o "$out/counter-c.wasm" examples/counter-c/counter.c
+t=$(tmp "$out/counter-c.wasm")
+clang --target=wasm32 -O2 -mbulk-memory -nostdlib -Wl,--no-entry -Isdk/c -o "$t" examples/counter-c/counter.c
+mv -f "$t" "$out/counter-c.wasm"
 
 # The fixed kernel of kube32.io/interp-mops.
-wat2wasm src/wasm/kernel/interp-mops.wat -o build/interp-mops.wasm
+t=$(tmp build/interp-mops.wasm)
+wat2wasm src/wasm/kernel/interp-mops.wat -o "$t"
+mv -f "$t" build/interp-mops.wasm
 
 echo "build-examples: $(ls "$out" | tr '\n' ' ')and interp-mops.wasm in build/"
