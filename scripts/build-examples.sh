@@ -20,7 +20,7 @@ need wat2wasm "Debian package wabt"
 # Each output is written beside its target and renamed over it, so that a reader (or a second
 # build running at the same time, as parallel test files may start) never sees half a module.
 tmp() { echo "$(dirname "$1")/.$(basename "$1").$$.tmp"; }
-trap 'rm -f "$out"/.*.tmp build/.*.tmp' EXIT
+trap 'rm -f "$out"/.*.$$.tmp build/.*.$$.tmp' EXIT
 
 # AssemblyScript pods: the SDK's abort hook replaces the env.abort import.
 asc_flags=(-O3 --noAssert --runtime incremental --use abort=sdk/assemblyscript/index/k32_abort)
