@@ -266,7 +266,7 @@ export class PodInstance extends EventEmitter {
         this.#end('Trap', m.error.message);
         return;
       }
-      if (c?.kind !== 'handle') this.#logs.append(`kube32: ${m.error.message}`);
+      if (c?.kind !== 'handle' || m.error.code === 'NoMemory') this.#logs.append(`kube32: ${m.error.message}`);
       c?.reject(err);
     } else {
       c?.resolve(m.response);
