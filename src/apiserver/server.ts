@@ -37,7 +37,7 @@ import { checkpoints } from './registry/checkpoints/index.ts';
 import { GarbageCollector } from './registry/gc.ts';
 import { resolvePodImage } from './registry/modules/images.ts';
 import { namespaces } from './registry/nodes/index.ts';
-import { serviceaccounts } from './registry/core/index.ts';
+import { KUBERNETES_SERVICE_IP, endpoints, serviceaccounts, services } from './registry/core/index.ts';
 import { Registry } from './registry/store.ts';
 import { rec } from './registry/util.ts';
 import { MemoryStorage, SqliteStorage, type Storage } from './storage/index.ts';
@@ -117,6 +117,7 @@ export async function createApiServer(opts: ApiServerOptions): Promise<ApiServer
     },
   });
   bootstrap(registry, log);
+  ensureKubernetesService(registry, bind, opts.port ?? 0);
   const gc = new GarbageCollector(registry, log);
   gc.start();
   // A namespace made by anyone gets its default service account, as Kubernetes' controller makes it.
@@ -237,6 +238,7 @@ export async function createApiServer(opts: ApiServerOptions): Promise<ApiServer
     });
   });
   const port = (server.address() as AddressInfo).port;
+  ensureKubernetesService(registry, bind, port);
   const host = bind.includes(':') ? `[${bind}]` : bind === '0.0.0.0' ? '127.0.0.1' : bind;
   const url = `${opts.insecureHttp ? 'http' : 'https'}://${host}:${port}`;
   let kubeconfigPath: string | undefined;
@@ -342,6 +344,29 @@ function bootstrap(registry: Registry, log: Logger): void {
     }
     ensureDefaultServiceAccount(registry, name);
   }
+}
+
+/**
+ * The `kubernetes` service in `default` (cluster IP 10.96.0.1, port 443) and its Endpoints naming
+ * this server's address and port, as Kubernetes' API server keeps them.
+ */
+function ensureKubernetesService(registry: Registry, bind: string, port: number): void {
+  if (port === 0) return;
+  const address = bind === '0.0.0.0' || bind === '::' ? '127.0.0.1' : bind;
+  if (!registry.find(services, 'default', 'kubernetes')) {
+    registry.create(services, 'default', {
+      metadata: { name: 'kubernetes', labels: { component: 'apiserver', provider: 'kubernetes' } },
+      spec: { type: 'ClusterIP', clusterIP: KUBERNETES_SERVICE_IP, ports: [{ name: 'https', port: 443, protocol: 'TCP', targetPort: port }] },
+    });
+  } else {
+    registry.serverUpdate(services, 'default', 'kubernetes', (o) => {
+      for (const p of (rec(o.spec).ports as Record<string, unknown>[] | undefined) ?? []) if (p.name === 'https') p.targetPort = port;
+      return o;
+    });
+  }
+  const subsets = [{ addresses: [{ ip: address }], ports: [{ name: 'https', port, protocol: 'TCP' }] }];
+  if (!registry.find(endpoints, 'default', 'kubernetes')) registry.create(endpoints, 'default', { metadata: { name: 'kubernetes' }, subsets });
+  else registry.serverUpdate(endpoints, 'default', 'kubernetes', (o) => ({ ...o, subsets }));
 }
 
 function ensureDefaultServiceAccount(registry: Registry, namespace: string): void {

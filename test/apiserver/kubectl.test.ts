@@ -127,6 +127,32 @@ test('kubectl works against the API server', { timeout: 240_000 }, async (t) => 
     assert.match(r.stderr, /The Pod "demo" is invalid: spec: Forbidden: pod updates may not change fields other than/);
   });
 
+  await t.test('generator commands (their bodies are protobuf): create namespace, configmap, secret, serviceaccount, service, deployment', async () => {
+    for (const args of [
+      ['create', 'namespace', 'gen'],
+      ['create', 'configmap', 'cm1', '-n', 'gen', '--from-literal=a=b'],
+      ['create', 'secret', 'generic', 's1', '-n', 'gen', '--from-literal=a=b'],
+      ['create', 'serviceaccount', 'sa1', '-n', 'gen'],
+      ['create', 'service', 'clusterip', 'svc1', '-n', 'gen', '--tcp=80:8080'],
+      ['create', 'deployment', 'web', '-n', 'gen', '--image=nginx', '--replicas=2'],
+    ]) {
+      const r = await api.kubectl(args);
+      assert.equal(r.code, 0, `${args.join(' ')}: ${r.stderr}`);
+      assert.match(r.stdout, / created$/m);
+    }
+    const r = await api.kubectl(['get', 'deploy,cm,secret,svc', '-n', 'gen']);
+    assert.match(r.stdout, /^deployment\.apps\/web\s+0\/2\s+0\s+0\s+\S+$/m);
+    assert.match(r.stdout, /^configmap\/cm1\s+1\s+\S+$/m);
+    assert.match(r.stdout, /^secret\/s1\s+Opaque\s+1\s+\S+$/m);
+    assert.match(r.stdout, /^service\/svc1\s+ClusterIP\s+10\.96\.\d+\.\d+\s+<none>\s+80\/TCP\s+\S+$/m);
+    const s = await api.kubectl(['get', 'secret', 's1', '-n', 'gen', '-o', 'jsonpath={.data.a}']);
+    assert.equal(Buffer.from(s.stdout, 'base64').toString(), 'b');
+    const d = await api.kubectl(['get', 'deploy', 'web', '-n', 'gen', '-o', 'jsonpath={.spec.template.spec.containers[0].image} {.spec.selector.matchLabels.app}']);
+    assert.equal(d.stdout, 'nginx web');
+    const k = await api.kubectl(['get', 'svc', 'kubernetes', '-o', 'jsonpath={.spec.clusterIP}']);
+    assert.equal(k.stdout, '10.96.0.1');
+  });
+
   await t.test('describe shows the pod and its events', async () => {
     const pod = await core.readNamespacedPod({ name: 'demo', namespace: 'default' });
     await core.createNamespacedEvent({

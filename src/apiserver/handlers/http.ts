@@ -5,6 +5,7 @@
 import type { IncomingMessage, ServerResponse } from 'node:http';
 import { parse as parseYaml } from 'yaml';
 import { ApiError, badRequest, errorToStatus } from '../errors.ts';
+import { decodeKubernetesProtobuf } from './protobuf.ts';
 
 /** Default limit of a request body: 3 MiB, as Kubernetes' apiserver (etcd's object size limit is 1.5 MiB). */
 export const DEFAULT_MAX_BODY_BYTES = 3 * 1024 * 1024;
@@ -41,9 +42,7 @@ export function mediaType(req: IncomingMessage): string {
  * @throws ApiError BadRequest naming the decode error; UnsupportedMediaType for protobuf
  */
 export function decodeBody(buf: Buffer, type: string): unknown {
-  if (type === 'application/vnd.kubernetes.protobuf') {
-    throw new ApiError('UnsupportedMediaType', 'the body of the request was in an unknown format - accepted media types include: application/json, application/yaml');
-  }
+  if (type === 'application/vnd.kubernetes.protobuf') return buf.length === 0 ? undefined : decodeKubernetesProtobuf(buf);
   const text = buf.toString('utf8');
   if (text.trim() === '') return undefined;
   if (type.endsWith('yaml')) {

@@ -55,11 +55,11 @@ export const secrets: ResourceDef = {
   fields: ['data', 'stringData', 'type', 'immutable'],
   prepareForCreate(obj) {
     foldStringData(obj);
-    obj.type ??= 'Opaque';
+    if (!obj.type) obj.type = 'Opaque';
   },
   prepareForUpdate(obj) {
     foldStringData(obj);
-    obj.type ??= 'Opaque';
+    if (!obj.type) obj.type = 'Opaque';
   },
   validate(obj, old) {
     const out = base(obj);
@@ -92,9 +92,12 @@ export const serviceaccounts: ResourceDef = {
   cells: (o, now) => [o.metadata.name, arr(o.secrets).length, age(o.metadata.creationTimestamp, now)],
 };
 
-/** Allocates a free cluster IP from 10.96.0.0/12 (from .1 up; 10.96.0.1 is the kubernetes service). */
+/** The cluster IP of the `kubernetes` service in `default`, the first of the range. */
+export const KUBERNETES_SERVICE_IP = '10.96.0.1';
+
+/** Allocates a free cluster IP from 10.96.0.0/12 (from 10.96.0.2 up; 10.96.0.1 is the kubernetes service). */
 function allocateClusterIp(taken: Set<string>): string {
-  for (let i = 1; i < 1 << 20; i++) {
+  for (let i = 2; i < 1 << 20; i++) {
     const n = (10 << 24) + (96 << 16) + i;
     const ip = `${(n >>> 24) & 255}.${(n >>> 16) & 255}.${(n >>> 8) & 255}.${n & 255}`;
     if (!taken.has(ip) && (n & 255) !== 0 && (n & 255) !== 255) return ip;
