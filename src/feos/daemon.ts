@@ -17,6 +17,7 @@ import { chooseAccelerator, MicroVmService } from './microvm/index.ts';
 import { PodRecords, PodService, guestVersions, unavailablePodNetwork, type PodNetworkProvider } from './pods/index.ts';
 import { hostHandlers } from './host/index.ts';
 import { takeStateLock } from './lock.ts';
+import { createNetwork, type NetworkFlags, type PodNetwork } from './network/index.ts';
 
 /** feosd's options (its flags). */
 export interface FeosdOptions {
@@ -38,6 +39,11 @@ export interface FeosdOptions {
   guestAttachMs?: number;
   /** The pods' network; none = pods with a network are refused. */
   network?: PodNetworkProvider;
+  /**
+   * The network's flags (`--pod-prefix`, ...). With a pod prefix, feosd runs src/feos/network: its
+   * services, and the pods' network as the pod layer's provider.
+   */
+  networkFlags?: NetworkFlags;
   log?: Logger;
 }
 
@@ -89,10 +95,35 @@ export async function startFeosd(o: FeosdOptions, signal?: AbortSignal): Promise
   await vms.init();
   const records = new PodRecords(join(o.stateDir, 'pods'), log);
   await records.load();
+  let network: PodNetwork | undefined;
+  let provider = o.network ?? unavailablePodNetwork;
+  if (!o.network && o.networkFlags?.podPrefix) {
+    network = createNetwork({ stateDir: o.stateDir, log, ...o.networkFlags });
+    const kept = records
+      .list()
+      .filter((p) => p.spec?.network)
+      .map((p) => ({
+        id: p.id,
+        network: { ...p.spec!.network!, metadata: p.spec!.metadata },
+        ipv6: p.ipv6Address || undefined,
+        ipv4: p.ipv4Address || undefined,
+      }));
+    const addresses = await network.start(kept);
+    for (const [id, a] of addresses) {
+      const p = records.get(id);
+      if (p && (p.ipv6Address !== (a.ipv6 ?? '') || p.ipv4Address !== (a.ipv4 ?? ''))) {
+        p.ipv6Address = a.ipv6 ?? '';
+        p.ipv4Address = a.ipv4 ?? '';
+        await records.save(p);
+      }
+    }
+    provider = network.podNetworkProvider();
+    if (network.unavailableReason) log.error({ reason: network.unavailableReason }, "the pods' network is not up; pods with a network fail");
+  }
   const pods = new PodService({
     records,
     vms,
-    network: o.network ?? unavailablePodNetwork,
+    network: provider,
     guestDir: o.guestDir,
     disksDir: join(o.stateDir, 'disks'),
     log,
@@ -159,6 +190,7 @@ export async function startFeosd(o: FeosdOptions, signal?: AbortSignal): Promise
     },
     onError,
   );
+  for (const svc of network?.grpcServices() ?? []) server.addService(svc.definition, svc.implementation);
   let lockHeld = true;
   addService(
     server,
@@ -203,6 +235,7 @@ export async function startFeosd(o: FeosdOptions, signal?: AbortSignal): Promise
     close: async () => {
       await new Promise<void>((r) => server.tryShutdown(() => r()));
       pods.close();
+      await network?.stop();
       vms.closeAll();
       if (lockHeld) {
         closeSync(lockFd);

@@ -32,6 +32,12 @@ export async function main(argv: string[]): Promise<void> {
     .option('--qemu <path>', 'the QEMU binary', 'qemu-system-x86_64')
     .option('--vms-cgroup <dir>', 'a cgroup v2 directory for the microVMs (vms/<id>)')
     .option('--clock-max-rtt <ms>', 'drop guest clock measurements whose round trip is longer', positive('--clock-max-rtt'), 10)
+    .option('--pod-prefix <prefix>', "the IPv6 prefix routed to the node (runs the pods' network)")
+    .option('--pod-ipv4-range <prefix>', "the pods' IPv4 addresses (default 169.254.16.0/20)")
+    .option('--dns-address <address>', "the pods' resolver (default 169.254.0.53)")
+    .option('--otlp-address <address>', 'where pods send spans (default 169.254.169.1)')
+    .option('--dns-upstream <address>', 'an upstream of pods that name none (repeatable)', (v: string, prev: string[] = []) => [...prev, v])
+    .option('--deny-prefix <prefix>', 'what no pod reaches (repeatable)', (v: string, prev: string[] = []) => [...prev, v])
     .option('--guest-attach-timeout <seconds>', "how long a boot's guest has to attach (default 60, 180 under TCG)", positive('--guest-attach-timeout'))
     .allowExcessArguments(false);
   program.parse(argv);
@@ -46,6 +52,12 @@ export async function main(argv: string[]): Promise<void> {
     vmsCgroup?: string;
     clockMaxRtt: number;
     guestAttachTimeout?: number;
+    podPrefix?: string;
+    podIpv4Range?: string;
+    dnsAddress?: string;
+    otlpAddress?: string;
+    dnsUpstream?: string[];
+    denyPrefix?: string[];
   }>();
   const log = createLogger('feosd');
   const ac = new AbortController();
@@ -73,6 +85,14 @@ export async function main(argv: string[]): Promise<void> {
         vmsCgroup: opts.vmsCgroup,
         clockMaxRttMs: opts.clockMaxRtt,
         guestAttachMs: opts.guestAttachTimeout === undefined ? undefined : opts.guestAttachTimeout * 1000,
+        networkFlags: {
+          podPrefix: opts.podPrefix,
+          podIpv4Range: opts.podIpv4Range,
+          dnsAddress: opts.dnsAddress,
+          otlpAddress: opts.otlpAddress,
+          dnsUpstreams: opts.dnsUpstream,
+          denyPrefixes: opts.denyPrefix,
+        },
         log,
       },
       ac.signal,
