@@ -12,7 +12,7 @@ import { createLogger, type Logger } from '../lib/index.ts';
 import { measureInterpMops } from '../wasm/index.ts';
 import { KubeletAuthenticator } from './auth.ts';
 import { ChannelRouter } from './channels.ts';
-import { ControlPlane, errorMessage } from './client.ts';
+import { ApiError, ControlPlane, errorMessage } from './client.ts';
 import { type DrainReport, SELF_DRAIN_TIMEOUT_MS, selfDrain } from './drain.ts';
 import { EventRecorder } from './events.ts';
 import { LoadedModules, ModuleCache } from './modules.ts';
@@ -86,6 +86,24 @@ async function lockDataDir(dir: string): Promise<() => Promise<void>> {
 }
 
 /**
+ * Runs `step` until it succeeds, retrying (0.5 s doubling to 5 s) while the API server cannot be
+ * reached or answers 5xx or 429, as a kubelet waits for its control plane; any other error is thrown.
+ */
+async function untilReachable<T>(step: () => Promise<T>, what: string, log: Logger): Promise<T> {
+  let delay = 500;
+  for (;;) {
+    try {
+      return await step();
+    } catch (err: unknown) {
+      if (!(err instanceof ApiError) || !(err.code === 0 || err.code === 429 || err.code >= 500)) throw err;
+      log.warn({ err: err.message, retryMs: delay }, `${what}: the API server is not reachable; retrying`);
+      await new Promise((r) => setTimeout(r, delay));
+      delay = Math.min(delay * 2, 5000);
+    }
+  }
+}
+
+/**
  * Starts a worker: checks the options, locks the data dir, measures the interpreter speed,
  * serves the kubelet endpoint, registers the Node, starts the pods bound to it and the heartbeat.
  * @throws RangeError for a bad option (naming it and the value); Error when the data dir is locked
@@ -147,10 +165,10 @@ export async function startKubelet(opts: KubeletOptions): Promise<Kubelet> {
       events,
     });
     const nodeRef = () => ({ apiVersion: 'v1', kind: 'Node', name: nodeName, uid: node.uid, namespace: 'default' });
-    await node.register();
+    await untilReachable(() => node.register(), 'registering the node', log);
     events.record(nodeRef(), 'Normal', 'Starting', 'Starting kubelet.');
     events.record(nodeRef(), 'Normal', 'NodeReady', `Node ${nodeName} status is now: NodeReady`);
-    await pods.start();
+    await untilReachable(() => pods!.start(), 'listing the node\'s pods', log);
     cleanups.push(() => pods!.stop());
     await channels.start().catch((err: unknown) => log.warn({ err: errorMessage(err) }, 'cannot watch nodes: channel messages stay on this node'));
     cleanups.push(() => channels.stop());

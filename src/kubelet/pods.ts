@@ -7,7 +7,7 @@ import { readdir, rm } from 'node:fs/promises';
 import { join } from 'node:path';
 import { ListWatch, Watch, type V1Pod, type V1PodList } from '@kubernetes/client-node';
 import type { Logger } from '../lib/index.ts';
-import { type ControlPlane, errorMessage, isApiError } from './client.ts';
+import { ApiError, type ControlPlane, errorMessage, isApiError } from './client.ts';
 import type { EventRecorder } from './events.ts';
 import type { LoadedModules } from './modules.ts';
 import { PodWorker, podKey } from './pod-worker.ts';
@@ -97,7 +97,13 @@ export class PodManager {
     });
     await informer.start();
     started = true;
-    if (firstError !== undefined) throw firstError;
+    if (firstError !== undefined) {
+      await informer.stop();
+      this.#informer = undefined;
+      if (firstError instanceof ApiError) throw firstError;
+      const code = Number((firstError as { statusCode?: number }).statusCode ?? 0);
+      throw new ApiError(`watching the node's pods: ${errorMessage(firstError)}`, code, '', { cause: firstError });
+    }
     await this.#removeOrphans();
   }
 

@@ -1,0 +1,77 @@
+/**
+ * kube32-sim and an API server that goes away: a worker started before its control plane waits
+ * for it and registers; a worker whose control plane restarts keeps its pods running, watches
+ * again, starts pods bound to it after the restart, and keeps its Node Ready.
+ */
+import { test } from 'node:test';
+import assert from 'node:assert/strict';
+import { spawn } from 'node:child_process';
+import { mkdtempSync, rmSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import type { V1Node, V1Pod } from '@kubernetes/client-node';
+import { fetch } from 'undici';
+import { startApiServer } from '../helpers/apiserver.ts';
+import { ControlPlane } from '../../src/kubelet/client.ts';
+import { buildWat, fixturePod, freePort } from './cluster.ts';
+
+const ROOT = new URL('../../', import.meta.url).pathname;
+
+async function until<T>(what: string, fn: () => Promise<T | undefined | false>, ms = 20_000): Promise<T> {
+  const deadline = Date.now() + ms;
+  for (;;) {
+    const v = await fn().catch(() => undefined);
+    if (v !== undefined && v !== false) return v as T;
+    if (Date.now() > deadline) throw new Error(`timed out after ${ms} ms waiting for ${what}`);
+    await new Promise((r) => setTimeout(r, 50)); // poll interval of an API check, not synchronisation
+  }
+}
+
+test('a worker waits for its API server, and survives the API server restarting', { timeout: 120_000 }, async (t) => {
+  const tmp = mkdtempSync(join(tmpdir(), 'k32-kubelet-restart-'));
+  let api = await startApiServer(t);
+  const { dataDir, port } = api;
+  const kubeconfig = api.nodeKubeconfig('r1');
+  const admin = new ControlPlane(api.kubeConfig);
+  await admin.json('PUT', '/apis/kube32.io/v1/modules/counter-fixture/data', { body: buildWat('counter', tmp), contentType: 'application/octet-stream' });
+  await api.stop({ keepData: true });
+
+  const proc = spawn(process.execPath, [join(ROOT, 'bin/kube32-sim.js'), '--kubeconfig', kubeconfig, '--name', 'r1', '--address', '127.0.0.6', '--kubelet-port', '0', '--data-dir', join(tmp, 'r1'), '--interp-mops', '1000'], { stdio: ['ignore', 'pipe', 'pipe'] });
+  let out = '';
+  let err = '';
+  proc.stdout.on('data', (d: Buffer) => {
+    out += d.toString();
+  });
+  proc.stderr.on('data', (d: Buffer) => {
+    err += d.toString();
+  });
+  const exited = new Promise((r) => proc.once('exit', r));
+  t.after(async () => {
+    if (proc.exitCode === null && proc.signalCode === null) proc.kill('SIGKILL');
+    await exited;
+    rmSync(tmp, { recursive: true, force: true });
+    rmSync(dataDir, { recursive: true, force: true });
+  });
+  await until('the worker to retry', async () => err.includes('the API server is not reachable; retrying'));
+  assert.equal(proc.exitCode, null, 'the worker waits instead of exiting');
+
+  api = await startApiServer(t, { dataDir, args: ['--port', String(port)] });
+  await until('the worker to register', async () => out.includes('ready:'));
+  const podPort = await freePort('127.0.0.6');
+  await admin.json('POST', '/api/v1/namespaces/default/pods', { body: fixturePod('before', 'r1', podPort) });
+  await until('before Running', async () => (await admin.json<V1Pod>('GET', '/api/v1/namespaces/default/pods/before')).status?.phase === 'Running');
+  assert.equal((await fetch(`http://127.0.0.6:${podPort}/count`)).status, 200);
+
+  await api.stop({ keepData: true });
+  // The pod keeps serving while the control plane is away.
+  assert.equal((await fetch(`http://127.0.0.6:${podPort}/count`)).status, 200);
+  api = await startApiServer(t, { dataDir, args: ['--port', String(port)] });
+  const port2 = await freePort('127.0.0.6');
+  await admin.json('POST', '/api/v1/namespaces/default/pods', { body: fixturePod('after', 'r1', port2) });
+  await until('after Running (the watch came back)', async () => (await admin.json<V1Pod>('GET', '/api/v1/namespaces/default/pods/after')).status?.phase === 'Running', 40_000);
+  const body = (await (await fetch(`http://127.0.0.6:${podPort}/count`)).json()) as { count: number };
+  assert.equal(body.count, 3, 'the first pod ran on, with its state, through the restart');
+  const node = await admin.json<V1Node>('GET', '/api/v1/nodes/r1');
+  assert.equal(node.status?.conditions?.find((c) => c.type === 'Ready')?.status, 'True');
+  await api.stop();
+});
