@@ -12,7 +12,7 @@
  * control plane adding less than 3x the bare snapshot-and-restore time.
  *
  * Prints figures and ratios; asserts nothing about time. Run: `node bench/moves/index.ts` (or
- * `npm run bench moves`). Needs wat2wasm.
+ * `npm run bench moves`); `BENCH_MOVES=10 BENCH_SIZES=32k,1m` for a shorter run. Needs wat2wasm.
  */
 import { execFileSync, spawn } from 'node:child_process';
 import { mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
@@ -58,11 +58,14 @@ try {
     execFileSync('wat2wasm', [join(tmp, `${name}.wat`), '-o', join(tmp, `${name}.wasm`)]);
     return readFileSync(join(tmp, `${name}.wasm`));
   };
+  const only = (process.env.BENCH_SIZES ?? '32k,1m,16m').split(',');
   const sizes = [
-    { label: '32 KB', module: 'moves-32k', bytes: build('moves-32k', 1), limit: 32_000 },
-    ...(process.env.BENCH_ONLY_SMALL ? [] : [{ label: '1 MiB', module: 'moves-1m', bytes: build('moves-1m', 16), limit: 1024 * 1024 }]),
-    ...(process.env.BENCH_ONLY_SMALL ? [] : [{ label: '16 MiB', module: 'moves-16m', bytes: build('moves-16m', 256), limit: 16 * 1024 * 1024 }]),
-  ];
+    { key: '32k', label: '32 KB', module: 'moves-32k', pages: 1, limit: 32_000 },
+    { key: '1m', label: '1 MiB', module: 'moves-1m', pages: 16, limit: 1024 * 1024 },
+    { key: '16m', label: '16 MiB', module: 'moves-16m', pages: 256, limit: 16 * 1024 * 1024 },
+  ]
+    .filter((s) => only.includes(s.key))
+    .map((s) => ({ ...s, bytes: build(s.module, s.pages) }));
   for (const s of sizes) {
     const r = await rest.request({ method: 'PUT', path: `/apis/kube32.io/v1/modules/${s.module}/data`, body: Readable.from([s.bytes]), contentType: 'application/octet-stream', contentLength: s.bytes.length });
     r.body.resume();

@@ -31,7 +31,7 @@ async function finished(c: ControllersCluster, name: string) {
 }
 
 test('refused moves, a Save, and drains of pods that cannot move', { timeout: 240_000 }, async (t) => {
-  const c = await startControllersCluster(t);
+  const c = await startControllersCluster(t, { freezeTimeoutMs: 1000 });
   await c.startWorker('w1');
   await c.startWorker('w2');
 
@@ -49,6 +49,46 @@ test('refused moves, a Save, and drains of pods that cannot move', { timeout: 24
     const events = await c.events();
     const failed = events.find((e) => e.reason === 'MoveFailed' && e.involvedObject?.name === 'gadget');
     assert.match(failed?.message ?? '', /grant capability DISPLAY; annotation kube32.io\/migration: Never/);
+  });
+
+  await t.test('every row of the spec table at once, before anything freezes', async () => {
+    const p = counterPod('everything', 18105, { annotations: { 'kube32.io/migration': 'Never', 'kube32.io/i2c-device': 'bme280' } });
+    const ctr = p.spec!.containers[0]!;
+    ctr.resources = { limits: { memory: '64Ki', 'hardware.kube32.io/gpio': '1', 'hardware.kube32.io/ipc': '1', 'esp32.io/rmt': '1' } };
+    ctr.securityContext = { capabilities: { add: ['SPEAKER', 'CHIP_TEMP'] } };
+    p.spec!.volumes = [
+      { name: 'data', persistentVolumeClaim: { claimName: 'logs' } },
+      { name: 'card', csi: { driver: 'kube32.io/sd' } },
+    ];
+    p.spec!.nodeName = 'w1';
+    await c.rest.json({ method: 'POST', path: '/api/v1/namespaces/default/pods', body: p });
+    await c.createCheckpoint({ metadata: { name: 'everything-move', namespace: 'default' }, spec: { podName: 'everything', action: 'Move' } });
+    const ck = await finished(c, 'everything-move');
+    assert.equal(ck.status?.phase, 'Failed');
+    assert.deepEqual(ck.status?.blockers, [
+      'grant hardware.kube32.io/gpio',
+      'grant esp32.io/rmt',
+      'grant capability SPEAKER',
+      'grant capability CHIP_TEMP',
+      'grant kube32.io/i2c-device',
+      'volume claim logs on node storage',
+      'volume claim card on node storage',
+      'annotation kube32.io/migration: Never',
+    ]);
+    await c.rest.json({ method: 'DELETE', path: '/api/v1/namespaces/default/pods/everything?gracePeriodSeconds=0' });
+  });
+
+  await t.test('a call that outlasts the freeze timeout (504) fails the move; the pod keeps running', async () => {
+    const pod = await runPod(c, counterPod('spinner', 18106));
+    const spin = c.podGet(pod, 18106, '/spin'); // 3 s of pod time
+    await c.createCheckpoint({ metadata: { name: 'spinner-move', namespace: 'default' }, spec: { podName: 'spinner', action: 'Move' } });
+    const ck = await finished(c, 'spinner-move');
+    assert.equal(ck.status?.phase, 'Failed');
+    assert.deepEqual(ck.status?.blockers, ['call k32_handle still running after 1000 ms']);
+    assert.equal((await spin).status, 200, 'the call completes');
+    const after = (await c.getPod('spinner'))!;
+    assert.equal(after.metadata?.uid, pod.metadata?.uid);
+    assert.equal((await count(c, after, 18106)).count, 1);
   });
 
   await t.test("the node's blocker (an open file) fails the move; the pod keeps running and counting", async () => {
