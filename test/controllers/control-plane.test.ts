@@ -54,7 +54,7 @@ test('kube32-cli control-plane serves the API and schedules pods', { timeout: 90
   const status = { status: { allocatable: { memory: '1Mi', pods: '10' }, capacity: { memory: '1Mi', pods: '10' }, conditions: [{ type: 'Ready', status: 'True', reason: 'KubeletReady', message: 'test' }] } };
   const patched = await kubectl(info.kubeconfig, ['patch', 'node', 'n1', '--subresource=status', '--type=merge', '-p', JSON.stringify(status)]);
   assert.equal(patched.code, 0, patched.stderr);
-  const pod = { apiVersion: 'v1', kind: 'Pod', metadata: { name: 'p1', namespace: 'default' }, spec: { containers: [{ name: 'c', image: 'kube32.io/wasm-sha256:' + '0'.repeat(64) }] } };
+  const pod = { apiVersion: 'v1', kind: 'Pod', metadata: { name: 'p1', namespace: 'default' }, spec: { containers: [{ name: 'c', image: `kube32.io/wasm-sha256:${'0'.repeat(64)}` }] } };
   const created = await kubectl(info.kubeconfig, ['create', '-f', '-'], JSON.stringify(pod));
   assert.equal(created.code, 0, created.stderr);
   const deadline = Date.now() + 20_000;
