@@ -1,0 +1,111 @@
+/**
+ * The registry's pure parts: patch formats (merge, JSON, strategic), label and field selectors, the
+ * pod STATUS column, the checkpoint data store's bounds, and the protobuf decoder of kubectl's
+ * generator bodies.
+ */
+import assert from 'node:assert/strict';
+import { test } from 'node:test';
+import { ApiError } from '../../src/apiserver/errors.ts';
+import { decodeKubernetesProtobuf } from '../../src/apiserver/handlers/protobuf.ts';
+import { CheckpointDataStore } from '../../src/apiserver/registry/checkpoints/data-store.ts';
+import { jsonPatch, mergePatch, strategicMergePatch } from '../../src/apiserver/registry/patch.ts';
+import { podStatusText } from '../../src/apiserver/registry/pods/index.ts';
+import { parseFieldSelector, parseLabelSelector } from '../../src/apiserver/registry/selectors.ts';
+
+test('merge patch: objects merge, null deletes, lists replace', () => {
+  assert.deepEqual(mergePatch({ a: { b: 1, c: 2 }, l: [1, 2] }, { a: { b: null, d: 3 }, l: [3] }), { a: { c: 2, d: 3 }, l: [3] });
+});
+
+test('JSON patch: add, remove, replace, move, copy, test; a failed test is a BadRequest', () => {
+  const doc = { a: [1, 2], b: { c: 'x' } };
+  const out = jsonPatch(doc, [
+    { op: 'add', path: '/a/-', value: 3 },
+    { op: 'remove', path: '/a/0' },
+    { op: 'replace', path: '/b/c', value: 'y' },
+    { op: 'copy', from: '/b/c', path: '/d' },
+    { op: 'move', from: '/d', path: '/e' },
+    { op: 'test', path: '/e', value: 'y' },
+  ]);
+  assert.deepEqual(out, { a: [2, 3], b: { c: 'y' }, e: 'y' });
+  assert.deepEqual(doc, { a: [1, 2], b: { c: 'x' } }, 'the target is not changed');
+  assert.throws(() => jsonPatch(doc, [{ op: 'test', path: '/a/0', value: 9 }]), (e: unknown) => e instanceof ApiError && e.reason === 'BadRequest');
+  assert.throws(() => jsonPatch(doc, [{ op: 'remove', path: '/nope' }]), ApiError);
+});
+
+test('strategic merge patch: containers by name, ports by containerPort, $patch delete, $setElementOrder, finalizers union', () => {
+  const pod = {
+    metadata: { labels: { a: '1', b: '2' }, finalizers: ['x'] },
+    spec: { containers: [{ name: 'app', image: 'v1', ports: [{ containerPort: 80, protocol: 'TCP' }] }, { name: 'side', image: 's' }], tolerations: [{ key: 't' }] },
+  };
+  const out = strategicMergePatch(pod, {
+    metadata: { labels: { b: null, c: '3' }, finalizers: ['y'] },
+    spec: {
+      '$setElementOrder/containers': [{ name: 'side' }, { name: 'app' }],
+      containers: [{ name: 'app', image: 'v2', ports: [{ containerPort: 81 }] }, { name: 'side', $patch: 'delete' }],
+      tolerations: [{ key: 'u' }],
+    },
+  }) as { metadata: { labels: Record<string, string>; finalizers: string[] }; spec: { containers: { name: string; image: string; ports: unknown[] }[]; tolerations: unknown[] } };
+  assert.deepEqual(out.metadata.labels, { a: '1', c: '3' });
+  assert.deepEqual(out.metadata.finalizers, ['x', 'y']);
+  assert.deepEqual(out.spec.containers.map((c) => [c.name, c.image]), [['app', 'v2']]);
+  assert.deepEqual(out.spec.containers[0]!.ports, [{ containerPort: 80, protocol: 'TCP' }, { containerPort: 81 }]);
+  assert.deepEqual(out.spec.tolerations, [{ key: 'u' }], 'lists without a merge key are replaced');
+  const node = strategicMergePatch({ spec: { unschedulable: true, podCIDR: 'x' } }, { spec: { unschedulable: null } });
+  assert.deepEqual(node, { spec: { podCIDR: 'x' } }, 'uncordon removes the field');
+});
+
+test('label selectors: equality, sets, existence; bad ones are BadRequest', () => {
+  const m = parseLabelSelector('app=web,tier!=db,env in (a, b),!legacy,team');
+  assert.equal(m({ app: 'web', env: 'a', team: 'x' }), true);
+  assert.equal(m({ app: 'web', env: 'c', team: 'x' }), false);
+  assert.equal(m({ app: 'web', env: 'a', team: 'x', legacy: '1' }), false);
+  assert.equal(m({ app: 'web', env: 'a', team: 'x', tier: 'db' }), false);
+  assert.equal(parseLabelSelector('x notin (1)')({}), true);
+  assert.equal(parseLabelSelector('')({ any: 'thing' }), true);
+  assert.throws(() => parseLabelSelector('a in (b'), ApiError);
+  assert.throws(() => parseLabelSelector('a=b c'), ApiError);
+});
+
+test('field selectors: terms in any order, != and escapes', () => {
+  assert.deepEqual(parseFieldSelector('involvedObject.name=x,involvedObject.namespace==default,status.phase!=Failed'), [
+    { field: 'involvedObject.name', op: '=', value: 'x' },
+    { field: 'involvedObject.namespace', op: '=', value: 'default' },
+    { field: 'status.phase', op: '!=', value: 'Failed' },
+  ]);
+  assert.deepEqual(parseFieldSelector('metadata.name=a\\,b'), [{ field: 'metadata.name', op: '=', value: 'a,b' }]);
+  assert.throws(() => parseFieldSelector('nonsense'), ApiError);
+});
+
+test('the pod STATUS column follows kubectl: waiting reasons, Completed, Terminating, Init', () => {
+  const pod = (status: unknown, meta: Record<string, unknown> = {}) => ({ metadata: { name: 'p', ...meta }, spec: { containers: [{ name: 'c' }], initContainers: [{ name: 'i' }] }, status });
+  assert.equal(podStatusText(pod({ phase: 'Pending', containerStatuses: [{ state: { waiting: { reason: 'ContainerCreating' } } }] })), 'ContainerCreating');
+  assert.equal(podStatusText(pod({ phase: 'Running', containerStatuses: [{ ready: true, state: { running: {} } }] }, { deletionTimestamp: 'x' })), 'Terminating');
+  assert.equal(podStatusText(pod({ phase: 'Failed', containerStatuses: [{ state: { terminated: { reason: 'RestoreError', exitCode: 1 } } }] })), 'RestoreError');
+  assert.equal(podStatusText(pod({ phase: 'Pending', initContainerStatuses: [{ state: { running: {} } }] })), 'Init:0/1');
+  assert.equal(podStatusText(pod({ phase: 'Failed', reason: 'Evicted' })), 'Evicted');
+});
+
+test('the checkpoint data store drops the oldest other data first and refuses what never fits', () => {
+  const s = new CheckpointDataStore(100);
+  assert.deepEqual(s.put('a', 'ua', Buffer.alloc(40)), []);
+  assert.deepEqual(s.put('b', 'ub', Buffer.alloc(40)), []);
+  assert.deepEqual(s.put('c', 'uc', Buffer.alloc(40)), ['a']);
+  assert.equal(s.get('a'), undefined);
+  assert.equal(s.get('b', 'other-uid'), undefined, 'data of an older Checkpoint of the same name is not served');
+  assert.deepEqual(s.put('b', 'ub', Buffer.alloc(60)), [], 'replacing its own data frees it first');
+  assert.equal(s.usedBytes, 100);
+  assert.throws(() => s.put('d', 'ud', Buffer.alloc(101)), (e: unknown) => e instanceof ApiError && e.code === 413);
+  assert.throws(() => new CheckpointDataStore(0), RangeError);
+});
+
+test('protobuf bodies of kubectl generator commands decode to JSON objects', () => {
+  // A ConfigMap: k8s\0 + Unknown{typeMeta{apiVersion "v1", kind "ConfigMap"}, raw ConfigMap{metadata{name "cm"}, data{"a":"b"}}}
+  const str = (f: number, s: string) => Buffer.concat([Buffer.from([(f << 3) | 2, Buffer.byteLength(s)]), Buffer.from(s)]);
+  const msg = (f: number, b: Buffer) => Buffer.concat([Buffer.from([(f << 3) | 2, b.length]), b]);
+  const raw = Buffer.concat([msg(1, str(1, 'cm')), msg(2, Buffer.concat([str(1, 'a'), str(2, 'b')]))]);
+  const body = Buffer.concat([Buffer.from('k8s\0', 'latin1'), msg(1, Buffer.concat([str(1, 'v1'), str(2, 'ConfigMap')])), msg(2, raw)]);
+  assert.deepEqual(decodeKubernetesProtobuf(body), { apiVersion: 'v1', kind: 'ConfigMap', metadata: { name: 'cm' }, data: { a: 'b' } });
+  const other = Buffer.concat([Buffer.from('k8s\0', 'latin1'), msg(1, Buffer.concat([str(1, 'v1'), str(2, 'Binding')]))]);
+  assert.throws(() => decodeKubernetesProtobuf(other), (e: unknown) => e instanceof ApiError && e.code === 415);
+  assert.throws(() => decodeKubernetesProtobuf(Buffer.from('nope')), (e: unknown) => e instanceof ApiError && e.code === 400);
+});
