@@ -42,7 +42,7 @@ function conformance(label: string, make: (t: import('node:test').TestContext) =
     assert.equal(events.length, 0);
     const next = s.guaranteedUpdate(key('a'), (cur) => ({ ...cur, spec: { x: 3 } }));
     assert.equal(next.metadata.resourceVersion, '2');
-    assert.deepEqual(events.map((e) => [e.type, e.rv, (e.previous?.spec as { x: number }).x]), [['MODIFIED', 2, 1]]);
+    assert.deepEqual(events.map((e) => [e.type, e.rv, (e.previous?.spec as { x: number } | undefined)?.x]), [['MODIFIED', 2, 1]]);
   });
 
   test(`${label}: a failed transaction writes nothing and tells no watcher`, (t) => {
