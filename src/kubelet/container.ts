@@ -20,6 +20,20 @@ export const BACKOFF_MAX_MS = 300_000;
 /** A container that ran this long before it ended starts its back-off afresh: 10 min. */
 export const BACKOFF_RESET_MS = 600_000;
 
+/**
+ * One step of the kubelet's crash back-off: the delay before this restart and the back-off the
+ * next crash will use. The first restart is at once (`current` 0), then 10 s, 20 s, 40 s ... 5 min;
+ * a container that ran {@link BACKOFF_RESET_MS} or more before it ended starts afresh at 0.
+ * @param current the back-off kept from the last crash, ms (0 at first)
+ * @param ranMs how long the container ran before it ended, ms
+ * @returns `delay` to wait now and `next` to keep, both ms
+ * @example crashBackoff(0, 5) // { delay: 0, next: 10000 }
+ */
+export function crashBackoff(current: number, ranMs: number): { delay: number; next: number } {
+  const delay = ranMs >= BACKOFF_RESET_MS ? 0 : current;
+  return { delay, next: delay === 0 ? BACKOFF_INITIAL_MS : Math.min(delay * 2, BACKOFF_MAX_MS) };
+}
+
 /** What a runner needs from its node. */
 export interface RunnerContext {
   cp: ControlPlane;
@@ -137,9 +151,9 @@ export class ContainerRunner {
     this.#ctx.onChange();
   }
 
-  #nextBackoff(): number {
-    const delay = this.#backoffMs;
-    this.#backoffMs = delay === 0 ? BACKOFF_INITIAL_MS : Math.min(delay * 2, BACKOFF_MAX_MS);
+  #nextBackoff(ranMs = 0): number {
+    const { delay, next } = crashBackoff(this.#backoffMs, ranMs);
+    this.#backoffMs = next;
     return delay;
   }
 
@@ -271,9 +285,8 @@ export class ContainerRunner {
         this.#set(term);
         return;
       }
-      if (exit.finishedAt - startedAt >= BACKOFF_RESET_MS) this.#backoffMs = 0;
       this.#lastState = term;
-      const delay = this.#nextBackoff();
+      const delay = this.#nextBackoff(exit.finishedAt - startedAt);
       if (delay > 0) {
         this.#ctx.record('Warning', 'BackOff', `Back-off restarting failed container ${this.spec.name} in pod ${podName}_${ns}(${this.#pod.metadata?.uid ?? ''})`);
         this.#set({

@@ -1,7 +1,7 @@
 import { test } from 'node:test';
 import assert from 'node:assert/strict';
 import type { V1Pod } from '@kubernetes/client-node';
-import { buildPodStatus, podPhase, type ContainerView } from '../../src/kubelet/index.ts';
+import { buildPodStatus, crashBackoff, podPhase, type ContainerView } from '../../src/kubelet/index.ts';
 import { parseLabels } from '../../src/kubelet/main.ts';
 
 const pod: V1Pod = {
@@ -54,4 +54,16 @@ test('a crash loop stays Running with lastState; a final RestoreError is Failed;
 test('--labels parses key=value pairs and names a bad one', () => {
   assert.deepEqual(parseLabels('zone=a, kube32.io/board=sim'), { zone: 'a', 'kube32.io/board': 'sim' });
   assert.throws(() => parseLabels('zone'), /"zone" is not one/);
+});
+
+test('crash back-off: at once, then 10 s doubling to 5 min; reset after 10 min of running', () => {
+  let current = 0;
+  const delays: number[] = [];
+  for (let i = 0; i < 8; i++) {
+    const step = crashBackoff(current, 1000);
+    delays.push(step.delay);
+    current = step.next;
+  }
+  assert.deepEqual(delays, [0, 10_000, 20_000, 40_000, 80_000, 160_000, 300_000, 300_000]);
+  assert.deepEqual(crashBackoff(300_000, 600_000), { delay: 0, next: 10_000 });
 });
