@@ -51,7 +51,8 @@ try {
 
   // 2. Through feosd.
   const feosd = await startFeosd(join(work, 'feosd'), { guestDir: GUEST_DIR });
-  const id = 'benchpod0aa';
+  process.on('exit', () => feosd.child.kill('SIGKILL'));
+  const id = 'benchpqd0aa';
   const c0 = performance.now();
   await feosd.pods.createPod({ id, spec: { vcpus: 1, memoryBytes: MEMORY } });
   const pod = await waitForPod(feosd, id, (p) => p.state !== PodState.PENDING, 300_000);

@@ -123,3 +123,36 @@ test('a second feosd on the same state dir waits for the lock, then takes over',
   }
   assert.equal(readFileSync(join(dir, 'state', 'feosd.lock'), 'utf8').trim(), String(second.child.pid));
 });
+
+test('UpgradeFeosBinary with --self-upgrade checks the digest and runs the new executable with the same pid', { timeout: 120_000 }, async (t) => {
+  const { createHash } = await import('node:crypto');
+  const { dir, cleanup } = tempDir('feos-upgrade-');
+  t.after(cleanup);
+  const feosd = await startFeosd(dir, { extra: ['--self-upgrade'] });
+  t.after(() => feosd.stop('SIGKILL'));
+  const before = await feosd.host.getHostInfo({});
+  // The "new binary": a script that runs this checkout's feosd with the arguments it is given.
+  const exe = Buffer.from(`#!/bin/sh\nexec ${JSON.stringify(process.execPath)} ${JSON.stringify(join(new URL('../../', import.meta.url).pathname, 'bin/feosd.js'))} "$@"\n`);
+  const sha256 = createHash('sha256').update(exe).digest('hex');
+  await assert.rejects(
+    feosd.host.upgradeFeosBinary([{ part: { case: 'header', value: { size: BigInt(exe.length), sha256: '0'.repeat(64) } } }, { part: { case: 'chunk', value: exe } }]),
+    (e) => code(e) === status.INVALID_ARGUMENT,
+  );
+  const res = await feosd.host.upgradeFeosBinary([
+    { part: { case: 'header', value: { size: BigInt(exe.length), sha256 } } },
+    { part: { case: 'chunk', value: exe.subarray(0, 10) } },
+    { part: { case: 'chunk', value: exe.subarray(10) } },
+  ]);
+  assert.equal(res.path, join(feosd.stateDir, 'upgrade', 'feosd'));
+  // The same pid serves again, started anew, and holds the lock again.
+  const deadline = Date.now() + 60_000;
+  while (feosd.stderr().split('"feosd serving"').length < 3) {
+    assert.ok(Date.now() < deadline, `no second start: ${feosd.stderr()}`);
+    assert.equal(feosd.child.exitCode, null);
+    await new Promise((r) => feosd.child.stderr!.once('data', r));
+  }
+  const after = await feosd.host.getHostInfo({});
+  assert.equal(after.pid, before.pid);
+  assert.ok(after.startedAt!.seconds * 1000n + BigInt(after.startedAt!.nanos / 1e6) > before.startedAt!.seconds * 1000n + BigInt(before.startedAt!.nanos / 1e6));
+  assert.equal(readFileSync(join(feosd.stateDir, 'feosd.lock'), 'utf8').trim(), String(before.pid));
+});

@@ -37,12 +37,14 @@ export function tempDir(prefix: string): { dir: string; cleanup: () => void } {
  */
 export async function startFeosd(
   base: string,
-  opts: { guestDir?: string; extra?: string[]; waitServing?: boolean; runDir?: string } = {},
+  opts: { guestDir?: string; extra?: string[]; waitServing?: boolean; runDir?: string; netns?: string } = {},
 ): Promise<FeosdProcess> {
   const stateDir = join(base, 'state');
   const runDir = opts.runDir ?? join(base, 'run');
   const args = [FEOSD, '--state-dir', stateDir, '--run-dir', runDir, '--guest-dir', opts.guestDir ?? join(base, 'guest'), '--accel', 'tcg', ...(opts.extra ?? [])];
-  const child = spawn(process.execPath, args, { stdio: ['ignore', 'pipe', 'pipe'] });
+  const child = opts.netns
+    ? spawn('ip', ['netns', 'exec', opts.netns, process.execPath, ...args], { stdio: ['ignore', 'pipe', 'pipe'] })
+    : spawn(process.execPath, args, { stdio: ['ignore', 'pipe', 'pipe'] });
   let err = '';
   child.stderr!.setEncoding('utf8').on('data', (d: string) => {
     err += d;

@@ -174,12 +174,18 @@ const handlers = new Map<string, UnaryHandler>([
 ]);
 
 async function configureNetwork(req: MessageShape<typeof ConfigureNetworkRequestSchema>): Promise<void> {
+  // The pod's addresses are its own: no duplicate address detection (busybox ip has no `nodad`).
+  try {
+    fs.writeFileSync('/proc/sys/net/ipv6/conf/eth0/accept_dad', '0');
+  } catch (err: unknown) {
+    throw new GrpcError(GrpcCode.FAILED_PRECONDITION, `eth0: ${String(err)}`);
+  }
   const steps: string[][] = [];
-  if (req.macAddress) steps.push(['link', 'set', 'eth0', 'address', req.macAddress]);
+  if (req.macAddress) steps.push(['link', 'set', 'eth0', 'down'], ['link', 'set', 'eth0', 'address', req.macAddress]);
   if (req.mtu) steps.push(['link', 'set', 'eth0', 'mtu', String(req.mtu)]);
   steps.push(['link', 'set', 'eth0', 'up']);
   if (req.ipv6Address) {
-    steps.push(['-6', 'addr', 'replace', `${req.ipv6Address}/128`, 'dev', 'eth0', 'nodad']);
+    steps.push(['-6', 'addr', 'replace', `${req.ipv6Address}/128`, 'dev', 'eth0']);
     const gw = req.ipv6Gateway || 'fe80::1';
     if (req.ipv6Routes.length === 0) steps.push(['-6', 'route', 'replace', 'default', 'via', gw, 'dev', 'eth0']);
     for (const r of req.ipv6Routes) steps.push(['-6', 'route', 'replace', r, 'via', gw, 'dev', 'eth0']);

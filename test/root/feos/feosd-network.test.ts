@@ -1,0 +1,54 @@
+// A pod with a network, as root, in a network namespace of the test's own: feosd runs the pods' network
+// (src/feos/network) with --pod-prefix; the pod boots with its TAP device, its guest is pushed its
+// addresses, and the node reaches it over IPv6 and IPv4; delete takes the TAP device away.
+import assert from 'node:assert/strict';
+import { test } from 'node:test';
+import { execFileSync } from 'node:child_process';
+import { randomBytes } from 'node:crypto';
+import { readFileSync } from 'node:fs';
+import { join } from 'node:path';
+import { fromBinary } from '@bufbuild/protobuf';
+import { MicroVmSchema } from '../../../src/feos/gen/feos/microvm/v1/microvm_pb.js';
+import { feosctl, PodState, startFeosd, tempDir, until, waitForPod } from '../../feos/harness.ts';
+
+const REPO = new URL('../../../', import.meta.url).pathname;
+const GUEST_DIR = join(REPO, 'build/guest');
+const ID = 'netpqd0test';
+
+function inNs(ns: string, args: string[]): { ok: boolean; out: string } {
+  try {
+    return { ok: true, out: execFileSync('ip', ['netns', 'exec', ns, ...args], { encoding: 'utf8', stdio: ['ignore', 'pipe', 'pipe'], timeout: 20_000 }) };
+  } catch (err: unknown) {
+    return { ok: false, out: String((err as { stderr?: string }).stderr ?? err) };
+  }
+}
+
+test('a pod with a network boots and the node reaches it', { timeout: 600_000 }, async (t) => {
+  assert.equal(process.getuid?.(), 0, 'this suite runs as root');
+  execFileSync('bash', [join(REPO, 'scripts/build-guest.sh'), GUEST_DIR], { stdio: ['ignore', 'ignore', 'inherit'], timeout: 300_000 });
+  const ns = `feos-t-${randomBytes(3).toString('hex')}`;
+  execFileSync('ip', ['netns', 'add', ns]);
+  const { dir, cleanup } = tempDir('feos-net-');
+  const feosd = await startFeosd(dir, { guestDir: GUEST_DIR, netns: ns, extra: ['--pod-prefix', '2001:db8:6::/64'] });
+  t.after(async () => {
+    await feosd.stop('SIGKILL');
+    try {
+      const vm = fromBinary(MicroVmSchema, readFileSync(join(feosd.stateDir, 'vms', ID, 'microvm.pb')));
+      if (vm.pid > 0) process.kill(vm.pid, 'SIGKILL');
+    } catch {}
+    execFileSync('ip', ['netns', 'del', ns]);
+    cleanup();
+  });
+  const created = await feosctl(feosd.socket, ['pod', 'create', '--id', ID, '--network', '-o', 'json']);
+  assert.equal(created.code, 0, created.stderr);
+  const pod = await waitForPod(feosd, ID, (p) => p.state !== PodState.PENDING, 300_000);
+  assert.equal(pod.state, PodState.RUNNING, `${pod.reason}\n${feosd.stderr().split('\n').slice(-20).join('\n')}`);
+  assert.match(pod.ipv6Address, /^2001:db8:6:/);
+  assert.match(pod.ipv4Address, /^169\.254\./);
+  assert.ok(inNs(ns, ['ip', 'link', 'show', `pod-${ID}`]).ok, 'the TAP device exists');
+  await until('the pod answers ping over IPv6', async () => (inNs(ns, ['ping', '-6', '-c', '1', '-W', '3', pod.ipv6Address]).ok ? true : undefined), 60_000);
+  await until('the pod answers ping over IPv4', async () => (inNs(ns, ['ping', '-c', '1', '-W', '3', pod.ipv4Address]).ok ? true : undefined), 60_000);
+  const del = await feosctl(feosd.socket, ['pod', 'delete', ID]);
+  assert.equal(del.code, 0, del.stderr);
+  assert.equal(inNs(ns, ['ip', 'link', 'show', `pod-${ID}`]).ok, false, 'the TAP device is gone');
+});
