@@ -97,6 +97,8 @@ export class PodInstance extends EventEmitter {
   readonly #pending = new Map<number, (m: FromWorker) => void>();
   readonly #idle = new Set<() => void>();
   #cachedDigest: string | undefined;
+  /** The freeze in progress (waiting for the current call), shared by concurrent callers. */
+  #freezing: Promise<void> | undefined;
   #activeSnapshots = new Set<number>();
   #podTimeMs = 0;
 
@@ -433,7 +435,15 @@ export class PodInstance extends EventEmitter {
       const blocker = entryPointBlocker(this.module.entryPoint!);
       throw new PodStateError('NotMovable', `the pod cannot be frozen: ${blocker}`, [blocker]);
     }
+    if (this.#freezing) return this.#freezing;
     if (this.#frozen) return;
+    this.#freezing = this.#freeze(timeoutMs).finally(() => {
+      this.#freezing = undefined;
+    });
+    return this.#freezing;
+  }
+
+  async #freeze(timeoutMs: number): Promise<void> {
     this.#frozen = true;
     for (const c of this.#queue.splice(0)) {
       if (c.kind === 'handle') c.reject(new PodCallError('Frozen', 'the pod is frozen'));
@@ -485,6 +495,7 @@ export class PodInstance extends EventEmitter {
    * @throws PodStateError `NotFrozen` when the pod is not frozen (the kubelet answers 404), `NotRunning` when it has ended
    */
   async thaw(): Promise<void> {
+    await this.#freezing?.catch(() => {});
     if (this.#exit) throw new PodStateError('NotRunning', `the pod has ended (${this.#exit.reason})`);
     if (!this.#frozen) throw new PodStateError('NotFrozen', 'the pod is not frozen');
     for (const id of this.#activeSnapshots) {
@@ -566,6 +577,7 @@ export class PodInstance extends EventEmitter {
    * @throws PodStateError `NotFrozen` (freeze first), `NotMovable` with the blockers, `NotRunning`
    */
   async snapshot(opts: { digest?: boolean } = {}): Promise<PodSnapshot> {
+    await this.#freezing;
     if (this.#exit) throw new PodStateError('NotRunning', `the pod has ended (${this.#exit.reason})`);
     if (!this.#frozen) throw new PodStateError('NotFrozen', 'snapshot of a pod that is not frozen: freeze it first');
     const blockers = this.blockers();
