@@ -4,7 +4,8 @@
  *     HTTP server answering the same bytes (target ≥ 0.5×);
  *  2. freeze + snapshot + restore of a pod with 64 KiB, 1 MiB and 16 MiB of memory, against copying
  *     and hashing those bytes (target within 2× for 1 MiB and more), with absolute times;
- *  3. memory per idle pod: RSS growth for 100 idle `echo` pods, and how many a 24 GiB machine holds.
+ *  3. memory per idle pod: RSS growth for 100 idle `echo` pods, and how many a 24 GiB machine holds;
+ *  4. kube32.io/interp-mops, measured three times (the seed: stable within 10% on an idle machine).
  * Run: node --expose-gc bench/runtime/index.ts   (or npm run bench runtime)
  */
 import { execFileSync, spawnSync } from 'node:child_process';
@@ -13,7 +14,7 @@ import { existsSync, mkdtempSync, readFileSync, rmSync, writeFileSync } from 'no
 import { Agent, createServer, request, type Server } from 'node:http';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
-import { loadModule, PodInstance, serveHttp, warmWorkerPool, type PodModule } from '../../src/wasm/index.ts';
+import { loadModule, measureInterpMops, PodInstance, serveHttp, warmWorkerPool, type PodModule } from '../../src/wasm/index.ts';
 
 const ROOT = new URL('../../', import.meta.url).pathname;
 const gc = (globalThis as { gc?: () => void }).gc ?? (() => {});
@@ -204,3 +205,6 @@ const echo = await loadModule(echoBytes(), { memoryLimitBytes: 16 << 20 });
 await benchRequests(echo);
 await benchSnapshots();
 benchIdleMemory();
+const mops = [await measureInterpMops(), await measureInterpMops(), await measureInterpMops()];
+const spread = (Math.max(...mops) - Math.min(...mops)) / Math.max(...mops);
+console.log(`\n4. kube32.io/interp-mops, three runs: ${mops.join(', ')} MOPS; spread ${(spread * 100).toFixed(1)}% (target < 10% on an idle machine; load average now ${(await import('node:os')).loadavg()[0]!.toFixed(1)})`);

@@ -70,13 +70,14 @@ parentPort.postMessage(best);
 
 /**
  * Measures millions of WebAssembly operations per second on the fixed kernel: warm-up, then the
- * best of several rounds of about 100 ms each, in a worker thread (about 1 s in all).
+ * best of 15 rounds of about 50 ms each (the best: a busy machine only ever slows a round down), in
+ * a worker thread (about 1 s in all).
  * @returns MOPS rounded to one decimal (as the node annotation `kube32.io/interp-mops` reports it)
  * @throws Error when the kernel is neither built nor buildable (no wat2wasm)
  */
 export async function measureInterpMops(): Promise<number> {
   const bytes = kernelBytes();
-  const worker = new Worker(MEASURE, { eval: true, workerData: { bytes, targetMs: 100, rounds: 7 } });
+  const worker = new Worker(MEASURE, { eval: true, workerData: { bytes, targetMs: 50, rounds: 15 } });
   try {
     const mops = await new Promise<number>((resolve, reject) => {
       worker.once('message', resolve);
