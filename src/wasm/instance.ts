@@ -551,17 +551,19 @@ export class PodInstance extends EventEmitter {
    * The reasons found on the node why this pod cannot move now, each the seed's exact text ("What
    * keeps a pod from moving"): `entry point _start runs on its own thread`, `open file <path>
    * (descriptor <n>)`, `call k32_handle still running after <ms> ms` (a call running longer than
-   * the default freeze timeout), and a table that is not of functions (`table <i> holds externref,
-   * not functions`) or a global a snapshot cannot carry. Empty when it can move.
+   * `timeoutMs`), and a table that is not of functions (`table <i> holds externref, not
+   * functions`) or a global a snapshot cannot carry. Empty when it can move.
+   * @param timeoutMs the freeze timeout a running call is measured against (seed: `timeoutMs`)
+   * @default 10000
    */
-  blockers(): string[] {
+  blockers(timeoutMs = DEFAULT_FREEZE_TIMEOUT_MS): string[] {
     const out: string[] = [];
     if (this.module.kind === 'app') out.push(entryPointBlocker(this.module.entryPoint!));
     for (const t of this.module.shape.tables) if (t.elementType !== 0x70) out.push(externrefTableBlocker(t.index));
     for (const g of this.module.shape.globals) if (![0x7f, 0x7e, 0x7d, 0x7c, 0x70].includes(g.type)) out.push(globalTypeBlocker(g.index, valueTypeName(g.type)));
     for (const f of this.#openFiles) out.push(openFileBlocker(f.path, f.fd));
     const r = this.#running;
-    if (r && performance.now() - r.startedAt > DEFAULT_FREEZE_TIMEOUT_MS) out.push(runningCallBlocker(EXPORT_OF[r.kind], DEFAULT_FREEZE_TIMEOUT_MS));
+    if (r && performance.now() - r.startedAt > timeoutMs) out.push(runningCallBlocker(EXPORT_OF[r.kind], timeoutMs));
     return out;
   }
 

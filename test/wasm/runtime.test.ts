@@ -264,6 +264,8 @@ test('a call past the freeze timeout is a blocker, the pod keeps running, termin
   });
   assert.equal(pod.frozen, false, 'the pod keeps running');
   assert.equal(pod.runningCall?.name, 'k32_handle');
+  assert.deepEqual(pod.blockers(100), ['call k32_handle still running after 100 ms']);
+  assert.deepEqual(pod.blockers(), [], 'not yet past the default 10 s');
   const exit = await pod.terminate();
   assert.equal(exit.reason, 'Completed');
   const err = await looping;
