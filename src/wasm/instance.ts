@@ -191,7 +191,9 @@ export class PodInstance extends EventEmitter {
       this.#end('Error', `the pod's worker exited with code ${code}`);
     });
     if (this.#opts.restoreFrom) {
-      // Stream the snapshot in, a few chunks ahead of the worker's acknowledgements.
+      // Stream the snapshot in, a few chunks ahead of the worker's acknowledgements. When the pod
+      // ends (a refused snapshot), the loop stops and the source is closed (for-await calls return()).
+      void this.exited.then(() => ackWaiter?.());
       void (async () => {
         let sent = 0;
         try {

@@ -416,3 +416,23 @@ test('channel and file edge cases: names, payload size, handles, flags, append, 
   assert.equal(r2i[6], -38);
   assert.equal(r2i[10], -38);
 });
+
+test('a refused restore closes its source', { timeout: 10_000 }, async () => {
+  const mod = await loadModule(STATE, { memoryLimitBytes: 1 << 20 });
+  let closed = false;
+  let pulled = 0;
+  async function* source(): AsyncGenerator<Uint8Array> {
+    try {
+      yield new TextEncoder().encode('NOT A SNAPSHOT AT ALL, more than sixty-eight bytes of it, so the header is read whole.');
+      for (;;) {
+        pulled++;
+        yield new Uint8Array(65536);
+      }
+    } finally {
+      closed = true;
+    }
+  }
+  await assert.rejects(startPod(mod, { restoreFrom: source() }), (e: unknown) => e instanceof PodStartError && e.reason === 'RestoreError' && /K32S/.test(e.message));
+  await until(() => closed);
+  assert.ok(pulled < 100, `the source was read on after the refusal: ${pulled} chunks`);
+});
