@@ -133,8 +133,12 @@ function writeTables(tables: SnapshotTable[]): void {
   }
 }
 
-async function instantiate(): Promise<void> {
-  instance = await WA.instantiate(init.compiled, { k32: imports });
+/**
+ * Instantiates the compiled module, synchronously: a restore's first chunks may already be queued
+ * on the port, and its listener must be in place before the next message is dispatched.
+ */
+function instantiate(): void {
+  instance = new WA.Instance(init.compiled, { k32: imports });
   memory = ex<WasmMemory>(INSTR.memory);
 }
 
@@ -193,7 +197,7 @@ function fail(reason: 'RestoreError' | 'Trap' | 'Error', message: string): void 
 
 async function start(): Promise<void> {
   try {
-    await instantiate();
+    instantiate();
   } catch (err: unknown) {
     // The start section trapped, or linking failed.
     fail(err instanceof WA.RuntimeError || err instanceof RangeError ? 'Trap' : 'Error', `cannot start the module: ${trapMessage(err)}`);
