@@ -103,7 +103,7 @@ async function up(flags: UpFlags): Promise<void> {
 export function register(program: Command): void {
   program
     .command('up')
-    .summary('run a local cluster: a control plane and kube32-sim workers on this computer')
+    .summary('Run a local cluster: a control plane and kube32-sim workers on this computer')
     .description(
       [
         'Start a local Kube32 cluster in the foreground: the control plane (API server on SQLite in the data dir, and the controllers) and N kube32-sim workers on 127.0.0.2, 127.0.0.3, ... as child processes. It writes the admin kubeconfig to DATA_DIR/kubeconfig.',

@@ -210,7 +210,7 @@ export function register(program: Command): void {
   addClusterFlags(
     program
       .command('push')
-      .summary('store a WebAssembly module so that pods can name it wasm://NAME')
+      .summary('Store a WebAssembly module so that pods can name it wasm://NAME')
       .description(
         'Store FILE.wasm in the cluster\'s module store (kube32.io/v1 Module NAME) and print its SHA-256 digest. Pods then run it with "image: wasm://NAME". Pushing again under the same name replaces the module for pods started later.',
       )
@@ -223,7 +223,7 @@ export function register(program: Command): void {
   addClusterFlags(
     program
       .command('move')
-      .summary('move a running pod to another node with its state')
+      .summary('Move a running pod to another node with its state')
       .description(
         'Create a Move Checkpoint for POD and wait for its end. The pod freezes, its state goes to the target node, and it goes on there with its memory, globals, tables, clock and channels. Without --to the scheduler picks the node. Exit status 1 when the move is refused or rolled back; the blockers are listed.',
       )
@@ -238,7 +238,7 @@ export function register(program: Command): void {
   addClusterFlags(
     program
       .command('checkpoint')
-      .summary("save a pod's state without moving it")
+      .summary("Save a pod's state without moving it")
       .description(
         "Create a Save Checkpoint for POD and wait until it is Saved. The pod freezes for the snapshot and keeps running where it is. The snapshot is the Checkpoint's data (GET .../checkpoints/NAME/data).",
       )
