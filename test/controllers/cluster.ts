@@ -52,8 +52,12 @@ function loopbackPrefix(): string {
 }
 
 /** Starts the API server, the controllers, and pushes the counter fixture as `counter-fixture`. */
-export async function startControllersCluster(t: TestContext, timings: Partial<ControllerTimings> = {}): Promise<ControllersCluster> {
-  const api = await startApiServer(t);
+export async function startControllersCluster(
+  t: TestContext,
+  timings: Partial<ControllerTimings> = {},
+  opts: { apiServerArgs?: string[] } = {},
+): Promise<ControllersCluster> {
+  const api = await startApiServer(t, { args: opts.apiServerArgs });
   const tmp = mkdtempSync(join(tmpdir(), 'k32-controllers-'));
   const workers = new Map<string, Worker>();
   const prefix = loopbackPrefix();

@@ -94,3 +94,40 @@ test('a move that does not run in time rolls back; a lost node restores from the
     await c.until('roller to be deleted', async () => (await c.getPod('roller')) === undefined, 20_000);
   });
 });
+
+test('a replacement that cannot restore (its data dropped) rolls back; the source cannot either: the pod starts afresh', { timeout: 180_000 }, async (t) => {
+  // 100 KiB of checkpoint data: storing a second counter snapshot (about 64 KiB) drops the first.
+  const c = await startControllersCluster(t, {}, { apiServerArgs: ['--checkpoint-data-bytes', '100Ki'] });
+  await c.startWorker('w1');
+  const w2 = await c.startWorker('w2');
+  const pod = await runPod(c, counterPod('fragile', 18211, { nodeName: 'w1' }));
+  assert.equal((await count(c, pod, 18211)).count, 1);
+  const other = await runPod(c, counterPod('other', 18212, { nodeName: 'w1' }));
+  w2.proc.kill('SIGSTOP'); // the target takes the replacement in only once the data is gone
+  try {
+    await c.createCheckpoint({ metadata: { name: 'fragile-move', namespace: 'default' }, spec: { podName: 'fragile', action: 'Move', target: { nodeName: 'w2' } } });
+    await c.until('the replacement bound to w2', async () => (await c.getCheckpoint('fragile-move'))?.status?.phase === 'Moving', 30_000);
+    await c.createCheckpoint({ metadata: { name: 'other-save', namespace: 'default' }, spec: { podName: 'other' } });
+    const saved = await c.until('the other snapshot stored', async () => {
+      const x = await c.getCheckpoint('other-save');
+      return x?.status?.phase === 'Saved' || x?.status?.phase === 'Failed' ? x : undefined;
+    }, 30_000);
+    assert.equal(saved.status?.phase, 'Saved', String(saved.status?.message));
+  } finally {
+    w2.proc.kill('SIGCONT');
+  }
+  const ck = await c.until('the move to roll back', async () => {
+    const x = await c.getCheckpoint('fragile-move');
+    return x?.status?.phase === 'Failed' || x?.status?.phase === 'Completed' ? x : undefined;
+  }, 60_000);
+  assert.equal(ck.status?.phase, 'Failed');
+  assert.match(ck.status?.message ?? '', /the replacement on w2 failed: RestoreError.*; rolled back to w1/);
+  // The source cannot restore from the same (dataless) Checkpoint either: the pod is replaced afresh.
+  const fresh = await c.until('the pod to run afresh', async () => {
+    const p = await c.getPod('fragile');
+    return p?.status?.phase === 'Running' && !p.metadata?.annotations?.['kube32.io/restore-from'] ? p : undefined;
+  }, 60_000);
+  assert.equal((await count(c, fresh, 18211)).count, 1, 'a fresh start');
+  const reasons = (await c.events()).filter((e) => e.involvedObject?.name === 'fragile').map((e) => e.reason);
+  assert.ok(reasons.filter((r) => r === 'MoveFailed').length >= 2, reasons.join(', '));
+});
