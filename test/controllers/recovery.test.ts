@@ -102,7 +102,7 @@ test('a replacement that cannot restore (its data dropped) rolls back; the sourc
   const w2 = await c.startWorker('w2');
   const pod = await runPod(c, counterPod('fragile', 18211, { nodeName: 'w1' }));
   assert.equal((await count(c, pod, 18211)).count, 1);
-  const other = await runPod(c, counterPod('other', 18212, { nodeName: 'w1' }));
+  await runPod(c, counterPod('other', 18212, { nodeName: 'w1' }));
   w2.proc.kill('SIGSTOP'); // the target takes the replacement in only once the data is gone
   try {
     await c.createCheckpoint({ metadata: { name: 'fragile-move', namespace: 'default' }, spec: { podName: 'fragile', action: 'Move', target: { nodeName: 'w2' } } });
