@@ -107,7 +107,17 @@ test('kube32-cli move and checkpoint: a counter moves with its state; a pod that
   assert.equal(mv.code, 0, `${mv.stdout}${mv.stderr}\n${logTails(c.dataDir)}`);
   assert.match(mv.stdout, new RegExp(`pod/mover moved from ${pod.spec.nodeName} to ${other}`));
   const moved = await movedTo(c, 'mover', other, pod.metadata.uid);
-  assertCarried(afterSave, await askCounter(moved.status.podIP!, port), 'after kube32-cli move');
+  const afterMove = await askCounter(moved.status.podIP!, port);
+  assertCarried(afterSave, afterMove, 'after kube32-cli move');
+
+  // move without --to: the scheduler picks, and never the node the pod runs on (here: the first one again).
+  const back = await c.cli(['move', 'mover', '-o', 'json']);
+  assert.equal(back.code, 0, `${back.stdout}${back.stderr}`);
+  const backCkpt = JSON.parse(back.stdout) as CheckpointView;
+  assert.equal(backCkpt.status?.phase, 'Completed');
+  assert.equal(backCkpt.status?.targetNode, pod.spec.nodeName);
+  const home = await movedTo(c, 'mover', pod.spec.nodeName!, moved.metadata.uid);
+  assertCarried(afterMove, await askCounter(home.status.podIP!, port), 'after kube32-cli move without --to');
 
   // A pod with kube32.io/migration: Never is refused: exit 1, the blocker named, the pod where it was.
   const { pod: stay } = await counterPod(c, 'stayer', { annotations: { 'kube32.io/migration': 'Never' } });
