@@ -43,6 +43,9 @@ export const INSTR = {
   global: (i: number): string => `\u0000k32:global:${i}`,
   table: (i: number): string => `\u0000k32:table:${i}`,
   func: (i: number): string => `\u0000k32:func:${i}`,
+  /** An f32/f64 global's bits as i32/i64 (V8's API would turn NaN payloads into the canonical NaN). */
+  getBits: (i: number): string => `\u0000k32:global-bits:${i}`,
+  setBits: (i: number): string => `\u0000k32:set-global-bits:${i}`,
 } as const;
 
 /** The seed's blocker for an app pod's entry point ("What keeps a pod from moving"). */

@@ -298,71 +298,36 @@ function writeName(out: number[], name: string): void {
 /** The canonical order of sections by id (the tag section 13 sits between memory and global). */
 const SECTION_ORDER = [1, 2, 3, 4, 5, 13, 6, 7, 8, 9, 12, 10, 11];
 
+/** A function the rewriter appends: its type and its body (locals and code, without the size prefix). */
+export interface AddedFunction {
+  /** Index into the module's types followed by `Rewrite.addTypes`. */
+  typeIndex: number;
+  body: Uint8Array;
+}
+
 /** What to change in a module. */
 export interface Rewrite {
   /** New maximum of memory 0 (a defined memory), in pages; the flags gain "has maximum". */
   memoryMaxPages?: number;
+  /** Function types to append to the type section (their indices follow the module's own). */
+  addTypes?: FuncType[];
+  /**
+   * Functions to append (their indices follow every existing function, so no index of the
+   * original module changes).
+   */
+  addFunctions?: AddedFunction[];
   /** Exports to append to the export section. */
   addExports: ParsedExport[];
 }
 
-/**
- * Rewrites a module: caps memory 0's maximum and appends exports. Every other section is copied.
- * @throws BinaryError for a memory that is imported (it cannot be capped here)
- */
-export function rewriteModule(bytes: Uint8Array, m: ParsedModule, rw: Rewrite): Uint8Array {
-  const parts: Uint8Array[] = [bytes.subarray(0, 8)];
-  const exportBody = (): Uint8Array => {
-    const out: number[] = [];
-    writeU32(out, m.exports.length + rw.addExports.length);
-    for (const e of [...m.exports, ...rw.addExports]) {
-      writeName(out, e.name);
-      out.push(KINDS.indexOf(e.kind));
-      writeU32(out, e.index);
-    }
-    return Uint8Array.from(out);
-  };
-  const memoryBody = (): Uint8Array => {
-    const out: number[] = [];
-    const defined = m.memories.filter((x) => !x.imported);
-    writeU32(out, defined.length);
-    defined.forEach((mem, i) => {
-      const l = mem.limits;
-      if (i === 0 && rw.memoryMaxPages !== undefined) {
-        const max = l.max === undefined ? rw.memoryMaxPages : Math.min(l.max, rw.memoryMaxPages);
-        out.push(l.flags | 0x01);
-        writeU32(out, l.min);
-        writeU32(out, Math.max(max, l.min));
-      } else {
-        out.push(l.flags);
-        writeU32(out, l.min);
-        if (l.max !== undefined) writeU32(out, l.max);
-      }
-    });
-    return Uint8Array.from(out);
-  };
-  const section = (id: number, body: Uint8Array): void => {
-    const head: number[] = [id];
-    writeU32(head, body.length);
-    parts.push(Uint8Array.from(head), body);
-  };
-  let exportWritten = false;
-  const rank = (id: number): number => SECTION_ORDER.indexOf(id);
-  for (const s of m.sections) {
-    if (!exportWritten && s.id !== 0 && rank(s.id) > rank(7)) {
-      section(7, exportBody());
-      exportWritten = true;
-    }
-    if (s.id === 7) {
-      section(7, exportBody());
-      exportWritten = true;
-    } else if (s.id === 5 && rw.memoryMaxPages !== undefined) {
-      section(5, memoryBody());
-    } else {
-      parts.push(bytes.subarray(s.start, s.end));
-    }
-  }
-  if (!exportWritten) section(7, exportBody());
+/** The bytes of a vector section's entries after its count, and the count. */
+function vectorTail(bytes: Uint8Array, sec: Section): { count: number; tail: Uint8Array } {
+  const r = new Reader(bytes, sec.contentStart, sec.end);
+  const count = r.u32();
+  return { count, tail: bytes.subarray(r.pos, sec.end) };
+}
+
+function concat(parts: Uint8Array[]): Uint8Array {
   let len = 0;
   for (const p of parts) len += p.length;
   const out = new Uint8Array(len);
@@ -372,4 +337,103 @@ export function rewriteModule(bytes: Uint8Array, m: ParsedModule, rw: Rewrite): 
     at += p.length;
   }
   return out;
+}
+
+/** A vector section's body: the new count, the old entries, the new entries. */
+function vectorBody(bytes: Uint8Array, sec: Section | undefined, added: number, entries: number[]): Uint8Array {
+  const old = sec ? vectorTail(bytes, sec) : { count: 0, tail: new Uint8Array(0) };
+  const head: number[] = [];
+  writeU32(head, old.count + added);
+  return concat([Uint8Array.from(head), old.tail, Uint8Array.from(entries)]);
+}
+
+/**
+ * Rewrites a module: caps memory 0's maximum, appends types, functions and exports. Every other
+ * section is copied as it is; sections that must be added go to their place in the canonical order.
+ */
+export function rewriteModule(bytes: Uint8Array, m: ParsedModule, rw: Rewrite): Uint8Array {
+  const addTypes = rw.addTypes ?? [];
+  const addFunctions = rw.addFunctions ?? [];
+  const find = (id: number): Section | undefined => m.sections.find((x) => x.id === id);
+  const bodies = new Map<number, () => Uint8Array>();
+  if (addTypes.length > 0) {
+    bodies.set(1, () => {
+      const e: number[] = [];
+      for (const t of addTypes) {
+        e.push(0x60);
+        writeU32(e, t.params.length);
+        e.push(...t.params);
+        writeU32(e, t.results.length);
+        e.push(...t.results);
+      }
+      return vectorBody(bytes, find(1), addTypes.length, e);
+    });
+  }
+  if (addFunctions.length > 0) {
+    bodies.set(3, () => {
+      const e: number[] = [];
+      for (const f of addFunctions) writeU32(e, f.typeIndex);
+      return vectorBody(bytes, find(3), addFunctions.length, e);
+    });
+    bodies.set(10, () => {
+      const e: number[] = [];
+      for (const f of addFunctions) {
+        writeU32(e, f.body.length);
+        for (const b of f.body) e.push(b);
+      }
+      return vectorBody(bytes, find(10), addFunctions.length, e);
+    });
+  }
+  bodies.set(7, () => {
+    const out: number[] = [];
+    writeU32(out, m.exports.length + rw.addExports.length);
+    for (const e of [...m.exports, ...rw.addExports]) {
+      writeName(out, e.name);
+      out.push(KINDS.indexOf(e.kind));
+      writeU32(out, e.index);
+    }
+    return Uint8Array.from(out);
+  });
+  if (rw.memoryMaxPages !== undefined) {
+    const cap = rw.memoryMaxPages;
+    bodies.set(5, () => {
+      const out: number[] = [];
+      const defined = m.memories.filter((x) => !x.imported);
+      writeU32(out, defined.length);
+      defined.forEach((mem, i) => {
+        const l = mem.limits;
+        if (i === 0) {
+          const max = l.max === undefined ? cap : Math.min(l.max, cap);
+          out.push(l.flags | 0x01);
+          writeU32(out, l.min);
+          writeU32(out, Math.max(max, l.min));
+        } else {
+          out.push(l.flags);
+          writeU32(out, l.min);
+          if (l.max !== undefined) writeU32(out, l.max);
+        }
+      });
+      return Uint8Array.from(out);
+    });
+  }
+  const parts: Uint8Array[] = [bytes.subarray(0, 8)];
+  const section = (id: number, body: Uint8Array): void => {
+    const head: number[] = [id];
+    writeU32(head, body.length);
+    parts.push(Uint8Array.from(head), body);
+  };
+  const rank = (id: number): number => SECTION_ORDER.indexOf(id);
+  // Sections to write that the module lacks, in canonical order, written before the first later one.
+  const missing = [...bodies.keys()].filter((id) => !find(id) && id !== 5).sort((a, b) => rank(a) - rank(b));
+  for (const s of m.sections) {
+    while (s.id !== 0 && missing.length > 0 && rank(missing[0]!) < rank(s.id)) {
+      const id = missing.shift()!;
+      section(id, bodies.get(id)!());
+    }
+    const body = bodies.get(s.id);
+    if (body) section(s.id, body());
+    else parts.push(bytes.subarray(s.start, s.end));
+  }
+  for (const id of missing) section(id, bodies.get(id)!());
+  return concat(parts);
 }

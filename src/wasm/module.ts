@@ -6,7 +6,7 @@
  */
 import { createHash } from 'node:crypto';
 import { ENTRY_POINTS, INSTR, K32_EXPORTS, K32_IMPORTS, PAGE, POINTER_IMPORTS, REQUEST_EXPORTS } from './abi.ts';
-import { BinaryError, parseModule, rewriteModule, signatureText, type ParsedExport, type ParsedModule } from './binary.ts';
+import { BinaryError, parseModule, rewriteModule, signatureText, writeU32, type AddedFunction, type FuncType, type ParsedExport, type ParsedModule } from './binary.ts';
 import { ModuleError, errorMessage } from './errors.ts';
 import type { ExportInfo, ImportInfo, LoadOptions, ModuleShape, PodModule } from './types.ts';
 import { WA } from './wasm-api.ts';
@@ -137,8 +137,11 @@ export async function loadModule(bytes: Uint8Array, opts: LoadOptions = {}): Pro
   for (let index = 0; index < parsed.tables.length; index++) addExports.push({ name: INSTR.table(index), kind: 'table', index });
   for (let index = 0; index < parsed.functionTypes.length; index++) addExports.push({ name: INSTR.func(index), kind: 'function', index });
   if (mem) addExports.push({ name: INSTR.memory, kind: 'memory', index: 0 });
+  const { addTypes, addFunctions } = floatAccessors(parsed, addExports);
   const instrumentedBytes = rewriteModule(original, parsed, {
     ...(mem ? { memoryMaxPages: memoryPagesLimit } : {}),
+    addTypes,
+    addFunctions,
     addExports,
   });
   let compiled: PodModule['compiled'];
@@ -165,6 +168,43 @@ export async function loadModule(bytes: Uint8Array, opts: LoadOptions = {}): Pro
     memoryPagesLimit,
     subPageLimit,
   } satisfies PodModule);
+}
+
+/**
+ * Accessor functions for every mutable f32 and f64 global, moving its bits as an i32 or i64
+ * (`i32.reinterpret_f32` and back): V8's `WebAssembly.Global.value` is a JS number, which turns a
+ * NaN's payload into the canonical NaN; the accessors keep every bit. Their exports are appended to
+ * `addExports`; their function indices follow the module's own, which do not change.
+ */
+function floatAccessors(parsed: ParsedModule, addExports: ParsedExport[]): { addTypes: FuncType[]; addFunctions: AddedFunction[] } {
+  const addTypes: FuncType[] = [];
+  const addFunctions: AddedFunction[] = [];
+  const typeIndex = new Map<string, number>();
+  const type = (params: number[], results: number[]): number => {
+    const key = `${params.join(',')}>${results.join(',')}`;
+    let i = typeIndex.get(key);
+    if (i === undefined) {
+      i = parsed.types.length + addTypes.length;
+      addTypes.push({ params, results });
+      typeIndex.set(key, i);
+    }
+    return i;
+  };
+  const code = (...ops: number[]): Uint8Array => Uint8Array.from([0x00, ...ops, 0x0b]); // no locals
+  parsed.globals.forEach((g, index) => {
+    if (!g.mutable || (g.type !== 0x7d && g.type !== 0x7c)) return;
+    const bits = g.type === 0x7d ? 0x7f : 0x7e; // i32 for f32, i64 for f64
+    const idx: number[] = [];
+    writeU32(idx, index);
+    const getter = parsed.functionTypes.length + addFunctions.length;
+    // global.get; i32.reinterpret_f32 (0xbc) or i64.reinterpret_f64 (0xbd)
+    addFunctions.push({ typeIndex: type([], [bits]), body: code(0x23, ...idx, g.type === 0x7d ? 0xbc : 0xbd) });
+    // local.get 0; f32.reinterpret_i32 (0xbe) or f64.reinterpret_i64 (0xbf); global.set
+    addFunctions.push({ typeIndex: type([bits], []), body: code(0x20, 0x00, g.type === 0x7d ? 0xbe : 0xbf, 0x24, ...idx) });
+    addExports.push({ name: INSTR.getBits(index), kind: 'function', index: getter });
+    addExports.push({ name: INSTR.setBits(index), kind: 'function', index: getter + 1 });
+  });
+  return { addTypes, addFunctions };
 }
 
 /**

@@ -71,17 +71,15 @@ function functionIndex(f: unknown): number {
   return i;
 }
 
-const scratch = new DataView(new ArrayBuffer(8));
-
 function readGlobals(): SnapshotGlobal[] {
   return init.globalTypes.map(([index, type]) => {
-    const v = ex<WasmGlobal>(INSTR.global(index))!.value;
+    const v = type === 0x7d || type === 0x7c ? undefined : ex<WasmGlobal>(INSTR.global(index))!.value;
     let bits: bigint;
     switch (type) {
       case 0x7f: bits = BigInt((v as number) >>> 0); break;
       case 0x7e: bits = BigInt.asUintN(64, v as bigint); break;
-      case 0x7d: scratch.setFloat32(0, v as number, true); bits = BigInt(scratch.getUint32(0, true)); break;
-      case 0x7c: scratch.setFloat64(0, v as number, true); bits = scratch.getBigUint64(0, true); break;
+      case 0x7d: bits = BigInt(ex<() => number>(INSTR.getBits(index))!() >>> 0); break;
+      case 0x7c: bits = BigInt.asUintN(64, ex<() => bigint>(INSTR.getBits(index))!()); break;
       case 0x70: bits = BigInt(functionIndex(v)); break;
       default: throw new Error(`global ${index} has a type a snapshot cannot carry`);
     }
@@ -96,8 +94,8 @@ function writeGlobals(globals: SnapshotGlobal[]): void {
     switch (g.type) {
       case 0x7f: glob.value = Number(BigInt.asIntN(32, g.bits)); break;
       case 0x7e: glob.value = BigInt.asIntN(64, g.bits); break;
-      case 0x7d: scratch.setUint32(0, Number(g.bits), true); glob.value = scratch.getFloat32(0, true); break;
-      case 0x7c: scratch.setBigUint64(0, g.bits, true); glob.value = scratch.getFloat64(0, true); break;
+      case 0x7d: ex<(b: number) => void>(INSTR.setBits(g.index))!(Number(g.bits) | 0); break;
+      case 0x7c: ex<(b: bigint) => void>(INSTR.setBits(g.index))!(BigInt.asIntN(64, g.bits)); break;
       case 0x70: glob.value = funcRef(Number(g.bits), `global ${g.index}`); break;
     }
   }

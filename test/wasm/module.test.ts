@@ -93,3 +93,11 @@ test('keeps the digest of the original bytes and the module\'s own indices, and 
 test('refuses a memoryLimitBytes that is not a positive number', { timeout: 10_000 }, async () => {
   await assert.rejects(loadModule(wat(`(module ${TICK})`), { memoryLimitBytes: 0 }), RangeError);
 });
+
+test('instruments a module without code of its own (sections added in their place)', { timeout: 10_000 }, async () => {
+  // An app pod whose entry point is an import, with a mutable f64 (which gets bit accessors) and data.
+  const m = await loadModule(wat('(module (import "k32" "k32_time_ms" (func $t (result i64))) (global (mut f64) (f64.const 0)) (memory 1) (data (i32.const 0) "x") (export "_start" (func $t)))'));
+  assert.equal(m.kind, 'app');
+  assert.ok(WA.validate(m.instrumentedBytes));
+  assert.equal(m.shape.functionCount, 1, 'the accessors are not functions of the module');
+});

@@ -436,3 +436,29 @@ test('a refused restore closes its source', { timeout: 10_000 }, async () => {
   await until(() => closed);
   assert.ok(pulled < 100, `the source was read on after the refusal: ${pulled} chunks`);
 });
+
+test('f32 and f64 globals keep every bit, NaN payloads included, through a snapshot and a restore', { timeout: 10_000 }, async (t) => {
+  const mod = await loadModule(wat(`(module
+    (global $a (mut f32) (f32.const nan:0x200001))
+    (global $b (mut f64) (f64.const -nan:0x8000000000001))
+    (global $c (mut f32) (f32.const -0))
+    (global $d f64 (f64.const 1))
+    (global $e (mut f64) (f64.const -inf))
+    (func (export "k32_tick")))`));
+  assert.deepEqual(mod.exports.map((e) => e.name), ['k32_tick'], 'the accessors are the runtime\'s, not the module\'s');
+  const pod = await startPod(mod);
+  t.after(() => pod.terminate());
+  await pod.freeze();
+  const bytes = await snapshotBytes(pod);
+  const A = await decode(bytes);
+  assert.deepEqual(A.globals.map((g) => [g.index, g.type, g.bits.toString(16)]), [
+    [0, 0x7d, '7fa00001'],
+    [1, 0x7c, 'fff8000000000001'],
+    [2, 0x7d, '80000000'],
+    [4, 0x7c, 'fff0000000000000'],
+  ]);
+  const restored = await startPod(mod, { restoreFrom: pieces(bytes, 1000) });
+  t.after(() => restored.terminate());
+  await restored.freeze();
+  assert.deepEqual((await decode(await snapshotBytes(restored))).globals, A.globals);
+});
