@@ -108,6 +108,50 @@ export async function ensureServingPki(dataDir: string, hosts: string[]): Promis
   return { caCertPem: caCert.toString('pem'), certPem: cert.toString('pem'), keyPem: await keyPem(serverKeys.privateKey) };
 }
 
+/**
+ * Issues a client certificate signed by the cluster CA (ECDSA P-256, 1 year): CN is the user's
+ * name, O its groups, as Kubernetes reads them. The API server accepts it in place of a token.
+ * @returns PEM of the certificate and of its private key
+ * @throws Error when the data dir has no CA yet (start the API server once)
+ */
+export async function issueClientCertificate(dataDir: string, user: { name: string; groups: string[] }): Promise<{ certPem: string; keyPem: string }> {
+  const dir = pkiDir(dataDir);
+  const caCertPath = join(dir, 'ca.crt');
+  if (!existsSync(caCertPath)) throw new Error(`${caCertPath}: no certificate authority: start the API server with --data-dir ${dataDir} first`);
+  const caCert = new x509.X509Certificate(readFileSync(caCertPath, 'utf8'));
+  const caKey = await importKey(readFileSync(join(dir, 'ca.key'), 'utf8'));
+  const keys = (await webcrypto.subtle.generateKey(ALG, true, ['sign', 'verify'])) as unknown as { publicKey: CryptoKey; privateKey: CryptoKey };
+  const esc = (v: string) => v.replace(/([,+="<>#;\\])/g, '\\$1');
+  const subject = [`CN=${esc(user.name)}`, ...user.groups.map((g) => `O=${esc(g)}`)].join(', ');
+  const now = new Date();
+  const cert = await x509.X509CertificateGenerator.create({
+    serialNumber: randomBytes(8).toString('hex'),
+    subject,
+    issuer: caCert.subject,
+    notBefore: new Date(now.getTime() - 3600_000),
+    notAfter: new Date(now.getTime() + 365 * 86400_000),
+    publicKey: keys.publicKey,
+    signingKey: caKey,
+    signingAlgorithm: ALG,
+    extensions: [
+      new x509.KeyUsagesExtension(x509.KeyUsageFlags.digitalSignature | x509.KeyUsageFlags.keyEncipherment, true),
+      new x509.ExtendedKeyUsageExtension([x509.ExtendedKeyUsage.clientAuth]),
+      new x509.BasicConstraintsExtension(false, undefined, true),
+    ],
+  });
+  return { certPem: cert.toString('pem'), keyPem: await keyPem(keys.privateKey) };
+}
+
+/** The user of a verified client certificate's subject: CN is the name, each O a group. */
+export function userOfCertificate(subject: Record<string, string | string[] | undefined>): UserInfo | undefined {
+  const cn = subject.CN;
+  const name = Array.isArray(cn) ? cn[0] : cn;
+  if (!name) return undefined;
+  const o = subject.O;
+  const groups = o === undefined ? [] : Array.isArray(o) ? o : [o];
+  return { name, groups: [...new Set([...groups, 'system:authenticated'])] };
+}
+
 /** The token signing key of a data dir (made on first use). */
 function tokenKey(dataDir: string): Buffer {
   const p = join(pkiDir(dataDir), 'token.key');

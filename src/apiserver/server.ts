@@ -11,6 +11,7 @@ import { createServer as createHttpsServer } from 'node:https';
 import { mkdirSync } from 'node:fs';
 import { join } from 'node:path';
 import type { AddressInfo } from 'node:net';
+import type { TLSSocket } from 'node:tls';
 import { Counter, Histogram, Registry as MetricsRegistry, collectDefaultMetrics } from 'prom-client';
 import { createLogger, type Logger, writeFileAtomicSync } from '../lib/index.ts';
 import { ApiError, badRequest } from './errors.ts';
@@ -31,7 +32,7 @@ import { DEFAULT_MAX_BODY_BYTES, decodeBody, mediaType, readBody, sendError, sen
 import { openApiDocument, openApiIndex } from './handlers/openapi.ts';
 import { serveResource } from './handlers/resources.ts';
 import { parseResourcePath } from './handlers/router.ts';
-import { ADMIN_USER, APISERVER_USER, TokenAuthenticator, adminKubeconfigPath, ensureServingPki, kubeconfigYaml, mintToken } from './pki.ts';
+import { ADMIN_USER, APISERVER_USER, TokenAuthenticator, adminKubeconfigPath, ensureServingPki, kubeconfigYaml, mintToken, userOfCertificate } from './pki.ts';
 import { CheckpointDataStore, DEFAULT_CHECKPOINT_DATA_BYTES } from './registry/checkpoints/data-store.ts';
 import { checkpoints } from './registry/checkpoints/index.ts';
 import { GarbageCollector } from './registry/gc.ts';
@@ -177,6 +178,11 @@ export async function createApiServer(opts: ApiServerOptions): Promise<ApiServer
       let user: UserInfo | undefined;
       if (token) user = authenticateToken(token);
       else if (opts.insecureHttp) user = ADMIN_USER;
+      else {
+        // A client certificate the cluster CA signed: CN is the user, O its groups.
+        const sock = req.socket as TLSSocket;
+        if (sock.authorized) user = userOfCertificate(sock.getPeerCertificate().subject as unknown as Record<string, string | string[] | undefined>);
+      }
       if (!user) throw new ApiError('Unauthorized', 'Unauthorized');
       if (path === '/metrics') {
         if (!user.groups.includes('system:masters')) throw new ApiError('Forbidden', `forbidden: User "${user.name}" cannot get path "/metrics"`);
@@ -225,7 +231,8 @@ export async function createApiServer(opts: ApiServerOptions): Promise<ApiServer
   } else {
     const pki = await ensureServingPki(opts.dataDir!, [bind, ...(opts.certificateSans ?? [])]);
     caCertPem = pki.caCertPem;
-    server = createHttpsServer({ cert: pki.certPem, key: pki.keyPem, keepAlive: true }, handler);
+    // Client certificates are asked for but not required: clients with tokens send none.
+    server = createHttpsServer({ cert: pki.certPem, key: pki.keyPem, ca: pki.caCertPem, requestCert: true, rejectUnauthorized: false, keepAlive: true }, handler);
   }
   server.requestTimeout = 0;
   server.headersTimeout = 60_000;

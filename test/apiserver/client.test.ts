@@ -14,6 +14,7 @@ import { request as httpsRequest } from 'node:https';
 import type { AddressInfo } from 'node:net';
 import { test } from 'node:test';
 import { AppsV1Api, CoreV1Api, CustomObjectsApi, KubeConfig, makeInformer, type V1Pod } from '@kubernetes/client-node';
+import { issueClientCertificate } from '../../src/apiserver/index.ts';
 import { encodeSnapshot, type SnapshotState } from '../../src/k32s/index.ts';
 import { startApiServer, type TestApiServer } from '../helpers/apiserver.ts';
 
@@ -427,6 +428,24 @@ test('client-node and raw clients against the API server', { timeout: 240_000 },
     assert.equal(r.status, 400);
     r = await raw(api, 'GET', '/api/v1/pods?fieldSelector=spec.nodeName%3Dk-1,status.phase!%3DFailed');
     assert.equal(r.status, 200);
+  });
+
+  await t.test('client certificates the cluster CA signed authenticate as CN with groups O', async () => {
+    const { certPem, keyPem } = await issueClientCertificate(api.dataDir, { name: 'system:node:k-1', groups: ['system:nodes'] });
+    const ca = Buffer.from(api.kubeConfig.getCurrentCluster()!.caData!, 'base64');
+    const u = new URL(api.url);
+    const get = (path: string, method = 'GET', body?: string) =>
+      new Promise<number>((resolve, reject) => {
+        const req = httpsRequest({ host: u.hostname, port: u.port, path, method, ca, cert: certPem, key: keyPem, headers: body ? { 'Content-Type': 'application/merge-patch+json' } : {} }, (res) => {
+          res.resume();
+          res.on('end', () => resolve(res.statusCode ?? 0));
+        });
+        req.on('error', reject);
+        req.end(body);
+      });
+    assert.equal(await get('/api/v1/nodes'), 200);
+    assert.equal(await get('/api/v1/nodes/k-1', 'PATCH', '{"metadata":{"labels":{"cert":"yes"}}}'), 200);
+    assert.equal(await get('/api/v1/nodes/r-1', 'PATCH', '{"metadata":{"labels":{"cert":"yes"}}}'), 403);
   });
 
   await t.test('health, metrics and version', async () => {
