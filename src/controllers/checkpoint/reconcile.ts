@@ -49,6 +49,20 @@ export async function reconcileCheckpoint(key: string, ctx: ControllerContext): 
   }
 }
 
+/** Why a pod does not count as running: its phase, or its first container that is not running. */
+function notRunningWhy(pod: V1Pod): string {
+  if (!pod.spec?.nodeName) return 'not bound to a node';
+  const phase = pod.status?.phase ?? 'Pending';
+  if (phase !== 'Running') return `phase ${phase}`;
+  for (const c of pod.status?.containerStatuses ?? []) {
+    if (c.state?.running) continue;
+    const w = c.state?.waiting;
+    const term = c.state?.terminated;
+    return `container ${c.name} ${w ? `waiting: ${w.reason ?? 'Waiting'}` : term ? `terminated: ${term.reason ?? term.exitCode}` : 'not started'}`;
+  }
+  return 'no container status yet';
+}
+
 /** Another Checkpoint of the same pod that is Saving or Moving now. */
 function busyWith(ctx: ControllerContext, ck: Checkpoint): Checkpoint | undefined {
   return ctx.cache.checkpoints
@@ -106,7 +120,7 @@ async function start(ctx: ControllerContext, ck: Checkpoint): Promise<ReconcileR
   }
   if (!pod.spec?.nodeName || !isPodRunning(pod)) {
     await failCheckpoint(ctx, ck, {
-      message: `the pod is not running (phase ${pod.status?.phase ?? 'Pending'})`,
+      message: `the pod is not running (${notRunningWhy(pod)})`,
       pod,
       beforeReplacement: true,
     });
