@@ -134,6 +134,9 @@ export async function startCluster(
     '0',
     '--first-address',
     firstAddress,
+    // CI runs every suite side by side on 2 cores: give each component time.
+    '--ready-timeout',
+    '120',
     ...(opts.extraArgs ?? []),
   ];
   const proc = spawn(process.execPath, args, { stdio: ['ignore', 'pipe', 'pipe'] });
@@ -172,7 +175,7 @@ export async function startCluster(
       // no lock: `up` cleaned up
     }
   });
-  const readyTimeoutMs = opts.readyTimeoutMs ?? 90_000;
+  const readyTimeoutMs = opts.readyTimeoutMs ?? 150_000;
   const ready = await new Promise<boolean>((resolve) => {
     const timer = setTimeout(() => resolve(false), readyTimeoutMs);
     const check = (): void => {
