@@ -6,7 +6,7 @@
 import { execFile } from 'node:child_process';
 import { chmodSync, chownSync, closeSync, readFileSync } from 'node:fs';
 import { mkdir, rm } from 'node:fs/promises';
-import { join } from 'node:path';
+import { join, resolve } from 'node:path';
 import * as grpc from '@grpc/grpc-js';
 import { create } from '@bufbuild/protobuf';
 import { PodService as PodServiceDesc, PodEventSchema, type PodEvent } from './gen/feos/pod/v1/pod_pb.js';
@@ -81,7 +81,9 @@ function notifyReady(log: Logger): void {
  * and serves.
  * @throws Error naming the step (lock, records, bind) when feosd cannot start
  */
-export async function startFeosd(o: FeosdOptions, signal?: AbortSignal): Promise<Feosd> {
+export async function startFeosd(opts: FeosdOptions, signal?: AbortSignal): Promise<Feosd> {
+  // Absolute paths: they end up in qcow2 backing files, QEMU's arguments and records.
+  const o: FeosdOptions = { ...opts, stateDir: resolve(opts.stateDir), runDir: resolve(opts.runDir), guestDir: resolve(opts.guestDir) };
   const log = o.log ?? createLogger('feosd');
   await mkdir(o.stateDir, { recursive: true, mode: 0o700 });
   await mkdir(o.runDir, { recursive: true });
