@@ -4,11 +4,11 @@
  */
 import assert from 'node:assert/strict';
 import { execFile, spawn, type ChildProcess } from 'node:child_process';
-import { existsSync, statSync } from 'node:fs';
+import { existsSync, statSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { test } from 'node:test';
 import { promisify } from 'node:util';
-import { ROOT, example, tempDir } from './helpers.ts';
+import { ROOT, example, tempDir, wat } from './helpers.ts';
 
 const run = promisify(execFile);
 const CLI = join(ROOT, 'bin/kube32-cli.js');
@@ -88,4 +88,34 @@ test('kube32-cli dev refuses a module that cannot run, naming the cause', { time
     return true;
   });
   await assert.rejects(run(process.execPath, [CLI, 'dev', join(ROOT, 'build/examples/counter.wasm'), '--restore', join(tmp.dir, 'none.k32s'), '--port', '0']), /none\.k32s: no such file/);
+});
+
+test('kube32-cli dev --topics: a channel send on a subscribed topic comes back as an event', { timeout: 30_000 }, async (t) => {
+  const tmp = tempDir('dev-topics');
+  t.after(tmp.remove);
+  // Each tick sends "ping" on the channel "t"; each event bumps a counter the response carries.
+  const wasm = join(tmp.dir, 'pinger.wasm');
+  writeFileSync(wasm, wat(`(module
+    (import "k32" "kube32_channel_open" (func $open (param i32 i32) (result i32)))
+    (import "k32" "k32_channel_send" (func $send (param i32 i32 i32) (result i32)))
+    (memory (export "memory") 1)
+    (data (i32.const 0) "tping")
+    (data (i32.const 100) "HTTP/1.1 200 OK\\r\\ncontent-length: 1\\r\\n\\r\\n0")
+    (global $events (mut i32) (i32.const 0))
+    (func (export "k32_alloc") (param i32) (result i32) (i32.const 1024))
+    (func (export "k32_tick") (drop (call $send (call $open (i32.const 0) (i32.const 1)) (i32.const 1) (i32.const 4))))
+    (func (export "k32_event") (param i32 i32 i32 i32) (global.set $events (i32.add (global.get $events) (i32.const 1))))
+    (func (export "k32_handle") (param i32 i32) (result i64)
+      (i32.store8 (i32.const 138) (i32.add (i32.const 48) (i32.lt_u (i32.const 0) (global.get $events))))
+      (i64.or (i64.const 100) (i64.shl (i64.const 39) (i64.const 32)))))`));
+  const dev = startDev([wasm, '--tick-interval', '20ms', '--topics', 't,other']);
+  t.after(() => dev.child.kill('SIGKILL'));
+  const url = await dev.url;
+  let body = '0';
+  const deadline = Date.now() + 10_000;
+  while (body !== '1' && Date.now() < deadline) ({ stdout: body } = await run('curl', ['-sS', '--max-time', '5', url]));
+  assert.equal(body, '1', 'the pod received its own channel message as an event');
+  assert.match(dev.stderr(), /channel t: 4 bytes/);
+  dev.child.kill('SIGTERM');
+  assert.equal(await dev.exited, 0);
 });
