@@ -4,7 +4,7 @@
  * strict field validation of the top level.
  */
 import { randomBytes } from 'node:crypto';
-import { ApiError, badRequest } from '../errors.ts';
+import { ApiError, badRequest, type StatusCause } from '../errors.ts';
 import type { KubeObject } from '../storage/index.ts';
 import { type ResourceDef, apiVersionOf } from './types.ts';
 
@@ -71,6 +71,40 @@ export function checkBodyShape(def: ResourceDef, body: unknown, mode: FieldValid
     throw new ApiError('BadRequest', `strict decoding error: ${unknown.join(', ')}`);
   }
   return unknown;
+}
+
+/**
+ * Problems every object shares: the types of the metadata fields the server reads (name,
+ * generateName, namespace, ownerReferences, finalizers) and of `spec`/`status` (objects). Pure.
+ */
+export function validateCommon(obj: KubeObject): StatusCause[] {
+  const out: StatusCause[] = [];
+  const m = obj.metadata as Record<string, unknown>;
+  for (const f of ['name', 'generateName', 'namespace']) {
+    if (m[f] !== undefined && typeof m[f] !== 'string') out.push({ reason: 'FieldValueInvalid', message: `Invalid value: ${JSON.stringify(m[f])}: must be a string`, field: `metadata.${f}` });
+  }
+  if (m.ownerReferences !== undefined) {
+    if (!Array.isArray(m.ownerReferences)) out.push({ reason: 'FieldValueInvalid', message: 'Invalid value: must be a list of owner references', field: 'metadata.ownerReferences' });
+    else {
+      let controllers = 0;
+      m.ownerReferences.forEach((r: unknown, i: number) => {
+        const ref = (r ?? {}) as Record<string, unknown>;
+        for (const f of ['apiVersion', 'kind', 'name', 'uid']) {
+          if (typeof ref[f] !== 'string' || ref[f] === '') out.push({ reason: 'FieldValueRequired', message: 'Required value', field: `metadata.ownerReferences[${i}].${f}` });
+        }
+        if (ref.controller === true) controllers++;
+      });
+      if (controllers > 1) out.push({ reason: 'FieldValueInvalid', message: 'Invalid value: Only one reference can have Controller set to true', field: 'metadata.ownerReferences' });
+    }
+  }
+  if (m.finalizers !== undefined && (!Array.isArray(m.finalizers) || m.finalizers.some((f) => typeof f !== 'string' || f === ''))) {
+    out.push({ reason: 'FieldValueInvalid', message: 'Invalid value: must be a list of finalizer names', field: 'metadata.finalizers' });
+  }
+  for (const f of ['spec', 'status']) {
+    const v = obj[f];
+    if (v !== undefined && (v === null || typeof v !== 'object' || Array.isArray(v))) out.push({ reason: 'FieldValueInvalid', message: `Invalid value: ${JSON.stringify(v)}: must be an object`, field: f });
+  }
+  return out;
 }
 
 /** The object with `apiVersion` and `kind` of its resource, as every answer carries them. */

@@ -8,7 +8,7 @@ import { randomUUID } from 'node:crypto';
 import { isDeepStrictEqual } from 'node:util';
 import { ApiError, alreadyExists, badRequest, conflict, invalid, notFound } from '../errors.ts';
 import { type KubeObject, type ObjectKey, type Preconditions, type Storage, StorageError } from '../storage/index.ts';
-import { checkBodyShape, type FieldValidation, randomSuffix, timestamp, withTypeMeta } from './meta.ts';
+import { checkBodyShape, type FieldValidation, randomSuffix, timestamp, validateCommon, withTypeMeta } from './meta.ts';
 import { jsonPatch, mergePatch, strategicMergePatch } from './patch.ts';
 import { type FieldRequirement, parseFieldSelector, parseLabelSelector } from './selectors.ts';
 import { type ResourceDef, type StrategyContext, apiVersionOf, storageKey } from './types.ts';
@@ -221,6 +221,8 @@ export class Registry {
     const obj = structuredClone(body) as KubeObject;
     obj.metadata = { ...(obj.metadata ?? {}) };
     const m = obj.metadata;
+    const shape = validateCommon(obj);
+    if (shape.length) throw invalid(def.kind, def.group, typeof m.name === 'string' ? m.name : '', shape);
     if (def.namespaced) {
       if (m.namespace && m.namespace !== namespace) throw badRequest('the namespace of the provided object does not match the namespace sent on the request');
       m.namespace = namespace;
@@ -273,6 +275,8 @@ export class Registry {
     if (body.metadata?.uid && body.metadata.uid !== current.metadata.uid) {
       throw conflict(def.plural, def.group, name, `Precondition failed: UID in precondition: ${body.metadata.uid}, UID in object meta: ${current.metadata.uid}`);
     }
+    const shape = validateCommon({ ...body, metadata: body.metadata ?? {} });
+    if (shape.length) throw invalid(def.kind, def.group, name, shape);
     if (body.metadata?.name && body.metadata.name !== name) throw badRequest(`the name of the object (${body.metadata.name}) does not match the name on the URL (${name})`);
     let next: KubeObject;
     if (sub === 'status') {

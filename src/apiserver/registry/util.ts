@@ -86,9 +86,9 @@ export function rec(v: unknown): Record<string, unknown> {
   return v !== null && typeof v === 'object' && !Array.isArray(v) ? (v as Record<string, unknown>) : {};
 }
 
-/** An array-typed view of a field. */
+/** The object elements of a list field (other elements are left out: validation reports them). */
 export function arr(v: unknown): Record<string, unknown>[] {
-  return Array.isArray(v) ? (v as Record<string, unknown>[]) : [];
+  return Array.isArray(v) ? (v.filter((e) => e !== null && typeof e === 'object' && !Array.isArray(e)) as Record<string, unknown>[]) : [];
 }
 
 /** The AGE cell of an object: kubectl's human duration of now − creationTimestamp, `<unknown>` without one. */

@@ -42,7 +42,9 @@ export const checkpoints: ResourceDef = {
       out.push({ reason: 'FieldValueNotSupported', message: `Unsupported value: "${String(spec.action)}": supported values: "Save", "Move"`, field: 'spec.action' });
     }
     if (spec.containerName !== undefined && typeof spec.containerName !== 'string') out.push(invalidValue('spec.containerName', spec.containerName, 'must be a string'));
-    if (spec.target !== undefined) {
+    if (spec.target !== undefined && (spec.target === null || typeof spec.target !== 'object' || Array.isArray(spec.target))) {
+      out.push(invalidValue('spec.target', spec.target, 'must be an object: nodeName or nodeSelector'));
+    } else if (spec.target !== undefined) {
       const t = rec(spec.target);
       if (spec.action !== 'Move') out.push(invalidValue('spec.target', spec.target, 'only a Move has a target'));
       if (t.nodeName !== undefined && typeof t.nodeName !== 'string') out.push(invalidValue('spec.target.nodeName', t.nodeName, 'must be a string'));

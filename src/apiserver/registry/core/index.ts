@@ -63,6 +63,9 @@ export const secrets: ResourceDef = {
   },
   validate(obj, old) {
     const out = base(obj);
+    for (const f of ['data', 'stringData']) {
+      if (obj[f] !== undefined && (obj[f] === null || typeof obj[f] !== 'object' || Array.isArray(obj[f]))) out.push(invalidValue(f, '<secret contents redacted>', 'must be a map'));
+    }
     for (const [k, v] of Object.entries(rec(obj.data))) {
       if (typeof v !== 'string' || !BASE64.test(v)) out.push(invalidValue(`data[${k}]`, '<secret contents redacted>', 'must be base64-encoded'));
     }
@@ -163,6 +166,8 @@ export const services: ResourceDef = {
   validate(obj, old) {
     const out = [...validateLabel(obj.metadata.name, 'metadata.name'), ...validateMetaMaps(obj)];
     const spec = rec(obj.spec);
+    if (spec.ports !== undefined && (!Array.isArray(spec.ports) || spec.ports.some((p) => p === null || typeof p !== 'object'))) out.push(invalidValue('spec.ports', spec.ports, 'must be a list of ports'));
+    if (spec.selector !== undefined && (spec.selector === null || typeof spec.selector !== 'object' || Array.isArray(spec.selector))) out.push(invalidValue('spec.selector', spec.selector, 'must be a map of labels'));
     arr(spec.ports).forEach((p, i) => {
       if (typeof p.port !== 'number' || p.port < 1 || p.port > 65535) out.push(invalidValue(`spec.ports[${i}].port`, p.port, 'must be between 1 and 65535, inclusive'));
     });
@@ -254,6 +259,7 @@ export const events: ResourceDef = {
     const out = base(obj);
     const io = rec(obj.involvedObject);
     if (obj.involvedObject === undefined) out.push(required('involvedObject'));
+    else if (obj.involvedObject === null || typeof obj.involvedObject !== 'object' || Array.isArray(obj.involvedObject)) out.push(invalidValue('involvedObject', obj.involvedObject, 'must be an object reference'));
     else if (io.namespace && obj.metadata.namespace && io.namespace !== obj.metadata.namespace) {
       out.push(invalidValue('involvedObject.namespace', io.namespace, 'does not match event.namespace'));
     }

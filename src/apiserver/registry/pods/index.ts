@@ -76,6 +76,10 @@ function validateContainers(spec: Record<string, unknown>, list: string, require
       seen.add(c.name);
     }
     if (typeof c.image !== 'string' || c.image.trim() === '') out.push(required(`${f}.image`));
+    if (c.resources !== undefined && (c.resources === null || typeof c.resources !== 'object' || Array.isArray(c.resources))) out.push(invalidValue(`${f}.resources`, c.resources, 'must be an object'));
+    for (const list of ['ports', 'env', 'volumeMounts', 'command', 'args']) {
+      if (c[list] !== undefined && !Array.isArray(c[list])) out.push(invalidValue(`${f}.${list}`, c[list], 'must be a list'));
+    }
     arr(c.ports).forEach((p, j) => {
       const port = p.containerPort;
       if (typeof port !== 'number' || !Number.isInteger(port) || port < 1 || port > 65535) {
@@ -96,6 +100,11 @@ export function validatePod(obj: KubeObject, old?: KubeObject): StatusCause[] {
   if (!['Always', 'OnFailure', 'Never'].includes(String(spec.restartPolicy))) {
     out.push({ reason: 'FieldValueNotSupported', message: `Unsupported value: "${String(spec.restartPolicy)}": supported values: "Always", "OnFailure", "Never"`, field: 'spec.restartPolicy' });
   }
+  for (const list of ['tolerations', 'volumes', 'imagePullSecrets', 'readinessGates']) {
+    if (spec[list] !== undefined && !Array.isArray(spec[list])) out.push(invalidValue(`spec.${list}`, spec[list], 'must be a list'));
+  }
+  if (spec.nodeSelector !== undefined && (spec.nodeSelector === null || typeof spec.nodeSelector !== 'object' || Array.isArray(spec.nodeSelector))) out.push(invalidValue('spec.nodeSelector', spec.nodeSelector, 'must be a map of labels'));
+  if (spec.nodeName !== undefined && typeof spec.nodeName !== 'string') out.push(invalidValue('spec.nodeName', spec.nodeName, 'must be a string'));
   const grace = spec.terminationGracePeriodSeconds;
   if (typeof grace !== 'number' || grace < 0) out.push(invalidValue('spec.terminationGracePeriodSeconds', grace, 'must be greater than or equal to 0'));
   if (old) {
@@ -214,6 +223,7 @@ function podCells(pod: KubeObject, now: Date): unknown[] {
 
 /** Default tolerations the DefaultTolerationSeconds admission plugin adds (300 s for not-ready and unreachable). */
 function addDefaultTolerations(spec: Record<string, unknown>): void {
+  if (spec.tolerations !== undefined && !Array.isArray(spec.tolerations)) return; // validation reports it
   const tol = Array.isArray(spec.tolerations) ? (spec.tolerations as Record<string, unknown>[]) : [];
   for (const key of ['node.kubernetes.io/not-ready', 'node.kubernetes.io/unreachable']) {
     if (!tol.some((t) => (t.key === key || t.key === undefined) && (t.effect === 'NoExecute' || t.effect === undefined))) {

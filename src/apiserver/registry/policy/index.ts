@@ -2,6 +2,7 @@
  * `policy/v1` PodDisruptionBudgets: what an eviction must respect (429 TooManyRequests when it
  * would take the matching pods below the budget).
  */
+import { labelSelectorFromObject } from '../selectors.ts';
 import type { ResourceDef } from '../types.ts';
 import { AGE_COLUMN, NAME_COLUMN, age, rec, required, validateMetaMaps, validateSubdomain, invalidValue } from '../util.ts';
 
@@ -25,6 +26,14 @@ export const poddisruptionbudgets: ResourceDef = {
       out.push(invalidValue('spec', spec, 'minAvailable and maxUnavailable cannot be both set'));
     }
     if (spec.selector === undefined) out.push(required('spec.selector'));
+    else {
+      try {
+        if (spec.selector === null || typeof spec.selector !== 'object' || Array.isArray(spec.selector)) throw new Error('must be a label selector');
+        labelSelectorFromObject(spec.selector);
+      } catch (err: unknown) {
+        out.push(invalidValue('spec.selector', spec.selector, err instanceof Error ? err.message : String(err)));
+      }
+    }
     return out;
   },
   columns: [
