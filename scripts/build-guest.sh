@@ -13,7 +13,7 @@
 # The version is <UTC build time>-<8 hex digits of the inputs' hash>: versions sort by age, and a build
 # whose inputs did not change finds the version it made before and makes nothing.
 # Needs: linux-image-amd64 (the kernel may be root-only readable), busybox-static, kmod, cpio, zstd,
-# qemu-utils, e2fsprogs.
+# qemu-utils, e2fsprogs, binutils (strip), clang and libc6-dev (the static clock helper), util-linux.
 set -euo pipefail
 repo=$(cd "$(dirname "$0")/.." && pwd)
 guest_dir=$(realpath -m "${1:-$repo/build/guest}")
@@ -46,6 +46,9 @@ hash=$( {
   echo "${order[*]}"
 } | sha256sum | cut -c1-8)
 mkdir -p "$guest_dir"
+# One build at a time per guest dir (test suites run side by side): the second finds the first's.
+exec 9>"$guest_dir/.build.lock"
+flock 9
 for d in "$guest_dir"/*-"$hash"; do
   if [ -f "$d/guest.json" ]; then basename "$d"; exit 0; fi
 done

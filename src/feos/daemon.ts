@@ -119,7 +119,8 @@ export async function startFeosd(opts: FeosdOptions, signal?: AbortSignal): Prom
         await records.save(p);
       }
     }
-    provider = network.podNetworkProvider();
+    const net = network;
+    provider = { ...net.podNetworkProvider(), detach: (pod) => net.detachPod(pod.id) };
     if (network.unavailableReason) log.error({ reason: network.unavailableReason }, "the pods' network is not up; pods with a network fail");
   }
   const pods = new PodService({

@@ -27,6 +27,8 @@ export interface PodNetworkProvider {
   setUp(pod: PodInfo): Promise<PodNetworkAttachment>;
   /** At delete: the TAP device, the addresses and the rules go. */
   tearDown(pod: PodInfo): Promise<void>;
+  /** After a stop, a suspend or a crash: the TAP device goes, the pod keeps its addresses. */
+  detach?(pod: PodInfo): Promise<void>;
 }
 
 /** The provider of a node whose network is not set up. */

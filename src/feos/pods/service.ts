@@ -356,6 +356,7 @@ export class PodService extends EventEmitter<{ event: [PodEvent] }> {
       if (signal.aborted) return;
       const reason = `${step}: ${errorMessage(err)}`;
       await this.#o.vms.kill(id, `bring-up failed: ${reason}`).catch(() => {});
+      await this.#detach(pod);
       await this.#setState(pod, PodState.FAILED, reason);
     }
   }
@@ -370,6 +371,12 @@ export class PodService extends EventEmitter<{ event: [PodEvent] }> {
       const n = net ?? (await this.#o.network.setUp(pod));
       await guest.call('ConfigureNetwork', n.guest, PUSH_MS);
     }
+  }
+
+  /** The TAP device goes with the microVM's process (a pod with a network only); failures are logged. */
+  async #detach(pod: PodInfo): Promise<void> {
+    if (!pod.spec?.network || !this.#o.network.detach) return;
+    await this.#o.network.detach(pod).catch((err: unknown) => this.#o.log.warn({ id: pod.id, err: errorMessage(err) }, 'network: detach failed'));
   }
 
   async #start(id: string): Promise<PodInfo> {
@@ -400,6 +407,7 @@ export class PodService extends EventEmitter<{ event: [PodEvent] }> {
       } else if (vm?.state === MicroVmState.SUSPENDED) {
         await this.#o.vms.discardSnapshot(id);
       }
+      await this.#detach(pod);
       if (pod.state !== PodState.STOPPED) await this.#setState(pod, PodState.STOPPED, 'stopped by StopPod');
       return this.#o.records.get(id)!;
     });
@@ -435,6 +443,7 @@ export class PodService extends EventEmitter<{ event: [PodEvent] }> {
           this.#o.log.warn({ id, err: errorMessage(err) }, 'suspend: the guest did not empty its memory'),
         );
         await this.#o.vms.suspend(id, snapshotTimeoutMs(pod.spec!.memoryBytes));
+        await this.#detach(pod);
         await this.#setState(pod, PodState.SUSPENDED, 'suspended by SuspendPod');
         return this.#o.records.get(id)!;
       } finally {
@@ -466,6 +475,7 @@ export class PodService extends EventEmitter<{ event: [PodEvent] }> {
       } catch (err: unknown) {
         await this.#o.vms.kill(id, `resume failed: ${errorMessage(err)}`).catch(() => {});
         await this.#o.vms.discardSnapshot(id).catch(() => {});
+        await this.#detach(pod);
         await this.#setState(pod, PodState.FAILED, `resume: ${errorMessage(err)}`);
         throw new FeosError('INTERNAL', `resume of pod ${id} failed: ${errorMessage(err)}`, { cause: err });
       }
@@ -479,6 +489,7 @@ export class PodService extends EventEmitter<{ event: [PodEvent] }> {
     if (!this.#entries.has(exit.id)) return;
     await this.#locked(exit.id, async (pod) => {
       if (pod.state !== PodState.RUNNING) return;
+      await this.#detach(pod);
       if (exit.state === MicroVmState.CRASHED) await this.#setState(pod, PodState.FAILED, `its microVM crashed: ${exit.reason}`);
       else await this.#setState(pod, PodState.STOPPED, `its microVM stopped: ${exit.reason}`);
     }).catch((err: unknown) => this.#o.log.error({ id: exit.id, err: errorMessage(err) }, 'microVM exit'));
