@@ -71,6 +71,14 @@ export function serverUrl(kc: KubeConfig): string {
   return server.replace(/\/+$/, '');
 }
 
+/** The server could not be reached. Printed as kubectl prints it, without an `error:` prefix. */
+export class ConnectionError extends CliError {
+  constructor(message: string, options?: ErrorOptions) {
+    super(message, 1, options);
+    this.name = 'ConnectionError';
+  }
+}
+
 function connectionError(server: string, err: unknown): CliError {
   const code = (err as { code?: string } | null)?.code;
   const host = (() => {
@@ -81,12 +89,12 @@ function connectionError(server: string, err: unknown): CliError {
     }
   })();
   if (code === 'ECONNREFUSED') {
-    return new CliError(`The connection to the server ${host} was refused - did you specify the right host or port?`, 1, {
+    return new ConnectionError(`The connection to the server ${host} was refused - did you specify the right host or port?`, {
       cause: err,
     });
   }
   const message = err instanceof Error ? err.message : String(err);
-  return new CliError(`Unable to connect to the server: ${message}`, 1, { cause: err });
+  return new ConnectionError(`Unable to connect to the server: ${message}`, { cause: err });
 }
 
 /**

@@ -253,7 +253,12 @@ async function until<T>(
   while (Date.now() < deadline) {
     if (signal?.aborted) throw new CliError(`interrupted while waiting for ${child.name} (${what})`);
     if (child.exitCode !== null) {
-      throw new CliError(`${child.name} exited with code ${child.exitCode} before ${what}; the end of ${child.log}:\n${tail(child.log)}`);
+      const end = tail(child.log);
+      const hint =
+        child.name !== 'control-plane' && end.includes('EADDRINUSE')
+          ? '\n(its address is taken: another cluster on this computer? pass --first-address, e.g. 127.0.1.2)'
+          : '';
+      throw new CliError(`${child.name} exited with code ${child.exitCode} before ${what}; the end of ${child.log}:\n${end}${hint}`);
     }
     try {
       const v = await check();
