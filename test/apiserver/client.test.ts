@@ -13,6 +13,7 @@ import { join } from 'node:path';
 import { request as httpsRequest } from 'node:https';
 import type { AddressInfo } from 'node:net';
 import { test } from 'node:test';
+import fc from 'fast-check';
 import { AppsV1Api, CoreV1Api, CustomObjectsApi, KubeConfig, makeInformer, type V1Pod } from '@kubernetes/client-node';
 import { issueClientCertificate } from '../../src/apiserver/index.ts';
 import { encodeSnapshot, type SnapshotState } from '../../src/k32s/index.ts';
@@ -446,6 +447,40 @@ test('client-node and raw clients against the API server', { timeout: 240_000 },
     assert.equal(await get('/api/v1/nodes'), 200);
     assert.equal(await get('/api/v1/nodes/k-1', 'PATCH', '{"metadata":{"labels":{"cert":"yes"}}}'), 200);
     assert.equal(await get('/api/v1/nodes/r-1', 'PATCH', '{"metadata":{"labels":{"cert":"yes"}}}'), 403);
+  });
+
+  await t.test('bad input never crashes the server and never half-writes', async () => {
+    const cases: [string, string, unknown][] = [
+      ['POST', '/api/v1/namespaces/default/pods', { metadata: { name: 5 }, spec: { containers: [{ name: 'c', image: 'x' }] } }],
+      ['POST', '/api/v1/namespaces/default/pods', { metadata: { name: 'bad1', ownerReferences: 5 }, spec: { containers: [{ name: 'c', image: 'x' }] } }],
+      ['POST', '/api/v1/namespaces/default/pods', { metadata: { name: 'bad2' }, spec: { containers: [5, null, { name: 'c', image: 'x', ports: [5] }] } }],
+      ['POST', '/api/v1/namespaces/default/pods', { metadata: { name: 'bad3' }, spec: { containers: [{ name: 'c', image: 'x' }], tolerations: 5 } }],
+      ['POST', '/apis/policy/v1/namespaces/default/poddisruptionbudgets', { metadata: { name: 'bad4' }, spec: { selector: 5 } }],
+      ['POST', '/apis/kube32.io/v1/namespaces/default/checkpoints', { metadata: { name: 'bad5' }, spec: { podName: 'p', action: 'Move', target: 5 } }],
+      ['POST', '/api/v1/nodes', { metadata: { name: 'bad6' }, spec: 5 }],
+    ];
+    for (const [method, path, body] of cases) {
+      const r = await raw(api, method, path, body);
+      assert.equal(r.status, 422, `${method} ${path} ${JSON.stringify(body)}: ${r.body.toString()}`);
+    }
+    for (let i = 1; i <= 6; i++) assert.equal((await raw(api, 'GET', `/api/v1/namespaces/default/pods/bad${i}`)).status, 404);
+    // Random JSON as a pod body: always a 4xx or a 201, never a 5xx.
+    await fc.assert(
+      fc.asyncProperty(fc.jsonValue({ maxDepth: 4 }), fc.jsonValue({ maxDepth: 3 }), async (spec, meta) => {
+        const r = await raw(api, 'POST', '/api/v1/namespaces/fuzz/pods?dryRun=All', { metadata: { name: 'f', ...(typeof meta === 'object' && meta && !Array.isArray(meta) ? meta : {}) }, spec });
+        return r.status < 500;
+      }),
+      { numRuns: 150 },
+    );
+    await core.createNamespace({ body: { metadata: { name: 'fuzz' } } });
+    await fc.assert(
+      fc.asyncProperty(fc.jsonValue({ maxDepth: 4 }), async (spec) => {
+        const r = await raw(api, 'POST', '/api/v1/namespaces/fuzz/pods', { metadata: { generateName: 'f-' }, spec: { containers: [{ name: 'c', image: 'x' }], ...(typeof spec === 'object' && spec && !Array.isArray(spec) ? spec : {}) } });
+        return r.status < 500;
+      }),
+      { numRuns: 150 },
+    );
+    assert.equal((await raw(api, 'GET', '/healthz', undefined, { token: null })).status, 200);
   });
 
   await t.test('health, metrics and version', async () => {
