@@ -7,6 +7,8 @@
  * starts the workers. Each controller reconciles from what it observes, and every step is safe to repeat
  * after a crash. See docs/controllers.md.
  */
+import { randomBytes } from 'node:crypto';
+import { hostname } from 'node:os';
 import type { KubeConfig } from '@kubernetes/client-node';
 import { createLogger } from '../lib/index.ts';
 import { realClock, type TimerClock } from '../lib/workqueue.ts';
@@ -19,11 +21,13 @@ import { Informers } from './runtime/cache.ts';
 import type { Controller, ControllerLog } from './runtime/controller.ts';
 import { type ControllerContext, type ControllerTimings, DEFAULT_TIMINGS, newSharedState } from './runtime/context.ts';
 import { KubeClusterApi } from './runtime/kube-api.ts';
+import { LeaderElector, type LeaderElectionOptions } from './runtime/leader.ts';
 import { newScheduler } from './scheduler/controller.ts';
 import { newWorkloadControllers } from './workloads/controller.ts';
 
 export type { ClusterApi, SnapshotAnswer } from './runtime/api.ts';
 export type { ControllerTimings } from './runtime/context.ts';
+export type { LeaderElectionOptions } from './runtime/leader.ts';
 export { DEFAULT_TIMINGS } from './runtime/context.ts';
 export type { Checkpoint, CheckpointPhase, CheckpointSpec, CheckpointStatus } from './runtime/types.ts';
 export { ANNOTATIONS, LABELS } from './runtime/types.ts';
@@ -56,6 +60,14 @@ export interface StartControllersOptions {
   clock?: TimerClock;
   /** The logger. @default pino, component `controllers` */
   log?: ControllerLog;
+  /**
+   * Run the workers only while holding the Lease `kube-system/kube32-controllers` (several control planes
+   * on one cluster); `true` takes the defaults (15 s lease, 10 s renew deadline, 2 s retry).
+   * @default false
+   */
+  leaderElection?: boolean | Partial<LeaderElectionOptions>;
+  /** Called when the Lease is lost while leading (the workers have stopped). @default logs only */
+  onLostLeadership?: () => void;
 }
 
 /** Running controllers. */
@@ -87,10 +99,24 @@ export async function startControllers(options: StartControllersOptions): Promis
   const api = new KubeClusterApi(options.kubeConfig);
   const informers = new Informers(options.kubeConfig, api.rest, log);
   const ctx: ControllerContext = { api, cache: informers.caches, clock, log, timings, state: newSharedState(clock) };
-  return startWith(ctx, informers, options.disable ?? []);
+  let elector: LeaderElector | undefined;
+  if (options.leaderElection) {
+    const given = typeof options.leaderElection === 'object' ? options.leaderElection : {};
+    elector = new LeaderElector(api.rest, clock, log, {
+      ...given,
+      identity: given.identity ?? `${hostname()}_${process.pid}_${randomBytes(4).toString('hex')}`,
+    });
+  }
+  return startWith(ctx, informers, options.disable ?? [], elector, options.onLostLeadership);
 }
 
-async function startWith(ctx: ControllerContext, informers: Informers, disable: readonly ControllerName[]): Promise<RunningControllers> {
+async function startWith(
+  ctx: ControllerContext,
+  informers: Informers,
+  disable: readonly ControllerName[],
+  elector: LeaderElector | undefined,
+  onLostLeadership: (() => void) | undefined,
+): Promise<RunningControllers> {
   const all: Controller[] = [
     newScheduler(ctx, informers),
     newCheckpointController(ctx, informers),
@@ -113,15 +139,31 @@ async function startWith(ctx: ControllerContext, informers: Informers, disable: 
     if (!controllers.includes(c)) c.queue.shutDown();
   }
   primeQueues(ctx, controllers);
-  for (const c of controllers) c.start();
-  ctx.log.info({ controllers: controllers.map((c) => c.name) }, 'controllers started');
   let stopped = false;
+  const startWorkers = () => {
+    for (const c of controllers) c.start();
+    ctx.log.info({ controllers: controllers.map((c) => c.name) }, 'controllers started');
+  };
+  if (!elector) {
+    startWorkers();
+  } else {
+    ctx.log.info({ identity: elector.identity }, 'leader election: waiting for the Lease');
+    void elector
+      .run(() => {
+        // Lost while leading: stop acting at once; the caller decides what the process does.
+        void Promise.all(controllers.map((c) => c.stop())).then(() => onLostLeadership?.());
+      })
+      .then(() => {
+        if (elector.leading && !stopped) startWorkers();
+      });
+  }
   return {
     async stop() {
       if (stopped) return;
       stopped = true;
       await informers.stop();
       await Promise.all(controllers.map((c) => c.stop()));
+      await elector?.stop();
       (ctx.api as KubeClusterApi).rest?.close();
     },
   };

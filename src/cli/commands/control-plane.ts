@@ -5,7 +5,7 @@
  *
  * `kube32-cli control-plane --data-dir D [--port P|0] [--bind ADDR] [--checkpoint-data-bytes Q]
  *   [--node-monitor-grace-period 40s] [--pod-eviction-timeout 5m] [--move-timeout 60s]
- *   [--checkpoint-retention 1h] [--listen-file F]`
+ *   [--checkpoint-retention 1h] [--leader-elect [--leader-elect-identity NAME]] [--listen-file F]`
  *
  * Once the API server listens and the controllers' caches have synced it prints one JSON line on standard
  * output, as `apiserver` does: `{"url":"https://127.0.0.1:PORT","port":PORT,"kubeconfig":"D/kubeconfig"}`.
@@ -29,6 +29,8 @@ interface Flags {
   checkpointRetention: string;
   listenFile?: string;
   certSan: string[];
+  leaderElect?: boolean;
+  leaderElectIdentity?: string;
 }
 
 function duration(flag: string, text: string): number {
@@ -55,6 +57,8 @@ export function register(program: Command): void {
     .addOption(new Option('--move-timeout <duration>', "a move's replacement that does not run within this rolls back").default('60s'))
     .addOption(new Option('--checkpoint-retention <duration>', 'finished Checkpoints (other than the latest periodic ones) go after this').default('1h'))
     .addOption(new Option('--cert-san <name...>', 'extra DNS names or IP addresses for the serving certificate').default([]))
+    .addOption(new Option('--leader-elect', 'run the controllers only while holding the Lease kube-system/kube32-controllers (several control planes on one cluster)'))
+    .addOption(new Option('--leader-elect-identity <name>', 'this control plane\'s name in the Lease (default: host, pid and a random suffix)'))
     .addOption(new Option('--listen-file <file>', 'also write the JSON line with the URL and kubeconfig to this file'))
     .action(async (flags: Flags) => {
       const port = Number(flags.port);
@@ -88,7 +92,16 @@ export function register(program: Command): void {
         if (!server.kubeconfigPath) throw new Error('the API server wrote no admin kubeconfig');
         const kc = new KubeConfig();
         kc.loadFromFile(server.kubeconfigPath);
-        controllers = await startControllers({ kubeConfig: kc, timings });
+        controllers = await startControllers({
+          kubeConfig: kc,
+          timings,
+          leaderElection: flags.leaderElect ? { ...(flags.leaderElectIdentity ? { identity: flags.leaderElectIdentity } : {}) } : false,
+          onLostLeadership: () => {
+            // As kube-controller-manager does: a control plane that lost the Lease exits; its supervisor restarts it.
+            process.stderr.write('error: lost the controllers\' Lease; exiting\n');
+            process.exit(1);
+          },
+        });
       } catch (err: unknown) {
         await server.close();
         throw new CliError(`starting the controllers: ${err instanceof Error ? err.message : String(err)}`, 1, { cause: err });
