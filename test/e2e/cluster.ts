@@ -248,6 +248,8 @@ export interface CounterReply {
   count: number;
   ticks?: number;
   podTimeMs: number;
+  /** How many times the pod was restored from a snapshot. */
+  restores?: number;
   node?: string;
 }
 

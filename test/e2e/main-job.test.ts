@@ -89,6 +89,8 @@ test('the main job: a counter keeps counting across kubectl drain', { timeout: 3
   assert.equal(after.count, beforeDrain.count + 1, `count carried over: ${JSON.stringify({ beforeDrain, after })}`);
   assert.ok(after.podTimeMs >= beforeDrain.podTimeMs, `pod clock never goes backward: ${JSON.stringify({ beforeDrain, after })}`);
   if (beforeDrain.ticks !== undefined && after.ticks !== undefined) assert.ok(after.ticks >= beforeDrain.ticks);
+  assert.equal(after.restores, (beforeDrain.restores ?? 0) + 1, 'restored once from the snapshot, not started afresh');
+  assert.equal(after.node, other, 'NODE_NAME (spec.nodeName) is the new node');
 
   // The Checkpoint of the eviction, Completed, with its target; the Moved event.
   const ckpt = await c.kubectl(['get', 'ckpt', '-o', 'json']);
