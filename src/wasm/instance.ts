@@ -11,7 +11,7 @@ import { valueTypeName } from './binary.ts';
 import { PodCallError, PodStartError, PodStateError, errorMessage } from './errors.ts';
 import { LogRing } from './log-ring.ts';
 import { loadModule } from './module.ts';
-import { takeWorker } from './worker-pool.ts';
+import { replenishWorkerPool, takeWorker } from './worker-pool.ts';
 import type { CallKind, FromWorker, OpenFile, ToWorker, WorkerInit } from './protocol.ts';
 import type { ExitReason, LogEntry, LogReadOptions, PodExit, PodModule, PodSnapshot, PodStartOptions, RunningCall } from './types.ts';
 import type { ValType } from '../k32s/index.ts';
@@ -212,7 +212,7 @@ export class PodInstance extends EventEmitter {
     }
     let r: Extract<FromWorker, { op: 'ready' }>;
     try {
-      r = await ready.promise;
+      r = await ready.promise.finally(replenishWorkerPool);
     } catch (err: unknown) {
       const e = err instanceof PodStartError ? err : new PodStartError('Error', errorMessage(err));
       this.#end(e.reason, e.message);

@@ -3,7 +3,7 @@
  * (a V8 isolate, Node's bootstrap, the worker's modules); a pod's start, and so a move's
  * freeze-to-running time, should not wait for that. The pool keeps one booted worker waiting for
  * its `init` message, unreferenced so that it never keeps a process alive, and boots the next one
- * as soon as one is taken.
+ * once the pod that took it has started.
  */
 import { Worker } from 'node:worker_threads';
 
@@ -48,7 +48,11 @@ function boot(): Worker {
   return w;
 }
 
-function refill(): void {
+/**
+ * Boots spare workers up to the pool's size, on the next turn of the event loop. The runtime calls
+ * it once a pod has started, so that booting the next worker does not compete with that start.
+ */
+export function replenishWorkerPool(): void {
   if (refilling) return;
   refilling = true;
   setImmediate(() => {
@@ -58,8 +62,8 @@ function refill(): void {
 }
 
 /**
- * A pod worker, booted (or booting) and referenced; send it `{ op: 'init', init }` first.
- * Keeps the pool full behind it.
+ * A pod worker, booted (or booting) and referenced; send it `{ op: 'init', init }` first, and call
+ * {@link replenishWorkerPool} once the pod has started.
  */
 export function takeWorker(): Worker {
   const w = spare.shift() ?? boot();
@@ -69,7 +73,6 @@ export function takeWorker(): Worker {
     w.off('error', onExit);
   }
   w.ref();
-  refill();
   return w;
 }
 
