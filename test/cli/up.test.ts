@@ -11,7 +11,7 @@ import { type AddressInfo, createServer } from 'node:net';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { test } from 'node:test';
-import { CLI, run, skipUnlessBuilt, startCluster } from '../e2e/cluster.ts';
+import { CLI, run, startCluster } from '../e2e/cluster.ts';
 
 function tempDir(t: import('node:test').TestContext): string {
   const d = mkdtempSync(join(tmpdir(), 'kube32-up-test-'));
@@ -68,7 +68,7 @@ test('up checks its flags before starting anything', { timeout: 30_000 }, async 
   assert.ok(!existsSync(join(dir, 'logs', 'control-plane.log')), 'no control plane was started');
 });
 
-test('up --workers 0: the control plane alone; kubectl works; SIGTERM stops it; a second up finds its objects', { timeout: 120_000, skip: skipUnlessBuilt({ workers: false }) }, async (t) => {
+test('up --workers 0: the control plane alone; kubectl works; SIGTERM stops it; a second up finds its objects', { timeout: 120_000 }, async (t) => {
   const c = await startCluster(t, { workers: 0 });
   assert.match(c.output(), /control plane\s+ready\s+https?:\/\/127\.0\.0\.1:\d+/);
   assert.match(c.output(), new RegExp(`export KUBECONFIG=${c.kubeconfig}`));

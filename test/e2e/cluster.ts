@@ -43,25 +43,20 @@ export function run(file: string, args: string[], opts: { input?: string; timeou
   });
 }
 
+/** What a suite needs besides the control plane and the workers. */
+export interface Needs {
+  /** The counter example, built by `npm run build`, with its manifests. */
+  counter?: boolean;
+}
+
 /**
- * Components the end-to-end suites drive, and whether each is there yet. A suite skips, naming what is
- * missing, only while a piece is not built at all; once everything exists the suite runs and fails for real.
+ * The build outputs a suite needs that are missing (`npm run build` makes them). Every component the
+ * suites drive is in the tree; only a checkout that was never built skips, and says why.
  */
 export function missingPieces(needs: Needs = {}): string[] {
   const missing: string[] = [];
-  const has = (rel: string, text?: string): boolean => {
-    const p = join(ROOT, rel);
-    return existsSync(p) && (text === undefined || readFileSync(p, 'utf8').includes(text));
-  };
-  if (!has('src/apiserver/index.ts')) missing.push('src/apiserver/index.ts (API server)');
-  if (!has('src/cli/commands/control-plane.ts', '.command(')) missing.push('kube32-cli control-plane (src/cli/commands/control-plane.ts)');
-  if (!has('src/controllers/index.ts')) missing.push('src/controllers/index.ts (controllers)');
-  if (needs.workers !== false) {
-    if (!has('src/apiserver/index.ts', 'issueNodeKubeconfig')) missing.push('issueNodeKubeconfig in src/apiserver/index.ts (node credentials)');
-    if (!has('src/kubelet/main.ts')) missing.push('src/kubelet/main.ts (kube32-sim)');
-  }
   if (needs.counter) {
-    if (!existsSync(COUNTER_WASM)) missing.push('build/examples/counter.wasm (npm run build: scripts/build-examples.sh)');
+    if (!existsSync(COUNTER_WASM)) missing.push('build/examples/counter.wasm (run npm run build)');
     if (!existsSync(COUNTER_DIR) || !readdirSync(COUNTER_DIR).some((f) => /\.ya?ml$/.test(f))) {
       missing.push('examples/counter/*.yaml (the Deployment + Service manifest)');
     }
@@ -69,18 +64,10 @@ export function missingPieces(needs: Needs = {}): string[] {
   return missing;
 }
 
-/** What a suite needs besides the control plane. */
-export interface Needs {
-  /** kube32-sim workers (and node credentials). @default true */
-  workers?: boolean;
-  /** The counter example, built, with its manifests. */
-  counter?: boolean;
-}
-
 /** A skip reason for `missingPieces`, or false when nothing is missing. */
 export function skipUnlessBuilt(needs: Needs = {}): string | false {
   const m = missingPieces(needs);
-  return m.length > 0 ? `not built yet: ${m.join('; ')}` : false;
+  return m.length > 0 ? `not built: ${m.join('; ')}` : false;
 }
 
 /** A loopback /24 of its own for one cluster's workers: 127.A.B.2, 127.A.B.3, ... */
