@@ -101,3 +101,37 @@ test('instruments a module without code of its own (sections added in their plac
   assert.ok(WA.validate(m.instrumentedBytes));
   assert.equal(m.shape.functionCount, 1, 'the accessors are not functions of the module');
 });
+
+test('instrumentation keeps every index space of the original module (examples and WAT)', { timeout: 30_000 }, async () => {
+  const { parseModule } = await import('../../src/wasm/binary.ts');
+  const { example } = await import('./helpers.ts');
+  for (const [name, bytes] of [['state.wat', wat('state.wat')], ['echo', example('echo')], ['counter', example('counter')], ['counter-c', example('counter-c')]] as const) {
+    const m = await loadModule(bytes, { memoryLimitBytes: 4 << 20 });
+    const a = parseModule(bytes);
+    const b = parseModule(m.instrumentedBytes);
+    assert.deepEqual(b.types.slice(0, a.types.length), a.types, `${name}: types`);
+    assert.deepEqual(b.imports, a.imports, `${name}: imports`);
+    assert.deepEqual(b.functionTypes.slice(0, a.functionTypes.length), a.functionTypes, `${name}: functions`);
+    assert.deepEqual(b.tables, a.tables, `${name}: tables`);
+    assert.deepEqual(b.globals, a.globals, `${name}: globals`);
+    assert.deepEqual(b.exports.slice(0, a.exports.length), a.exports, `${name}: the module's own exports first`);
+    assert.equal(b.memories[0]!.limits.min, a.memories[0]!.limits.min);
+    assert.ok(b.memories[0]!.limits.max! <= 64, `${name}: memory capped at 4 MiB`);
+    // The original code entries are there byte for byte (new functions are appended after them).
+    const code = (x: typeof a, bytes: Uint8Array): Uint8Array => {
+      const s = x.sections.find((y) => y.id === 10)!;
+      return bytes.subarray(s.contentStart, s.end);
+    };
+    const before = code(a, bytes);
+    const after = code(b, m.instrumentedBytes);
+    const countLen = (x: Uint8Array): number => { let i = 0; while (x[i]! & 0x80) i++; return i + 1; };
+    const hex = (x: Uint8Array): string => Buffer.from(x.buffer, x.byteOffset, x.byteLength).toString('hex');
+    assert.equal(hex(after.subarray(countLen(after), countLen(after) + before.length - countLen(before))), hex(before.subarray(countLen(before))), `${name}: code`);
+    // The data, element and custom sections are unchanged.
+    for (const id of [0, 9, 11]) {
+      const sa = a.sections.filter((y) => y.id === id).map((y) => Buffer.from(bytes.subarray(y.start, y.end)).toString('hex'));
+      const sb = b.sections.filter((y) => y.id === id).map((y) => Buffer.from(m.instrumentedBytes.subarray(y.start, y.end)).toString('hex'));
+      assert.deepEqual(sb, sa, `${name}: section ${id}`);
+    }
+  }
+});
