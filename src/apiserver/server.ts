@@ -197,6 +197,17 @@ export async function createApiServer(opts: ApiServerOptions): Promise<ApiServer
         resource = 'tokenreviews';
         return serveTokenReview(req, res, ctx, maxBodyBytes);
       }
+      if (path === '/apis/authentication.k8s.io/v1/selfsubjectreviews' && req.method === 'POST') {
+        verb = 'create';
+        resource = 'selfsubjectreviews';
+        await readBody(req, maxBodyBytes);
+        return sendJson(res, 201, { kind: 'SelfSubjectReview', apiVersion: 'authentication.k8s.io/v1', metadata: { creationTimestamp: null }, status: { userInfo: { username: user.name, groups: user.groups } } });
+      }
+      if (path === '/apis/authorization.k8s.io/v1/selfsubjectaccessreviews' && req.method === 'POST') {
+        verb = 'create';
+        resource = 'selfsubjectaccessreviews';
+        return serveAccessReview(req, res, registry, user, maxBodyBytes);
+      }
       const blob = /^\/apis\/kube32\.io\/v1\/blobs\/([^/]+)$/.exec(path);
       if (blob && req.method === 'GET') {
         resource = 'blobs';
@@ -338,6 +349,39 @@ async function serveTokenReview(req: IncomingMessage, res: ServerResponse, ctx: 
   const user = ctx.authenticateToken(token);
   const status = user ? { authenticated: true, user: { username: user.name, groups: user.groups }, audiences: [] } : { authenticated: false, error: 'invalid bearer token' };
   sendJson(res, 201, { kind: 'TokenReview', apiVersion: 'authentication.k8s.io/v1', metadata: { creationTimestamp: null }, spec: { token }, status });
+}
+
+/** `POST selfsubjectaccessreviews` (`kubectl auth can-i`): whether the caller may do what the spec names. */
+async function serveAccessReview(req: IncomingMessage, res: ServerResponse, registry: Registry, user: UserInfo, limit: number): Promise<void> {
+  const body = rec(decodeBody(await readBody(req, limit), mediaType(req)));
+  const spec = rec(body.spec);
+  const ra = rec(spec.resourceAttributes);
+  let allowed = false;
+  let reason = '';
+  if (spec.nonResourceAttributes !== undefined) {
+    allowed = true; // every authenticated user may read discovery, OpenAPI, health and version
+  } else {
+    const plural = String(ra.resource ?? '');
+    const group = String(ra.group ?? '');
+    const info = {
+      group,
+      version: String(ra.version ?? ''),
+      plural,
+      def: undefined,
+      namespace: typeof ra.namespace === 'string' && ra.namespace ? ra.namespace : undefined,
+      name: typeof ra.name === 'string' && ra.name ? ra.name : undefined,
+      subresource: typeof ra.subresource === 'string' && ra.subresource ? ra.subresource : undefined,
+      subpath: '',
+      trailingSlash: false,
+    };
+    try {
+      authorize(registry, user, String(ra.verb ?? ''), info);
+      allowed = true;
+    } catch (err: unknown) {
+      reason = err instanceof Error ? err.message : String(err);
+    }
+  }
+  sendJson(res, 201, { kind: 'SelfSubjectAccessReview', apiVersion: 'authorization.k8s.io/v1', metadata: { creationTimestamp: null }, spec, status: { allowed, ...(reason ? { reason } : {}) } });
 }
 
 /** The namespaces every cluster has. */

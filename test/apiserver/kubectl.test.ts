@@ -279,6 +279,19 @@ test('kubectl works against the API server', { timeout: 240_000 }, async (t) => 
     assert.equal(r.stdout, 'Completed b');
   });
 
+  await t.test('auth whoami and auth can-i, for the admin and a kubelet', async () => {
+    let r = await api.kubectl(['auth', 'whoami']);
+    assert.match(r.stdout, /Username\s+kube32-admin/);
+    r = await api.kubectl(['auth', 'can-i', 'delete', 'nodes']);
+    assert.equal(r.stdout.trim(), 'yes');
+    const node = api.nodeKubeconfig('node-1');
+    r = await api.kubectl(['--kubeconfig', node, 'auth', 'can-i', 'patch', 'nodes/node-2']);
+    assert.equal(r.code, 1);
+    assert.match(r.stdout, /^no/);
+    r = await api.kubectl(['--kubeconfig', node, 'auth', 'can-i', 'patch', 'nodes/node-1']);
+    assert.equal(r.stdout.trim(), 'yes');
+  });
+
   await t.test('explain describes checkpoints from OpenAPI v3', async () => {
     const r = await api.kubectl(['explain', 'checkpoints.spec']);
     assert.equal(r.code, 0, r.stderr);

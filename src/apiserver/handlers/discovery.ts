@@ -53,7 +53,11 @@ function subresourceInfo(def: ResourceDef, sub: Subresource): SubInfo {
 }
 
 /** Resources served without storage. */
-const VIRTUAL = [{ group: 'authentication.k8s.io', version: 'v1', plural: 'tokenreviews', singular: 'tokenreview', kind: 'TokenReview', verbs: ['create'] }];
+const VIRTUAL = [
+  { group: 'authentication.k8s.io', version: 'v1', plural: 'tokenreviews', singular: 'tokenreview', kind: 'TokenReview', verbs: ['create'] },
+  { group: 'authentication.k8s.io', version: 'v1', plural: 'selfsubjectreviews', singular: 'selfsubjectreview', kind: 'SelfSubjectReview', verbs: ['create'] },
+  { group: 'authorization.k8s.io', version: 'v1', plural: 'selfsubjectaccessreviews', singular: 'selfsubjectaccessreview', kind: 'SelfSubjectAccessReview', verbs: ['create'] },
+];
 
 function aggregatedResource(def: ResourceDef): Record<string, unknown> {
   const r: Record<string, unknown> = {

@@ -1,7 +1,7 @@
 /**
  * Decoding of the Kubernetes protobuf wire format (`application/vnd.kubernetes.protobuf`) for the
  * bodies kubectl's generator commands send (`kubectl create namespace|configmap|secret|
- * serviceaccount|service|deployment`): the `k8s\0` magic, the `runtime.Unknown` envelope, then the
+ * serviceaccount|service|deployment`, `kubectl auth can-i`): the `k8s\0` magic, the `runtime.Unknown` envelope, then the
  * object by its kind, with the field numbers of Kubernetes' `generated.proto`. Fields this server
  * does not know are skipped; a kind it does not know is refused (415).
  */
@@ -90,6 +90,16 @@ const KINDS: Record<string, Msg> = {
   'v1/Service': { 1: ['metadata', OBJECT_META], 2: ['spec', SERVICE_SPEC] },
   'v1/Pod': { 1: ['metadata', OBJECT_META], 2: ['spec', POD_SPEC] },
   'apps/v1/Deployment': { 1: ['metadata', OBJECT_META], 2: ['spec', DEPLOYMENT_SPEC] },
+  'authorization.k8s.io/v1/SelfSubjectAccessReview': {
+    1: ['metadata', OBJECT_META],
+    2: [
+      'spec',
+      {
+        1: ['resourceAttributes', { 1: ['namespace', 'string'], 2: ['verb', 'string'], 3: ['group', 'string'], 4: ['version', 'string'], 5: ['resource', 'string'], 6: ['subresource', 'string'], 7: ['name', 'string'] }],
+        2: ['nonResourceAttributes', { 1: ['path', 'string'], 2: ['verb', 'string'] }],
+      },
+    ],
+  },
 };
 
 class Reader {
