@@ -4,7 +4,7 @@
  * A host function that is handed a range outside the module's memory traps (it throws, and the
  * call that led to it ends the container with reason Trap).
  */
-import { closeSync, mkdirSync, openSync, readSync, realpathSync, writeSync } from 'node:fs';
+import { closeSync, constants as fsConstants, mkdirSync, openSync, readSync, realpathSync, writeSync } from 'node:fs';
 import { dirname, join, posix, sep } from 'node:path';
 import { MAX_CHANNEL_NAME, MAX_CHANNEL_PAYLOAD } from './abi.ts';
 import type { OpenFile } from './protocol.ts';
@@ -182,14 +182,16 @@ export function makeImports(ctx: HostContext, state: HostState): Record<string, 
     k32_fs_open: (pp: number, pl: number, flags: number): number => {
       const path = utf8.decode(bytesOf(ctx, 'k32_fs_open', pp, pl));
       if (!ctx.fsDir) return -ENOSYS;
-      const mode = flags === 0 ? 'r' : flags === 1 ? 'w' : flags === 2 ? 'a' : undefined;
-      if (!mode) return -EINVAL;
+      // O_NOFOLLOW: a symbolic link as the last component is refused (ELOOP), so it cannot lead out.
+      const { O_RDONLY, O_WRONLY, O_CREAT, O_TRUNC, O_APPEND, O_NOFOLLOW } = fsConstants;
+      const mode = flags === 0 ? O_RDONLY : flags === 1 ? O_WRONLY | O_CREAT | O_TRUNC : flags === 2 ? O_WRONLY | O_CREAT | O_APPEND : undefined;
+      if (mode === undefined) return -EINVAL;
       const full = resolveInside(ctx.fsDir, path);
       if (!full) return -EACCES;
       if (state.files.size >= MAX_OPEN_FILES) return -EMFILE;
       let hostFd: number;
       try {
-        hostFd = openSync(full, mode, 0o644);
+        hostFd = openSync(full, mode | O_NOFOLLOW, 0o644);
       } catch (err: unknown) {
         return errno(err);
       }

@@ -6,7 +6,7 @@
 import assert from 'node:assert/strict';
 import { createHash } from 'node:crypto';
 import { once } from 'node:events';
-import { readFileSync } from 'node:fs';
+import { readFileSync, readdirSync, rmSync, symlinkSync } from 'node:fs';
 import { join } from 'node:path';
 import { test } from 'node:test';
 import { setTimeout as delay } from 'node:timers/promises';
@@ -109,6 +109,13 @@ test('k32_fs stays in the pod\'s directory, and an open descriptor blocks a move
   assert.equal(readFileSync(join(fs.dir, 'f.txt'), 'utf8'), 'greeting');
   assert.equal(stateNumbers(await pod.handle(get('/r'))).result, 8n, 'reads back 8 bytes');
   assert.equal(stateNumbers(await pod.handle(get('/p'))).result, -13n, '../escape is -EACCES');
+  // A symbolic link placed in the pod's directory does not lead out of it.
+  const outside = tempDir('outside');
+  t.after(outside.remove);
+  rmSync(join(fs.dir, 'f.txt'));
+  symlinkSync(join(outside.dir, 'secret'), join(fs.dir, 'f.txt'));
+  assert.equal(stateNumbers(await pod.handle(get('/w'))).result, -40n, 'a link as the last component is -ELOOP');
+  assert.deepEqual(readdirSync(outside.dir), []);
   assert.equal(stateNumbers(await pod.handle(get('/x'))).result, -9n, 'closing a closed descriptor is -EBADF');
 });
 
