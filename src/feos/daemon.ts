@@ -16,6 +16,8 @@ import { addService, errorMessage, FeosError } from './api/index.ts';
 import { chooseAccelerator, MicroVmService } from './microvm/index.ts';
 import { PodRecords, PodService, guestVersions, unavailablePodNetwork, type PodNetworkProvider } from './pods/index.ts';
 import { hostHandlers } from './host/index.ts';
+import { VolumeStore, parseVolumeId } from './volumes/index.ts';
+import { VolumeService as VolumeServiceDesc } from './gen/feos/volume/v1/volume_pb.js';
 import { takeStateLock } from './lock.ts';
 import { createNetwork, type NetworkFlags, type PodNetwork } from './network/index.ts';
 
@@ -123,9 +125,12 @@ export async function startFeosd(opts: FeosdOptions, signal?: AbortSignal): Prom
     provider = { ...net.podNetworkProvider(), detach: (pod) => net.detachPod(pod.id) };
     if (network.unavailableReason) log.error({ reason: network.unavailableReason }, "the pods' network is not up; pods with a network fail");
   }
+  const volumes = new VolumeStore(join(o.stateDir, 'volumes'), log);
+  await volumes.load();
   const pods = new PodService({
     records,
     vms,
+    volumes,
     network: provider,
     guestDir: o.guestDir,
     disksDir: join(o.stateDir, 'disks'),
@@ -189,6 +194,24 @@ export async function startFeosd(opts: FeosdOptions, signal?: AbortSignal): Prom
         } finally {
           pods.off('event', listener);
         }
+      },
+    },
+    onError,
+  );
+  addService(
+    server,
+    VolumeServiceDesc,
+    {
+      createVolume: async (req) => ({ volume: await volumes.create(req.id, req.sizeBytes, req.labels) }),
+      getVolume: async (req) => {
+        const v = volumes.get(parseVolumeId(req.id));
+        if (!v) throw new FeosError('NOT_FOUND', `volume ${req.id} not found`);
+        return { volume: v };
+      },
+      listVolumes: async () => ({ volumes: volumes.list() }),
+      deleteVolume: async (req) => {
+        await volumes.delete(req.id);
+        return {};
       },
     },
     onError,

@@ -167,11 +167,52 @@ const handlers = new Map<string, UnaryHandler>([
     `/${S}/MountVolumes`,
     method(MountVolumesRequestSchema, MountVolumesResponseSchema, async (req) => {
       const res = create(MountVolumesResponseSchema);
-      for (const v of req.volumes) res.failed[v.name] = 'volumes are not supported by this guest yet';
+      for (const v of req.volumes) {
+        try {
+          await mountVolume(v.name, v.drive, v.format);
+          res.mounted.push(v.name);
+        } catch (err: unknown) {
+          res.failed[v.name] = err instanceof Error ? err.message : String(err);
+        }
+      }
       return res;
     }),
   ],
 ]);
+
+/** The block device whose virtio serial is `serial`, or undefined. */
+function diskBySerial(serial: string): string | undefined {
+  for (const name of fs.readdirSync('/sys/block')) {
+    if (readFileOr(`/sys/block/${name}/serial`, '').trim() === serial) return `/dev/${name}`;
+  }
+  return undefined;
+}
+
+/**
+ * Mounts a volume at /volumes/<name> (seed 000, "Volumes"): drive N is the disk with serial
+ * `feos-vol-N`; `format` makes a new file system first (busybox's mke2fs: ext2, which the ext4 driver
+ * mounts). Mounting one that is mounted already is done.
+ */
+async function mountVolume(name: string, drive: number, format: boolean): Promise<void> {
+  if (!/^[a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?$/.test(name)) throw new Error(`bad volume name ${JSON.stringify(name)}`);
+  const dev = diskBySerial(`feos-vol-${drive}`);
+  if (!dev) throw new Error(`drive ${drive}: no disk with serial feos-vol-${drive}`);
+  const target = `/volumes/${name}`;
+  if (readFileOr('/proc/mounts', '').includes(`${dev} ${target} `)) return;
+  if (format) {
+    try {
+      await run('/bin/mke2fs', ['-F', '-L', name.slice(0, 16), dev], { timeout: 120_000 });
+    } catch (err: unknown) {
+      throw new Error(`${dev}: mke2fs: ${(err as { stderr?: string }).stderr?.trim() || String(err)}`);
+    }
+  }
+  fs.mkdirSync(target, { recursive: true });
+  try {
+    await run('/bin/mount', ['-t', 'ext4', '-o', 'noatime', dev, target], { timeout: 30_000 });
+  } catch (err: unknown) {
+    throw new Error(`${dev}: mount ${target}: ${(err as { stderr?: string }).stderr?.trim() || String(err)}`);
+  }
+}
 
 async function configureNetwork(req: MessageShape<typeof ConfigureNetworkRequestSchema>): Promise<void> {
   // The pod's addresses are its own: no duplicate address detection (busybox ip has no `nodad`).

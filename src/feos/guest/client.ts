@@ -16,6 +16,8 @@ import {
   EmptyMemoryResponseSchema,
   GetTimeRequestSchema,
   GetTimeResponseSchema,
+  MountVolumesRequestSchema,
+  MountVolumesResponseSchema,
   PingRequestSchema,
   PingResponseSchema,
   SetTimeRequestSchema,
@@ -98,6 +100,7 @@ const METHODS = {
   ConfigureNetwork: [ConfigureNetworkRequestSchema, ConfigureNetworkResponseSchema],
   EmptyMemory: [EmptyMemoryRequestSchema, EmptyMemoryResponseSchema],
   Shutdown: [ShutdownRequestSchema, ShutdownResponseSchema],
+  MountVolumes: [MountVolumesRequestSchema, MountVolumesResponseSchema],
 } as const;
 type Methods = typeof METHODS;
 

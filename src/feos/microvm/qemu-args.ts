@@ -23,6 +23,8 @@ export interface QemuConfig {
   tscKhz?: number;
   /** TAP device name and MAC address, when the pod has a network. */
   tap?: { name: string; mac: string };
+  /** The pod's volumes' disks (qcow2), in their order: drive 1, 2, ... (serial `feos-vol-<drive>`). */
+  volumes?: string[];
 }
 
 /** The files of a microVM's directory. */
@@ -94,6 +96,10 @@ export function qemuArgs(cfg: QemuConfig, incoming?: string): string[] {
     '-device', 'virtio-blk-device,drive=data,serial=feos-data',
     '-device', 'virtio-balloon-device,free-page-reporting=on',
   ];
+  for (const [i, disk] of (cfg.volumes ?? []).entries()) {
+    args.push('-drive', `id=vol${i + 1},file=${opt(disk)},format=qcow2,if=none,cache=writeback,discard=unmap`);
+    args.push('-device', `virtio-blk-device,drive=vol${i + 1},serial=feos-vol-${i + 1}`);
+  }
   if (cfg.tap) {
     args.push('-netdev', `tap,id=net0,ifname=${cfg.tap.name},script=no,downscript=no`);
     args.push('-device', `virtio-net-device,netdev=net0,mac=${cfg.tap.mac}`);

@@ -58,6 +58,8 @@ export interface MicroVmSpec {
   vcpus: number;
   memoryBytes: bigint;
   tap?: { name: string; mac: string };
+  /** The pod's volumes' disks, in their order. */
+  volumes?: string[];
 }
 
 /** An exit that nobody asked for: the guest powered off (STOPPED) or QEMU ended otherwise (CRASHED). */
@@ -171,6 +173,7 @@ export class MicroVmService extends EventEmitter<{ exit: [MicroVmExit] }> {
       accelerator: this.#opts.accelerator,
       tscKhz: hostTscKhz(),
       tap: spec.tap,
+      volumes: spec.volumes,
     };
     await writeFileAtomic(p.config, JSON.stringify({ ...config, memoryBytes: String(config.memoryBytes) }, null, 2));
     const now = timestampNow();

@@ -29,6 +29,7 @@ import type { PodNetworkAttachment, PodNetworkProvider } from './network.ts';
 import { guestVersions } from './guests.ts';
 import { snapshotTimeoutMs, suspendBudgetMs } from './budget.ts';
 import { ClockKeeper, hostNowNs } from './clock.ts';
+import type { VolumeStore } from '../volumes/index.ts';
 
 const run = promisify(execFile);
 
@@ -66,6 +67,8 @@ export interface PodServiceOptions {
   clockMaxRttMs?: number;
   /** How long a boot's guest has to attach (ms). @default GUEST_ATTACH_MS (the seed's 60 s) */
   guestAttachMs?: number;
+  /** The node's volumes; none = a pod with volumes is refused (FAILED_PRECONDITION). */
+  volumes?: VolumeStore;
 }
 
 interface Entry {
@@ -95,6 +98,7 @@ export class PodService extends EventEmitter<{ event: [PodEvent] }> {
    */
   async init(): Promise<void> {
     this.#o.vms.on('exit', (exit) => void this.#onVmExit(exit));
+    await this.#o.volumes?.recover(this.#o.records.list().map((p) => ({ id: p.id, volumeIds: p.spec?.volumes.map((v) => v.volumeId) ?? [] })));
     for (const pod of this.#o.records.list()) {
       const entry = this.#entry(pod.id);
       const vm = this.#o.vms.get(pod.id);
@@ -250,7 +254,7 @@ export class PodService extends EventEmitter<{ event: [PodEvent] }> {
       const why = this.#o.network.check(spec.network);
       if (why) throw new FeosError('FAILED_PRECONDITION', why);
     }
-    if (spec.volumes.length > 0) {
+    if (spec.volumes.length > 0 && !this.#o.volumes) {
       throw new FeosError('FAILED_PRECONDITION', `volume ${spec.volumes[0].volumeId} is not on the node`);
     }
     const entry = this.#entry(id);
@@ -260,6 +264,8 @@ export class PodService extends EventEmitter<{ event: [PodEvent] }> {
         if (equals(PodSpecSchema, again.spec!, spec)) return again;
         throw new FeosError('ALREADY_EXISTS', `pod ${id} exists with another spec`);
       }
+      // Claims first, all or none; a start of feosd after a crash between the two records recovers.
+      if (spec.volumes.length > 0) await this.#o.volumes!.claim(id, spec.volumes.map((v) => v.volumeId));
       const now = timestampNow();
       const pod = create(PodInfoSchema, {
         id,
@@ -331,6 +337,8 @@ export class PodService extends EventEmitter<{ event: [PodEvent] }> {
         await this.#o.vms.delete(id);
         vm = undefined;
       }
+      const volumeDisks: string[] = [];
+      for (const v of pod.spec!.volumes) volumeDisks.push(await this.#o.volumes!.ensureDisk(v.volumeId));
       if (!vm) {
         await this.#o.vms.create({
           id,
@@ -340,12 +348,17 @@ export class PodService extends EventEmitter<{ event: [PodEvent] }> {
           vcpus: pod.spec!.vcpus,
           memoryBytes: pod.spec!.memoryBytes,
           tap: net ? { name: net.tap, mac: net.mac } : undefined,
+          volumes: volumeDisks,
         });
       }
       if (this.#o.vms.get(id)!.state !== MicroVmState.RUNNING) await this.#o.vms.start(id);
       signal.throwIfAborted();
       step = 'guest attach';
       await this.#pushAfterAttach(pod, this.#o.guestAttachMs ?? GUEST_ATTACH_MS, signal, net);
+      if (pod.spec!.volumes.length > 0) {
+        step = 'volumes';
+        await this.#mountVolumes(pod);
+      }
       step = 'containers';
       if (pod.spec!.containers.length > 0) {
         throw new Error('this node runs no containers yet (issue 9): the pod would run none of its spec');
@@ -359,6 +372,21 @@ export class PodService extends EventEmitter<{ event: [PodEvent] }> {
       await this.#detach(pod);
       await this.#setState(pod, PodState.FAILED, reason);
     }
+  }
+
+  /** MountVolumes with each volume's name, ID, drive, size and whether to format it; records the mounted as formatted. */
+  async #mountVolumes(pod: PodInfo): Promise<void> {
+    const store = this.#o.volumes!;
+    const volumes = pod.spec!.volumes.map((v, i) => {
+      const rec = store.get(v.volumeId);
+      if (!rec) throw new Error(`volume ${v.volumeId} is not on the node`);
+      return { name: v.name, id: v.volumeId, drive: i + 1, sizeBytes: rec.sizeBytes, format: !rec.formatted };
+    });
+    const res = await this.#o.vms.guest(pod.id).call('MountVolumes', { volumes }, 180_000);
+    const mounted = new Set(res.mounted);
+    await store.markFormatted(volumes.filter((v) => mounted.has(v.name)).map((v) => v.id));
+    const failed = Object.entries(res.failed);
+    if (failed.length > 0) throw new Error(failed.map(([n, why]) => `${n}: ${why}`).join('; '));
   }
 
   /** Attaches the guest (ping), pushes the wall time and the network configuration. */
@@ -419,6 +447,7 @@ export class PodService extends EventEmitter<{ event: [PodEvent] }> {
       await this.#o.vms.delete(id);
       await rm(join(this.#o.disksDir, `${id}.qcow2`), { force: true });
       if (pod.spec!.network) await this.#o.network.tearDown(pod);
+      await this.#o.volumes?.release(id);
       if (this.#entries.get(id) === entry) this.#entries.delete(id);
       await this.#o.records.remove(id);
       this.emit('event', create(PodEventSchema, { podId: id, deleted: true, time: timestampNow() }));
