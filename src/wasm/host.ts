@@ -140,6 +140,40 @@ function errno(err: unknown): number {
   return typeof e === 'number' && e < 0 ? e : -EINVAL;
 }
 
+/** Longest log line passed on, bytes; the rest is cut and counted. */
+const MAX_LOG_LINE_BYTES = 16 * 1024;
+/** Log lines a pod may write a second (a burst of as many); more are dropped and counted. */
+const LOG_LINES_PER_SECOND = 1000;
+
+/** A token bucket: `rate` tokens a second, at most `rate` held; counts what it refuses. */
+class RateLimiter {
+  readonly #rate: number;
+  #tokens: number;
+  #at = performance.now();
+  #dropped = 0;
+  constructor(rate: number) {
+    this.#rate = rate;
+    this.#tokens = rate;
+  }
+  take(): boolean {
+    const now = performance.now();
+    this.#tokens = Math.min(this.#rate, this.#tokens + ((now - this.#at) / 1000) * this.#rate);
+    this.#at = now;
+    if (this.#tokens >= 1) {
+      this.#tokens -= 1;
+      return true;
+    }
+    this.#dropped++;
+    return false;
+  }
+  /** The count refused since the last call, reset to 0. */
+  takeDropped(): number {
+    const d = this.#dropped;
+    this.#dropped = 0;
+    return d;
+  }
+}
+
 /**
  * Builds the `k32` import object.
  * @returns the functions, by import name
@@ -148,10 +182,17 @@ export function makeImports(ctx: HostContext, state: HostState): Record<string, 
   if (ctx.fsDir) mkdirSync(ctx.fsDir, { recursive: true });
   const envBytes = new Map(Object.entries(ctx.env).map(([k, v]) => [k, utf8Enc.encode(v)]));
   const assets = new Map(Object.entries(ctx.assets));
+  // A pod that logs in a tight loop must not flood the node's main thread with messages.
+  const logLimiter = new RateLimiter(LOG_LINES_PER_SECOND);
   return {
     k32_time_ms: (): bigint => BigInt(ctx.clock.now()),
     k32_log: (ptr: number, len: number): void => {
-      ctx.log(utf8.decode(bytesOf(ctx, 'k32_log', ptr, len)));
+      const bytes = bytesOf(ctx, 'k32_log', ptr, len);
+      if (!logLimiter.take()) return;
+      const dropped = logLimiter.takeDropped();
+      if (dropped > 0) ctx.log(`kube32: ${dropped} log line${dropped === 1 ? '' : 's'} dropped (more than ${LOG_LINES_PER_SECOND} a second)`);
+      if (bytes.length <= MAX_LOG_LINE_BYTES) ctx.log(utf8.decode(bytes));
+      else ctx.log(`${utf8.decode(bytes.subarray(0, MAX_LOG_LINE_BYTES))}… (${bytes.length - MAX_LOG_LINE_BYTES} more bytes cut)`);
     },
     k32_env: (kp: number, kl: number, bp: number, bl: number): number => {
       const key = utf8.decode(bytesOf(ctx, 'k32_env', kp, kl));

@@ -4,8 +4,8 @@
  */
 import type { LogEntry, LogReadOptions } from './types.ts';
 
-/** Longest line kept, in UTF-16 code units; longer lines are cut and marked. */
-const MAX_LINE = 16 * 1024;
+/** Longest line kept, in UTF-16 code units; longer lines are cut and marked (the worker already cuts a pod's lines at 16 KiB). */
+const MAX_LINE = 17 * 1024;
 
 /** A bounded log of one container. */
 export class LogRing {

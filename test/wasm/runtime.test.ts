@@ -469,3 +469,24 @@ test('f32 and f64 globals keep every bit, NaN payloads included, through a snaps
   await restored.freeze();
   assert.deepEqual((await decode(await snapshotBytes(restored))).globals, A.globals);
 });
+
+test('k32_log: long lines are cut, a flood is rate-limited and the dropped lines counted', { timeout: 10_000 }, async (t) => {
+  const mod = await loadModule(wat(`(module (import "k32" "k32_log" (func $l (param i32 i32))) (memory (export "memory") 1)
+    (func (export "k32_alloc") (param i32) (result i32) (i32.const 60000))
+    (func (export "k32_handle") (param i32 i32) (result i64) (local $i i32)
+      (call $l (i32.const 0) (i32.const 20000))
+      (loop $more (call $l (i32.const 0) (i32.const 1)) (br_if $more (i32.lt_u (local.tee $i (i32.add (local.get $i) (i32.const 1))) (i32.const 5000))))
+      (i64.const 0)))`));
+  const lines: string[] = [];
+  const pod = await startPod(mod, { onLog: (e) => lines.push(e.line) });
+  t.after(() => pod.terminate());
+  await pod.handle(get('/'));
+  assert.match(lines[0]!, /… \(3616 more bytes cut\)$/);
+  assert.ok(lines.length < 1500, `${lines.length} of 5001 lines passed on`); // 1000 at once, then 1000 a second
+  // The next line let through after the flood reports how many were dropped.
+  const dropped = (l: string): boolean => /^kube32: \d+ log lines dropped \(more than 1000 a second\)$/.test(l);
+  await until(async () => {
+    await pod.handle(get('/'));
+    return lines.some(dropped);
+  });
+});
