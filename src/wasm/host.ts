@@ -145,6 +145,9 @@ const MAX_LOG_LINE_BYTES = 16 * 1024;
 /** Log lines a pod may write a second (a burst of as many); more are dropped and counted. */
 const LOG_LINES_PER_SECOND = 1000;
 
+/** Channel messages a pod may send a second (a burst of as many); more are refused with -1. */
+const CHANNEL_SENDS_PER_SECOND = 1000;
+
 /** A token bucket: `rate` tokens a second, at most `rate` held; counts what it refuses. */
 class RateLimiter {
   readonly #rate: number;
@@ -184,6 +187,7 @@ export function makeImports(ctx: HostContext, state: HostState): Record<string, 
   const assets = new Map(Object.entries(ctx.assets));
   // A pod that logs in a tight loop must not flood the node's main thread with messages.
   const logLimiter = new RateLimiter(LOG_LINES_PER_SECOND);
+  const sendLimiter = new RateLimiter(CHANNEL_SENDS_PER_SECOND);
   return {
     k32_time_ms: (): bigint => BigInt(ctx.clock.now()),
     k32_log: (ptr: number, len: number): void => {
@@ -217,6 +221,7 @@ export function makeImports(ctx: HostContext, state: HostState): Record<string, 
     k32_channel_send: (h: number, p: number, l: number): number => {
       const topic = state.channelsByHandle.get(h);
       if (topic === undefined || l >>> 0 > MAX_CHANNEL_PAYLOAD) return -1;
+      if (!sendLimiter.take()) return -1;
       ctx.send(topic, bytesOf(ctx, 'k32_channel_send', p, l).slice());
       return 0;
     },
