@@ -112,15 +112,19 @@ export interface LoadOptions {
   memoryLimitBytes?: number;
 }
 
-/** Why a container ended (Kubernetes `containerStatuses[].state.terminated.reason`). */
-export type ExitReason = 'Completed' | 'Trap' | 'Error' | 'RestoreError' | 'Terminated';
+/**
+ * Why a container ended (Kubernetes `containerStatuses[].state.terminated.reason`): `Completed`
+ * (an app pod's entry point returned, or the node stopped the container with `terminate()`),
+ * `Trap` (a crash), `Error` (the worker failed), `RestoreError` (a snapshot was refused at start).
+ */
+export type ExitReason = 'Completed' | 'Trap' | 'Error' | 'RestoreError';
 
 /** The report of a container's end. */
 export interface PodExit {
   reason: ExitReason;
   /** Human-readable cause: the trap's message, the restore error, ... */
   message: string;
-  /** Exit code as kubectl shows it: 0 for Completed, 1 otherwise (137 for Terminated). */
+  /** Exit code as kubectl shows it: 0 for Completed, 1 otherwise. */
   exitCode: number;
   /** Unix time in ms of the end. */
   finishedAt: number;
