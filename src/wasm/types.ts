@@ -97,7 +97,7 @@ export interface PodModule {
   readonly memoryLimitBytes: number;
   /** Linear memory the pod may have, in 64 KiB pages (at least 1 when the module has memory). */
   readonly memoryPagesLimit: number;
-  /** Bytes of memory a snapshot holds per page count: the limit when it is below one page (seed), else pages × 64 KiB. */
+  /** True when the limit is below one 64 KiB page: the pod has one page of which only the limit is backed, and a snapshot holds `memoryLimitBytes` bytes of memory (seed, "Snapshot format"). */
   readonly subPageLimit: boolean;
 }
 
