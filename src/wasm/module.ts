@@ -206,12 +206,3 @@ function floatAccessors(parsed: ParsedModule, addExports: ParsedExport[]): { add
   });
   return { addTypes, addFunctions };
 }
-
-/**
- * The bytes of linear memory a snapshot holds for a memory of `pages` pages under `module`'s limit:
- * the limit itself below one page (seed, "Snapshot format"), else every page.
- */
-export function snapshotMemoryBytes(module: PodModule, pages: number): number {
-  if (module.subPageLimit && pages <= 1) return Math.min(module.memoryLimitBytes, pages * PAGE);
-  return pages * PAGE;
-}
