@@ -65,6 +65,8 @@ export interface ApiServerOptions {
   watchHeartbeatMs?: number;
   /** Events kept for watch resumption. @default 50000 */
   watchWindow?: number;
+  /** Core events older than this (by their last occurrence) are deleted, ms; 0 keeps them. @default 3600000 (1 h) */
+  eventTtlMs?: number;
   /** Extra names or addresses for the serving certificate. */
   certificateSans?: string[];
   logger?: Logger;
@@ -120,7 +122,7 @@ export async function createApiServer(opts: ApiServerOptions): Promise<ApiServer
   bootstrap(registry, log);
   ensureKubernetesService(registry, bind, opts.port ?? 0);
   const gc = new GarbageCollector(registry, log);
-  gc.start();
+  gc.start(opts.eventTtlMs ?? 3_600_000);
   // A namespace made by anyone gets its default service account, as Kubernetes' controller makes it.
   const saWatch = storage.watch('namespaces', storage.currentResourceVersion(), (e) => {
     if (e.type !== 'ADDED') return;

@@ -14,7 +14,6 @@ import type { Logger } from '../../lib/index.ts';
 import { ApiError } from '../errors.ts';
 import type { KubeObject, StorageEvent, WatchHandle } from '../storage/index.ts';
 import { RESOURCES, resourceByKey } from './catalog.ts';
-import { replacedUids } from './pods/replace.ts';
 import { FINALIZER_FOREGROUND, FINALIZER_ORPHAN, type Registry } from './store.ts';
 import { type ResourceDef, storageKey } from './types.ts';
 
@@ -29,6 +28,7 @@ export class GarbageCollector {
   private handle: WatchHandle | undefined;
   private scheduled = false;
   private idleWaiters: (() => void)[] = [];
+  private ttlTimer: NodeJS.Timeout | undefined;
   /** Owner uid → keys (`resource/namespace/name`) of the objects that name it, kept from the store's events. */
   private readonly owned = new Map<string, Set<string>>();
 
@@ -37,8 +37,15 @@ export class GarbageCollector {
     this.log = log;
   }
 
-  /** Subscribes to the store and sweeps once. */
-  start(): void {
+  /**
+   * Subscribes to the store and sweeps once; with `eventTtlMs`, deletes core events whose last
+   * occurrence is older than that, once a minute (Kubernetes keeps events for 1 h).
+   */
+  start(eventTtlMs?: number): void {
+    if (eventTtlMs !== undefined && eventTtlMs > 0) {
+      this.ttlTimer = setInterval(() => this.expireEvents(eventTtlMs), Math.min(60_000, eventTtlMs));
+      this.ttlTimer.unref();
+    }
     for (const def of RESOURCES) {
       for (const o of this.reg.storage.list(storageKey(def)).items) this.index(storageKey(def), undefined, o);
     }
@@ -59,6 +66,7 @@ export class GarbageCollector {
   }
 
   stop(): void {
+    if (this.ttlTimer) clearInterval(this.ttlTimer);
     this.handle?.stop();
     this.queue.length = 0;
   }
@@ -120,8 +128,8 @@ export class GarbageCollector {
   private onEvent(e: StorageEvent): void {
     const m = e.object.metadata;
     if (e.type === 'DELETED') {
-      if (!replacedUids.has(m.uid ?? '')) this.enqueue({ kind: 'owner', resource: e.resource, namespace: e.namespace, name: e.name, uid: m.uid! });
-      else replacedUids.delete(m.uid!);
+      if (!this.reg.replacedUids.has(m.uid ?? '')) this.enqueue({ kind: 'owner', resource: e.resource, namespace: e.namespace, name: e.name, uid: m.uid! });
+      else this.reg.replacedUids.delete(m.uid!);
       // A dependent gone may let a foreground owner finish; a namespace may now be empty.
       for (const ref of m.ownerReferences ?? []) {
         const def = RESOURCES.find((r) => r.kind === ref.kind && ref.apiVersion === (r.group ? `${r.group}/${r.version}` : r.version));
@@ -238,6 +246,24 @@ export class GarbageCollector {
       if (o.metadata.finalizers.length === 0) delete o.metadata.finalizers;
       return o;
     });
+  }
+
+  private expireEvents(ttlMs: number): void {
+    const cutoff = this.reg.now().getTime() - ttlMs;
+    let n = 0;
+    for (const ev of this.reg.storage.list('events').items) {
+      const series = (ev.series ?? {}) as Record<string, unknown>;
+      const last = [ev.lastTimestamp, series.lastObservedTime, ev.eventTime, ev.metadata.creationTimestamp].find((v) => typeof v === 'string') as string | undefined;
+      if (last && Date.parse(last) < cutoff) {
+        try {
+          this.reg.storage.delete({ resource: 'events', namespace: ev.metadata.namespace ?? '', name: ev.metadata.name! }, { uid: ev.metadata.uid });
+          n++;
+        } catch {
+          // changed or gone meanwhile
+        }
+      }
+    }
+    if (n > 0) this.log.debug({ expired: n }, 'events past their time to live deleted');
   }
 
   private finalizeNamespace(name: string): void {

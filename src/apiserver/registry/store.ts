@@ -90,6 +90,8 @@ export class Registry {
   readonly hooks: RegistryHooks;
   /** The clock; tests may replace it. */
   now: () => Date = () => new Date();
+  /** Uids of pods removed by a one-write replacement (a move), which the garbage collector leaves alone. */
+  readonly replacedUids = new Set<string>();
 
   constructor(storage: Storage, hooks: RegistryHooks = {}) {
     this.storage = storage;

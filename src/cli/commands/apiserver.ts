@@ -9,7 +9,7 @@
  * kubeconfig (user `system:node:NODE`) and prints its path, without starting a server.
  */
 import { Option, type Command } from 'commander';
-import { parseBytes, writeFileAtomic } from '../../lib/index.ts';
+import { parseBytes, parseDuration, writeFileAtomic } from '../../lib/index.ts';
 import { createApiServer, issueNodeKubeconfig } from '../../apiserver/index.ts';
 import { CliError } from '../errors.ts';
 
@@ -25,6 +25,7 @@ interface Flags {
   listenFile?: string;
   certSan: string[];
   watchWindow: string;
+  eventTtl: string;
   issueNodeKubeconfig?: string;
   out?: string;
 }
@@ -43,6 +44,7 @@ export function register(program: Command): void {
     .addOption(new Option('--max-body-bytes <quantity>', 'limit of a request body').default('3Mi'))
     .addOption(new Option('--max-module-bytes <quantity>', 'limit of a module upload').default('64Mi'))
     .addOption(new Option('--watch-window <events>', 'events kept in memory for watches to resume from (older resourceVersions get 410 Expired)').default('50000'))
+    .addOption(new Option('--event-ttl <duration>', 'core events older than this are deleted (0s keeps them)').default('1h'))
     .addOption(new Option('--listen-file <file>', 'also write the JSON line with the URL and kubeconfig to this file'))
     .addOption(new Option('--cert-san <name...>', 'extra DNS names or IP addresses for the serving certificate').default([]))
     .addOption(new Option('--issue-node-kubeconfig <node>', "write a kubelet's kubeconfig for NODE (user system:node:NODE), print its path and exit"))
@@ -57,6 +59,12 @@ export function register(program: Command): void {
       if (!Number.isInteger(port) || port < 0 || port > 65535) throw new CliError(`--port must be a TCP port (0-65535): current value is ${flags.port}`);
       const watchWindow = Number(flags.watchWindow);
       if (!Number.isInteger(watchWindow) || watchWindow < 1) throw new CliError(`--watch-window must be a positive number of events: current value is ${flags.watchWindow}`);
+      let eventTtlMs: number;
+      try {
+        eventTtlMs = parseDuration(flags.eventTtl);
+      } catch (err: unknown) {
+        throw new CliError(`--event-ttl: ${err instanceof Error ? err.message : String(err)}`);
+      }
       let sizes: number[];
       try {
         sizes = [parseBytes(flags.checkpointDataBytes), parseBytes(flags.maxBodyBytes), parseBytes(flags.maxModuleBytes)];
@@ -76,6 +84,7 @@ export function register(program: Command): void {
           maxModuleBytes: sizes[2],
           certificateSans: flags.certSan,
           watchWindow,
+          eventTtlMs,
         });
       } catch (err: unknown) {
         throw new CliError(err instanceof Error ? err.message : String(err), 1, { cause: err });

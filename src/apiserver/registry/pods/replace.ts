@@ -15,9 +15,6 @@ import type { Registry } from '../store.ts';
 import { rec } from '../util.ts';
 import { pods } from './index.ts';
 
-/** Uids of pods removed by a replacement, which the garbage collector leaves alone. */
-export const replacedUids = new Set<string>();
-
 /**
  * Replaces a pod in one write.
  * @returns the new Pod
@@ -60,12 +57,12 @@ export function replacePod(reg: Registry, namespace: string, name: string, body:
     const status = rec(fresh.status);
     fresh.status = { phase: 'Pending', conditions: [{ type: 'PodScheduled', status: 'True', lastProbeTime: null, lastTransitionTime: timestamp(now) }], qosClass: status.qosClass };
     if (opts.dryRun) return withTypeMeta(pods, fresh);
-    replacedUids.add(current.metadata.uid!);
+    reg.replacedUids.add(current.metadata.uid!);
     try {
       reg.storage.delete(key, { uid: current.metadata.uid });
       return withTypeMeta(pods, reg.storage.create(key, fresh));
     } catch (err: unknown) {
-      replacedUids.delete(current.metadata.uid!);
+      reg.replacedUids.delete(current.metadata.uid!);
       if (err instanceof ApiError) throw err;
       throw err;
     }
