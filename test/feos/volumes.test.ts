@@ -7,7 +7,7 @@ import { join } from 'node:path';
 import { status } from '@grpc/grpc-js';
 import { makeClient } from '../../src/feos/api/index.ts';
 import { VolumeService, VolumeState } from '../../src/feos/gen/feos/volume/v1/volume_pb.js';
-import { PodState, startFeosd, tempDir, waitForPod } from './harness.ts';
+import { feosctl, PodState, startFeosd, tempDir, waitForPod } from './harness.ts';
 
 const MiB = 1024n * 1024n;
 const A = 'aaaaaaaa-2222-4333-8444-555555555555';
@@ -58,8 +58,17 @@ test('volumes: create, claim all or none, attached until the pod goes, delete', 
   assert.equal(freed.state, VolumeState.AVAILABLE);
   assert.equal(freed.podId, '');
   assert.equal((await vols.listVolumes({})).volumes.length, 1);
-  await vols.deleteVolume({ id: A });
+  const listed = await feosctl(feosd.socket, ['volume', 'list']);
+  assert.match(listed.stdout, new RegExp(`${A}\\s+AVAILABLE\\s+64Mi`));
+  const del = await feosctl(feosd.socket, ['volume', 'delete', A]);
+  assert.equal(del.code, 0, del.stderr);
   await assert.rejects(vols.getVolume({ id: A }), (e) => code(e) === status.NOT_FOUND);
+  const made = await feosctl(feosd.socket, ['volume', 'create', B, '--size', '1Gi', '--label', 'app=db', '-o', 'json']);
+  assert.equal(made.code, 0, made.stderr);
+  assert.equal(JSON.parse(made.stdout).state, 'VOLUME_STATE_AVAILABLE');
+  const bad = await feosctl(feosd.socket, ['volume', 'create', 'nope', '--size', '1Gi']);
+  assert.equal(bad.code, 1);
+  assert.match(bad.stderr, /INVALID_ARGUMENT/);
   await assert.rejects(vols.deleteVolume({ id: A }), (e) => code(e) === status.NOT_FOUND);
   assert.equal(existsSync(join(feosd.stateDir, 'volumes', `${A}.pb`)), false);
 });

@@ -1,6 +1,7 @@
 /**
  * feosctl (docs/feos/feosctl.md): the command line of a node's feosd.
  *   feosctl [--socket PATH | --tcp ADDRESS] pod create|get|list|start|stop|delete|suspend|resume|events ...
+ *   feosctl [--socket PATH | --tcp ADDRESS] volume create|get|list|delete ...
  *   feosctl [--socket PATH | --tcp ADDRESS] host info
  * Every command prints a table, or with `-o json|yaml` the PodInfo (its `id` first). A gRPC error prints
  * as `feosctl: <CODE_NAME>: <message>` (with "(VmBusy)" when marked) and exits 1; bad usage exits 2.
@@ -12,6 +13,7 @@ import { timestampDate } from '@bufbuild/protobuf/wkt';
 import YAML from 'yaml';
 import { type PodInfo, PodInfoSchema, PodService, PodSpecSchema, PodState, type PodEvent } from '../gen/feos/pod/v1/pod_pb.js';
 import { HostService } from '../gen/feos/host/v1/host_pb.js';
+import { type Volume, VolumeSchema, VolumeService, VolumeState } from '../gen/feos/volume/v1/volume_pb.js';
 import { codeName, isVmBusy, makeClient } from '../api/index.ts';
 import { parseBytes } from '../../lib/index.ts';
 import { mintPodId } from '../pods/id.ts';
@@ -225,6 +227,62 @@ export async function main(argv: string[]): Promise<void> {
             stream.on('error', reject);
           }),
       );
+      c.grpc.close();
+    });
+  const printVolumes = (vs: Volume[], out: Output, single: boolean) => {
+    const json = (v: Volume) => toJson(VolumeSchema, v) as JsonValue;
+    if (out === 'json') process.stdout.write(`${JSON.stringify(single ? json(vs[0]) : { volumes: vs.map(json) }, null, 2)}\n`);
+    else if (out === 'yaml') process.stdout.write(YAML.stringify(single ? json(vs[0]) : { volumes: vs.map(json) }));
+    else {
+      const rows = [['ID', 'STATE', 'SIZE', 'POD', 'FORMATTED']];
+      for (const v of vs) rows.push([v.id, VolumeState[v.state] ?? String(v.state), `${v.sizeBytes / (1024n * 1024n)}Mi`, v.podId || '-', String(v.formatted)]);
+      process.stdout.write(table(rows));
+    }
+  };
+  const volume = program.command('volume').description("the node's volumes");
+  volume
+    .command('create <id>')
+    .description('records a volume (a lowercase UUID), AVAILABLE')
+    .requiredOption('--size <quantity>', 'its size, such as 1Gi (64Mi to 16Ti in whole Mi)')
+    .option('--label <key=value...>', 'labels')
+    .addOption(output())
+    .action(async (id: string, o: { size: string; label?: string[]; output: Output }) => {
+      const labels: Record<string, string> = {};
+      for (const kv of o.label ?? []) {
+        const at = kv.indexOf('=');
+        if (at <= 0) throw new InvalidArgumentError(`--label ${kv}: want key=value`);
+        labels[kv.slice(0, at)] = kv.slice(at + 1);
+      }
+      const c = makeClient(VolumeService, target());
+      const res = await call(() => c.createVolume({ id, sizeBytes: BigInt(parseBytes(o.size)), labels }, { deadline: deadline() }));
+      printVolumes([res.volume!], o.output, true);
+      c.grpc.close();
+    });
+  volume
+    .command('get <id>')
+    .addOption(output())
+    .action(async (id: string, o: { output: Output }) => {
+      const c = makeClient(VolumeService, target());
+      const res = await call(() => c.getVolume({ id }, { deadline: deadline() }));
+      printVolumes([res.volume!], o.output, true);
+      c.grpc.close();
+    });
+  volume
+    .command('list')
+    .addOption(output())
+    .action(async (o: { output: Output }) => {
+      const c = makeClient(VolumeService, target());
+      const res = await call(() => c.listVolumes({}, { deadline: deadline() }));
+      if (o.output === 'table' && res.volumes.length === 0) process.stdout.write('No volumes.\n');
+      else printVolumes(res.volumes, o.output, false);
+      c.grpc.close();
+    });
+  volume
+    .command('delete <id>')
+    .action(async (id: string) => {
+      const c = makeClient(VolumeService, target());
+      await call(() => c.deleteVolume({ id }, { deadline: deadline() }));
+      process.stdout.write(`volume ${id} deleted\n`);
       c.grpc.close();
     });
   program

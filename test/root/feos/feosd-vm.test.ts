@@ -10,12 +10,16 @@ import { join } from 'node:path';
 import { fromBinary } from '@bufbuild/protobuf';
 import { status } from '@grpc/grpc-js';
 import { MicroVmSchema, MicroVmState } from '../../../src/feos/gen/feos/microvm/v1/microvm_pb.js';
+import { VolumeService, VolumeState } from '../../../src/feos/gen/feos/volume/v1/volume_pb.js';
+import { makeClient } from '../../../src/feos/api/index.ts';
+import { writeFileSync } from 'node:fs';
 import { feosctl, PodState, startFeosd, tempDir, until, waitForPod, type FeosdProcess } from '../../feos/harness.ts';
 
 const REPO = new URL('../../../', import.meta.url).pathname;
 const GUEST_DIR = join(REPO, 'build/guest');
 const ID = 'mkvmtest0aa';
 const BOOT_MS = 300_000;
+const VOLUME = 'cccccccc-2222-4333-8444-555555555555';
 
 function microVm(stateDir: string) {
   return fromBinary(MicroVmSchema, readFileSync(join(stateDir, 'vms', ID, 'microvm.pb')));
@@ -73,8 +77,14 @@ test('a pod as a microVM: boot, guest, suspend/resume, takeover, stop/start, cra
 
   let bootId = '';
   let uptime = 0n;
-  await step('created with feosctl, the pod boots RUNNING and its guest answers', async () => {
-    const created = await feosctl(feosd.socket, ['pod', 'create', '--id', ID, '--memory', '256Mi', '-o', 'json']);
+  const volumes = () => makeClient(VolumeService, `unix:${feosd.socket}`);
+  await step('created with feosctl from a spec file with a volume, the pod boots RUNNING, its guest answers and formats the volume', async () => {
+    const v = volumes();
+    await v.createVolume({ id: VOLUME, sizeBytes: 64n * 1024n * 1024n });
+    v.grpc.close();
+    const specFile = join(dir, 'spec.yaml');
+    writeFileSync(specFile, `vcpus: 1\nmemoryBytes: "268435456"\nvolumes:\n  - name: data\n    volumeId: ${VOLUME}\nmetadata:\n  role: test\n`);
+    const created = await feosctl(feosd.socket, ['pod', 'create', '--id', ID, '-f', specFile, '-o', 'json']);
     assert.equal(created.code, 0, created.stderr);
     assert.equal(JSON.parse(created.stdout).state, 'POD_STATE_PENDING');
     const pod = await waitForPod(feosd, ID, (p) => p.state !== PodState.PENDING, BOOT_MS);
@@ -91,6 +101,12 @@ test('a pod as a microVM: boot, guest, suspend/resume, takeover, stop/start, cra
       assert.ok(existsSync(join(feosd.stateDir, 'vms', ID, f)), f);
     }
     assert.match(readFileSync(join(feosd.stateDir, 'vms', ID, 'serial.log'), 'utf8'), /feos-agent: agent \d+ serving/);
+    const vc = volumes();
+    const vol = (await vc.getVolume({ id: VOLUME })).volume!;
+    vc.grpc.close();
+    assert.equal(vol.state, VolumeState.ATTACHED);
+    assert.equal(vol.podId, ID);
+    assert.equal(vol.formatted, true, 'the guest mounted the volume it formatted');
   });
 
   await step('suspend writes the snapshot and ends QEMU; resume goes on with the same boot and a later uptime', async () => {
@@ -138,6 +154,8 @@ test('a pod as a microVM: boot, guest, suspend/resume, takeover, stop/start, cra
     const got = (await feosd.pods.getPod({ id: ID })).pod!;
     assert.equal(got.guest?.answered, true, got.guest?.reason ?? '');
     assert.notEqual(got.guest!.bootId, bootId, 'a new boot');
+    // RUNNING again: the second boot mounted the volume without formatting it (it is formatted), so its
+    // file system was kept; a mount that failed would have failed the bring-up with the reason.
     const busy = await feosctl(feosd.socket, ['pod', 'start', ID]);
     assert.equal(busy.code, 1);
     assert.match(busy.stderr, /FAILED_PRECONDITION/);
@@ -160,6 +178,12 @@ test('a pod as a microVM: boot, guest, suspend/resume, takeover, stop/start, cra
     assert.equal(existsSync(join(feosd.stateDir, 'vms', ID)), false);
     assert.equal(existsSync(join(feosd.stateDir, 'disks', `${ID}.qcow2`)), false);
     assert.equal(existsSync(join(feosd.stateDir, 'pods', `${ID}.pb`)), false);
+    const v = volumes();
+    const vol = (await v.getVolume({ id: VOLUME })).volume!;
+    assert.equal(vol.state, VolumeState.AVAILABLE, 'the volume outlives its pod');
+    assert.equal(vol.formatted, true);
+    await v.deleteVolume({ id: VOLUME });
+    v.grpc.close();
   });
 });
 
