@@ -92,6 +92,7 @@ test('a Deployment pod is scheduled, moves with its count and clock, and kubectl
     return res.status === 200 ? (JSON.parse(res.body) as Count) : undefined;
   });
   assert.equal(afterDrain.count, 5, 'the count carried over the drain');
+  assert.ok(afterDrain.podTimeMs >= after.podTimeMs, 'the pod clock carried over the drain');
   assert.equal(drained.metadata?.name, name, 'same name');
   assert.equal(most, 1, 'the Deployment counted one pod at every step');
   assert.equal(seen.size, 3, 'three incarnations: the first, the moved, the drained');

@@ -39,7 +39,8 @@ test('a move that does not run in time rolls back; a lost node restores from the
   await t.test('the replacement does not run within the move timeout: the pod restores on its source', async () => {
     const pod = await runPod(c, counterPod('roller', 18201, { nodeName: 'w1' }));
     await count(c, pod, 18201);
-    assert.equal((await count(c, pod, 18201)).count, 2);
+    const second = await count(c, pod, 18201);
+    assert.equal(second.count, 2);
     w2.proc.kill('SIGSTOP'); // the target takes nothing in
     try {
       await c.createCheckpoint({ metadata: { name: 'roller-move', namespace: 'default' }, spec: { podName: 'roller', action: 'Move', target: { nodeName: 'w2' } } });
@@ -48,13 +49,15 @@ test('a move that does not run in time rolls back; a lost node restores from the
         return x?.status?.phase === 'Failed' || x?.status?.phase === 'Completed' ? x : undefined;
       }, 30_000);
       assert.equal(ck.status?.phase, 'Failed');
-      assert.match(ck.status?.message ?? '', /did not run on w2 within 3 s; rolled back to w1/);
+      assert.match(ck.status?.message ?? '', /did not run on w2 within 3 s; rolled back to w1/, JSON.stringify(ck.status));
       const back = await c.until('the pod to run on w1 again', async () => {
         const p = await c.getPod('roller');
         return p?.spec?.nodeName === 'w1' && p.status?.phase === 'Running' && !p.metadata?.annotations?.['kube32.io/restore-from'] ? p : undefined;
       }, 30_000);
       assert.notEqual(back.metadata?.uid, pod.metadata?.uid);
-      assert.equal((await count(c, back, 18201)).count, 3, 'restored from the same checkpoint');
+      const third = await count(c, back, 18201);
+      assert.equal(third.count, 3, 'restored from the same checkpoint');
+      assert.ok(third.podTimeMs >= second.podTimeMs, 'the pod clock never goes backward');
       const reasons = (await c.events()).filter((e) => e.involvedObject?.name === 'roller').map((e) => e.reason);
       assert.ok(reasons.includes('MoveFailed') && reasons.includes('Restored'), reasons.join(', '));
     } finally {
@@ -65,6 +68,8 @@ test('a move that does not run in time rolls back; a lost node restores from the
   await t.test('a node killed with SIGKILL: its pod comes back elsewhere from the latest periodic checkpoint', async () => {
     const pod = await runPod(c, counterPod('keeper', 18202, { nodeName: 'w1', annotations: { 'kube32.io/checkpoint-interval': '1s' } }));
     for (let i = 0; i < 3; i++) await count(c, pod, 18202);
+    const before = await c.podGet(pod, 18202, '/show');
+    const shown = JSON.parse(before.body) as Count;
     const countedAt = Date.now();
     const saved = await c.until('a periodic checkpoint after the third request', async () => {
       const list = await c.rest.json<{ items: Checkpoint[] }>({ method: 'GET', path: '/apis/kube32.io/v1/namespaces/default/checkpoints?labelSelector=kube32.io%2Ftrigger%3Dperiodic' });
@@ -87,7 +92,9 @@ test('a move that does not run in time rolls back; a lost node restores from the
       return p && p.spec?.nodeName !== 'w1' && p.status?.phase === 'Running' && !p.metadata?.annotations?.['kube32.io/restore-from'] ? p : undefined;
     }, 40_000);
     assert.notEqual(back.metadata?.uid, pod.metadata?.uid);
-    assert.equal((await count(c, back, 18202)).count, 4, 'restored with the state of the checkpoint');
+    const fourth = await count(c, back, 18202);
+    assert.equal(fourth.count, 4, 'restored with the state of the checkpoint');
+    assert.ok(fourth.podTimeMs >= shown.podTimeMs, 'the pod clock continues from the checkpoint, after the third request');
     const restored = (await c.events()).find((e) => e.reason === 'Restored' && e.involvedObject?.name === 'keeper');
     assert.match(restored?.message ?? '', /restored from checkpoint keeper-periodic-\w+, taken \d+s ago/);
     // The pod without a checkpoint on the lost node is deleted for rescheduling (it has no owner).
@@ -121,7 +128,7 @@ test('a replacement that cannot restore (its data dropped) rolls back; the sourc
     return x?.status?.phase === 'Failed' || x?.status?.phase === 'Completed' ? x : undefined;
   }, 60_000);
   assert.equal(ck.status?.phase, 'Failed');
-  assert.match(ck.status?.message ?? '', /the replacement on w2 failed: RestoreError.*; rolled back to w1/);
+  assert.match(ck.status?.message ?? '', /the replacement on w2 failed: RestoreError.*; rolled back to w1/, JSON.stringify(ck.status));
   // The source cannot restore from the same (dataless) Checkpoint either: the pod is replaced afresh.
   const fresh = await c.until('the pod to run afresh', async () => {
     const p = await c.getPod('fragile');
