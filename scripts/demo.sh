@@ -43,14 +43,14 @@ printf '$ kube32-cli up --data-dir %s --port 0 &\n' "$DIR"
 # (node itself in the background, not the kube32-cli function, so that $! is up's own pid)
 node "$ROOT/bin/kube32-cli.js" up --data-dir "$DIR" --port 0 --workers 2 >"$DIR/up.out" 2>&1 &
 UP_PID=$!
-# Wait for up's own "Cluster ready" line (it waits for /readyz and for both Nodes to be Ready).
+# Wait for up's last line once ready (it waits for /readyz and for both Nodes to be Ready).
 for _ in $(seq 1 240); do
-  grep -q 'Cluster ready' "$DIR/up.out" && break
+  grep -q 'Press Ctrl-C to stop' "$DIR/up.out" && break
   kill -0 "$UP_PID" 2>/dev/null || { cat "$DIR/up.out"; echo "demo: kube32-cli up exited" >&2; exit 1; }
   sleep 0.5
 done
 cat "$DIR/up.out"
-grep -q 'Cluster ready' "$DIR/up.out" || { echo "demo: the cluster was not ready in 2 minutes; logs in $DIR/logs" >&2; exit 1; }
+grep -q 'Press Ctrl-C to stop' "$DIR/up.out" || { echo "demo: the cluster was not ready in 2 minutes; logs in $DIR/logs" >&2; exit 1; }
 export KUBECONFIG=$DIR/kubeconfig
 show kubectl get nodes -o wide
 

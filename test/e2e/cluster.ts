@@ -97,7 +97,7 @@ export interface TestCluster {
 }
 
 /**
- * Starts `kube32-cli up` and waits for its "Cluster ready" line.
+ * Starts `kube32-cli up` and waits for the last line it prints once ready ("Press Ctrl-C to stop ...").
  * @param opts.dataDir reuse a data dir (a second `up`); by default a new temp dir, removed at the end
  * @throws Error with `up`'s output when it exits or is not ready within `readyTimeoutMs`
  */
@@ -166,7 +166,7 @@ export async function startCluster(
   const ready = await new Promise<boolean>((resolve) => {
     const timer = setTimeout(() => resolve(false), readyTimeoutMs);
     const check = (): void => {
-      if (out.includes('Cluster ready')) {
+      if (out.includes('Press Ctrl-C to stop')) {
         clearTimeout(timer);
         resolve(true);
       }
@@ -174,7 +174,7 @@ export async function startCluster(
     proc.stdout!.on('data', check);
     exited.then(() => {
       clearTimeout(timer);
-      resolve(out.includes('Cluster ready'));
+      resolve(out.includes('Press Ctrl-C to stop'));
     });
   });
   if (!ready) {
