@@ -100,8 +100,18 @@ test('kubectl works against the API server', { timeout: 240_000 }, async (t) => 
     assert.equal(r.stdout.trim(), 'pod/ssa serverside-applied');
     r = await api.kubectl(['apply', '--server-side', '-f', file(api, 'ssa2.yaml', POD.replace('name: demo', 'name: ssa').replace('{app: web}', '{app: web2}'))]);
     assert.equal(r.code, 0, r.stderr);
-    const ssaPod = await core.readNamespacedPod({ name: 'ssa', namespace: 'default' });
+    let ssaPod = await core.readNamespacedPod({ name: 'ssa', namespace: 'default' });
     assert.equal(ssaPod.metadata?.labels?.app, 'web2');
+    // A field the manager applied before and leaves out now is removed; others' fields stay.
+    r = await api.kubectl(['apply', '--server-side', '-f', file(api, 'ssa3.yaml', POD.replace('name: demo', 'name: ssa').replace('{app: web}', '{app: web2, extra: x}'))]);
+    assert.equal(r.code, 0, r.stderr);
+    r = await api.kubectl(['label', 'pod', 'ssa', 'by-hand=yes']);
+    assert.equal(r.code, 0, r.stderr);
+    r = await api.kubectl(['apply', '--server-side', '-f', file(api, 'ssa4.yaml', POD.replace('name: demo', 'name: ssa').replace('{app: web}', '{app: web3}'))]);
+    assert.equal(r.code, 0, r.stderr);
+    ssaPod = await core.readNamespacedPod({ name: 'ssa', namespace: 'default' });
+    assert.deepEqual(ssaPod.metadata?.labels, { app: 'web3', 'by-hand': 'yes' });
+    assert.deepEqual(ssaPod.metadata?.managedFields?.map((m) => [m.manager, m.operation]), [['kubectl', 'Apply']]);
   });
 
   await t.test('patch (merge, json, strategic), label and annotate', async () => {

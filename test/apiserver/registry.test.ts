@@ -9,6 +9,7 @@ import { ApiError } from '../../src/apiserver/errors.ts';
 import { decodeKubernetesProtobuf } from '../../src/apiserver/handlers/protobuf.ts';
 import { CheckpointDataStore } from '../../src/apiserver/registry/checkpoints/data-store.ts';
 import { jsonPatch, mergePatch, strategicMergePatch } from '../../src/apiserver/registry/patch.ts';
+import { serverSideApply } from '../../src/apiserver/registry/apply.ts';
 import { podStatusText } from '../../src/apiserver/registry/pods/index.ts';
 import { parseFieldSelector, parseLabelSelector } from '../../src/apiserver/registry/selectors.ts';
 
@@ -108,4 +109,17 @@ test('protobuf bodies of kubectl generator commands decode to JSON objects', () 
   const other = Buffer.concat([Buffer.from('k8s\0', 'latin1'), msg(1, Buffer.concat([str(1, 'v1'), str(2, 'Binding')]))]);
   assert.throws(() => decodeKubernetesProtobuf(other), (e: unknown) => e instanceof ApiError && e.code === 415);
   assert.throws(() => decodeKubernetesProtobuf(Buffer.from('nope')), (e: unknown) => e instanceof ApiError && e.code === 400);
+});
+
+test('server-side apply removes what the same manager no longer applies, keeps what others own', () => {
+  const now = new Date('2026-01-01T00:00:00Z');
+  const first = { metadata: { name: 'p', labels: { a: '1', b: '2' } }, spec: { containers: [{ name: 'app', image: 'v1' }, { name: 'side', image: 's' }] } };
+  let live = serverSideApply({ metadata: { name: 'p', labels: { c: 'other' } }, spec: {} }, first, 'mgr', 'v1', now);
+  live = serverSideApply(live, { metadata: { name: 'p', labels: { a: '1' } }, spec: { containers: [{ name: 'app', image: 'v2' }] } }, 'mgr', 'v1', now);
+  assert.deepEqual(live.metadata.labels, { a: '1', c: 'other' });
+  assert.deepEqual(live.spec, { containers: [{ name: 'app', image: 'v2' }] });
+  const other = serverSideApply(live, { metadata: { name: 'p', labels: { a: '1' } } }, 'other', 'v1', now);
+  const again = serverSideApply(other, { metadata: { name: 'p' }, spec: { containers: [{ name: 'app', image: 'v2' }] } }, 'mgr', 'v1', now);
+  assert.deepEqual(again.metadata.labels, { a: '1', c: 'other' }, 'a label another manager applied stays');
+  assert.deepEqual((again.metadata.managedFields as { manager: string }[]).map((m) => m.manager), ['other', 'mgr']);
 });

@@ -124,7 +124,7 @@ export function jsonPatch(target: unknown, ops: unknown): unknown {
  * The merge key of a list in the built-in types, by the list's field name and its parent path; undefined:
  * the list is atomic (replaced as a whole) unless it is a primitive list with merge strategy.
  */
-function mergeKeyOf(field: string, path: string[]): string | undefined {
+export function mergeKeyOf(field: string, path: string[]): string | undefined {
   switch (field) {
     case 'containers':
     case 'initContainers':
@@ -159,7 +159,7 @@ function mergeKeyOf(field: string, path: string[]): string | undefined {
 }
 
 /** Primitive lists with patch strategy merge (union, order kept). */
-const MERGED_PRIMITIVE_LISTS = new Set(['finalizers']);
+export const MERGED_PRIMITIVE_LISTS = new Set(['finalizers']);
 
 /**
  * Strategic merge patch of `patch` onto `target` (both JSON objects).

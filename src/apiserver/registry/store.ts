@@ -9,6 +9,7 @@ import { isDeepStrictEqual } from 'node:util';
 import { ApiError, alreadyExists, badRequest, conflict, invalid, notFound } from '../errors.ts';
 import { type KubeObject, type ObjectKey, type Preconditions, type Storage, StorageError } from '../storage/index.ts';
 import { checkBodyShape, type FieldValidation, randomSuffix, timestamp, validateCommon, withTypeMeta } from './meta.ts';
+import { managedFieldsForCreate, serverSideApply } from './apply.ts';
 import { jsonPatch, mergePatch, strategicMergePatch } from './patch.ts';
 import { type FieldRequirement, parseFieldSelector, parseLabelSelector } from './selectors.ts';
 import { type ResourceDef, type StrategyContext, apiVersionOf, storageKey } from './types.ts';
@@ -21,6 +22,8 @@ export interface WriteOptions {
   fieldManager?: string;
   /** Collects warnings for the `Warning` response header. */
   warnings?: string[];
+  /** managedFields of an object created by server-side apply. */
+  managedFields?: unknown[];
 }
 
 /** The patch content types. */
@@ -239,6 +242,7 @@ export class Registry {
     delete m.deletionGracePeriodSeconds;
     delete m.selfLink;
     delete m.managedFields;
+    if (opts.managedFields) m.managedFields = opts.managedFields;
     if (def.hasStatus) delete obj.status;
     def.prepareForCreate?.(obj, this.ctx());
     this.hooks.admitCreate?.(def, obj);
@@ -268,7 +272,7 @@ export class Registry {
    * everything but status; server-owned metadata always stays. Pure but for the strategy's context.
    * @throws ApiError BadRequest, Invalid, Conflict (stale resourceVersion)
    */
-  private nextState(def: ResourceDef, current: KubeObject, body: KubeObject, sub: 'status' | undefined): KubeObject {
+  private nextState(def: ResourceDef, current: KubeObject, body: KubeObject, sub: 'status' | undefined, keepManagedFields = false): KubeObject {
     const name = current.metadata.name!;
     const rv = body.metadata?.resourceVersion;
     if (rv !== undefined && rv !== '' && rv !== current.metadata.resourceVersion) {
@@ -292,7 +296,11 @@ export class Registry {
         if (current.metadata[k] === undefined) delete next.metadata[k];
         else (next.metadata as Record<string, unknown>)[k] = current.metadata[k];
       }
-      delete next.metadata.managedFields;
+      // managedFields are the server's: an apply computes them (kept from the patched object), other writes keep them.
+      if (!keepManagedFields) {
+        if (current.metadata.managedFields === undefined) delete next.metadata.managedFields;
+        else next.metadata.managedFields = current.metadata.managedFields;
+      }
       delete next.metadata.selfLink;
       if (def.hasStatus) {
         if (current.status === undefined) delete next.status;
@@ -366,7 +374,8 @@ export class Registry {
             const body = structuredClone(patch) as KubeObject;
             body.metadata = { ...(body.metadata ?? {}), name };
             if (!opts.fieldManager) throw badRequest('PATCH of type apply requires a fieldManager');
-            return { object: this.create(def, namespace, body, opts), created: true };
+            const managedFields = managedFieldsForCreate(patch as Record<string, unknown>, opts.fieldManager, apiVersionOf(def), this.now());
+            return { object: this.create(def, namespace, body, { ...opts, managedFields }), created: true };
           }
           throw notFound(def.plural, def.group, name);
         }
@@ -381,11 +390,13 @@ export class Registry {
             patched = jsonPatch(base, patch);
             break;
           case 'strategic':
-          case 'apply':
-            if (def.group === 'kube32.io' && type === 'strategic') {
+            if (def.group === 'kube32.io') {
               throw new ApiError('UnsupportedMediaType', 'the body of the request was in an unknown format - accepted media types include: application/json-patch+json, application/merge-patch+json, application/apply-patch+yaml');
             }
             patched = strategicMergePatch(base, patch);
+            break;
+          case 'apply':
+            patched = serverSideApply(base, patch as Record<string, unknown>, opts.fieldManager ?? 'unknown', apiVersionOf(def), this.now());
             break;
         }
         const p = rec(patched) as KubeObject;
@@ -394,7 +405,7 @@ export class Registry {
         const patchRv = rec(rec(patch).metadata).resourceVersion;
         p.metadata.resourceVersion = typeof patchRv === 'string' ? patchRv : current.metadata.resourceVersion;
         opts.warnings?.push(...checkBodyShape(def, p, type === 'apply' ? 'Ignore' : (opts.fieldValidation ?? 'Ignore')));
-        const next = this.nextState(def, current, p, sub);
+        const next = this.nextState(def, current, p, sub, type === 'apply');
         if (opts.dryRun) return { object: withTypeMeta(def, next), created: false };
         const stored = this.storage.update(key, next, { resourceVersion: current.metadata.resourceVersion });
         return { object: withTypeMeta(def, this.finishIfDone(def, key, stored).object), created: false };
