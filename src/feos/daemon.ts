@@ -55,8 +55,13 @@ export interface Feosd {
   tcpPort?: number;
   socketPath: string;
   pods: PodService;
-  /** Stops serving and lets go of the lock; microVMs run on. */
-  close(): Promise<void>;
+  /**
+   * Stops serving and lets go of the lock; microVMs run on (seed "Stopping", without a control plane):
+   * no new call is taken, the calls in flight end as they do for up to `callsGraceMs`, then the rest are
+   * cancelled.
+   * @param callsGraceMs @default 30000
+   */
+  close(callsGraceMs?: number): Promise<void>;
 }
 
 function findGroup(name: string): number | undefined {
@@ -258,8 +263,13 @@ export async function startFeosd(opts: FeosdOptions, signal?: AbortSignal): Prom
     tcpPort,
     socketPath,
     pods,
-    close: async () => {
+    close: async (callsGraceMs = 30_000) => {
+      const force = setTimeout(() => {
+        log.warn({ graceMs: callsGraceMs }, 'feosd stops: the calls still running are cancelled');
+        server.forceShutdown();
+      }, callsGraceMs);
       await new Promise<void>((r) => server.tryShutdown(() => r()));
+      clearTimeout(force);
       pods.close();
       await network?.stop();
       vms.closeAll();

@@ -38,6 +38,7 @@ export async function main(argv: string[]): Promise<void> {
     .option('--otlp-address <address>', 'where pods send spans (default 169.254.169.1)')
     .option('--dns-upstream <address>', 'an upstream of pods that name none (repeatable)', (v: string, prev: string[] = []) => [...prev, v])
     .option('--deny-prefix <prefix>', 'what no pod reaches (repeatable)', (v: string, prev: string[] = []) => [...prev, v])
+    .option('--stop-grace <seconds>', 'how long a stop may take; the calls in flight get a tenth of it, 30 s at most', positive('--stop-grace'), 300)
     .option('--guest-attach-timeout <seconds>', "how long a boot's guest has to attach (default 60, 180 under TCG)", positive('--guest-attach-timeout'))
     .allowExcessArguments(false);
   program.parse(argv);
@@ -52,6 +53,7 @@ export async function main(argv: string[]): Promise<void> {
     vmsCgroup?: string;
     clockMaxRtt: number;
     guestAttachTimeout?: number;
+    stopGrace: number;
     podPrefix?: string;
     podIpv4Range?: string;
     dnsAddress?: string;
@@ -68,7 +70,7 @@ export async function main(argv: string[]): Promise<void> {
     stopping = true;
     log.info({ signal: sig }, 'feosd stopping; the microVMs run on');
     ac.abort();
-    void (feosd?.close() ?? Promise.resolve()).finally(() => process.exit(0));
+    void (feosd?.close(Math.min(30_000, (opts.stopGrace * 1000) / 10)) ?? Promise.resolve()).finally(() => process.exit(0));
   };
   process.on('SIGTERM', () => stop('SIGTERM'));
   process.on('SIGINT', () => stop('SIGINT'));

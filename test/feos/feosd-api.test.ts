@@ -156,3 +156,47 @@ test('UpgradeFeosBinary with --self-upgrade checks the digest and runs the new e
   assert.ok(after.startedAt!.seconds * 1000n + BigInt(after.startedAt!.nanos / 1e6) > before.startedAt!.seconds * 1000n + BigInt(before.startedAt!.nanos / 1e6));
   assert.equal(readFileSync(join(feosd.stateDir, 'feosd.lock'), 'utf8').trim(), String(before.pid));
 });
+
+test('feosctl pod events streams the current state, then each recorded change', { timeout: 60_000 }, async (t) => {
+  const { spawn } = await import('node:child_process');
+  const { FEOSCTL } = await import('./harness.ts');
+  const { dir, cleanup } = tempDir('feos-events-');
+  t.after(cleanup);
+  const feosd = await startFeosd(dir);
+  t.after(() => feosd.stop('SIGKILL'));
+  await feosd.pods.createPod({ id: 'evpqd0aaaaa', spec: {} });
+  await waitForPod(feosd, 'evpqd0aaaaa', (p) => p.state === PodState.FAILED, 30_000);
+  const child = spawn(process.execPath, [FEOSCTL, '--socket', feosd.socket, 'pod', 'events', '-o', 'json'], { stdio: ['ignore', 'pipe', 'pipe'] });
+  t.after(() => child.kill('SIGKILL'));
+  const lines: Array<{ podId: string; initial?: boolean; deleted?: boolean; pod: { state?: string } | null }> = [];
+  let buf = '';
+  const waiters = new Set<() => void>();
+  child.stdout!.on('data', (d: Buffer) => {
+    buf += d.toString();
+    let nl = buf.indexOf('\n');
+    while (nl >= 0) {
+      lines.push(JSON.parse(buf.slice(0, nl)));
+      buf = buf.slice(nl + 1);
+      nl = buf.indexOf('\n');
+    }
+    for (const w of waiters) w();
+  });
+  const waitLine = (pred: (l: (typeof lines)[number]) => boolean) =>
+    new Promise<void>((resolve, reject) => {
+      const check = () => {
+        if (lines.some(pred)) {
+          waiters.delete(check);
+          resolve();
+        }
+      };
+      waiters.add(check);
+      child.once('exit', (c) => reject(new Error(`feosctl pod events exited ${c}`)));
+      check();
+    });
+  await waitLine((l) => l.podId === 'evpqd0aaaaa' && l.initial === true && l.pod?.state === 'POD_STATE_FAILED');
+  await feosd.pods.deletePod({ id: 'evpqd0aaaaa' });
+  await waitLine((l) => l.podId === 'evpqd0aaaaa' && l.deleted === true);
+  await feosd.pods.createPod({ id: 'evpqd0bbbbb', spec: {} });
+  await waitLine((l) => l.podId === 'evpqd0bbbbb' && l.pod?.state === 'POD_STATE_PENDING');
+  await waitLine((l) => l.podId === 'evpqd0bbbbb' && l.pod?.state === 'POD_STATE_FAILED');
+});

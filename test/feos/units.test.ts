@@ -6,7 +6,8 @@ import { create } from '@bufbuild/protobuf';
 import fc from 'fast-check';
 import { PodSpecSchema } from '../../src/feos/gen/feos/pod/v1/pod_pb.js';
 import { Code, FeosError, toGrpcStatus, vmBusy, isVmBusy } from '../../src/feos/api/index.ts';
-import { mintPodId, normalizeSpec, parsePodId, snapshotTimeoutMs, suspendBudgetMs } from '../../src/feos/pods/index.ts';
+import { keepClockOnce, mintPodId, normalizeSpec, parsePodId, snapshotTimeoutMs, suspendBudgetMs } from '../../src/feos/pods/index.ts';
+import { GrpcCode, GrpcError } from '../../src/feos/guest/index.ts';
 import { GuestHandshake, HostHandshake, H2_PREFACE } from '../../src/feos/guest/channel.ts';
 import { qemuArgs, hostTscKhz } from '../../src/feos/microvm/qemu-args.ts';
 
@@ -153,5 +154,45 @@ describe('the QEMU command line', () => {
   test('the TSC rate comes from a constant_tsc CPU only', () => {
     assert.equal(hostTscKhz('flags : fpu constant_tsc\ncpu MHz\t\t: 2596.136\n'), 2596136);
     assert.equal(hostTscKhz('flags : fpu\ncpu MHz\t\t: 2596.136\n'), undefined);
+  });
+});
+
+describe('the guest clock', () => {
+  // A guest whose clock is `offsetMs` ahead, answering after `rttMs`; it records what it was sent.
+  function fakeGuest(offsetMs: number, rttMs: number, adjust: 'ok' | 'unimplemented') {
+    const sent: Array<[string, unknown]> = [];
+    const guest = {
+      call: async (name: string, req: Record<string, unknown>) => {
+        sent.push([name, req]);
+        if (name === 'GetTime') {
+          await new Promise((r) => setTimeout(r, rttMs / 2));
+          const now = BigInt(Date.now() + offsetMs) * 1_000_000n;
+          await new Promise((r) => setTimeout(r, rttMs / 2));
+          return { unixNanos: now };
+        }
+        if (name === 'AdjustTime' && adjust === 'unimplemented') throw new GrpcError(GrpcCode.UNIMPLEMENTED, 'no adjtimex');
+        return {};
+      },
+    };
+    return { guest: guest as unknown as Parameters<typeof keepClockOnce>[0], sent };
+  }
+  test('four GetTime calls; the offset goes to AdjustTime, negated', async () => {
+    const { guest, sent } = fakeGuest(500, 0, 'ok');
+    assert.equal(await keepClockOnce(guest, 1000), 'adjusted');
+    assert.deepEqual(sent.map(([n]) => n), ['GetTime', 'GetTime', 'GetTime', 'GetTime', 'AdjustTime']);
+    const offset = Number((sent[4][1] as { offsetNanos: bigint }).offsetNanos) / 1e6;
+    assert.ok(offset < -480 && offset > -520, `offset ${offset} ms`);
+  });
+  test('a guest that cannot adjust is set when off by more than 20 ms, and left alone within it', async () => {
+    const off = fakeGuest(200, 0, 'unimplemented');
+    assert.equal(await keepClockOnce(off.guest, 1000), 'set');
+    assert.equal(off.sent.at(-1)![0], 'SetTime');
+    const close = fakeGuest(0, 0, 'unimplemented');
+    assert.equal(await keepClockOnce(close.guest, 1000), 'in-sync');
+  });
+  test('a measurement whose shortest round trip is over the limit is dropped', async () => {
+    const { guest, sent } = fakeGuest(500, 30, 'ok');
+    assert.equal(await keepClockOnce(guest, 10), 'dropped');
+    assert.equal(sent.filter(([n]) => n !== 'GetTime').length, 0);
   });
 });
