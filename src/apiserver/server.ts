@@ -12,7 +12,7 @@ import { mkdirSync } from 'node:fs';
 import { join } from 'node:path';
 import type { AddressInfo } from 'node:net';
 import type { TLSSocket } from 'node:tls';
-import { Counter, Histogram, Registry as MetricsRegistry, collectDefaultMetrics } from 'prom-client';
+import { Counter, Gauge, Histogram, Registry as MetricsRegistry, collectDefaultMetrics } from 'prom-client';
 import { createLogger, type Logger, writeFileAtomicSync } from '../lib/index.ts';
 import { ApiError, badRequest } from './errors.ts';
 import { authorize, bearerToken, verbOf } from './handlers/auth.ts';
@@ -40,6 +40,8 @@ import { resolvePodImage } from './registry/modules/images.ts';
 import { namespaces } from './registry/nodes/index.ts';
 import { KUBERNETES_SERVICE_IP, endpoints, serviceaccounts, services } from './registry/core/index.ts';
 import { Registry } from './registry/store.ts';
+import { RESOURCES } from './registry/catalog.ts';
+import { storageKey } from './registry/types.ts';
 import { rec } from './registry/util.ts';
 import { MemoryStorage, SqliteStorage, type Storage } from './storage/index.ts';
 
@@ -144,6 +146,19 @@ export async function createApiServer(opts: ApiServerOptions): Promise<ApiServer
     buckets: [0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5],
     registers: [metrics],
   });
+
+  new Gauge({ name: 'apiserver_open_streams', help: 'Open watch and proxy streams.', registers: [metrics], collect() { this.set(ctx.streams.size); } });
+  new Gauge({
+    name: 'apiserver_storage_objects',
+    help: 'Objects stored, by resource.',
+    labelNames: ['resource'],
+    registers: [metrics],
+    collect() {
+      for (const def of RESOURCES) this.set({ resource: storageKey(def) }, storage.listRaw(storageKey(def)).rows.length);
+    },
+  });
+  new Gauge({ name: 'kube32_checkpoint_data_bytes', help: 'Bytes of checkpoint snapshots held in memory.', registers: [metrics], collect() { this.set(checkpointData.usedBytes); } });
+  new Gauge({ name: 'kube32_checkpoint_data_capacity_bytes', help: 'Bytes of memory for checkpoint snapshots (--checkpoint-data-bytes).', registers: [metrics], collect() { this.set(checkpointData.capacity); } });
 
   const ctx: ServerContext = {
     registry,

@@ -496,6 +496,8 @@ test('client-node and raw clients against the API server', { timeout: 240_000 },
     assert.equal((await raw(api, 'GET', '/readyz', undefined, { token: null })).status, 200);
     const m = await raw(api, 'GET', '/metrics');
     assert.match(m.body.toString(), /apiserver_request_total\{verb="create",resource="pods"/);
+    assert.match(m.body.toString(), /^apiserver_storage_objects\{resource="namespaces"\} \d+$/m);
+    assert.match(m.body.toString(), /^kube32_checkpoint_data_capacity_bytes 307200$/m);
     const v = (await raw(api, 'GET', '/version', undefined, { token: null })).json();
     assert.deepEqual([v.major, v.minor], ['1', '32']);
   });

@@ -107,6 +107,18 @@ export function validateCommon(obj: KubeObject): StatusCause[] {
   return out;
 }
 
+/** Drops empty labels, annotations, finalizers and ownerReferences, as Kubernetes' JSON (omitempty) does. In place. */
+export function normalizeMeta(obj: KubeObject): void {
+  const m = obj.metadata as Record<string, unknown>;
+  for (const k of ['labels', 'annotations']) {
+    const v = m[k];
+    if (v !== null && typeof v === 'object' && !Array.isArray(v) && Object.keys(v).length === 0) delete m[k];
+  }
+  for (const k of ['finalizers', 'ownerReferences', 'managedFields']) {
+    if (Array.isArray(m[k]) && (m[k] as unknown[]).length === 0) delete m[k];
+  }
+}
+
 /** The object with `apiVersion` and `kind` of its resource, as every answer carries them. */
 export function withTypeMeta(def: ResourceDef, obj: KubeObject): KubeObject {
   return { apiVersion: apiVersionOf(def), kind: def.kind, ...obj, metadata: obj.metadata };

@@ -8,7 +8,7 @@ import { randomUUID } from 'node:crypto';
 import { isDeepStrictEqual } from 'node:util';
 import { ApiError, alreadyExists, badRequest, conflict, invalid, notFound } from '../errors.ts';
 import { type KubeObject, type ObjectKey, type Preconditions, type Storage, StorageError } from '../storage/index.ts';
-import { checkBodyShape, type FieldValidation, randomSuffix, timestamp, validateCommon, withTypeMeta } from './meta.ts';
+import { checkBodyShape, type FieldValidation, normalizeMeta, randomSuffix, timestamp, validateCommon, withTypeMeta } from './meta.ts';
 import { managedFieldsForCreate, serverSideApply } from './apply.ts';
 import { jsonPatch, mergePatch, strategicMergePatch } from './patch.ts';
 import { type FieldRequirement, parseFieldSelector, parseLabelSelector } from './selectors.ts';
@@ -244,6 +244,7 @@ export class Registry {
     delete m.managedFields;
     if (opts.managedFields) m.managedFields = opts.managedFields;
     if (def.hasStatus) delete obj.status;
+    normalizeMeta(obj);
     def.prepareForCreate?.(obj, this.ctx());
     this.hooks.admitCreate?.(def, obj);
     const causes = def.validate?.(obj) ?? [];
@@ -318,6 +319,7 @@ export class Registry {
     }
     delete next.apiVersion;
     delete next.kind;
+    normalizeMeta(next);
     next.metadata.resourceVersion = current.metadata.resourceVersion;
     const causes = def.validate?.(next, current) ?? [];
     if (causes.length) throw invalid(def.kind, def.group, name, causes);
