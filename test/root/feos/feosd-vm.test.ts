@@ -213,3 +213,21 @@ test('Reboot and Shutdown fail with FAILED_PRECONDITION in a PID namespace of it
   await assert.rejects(host.reboot({}), (e) => (e as { code: number }).code === status.FAILED_PRECONDITION);
   await assert.rejects(host.shutdown({}), (e) => (e as { code: number }).code === status.FAILED_PRECONDITION);
 });
+
+test('--accel auto probes KVM with a short boot once per host boot, and keeps the answer', { timeout: 120_000 }, async (t) => {
+  const { chooseAccelerator } = await import('../../../src/feos/microvm/index.ts');
+  const { guestVersions } = await import('../../../src/feos/pods/index.ts');
+  execFileSync('bash', [join(REPO, 'scripts/build-guest.sh'), GUEST_DIR], { stdio: ['ignore', 'ignore', 'inherit'], timeout: 300_000 });
+  const kernel = join(GUEST_DIR, guestVersions(GUEST_DIR).at(-1)!, 'vmlinuz');
+  const { dir, cleanup } = tempDir('feos-accel-');
+  t.after(cleanup);
+  const first = await chooseAccelerator('auto', dir, 'qemu-system-x86_64', kernel);
+  assert.ok(first === 'kvm' || first === 'tcg');
+  const kept = JSON.parse(readFileSync(join(dir, 'accelerator.json'), 'utf8'));
+  assert.equal(kept.accelerator, first);
+  assert.equal(kept.bootId, readFileSync('/proc/sys/kernel/random/boot_id', 'utf8').trim());
+  const t0 = performance.now();
+  assert.equal(await chooseAccelerator('auto', dir, 'qemu-system-x86_64', kernel), first);
+  assert.ok(performance.now() - t0 < 1000, 'the second start does not probe again');
+  assert.equal(await chooseAccelerator('tcg', dir, 'qemu-system-x86_64', kernel), 'tcg');
+});
