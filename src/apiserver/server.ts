@@ -14,11 +14,12 @@ import type { AddressInfo } from 'node:net';
 import type { TLSSocket } from 'node:tls';
 import { Counter, Gauge, Histogram, Registry as MetricsRegistry, collectDefaultMetrics } from 'prom-client';
 import { createLogger, type Logger, writeFileAtomicSync } from '../lib/index.ts';
-import { ApiError, badRequest } from './errors.ts';
+import { bootstrap, ensureDefaultServiceAccount, ensureKubernetesService } from './bootstrap.ts';
+import { ApiError } from './errors.ts';
 import { authorize, bearerToken, verbOf } from './handlers/auth.ts';
+import { serveAccessReview, serveSelfSubjectReview, serveTokenReview } from './handlers/reviews.ts';
 import type { RequestScope, ServerContext, UserInfo } from './handlers/context.ts';
-import { serveBlob } from './handlers/data.ts';
-import { DEFAULT_MAX_MODULE_BYTES } from './handlers/data.ts';
+import { DEFAULT_MAX_MODULE_BYTES, serveBlob } from './handlers/data.ts';
 import {
   AGGREGATED_CONTENT_TYPE,
   VERSION_INFO,
@@ -28,7 +29,7 @@ import {
   legacyGroupList,
   legacyResourceList,
 } from './handlers/discovery.ts';
-import { DEFAULT_MAX_BODY_BYTES, decodeBody, mediaType, readBody, sendError, sendJson } from './handlers/http.ts';
+import { DEFAULT_MAX_BODY_BYTES, sendError, sendJson } from './handlers/http.ts';
 import { openApiDocument, openApiIndex } from './handlers/openapi.ts';
 import { serveResource } from './handlers/resources.ts';
 import { parseResourcePath } from './handlers/router.ts';
@@ -37,12 +38,9 @@ import { CheckpointDataStore, DEFAULT_CHECKPOINT_DATA_BYTES } from './registry/c
 import { checkpoints } from './registry/checkpoints/index.ts';
 import { GarbageCollector } from './registry/gc.ts';
 import { resolvePodImage } from './registry/modules/images.ts';
-import { namespaces } from './registry/nodes/index.ts';
-import { KUBERNETES_SERVICE_IP, endpoints, serviceaccounts, services } from './registry/core/index.ts';
 import { Registry } from './registry/store.ts';
 import { RESOURCES } from './registry/catalog.ts';
 import { storageKey } from './registry/types.ts';
-import { rec } from './registry/util.ts';
 import { MemoryStorage, SqliteStorage, type Storage } from './storage/index.ts';
 
 /** Options of `createApiServer`. */
@@ -217,8 +215,7 @@ export async function createApiServer(opts: ApiServerOptions): Promise<ApiServer
       if (path === '/apis/authentication.k8s.io/v1/selfsubjectreviews' && req.method === 'POST') {
         verb = 'create';
         resource = 'selfsubjectreviews';
-        await readBody(req, maxBodyBytes);
-        return sendJson(res, 201, { kind: 'SelfSubjectReview', apiVersion: 'authentication.k8s.io/v1', metadata: { creationTimestamp: null }, status: { userInfo: { username: user.name, groups: user.groups } } });
+        return serveSelfSubjectReview(req, res, user, maxBodyBytes);
       }
       if (path === '/apis/authorization.k8s.io/v1/selfsubjectaccessreviews' && req.method === 'POST') {
         verb = 'create';
@@ -351,98 +348,4 @@ function serveNonResource(req: IncomingMessage, res: ServerResponse, path: strin
   return false;
 }
 
-/** `POST /apis/authentication.k8s.io/v1/tokenreviews`: the user of a token, for kubelets checking the API server. */
-async function serveTokenReview(req: IncomingMessage, res: ServerResponse, ctx: ServerContext, limit: number): Promise<void> {
-  const body = rec(decodeBody(await readBody(req, limit), mediaType(req)));
-  if (body.kind !== undefined && body.kind !== 'TokenReview') throw badRequest(`the kind of the object (${String(body.kind)}) does not match TokenReview`);
-  const token = rec(body.spec).token;
-  if (typeof token !== 'string' || !token) {
-    throw new ApiError('Invalid', 'TokenReview.authentication.k8s.io "" is invalid: spec.token: Required value', {
-      group: 'authentication.k8s.io',
-      kind: 'TokenReview',
-      causes: [{ reason: 'FieldValueRequired', message: 'Required value', field: 'spec.token' }],
-    });
-  }
-  const user = ctx.authenticateToken(token);
-  const status = user ? { authenticated: true, user: { username: user.name, groups: user.groups }, audiences: [] } : { authenticated: false, error: 'invalid bearer token' };
-  sendJson(res, 201, { kind: 'TokenReview', apiVersion: 'authentication.k8s.io/v1', metadata: { creationTimestamp: null }, spec: { token }, status });
-}
-
-/** `POST selfsubjectaccessreviews` (`kubectl auth can-i`): whether the caller may do what the spec names. */
-async function serveAccessReview(req: IncomingMessage, res: ServerResponse, registry: Registry, user: UserInfo, limit: number): Promise<void> {
-  const body = rec(decodeBody(await readBody(req, limit), mediaType(req)));
-  const spec = rec(body.spec);
-  const ra = rec(spec.resourceAttributes);
-  let allowed = false;
-  let reason = '';
-  if (spec.nonResourceAttributes !== undefined) {
-    allowed = true; // every authenticated user may read discovery, OpenAPI, health and version
-  } else {
-    const plural = String(ra.resource ?? '');
-    const group = String(ra.group ?? '');
-    const info = {
-      group,
-      version: String(ra.version ?? ''),
-      plural,
-      def: undefined,
-      namespace: typeof ra.namespace === 'string' && ra.namespace ? ra.namespace : undefined,
-      name: typeof ra.name === 'string' && ra.name ? ra.name : undefined,
-      subresource: typeof ra.subresource === 'string' && ra.subresource ? ra.subresource : undefined,
-      subpath: '',
-      trailingSlash: false,
-    };
-    try {
-      authorize(registry, user, String(ra.verb ?? ''), info);
-      allowed = true;
-    } catch (err: unknown) {
-      reason = err instanceof Error ? err.message : String(err);
-    }
-  }
-  sendJson(res, 201, { kind: 'SelfSubjectAccessReview', apiVersion: 'authorization.k8s.io/v1', metadata: { creationTimestamp: null }, spec, status: { allowed, ...(reason ? { reason } : {}) } });
-}
-
-/** The namespaces every cluster has. */
-export const SYSTEM_NAMESPACES = ['default', 'kube-system', 'kube-public', 'kube-node-lease'] as const;
-
-function bootstrap(registry: Registry, log: Logger): void {
-  for (const name of SYSTEM_NAMESPACES) {
-    if (!registry.find(namespaces, '', name)) {
-      registry.create(namespaces, '', { metadata: { name } });
-      log.info({ namespace: name }, 'created system namespace');
-    }
-    ensureDefaultServiceAccount(registry, name);
-  }
-}
-
-/**
- * The `kubernetes` service in `default` (cluster IP 10.96.0.1, port 443) and its Endpoints naming
- * this server's address and port, as Kubernetes' API server keeps them.
- */
-function ensureKubernetesService(registry: Registry, bind: string, port: number): void {
-  if (port === 0) return;
-  const address = bind === '0.0.0.0' || bind === '::' ? '127.0.0.1' : bind;
-  if (!registry.find(services, 'default', 'kubernetes')) {
-    registry.create(services, 'default', {
-      metadata: { name: 'kubernetes', labels: { component: 'apiserver', provider: 'kubernetes' } },
-      spec: { type: 'ClusterIP', clusterIP: KUBERNETES_SERVICE_IP, ports: [{ name: 'https', port: 443, protocol: 'TCP', targetPort: port }] },
-    });
-  } else {
-    registry.serverUpdate(services, 'default', 'kubernetes', (o) => {
-      for (const p of (rec(o.spec).ports as Record<string, unknown>[] | undefined) ?? []) if (p.name === 'https') p.targetPort = port;
-      return o;
-    });
-  }
-  const subsets = [{ addresses: [{ ip: address }], ports: [{ name: 'https', port, protocol: 'TCP' }] }];
-  if (!registry.find(endpoints, 'default', 'kubernetes')) registry.create(endpoints, 'default', { metadata: { name: 'kubernetes' }, subsets });
-  else registry.serverUpdate(endpoints, 'default', 'kubernetes', (o) => ({ ...o, subsets }));
-}
-
-function ensureDefaultServiceAccount(registry: Registry, namespace: string): void {
-  try {
-    const ns = registry.find(namespaces, '', namespace);
-    if (!ns || ns.metadata.deletionTimestamp) return;
-    if (!registry.find(serviceaccounts, namespace, 'default')) registry.create(serviceaccounts, namespace, { metadata: { name: 'default' } });
-  } catch (err: unknown) {
-    if (!(err instanceof ApiError && err.reason === 'AlreadyExists')) throw err;
-  }
-}
+export { SYSTEM_NAMESPACES } from './bootstrap.ts';
