@@ -68,7 +68,7 @@ test('up checks its flags before starting anything', { timeout: 30_000 }, async 
   assert.ok(!existsSync(join(dir, 'logs', 'control-plane.log')), 'no control plane was started');
 });
 
-test('up --workers 0: the control plane alone; kubectl works; SIGTERM stops it; a second up finds its objects', { timeout: 120_000 }, async (t) => {
+test('up --workers 0: the control plane alone; kubectl works; Ctrl-C stops it; a second up finds its objects', { timeout: 120_000 }, async (t) => {
   const c = await startCluster(t, { workers: 0 });
   assert.match(c.output(), /control plane\s+ready\s+https?:\/\/127\.0\.0\.1:\d+/);
   assert.match(c.output(), new RegExp(`export KUBECONFIG=${c.kubeconfig}`));
@@ -81,8 +81,8 @@ test('up --workers 0: the control plane alone; kubectl works; SIGTERM stops it; 
   const second = await run(process.execPath, [CLI, 'up', '--data-dir', c.dataDir, '--port', '0'], { timeoutMs: 20_000 });
   assert.equal(second.code, 1);
   assert.match(second.stderr, /is in use by another kube32-cli up/);
-  assert.equal(await c.stop(), 0, c.output());
-  assert.match(c.output(), /cluster stopped/);
+  assert.equal(await c.stop('SIGINT'), 0, c.output()); // Ctrl-C
+  assert.match(c.output(), /SIGINT: stopping the cluster[\s\S]*stopping the control plane[\s\S]*cluster stopped/);
   assert.ok(!existsSync(join(c.dataDir, 'up.lock')));
 
   const again = await startCluster(t, { workers: 0, dataDir: c.dataDir });

@@ -91,8 +91,8 @@ export interface TestCluster {
   cli(args: string[], opts?: { timeoutMs?: number }): Promise<Run>;
   /** The pid of a child of `up` (`control-plane`, `worker-1`...) from its lock file. */
   childPid(name: string): number;
-  /** Stops `up` with SIGTERM and waits for its exit code. */
-  stop(): Promise<number>;
+  /** Stops `up` with SIGTERM (or `signal`: SIGINT is Ctrl-C) and waits for its exit code. */
+  stop(signal?: NodeJS.Signals): Promise<number>;
   process: ChildProcess;
 }
 
@@ -136,9 +136,9 @@ export async function startCluster(
   });
   const exited = new Promise<number>((resolve) => proc.once('exit', (code, sig) => resolve(code ?? (sig ? 128 : 1))));
   let stopped: Promise<number> | undefined;
-  const stop = (): Promise<number> => {
+  const stop = (signal: NodeJS.Signals = 'SIGTERM'): Promise<number> => {
     stopped ??= (async () => {
-      if (proc.exitCode === null && proc.signalCode === null) proc.kill('SIGTERM');
+      if (proc.exitCode === null && proc.signalCode === null) proc.kill(signal);
       const timer = setTimeout(() => proc.kill('SIGKILL'), 60_000);
       const code = await exited;
       clearTimeout(timer);
@@ -147,7 +147,7 @@ export async function startCluster(
     return stopped;
   };
   t.after(async () => {
-    await stop();
+    await stop('SIGTERM');
     // Children of a killed `up` would be orphans: kill what its lock file still names.
     try {
       const lock = JSON.parse(readFileSync(join(dataDir, 'up.lock'), 'utf8')) as { children: Record<string, number> };
