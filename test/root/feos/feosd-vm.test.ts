@@ -142,6 +142,17 @@ test('a pod as a microVM: boot, guest, suspend/resume, takeover, stop/start, cra
     assert.equal(microVm(feosd.stateDir).pid, pid);
   });
 
+  await step('feosd ended by SIGTERM exits 0, leaves the microVM running, and the next takes it over', async () => {
+    const pid = microVm(feosd.stateDir).pid;
+    const exited = new Promise<number | null>((r) => feosd.child.once('exit', (c) => r(c)));
+    feosd.child.kill('SIGTERM');
+    assert.equal(await exited, 0);
+    assert.ok(alive(pid), 'QEMU runs on');
+    feosd = await startFeosd(dir, { guestDir: GUEST_DIR });
+    const got = await guestAnswers(feosd);
+    assert.equal(got.guest!.bootId, bootId);
+  });
+
   await step('feosctl stops it (QEMU ends) and starts it again on its disk (a new boot)', async () => {
     const pid = microVm(feosd.stateDir).pid;
     const stopped = await feosctl(feosd.socket, ['pod', 'stop', ID, '-o', 'json']);
