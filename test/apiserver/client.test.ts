@@ -483,6 +483,28 @@ test('client-node and raw clients against the API server', { timeout: 240_000 },
     assert.equal((await raw(api, 'GET', '/healthz', undefined, { token: null })).status, 200);
   });
 
+  await t.test('events.k8s.io/v1 Events are core Events seen through another schema', async () => {
+    const base = '/apis/events.k8s.io/v1/namespaces/default/events';
+    const now = new Date().toISOString().replace('Z', '000Z');
+    let r = await raw(api, 'POST', base, { apiVersion: 'events.k8s.io/v1', kind: 'Event', metadata: { name: 'new.1' }, eventTime: now, reportingController: 'kube32.io/checkpoint', reportingInstance: 'cp-1', action: 'Move', reason: 'Moved', regarding: { kind: 'Pod', name: 'web', namespace: 'default' }, note: 'moved in 12 ms', type: 'Normal', deprecatedLastTimestamp: new Date(Date.now() + 3600_000).toISOString().replace(/\.\d+Z$/, 'Z') });
+    assert.equal(r.status, 201, r.body.toString());
+    assert.equal(r.json().note, 'moved in 12 ms');
+    const core1 = await core.readNamespacedEvent({ namespace: 'default', name: 'new.1' });
+    assert.equal(core1.message, 'moved in 12 ms');
+    assert.equal(core1.involvedObject.name, 'web');
+    assert.equal(core1.reportingComponent, 'kube32.io/checkpoint');
+    r = await raw(api, 'PATCH', `${base}/new.1`, { note: 'patched' }, { type: 'application/merge-patch+json' });
+    assert.equal(r.status, 200, r.body.toString());
+    assert.equal((await core.readNamespacedEvent({ namespace: 'default', name: 'new.1' })).message, 'patched');
+    r = await raw(api, 'GET', `${base}?fieldSelector=involvedObject.name%3Dweb`);
+    assert.deepEqual((r.json().items as { note: string; regarding: { name: string } }[]).map((e) => [e.note, e.regarding.name]), [['patched', 'web']]);
+    const w = await raw(api, 'GET', `${base}?watch=true&resourceVersion=0&timeoutSeconds=1&fieldSelector=metadata.name%3Dnew.1`);
+    const ev = JSON.parse(w.body.toString().split('\n')[0]!) as { object: { apiVersion: string; note: string } };
+    assert.deepEqual([ev.object.apiVersion, ev.object.note], ['events.k8s.io/v1', 'patched']);
+    assert.equal((await raw(api, 'DELETE', `${base}/new.1`)).status, 200);
+    assert.equal((await raw(api, 'GET', '/api/v1/namespaces/default/events/new.1')).status, 404);
+  });
+
   await t.test('events past their time to live are deleted', async () => {
     const ev = (name: string, last: Date) => core.createNamespacedEvent({ namespace: 'default', body: { metadata: { name }, involvedObject: { kind: 'Pod', name: 'p', namespace: 'default' }, reason: 'R', message: 'm', lastTimestamp: last } });
     await ev('old.1', new Date(Date.now() - 3600_000));

@@ -12,6 +12,7 @@ import { decodeBody, mediaType, readBody, sendJson, sendRawJson, wantsPartial, w
 import { type IncludeObject, partialMetadata, toTable } from './table.ts';
 import { serveWatch } from './watch.ts';
 import { serveSubresource } from './subresources.ts';
+import { serveConverted } from './converted.ts';
 
 const PATCH_TYPES: Record<string, PatchType> = {
   'application/merge-patch+json': 'merge',
@@ -90,6 +91,10 @@ export async function serveResource(scope: RequestScope): Promise<void> {
   const namespace = def.namespaced ? (info.namespace ?? '') : '';
   if (def.namespaced && info.name !== undefined && !info.namespace) {
     throw new ApiError('NotFound', 'the server could not find the requested resource');
+  }
+  if (def.storedAs) {
+    await serveConverted(scope);
+    return;
   }
   if (info.subresource !== undefined) {
     await serveSubresource(scope);

@@ -21,16 +21,17 @@ import { type IncludeObject, toTable } from './table.ts';
  */
 const lineCache = new WeakMap<KubeObject, Map<string, string>>();
 
-function plainLine(type: string, obj: KubeObject, encode: () => unknown): string {
+function plainLine(type: string, obj: KubeObject, form: string, encode: () => unknown): string {
   let byType = lineCache.get(obj);
   if (!byType) {
     byType = new Map();
     lineCache.set(obj, byType);
   }
-  let line = byType.get(type);
+  const key = `${type} ${form}`;
+  let line = byType.get(key);
   if (line === undefined) {
     line = `${JSON.stringify({ type, object: encode() })}\n`;
-    byType.set(type, line);
+    byType.set(key, line);
   }
   return line;
 }
@@ -81,7 +82,8 @@ export function serveWatch(scope: RequestScope, filter?: (o: KubeObject) => bool
       columnsSent = true;
       res.write(`${JSON.stringify({ type, object })}\n`);
     } else {
-      res.write(plainLine(type, obj, () => withTypeMeta(def, obj)));
+      // The form (group/version) keys the cache: a converted resource (events.k8s.io) shares events with its stored one.
+      res.write(plainLine(type, obj, apiVersionOf(def), () => withTypeMeta(def, def.storedAs && type !== 'BOOKMARK' ? def.storedAs.fromStored(obj) : obj)));
     }
     if (res.writableLength > MAX_BUFFERED_BYTES) {
       ctx.log.warn({ resource: storageKey(def) }, 'watch: client too slow, closing its stream');

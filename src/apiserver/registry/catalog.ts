@@ -4,6 +4,7 @@
 import { deployments, replicasets, daemonsets } from './apps/index.ts';
 import { checkpoints } from './checkpoints/index.ts';
 import { configmaps, endpoints, events, leases, secrets, serviceaccounts, services } from './core/index.ts';
+import { eventsV1 } from './events/index.ts';
 import { modules } from './modules/index.ts';
 import { namespaces, nodes } from './nodes/index.ts';
 import { pods } from './pods/index.ts';
@@ -28,6 +29,7 @@ export const RESOURCES: readonly ResourceDef[] = [
   poddisruptionbudgets,
   checkpoints,
   modules,
+  eventsV1,
 ];
 
 const byPath = new Map<string, ResourceDef>();
@@ -35,7 +37,7 @@ const byKey = new Map<string, ResourceDef>();
 const byKind = new Map<string, ResourceDef>();
 for (const r of RESOURCES) {
   byPath.set(`${r.group}/${r.version}/${r.plural}`, r);
-  byKey.set(storageKey(r), r);
+  if (!byKey.has(storageKey(r))) byKey.set(storageKey(r), r);
   byKind.set(`${r.group}/${r.kind}`, r);
 }
 

@@ -57,12 +57,18 @@ export interface ResourceDef {
   columns: Column[];
   /** One Table row's cells, in `columns` order. */
   cells(obj: KubeObject, now: Date): unknown[];
+  /**
+   * A resource stored as another one (events.k8s.io/v1 Events are core Events): requests are
+   * served by converting to and from the stored resource.
+   */
+  storedAs?: { def: ResourceDef; toStored(obj: KubeObject): KubeObject; fromStored(obj: KubeObject): KubeObject };
   /** Seconds of graceful deletion by default (pods: spec.terminationGracePeriodSeconds); undefined: deleted at once. */
   gracePeriod?(obj: KubeObject): number | undefined;
 }
 
 /** `group/plural` as the storage key (`pods`, `deployments.apps`). */
-export function storageKey(def: Pick<ResourceDef, 'group' | 'plural'>): string {
+export function storageKey(def: Pick<ResourceDef, 'group' | 'plural' | 'storedAs'>): string {
+  if (def.storedAs) return storageKey(def.storedAs.def);
   return def.group ? `${def.plural}.${def.group}` : def.plural;
 }
 
