@@ -6,6 +6,7 @@
 import assert from 'node:assert/strict';
 import { test } from 'node:test';
 import type { V1Pod } from '@kubernetes/client-node';
+import type { Checkpoint } from '../../src/controllers/runtime/types.ts';
 import { type Count, type ControllersCluster, counterPod, startControllersCluster } from './cluster.ts';
 
 async function runPod(c: ControllersCluster, pod: V1Pod): Promise<V1Pod> {
@@ -129,6 +130,43 @@ test('refused moves, a Save, and drains of pods that cannot move', { timeout: 24
     assert.match(ck.status?.message ?? '', /own node/);
   });
 
+  await t.test('an eviction whose move the node refuses deletes the pod, as an eviction does', async () => {
+    const pod = await runPod(c, counterPod('stuck', 18108, { nodeName: 'w2' }));
+    assert.equal((await c.podGet(pod, 18108, '/open')).status, 200);
+    const res = await c.rest.request({
+      method: 'POST',
+      path: '/api/v1/namespaces/default/pods/stuck/eviction',
+      body: { apiVersion: 'policy/v1', kind: 'Eviction', metadata: { name: 'stuck', namespace: 'default' } },
+    });
+    res.body.resume();
+    assert.ok(res.status === 201 || res.status === 200, `eviction answered ${res.status}`);
+    await c.until('the pod to be deleted', async () => (await c.getPod('stuck')) === undefined || (await c.getPod('stuck'))?.metadata?.uid !== pod.metadata?.uid, 30_000);
+    const list = await c.rest.json<{ items: Checkpoint[] }>({ method: 'GET', path: '/apis/kube32.io/v1/namespaces/default/checkpoints?labelSelector=kube32.io%2Ftrigger%3Deviction' });
+    const ck = list.items.find((x) => x.spec.podName === 'stuck');
+    assert.equal(ck?.status?.phase, 'Failed');
+    assert.ok(ck?.status?.blockers?.some((b) => b.startsWith('open file ')), JSON.stringify(ck?.status));
+  });
+
+  await t.test('a DaemonSet runs one pod on each Ready node', async () => {
+    const template = counterPod('agent', 18107, { labels: { app: 'agent' } });
+    await c.rest.json({
+      method: 'POST',
+      path: '/apis/apps/v1/namespaces/default/daemonsets',
+      body: { apiVersion: 'apps/v1', kind: 'DaemonSet', metadata: { name: 'agent', namespace: 'default' }, spec: { selector: { matchLabels: { app: 'agent' } }, template: { metadata: template.metadata, spec: template.spec } } },
+    });
+    const nodes = await c.until('an agent pod running on each node', async () => {
+      const list = await c.rest.json<{ items: V1Pod[] }>({ method: 'GET', path: '/api/v1/namespaces/default/pods?labelSelector=app%3Dagent' });
+      const running = list.items.filter((p) => p.status?.phase === 'Running').map((p) => p.spec?.nodeName).sort();
+      return running.length === 2 ? running : undefined;
+    }, 30_000);
+    assert.deepEqual(nodes, ['w1', 'w2']);
+    const ds = await c.until('the DaemonSet status', async () => {
+      const d = await c.rest.json<{ status?: { desiredNumberScheduled?: number; numberReady?: number } }>({ method: 'GET', path: '/apis/apps/v1/namespaces/default/daemonsets/agent' });
+      return d.status?.numberReady === 2 ? d : undefined;
+    });
+    assert.equal(ds.status?.desiredNumberScheduled, 2);
+  });
+
   await t.test('kubectl drain deletes what cannot move (its owner starts it elsewhere) and completes', async () => {
     const template = counterPod('fixed', 18104, { labels: { app: 'fixed' }, annotations: { 'kube32.io/migration': 'Never' } });
     await c.rest.json({
@@ -149,7 +187,9 @@ test('refused moves, a Save, and drains of pods that cannot move', { timeout: 24
       return list.items.find((p) => p.status?.phase === 'Running' && p.spec?.nodeName !== node);
     }, 30_000);
     assert.notEqual(second.metadata?.name, first.metadata?.name, 'a new pod, not a move');
+    assert.match(drain.stderr + drain.stdout, /ignoring DaemonSet-managed Pods: default\/agent-/i);
     const left = await c.rest.json<{ items: V1Pod[] }>({ method: 'GET', path: `/api/v1/pods?fieldSelector=spec.nodeName%3D${node}` });
-    assert.deepEqual(left.items.filter((p) => !p.metadata?.deletionTimestamp).map((p) => p.metadata?.name), []);
+    const others = left.items.filter((p) => !p.metadata?.deletionTimestamp && p.metadata?.ownerReferences?.[0]?.kind !== 'DaemonSet');
+    assert.deepEqual(others.map((p) => p.metadata?.name), []);
   });
 });
