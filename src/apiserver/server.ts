@@ -132,7 +132,13 @@ export async function createApiServer(opts: ApiServerOptions): Promise<ApiServer
   const tokens = opts.dataDir ? new TokenAuthenticator(opts.dataDir) : undefined;
   const adminToken = opts.dataDir ? mintToken(opts.dataDir, ADMIN_USER) : 'insecure-admin';
   const kubeletToken = opts.dataDir ? mintToken(opts.dataDir, APISERVER_USER) : 'insecure-apiserver';
-  const authenticateToken = (t: string): UserInfo | undefined => tokens?.authenticate(t) ?? (opts.insecureHttp && t === adminToken ? ADMIN_USER : undefined);
+  const authenticateToken = (t: string): UserInfo | undefined => {
+    if (tokens) return tokens.authenticate(t);
+    // Without a data dir (plain HTTP, memory store) there is no signing key: the two fixed tokens are the only ones.
+    if (t === adminToken) return ADMIN_USER;
+    if (t === kubeletToken) return APISERVER_USER;
+    return undefined;
+  };
 
   const metrics = new MetricsRegistry();
   collectDefaultMetrics({ register: metrics });
