@@ -10,7 +10,7 @@ import { type Count, counterPod, startControllersCluster } from './cluster.ts';
 
 const PORT = 18080;
 
-test('a Deployment pod is scheduled, moves with its count and clock, and kubectl drain moves it again', { timeout: 180_000 }, async (t) => {
+test('a Deployment pod is scheduled, moves with its count and clock, and kubectl drain and a stopped worker move it again', { timeout: 180_000 }, async (t) => {
   const c = await startControllersCluster(t);
   await c.startWorker('w1');
   await c.startWorker('w2');
@@ -94,6 +94,22 @@ test('a Deployment pod is scheduled, moves with its count and clock, and kubectl
   assert.equal(afterDrain.count, 5, 'the count carried over the drain');
   assert.ok(afterDrain.podTimeMs >= after.podTimeMs, 'the pod clock carried over the drain');
   assert.equal(drained.metadata?.name, name, 'same name');
+
+  // A worker stopped with SIGTERM drains itself: the pod moves again, to the one node left uncordoned.
+  const w = c.workers.get(drained.spec!.nodeName!)!;
+  w.proc.kill('SIGTERM');
+  assert.equal(await w.exited, 0, w.logs().slice(-2000));
+  const final = await c.until('the pod to run after the self-drain', async () => {
+    await watchPods();
+    const p = await c.getPod(name);
+    return p && p.spec?.nodeName !== w.name && p.status?.phase === 'Running' && !p.metadata?.annotations?.['kube32.io/restore-from'] ? p : undefined;
+  }, 60_000);
+  const afterStop = await c.until('the counter to answer after the self-drain', async () => {
+    const res = await c.podGet(final, PORT, '/count');
+    return res.status === 200 ? (JSON.parse(res.body) as Count) : undefined;
+  });
+  assert.equal(afterStop.count, 6, 'the count carried over the self-drain');
+  assert.ok(afterStop.podTimeMs >= afterDrain.podTimeMs);
   assert.equal(most, 1, 'the Deployment counted one pod at every step');
-  assert.equal(seen.size, 3, 'three incarnations: the first, the moved, the drained');
+  assert.equal(seen.size, 4, 'four incarnations: the first, the moved, the drained, the self-drained');
 });
