@@ -16,8 +16,10 @@ export function newCheckpointController(ctx: ControllerContext, informers: Infor
   informers.on('checkpoints', (verb, ck: Checkpoint) => {
     if (verb !== 'delete') c.enqueue(keyOf(ck));
   });
-  informers.on('pods', (_verb, pod: V1Pod) => {
+  informers.on('pods', (verb, pod: V1Pod) => {
     const ns = pod.metadata?.namespace ?? 'default';
+    // The replacement's ADDED: the pod is no longer in the middle of a replacement.
+    if (verb === 'add') ctx.state.replacements.end(`${ns}/${pod.metadata?.name}`);
     const restoreFrom = pod.metadata?.annotations?.[ANNOTATIONS.restoreFrom];
     if (restoreFrom) c.enqueue(`${ns}/${restoreFrom}`);
     for (const ck of ctx.cache.checkpoints.list(ns)) {

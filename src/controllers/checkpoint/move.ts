@@ -135,6 +135,10 @@ export async function watchMove(ctx: ControllerContext, ck: Checkpoint): Promise
   }
   const onTarget = pod.spec?.nodeName === target;
   const names = pod.metadata?.annotations?.[ANNOTATIONS.restoreFrom] === ck.metadata?.name;
+  if (!onTarget && ctx.state.replacements.has(`${ns}/${ck.spec.podName}`)) {
+    // The pods' watch has not delivered the replacement yet (the Checkpoints' watch can be ahead of it).
+    return { requeueAfterMs: 100 };
+  }
   if (!onTarget) {
     // Rolled back before the status said so (a restart in between), or moved away by someone else.
     await failCheckpoint(ctx, ck, { message: `the pod is no longer on ${target}`, pod });

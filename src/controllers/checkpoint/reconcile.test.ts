@@ -221,3 +221,11 @@ test('retention: only the latest Saved periodic checkpoint of a pod stays, and n
   await reconcileCheckpoint('default/p2', t.ctx);
   assert.deepEqual(t.fake.writes.at(-1), { op: 'deleteCheckpoint', args: ['default', 'p2'] });
 });
+
+test('Moving while the pods cache still shows the old pod (watch lag) waits instead of failing', { timeout: 5000 }, async () => {
+  const t = twoNodes(); // the old pod on a
+  t.cache.checkpoints.set(ckpt('m7', { podName: 'counter', action: 'Move' }, { phase: 'Moving', nodeName: 'a', targetNode: 'b' }));
+  t.ctx.state.replacements.begin('default/counter', 'rs-uid');
+  assert.deepEqual(await reconcileCheckpoint('default/m7', t.ctx), { requeueAfterMs: 100 });
+  assert.equal(t.fake.calls.length, 0);
+});
