@@ -14,7 +14,7 @@ export const CLOCK_PERIOD_MS = 60_000;
 /** A step is needed beyond this offset when the guest cannot adjust (ns). */
 export const SET_THRESHOLD_NS = 20_000_000n;
 
-/** The host's CLOCK_REALTIME in ns (ms resolution from Date, sub-ms from the monotonic clock's fraction). */
+/** The host's CLOCK_REALTIME in ns, at Date's millisecond resolution. */
 export function hostNowNs(): bigint {
   return BigInt(Date.now()) * 1_000_000n;
 }

@@ -523,9 +523,4 @@ export class PodService extends EventEmitter<{ event: [PodEvent] }> {
       else await this.#setState(pod, PodState.STOPPED, `its microVM stopped: ${exit.reason}`);
     }).catch((err: unknown) => this.#o.log.error({ id: exit.id, err: errorMessage(err) }, 'microVM exit'));
   }
-
-  /** The pods created so far get an entry (called after records.load). */
-  adoptRecords(): void {
-    for (const p of this.#o.records.list()) this.#entry(p.id);
-  }
 }

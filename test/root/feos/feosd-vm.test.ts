@@ -182,6 +182,19 @@ test('a pod as a microVM: boot, guest, suspend/resume, takeover, stop/start, cra
     assert.equal(microVm(feosd.stateDir).state, MicroVmState.CRASHED);
   });
 
+  await step('a microVM that ends while feosd is away makes its pod FAILED when feosd starts again', async () => {
+    const started = await feosd.pods.startPod({ id: ID });
+    assert.equal(started.pod?.state, PodState.RUNNING, started.pod?.reason ?? '');
+    const pid = microVm(feosd.stateDir).pid;
+    assert.ok(pid > 0);
+    await feosd.stop('SIGKILL');
+    process.kill(pid, 'SIGKILL');
+    await until('QEMU ends', async () => (alive(pid) ? undefined : true), 10_000);
+    feosd = await startFeosd(dir, { guestDir: GUEST_DIR });
+    const pod = await waitForPod(feosd, ID, (p) => p.state === PodState.FAILED, 30_000);
+    assert.match(pod.reason, /crashed: QEMU ended while feosd was away/);
+  });
+
   await step('delete removes the microVM, the disk and the record', async () => {
     const del = await feosctl(feosd.socket, ['pod', 'delete', ID]);
     assert.equal(del.code, 0, del.stderr);
