@@ -140,7 +140,15 @@ export async function watchMove(ctx: ControllerContext, ck: Checkpoint): Promise
     return { requeueAfterMs: 100 };
   }
   if (!onTarget) {
-    // Rolled back before the status said so (a restart in between), or moved away by someone else.
+    const source = ck.status?.nodeName;
+    if (names && (pod.spec?.nodeName === source || !pod.spec?.nodeName)) {
+      // Rolled back, but the Failed status was not written (an error or a restart in between).
+      const reason = (ck.status?.message ?? 'the move failed').replace(/; rolling back$/, '');
+      const where = pod.spec?.nodeName ? `to ${source}` : `to the scheduler (${source} is not Ready)`;
+      await failCheckpoint(ctx, ck, { message: `${reason}; rolled back ${where}`, pod });
+      return undefined;
+    }
+    // Moved away by someone else.
     await failCheckpoint(ctx, ck, { message: `the pod is no longer on ${target}`, pod });
     return undefined;
   }
@@ -196,6 +204,8 @@ export async function rollBack(ctx: ControllerContext, ck: Checkpoint, pod: V1Po
   const source = ck.status?.nodeName;
   const sourceNode = source ? ctx.cache.nodes.get(source) : undefined;
   const back = sourceNode && nodeReadyStatus(sourceNode) === 'True' ? source : undefined;
+  // The reason first, so that a retry after the replacement still knows why it rolled back.
+  if (ck.status?.message !== `${reason}; rolling back`) await writeStatus(ctx, ck, { message: `${reason}; rolling back` });
   const replaced = await replacePod(ctx, pod, back, ck.metadata?.name);
   if (!replaced) throw new Error(`rollback of ${key}: the pod changed meanwhile; trying again`);
   const where = back ? `to ${back}` : `to the scheduler (${source} is not Ready)`;

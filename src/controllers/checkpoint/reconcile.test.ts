@@ -142,12 +142,13 @@ test('a RestoreError on the target rolls back to the source, same Checkpoint; th
   const t = twoNodes();
   moving(t, { failed: true });
   await reconcileCheckpoint('default/m5', t.ctx);
-  assert.deepEqual(t.fake.writes.map((c) => c.op), ['replacePod', 'patchCheckpointStatus']);
-  const back = t.fake.writes[0]!.args[2] as V1Pod;
+  assert.deepEqual(t.fake.writes.map((c) => c.op), ['patchCheckpointStatus', 'replacePod', 'patchCheckpointStatus']);
+  assert.match((t.fake.writes[0]!.args[2] as { status: { message: string } }).status.message, /RestoreError.*; rolling back$/);
+  const back = t.fake.writes[1]!.args[2] as V1Pod;
   assert.equal(back.spec?.nodeName, 'a');
   assert.equal(back.metadata?.uid, 'new-uid');
   assert.equal(back.metadata?.annotations?.['kube32.io/restore-from'], 'm5');
-  const status = (t.fake.writes[1]!.args[2] as { status: { phase: string; message: string } }).status;
+  const status = (t.fake.writes[2]!.args[2] as { status: { phase: string; message: string } }).status;
   assert.equal(status.phase, 'Failed');
   assert.match(status.message, /RestoreError.*rolled back to a/);
   assert.deepEqual(t.fake.eventReasons, ['MoveFailed']);
@@ -162,8 +163,8 @@ test('a replacement that does not run within 60 s rolls back; before that the mo
   assert.equal(t.fake.writes.length, 0);
   t.clock.advance(15_000);
   await reconcileCheckpoint('default/m5', t.ctx);
-  assert.deepEqual(t.fake.writes.map((c) => c.op), ['replacePod', 'patchCheckpointStatus']);
-  assert.match((t.fake.writes[1]!.args[2] as { status: { message: string } }).status.message, /did not run on b within 60 s/);
+  assert.deepEqual(t.fake.writes.map((c) => c.op), ['patchCheckpointStatus', 'replacePod', 'patchCheckpointStatus']);
+  assert.match((t.fake.writes[2]!.args[2] as { status: { message: string } }).status.message, /did not run on b within 60 s; rolled back to a/);
 });
 
 test('a rollback while the source is not Ready leaves the pod to the scheduler', { timeout: 5000 }, async () => {
@@ -171,9 +172,9 @@ test('a rollback while the source is not Ready leaves the pod to the scheduler',
   t.cache.nodes.set(node('a', { ready: 'Unknown' }));
   moving(t, { failed: true });
   await reconcileCheckpoint('default/m5', t.ctx);
-  const back = t.fake.writes[0]!.args[2] as V1Pod;
+  const back = t.fake.writes[1]!.args[2] as V1Pod;
   assert.equal(back.spec?.nodeName, undefined);
-  assert.match((t.fake.writes[1]!.args[2] as { status: { message: string } }).status.message, /to the scheduler \(a is not Ready\)/);
+  assert.match((t.fake.writes[2]!.args[2] as { status: { message: string } }).status.message, /to the scheduler \(a is not Ready\)/);
 });
 
 test('a crash after the replacement resumes at Moving, without a second snapshot', { timeout: 5000 }, async () => {
@@ -228,4 +229,17 @@ test('Moving while the pods cache still shows the old pod (watch lag) waits inst
   t.ctx.state.replacements.begin('default/counter', 'rs-uid');
   assert.deepEqual(await reconcileCheckpoint('default/m7', t.ctx), { requeueAfterMs: 100 });
   assert.equal(t.fake.calls.length, 0);
+});
+
+test('a rollback whose Failed status was not written is recognised on the next look', { timeout: 5000 }, async () => {
+  const t = twoNodes();
+  t.cache.checkpoints.set(
+    ckpt('m8', { podName: 'counter', action: 'Move' }, { phase: 'Moving', nodeName: 'a', targetNode: 'b', message: 'the replacement did not run on b within 60 s; rolling back' }),
+  );
+  t.cache.pods.set(pod('counter', { nodeName: 'a', uid: 'back-uid', annotations: { 'kube32.io/restore-from': 'm8' } }));
+  await reconcileCheckpoint('default/m8', t.ctx);
+  assert.deepEqual(t.fake.writes.map((c) => c.op), ['patchCheckpointStatus']);
+  const status = (t.fake.writes[0]!.args[2] as { status: { phase: string; message: string } }).status;
+  assert.equal(status.phase, 'Failed');
+  assert.equal(status.message, 'the replacement did not run on b within 60 s; rolled back to a');
 });

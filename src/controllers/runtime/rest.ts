@@ -35,6 +35,8 @@ export class KubeRest {
   readonly #kc: KubeConfig;
   #options: Promise<https.RequestOptions> | undefined;
   readonly #agent: http.Agent;
+  /** For streamed bodies, which cannot be sent twice: fresh connections, never a stale pooled one. */
+  readonly #freshAgent: http.Agent;
   readonly #server: URL;
 
   /** @throws Error when the kubeconfig has no current cluster */
@@ -43,8 +45,9 @@ export class KubeRest {
     const cluster = kc.getCurrentCluster();
     if (!cluster) throw new Error('kubeconfig: no current cluster');
     this.#server = new URL(cluster.server);
-    this.#agent =
-      this.#server.protocol === 'https:' ? new https.Agent({ keepAlive: true }) : new http.Agent({ keepAlive: true });
+    const isHttps = this.#server.protocol === 'https:';
+    this.#agent = isHttps ? new https.Agent({ keepAlive: true }) : new http.Agent({ keepAlive: true });
+    this.#freshAgent = isHttps ? new https.Agent({ keepAlive: false }) : new http.Agent({ keepAlive: false });
   }
 
   async #baseOptions(): Promise<https.RequestOptions> {
@@ -56,8 +59,22 @@ export class KubeRest {
     return this.#options;
   }
 
-  /** Sends `req` and answers the response with its body unread (any status). */
+  /**
+   * Sends `req` and answers the response with its body unread (any status). A request with a JSON body
+   * (or none) that fails on a reused keep-alive connection before any answer (the server closed it while
+   * idle) is sent once more on a new one, as Node's documentation advises.
+   */
   async request(req: RestRequest): Promise<RestResponse> {
+    try {
+      return await this.#send(req);
+    } catch (err: unknown) {
+      const streamed = req.body !== undefined && typeof (req.body as Readable).pipe === 'function';
+      if (!streamed && (err as { reusedSocket?: boolean }).reusedSocket) return this.#send(req);
+      throw err;
+    }
+  }
+
+  async #send(req: RestRequest): Promise<RestResponse> {
     const base = await this.#baseOptions();
     const isHttps = this.#server.protocol === 'https:';
     const prefix = this.#server.pathname.replace(/\/$/, '');
@@ -88,15 +105,17 @@ export class KubeRest {
       method: req.method,
       path: prefix + req.path,
       headers,
-      agent: this.#agent,
+      agent: stream ? this.#freshAgent : this.#agent,
       signal: AbortSignal.timeout(req.timeoutMs ?? 30_000),
     };
     const mod = isHttps ? https : http;
     return new Promise<RestResponse>((resolve, reject) => {
       const r = mod.request(options, (res) => resolve({ status: res.statusCode ?? 0, headers: res.headers, body: res }));
-      r.on('error', (err) =>
-        reject(new ApiCallError(`${req.method} ${req.path}`, 0, '', err.message, undefined, { cause: err })),
-      );
+      r.on('error', (err) => {
+        const e = new ApiCallError(`${req.method} ${req.path}`, 0, '', err.message, undefined, { cause: err });
+        (e as { reusedSocket?: boolean }).reusedSocket = r.reusedSocket && (err as { code?: string }).code === 'ECONNRESET';
+        reject(e);
+      });
       if (stream) {
         stream.on('error', (err) => r.destroy(err));
         stream.pipe(r);
@@ -120,6 +139,7 @@ export class KubeRest {
   /** Stops keeping connections alive. */
   close(): void {
     this.#agent.destroy();
+    this.#freshAgent.destroy();
   }
 }
 
