@@ -189,6 +189,10 @@ test('client-node and raw clients against the API server', { timeout: 240_000 },
     assert.deepEqual(ck.spec, { podName: 'ev-move', action: 'Move' });
     assert.equal(ck.metadata.labels['kube32.io/trigger'], 'eviction');
     assert.ok(await core.readNamespacedPod({ namespace: 'default', name: 'ev-move' }), 'the pod stays until the controller moves it');
+    // Once that move has Failed, an eviction deletes the pod (gracefully: it is bound).
+    assert.equal((await raw(api, 'PATCH', `/apis/kube32.io/v1/namespaces/default/checkpoints/${name}/status`, { status: { phase: 'Failed', message: 'no node fits' } }, { type: 'application/merge-patch+json' })).status, 200);
+    assert.equal((await eviction('ev-move')).status, 201);
+    assert.ok((await core.readNamespacedPod({ namespace: 'default', name: 'ev-move' })).metadata!.deletionTimestamp);
     // A DaemonSet's pod is deleted (gracefully: it is bound).
     await mk('ev-ds', { app: 'ds' }, { ownerReferences: [{ apiVersion: 'apps/v1', kind: 'DaemonSet', name: 'ds', uid: 'u-ds', controller: true }] });
     r = await eviction('ev-ds');

@@ -4,8 +4,8 @@
  * Running on a node, whose `kube32.io/migration` is not `Never` and that no DaemonSet owns, is
  * MOVED: a `kube32.io/v1` Checkpoint `<pod>-evict-<first 8 characters of the pod's uid>` with
  * `spec {podName, action: Move}` and label `kube32.io/trigger: eviction` is created (idempotently)
- * for the checkpoint controller. Any other pod is deleted gracefully, as Kubernetes' eviction
- * deletes it.
+ * for the checkpoint controller. Any other pod, or one whose eviction Checkpoint has Failed, is
+ * deleted gracefully, as Kubernetes' eviction deletes it.
  */
 import { ApiError, badRequest, type Status, successStatus } from '../../errors.ts';
 import type { KubeObject } from '../../storage/index.ts';
@@ -102,12 +102,15 @@ export function evictPod(reg: Registry, namespace: string, name: string, body: u
     throw new ApiError('Conflict', `Operation cannot be fulfilled on pods "${name}": Precondition failed: UID in precondition: ${delOpts.preconditions.uid}, UID in object meta: ${pod.metadata.uid}`, { name, kind: 'pods' });
   }
   if (!pod.metadata.deletionTimestamp) checkDisruptionBudgets(reg, pod);
-  if (evictionMoves(pod)) {
+  // A move this eviction already asked for that Failed means the pod cannot move: it is deleted, as the seed says.
+  const existing = reg.find(checkpoints, namespace, evictionCheckpointName(pod));
+  const failed = rec(existing?.status).phase === 'Failed';
+  if (evictionMoves(pod) && !failed) {
     const ckpt = {
       metadata: { name: evictionCheckpointName(pod), namespace, labels: { [TRIGGER_LABEL]: 'eviction' } },
       spec: { podName: name, action: 'Move' },
     };
-    if (!reg.find(checkpoints, namespace, ckpt.metadata.name)) {
+    if (!existing) {
       try {
         reg.create(checkpoints, namespace, ckpt, { dryRun: opts.dryRun });
       } catch (err: unknown) {
