@@ -49,7 +49,10 @@ const byLimit = new WeakMap<PodModule, Map<number, Promise<PodModule>>>();
 /** `module` instrumented for `memoryLimitBytes` (cached: pods of one spec share it). */
 function forLimit(module: PodModule, memoryLimitBytes: number): Promise<PodModule> {
   let m = byLimit.get(module);
-  if (!m) byLimit.set(module, (m = new Map()));
+  if (!m) {
+    m = new Map();
+    byLimit.set(module, m);
+  }
   let p = m.get(memoryLimitBytes);
   if (!p) {
     p = loadModule(module.bytes, { memoryLimitBytes });
