@@ -78,7 +78,7 @@ test('a pod as a microVM: boot, guest, suspend/resume, takeover, stop/start, cra
   let bootId = '';
   let uptime = 0n;
   const volumes = () => makeClient(VolumeService, `unix:${feosd.socket}`);
-  await step('created with feosctl from a spec file with a volume, the pod boots RUNNING, its guest answers and formats the volume', async () => {
+  await step('created with feosctl from a spec file with a volume, the pod boots RUNNING (its bring-up taken up by a new feosd), its guest answers and formats the volume', async () => {
     const v = volumes();
     await v.createVolume({ id: VOLUME, sizeBytes: 64n * 1024n * 1024n });
     v.grpc.close();
@@ -87,8 +87,26 @@ test('a pod as a microVM: boot, guest, suspend/resume, takeover, stop/start, cra
     const created = await feosctl(feosd.socket, ['pod', 'create', '--id', ID, '-f', specFile, '-o', 'json']);
     assert.equal(created.code, 0, created.stderr);
     assert.equal(JSON.parse(created.stdout).state, 'POD_STATE_PENDING');
+    // feosd killed in the middle of the bring-up (QEMU started, the guest not attached yet): the next
+    // feosd takes the bring-up up where it ended, with the same QEMU.
+    const qemuPid = await until(
+      'the bring-up starts QEMU',
+      async () => {
+        try {
+          const vm = microVm(feosd.stateDir);
+          return vm.state === MicroVmState.RUNNING && vm.pid > 0 ? vm.pid : undefined;
+        } catch {
+          return undefined;
+        }
+      },
+      60_000,
+    );
+    assert.equal((await feosd.pods.getPod({ id: ID })).pod!.state, PodState.PENDING, 'still PENDING when feosd is killed');
+    await feosd.stop('SIGKILL');
+    feosd = await startFeosd(dir, { guestDir: GUEST_DIR });
     const pod = await waitForPod(feosd, ID, (p) => p.state !== PodState.PENDING, BOOT_MS);
     assert.equal(pod.state, PodState.RUNNING, pod.reason);
+    assert.equal(microVm(feosd.stateDir).pid, qemuPid, 'the same QEMU');
     const got = (await feosd.pods.getPod({ id: ID })).pod!;
     assert.equal(got.guest?.answered, true, got.guest?.reason ?? '');
     assert.ok(got.guest!.uptimeMs > 0n);
