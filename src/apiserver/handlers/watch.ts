@@ -19,9 +19,9 @@ import { type IncludeObject, toTable } from './table.ts';
  * The JSON line of an event in plain (non-Table) form, made once per event and type and shared by
  * every watcher: a write fanned out to 100 watchers is serialized once.
  */
-const lineCache = new WeakMap<KubeObject, Map<string, string>>();
+const lineCache = new WeakMap<KubeObject, Map<string, Buffer>>();
 
-function plainLine(type: string, obj: KubeObject, form: string, encode: () => unknown): string {
+function plainLine(type: string, obj: KubeObject, form: string, encode: () => unknown): Buffer {
   let byType = lineCache.get(obj);
   if (!byType) {
     byType = new Map();
@@ -30,7 +30,7 @@ function plainLine(type: string, obj: KubeObject, form: string, encode: () => un
   const key = `${type} ${form}`;
   let line = byType.get(key);
   if (line === undefined) {
-    line = `${JSON.stringify({ type, object: encode() })}\n`;
+    line = Buffer.from(`${JSON.stringify({ type, object: encode() })}\n`);
     byType.set(key, line);
   }
   return line;
