@@ -151,6 +151,7 @@ test('client-node and raw clients against the API server', { timeout: 240_000 },
     await core.createNode({ body: { metadata: { name: 'r-1' } } });
     const pod = await core.createNamespacedPod({ namespace: 'default', body: podBody('moving', { metadata: { name: 'moving', labels: { app: 'm' }, annotations: { keep: 'me' } }, spec: { nodeName: 'r-1', containers: [{ name: 'c', image: 'x' }] } }) });
     const rv = pod.metadata!.resourceVersion!;
+    await core.createNamespacedConfigMap({ namespace: 'default', body: { metadata: { name: 'owned-by-moving', ownerReferences: [{ apiVersion: 'v1', kind: 'Pod', name: 'moving', uid: pod.metadata!.uid! }] } } });
     const fresh = await raw(api, 'POST', '/api/v1/namespaces/default/pods/moving/replace', { metadata: { name: 'moving', uid: pod.metadata!.uid, labels: { app: 'm' }, annotations: { 'kube32.io/restore-from': 'c1' } }, spec: { ...pod.spec, nodeName: 'r-2' } });
     assert.equal(fresh.status, 201, fresh.body.toString());
     const p = fresh.json() as unknown as V1Pod;
@@ -162,6 +163,8 @@ test('client-node and raw clients against the API server', { timeout: 240_000 },
     const w = await raw(api, 'GET', `/api/v1/namespaces/default/pods?watch=true&resourceVersion=${rv}&fieldSelector=metadata.name%3Dmoving&timeoutSeconds=1`);
     const events = w.body.toString().trim().split('\n').map((l) => JSON.parse(l) as { type: string; object: V1Pod });
     assert.deepEqual(events.map((e) => [e.type, e.object.metadata!.uid]), [['DELETED', pod.metadata!.uid], ['ADDED', p.metadata!.uid]]);
+    const owned = await core.readNamespacedConfigMap({ namespace: 'default', name: 'owned-by-moving' });
+    assert.equal(owned.metadata!.ownerReferences![0]!.uid, p.metadata!.uid, 'dependents follow the replacement');
     const stale = await raw(api, 'POST', '/api/v1/namespaces/default/pods/moving/replace', { metadata: { name: 'moving', uid: pod.metadata!.uid }, spec: pod.spec });
     assert.equal(stale.status, 409);
     assert.equal(stale.json().reason, 'Conflict');

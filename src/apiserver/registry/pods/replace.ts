@@ -5,13 +5,16 @@
  * comes: a new uid and creationTimestamp, the body's labels, annotations, ownerReferences,
  * finalizers and spec (its `spec.nodeName` is the target), status reset to Pending with
  * PodScheduled True. Watchers see DELETED (old uid) then ADDED (new uid). No graceful deletion and
- * no garbage collection of the old object's dependents.
+ * no garbage collection of the old object's dependents: their owner references are moved to the new
+ * uid in the same transaction.
  */
 import { randomUUID } from 'node:crypto';
 import { ApiError, badRequest, conflict, invalid, notFound } from '../../errors.ts';
 import type { KubeObject } from '../../storage/index.ts';
 import { timestamp, withTypeMeta } from '../meta.ts';
+import { RESOURCES } from '../catalog.ts';
 import type { Registry } from '../store.ts';
+import { storageKey } from '../types.ts';
 import { rec } from '../util.ts';
 import { pods } from './index.ts';
 
@@ -60,7 +63,18 @@ export function replacePod(reg: Registry, namespace: string, name: string, body:
     reg.replacedUids.add(current.metadata.uid!);
     try {
       reg.storage.delete(key, { uid: current.metadata.uid });
-      return withTypeMeta(pods, reg.storage.create(key, fresh));
+      const created = reg.storage.create(key, fresh);
+      // Objects the old pod owned now name the replacement: the move keeps the pod, only its uid changes.
+      for (const def of RESOURCES) {
+        if (!def.namespaced || def.storedAs) continue;
+        for (const o of reg.storage.list(storageKey(def), namespace).items) {
+          const refs = o.metadata.ownerReferences ?? [];
+          if (!refs.some((r) => r.uid === current.metadata.uid)) continue;
+          o.metadata.ownerReferences = refs.map((r) => (r.uid === current.metadata.uid ? { ...r, uid: created.metadata.uid! } : r));
+          reg.storage.update({ resource: storageKey(def), namespace, name: o.metadata.name! }, o);
+        }
+      }
+      return withTypeMeta(pods, created);
     } catch (err: unknown) {
       reg.replacedUids.delete(current.metadata.uid!);
       if (err instanceof ApiError) throw err;
