@@ -89,3 +89,24 @@ test('a bound, deleted or foreign-scheduler pod is left alone', { timeout: 5000 
   await reconcileSchedule('default/gone', ctx, new AssumedPods());
   assert.deepEqual(fake.calls, []);
 });
+
+test('required node affinity: terms are ORed, expressions ANDed (In, NotIn, Exists, DoesNotExist, Gt, Lt, matchFields)', () => {
+  const nodes = [
+    node('a', { labels: { zone: 'x', gen: '3' } }),
+    node('b', { labels: { zone: 'y', gen: '5', gpu: 'yes' } }),
+    node('c', { labels: { zone: 'z' } }),
+  ];
+  const p = pod('aff');
+  const withTerms = (terms: object[]) => {
+    p.spec!.affinity = { nodeAffinity: { requiredDuringSchedulingIgnoredDuringExecution: { nodeSelectorTerms: terms as never } } };
+    return pickNode(p, nodes, []);
+  };
+  assert.deepEqual(withTerms([{ matchExpressions: [{ key: 'zone', operator: 'In', values: ['y'] }] }]), { nodeName: 'b' });
+  assert.deepEqual(withTerms([{ matchExpressions: [{ key: 'gen', operator: 'Gt', values: ['4'] }, { key: 'gpu', operator: 'Exists' }] }]), { nodeName: 'b' });
+  assert.deepEqual(withTerms([{ matchExpressions: [{ key: 'gen', operator: 'Lt', values: ['4'] }] }]), { nodeName: 'a' });
+  assert.deepEqual(withTerms([{ matchExpressions: [{ key: 'gen', operator: 'DoesNotExist' }] }]), { nodeName: 'c' });
+  assert.deepEqual(withTerms([{ matchExpressions: [{ key: 'zone', operator: 'NotIn', values: ['x', 'y'] }] }]), { nodeName: 'c' });
+  assert.deepEqual(withTerms([{ matchFields: [{ key: 'metadata.name', operator: 'In', values: ['a'] }] }]), { nodeName: 'a' });
+  const none = withTerms([{ matchExpressions: [{ key: 'zone', operator: 'In', values: ['q'] }] }, { matchExpressions: [{ key: 'gpu', operator: 'DoesNotExist' }, { key: 'zone', operator: 'In', values: ['y'] }] }]);
+  assert.equal((none as { message: string }).message, "0/3 nodes are available: 3 node(s) didn't match Pod's node affinity/selector.");
+});
