@@ -118,17 +118,20 @@ export class Informers {
       throw err;
     }
     let listed = false;
+    let delay = 500;
     const listFn = async () => {
       const list = await this.#rest.json<{ metadata?: { resourceVersion?: string }; items?: KubernetesObject[] }>({
         method: 'GET',
         path,
       });
       listed = true;
+      delay = 500; // the server answers again: the next failure starts the back-off afresh
       return { metadata: list.metadata ?? {}, items: list.items ?? [] };
     };
     const lw = new ListWatch<KubernetesObject>(path, new Watch(this.#kc), listFn, false);
     this.#watches.set(name, lw);
     const dispatch = (verb: 'add' | 'update' | 'delete') => (obj: KubernetesObject) => {
+      delay = 500;
       for (const h of this.#handlers.get(name) ?? []) {
         try {
           h(verb, obj);
@@ -140,7 +143,6 @@ export class Informers {
     lw.on('add', dispatch('add'));
     lw.on('update', dispatch('update'));
     lw.on('delete', dispatch('delete'));
-    let delay = 500;
     lw.on('error', (err) => {
       if (this.#stopped) return;
       this.#log.warn({ resource: name, err: errorMessage(err), retryInMs: delay }, 'watch failed; listing again');
@@ -151,9 +153,6 @@ export class Informers {
       t.unref();
       this.#retry.set(name, t);
       delay = Math.min(delay * 2, 30_000);
-    });
-    lw.on('connect', () => {
-      delay = 500;
     });
     await lw.start();
     if (!listed) {
