@@ -316,6 +316,11 @@ test('kubectl works against the API server', { timeout: 240_000 }, async (t) => 
     r = await api.kubectl(['create', '-f', file(api, 'unknown.yaml', 'apiVersion: v1\nkind: Pod\nmetadata: {name: bad}\nspex: {}\nspec: {containers: [{name: c, image: x}]}\n')]);
     assert.equal(r.code, 1);
     assert.match(r.stderr, /Error from server \(BadRequest\).*unknown field "spex"/);
+    r = await api.kubectl(['create', '-f', file(api, 'typo.yaml', 'apiVersion: v1\nkind: Pod\nmetadata: {name: typo}\nspec: {containers: [{name: c, imge: x}]}\n')]);
+    assert.equal(r.code, 1);
+    assert.match(r.stderr, /Error from server \(BadRequest\).*Pod in version "v1" cannot be handled as a Pod: strict decoding error: unknown field "spec\.containers\[0\]\.imge"/);
+    r = await api.kubectl(['create', '--validate=false', '-f', file(api, 'typo2.yaml', 'apiVersion: v1\nkind: Pod\nmetadata: {name: typo}\nspec: {containers: [{name: c, image: x, imge: x}]}\n')]);
+    assert.equal(r.code, 0, `--validate=false sends fieldValidation=Ignore: ${r.stderr}`);
     r = await api.kubectl(['get', 'ckpt', 'nope']);
     assert.match(r.stderr, /Error from server \(NotFound\): checkpoints\.kube32\.io "nope" not found/);
   });

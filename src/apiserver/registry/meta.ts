@@ -6,6 +6,7 @@
 import { randomBytes } from 'node:crypto';
 import { ApiError, badRequest, type StatusCause } from '../errors.ts';
 import type { KubeObject } from '../storage/index.ts';
+import { SPEC_SCHEMAS, unknownFields } from './schema.ts';
 import { type ResourceDef, apiVersionOf } from './types.ts';
 
 /** ObjectMeta fields a client may send. */
@@ -66,9 +67,11 @@ export function checkBodyShape(def: ResourceDef, body: unknown, mode: FieldValid
   const allowed = new Set(['apiVersion', 'kind', 'metadata', ...def.fields]);
   for (const k of Object.keys(obj)) if (!allowed.has(k)) unknown.push(`unknown field "${k}"`);
   for (const k of Object.keys((obj.metadata ?? {}) as object)) if (!OBJECT_META_FIELDS.has(k)) unknown.push(`unknown field "metadata.${k}"`);
+  const spec = SPEC_SCHEMAS[`${def.group}/${expectKind}`];
+  if (spec && obj.spec !== undefined) for (const f of unknownFields(obj.spec, spec, 'spec')) unknown.push(`unknown field "${f}"`);
   if (unknown.length === 0) return [];
   if (mode === 'Strict') {
-    throw new ApiError('BadRequest', `strict decoding error: ${unknown.join(', ')}`);
+    throw new ApiError('BadRequest', `${expectKind} in version "${def.version}" cannot be handled as a ${expectKind}: strict decoding error: ${unknown.join(', ')}`);
   }
   return unknown;
 }
