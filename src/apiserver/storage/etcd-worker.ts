@@ -8,6 +8,7 @@
  * Wire of the request port: `{ id, req }` in, `{ id, ok: true, value } | { id, ok: false, error }`
  * out, then `Atomics.add(signal, 0, 1)` + `Atomics.notify`. Wire of the event port: `WatchBatch`.
  */
+import type { Duplex } from 'node:stream';
 import { type MessagePort, workerData } from 'node:worker_threads';
 import { Etcd3, type IKeyValue, type IRequestOp, type IWatchResponse, type ICompare } from 'etcd3';
 
@@ -114,7 +115,7 @@ function startWorker(data: EtcdWorkerData): void {
   });
   let closed = false;
   let nextFrom = 0;
-  let stream: ReturnType<Etcd3['watchClient']['watch']> extends Promise<infer S> ? S : never;
+  let stream: Duplex | undefined;
   let compactTimer: NodeJS.Timeout | undefined;
 
   const range = async (key: string, end?: string, revision?: number, limit?: number) =>
@@ -259,7 +260,7 @@ function startWorker(data: EtcdWorkerData): void {
    */
   async function openWatch(from: number): Promise<number> {
     for (;;) {
-      const s = await client.watchClient.watch();
+      const s = (await client.watchClient.watch()) as unknown as Duplex;
       const created = await new Promise<IWatchResponse>((resolve, reject) => {
         s.once('data', resolve);
         s.once('error', reject);

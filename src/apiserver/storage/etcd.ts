@@ -1,0 +1,482 @@
+/**
+ * `EtcdStorage`: the object store on etcd v3, for several API servers on one cluster (ARCHITECTURE.md
+ * "Storage"; issue 11). Same synchronous `Storage` interface as SQLite: the etcd client runs in a
+ * worker thread (`etcd-worker.ts`) and each call waits for its answer with `Atomics.wait` on a
+ * SharedArrayBuffer, bounded by `requestTimeoutMs`.
+ *
+ * Layout as in Kubernetes: `/registry/<resource>/<namespace>/<name>` (cluster-scoped:
+ * `/registry/<resource>/<name>`), values the object's JSON. `resourceVersion` is etcd's revision:
+ * the key's mod revision, spliced into the value when read (the stored value's own is not used).
+ *
+ * Writes are etcd transactions. `transaction(fn)` runs `fn` as software transactional memory: reads
+ * go to etcd (linearizable) and record each key's mod revision, writes are buffered, and the commit
+ * is one etcd txn that compares every mod revision read (and, for lists read, that no key of the
+ * range changed) before it writes. When another writer got there first the commit fails and `fn`
+ * runs again on fresh reads (at most `maxAttempts` times, then Conflict): the optimistic
+ * concurrency of kube-apiserver's GuaranteedUpdate, for whole transactions. Every write of one
+ * transaction gets the same resourceVersion, the commit's revision: the objects that writes inside
+ * the transaction answered carry a guess until the commit and the real revision after it.
+ *
+ * Watch: one etcd watch on `/registry/` from a revision feeds a window of recent events in this
+ * thread (the watch cache); a watch from a resourceVersion replays the window, then goes live, and
+ * one older than the window (or than etcd's compaction when the window was filled) is 410 Expired.
+ * Events reach watchers asynchronously, in revision order, whichever API server wrote them; a put
+ * that changes a key's uid (a pod replaced in one transaction) is DELETED then ADDED.
+ */
+import { MessageChannel, type MessagePort, receiveMessageOnPort, Worker } from 'node:worker_threads';
+import { isDeepStrictEqual } from 'node:util';
+import { type Cond, type EtcdRequest, type EtcdWorkerData, prefixEnd, REGISTRY_PREFIX, type Row, type WatchBatch, type WireEvent, type Write } from './etcd-worker.ts';
+import { type KubeObject, type ObjectKey, type Preconditions, type Storage, StorageError, type StorageEvent, type WatchHandle } from './interface.ts';
+
+/** Options of `EtcdStorage`. */
+export interface EtcdStorageOptions {
+  /** etcd client URLs, e.g. `['http://127.0.0.1:2379']`. */
+  endpoints: string[];
+  /** Events kept in memory for watch resumption. @default 50000 */
+  watchWindow?: number;
+  /** Revisions of etcd history replayed into the window at start (so that a watch from a recent resourceVersion of another API server resumes). @default 5000 */
+  replayRevisions?: number;
+  /** Bound of one synchronous call (the etcd call and the thread hand-off), ms. @default 10000 */
+  requestTimeoutMs?: number;
+  /** Interval of compaction (kube-apiserver's `--etcd-compaction-interval`), ms; 0 disables it. @default 300000 */
+  compactionIntervalMs?: number;
+  /** Commits tried by one transaction before it answers Conflict. @default 16 */
+  maxAttempts?: number;
+}
+
+/** An etcd call that failed or did not answer in time (not a Kubernetes status: the registry answers 500). */
+export class EtcdError extends Error {
+  readonly op: string;
+  constructor(op: string, message: string, options?: { cause?: unknown }) {
+    super(`etcd ${op}: ${message}`, options);
+    this.name = 'EtcdError';
+    this.op = op;
+  }
+}
+
+/** A commit lost to another writer: the transaction runs again. */
+class CommitConflict extends Error {}
+
+interface Pending {
+  /** Buffered writes by etcd key; the last one of a key wins (etcd allows one write per key per txn). */
+  writes: Map<string, { object: KubeObject; json: string } | { deleted: KubeObject }>;
+  /** Mod revision read for each key (0: absent). */
+  reads: Map<string, number>;
+  /** Prefixes listed, with the revision of the list. */
+  ranges: { prefix: string; rev: number }[];
+  /** Objects answered by writes: their resourceVersion becomes the commit's revision. */
+  answered: KubeObject[];
+  /** The latest revision seen; the guess of the commit's is one more. */
+  rev: number;
+}
+
+interface Watcher {
+  resource: string;
+  sinceRv: number;
+  listener: (e: StorageEvent) => void;
+}
+
+const DEFAULTS = { watchWindow: 50_000, replayRevisions: 5000, requestTimeoutMs: 10_000, compactionIntervalMs: 300_000, maxAttempts: 16 };
+
+/** The etcd key of an object. */
+export function etcdKey(key: ObjectKey): string {
+  return key.namespace ? `${REGISTRY_PREFIX}${key.resource}/${key.namespace}/${key.name}` : `${REGISTRY_PREFIX}${key.resource}/${key.name}`;
+}
+
+function prefixOf(resource: string, namespace: string | undefined): string {
+  return namespace === undefined ? `${REGISTRY_PREFIX}${resource}/` : `${REGISTRY_PREFIX}${resource}/${namespace}/`;
+}
+
+/** Resource, namespace and name of an etcd key, or undefined for keys that are not objects. */
+function parseKey(k: string): ObjectKey | undefined {
+  const parts = k.slice(REGISTRY_PREFIX.length).split('/');
+  if (parts.length === 2) return { resource: parts[0]!, namespace: '', name: parts[1]! };
+  if (parts.length === 3) return { resource: parts[0]!, namespace: parts[1]!, name: parts[2]! };
+  return undefined;
+}
+
+/** The value written for `obj`: its resourceVersion first and empty, so that reads splice it in without parsing. */
+function encode(obj: KubeObject): string {
+  const { metadata, ...rest } = obj;
+  const { resourceVersion: _rv, ...meta } = metadata;
+  return JSON.stringify({ metadata: { resourceVersion: '', ...meta }, ...rest });
+}
+
+function withRv(obj: KubeObject, rv: number): KubeObject {
+  return { ...obj, metadata: { ...obj.metadata, resourceVersion: String(rv) } };
+}
+
+function checkPreconditions(current: KubeObject, pre: Preconditions | undefined): void {
+  if (!pre) return;
+  if (pre.uid !== undefined && pre.uid !== current.metadata.uid) {
+    throw new StorageError('Conflict', `Precondition failed: UID in precondition: ${pre.uid}, UID in object meta: ${current.metadata.uid}`);
+  }
+  if (pre.resourceVersion !== undefined && pre.resourceVersion !== current.metadata.resourceVersion) {
+    throw new StorageError('Conflict', 'the object has been modified; please apply your changes to the latest version and try again');
+  }
+}
+
+/** Objects in etcd. */
+export class EtcdStorage implements Storage {
+  private readonly worker: Worker;
+  private readonly signal: Int32Array;
+  private readonly requests: MessagePort;
+  private readonly events: MessagePort;
+  private readonly opts: Required<EtcdStorageOptions>;
+  private nextId = 1;
+  private closed = false;
+  private txn: Pending | undefined;
+  private readonly window: StorageEvent[] = [];
+  private windowStart = 0;
+  /** Events with rv <= this are not in the window. */
+  private droppedUpTo: number;
+  /** The revision of the latest event delivered. */
+  private deliveredUpTo: number;
+  private readonly watchers = new Set<Watcher>();
+
+  /**
+   * Starts the worker, connects to etcd and opens the watch (synchronously).
+   * @throws RangeError for bad options; EtcdError when etcd does not answer within `requestTimeoutMs`
+   */
+  constructor(options: EtcdStorageOptions) {
+    const opts = { ...DEFAULTS, ...options };
+    if (!Array.isArray(opts.endpoints) || opts.endpoints.length === 0) throw new RangeError('EtcdStorage: endpoints must list at least one etcd URL');
+    for (const e of opts.endpoints) {
+      if (!/^https?:\/\/[^/\s]+\/?$/.test(e)) throw new RangeError(`EtcdStorage: endpoint must be a URL like http://127.0.0.1:2379: current value is ${JSON.stringify(e)}`);
+    }
+    for (const k of ['watchWindow', 'requestTimeoutMs', 'maxAttempts'] as const) {
+      if (!Number.isInteger(opts[k]) || opts[k] < 1) throw new RangeError(`EtcdStorage: ${k} must be a positive integer: current value is ${opts[k]}`);
+    }
+    for (const k of ['replayRevisions', 'compactionIntervalMs'] as const) {
+      if (!Number.isInteger(opts[k]) || opts[k] < 0) throw new RangeError(`EtcdStorage: ${k} must be a non-negative integer: current value is ${opts[k]}`);
+    }
+    this.opts = opts;
+    const sab = new SharedArrayBuffer(4);
+    this.signal = new Int32Array(sab);
+    const req = new MessageChannel();
+    const ev = new MessageChannel();
+    this.requests = req.port1;
+    this.events = ev.port1;
+    const data: EtcdWorkerData = {
+      endpoints: opts.endpoints.map((e) => e.replace(/\/$/, '')),
+      signal: sab,
+      requests: req.port2,
+      events: ev.port2,
+      replayRevisions: opts.replayRevisions,
+      compactionIntervalMs: opts.compactionIntervalMs,
+      callTimeoutMs: opts.requestTimeoutMs,
+    };
+    const file = import.meta.url.endsWith('.ts') ? './etcd-worker.ts' : './etcd-worker.js';
+    this.worker = new Worker(new URL(file, import.meta.url), { workerData: data, transferList: [req.port2, ev.port2] });
+    this.worker.unref();
+    this.events.on('message', (m: WatchBatch) => this.onBatch(m));
+    this.events.unref();
+    try {
+      // The worker loads the client first: the first call gets more time.
+      const init = this.call<{ rev: number; droppedUpTo: number }>({ op: 'init' }, opts.requestTimeoutMs + 5000);
+      this.droppedUpTo = init.droppedUpTo;
+      this.deliveredUpTo = init.droppedUpTo;
+    } catch (err: unknown) {
+      void this.worker.terminate();
+      throw err;
+    }
+  }
+
+  /** One synchronous round trip to the worker. */
+  private call<T>(req: EtcdRequest, timeoutMs = this.opts.requestTimeoutMs): T {
+    if (this.closed) throw new EtcdError(req.op, 'the storage is closed');
+    const id = this.nextId++;
+    const deadline = Date.now() + timeoutMs;
+    this.requests.postMessage({ id, req });
+    for (;;) {
+      const seen = Atomics.load(this.signal, 0);
+      const got = receiveMessageOnPort(this.requests);
+      if (got) {
+        const reply = got.message as { id: number; ok: boolean; value?: unknown; error?: string };
+        if (reply.id !== id) continue; // the late answer of a call that timed out
+        if (!reply.ok) throw new EtcdError(req.op, reply.error ?? 'failed');
+        return reply.value as T;
+      }
+      const left = deadline - Date.now();
+      if (left <= 0) throw new EtcdError(req.op, `no answer within ${timeoutMs} ms (endpoints ${this.opts.endpoints.join(',')})`);
+      Atomics.wait(this.signal, 0, seen, left);
+    }
+  }
+
+  // ---- reads ----
+
+  private readRow(k: string): { row: Row | undefined; rev: number } {
+    return this.call<{ row: Row | undefined; rev: number }>({ op: 'get', key: k });
+  }
+
+  get(key: ObjectKey): KubeObject | undefined {
+    const s = this.getRaw(key);
+    return s === undefined ? undefined : (JSON.parse(s) as KubeObject);
+  }
+
+  getRaw(key: ObjectKey): string | undefined {
+    const k = etcdKey(key);
+    const t = this.txn;
+    if (t) {
+      const w = t.writes.get(k);
+      if (w) return 'deleted' in w ? undefined : JSON.stringify(w.object);
+    }
+    const { row, rev } = this.readRow(k);
+    if (t) {
+      if (!t.reads.has(k)) t.reads.set(k, row?.mod ?? 0);
+      t.rev = Math.max(t.rev, rev);
+    }
+    return row?.value;
+  }
+
+  listRaw(resource: string, namespace?: string): { rows: string[]; resourceVersion: number } {
+    const prefix = prefixOf(resource, namespace);
+    const { rows, rev } = this.call<{ rows: Row[]; rev: number }>({ op: 'range', prefix });
+    const t = this.txn;
+    if (!t) return { rows: sortRows(rows).map((r) => r.value), resourceVersion: rev };
+    t.ranges.push({ prefix, rev });
+    t.rev = Math.max(t.rev, rev);
+    const byKey = new Map(rows.map((r) => [r.key, r.value]));
+    for (const [k, w] of t.writes) {
+      if (!k.startsWith(prefix)) continue;
+      if ('deleted' in w) byKey.delete(k);
+      else byKey.set(k, JSON.stringify(w.object));
+    }
+    const merged = sortRows([...byKey].map(([key, value]) => ({ key, value, mod: 0 })));
+    return { rows: merged.map((r) => r.value), resourceVersion: rev };
+  }
+
+  list(resource: string, namespace?: string): { items: KubeObject[]; resourceVersion: number } {
+    const { rows, resourceVersion } = this.listRaw(resource, namespace);
+    return { items: rows.map((s) => JSON.parse(s) as KubeObject), resourceVersion };
+  }
+
+  /** etcd's current revision (linearizable). */
+  currentResourceVersion(): number {
+    return this.call<number>({ op: 'rev' });
+  }
+
+  // ---- writes ----
+
+  transaction<T>(fn: () => T): T {
+    if (this.txn) {
+      // Nested: a savepoint of the buffer.
+      const t = this.txn;
+      const writes = new Map(t.writes);
+      const answered = t.answered.length;
+      try {
+        return fn();
+      } catch (err: unknown) {
+        t.writes = writes;
+        t.answered.length = answered;
+        throw err;
+      }
+    }
+    for (let attempt = 1; ; attempt++) {
+      const t: Pending = { writes: new Map(), reads: new Map(), ranges: [], answered: [], rev: 0 };
+      this.txn = t;
+      let result: T;
+      try {
+        result = fn();
+      } finally {
+        this.txn = undefined;
+      }
+      try {
+        this.commit(t);
+        return result;
+      } catch (err: unknown) {
+        if (!(err instanceof CommitConflict)) throw err;
+        if (attempt >= this.opts.maxAttempts) {
+          throw new StorageError('Conflict', `the transaction lost to other writers ${attempt} times; please try again`);
+        }
+      }
+    }
+  }
+
+  private commit(t: Pending): void {
+    if (t.writes.size === 0) return;
+    const conds: Cond[] = [...t.reads].map(([key, mod]) => ({ key, cmp: 'eq' as const, mod }));
+    for (const r of t.ranges) conds.push({ key: r.prefix, end: prefixEnd(r.prefix), cmp: 'lt', mod: r.rev + 1 });
+    const writes: Write[] = [...t.writes].map(([key, w]) => ('deleted' in w ? { key, del: true as const } : { key, put: w.json }));
+    const { ok, rev } = this.call<{ ok: boolean; rev: number }>({ op: 'commit', conds, writes });
+    if (!ok) throw new CommitConflict();
+    for (const o of t.answered) o.metadata.resourceVersion = String(rev);
+  }
+
+  /** Runs `fn` in a transaction (the current one, or a new one committed at its end). */
+  private inTxn<T>(fn: (t: Pending) => T): T {
+    return this.transaction(() => fn(this.txn!));
+  }
+
+  private put(t: Pending, key: ObjectKey, obj: KubeObject): KubeObject {
+    const answered = withRv(obj, t.rev + 1);
+    t.writes.set(etcdKey(key), { object: answered, json: encode(obj) });
+    t.answered.push(answered);
+    return answered;
+  }
+
+  create(key: ObjectKey, obj: KubeObject): KubeObject {
+    return this.inTxn((t) => {
+      if (this.getRaw(key) !== undefined) throw new StorageError('AlreadyExists', `${key.resource} "${key.name}" already exists`);
+      return this.put(t, key, obj);
+    });
+  }
+
+  update(key: ObjectKey, obj: KubeObject, pre?: Preconditions): KubeObject {
+    return this.inTxn((t) => {
+      const current = this.get(key);
+      if (!current) throw new StorageError('NotFound', `${key.resource} "${key.name}" not found`);
+      checkPreconditions(current, pre);
+      return this.write(t, key, current, obj);
+    });
+  }
+
+  guaranteedUpdate(key: ObjectKey, tryUpdate: (current: KubeObject) => KubeObject): KubeObject {
+    return this.inTxn((t) => {
+      const current = this.get(key);
+      if (!current) throw new StorageError('NotFound', `${key.resource} "${key.name}" not found`);
+      return this.write(t, key, current, tryUpdate(structuredClone(current)));
+    });
+  }
+
+  delete(key: ObjectKey, pre?: Preconditions): KubeObject {
+    return this.inTxn((t) => {
+      const current = this.get(key);
+      if (!current) throw new StorageError('NotFound', `${key.resource} "${key.name}" not found`);
+      checkPreconditions(current, pre);
+      const gone = withRv(current, t.rev + 1);
+      t.writes.set(etcdKey(key), { deleted: gone });
+      t.answered.push(gone);
+      return gone;
+    });
+  }
+
+  private write(t: Pending, key: ObjectKey, current: KubeObject, next: KubeObject): KubeObject {
+    if (isDeepStrictEqual(withRv(next, Number(current.metadata.resourceVersion)), current)) return current;
+    return this.put(t, key, next);
+  }
+
+  // ---- watch ----
+
+  watch(resource: string, sinceRv: number, listener: (e: StorageEvent) => void): WatchHandle {
+    if (sinceRv < this.droppedUpTo) {
+      throw new StorageError('Expired', `too old resource version: ${sinceRv} (${this.droppedUpTo + 1})`);
+    }
+    for (let i = this.firstIndexAfter(sinceRv); i < this.window.length; i++) {
+      const e = this.window[i]!;
+      if (resource === '*' || e.resource === resource) listener(e);
+    }
+    const w: Watcher = { resource, sinceRv, listener };
+    this.watchers.add(w);
+    return { stop: () => this.watchers.delete(w) };
+  }
+
+  private firstIndexAfter(rv: number): number {
+    let lo = this.windowStart;
+    let hi = this.window.length;
+    while (lo < hi) {
+      const mid = (lo + hi) >>> 1;
+      if (this.window[mid]!.rv <= rv) lo = mid + 1;
+      else hi = mid;
+    }
+    return lo;
+  }
+
+  private onBatch(m: WatchBatch): void {
+    if ('events' in m) {
+      for (const e of m.events) for (const se of toStorageEvents(e)) this.publish(se);
+    } else if ('gap' in m) {
+      // Events were compacted away while the watch was disconnected: no watch can resume before the gap.
+      this.droppedUpTo = Math.max(this.droppedUpTo, m.gap);
+      process.emitWarning(m.message, 'EtcdWatchGap');
+    }
+  }
+
+  private publish(e: StorageEvent): void {
+    this.window.push(e);
+    this.deliveredUpTo = e.rv;
+    if (this.window.length - this.windowStart > this.opts.watchWindow) {
+      this.droppedUpTo = this.window[this.windowStart]!.rv;
+      this.windowStart++;
+      if (this.windowStart > 4096 && this.windowStart * 2 > this.window.length) {
+        this.window.splice(0, this.windowStart);
+        this.windowStart = 0;
+      }
+    }
+    for (const w of [...this.watchers]) {
+      if (e.rv <= w.sinceRv || (w.resource !== '*' && w.resource !== e.resource)) continue;
+      try {
+        w.listener(e);
+      } catch {
+        // A watcher's failure is the watcher's: it never stops delivery to others.
+      }
+    }
+  }
+
+  /** The revision of the latest event this API server has delivered to its watchers. */
+  watchedResourceVersion(): number {
+    return this.deliveredUpTo;
+  }
+
+  // ---- blobs ----
+
+  /** Stores `bytes` under `/blobs/<sha256>` in 1 MiB chunks, at once (not part of an enclosing transaction). */
+  putBlob(sha256: string, bytes: Uint8Array): void {
+    if (!/^[0-9A-Za-z]+$/.test(sha256)) throw new RangeError(`putBlob: sha256 must be a hex digest: current value is ${JSON.stringify(sha256)}`);
+    this.call<void>({ op: 'putBlob', sha256, bytes });
+  }
+
+  getBlob(sha256: string): Uint8Array | undefined {
+    if (!/^[0-9A-Za-z]+$/.test(sha256)) return undefined;
+    return this.call<Uint8Array | undefined>({ op: 'getBlob', sha256 });
+  }
+
+  /** Compacts etcd's history up to `revision` (what the schedule does; for operators and tests). */
+  compact(revision: number): void {
+    this.call<void>({ op: 'compact', revision });
+  }
+
+  close(): void {
+    if (this.closed) return;
+    try {
+      this.call<void>({ op: 'close' }, 2000);
+    } catch {
+      // closing anyway
+    }
+    this.closed = true;
+    this.watchers.clear();
+    this.events.close();
+    this.requests.close();
+    void this.worker.terminate();
+  }
+}
+
+/** Rows in `(namespace, name)` order, as the interface promises (etcd's byte order differs around `-`). */
+function sortRows(rows: Row[]): Row[] {
+  const keyed = rows.map((r) => {
+    const k = parseKey(r.key);
+    return { r, ns: k?.namespace ?? '', name: k?.name ?? r.key };
+  });
+  keyed.sort((a, b) => (a.ns < b.ns ? -1 : a.ns > b.ns ? 1 : a.name < b.name ? -1 : a.name > b.name ? 1 : 0));
+  return keyed.map((k) => k.r);
+}
+
+/** The Storage events of one etcd event. */
+function toStorageEvents(e: WireEvent): StorageEvent[] {
+  const key = parseKey(e.key);
+  if (!key) return [];
+  const previous = e.prev === undefined ? undefined : (JSON.parse(e.prev) as KubeObject);
+  if (e.value === undefined) {
+    const object = previous ? withRv(previous, e.rev) : { metadata: { name: key.name, namespace: key.namespace || undefined, resourceVersion: String(e.rev) } };
+    return [{ type: 'DELETED', ...key, rv: e.rev, object, previous }];
+  }
+  const object = JSON.parse(e.value) as KubeObject;
+  if (e.created || !previous) return [{ type: 'ADDED', ...key, rv: e.rev, object }];
+  if (previous.metadata.uid !== undefined && previous.metadata.uid !== object.metadata.uid) {
+    return [
+      { type: 'DELETED', ...key, rv: e.rev, object: withRv(previous, e.rev), previous },
+      { type: 'ADDED', ...key, rv: e.rev, object },
+    ];
+  }
+  return [{ type: 'MODIFIED', ...key, rv: e.rev, object, previous }];
+}

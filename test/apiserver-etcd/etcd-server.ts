@@ -1,0 +1,76 @@
+/**
+ * A real etcd (Debian's `etcd-server`) for tests: loopback, free ports, a temp data dir, killed and
+ * removed in `t.after`. Ready when its `/health` answers `{"health":"true"}`.
+ */
+import { type ChildProcess, spawn } from 'node:child_process';
+import { mkdtempSync, rmSync } from 'node:fs';
+import { createServer } from 'node:net';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import type { TestContext } from 'node:test';
+
+/** A running etcd. */
+export interface TestEtcd {
+  /** Client URL, e.g. `http://127.0.0.1:40123`. */
+  url: string;
+  dir: string;
+  proc: ChildProcess;
+}
+
+async function freePort(): Promise<number> {
+  return new Promise((resolve, reject) => {
+    const s = createServer();
+    s.once('error', reject);
+    s.listen(0, '127.0.0.1', () => {
+      const port = (s.address() as { port: number }).port;
+      s.close(() => resolve(port));
+    });
+  });
+}
+
+/**
+ * Starts etcd and waits (at most 20 s) for it to be healthy.
+ * @throws Error when it exits or is not healthy in time (with its last output)
+ */
+export async function startEtcd(t: TestContext, extraArgs: string[] = []): Promise<TestEtcd> {
+  const dir = mkdtempSync(join(tmpdir(), 'kube32-etcd-'));
+  const [client, peer] = [await freePort(), await freePort()];
+  const url = `http://127.0.0.1:${client}`;
+  const peerUrl = `http://127.0.0.1:${peer}`;
+  const proc = spawn(
+    'etcd',
+    [
+      '--name', 'test', '--data-dir', join(dir, 'data'),
+      '--listen-client-urls', url, '--advertise-client-urls', url,
+      '--listen-peer-urls', peerUrl, '--initial-advertise-peer-urls', peerUrl,
+      '--initial-cluster', `test=${peerUrl}`, '--log-level', 'warn',
+      ...extraArgs,
+    ],
+    { stdio: ['ignore', 'ignore', 'pipe'] },
+  );
+  let output = '';
+  proc.stderr?.on('data', (b: Buffer) => {
+    output = (output + b.toString()).slice(-4000);
+  });
+  t.after(async () => {
+    if (proc.exitCode === null && proc.signalCode === null) {
+      const exited = new Promise((r) => proc.once('exit', r));
+      proc.kill('SIGKILL');
+      await exited;
+    }
+    rmSync(dir, { recursive: true, force: true });
+  });
+  const deadline = Date.now() + 20_000;
+  for (;;) {
+    if (proc.exitCode !== null) throw new Error(`etcd exited (${proc.exitCode}): ${output}`);
+    try {
+      const r = await fetch(`${url}/health`, { signal: AbortSignal.timeout(1000) });
+      const body = (await r.json()) as { health?: string };
+      if (body.health === 'true') return { url, dir, proc };
+    } catch {
+      // not up yet
+    }
+    if (Date.now() > deadline) throw new Error(`etcd not healthy within 20 s: ${output}`);
+    await new Promise((r) => setTimeout(r, 50));
+  }
+}
