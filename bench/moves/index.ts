@@ -51,6 +51,21 @@ const children: ReturnType<typeof spawn>[] = [];
 const log = pino({ level: process.env.LOG_LEVEL ?? 'error' }, pino.destination({ dest: 2, sync: true }));
 const controllers = await startControllers({ kubeConfig: api.kubeConfig, log });
 const rest = new KubeRest(api.kubeConfig);
+let cleaned = false;
+const cleanup = async () => {
+  if (cleaned) return;
+  cleaned = true;
+  await controllers.stop();
+  rest.close();
+  for (const c of children) c.kill('SIGKILL');
+  await api.stop();
+  rmSync(tmp, { recursive: true, force: true });
+};
+for (const sig of ['SIGINT', 'SIGTERM'] as const) {
+  process.once(sig, () => {
+    void cleanup().then(() => process.exit(130));
+  });
+}
 try {
   const wat = readFileSync(join(ROOT, 'test/kubelet/fixtures/counter.wat'), 'utf8');
   const build = (name: string, pages: number): Buffer => {
@@ -143,9 +158,5 @@ try {
   }
   console.log('(seed, between ESP32 boards: 3.2 s Cardputer to devkit, 7.5 s devkit to Cardputer; targets: 32 KB p50 < 100 ms, p50/bare < 3)');
 } finally {
-  await controllers.stop();
-  rest.close();
-  for (const c of children) c.kill('SIGKILL');
-  await api.stop();
-  rmSync(tmp, { recursive: true, force: true });
+  await cleanup();
 }
