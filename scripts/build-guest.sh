@@ -23,13 +23,13 @@ kernel=${FEOS_GUEST_KERNEL:-$(ls -1 /boot/vmlinuz-* 2>/dev/null | sort -V | tail
 [ -n "$kernel" ] && [ -r "$kernel" ] || { echo "build-guest: no readable /boot/vmlinuz-* (install linux-image-amd64; run as root)" >&2; exit 1; }
 kver=${kernel##*/vmlinuz-}
 [ -d "/lib/modules/$kver" ] || { echo "build-guest: /lib/modules/$kver missing" >&2; exit 1; }
-for tool in busybox cpio zstd qemu-img mkfs.ext4 modinfo strip clang; do
+for tool in busybox cpio zstd qemu-img mkfs.ext4 modinfo strip clang crun; do
   command -v "$tool" >/dev/null || { echo "build-guest: $tool not found (see scripts/setup.sh)" >&2; exit 1; }
 done
 [ -f "$repo/src/feos/gen/feos/guest/v1/guest_pb.js" ] || bash "$repo/scripts/build-proto.sh"
 
 # The modules the guest loads, each after what it depends on.
-want=(virtio_ring virtio virtio_mmio virtio_console virtio_balloon virtio_blk virtio_net crc32c_generic ext4)
+want=(virtio_ring virtio virtio_mmio virtio_console virtio_balloon virtio_blk virtio_net crc32c_generic ext4 overlay)
 order=()
 add_module() {
   local m=$1 d
@@ -41,7 +41,7 @@ for m in "${want[@]}"; do add_module "$m"; done
 
 agent_files=$(cd "$repo" && ls src/feos/guest/*.ts | grep -v '\.test\.ts$')
 hash=$( {
-  echo "$kver"; sha256sum "$kernel" "$node_bin" "$(command -v busybox)" "$0"
+  echo "$kver"; sha256sum "$kernel" "$node_bin" "$(command -v busybox)" "$(command -v crun)" "$0"
   (cd "$repo" && sha256sum $agent_files src/feos/guest/feos-clock.c src/feos/gen/feos/guest/v1/guest_pb.js node_modules/@bufbuild/protobuf/package.json)
   echo "${order[*]}"
 } | sha256sum | cut -c1-8)
@@ -64,6 +64,11 @@ cp "$(command -v busybox)" "$root/bin/busybox"
 clang -static -O2 -o "$root/usr/bin/feos-clock" "$repo/src/feos/guest/feos-clock.c"
 strip -o "$sys/bin/node" "$node_bin"
 for lib in $(ldd "$node_bin" | awk '/=>/ {print $3} /ld-linux/ {print $1}'); do
+  [ -f "$lib" ] && cp -L "$lib" "$root/$lib"
+done
+# crun (Debian's) runs the containers: in the initramfs with its shared libraries.
+cp "$(command -v crun)" "$root/usr/bin/crun"
+for lib in $(ldd "$(command -v crun)" | awk '/=>/ {print $3} /ld-linux/ {print $1}'); do
   [ -f "$lib" ] && cp -L "$lib" "$root/$lib"
 done
 for m in "${order[@]}"; do

@@ -46,6 +46,8 @@ export interface FeosdOptions {
    * services, and the pods' network as the pod layer's provider.
    */
   networkFlags?: NetworkFlags;
+  /** Registries on the node (`host:port`) that pods without a network reach (`--registry-forward`). */
+  registryForwards?: string[];
   log?: Logger;
 }
 
@@ -143,6 +145,7 @@ export async function startFeosd(opts: FeosdOptions, signal?: AbortSignal): Prom
     clockMaxRttMs: o.clockMaxRttMs,
     // TCG runs the guest about ten times slower than KVM, and Node's start in the guest with it.
     guestAttachMs: o.guestAttachMs ?? (accelerator === 'kvm' ? 60_000 : 180_000),
+    registryForwards: o.registryForwards,
   });
   await pods.init();
 
@@ -155,10 +158,11 @@ export async function startFeosd(opts: FeosdOptions, signal?: AbortSignal): Prom
     server,
     PodServiceDesc,
     {
-      createPod: async (req) => ({ pod: await pods.act(req.id, { kind: 'create', spec: req.spec! }) }),
+      // The pull token goes to the pod layer's memory only (seed "Pull tokens").
+      createPod: async (req) => ({ pod: await pods.act(req.id, { kind: 'create', spec: req.spec!, pullToken: req.pullToken }) }),
       getPod: async (req) => ({ pod: await pods.getWithGuest(req.id) }),
       listPods: async () => ({ pods: pods.list() }),
-      startPod: async (req) => ({ pod: await pods.act(req.id, { kind: 'start' }) }),
+      startPod: async (req) => ({ pod: await pods.act(req.id, { kind: 'start', pullToken: req.pullToken }) }),
       stopPod: async (req) => ({ pod: await pods.act(req.id, { kind: 'stop' }) }),
       deletePod: async (req) => {
         await pods.act(req.id, { kind: 'delete' });

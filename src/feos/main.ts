@@ -40,6 +40,7 @@ export async function main(argv: string[]): Promise<void> {
     .option('--deny-prefix <prefix>', 'what no pod reaches (repeatable)', (v: string, prev: string[] = []) => [...prev, v])
     .option('--stop-grace <seconds>', 'how long a stop may take; the calls in flight get a tenth of it, 30 s at most', positive('--stop-grace'), 300)
     .option('--guest-attach-timeout <seconds>', "how long a boot's guest has to attach (default 60, 180 under TCG)", positive('--guest-attach-timeout'))
+    .option('--registry-forward <host:port>', 'a registry on the node that pods without a network reach (repeatable)', (v: string, prev: string[] = []) => [...prev, v])
     .allowExcessArguments(false);
   program.parse(argv);
   const opts = program.opts<{
@@ -60,6 +61,7 @@ export async function main(argv: string[]): Promise<void> {
     otlpAddress?: string;
     dnsUpstream?: string[];
     denyPrefix?: string[];
+    registryForward?: string[];
   }>();
   const log = createLogger('feosd');
   const ac = new AbortController();
@@ -95,6 +97,7 @@ export async function main(argv: string[]): Promise<void> {
           dnsUpstreams: opts.dnsUpstream,
           denyPrefixes: opts.denyPrefix,
         },
+        registryForwards: opts.registryForward,
         log,
       },
       ac.signal,

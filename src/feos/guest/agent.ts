@@ -19,6 +19,14 @@ import {
   AdjustTimeResponseSchema,
   AgentState,
   ConfigureNetworkRequestSchema,
+  CreateContainerRequestSchema,
+  CreateContainerResponseSchema,
+  ListContainersRequestSchema,
+  ListContainersResponseSchema,
+  PullImageRequestSchema,
+  PullImageResponseSchema,
+  StartContainerRequestSchema,
+  StartContainerResponseSchema,
   ConfigureNetworkResponseSchema,
   EmptyMemoryRequestSchema,
   EmptyMemoryResponseSchema,
@@ -35,6 +43,8 @@ import {
 } from '../gen/feos/guest/v1/guest_pb.js';
 import { GuestHandshake } from './channel.ts';
 import { GrpcCode, GrpcError, serveUnary, type UnaryHandler } from './grpc-wire.ts';
+import { ImageStore, PullError, type PullOptions } from './images.ts';
+import { ContainerError, Containers } from './containers.ts';
 
 const run = promisify(execFile);
 /** The agent's version, reported by Ping. */
@@ -93,6 +103,59 @@ async function clock(cmd: 'step' | 'adjust', offsetNs: bigint): Promise<void> {
     if (e.code === 'ENOENT') throw new GrpcError(GrpcCode.UNIMPLEMENTED, `${CLOCK_HELPER} is missing`);
     throw new GrpcError(GrpcCode.INTERNAL, `clock ${cmd}: ${e.stderr?.trim() || String(err)}`);
   }
+}
+
+const DATA_DIR = process.env.FEOS_GUEST_DATA ?? '/data';
+const images = new ImageStore(`${DATA_DIR}/images`);
+const containers = new Containers(`${DATA_DIR}/containers`, images);
+
+/** The registry link's MAC address: feosd's user-mode NIC that forwards a node's registry (microvm/qemu-args.ts). */
+const REGISTRY_LINK_MAC = '52:54:00:fe:00:01';
+/** The guest's address on the registry link. */
+const REGISTRY_LINK_ADDRESS = '10.0.2.15/24';
+let registryLinkUp: Promise<void> | undefined;
+
+/** Brings the registry link up once (when the microVM has one: only then do endpoints name it). */
+function ensureRegistryLink(): Promise<void> {
+  registryLinkUp ??= (async () => {
+    const dev = fs.readdirSync('/sys/class/net').find((n) => readFileOr(`/sys/class/net/${n}/address`, '').trim() === REGISTRY_LINK_MAC);
+    if (!dev) throw new GrpcError(GrpcCode.FAILED_PRECONDITION, 'the microVM has no registry link');
+    await run('/bin/ip', ['link', 'set', dev, 'up'], { timeout: 5000 });
+    await run('/bin/ip', ['addr', 'replace', REGISTRY_LINK_ADDRESS, 'dev', dev], { timeout: 5000 });
+  })().catch((err: unknown) => {
+    registryLinkUp = undefined;
+    throw err;
+  });
+  return registryLinkUp;
+}
+
+/**
+ * The pull options of a request: the token taken out of the request at once (it is never printed, and
+ * the request no longer holds it), the endpoints checked.
+ */
+async function pullOptions(req: { pullToken: string; registryEndpoints: Record<string, string> }): Promise<PullOptions> {
+  const token = req.pullToken;
+  req.pullToken = '';
+  for (const ep of Object.values(req.registryEndpoints)) {
+    if (!/^https?:\/\/[^/]+$/.test(ep)) throw new GrpcError(GrpcCode.INVALID_ARGUMENT, `registry endpoint ${JSON.stringify(ep)}: want http(s)://host:port`);
+    if (ep.startsWith('http://10.0.2.')) await ensureRegistryLink();
+  }
+  return { token: token || undefined, endpoints: { ...req.registryEndpoints } };
+}
+
+/** The data disk must be mounted for images and containers. */
+function needData(): void {
+  if (!readFileOr('/proc/mounts', '').includes(` ${DATA_DIR} `) && !process.env.FEOS_GUEST_DATA) {
+    throw new GrpcError(GrpcCode.FAILED_PRECONDITION, `the data disk is not mounted at ${DATA_DIR}`);
+  }
+}
+
+/** A pull's or a container's error as a gRPC status (never with the token: the messages hold none). */
+function containerStatus(err: unknown): GrpcError {
+  if (err instanceof GrpcError) return err;
+  if (err instanceof PullError) return new GrpcError(GrpcCode.FAILED_PRECONDITION, `pull: ${err.message}`);
+  if (err instanceof ContainerError) return new GrpcError(GrpcCode[err.code], err.message);
+  return new GrpcError(GrpcCode.INTERNAL, err instanceof Error ? err.message : String(err));
 }
 
 const S = 'feos.guest.v1.GuestService';
@@ -177,6 +240,65 @@ const handlers = new Map<string, UnaryHandler>([
       }
       return res;
     }),
+  ],
+  [
+    `/${S}/PullImage`,
+    method(PullImageRequestSchema, PullImageResponseSchema, async (req) => {
+      try {
+        const opts = await pullOptions(req);
+        needData();
+        const { image, cached } = await images.pull(req.image, opts);
+        log(`pulled ${req.image} (${image.digest}${cached ? ', cached' : ''})`);
+        return create(PullImageResponseSchema, { manifestDigest: image.digest, sizeBytes: BigInt(image.sizeBytes), cached });
+      } catch (err: unknown) {
+        throw containerStatus(err);
+      }
+    }),
+  ],
+  [
+    `/${S}/CreateContainer`,
+    method(CreateContainerRequestSchema, CreateContainerResponseSchema, async (req) => {
+      try {
+        const opts = await pullOptions(req);
+        needData();
+        const c = req.config;
+        if (!c) throw new GrpcError(GrpcCode.INVALID_ARGUMENT, 'config: missing');
+        const res = await containers.create(
+          {
+            name: c.name,
+            image: c.image,
+            command: c.command,
+            args: c.args,
+            env: { ...c.env },
+            volumeMounts: c.volumeMounts.map((m) => ({ name: m.name, path: m.path, readOnly: m.readOnly })),
+          },
+          opts,
+        );
+        log(`container ${c.name} ${res.adopted ? 'adopted' : 'created'} (${res.imageDigest})`);
+        return create(CreateContainerResponseSchema, res);
+      } catch (err: unknown) {
+        throw containerStatus(err);
+      }
+    }),
+  ],
+  [
+    `/${S}/StartContainer`,
+    method(StartContainerRequestSchema, StartContainerResponseSchema, async (req) => {
+      try {
+        needData();
+        await containers.start(req.name);
+        log(`container ${req.name} started`);
+        return create(StartContainerResponseSchema);
+      } catch (err: unknown) {
+        throw containerStatus(err);
+      }
+    }),
+  ],
+  [
+    `/${S}/ListContainers`,
+    method(ListContainersRequestSchema, ListContainersResponseSchema, async () =>
+      create(ListContainersResponseSchema, { containers: containers.list() }),
+    ),
   ],
 ]);
 

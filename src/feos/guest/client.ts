@@ -12,6 +12,14 @@ import {
   AdjustTimeResponseSchema,
   ConfigureNetworkRequestSchema,
   ConfigureNetworkResponseSchema,
+  CreateContainerRequestSchema,
+  CreateContainerResponseSchema,
+  ListContainersRequestSchema,
+  ListContainersResponseSchema,
+  PullImageRequestSchema,
+  PullImageResponseSchema,
+  StartContainerRequestSchema,
+  StartContainerResponseSchema,
   EmptyMemoryRequestSchema,
   EmptyMemoryResponseSchema,
   GetTimeRequestSchema,
@@ -101,6 +109,10 @@ const METHODS = {
   EmptyMemory: [EmptyMemoryRequestSchema, EmptyMemoryResponseSchema],
   Shutdown: [ShutdownRequestSchema, ShutdownResponseSchema],
   MountVolumes: [MountVolumesRequestSchema, MountVolumesResponseSchema],
+  PullImage: [PullImageRequestSchema, PullImageResponseSchema],
+  CreateContainer: [CreateContainerRequestSchema, CreateContainerResponseSchema],
+  StartContainer: [StartContainerRequestSchema, StartContainerResponseSchema],
+  ListContainers: [ListContainersRequestSchema, ListContainersResponseSchema],
 } as const;
 type Methods = typeof METHODS;
 

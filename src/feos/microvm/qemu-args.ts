@@ -25,7 +25,31 @@ export interface QemuConfig {
   tap?: { name: string; mac: string };
   /** The pod's volumes' disks (qcow2), in their order: drive 1, 2, ... (serial `feos-vol-<drive>`). */
   volumes?: string[];
+  /**
+   * Registries on the node (`host:port`, such as one on its loopback) that a microVM without a network
+   * reaches through a user-mode NIC of its own (MAC REGISTRY_LINK_MAC, `restrict=on`: nothing but
+   * these forwards): the i-th at `REGISTRY_LINK_HOST:(REGISTRY_LINK_PORT + i)` in the guest.
+   */
+  registryForwards?: string[];
 }
+
+/** The registry link's MAC address in the guest (src/feos/guest/agent.ts finds the link by it). */
+export const REGISTRY_LINK_MAC = '52:54:00:fe:00:01';
+/** Where the guest reaches the node's forwarded registries. */
+export const REGISTRY_LINK_HOST = '10.0.2.100';
+/** The guest port of the first forwarded registry. */
+export const REGISTRY_LINK_PORT = 5000;
+
+/**
+ * The guest's endpoint of each forwarded registry: `host:port` as image references name it →
+ * `http://REGISTRY_LINK_HOST:port`.
+ */
+export function registryEndpoints(forwards: readonly string[]): Record<string, string> {
+  return Object.fromEntries(forwards.map((f, i) => [f, `http://${REGISTRY_LINK_HOST}:${REGISTRY_LINK_PORT + i}`]));
+}
+
+/** The busybox whose `nc` joins a guest's registry connection to the node's registry (busybox-static). */
+const BUSYBOX = '/bin/busybox';
 
 /** The files of a microVM's directory. */
 export function vmPaths(dir: string) {
@@ -103,6 +127,15 @@ export function qemuArgs(cfg: QemuConfig, incoming?: string): string[] {
   if (cfg.tap) {
     args.push('-netdev', `tap,id=net0,ifname=${cfg.tap.name},script=no,downscript=no`);
     args.push('-device', `virtio-net-device,netdev=net0,mac=${cfg.tap.mac}`);
+  }
+  if (!cfg.tap && cfg.registryForwards && cfg.registryForwards.length > 0) {
+    const fwds = cfg.registryForwards.map((f, i) => {
+      const m = /^(.+):(\d+)$/.exec(f);
+      if (!m) throw new RangeError(`registry forward ${JSON.stringify(f)}: want host:port`);
+      return `guestfwd=tcp:${REGISTRY_LINK_HOST}:${REGISTRY_LINK_PORT + i}-cmd:${BUSYBOX} nc ${m[1].replace(/^\[|\]$/g, '')} ${m[2]}`;
+    });
+    args.push('-netdev', `user,id=registry,restrict=on,net=10.0.2.0/24,${fwds.join(',')}`);
+    args.push('-device', `virtio-net-device,netdev=registry,mac=${REGISTRY_LINK_MAC}`);
   }
   if (incoming) args.push('-incoming', `exec:cat '${incoming.replaceAll("'", "'\\''")}'`);
   return args;

@@ -60,6 +60,8 @@ export interface MicroVmSpec {
   tap?: { name: string; mac: string };
   /** The pod's volumes' disks, in their order. */
   volumes?: string[];
+  /** Registries on the node the guest reaches (a microVM without a TAP only; qemu-args.ts). */
+  registryForwards?: string[];
 }
 
 /** An exit that nobody asked for: the guest powered off (STOPPED) or QEMU ended otherwise (CRASHED). */
@@ -174,6 +176,7 @@ export class MicroVmService extends EventEmitter<{ exit: [MicroVmExit] }> {
       tscKhz: hostTscKhz(),
       tap: spec.tap,
       volumes: spec.volumes,
+      registryForwards: spec.registryForwards,
     };
     await writeFileAtomic(p.config, JSON.stringify({ ...config, memoryBytes: String(config.memoryBytes) }, null, 2));
     const now = timestampNow();

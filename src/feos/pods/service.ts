@@ -16,11 +16,11 @@ import { promisify } from 'node:util';
 import { join } from 'node:path';
 import { create, equals } from '@bufbuild/protobuf';
 import { timestampNow } from '@bufbuild/protobuf/wkt';
-import { GuestStatusSchema, type PodEvent, PodEventSchema, type PodInfo, PodInfoSchema, PodSpecSchema, type PodSpec, PodState } from '../gen/feos/pod/v1/pod_pb.js';
+import { ContainerStatusSchema, GuestStatusSchema, type PodEvent, PodEventSchema, type PodInfo, PodInfoSchema, PodSpecSchema, type PodSpec, PodState } from '../gen/feos/pod/v1/pod_pb.js';
 import { MicroVmState } from '../gen/feos/microvm/v1/microvm_pb.js';
 import type { Logger } from '../../lib/index.ts';
 import { FeosError, errorMessage, vmBusy } from '../api/index.ts';
-import type { MicroVmExit, MicroVmService } from '../microvm/index.ts';
+import { registryEndpoints, type MicroVmExit, type MicroVmService } from '../microvm/index.ts';
 import { mintPodId, parsePodId } from './id.ts';
 import { normalizeSpec } from './spec.ts';
 import { type PodRecords, POD_RECORD_VERSION } from './records.ts';
@@ -46,8 +46,8 @@ export const SHUTDOWN_WAIT_MS = 30_000;
 
 /** Every call that changes a pod (STYLE.md 5.9). */
 export type PodAction =
-  | { kind: 'create'; spec: PodSpec } // any state: the pod exists (same spec) or not
-  | { kind: 'start' } // STOPPED or FAILED
+  | { kind: 'create'; spec: PodSpec; pullToken?: string } // any state: the pod exists (same spec) or not
+  | { kind: 'start'; pullToken?: string } // STOPPED or FAILED
   | { kind: 'stop' } // any but deleted
   | { kind: 'delete' } // any
   | { kind: 'suspend' } // RUNNING (SUSPENDED answers as it is)
@@ -69,7 +69,17 @@ export interface PodServiceOptions {
   guestAttachMs?: number;
   /** The node's volumes; none = a pod with volumes is refused (FAILED_PRECONDITION). */
   volumes?: VolumeStore;
+  /**
+   * Registries on the node (`host:port`) that pods without a network reach through their microVM's
+   * registry link (`--registry-forward`; microvm/qemu-args.ts).
+   */
+  registryForwards?: string[];
 }
+
+/** How long a container's create may take, its image's pull included (ms). */
+export const CONTAINER_CREATE_MS = 900_000;
+/** How long a container's start may take (ms). */
+export const CONTAINER_START_MS = 60_000;
 
 interface Entry {
   lock: Mutex;
@@ -83,6 +93,11 @@ interface Entry {
 export class PodService extends EventEmitter<{ event: [PodEvent] }> {
   readonly #o: PodServiceOptions;
   readonly #entries = new Map<string, Entry>();
+  /**
+   * Pull tokens for each pod's next bring-up (seed "Pull tokens"): in memory only, never in a record,
+   * a log or an error; the bring-up takes it, and a restart of feosd loses it.
+   */
+  readonly #pullTokens = new Map<string, string>();
   #clock?: ClockKeeper;
 
   constructor(opts: PodServiceOptions) {
@@ -161,8 +176,13 @@ export class PodService extends EventEmitter<{ event: [PodEvent] }> {
       return pod;
     }
     try {
-      const ping = await this.#o.vms.guest(pod.id).call('Ping', {}, GUEST_CALL_MS);
+      const guest = this.#o.vms.guest(pod.id);
+      const ping = await guest.call('Ping', {}, GUEST_CALL_MS);
       pod.guest = create(GuestStatusSchema, { answered: true, uptimeMs: ping.uptimeMs, bootId: ping.bootId, agentVersion: ping.agentVersion });
+      if (pod.spec!.containers.length > 0) {
+        const listed = await guest.call('ListContainers', {}, GUEST_CALL_MS);
+        pod.containers = listed.containers.map((c) => create(ContainerStatusSchema, { name: c.name, state: c.state, exitCode: c.exitCode }));
+      }
     } catch (err: unknown) {
       pod.guest = create(GuestStatusSchema, { reason: `the guest of pod ${pod.id} did not answer within 5s: ${errorMessage(err)}` });
     }
@@ -188,9 +208,9 @@ export class PodService extends EventEmitter<{ event: [PodEvent] }> {
     const id = action.kind === 'create' && rawId === '' ? mintPodId() : parsePodId(rawId);
     switch (action.kind) {
       case 'create':
-        return this.#create(id, action.spec);
+        return this.#create(id, action.spec, action.pullToken);
       case 'start':
-        return this.#start(id);
+        return this.#start(id, action.pullToken);
       case 'stop':
         return this.#stop(id);
       case 'delete':
@@ -243,7 +263,7 @@ export class PodService extends EventEmitter<{ event: [PodEvent] }> {
     this.#o.log.info({ id: pod.id, state: PodState[state], reason }, 'pod');
   }
 
-  async #create(id: string, rawSpec: PodSpec): Promise<PodInfo> {
+  async #create(id: string, rawSpec: PodSpec, pullToken?: string): Promise<PodInfo> {
     const spec = normalizeSpec(rawSpec);
     const existing = this.#o.records.get(id);
     if (existing) {
@@ -277,6 +297,7 @@ export class PodService extends EventEmitter<{ event: [PodEvent] }> {
         recordVersion: POD_RECORD_VERSION,
       });
       await this.#save(pod);
+      if (pullToken) this.#pullTokens.set(id, pullToken);
       this.#o.log.info({ id }, 'pod created');
       this.#startBringUp(id, entry);
       return this.#o.records.get(id)!;
@@ -304,6 +325,9 @@ export class PodService extends EventEmitter<{ event: [PodEvent] }> {
   async #bringUp(pod: PodInfo, signal: AbortSignal): Promise<void> {
     const id = pod.id;
     let step = 'guest';
+    // The bring-up takes the pod's pull token: it is this bring-up's alone.
+    const pullToken = this.#pullTokens.get(id) ?? '';
+    this.#pullTokens.delete(id);
     try {
       if (!pod.guestVersion || !existsSync(join(this.#o.guestDir, pod.guestVersion))) {
         const versions = guestVersions(this.#o.guestDir);
@@ -349,6 +373,7 @@ export class PodService extends EventEmitter<{ event: [PodEvent] }> {
           memoryBytes: pod.spec!.memoryBytes,
           tap: net ? { name: net.tap, mac: net.mac } : undefined,
           volumes: volumeDisks,
+          registryForwards: net ? undefined : this.#o.registryForwards,
         });
       }
       if (this.#o.vms.get(id)!.state !== MicroVmState.RUNNING) await this.#o.vms.start(id);
@@ -359,9 +384,22 @@ export class PodService extends EventEmitter<{ event: [PodEvent] }> {
         step = 'volumes';
         await this.#mountVolumes(pod);
       }
-      step = 'containers';
-      if (pod.spec!.containers.length > 0) {
-        throw new Error('this node runs no containers yet (issue 9): the pod would run none of its spec');
+      const guest = this.#o.vms.guest(id);
+      const endpoints = net ? {} : registryEndpoints(this.#o.registryForwards ?? []);
+      for (const c of pod.spec!.containers) {
+        signal.throwIfAborted();
+        step = `container ${c.name}: create`;
+        await guest.call(
+          'CreateContainer',
+          {
+            config: { name: c.name, image: c.image, command: c.command, args: c.args, env: c.env, volumeMounts: c.volumeMounts.map((m) => ({ name: m.name, path: m.path, readOnly: m.readOnly })) },
+            pullToken,
+            registryEndpoints: endpoints,
+          },
+          CONTAINER_CREATE_MS,
+        );
+        step = `container ${c.name}: start`;
+        await guest.call('StartContainer', { name: c.name }, CONTAINER_START_MS);
       }
       signal.throwIfAborted();
       await this.#setState(pod, PodState.RUNNING, 'booted');
@@ -407,12 +445,13 @@ export class PodService extends EventEmitter<{ event: [PodEvent] }> {
     await this.#o.network.detach(pod).catch((err: unknown) => this.#o.log.warn({ id: pod.id, err: errorMessage(err) }, 'network: detach failed'));
   }
 
-  async #start(id: string): Promise<PodInfo> {
+  async #start(id: string, pullToken?: string): Promise<PodInfo> {
     const entry = this.#entries.get(id);
     await this.#locked(id, async (pod) => {
       if (pod.state !== PodState.STOPPED && pod.state !== PodState.FAILED) {
         throw new FeosError('FAILED_PRECONDITION', `pod ${id} is ${PodState[pod.state]}: only a STOPPED or FAILED pod starts`);
       }
+      if (pullToken) this.#pullTokens.set(id, pullToken);
       await this.#setState(pod, PodState.PENDING, 'started');
     });
     await this.#startBringUp(id, entry!);
@@ -449,6 +488,7 @@ export class PodService extends EventEmitter<{ event: [PodEvent] }> {
       if (pod.spec!.network) await this.#o.network.tearDown(pod);
       await this.#o.volumes?.release(id);
       if (this.#entries.get(id) === entry) this.#entries.delete(id);
+      this.#pullTokens.delete(id);
       await this.#o.records.remove(id);
       this.emit('event', create(PodEventSchema, { podId: id, deleted: true, time: timestampNow() }));
       this.#o.log.info({ id }, 'pod deleted');

@@ -1,0 +1,134 @@
+// A local OCI registry for FeOS's image tests, offline: Debian's docker-registry on loopback with a
+// temporary root, an image built from the machine's busybox with umoci and pushed with skopeo, and a
+// token gate in front of it that asks a Bearer token for the repositories under `private/`.
+import { execFileSync, spawn, type ChildProcess } from 'node:child_process';
+import { copyFileSync, mkdirSync, symlinkSync, writeFileSync } from 'node:fs';
+import http from 'node:http';
+import net from 'node:net';
+import { join } from 'node:path';
+import { until } from './harness.ts';
+
+/** The applets linked in the test image's /bin. */
+const APPLETS = ['sh', 'echo', 'cat', 'sleep', 'ls', 'env', 'printf', 'test', 'true', 'false', 'mkdir', 'date', 'hostname', 'wc', 'id'];
+
+/** A free loopback port (asked of the OS). */
+export function freePort(): Promise<number> {
+  return new Promise((resolve, reject) => {
+    const s = net.createServer();
+    s.once('error', reject);
+    s.listen(0, '127.0.0.1', () => {
+      const { port } = s.address() as net.AddressInfo;
+      s.close(() => resolve(port));
+    });
+  });
+}
+
+/**
+ * Builds an OCI layout `<dir>/layout` with the image `busybox` (tag 1): the machine's busybox at
+ * /bin/busybox and its applets, cmd `/bin/sh`, env FEOS_IMAGE=busybox. Returns the layout's path.
+ */
+export function buildBusyboxLayout(dir: string): string {
+  const layout = join(dir, 'layout');
+  const bundle = join(dir, 'bundle');
+  const sh = (cmd: string, args: string[]) => execFileSync(cmd, args, { stdio: ['ignore', 'ignore', 'pipe'], timeout: 60_000 });
+  sh('umoci', ['init', '--layout', layout]);
+  sh('umoci', ['new', '--image', `${layout}:1`]);
+  sh('umoci', ['unpack', '--rootless', '--image', `${layout}:1`, bundle]);
+  const bin = join(bundle, 'rootfs', 'bin');
+  mkdirSync(bin, { recursive: true });
+  mkdirSync(join(bundle, 'rootfs', 'etc'), { recursive: true });
+  writeFileSync(join(bundle, 'rootfs', 'etc', 'image-name'), 'busybox\n');
+  copyFileSync('/bin/busybox', join(bin, 'busybox'));
+  for (const a of APPLETS) symlinkSync('busybox', join(bin, a));
+  sh('umoci', ['repack', '--image', `${layout}:1`, bundle]);
+  sh('umoci', ['config', '--image', `${layout}:1`, '--config.cmd', '/bin/sh', '--config.env', 'FEOS_IMAGE=busybox', '--config.env', 'PATH=/bin']);
+  return layout;
+}
+
+/** A running registry and its token gate. */
+export interface LocalRegistry {
+  /** The registry itself: `127.0.0.1:<port>` (anonymous). */
+  direct: string;
+  /** The token gate: `127.0.0.1:<port>`; `private/*` needs `Authorization: Bearer <token>`. */
+  gated: string;
+  /** Every Authorization header the gate saw (to check what a pull sent). */
+  seenAuth: string[];
+  stop(): Promise<void>;
+}
+
+/**
+ * Starts docker-registry on a free loopback port with its root in `dir`, and the token gate.
+ * @param token the Bearer token the gate takes for `private/*`
+ */
+export async function startRegistry(dir: string, token: string): Promise<LocalRegistry> {
+  const port = await freePort();
+  const cfg = join(dir, 'registry.yml');
+  writeFileSync(
+    cfg,
+    `version: 0.1\nlog:\n  level: error\nstorage:\n  filesystem:\n    rootdirectory: ${join(dir, 'registry')}\n  delete:\n    enabled: true\nhttp:\n  addr: 127.0.0.1:${port}\n`,
+  );
+  const child: ChildProcess = spawn('docker-registry', ['serve', cfg], { stdio: ['ignore', 'ignore', 'pipe'] });
+  let stderr = '';
+  child.stderr?.on('data', (c: Buffer) => {
+    stderr += c.toString();
+  });
+  await until(
+    `docker-registry answers on ${port}`,
+    async () => {
+      if (child.exitCode !== null) throw new Error(`docker-registry ended: ${stderr}`);
+      const res = await fetch(`http://127.0.0.1:${port}/v2/`).catch(() => undefined);
+      return res?.ok ? true : undefined;
+    },
+    30_000,
+  );
+  const seenAuth: string[] = [];
+  const gate = http.createServer((req, res) => {
+    const auth = req.headers.authorization ?? '';
+    seenAuth.push(auth);
+    // The token endpoint hands anonymous clients a token that opens public/* only.
+    if ((req.url ?? '').startsWith('/token')) {
+      res.writeHead(200, { 'content-type': 'application/json' });
+      res.end('{"token":"anonymous"}');
+      return;
+    }
+    if (/^\/v2\/private\//.test(req.url ?? '') && auth !== `Bearer ${token}`) {
+      res.writeHead(401, { 'www-authenticate': `Bearer realm="http://${req.headers.host}/token",service="feos-test",scope="repository:private:pull"`, 'content-type': 'application/json' });
+      res.end('{"errors":[{"code":"UNAUTHORIZED","message":"authentication required"}]}');
+      return;
+    }
+    const up = http.request({ host: '127.0.0.1', port, path: req.url, method: req.method, headers: { ...req.headers, host: `127.0.0.1:${port}` } }, (ur) => {
+      res.writeHead(ur.statusCode ?? 502, ur.headers);
+      ur.pipe(res);
+    });
+    up.on('error', () => res.destroy());
+    req.pipe(up);
+  });
+  await new Promise<void>((r) => gate.listen(0, '127.0.0.1', r));
+  const gatePort = (gate.address() as net.AddressInfo).port;
+  return {
+    direct: `127.0.0.1:${port}`,
+    gated: `127.0.0.1:${gatePort}`,
+    seenAuth,
+    async stop() {
+      gate.closeAllConnections();
+      await new Promise<void>((r) => gate.close(() => r()));
+      if (child.exitCode === null) {
+        const ended = new Promise((r) => child.once('exit', r));
+        child.kill('SIGKILL');
+        await ended;
+      }
+    },
+  };
+}
+
+/**
+ * Pushes the layout's image to the registry as `<repo>:<tag>` with skopeo.
+ * @param compress the layers' compression on the registry @default "gzip"
+ */
+export function push(layout: string, registry: string, repo: string, tag: string, compress: 'gzip' | 'zstd' = 'gzip'): void {
+  execFileSync(
+    'skopeo',
+    ['copy', '--quiet', '--dest-tls-verify=false', '--dest-compress-format', compress, '--dest-compress', `oci:${layout}:1`, `docker://${registry}/${repo}:${tag}`],
+    { stdio: ['ignore', 'ignore', 'pipe'], timeout: 120_000 },
+  );
+}
