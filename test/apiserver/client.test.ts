@@ -267,10 +267,14 @@ test('client-node and raw clients against the API server', { timeout: 240_000 },
     assert.equal((r.json().spec as { podName: string }).podName, 'p');
     assert.equal((r.json().status as { phase: string }).phase, 'Saved');
     assert.equal((r.json().status as { sizeBytes: number }).sizeBytes > 0, true);
-    // Nodes may read data like a Secret only when... nodes may not write it.
-    const node = nodeClient(api, 'r-1');
-    r = await raw(api, 'PUT', `${base}/d3/data`, snapshot(10).bytes, { type: 'application/octet-stream', token: node.getCurrentUser()!.token });
+    // Data has a Secret's rules: a node reads it only for a pod bound to it that restores from it, and never writes it.
+    const nodeToken = nodeClient(api, 'r-1').getCurrentUser()!.token;
+    r = await raw(api, 'PUT', `${base}/d3/data`, snapshot(10).bytes, { type: 'application/octet-stream', token: nodeToken });
     assert.equal(r.status, 403);
+    assert.equal((await raw(api, 'GET', `${base}/d3/data`, undefined, { token: nodeToken })).status, 403);
+    await core.createNamespacedPod({ namespace: 'default', body: { metadata: { name: 'restoring', annotations: { 'kube32.io/restore-from': 'd3' } }, spec: { nodeName: 'r-1', containers: [{ name: 'c', image: 'x' }] } } });
+    assert.equal((await raw(api, 'GET', `${base}/d3/data`, undefined, { token: nodeToken })).status, 200);
+    assert.equal((await raw(api, 'GET', `${base}/d3/data`, undefined, { token: nodeClient(api, 'r-2').getCurrentUser()!.token })).status, 403);
   });
 
   await t.test('the module store: PUT data makes the Module, GET data and blobs by digest, wasm:// images resolve', async () => {

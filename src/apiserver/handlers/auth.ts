@@ -63,6 +63,14 @@ export function authorize(reg: Registry, user: UserInfo, verb: string, info: Res
   const key = `${info.group}/${info.plural}`;
   const sub = info.subresource;
   if (key === 'authentication.k8s.io/tokenreviews' && verb === 'create') return;
+  if (read && key === 'kube32.io/checkpoints' && sub === 'data') {
+    // Snapshot data has a Secret's rules: a node reads only the data a pod bound to it restores from.
+    const restoring = reg
+      .list(pods, info.namespace ?? '')
+      .items.some((p) => rec(p.spec).nodeName === node && p.metadata.annotations?.['kube32.io/restore-from'] === info.name);
+    if (restoring) return;
+    throw forbidden(user, verb, info, `no pod bound to node "${node}" restores from this Checkpoint`);
+  }
   if (read && sub !== 'proxy' && sub !== 'log') {
     if (key === '/secrets' && verb !== 'get') throw forbidden(user, verb, info, 'a node may only get secrets by name');
     return;
