@@ -1,0 +1,288 @@
+/**
+ * The storage conformance suite (STYLE.md §5.7, §5.15): every `Storage` backend (memory, SQLite,
+ * etcd) runs it through `runStorageConformance(name, makeStorage)`. It asserts only what the
+ * interface promises, so that a backend whose watch events arrive asynchronously (etcd) and whose
+ * resourceVersions are not consecutive (etcd's revisions) passes the same cases as SQLite:
+ * resourceVersions increase with each write, lists are ordered by namespace and name, preconditions
+ * answer Conflict, a write that changes nothing is skipped, `guaranteedUpdate` retries on conflict,
+ * transactions are all-or-nothing (nested ones roll back alone), watch replays from a
+ * resourceVersion in order and answers Expired (410) past the window, and blobs are content-addressed.
+ */
+import assert from 'node:assert/strict';
+import { type TestContext, test } from 'node:test';
+import { type KubeObject, type ObjectKey, type Storage, StorageError, type StorageEvent } from '../../src/apiserver/storage/index.ts';
+
+/** What a backend's test supplies. */
+export interface ConformanceBackend {
+  /** A fresh, empty store whose watch window holds `watchWindow` events; cleaned up in `t.after`. */
+  make(t: TestContext, opts: { watchWindow: number }): Storage | Promise<Storage>;
+  /**
+   * A second store on the same data as `s` (another API server), for the cases where two writers
+   * race; undefined when the backend has a single writer, with `noPeerReason`.
+   */
+  peer?: (t: TestContext, s: Storage) => Storage | Promise<Storage>;
+  /** Why there is no `peer` (a skip states its reason). */
+  noPeerReason?: string;
+  /** Per-test timeout, ms. @default 20000 */
+  timeoutMs?: number;
+}
+
+const key = (name: string, namespace = 'default', resource = 'pods'): ObjectKey => ({ resource, namespace, name });
+const obj = (name: string, extra: Record<string, unknown> = {}, namespace = 'default'): KubeObject => ({
+  metadata: { name, namespace, uid: `u-${name}` },
+  ...extra,
+});
+const rvOf = (o: KubeObject | undefined): number => Number(o?.metadata.resourceVersion);
+const isStorageError = (code: StorageError['code']) => (e: unknown) => e instanceof StorageError && e.code === code;
+
+/** Events of one watch, with a wait for a condition (no sleeps: it resolves on the event that makes it true). */
+function collect(s: Storage, resource: string, since: number) {
+  const events: StorageEvent[] = [];
+  let wake: (() => void) | undefined;
+  const handle = s.watch(resource, since, (e) => {
+    events.push(e);
+    wake?.();
+  });
+  return {
+    events,
+    handle,
+    /** Resolves when `pred(events)` holds; rejects after `ms`. */
+    async until(pred: (ev: StorageEvent[]) => boolean, ms = 5000): Promise<void> {
+      const deadline = Date.now() + ms;
+      while (!pred(events)) {
+        const left = deadline - Date.now();
+        if (left <= 0) throw new Error(`watch: condition not met within ${ms} ms; got ${events.map((e) => `${e.type} ${e.name}@${e.rv}`).join(', ')}`);
+        await new Promise<void>((resolve) => {
+          const timer = setTimeout(resolve, left);
+          wake = () => {
+            clearTimeout(timer);
+            resolve();
+          };
+        });
+        wake = undefined;
+      }
+    },
+  };
+}
+
+/** Resolves once `s` has delivered the event of the write at `rv` to watchers (at once for synchronous backends). */
+async function delivered(s: Storage, rv: number): Promise<void> {
+  const c = collect(s, '*', rv - 1);
+  try {
+    await c.until((ev) => ev.some((e) => e.rv >= rv));
+  } finally {
+    c.handle.stop();
+  }
+}
+
+/**
+ * Registers the conformance tests of one backend.
+ * @param name the backend's name, prefixed to each test's
+ * @param backend how to make stores of it
+ */
+export function runStorageConformance(name: string, backend: ConformanceBackend): void {
+  const timeout = backend.timeoutMs ?? 20_000;
+  const make = (t: TestContext, watchWindow = 1000) => backend.make(t, { watchWindow });
+
+  test(`${name}: create, get, getRaw, list in namespace and name order; AlreadyExists`, { timeout }, async (t) => {
+    const s = await make(t);
+    const a = s.create(key('a'), obj('a'));
+    assert.ok(rvOf(a) > 0);
+    assert.throws(() => s.create(key('a'), obj('a')), isStorageError('AlreadyExists'));
+    const c = s.create(key('c'), obj('c'));
+    const b = s.create(key('b', 'other'), obj('b', {}, 'other'));
+    const z = s.create(key('z', 'a-b'), obj('z', {}, 'a-b'));
+    assert.ok(rvOf(a) < rvOf(c) && rvOf(c) < rvOf(b) && rvOf(b) < rvOf(z));
+    assert.deepEqual(s.get(key('a')), a);
+    assert.equal(JSON.parse(s.getRaw(key('a')) ?? 'null').metadata.resourceVersion, a.metadata.resourceVersion);
+    assert.equal(s.get(key('zz')), undefined);
+    assert.equal(s.getRaw(key('zz')), undefined);
+    assert.deepEqual(s.list('pods').items.map((o) => `${o.metadata.namespace}/${o.metadata.name}`), ['a-b/z', 'default/a', 'default/c', 'other/b']);
+    assert.deepEqual(s.list('pods', 'default').items.map((o) => o.metadata.name), ['a', 'c']);
+    assert.deepEqual(s.listRaw('pods', 'default').rows.map((r) => JSON.parse(r).metadata.resourceVersion), [a.metadata.resourceVersion, c.metadata.resourceVersion]);
+    assert.deepEqual(s.list('nodes').items, []);
+    assert.ok(s.list('pods').resourceVersion >= rvOf(z));
+    assert.ok(s.currentResourceVersion() >= rvOf(z));
+    // Cluster-scoped objects: namespace ''.
+    s.create(key('n1', '', 'nodes'), obj('n1', {}, ''));
+    assert.equal(s.get(key('n1', '', 'nodes'))?.metadata.name, 'n1');
+    assert.deepEqual(s.list('nodes').items.map((o) => o.metadata.name), ['n1']);
+  });
+
+  test(`${name}: update and delete check preconditions; a write that changes nothing is skipped`, { timeout }, async (t) => {
+    const s = await make(t);
+    const a = s.create(key('a'), obj('a', { spec: { x: 1 } }));
+    const w = collect(s, 'pods', rvOf(a));
+    assert.throws(() => s.update(key('a'), obj('a', { spec: { x: 2 } }), { resourceVersion: String(rvOf(a) + 1000) }), isStorageError('Conflict'));
+    assert.throws(() => s.update(key('a'), obj('a'), { uid: 'other' }), isStorageError('Conflict'));
+    assert.throws(() => s.update(key('nope'), obj('nope')), isStorageError('NotFound'));
+    const same = s.update(key('a'), obj('a', { spec: { x: 1 } }), { resourceVersion: a.metadata.resourceVersion });
+    assert.equal(same.metadata.resourceVersion, a.metadata.resourceVersion);
+    const b = s.update(key('a'), obj('a', { spec: { x: 2 } }), { resourceVersion: a.metadata.resourceVersion, uid: 'u-a' });
+    assert.ok(rvOf(b) > rvOf(a));
+    assert.deepEqual(s.get(key('a'))?.spec, { x: 2 });
+    assert.throws(() => s.delete(key('a'), { resourceVersion: a.metadata.resourceVersion }), isStorageError('Conflict'));
+    assert.throws(() => s.delete(key('a'), { uid: 'other' }), isStorageError('Conflict'));
+    assert.throws(() => s.delete(key('nope')), isStorageError('NotFound'));
+    const gone = s.delete(key('a'), { uid: 'u-a', resourceVersion: b.metadata.resourceVersion });
+    assert.ok(rvOf(gone) > rvOf(b));
+    assert.equal(s.get(key('a')), undefined);
+    await w.until((ev) => ev.length >= 2);
+    // The skipped write told no one: one MODIFIED (with its previous state), one DELETED.
+    assert.deepEqual(w.events.map((e) => [e.type, e.rv]), [['MODIFIED', rvOf(b)], ['DELETED', rvOf(gone)]]);
+    assert.deepEqual(w.events[0]!.previous?.spec, { x: 1 });
+    assert.equal(rvOf(w.events[0]!.object), rvOf(b));
+    assert.deepEqual(w.events[1]!.object.spec, { x: 2 });
+    assert.equal(rvOf(w.events[1]!.object), rvOf(gone));
+  });
+
+  test(`${name}: guaranteedUpdate applies tryUpdate to the latest object, skips no-ops, passes its errors`, { timeout }, async (t) => {
+    const s = await make(t);
+    const a = s.create(key('a'), obj('a', { spec: { n: 0 } }));
+    assert.throws(() => s.guaranteedUpdate(key('nope'), (o) => o), isStorageError('NotFound'));
+    const same = s.guaranteedUpdate(key('a'), (o) => o);
+    assert.equal(same.metadata.resourceVersion, a.metadata.resourceVersion);
+    const next = s.guaranteedUpdate(key('a'), (o) => {
+      (o.spec as { n: number }).n++;
+      return o;
+    });
+    assert.ok(rvOf(next) > rvOf(a));
+    assert.deepEqual(next.spec, { n: 1 });
+    assert.deepEqual(s.get(key('a'))?.spec, { n: 1 });
+    assert.throws(
+      () =>
+        s.guaranteedUpdate(key('a'), () => {
+          throw new RangeError('no');
+        }),
+      RangeError,
+    );
+    assert.deepEqual(s.get(key('a'))?.spec, { n: 1 });
+  });
+
+  test(`${name}: guaranteedUpdate retries tryUpdate when another writer changed the object`, { timeout, skip: backend.peer ? false : backend.noPeerReason }, async (t) => {
+    const s = await make(t);
+    const other = await backend.peer!(t, s);
+    s.create(key('a'), obj('a', { spec: { by: [] as string[] } }));
+    let calls = 0;
+    const out = s.guaranteedUpdate(key('a'), (o) => {
+      calls++;
+      // The first time, another API server writes in between: this commit must lose and run again.
+      if (calls === 1) other.guaranteedUpdate(key('a'), (p) => ({ ...p, spec: { by: [...(p.spec as { by: string[] }).by, 'other'] } }));
+      return { ...o, spec: { by: [...(o.spec as { by: string[] }).by, 'mine'] } };
+    });
+    assert.equal(calls, 2);
+    assert.deepEqual(out.spec, { by: ['other', 'mine'] });
+    assert.deepEqual(other.get(key('a'))?.spec, { by: ['other', 'mine'] });
+    // A precondition on a stale resourceVersion is a Conflict, not a retry.
+    const stale = s.get(key('a'))!;
+    other.update(key('a'), obj('a', { spec: { by: ['x'] } }));
+    assert.throws(() => s.update(key('a'), obj('a', { spec: { by: ['y'] } }), { resourceVersion: stale.metadata.resourceVersion }), isStorageError('Conflict'));
+  });
+
+  test(`${name}: a transaction writes all or nothing; a failed nested one rolls back alone; watchers see commits only`, { timeout }, async (t) => {
+    const s = await make(t);
+    const start = s.create(key('start'), obj('start'));
+    const w = collect(s, '*', rvOf(start));
+    assert.throws(
+      () =>
+        s.transaction(() => {
+          s.create(key('a'), obj('a'));
+          s.create(key('b'), obj('b'));
+          assert.equal(s.get(key('a'))?.metadata.name, 'a', 'a transaction reads its own writes');
+          throw new Error('boom');
+        }),
+      /boom/,
+    );
+    assert.equal(s.get(key('a')), undefined);
+    assert.equal(s.get(key('b')), undefined);
+    const result = s.transaction(() => {
+      const a = s.create(key('a'), obj('a'));
+      assert.throws(() =>
+        s.transaction(() => {
+          s.create(key('b'), obj('b'));
+          throw new Error('inner');
+        }),
+      );
+      assert.equal(s.get(key('b')), undefined);
+      s.create(key('c'), obj('c'));
+      assert.deepEqual(s.list('pods', 'default').items.map((o) => o.metadata.name), ['a', 'c', 'start']);
+      return a;
+    });
+    assert.equal(s.get(key('b')), undefined);
+    assert.deepEqual(s.list('pods').items.map((o) => o.metadata.name), ['a', 'c', 'start']);
+    // The answered object carries the resourceVersion it was stored with.
+    assert.equal(result.metadata.resourceVersion, s.get(key('a'))?.metadata.resourceVersion);
+    const end = s.create(key('end'), obj('end'));
+    await w.until((ev) => ev.some((e) => e.rv >= rvOf(end)));
+    assert.deepEqual(w.events.map((e) => e.name), ['a', 'c', 'end']);
+  });
+
+  test(`${name}: watch replays after a resourceVersion in order, then goes live; filters by resource; stop ends it`, { timeout }, async (t) => {
+    const s = await make(t);
+    const rvs: number[] = [];
+    for (let i = 0; i < 6; i++) rvs.push(rvOf(s.create(key(`p${i}`), obj(`p${i}`))));
+    const node = s.create(key('n', '', 'nodes'), obj('n', {}, ''));
+    await delivered(s, rvOf(node));
+    const pods = collect(s, 'pods', rvs[2]!);
+    const all = collect(s, '*', rvs[2]!);
+    const del = s.delete(key('p0'));
+    await all.until((ev) => ev.some((e) => e.rv === rvOf(del)));
+    assert.deepEqual(pods.events.map((e) => e.rv), [rvs[3], rvs[4], rvs[5], rvOf(del)]);
+    assert.deepEqual(all.events.map((e) => `${e.type} ${e.resource}/${e.name}`), ['ADDED pods/p3', 'ADDED pods/p4', 'ADDED pods/p5', 'ADDED nodes/n', 'DELETED pods/p0']);
+    for (const e of all.events) assert.equal(rvOf(e.object), e.rv, 'each event object carries its resourceVersion');
+    pods.handle.stop();
+    pods.handle.stop();
+    const after = s.delete(key('p1'));
+    await all.until((ev) => ev.some((e) => e.rv === rvOf(after)));
+    assert.equal(pods.events.length, 4);
+    // A watch from the present sees only what comes next.
+    const now = collect(s, 'pods', s.currentResourceVersion());
+    const p9 = s.create(key('p9'), obj('p9'));
+    await now.until((ev) => ev.length > 0);
+    assert.deepEqual(now.events.map((e) => [e.type, e.name, e.rv]), [['ADDED', 'p9', rvOf(p9)]]);
+  });
+
+  test(`${name}: a watch from before the window is Expired (410)`, { timeout }, async (t) => {
+    const s = await make(t, 5);
+    const first = s.create(key('p0'), obj('p0'));
+    let last = first;
+    for (let i = 1; i < 10; i++) last = s.create(key(`p${i}`), obj(`p${i}`));
+    await delivered(s, rvOf(last));
+    assert.throws(() => s.watch('pods', rvOf(first), () => {}), isStorageError('Expired'));
+    // The last events still replay.
+    const w = collect(s, 'pods', rvOf(last) - 1);
+    await w.until((ev) => ev.length === 1);
+    assert.equal(w.events[0]!.name, 'p9');
+  });
+
+  test(`${name}: events arrive in resourceVersion order with a writer that interleaves resources`, { timeout }, async (t) => {
+    const s = await make(t);
+    const w = collect(s, '*', s.currentResourceVersion());
+    let last = 0;
+    for (let i = 0; i < 40; i++) {
+      const k = i % 3 === 0 ? key(`n${i}`, '', 'nodes') : key(`p${i}`);
+      last = rvOf(s.create(k, obj(k.name, {}, k.namespace)));
+      if (i % 5 === 4) last = rvOf(s.guaranteedUpdate(k, (p) => ({ ...p, spec: { i } })));
+    }
+    await w.until((ev) => ev.some((e) => e.rv === last));
+    const seen = w.events.map((e) => e.rv);
+    assert.deepEqual(seen, [...seen].sort((a, b) => a - b));
+    assert.equal(new Set(seen).size, seen.length);
+  });
+
+  test(`${name}: blobs are content-addressed, first write wins, large ones round-trip`, { timeout }, async (t) => {
+    const s = await make(t);
+    s.putBlob('ab', Uint8Array.of(1, 2, 3));
+    s.putBlob('ab', Uint8Array.of(9));
+    assert.deepEqual([...(s.getBlob('ab') ?? [])], [1, 2, 3]);
+    assert.equal(s.getBlob('cd'), undefined);
+    const big = new Uint8Array(3 * 1024 * 1024 + 17);
+    for (let i = 0; i < big.length; i++) big[i] = (i * 31) & 0xff;
+    s.putBlob('b16', big);
+    const back = s.getBlob('b16');
+    assert.equal(back?.byteLength, big.byteLength);
+    assert.ok(Buffer.from(back!).equals(Buffer.from(big)));
+    s.putBlob('e0', new Uint8Array(0));
+    assert.equal(s.getBlob('e0')?.byteLength, 0);
+  });
+}
