@@ -127,7 +127,9 @@ export class PodInstance extends EventEmitter {
    * @returns the running pod, once `k32_init` or `k32_restored` has returned
    * @throws PodStartError with reason `RestoreError` ("cannot restore the snapshot: <cause>") for a
    *   snapshot the K32S reader refuses or that does not fit the module, `Trap` when the start
-   *   section, `k32_init` or `k32_restored` trapped, `Error` otherwise
+   *   section, `k32_init` or `k32_restored` trapped, `Error` otherwise (among them: the start
+   *   function, `k32_init` or `k32_restored` still running after `callDeadlineMs`, "call k32_init
+   *   still running after 10000 ms"; `signal` aborted, "the start was cancelled")
    * @throws RangeError for a bad option (names empty, a negative tick interval)
    */
   static async start(opts: PodStartOptions): Promise<PodInstance> {
@@ -177,8 +179,18 @@ export class PodInstance extends EventEmitter {
     let acked = 0;
     let ackWaiter: (() => void) | undefined;
     let booted = false;
+    let startTimer: NodeJS.Timeout | undefined;
     worker.on('message', (m: FromWorker) => {
       switch (m.op) {
+        case 'startCall': {
+          clearTimeout(startTimer);
+          const name = m.name;
+          if (!name) break;
+          const ms = this.#opts.callDeadlineMs ?? DEFAULT_FREEZE_TIMEOUT_MS;
+          const what = name === 'start' ? `the module's start function still running after ${ms} ms` : runningCallBlocker(name, ms);
+          startTimer = setTimeout(() => ready.reject(new PodStartError('Error', what)), ms);
+          break;
+        }
         case 'ready': booted = true; ready.resolve(m); break;
         case 'startFailed': ready.reject(new PodStartError(m.reason, m.message)); break;
         case 'restoreAck': acked++; ackWaiter?.(); break;
@@ -213,9 +225,17 @@ export class PodInstance extends EventEmitter {
         }
       })();
     }
+    const signal = this.#opts.signal;
+    const onAbort = (): void => ready.reject(new PodStartError('Error', 'the start was cancelled'));
+    if (signal?.aborted) onAbort();
+    else signal?.addEventListener('abort', onAbort, { once: true });
     let r: Extract<FromWorker, { op: 'ready' }>;
     try {
-      r = await ready.promise.finally(replenishWorkerPool);
+      r = await ready.promise.finally(() => {
+        clearTimeout(startTimer);
+        signal?.removeEventListener('abort', onAbort);
+        replenishWorkerPool();
+      });
     } catch (err: unknown) {
       const e = err instanceof PodStartError ? err : new PodStartError('Error', errorMessage(err));
       this.#end(e.reason, e.message);

@@ -54,6 +54,8 @@ export type ToWorker =
 /** Worker → main. */
 export type FromWorker =
   | { op: 'booted' }
+  /** A bounded step of the start begins (the start function, k32_init, k32_restored), or ends (no name). */
+  | { op: 'startCall'; name?: 'start' | 'k32_init' | 'k32_restored' }
   | { op: 'ready'; podTimeMs: number; events: Array<{ topic: string; payload: Uint8Array }> }
   | { op: 'startFailed'; reason: 'RestoreError' | 'Trap' | 'Error'; message: string }
   | { op: 'restoreAck' }

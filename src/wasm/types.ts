@@ -183,9 +183,16 @@ export interface PodStartOptions {
   restoreFrom?: AsyncIterable<Uint8Array>;
   /**
    * A call that runs longer than this is reported (a log line and the `overdue` event); the pod keeps running.
+   * `k32_init` and `k32_restored` get the same time, then the start fails (the pod never ran):
+   * `PodStartError('Error', 'k32_init still running after <ms> ms')`, the worker terminated.
    * @default 10000
    */
   callDeadlineMs?: number;
+  /**
+   * Cancels a start in progress (the pod was deleted meanwhile): the worker is terminated and
+   * `start` rejects with `PodStartError('Error', 'the start was cancelled')`. No effect once started.
+   */
+  signal?: AbortSignal;
   /**
    * Capacity of the log ring, in bytes.
    * @default 1 MiB

@@ -28,6 +28,8 @@ let dead = false;
 
 function setup(i: WorkerInit): void {
   init = i;
+  // The worker may have waited in the pool since the node booted: the pod's clock starts now.
+  clock.reset(0);
   imports = makeImports(
     {
       env: init.env,
@@ -194,8 +196,11 @@ function fail(reason: 'RestoreError' | 'Trap' | 'Error', message: string): void 
 }
 
 async function start(): Promise<void> {
+  // The main thread bounds the module's start function and k32_init/k32_restored (callDeadlineMs).
+  post({ op: 'startCall', name: 'start' });
   try {
     instantiate();
+    post({ op: 'startCall' });
   } catch (err: unknown) {
     // The start section trapped, or linking failed.
     fail(err instanceof WA.RuntimeError || err instanceof RangeError ? 'Trap' : 'Error', `cannot start the module: ${trapMessage(err)}`);
@@ -213,6 +218,7 @@ async function start(): Promise<void> {
   const first = init.restore ? 'k32_restored' : 'k32_init';
   const fn = ex<() => void>(first);
   if (fn && init.exportNames.includes(first)) {
+    post({ op: 'startCall', name: first });
     try {
       fn();
     } catch (err: unknown) {

@@ -5,6 +5,7 @@
 import assert from 'node:assert/strict';
 import { execFile, spawn, type ChildProcess } from 'node:child_process';
 import { existsSync, statSync, writeFileSync } from 'node:fs';
+import { createServer, type AddressInfo } from 'node:net';
 import { join } from 'node:path';
 import { test } from 'node:test';
 import { promisify } from 'node:util';
@@ -118,4 +119,49 @@ test('kube32-cli dev --topics: a channel send on a subscribed topic comes back a
   assert.match(dev.stderr(), /channel t: 4 bytes/);
   dev.child.kill('SIGTERM');
   assert.equal(await dev.exited, 0);
+});
+
+/** Runs `kube32-cli dev ARGS` to its end (bounded: a runner that hangs fails the test). */
+async function devFails(args: string[]): Promise<{ code: number | null; stderr: string; ms: number }> {
+  const t0 = performance.now();
+  try {
+    await run(process.execPath, [CLI, 'dev', ...args], { timeout: 20_000 });
+  } catch (err: unknown) {
+    const e = err as { code?: number | string; killed?: boolean; stderr?: string };
+    assert.ok(!e.killed, `kube32-cli dev ${args.join(' ')} kept running: ${e.stderr}`);
+    return { code: typeof e.code === 'number' ? e.code : null, stderr: e.stderr ?? '', ms: performance.now() - t0 };
+  }
+  throw new Error(`kube32-cli dev ${args.join(' ')} succeeded`);
+}
+
+test('kube32-cli dev exits at once, non-zero, when it cannot listen or cannot start the pod', { timeout: 60_000 }, async (t) => {
+  const wasm = join(ROOT, 'build/examples/counter.wasm');
+  example('counter');
+  const tmp = tempDir('dev-fail');
+  t.after(tmp.remove);
+  const busy = createServer();
+  await new Promise<void>((resolve) => busy.listen(0, '127.0.0.1', resolve));
+  t.after(() => busy.close());
+  const port = (busy.address() as AddressInfo).port;
+  const trap = join(tmp.dir, 'trap.wasm');
+  writeFileSync(trap, wat(`(module (memory (export "memory") 1)
+    (func (export "k32_alloc") (param i32) (result i32) (i32.const 0))
+    (func (export "k32_handle") (param i32 i32) (result i64) (i64.const 0))
+    (func (export "k32_init") unreachable))`));
+  const [inUse, noAddress, badSave, trapped] = await Promise.all([
+    devFails([wasm, '--port', String(port)]),
+    // 192.0.2.1 (TEST-NET-1) is never an address of this computer.
+    devFails([wasm, '--port', '0', '--address', '192.0.2.1']),
+    devFails([wasm, '--port', '0', '--save-on-exit', join(tmp.dir, 'no-such-dir', 'x.k32s')]),
+    devFails([trap, '--port', '0']),
+  ]);
+  assert.equal(inUse.code, 1);
+  assert.match(inUse.stderr, new RegExp(`cannot listen on 127\\.0\\.0\\.1:${port}: the port is in use \\(EADDRINUSE\\)`));
+  assert.equal(noAddress.code, 1);
+  assert.match(noAddress.stderr, /cannot listen on 192\.0\.2\.1:0: no interface of this computer has that address \(EADDRNOTAVAIL\)/);
+  assert.equal(badSave.code, 1);
+  assert.match(badSave.stderr, /--save-on-exit .*x\.k32s: no such directory .*no-such-dir/);
+  assert.equal(trapped.code, 1);
+  assert.match(trapped.stderr, /trap: Trap: k32_init: unreachable/);
+  for (const r of [inUse, noAddress, badSave, trapped]) assert.doesNotMatch(r.stderr, /serving/);
 });

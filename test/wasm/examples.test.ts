@@ -3,9 +3,12 @@
  * requests, freeze, snapshot, restore in a fresh runtime; the state carries over.
  */
 import assert from 'node:assert/strict';
+import { readFileSync } from 'node:fs';
+import { join } from 'node:path';
 import { test } from 'node:test';
+import { parseAllDocuments } from 'yaml';
 import { loadModule } from '../../src/wasm/index.ts';
-import { body, decode, example, get, pieces, snapshotBytes, startPod } from './helpers.ts';
+import { ROOT, body, decode, example, get, pieces, snapshotBytes, startPod } from './helpers.ts';
 
 for (const name of ['counter', 'counter-c'] as const) {
   test(`${name}: counts, and a restore on another node continues the count and the clock`, { timeout: 30_000 }, async (t) => {
@@ -73,4 +76,34 @@ test('echo: a restore in a fresh runtime holds exactly the same memory, globals 
   assert.ok(A.globals.length > 0);
   await copy.thaw();
   assert.match(body(await copy.handle(get('/after'))), /"path":"\/after"/);
+});
+
+test('the example manifests can all run on one node, and their comments say only what Kube32 supports', { timeout: 10_000 }, () => {
+  // A pod serves on its node's address, so two pods on one node cannot share a containerPort
+  // (the scheduler refuses: "didn't have free ports"): each example has its own.
+  const owner = new Map<number, string>();
+  for (const name of ['echo', 'counter', 'counter-c']) {
+    const file = join(ROOT, 'examples', name, `${name}.yaml`);
+    const text = readFileSync(file, 'utf8');
+    const comments = text.split('\n').filter((l) => l.startsWith('#')).join('\n');
+    assert.doesNotMatch(comments.replace(/\(kubectl port-forward is not supported[^)]*\)|`kubectl port-forward` is not supported/g, ''), /port-forward|node ?port/i, `${file} recommends what Kube32 does not serve`);
+    const docs = parseAllDocuments(text).map((d) => d.toJS() as { kind: string; spec: Record<string, unknown> });
+    for (const d of docs) {
+      if (d.kind === 'Service') {
+        const dep = docs.find((x) => x.kind === 'Deployment')!;
+        const ports = (dep.spec.template as { spec: { containers: Array<{ ports: Array<{ containerPort: number }> }> } }).spec.containers[0]!.ports.map((p) => p.containerPort);
+        for (const p of d.spec.ports as Array<{ targetPort: number }>) assert.ok(ports.includes(p.targetPort), `${file}: Service targetPort ${p.targetPort} is not a containerPort`);
+        continue;
+      }
+      const podSpec = (d.kind === 'Pod' ? d.spec : (d.spec.template as { spec: Record<string, unknown> }).spec) as { containers?: Array<{ ports?: Array<{ containerPort: number }> }> };
+      for (const c of podSpec.containers ?? []) {
+        for (const p of c.ports ?? []) {
+          assert.equal(owner.get(p.containerPort) ?? name, name, `${file}: containerPort ${p.containerPort} is also ${owner.get(p.containerPort)}'s`);
+          owner.set(p.containerPort, name);
+          if (comments.includes('curl')) assert.ok(comments.includes(`:${p.containerPort}`) || comments.includes('/proxy/'), `${file}: the curl in its comments names another port`);
+        }
+      }
+    }
+  }
+  assert.equal(owner.size, 3);
 });

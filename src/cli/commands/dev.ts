@@ -107,12 +107,32 @@ async function dev(file: string, flags: DevFlags): Promise<void> {
       throw new CliError(`${flags.restore}: ${code === 'ENOENT' ? 'no such file' : `cannot read it (${code})`}`);
     }
   }
-  const fsDir = flags.fsDir ?? (await mkdtemp(join(tmpdir(), `kube32-dev-${opts.name}-`)));
+  if (flags.saveOnExit) {
+    // Found out now, not at Ctrl-C after an hour of work.
+    const dir = dirname(flags.saveOnExit);
+    try {
+      await access(dir, constants.W_OK);
+    } catch (err: unknown) {
+      const code = (err as NodeJS.ErrnoException).code;
+      throw new CliError(`--save-on-exit ${flags.saveOnExit}: ${code === 'ENOENT' ? `no such directory ${dir}` : `cannot write in ${dir} (${code})`}`);
+    }
+  }
   const say = (line: string): void => {
     process.stderr.write(`${line}\n`);
   };
-  const topics = new Set(opts.topics);
+  // The port first: when it cannot be had, no pod starts (its k32_init runs only once it is served).
   let pod: PodInstance | undefined;
+  const server: Server = createServer(serveHttp(() => pod, { onError: (m) => say(m) }));
+  try {
+    await new Promise<void>((resolve, reject) => {
+      server.once('error', reject);
+      server.listen(opts.port, flags.address, () => resolve());
+    });
+  } catch (err: unknown) {
+    throw new CliError(`cannot listen on ${flags.address}:${opts.port}: ${listenErrorText(err as NodeJS.ErrnoException)}`, 1, { cause: err });
+  }
+  const fsDir = flags.fsDir ?? (await mkdtemp(join(tmpdir(), `kube32-dev-${opts.name}-`)));
+  const topics = new Set(opts.topics);
   try {
     pod = await PodInstance.start({
       module,
@@ -131,17 +151,14 @@ async function dev(file: string, flags: DevFlags): Promise<void> {
       ...(flags.restore ? { restoreFrom: createReadStream(flags.restore) } : {}),
     });
   } catch (err: unknown) {
+    server.close();
+    server.closeAllConnections();
     if (!flags.fsDir) await rm(fsDir, { recursive: true, force: true });
     if (err instanceof PodStartError) throw new CliError(`${opts.name}: ${err.reason}: ${err.message}`, 1, { cause: err });
     if ((err as NodeJS.ErrnoException).code === 'ENOENT') throw new CliError(`${flags.restore}: no such file`);
     throw err;
   }
   const running = pod;
-  const server: Server = createServer(serveHttp(() => running, { onError: (m) => say(m) }));
-  await new Promise<void>((resolve, reject) => {
-    server.once('error', (err) => reject(new CliError(`cannot listen on ${flags.address}:${opts.port}: ${err.message}`)));
-    server.listen(opts.port, flags.address, () => resolve());
-  });
   const addr = server.address();
   const port = typeof addr === 'object' && addr ? addr.port : opts.port;
   const how = flags.restore ? `restored from ${flags.restore} at pod time ${running.podTimeMs} ms` : 'started afresh';
@@ -187,6 +204,23 @@ async function dev(file: string, flags: DevFlags): Promise<void> {
   process.off('SIGINT', onSignal);
   process.off('SIGTERM', onSignal);
   if (code !== 0) throw new CliError(`${opts.name} ended with exit code ${code}`, code);
+}
+
+/** Why a listen failed, in words, with the system's code (EADDRINUSE, EADDRNOTAVAIL, EACCES...). */
+function listenErrorText(err: NodeJS.ErrnoException): string {
+  switch (err.code) {
+    case 'EADDRINUSE':
+      return 'the port is in use (EADDRINUSE); choose another with --port, or --port 0 for any free one';
+    case 'EADDRNOTAVAIL':
+      return 'no interface of this computer has that address (EADDRNOTAVAIL); see --address';
+    case 'EACCES':
+      return 'permission denied (EACCES): ports below 1024 need privileges';
+    case 'ENOTFOUND':
+    case 'EAI_AGAIN':
+      return `the address does not resolve (${err.code}); see --address`;
+    default:
+      return err.message;
+  }
 }
 
 /**

@@ -1,0 +1,95 @@
+/**
+ * The pod runtime under bad input: malformed modules (random damage to real ones), hostile pods
+ * (a start function or k32_init that never returns, traps at start, huge allocations), a start
+ * cancelled by its caller, and the pod clock of a worker that waited in the pool.
+ */
+import assert from 'node:assert/strict';
+import { test } from 'node:test';
+import { setTimeout as delay } from 'node:timers/promises';
+import fc from 'fast-check';
+import { ModuleError, PodStartError, loadModule, warmWorkerPool } from '../../src/wasm/index.ts';
+import { body, example, get, startPod, wat } from './helpers.ts';
+
+const BASE = `
+  (import "k32" "k32_log" (func $log (param i32 i32)))
+  (memory (export "memory") 1)
+  (func (export "k32_alloc") (param i32) (result i32) (i32.const 1024))
+  (func (export "k32_handle") (param i32 i32) (result i64) (i64.or (i64.const 100) (i64.shl (i64.const 2) (i64.const 32))))`;
+
+test('damaged modules are refused with a ModuleError or load; nothing else escapes', { timeout: 60_000 }, async () => {
+  const originals = [example('echo'), example('counter-c'), wat(`(module ${BASE} (global (mut f64) (f64.const 1)) (table 2 funcref))`)];
+  await fc.assert(
+    fc.asyncProperty(
+      fc.integer({ min: 0, max: originals.length - 1 }),
+      fc.array(fc.tuple(fc.nat(), fc.integer({ min: 0, max: 255 })), { minLength: 1, maxLength: 4 }),
+      fc.option(fc.nat(), { nil: undefined }),
+      async (which, edits, cut) => {
+        const bytes = new Uint8Array(originals[which]!);
+        for (const [at, v] of edits) bytes[at % bytes.length] = v;
+        const damaged = cut === undefined ? bytes : bytes.subarray(0, cut % bytes.length);
+        try {
+          await loadModule(damaged, { memoryLimitBytes: 1 << 20 });
+        } catch (err: unknown) {
+          assert.ok(err instanceof ModuleError, `not a ModuleError: ${(err as Error)?.stack ?? String(err)}`);
+          assert.ok(err.message.length > 0);
+        }
+      },
+    ),
+    { numRuns: 1000, seed: 1203 },
+  );
+});
+
+test('a start function or k32_init that never returns fails the start after callDeadlineMs; the worker ends', { timeout: 20_000 }, async () => {
+  const initLoop = await loadModule(wat(`(module ${BASE} (func (export "k32_init") (loop $l (br $l))))`));
+  const t0 = performance.now();
+  await assert.rejects(startPod(initLoop, { callDeadlineMs: 300 }), (e: unknown) => {
+    assert.ok(e instanceof PodStartError);
+    assert.equal(e.reason, 'Error');
+    assert.equal(e.message, 'call k32_init still running after 300 ms');
+    return true;
+  });
+  assert.ok(performance.now() - t0 < 5000);
+  const startLoop = await loadModule(wat(`(module ${BASE} (func $s (loop $l (br $l))) (start $s))`));
+  await assert.rejects(startPod(startLoop, { callDeadlineMs: 300 }), /the module's start function still running after 300 ms/);
+  // The node goes on: the next pod starts and answers.
+  const ok = await startPod(await loadModule(wat(`(module ${BASE})`)));
+  assert.equal((await ok.handle(get('/'))).length, 2);
+  await ok.terminate();
+});
+
+test('a start cancelled through its signal ends the worker and rejects', { timeout: 10_000 }, async () => {
+  const initLoop = await loadModule(wat(`(module ${BASE} (func (export "k32_init") (loop $l (br $l))))`));
+  const ac = new AbortController();
+  const started = startPod(initLoop, { signal: ac.signal });
+  ac.abort();
+  await assert.rejects(started, /the start was cancelled/);
+  await assert.rejects(startPod(initLoop, { signal: AbortSignal.abort() }), /the start was cancelled/);
+});
+
+test('a trap in k32_init, or a huge memory.grow, is contained', { timeout: 10_000 }, async (t) => {
+  const trap = await loadModule(wat(`(module ${BASE} (func (export "k32_init") unreachable))`));
+  await assert.rejects(startPod(trap), (e: unknown) => e instanceof PodStartError && e.reason === 'Trap' && /k32_init: unreachable/.test(e.message));
+  // memory.grow past the limit fails inside WebAssembly (-1); the pod keeps running.
+  const grow = await loadModule(
+    wat(`(module
+      (memory (export "memory") 1)
+      (data (i32.const 0) "HTTP/1.1 200 OK\\r\\ncontent-length: 1\\r\\n\\r\\n")
+      (func (export "k32_alloc") (param i32) (result i32) (i32.const 1024))
+      (func (export "k32_handle") (param i32 i32) (result i64)
+        (i32.store8 (i32.const 38) (i32.add (i32.const 0x30) (i32.eq (memory.grow (i32.const 60000)) (i32.const -1))))
+        (i64.or (i64.const 0) (i64.shl (i64.const 39) (i64.const 32)))))`),
+    { memoryLimitBytes: 1 << 20 },
+  );
+  const pod = await startPod(grow);
+  t.after(() => pod.terminate());
+  assert.equal(body(await pod.handle(get('/'))), '1', 'memory.grow past the limit returned -1');
+  assert.equal(pod.exit, undefined);
+});
+
+test('the pod clock starts at the pod\'s start, not when its worker was booted ahead of need', { timeout: 10_000 }, async (t) => {
+  await warmWorkerPool();
+  await delay(600); // the spare worker waits: this time must not count as the pod's
+  const pod = await startPod(await loadModule(wat(`(module ${BASE})`)));
+  t.after(() => pod.terminate());
+  assert.ok(pod.podTimeMs < 400, `pod time at start: ${pod.podTimeMs} ms`);
+});
