@@ -38,8 +38,6 @@ function upstreamAnswer(q: packet.Packet, transport: string): Buffer {
 before(async () => {
   upstreamUdp = dgram.createSocket('udp4');
   upstreamUdp.on('message', (m, r) => upstreamUdp.send(upstreamAnswer(packet.decode(m), 'udp'), r.port, r.address));
-  await new Promise<void>((r) => upstreamUdp.bind(0, '127.0.0.1', r));
-  upstreamPort = upstreamUdp.address().port;
   upstreamTcp = net.createServer((c) => {
     c.once('data', (d) => {
       const resp = upstreamAnswer(packet.decode((d as Buffer).subarray(2)), 'tcp');
@@ -48,7 +46,27 @@ before(async () => {
       c.end(Buffer.concat([len, resp]));
     });
   });
-  await new Promise<void>((r) => upstreamTcp.listen(upstreamPort, '127.0.0.1', r));
+  // The fake upstream answers UDP and TCP on one port: take a free UDP port, and another when TCP
+  // finds that number in use (an ephemeral port of some other connection on this busy machine).
+  for (let attempt = 1; ; attempt++) {
+    await new Promise<void>((r) => upstreamUdp.bind(0, '127.0.0.1', r));
+    upstreamPort = upstreamUdp.address().port;
+    try {
+      await new Promise<void>((resolve, reject) => {
+        upstreamTcp.once('error', reject);
+        upstreamTcp.listen(upstreamPort, '127.0.0.1', () => {
+          upstreamTcp.off('error', reject);
+          resolve();
+        });
+      });
+      break;
+    } catch (err: unknown) {
+      if ((err as NodeJS.ErrnoException).code !== 'EADDRINUSE' || attempt >= 20) throw err;
+      await new Promise<void>((r) => upstreamUdp.close(() => r()));
+      upstreamUdp = dgram.createSocket('udp4');
+      upstreamUdp.on('message', (m, r) => upstreamUdp.send(upstreamAnswer(packet.decode(m), 'udp'), r.port, r.address));
+    }
+  }
   resolver = new Resolver({
     podBySource: (a) => (a === '127.0.0.1' ? { podId: 'abcdefghjkm', nameTables: ['svc'], upstreams: [] } : undefined),
     tables: () => tables,

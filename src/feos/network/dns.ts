@@ -351,6 +351,19 @@ function safeDecode(b: Buffer): packet.Packet | undefined {
  * @throws Error from bind (EADDRNOTAVAIL while the node does not hold the address, EADDRINUSE)
  */
 export async function bindResolverSockets(address: string, port: number): Promise<{ udp: dgram.Socket; tcp: net.Server }> {
+  // With port 0 the UDP socket picks a free port, and TCP must take the same number: that number
+  // can be in use over TCP (another connection's ephemeral port), so try again with another.
+  for (let attempt = 1; ; attempt++) {
+    try {
+      return await bindResolverSocketsOnce(address, port);
+    } catch (err: unknown) {
+      const inUse = (err as NodeJS.ErrnoException | undefined)?.code === 'EADDRINUSE';
+      if (port !== 0 || !inUse || attempt >= 20) throw err;
+    }
+  }
+}
+
+async function bindResolverSocketsOnce(address: string, port: number): Promise<{ udp: dgram.Socket; tcp: net.Server }> {
   const type = addressFamily(address) === 6 ? 'udp6' : 'udp4';
   const udp = dgram.createSocket({ type, reuseAddr: false });
   await new Promise<void>((resolve, reject) => {
