@@ -150,6 +150,8 @@ test('snapshot and restore carry memory, globals of every type, tables, clock an
   await pod.handle(get('/c')); // opens chan-a as handle 1
   await until(async () => stateNumbers(await pod.handle(get('/x'))).ticks > -9000000000n + 2n);
   pod.event('ev', new TextEncoder().encode('payload-1'));
+  // event() is fire-and-forget: wait until the pod has taken it, so that it is not held by the freeze.
+  await until(async () => stateNumbers(await pod.handle(get('/x'))).events >= 1);
   await pod.freeze();
   const snap = await pod.snapshot({ digest: true });
   const parts: Uint8Array[] = [];
