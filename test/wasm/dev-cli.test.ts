@@ -4,7 +4,8 @@
  */
 import assert from 'node:assert/strict';
 import { execFile, spawn, type ChildProcess } from 'node:child_process';
-import { existsSync, statSync, writeFileSync } from 'node:fs';
+import { existsSync, readdirSync, statSync, writeFileSync } from 'node:fs';
+import { tmpdir } from 'node:os';
 import { createServer, type AddressInfo } from 'node:net';
 import { join } from 'node:path';
 import { test } from 'node:test';
@@ -164,4 +165,30 @@ test('kube32-cli dev exits at once, non-zero, when it cannot listen or cannot st
   assert.equal(trapped.code, 1);
   assert.match(trapped.stderr, /trap: Trap: k32_init: unreachable/);
   for (const r of [inUse, noAddress, badSave, trapped]) assert.doesNotMatch(r.stderr, /serving/);
+});
+
+test('kube32-cli dev: Ctrl-C while k32_init runs cancels the start, exits 130 and removes its temporary directory', { timeout: 30_000 }, async (t) => {
+  const tmp = tempDir('dev-cancel');
+  t.after(tmp.remove);
+  const name = `slow-init-${process.pid}`;
+  const wasm = join(tmp.dir, `${name}.wasm`);
+  writeFileSync(wasm, wat(`(module
+    (import "k32" "k32_log" (func $log (param i32 i32)))
+    (memory (export "memory") 1)
+    (data (i32.const 0) "initialising")
+    (func (export "k32_alloc") (param i32) (result i32) (i32.const 1024))
+    (func (export "k32_handle") (param i32 i32) (result i64) (i64.const 0))
+    (func (export "k32_init") (call $log (i32.const 0) (i32.const 12)) (loop $l (br $l))))`));
+  const dev = startDev([wasm]);
+  t.after(() => dev.child.kill('SIGKILL'));
+  dev.url.catch(() => {});
+  const logged = Promise.withResolvers<void>();
+  dev.child.stdout!.on('data', () => {
+    if (dev.stdout().includes('initialising')) logged.resolve();
+  });
+  await logged.promise;
+  dev.child.kill('SIGINT');
+  assert.equal(await dev.exited, 130, dev.stderr());
+  assert.match(dev.stderr(), new RegExp(`${name}: the start was cancelled`));
+  assert.deepEqual(readdirSync(tmpdir()).filter((f) => f.startsWith(`kube32-dev-${name}-`)), []);
 });

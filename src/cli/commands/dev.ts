@@ -90,7 +90,7 @@ async function dev(file: string, flags: DevFlags): Promise<void> {
   try {
     bytes = await readFile(file);
   } catch (err: unknown) {
-    throw new CliError(`${file}: cannot read it: ${(err as NodeJS.ErrnoException).code === 'ENOENT' ? 'no such file' : String(err)}`);
+    throw new CliError(`${file}: cannot read it: ${fileErrorText(err as NodeJS.ErrnoException)}`);
   }
   let module: PodModule;
   try {
@@ -104,7 +104,7 @@ async function dev(file: string, flags: DevFlags): Promise<void> {
       await access(flags.restore, constants.R_OK);
     } catch (err: unknown) {
       const code = (err as NodeJS.ErrnoException).code;
-      throw new CliError(`${flags.restore}: ${code === 'ENOENT' ? 'no such file' : `cannot read it (${code})`}`);
+      throw new CliError(`${flags.restore}: ${code === 'ENOENT' ? 'no such file' : `cannot read it: ${fileErrorText(err as NodeJS.ErrnoException)}`}`);
     }
   }
   if (flags.saveOnExit) {
@@ -133,8 +133,21 @@ async function dev(file: string, flags: DevFlags): Promise<void> {
   }
   const fsDir = flags.fsDir ?? (await mkdtemp(join(tmpdir(), `kube32-dev-${opts.name}-`)));
   const topics = new Set(opts.topics);
+  // Ctrl-C while the pod starts (a long restore, a k32_init that takes its time) cancels the start
+  // and still cleans up.
+  const starting = new AbortController();
+  let cancelCode = 130;
+  const cancelStart = (signal: NodeJS.Signals): void => {
+    if (starting.signal.aborted) return;
+    say(`${signal}: cancelling the start of ${opts.name}`);
+    cancelCode = signal === 'SIGTERM' ? 143 : 130;
+    starting.abort();
+  };
+  process.on('SIGINT', cancelStart);
+  process.on('SIGTERM', cancelStart);
   try {
     pod = await PodInstance.start({
+      signal: starting.signal,
       module,
       namespace: 'default',
       podName: opts.name,
@@ -154,9 +167,13 @@ async function dev(file: string, flags: DevFlags): Promise<void> {
     server.close();
     server.closeAllConnections();
     if (!flags.fsDir) await rm(fsDir, { recursive: true, force: true });
+    if (starting.signal.aborted) throw new CliError(`${opts.name}: the start was cancelled`, cancelCode, { cause: err });
     if (err instanceof PodStartError) throw new CliError(`${opts.name}: ${err.reason}: ${err.message}`, 1, { cause: err });
     if ((err as NodeJS.ErrnoException).code === 'ENOENT') throw new CliError(`${flags.restore}: no such file`);
     throw err;
+  } finally {
+    process.off('SIGINT', cancelStart);
+    process.off('SIGTERM', cancelStart);
   }
   const running = pod;
   const addr = server.address();
@@ -204,6 +221,20 @@ async function dev(file: string, flags: DevFlags): Promise<void> {
   process.off('SIGINT', onSignal);
   process.off('SIGTERM', onSignal);
   if (code !== 0) throw new CliError(`${opts.name} ended with exit code ${code}`, code);
+}
+
+/** Why a file could not be read, in words, with the system's code. */
+function fileErrorText(err: NodeJS.ErrnoException): string {
+  switch (err.code) {
+    case 'ENOENT':
+      return 'no such file';
+    case 'EISDIR':
+      return 'it is a directory (EISDIR)';
+    case 'EACCES':
+      return 'permission denied (EACCES)';
+    default:
+      return err.message;
+  }
 }
 
 /** Why a listen failed, in words, with the system's code (EADDRINUSE, EADDRNOTAVAIL, EACCES...). */
