@@ -42,6 +42,7 @@ import { Registry } from './registry/store.ts';
 import { RESOURCES } from './registry/catalog.ts';
 import { storageKey } from './registry/types.ts';
 import { MemoryStorage, SqliteStorage, type Storage } from './storage/index.ts';
+import { EtcdStorage } from './storage/etcd.ts';
 
 /** Options of `createApiServer`. */
 export interface ApiServerOptions {
@@ -52,7 +53,9 @@ export interface ApiServerOptions {
   /** Address to listen on. @default '127.0.0.1' */
   bindAddress?: string;
   /** `sqlite` (default, `<data-dir>/kube32.db`) or `memory` (tests only: nothing survives). */
-  storage?: 'sqlite' | 'memory';
+  storage?: 'sqlite' | 'memory' | 'etcd';
+  /** With `storage: 'etcd'`: the etcd client URLs (`http://127.0.0.1:2379`); see docs/etcd.md. */
+  etcdEndpoints?: string[];
   /** Serve plain HTTP (only allowed on a loopback address); requests without a token are the admin's. @default false */
   insecureHttp?: boolean;
   /** Bytes of checkpoint data kept in memory. @default 16777216 (16 MiB) */
@@ -109,7 +112,12 @@ export async function createApiServer(opts: ApiServerOptions): Promise<ApiServer
   const log = opts.logger ?? createLogger('apiserver');
   if (opts.dataDir) mkdirSync(opts.dataDir, { recursive: true, mode: 0o700 });
 
-  const storage: Storage = kind === 'memory' ? new MemoryStorage({ watchWindow: opts.watchWindow }) : new SqliteStorage(join(opts.dataDir!, 'kube32.db'), { watchWindow: opts.watchWindow });
+  const storage: Storage =
+    kind === 'etcd'
+      ? new EtcdStorage({ endpoints: opts.etcdEndpoints ?? [], watchWindow: opts.watchWindow })
+      : kind === 'memory'
+        ? new MemoryStorage({ watchWindow: opts.watchWindow })
+        : new SqliteStorage(join(opts.dataDir!, 'kube32.db'), { watchWindow: opts.watchWindow });
   const checkpointData = new CheckpointDataStore(opts.checkpointDataBytes ?? DEFAULT_CHECKPOINT_DATA_BYTES);
   const registry = new Registry(storage, {
     admitCreate(def, obj) {

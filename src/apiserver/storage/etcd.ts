@@ -139,7 +139,9 @@ export class EtcdStorage implements Storage {
    * @throws RangeError for bad options; EtcdError when etcd does not answer within `requestTimeoutMs`
    */
   constructor(options: EtcdStorageOptions) {
-    const opts = { ...DEFAULTS, ...options };
+    // Options given as undefined take their defaults.
+    const given = Object.fromEntries(Object.entries(options).filter(([, v]) => v !== undefined)) as Partial<EtcdStorageOptions>;
+    const opts = { ...DEFAULTS, endpoints: [], ...given };
     if (!Array.isArray(opts.endpoints) || opts.endpoints.length === 0) throw new RangeError('EtcdStorage: endpoints must list at least one etcd URL');
     for (const e of opts.endpoints) {
       if (!/^https?:\/\/[^/\s]+\/?$/.test(e)) throw new RangeError(`EtcdStorage: endpoint must be a URL like http://127.0.0.1:2379: current value is ${JSON.stringify(e)}`);

@@ -18,6 +18,7 @@ interface Flags {
   port: string;
   bind: string;
   storage: string;
+  etcdEndpoints?: string;
   insecureHttp?: boolean;
   checkpointDataBytes: string;
   maxBodyBytes: string;
@@ -38,7 +39,8 @@ export function register(program: Command): void {
     .addOption(new Option('--data-dir <dir>', 'directory of the database (kube32.db), the CA (pki/) and the admin kubeconfig'))
     .addOption(new Option('--port <port>', 'TCP port; 0 picks a free one').default('6443'))
     .addOption(new Option('--bind <address>', 'address to listen on').default('127.0.0.1'))
-    .addOption(new Option('--storage <kind>', 'object store').choices(['sqlite', 'memory']).default('sqlite'))
+    .addOption(new Option('--storage <kind>', 'object store').choices(['sqlite', 'memory', 'etcd']).default('sqlite'))
+    .addOption(new Option('--etcd-endpoints <urls>', 'with --storage etcd: etcd client URLs, comma-separated (http://127.0.0.1:2379,...)'))
     .addOption(new Option('--insecure-http', 'serve plain HTTP (loopback only); requests without a token act as the admin'))
     .addOption(new Option('--checkpoint-data-bytes <quantity>', 'memory for all checkpoint snapshots (e.g. 16Mi)').default('16Mi'))
     .addOption(new Option('--max-body-bytes <quantity>', 'limit of a request body').default('3Mi'))
@@ -77,7 +79,8 @@ export function register(program: Command): void {
           dataDir: flags.dataDir,
           port,
           bindAddress: flags.bind,
-          storage: flags.storage as 'sqlite' | 'memory',
+          storage: flags.storage as 'sqlite' | 'memory' | 'etcd',
+          etcdEndpoints: flags.etcdEndpoints?.split(',').filter(Boolean),
           insecureHttp: flags.insecureHttp === true,
           checkpointDataBytes: sizes[0],
           maxBodyBytes: sizes[1],

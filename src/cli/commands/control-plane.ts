@@ -20,6 +20,8 @@ import { CliError } from '../errors.ts';
 
 interface Flags {
   dataDir?: string;
+  storage: string;
+  etcdEndpoints?: string;
   port: string;
   bind: string;
   checkpointDataBytes: string;
@@ -49,6 +51,8 @@ export function register(program: Command): void {
     .command('control-plane')
     .description('Run the Kube32 control plane: the API server and the controllers (scheduler, moves, drain, policies, checkpoints) in one process')
     .addOption(new Option('--data-dir <dir>', 'directory of the database, the CA and the admin kubeconfig').makeOptionMandatory())
+    .addOption(new Option('--storage <kind>', 'object store: sqlite (<data-dir>/kube32.db) or etcd (several control planes on one cluster)').choices(['sqlite', 'etcd']).default('sqlite'))
+    .addOption(new Option('--etcd-endpoints <urls>', 'with --storage etcd: etcd client URLs, comma-separated (http://127.0.0.1:2379,...)'))
     .addOption(new Option('--port <port>', 'TCP port of the API server; 0 picks a free one').default('6443'))
     .addOption(new Option('--bind <address>', 'address to listen on').default('127.0.0.1'))
     .addOption(new Option('--checkpoint-data-bytes <quantity>', 'memory for all checkpoint snapshots (e.g. 16Mi)').default('16Mi'))
@@ -79,6 +83,8 @@ export function register(program: Command): void {
       try {
         server = await createApiServer({
           dataDir: flags.dataDir,
+          storage: flags.storage as 'sqlite' | 'etcd',
+          etcdEndpoints: flags.etcdEndpoints?.split(',').filter(Boolean),
           port,
           bindAddress: flags.bind,
           checkpointDataBytes: dataBytes,
