@@ -7,7 +7,11 @@ import { mkdtempSync, rmSync } from 'node:fs';
 import { createServer } from 'node:net';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
-import type { TestContext } from 'node:test';
+
+/** Where cleanups go: a test's context (`t.after`), or a benchmark's own list. */
+export interface Cleanups {
+  after(fn: () => unknown): void;
+}
 
 /** A running etcd. */
 export interface TestEtcd {
@@ -32,7 +36,7 @@ async function freePort(): Promise<number> {
  * Starts etcd and waits (at most 20 s) for it to be healthy.
  * @throws Error when it exits or is not healthy in time (with its last output)
  */
-export async function startEtcd(t: TestContext, extraArgs: string[] = []): Promise<TestEtcd> {
+export async function startEtcd(t: Cleanups, extraArgs: string[] = []): Promise<TestEtcd> {
   const dir = mkdtempSync(join(tmpdir(), 'kube32-etcd-'));
   const [client, peer] = [await freePort(), await freePort()];
   const url = `http://127.0.0.1:${client}`;
