@@ -100,6 +100,8 @@ mount -t devtmpfs devtmpfs /dev
 mkdir -p /dev/pts /dev/shm && mount -t devpts devpts /dev/pts && mount -t tmpfs tmpfs /dev/shm
 mount -t tmpfs tmpfs /run
 mount -t tmpfs tmpfs /tmp
+# cgroup v2 (crun looks at it even with --cgroup-manager=disabled: the microVM is the pod's bound)
+mount -t cgroup2 cgroup2 /sys/fs/cgroup 2>/dev/null
 kver=$(uname -r)
 for m in $(cat /lib/modules/$kver/load-order); do insmod /lib/modules/$kver/$m.ko 2>/dev/null; done
 hostname feos-guest

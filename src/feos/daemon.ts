@@ -14,12 +14,20 @@ import { HostService as HostServiceDesc } from './gen/feos/host/v1/host_pb.js';
 import { createLogger, type Logger } from '../lib/index.ts';
 import { addService, errorMessage, FeosError } from './api/index.ts';
 import { chooseAccelerator, MicroVmService } from './microvm/index.ts';
-import { PodRecords, PodService, guestVersions, unavailablePodNetwork, type PodNetworkProvider } from './pods/index.ts';
+import { PodRecords, PodService, guestVersions, unavailablePodNetwork, type PodNetworkProvider, execInPod, podLogs, portForward } from './pods/index.ts';
 import { hostHandlers } from './host/index.ts';
 import { VolumeStore, parseVolumeId } from './volumes/index.ts';
 import { VolumeService as VolumeServiceDesc } from './gen/feos/volume/v1/volume_pb.js';
 import { takeStateLock } from './lock.ts';
 import { createNetwork, type NetworkFlags, type PodNetwork } from './network/index.ts';
+
+/** Aborts when a streaming call's caller goes away. */
+function callSignal(call: { once(event: 'cancelled' | 'close', fn: () => void): unknown }): AbortSignal {
+  const ac = new AbortController();
+  call.once('cancelled', () => ac.abort());
+  call.once('close', () => ac.abort());
+  return ac.signal;
+}
 
 /** feosd's options (its flags). */
 export interface FeosdOptions {
@@ -170,6 +178,19 @@ export async function startFeosd(opts: FeosdOptions, signal?: AbortSignal): Prom
       },
       suspendPod: async (req) => ({ pod: await pods.act(req.id, { kind: 'suspend' }) }),
       resumePod: async (req) => ({ pod: await pods.act(req.id, { kind: 'resume' }) }),
+      execPod: async (reqs, send, call) => {
+        const it = reqs[Symbol.asyncIterator]();
+        const first = await it.next();
+        if (first.done || first.value.request.case !== 'start') throw new FeosError('INVALID_ARGUMENT', 'exec: the first request must be start');
+        await execInPod(pods, first.value.request.value, { [Symbol.asyncIterator]: () => it }, send, callSignal(call));
+      },
+      podLogs: async (req, send, call) => podLogs(pods, req, send, callSignal(call)),
+      portForwardPod: async (reqs, send, call) => {
+        const it = reqs[Symbol.asyncIterator]();
+        const first = await it.next();
+        if (first.done || first.value.request.case !== 'start') throw new FeosError('INVALID_ARGUMENT', 'port forward: the first request must be start');
+        await portForward(pods, first.value.request.value, { [Symbol.asyncIterator]: () => it }, send, callSignal(call));
+      },
       watchPodEvents: async (req, send, call) => {
         const only = req.podId ? pods.get(req.podId).id : '';
         const queue: PodEvent[] = [];

@@ -31,9 +31,15 @@ type In<M> = M extends { input: infer I extends DescMessage } ? MessageShape<I> 
 type Out<M> = M extends { output: infer O extends DescMessage } ? MessageShape<O> : never;
 type OutInit<M> = M extends { output: infer O extends DescMessage } ? MessageInitShape<O> : never;
 
-/** Handlers of a service: unary (and client-streaming: the requests as an async iterable) return the answer; server-streaming ones write to `send`. */
+/**
+ * Handlers of a service: unary (and client-streaming: the requests as an async iterable) return the
+ * answer; server-streaming ones write to `send`; bidirectional ones read the requests as an async
+ * iterable and write to `send`.
+ */
 export type ServiceHandlers<T extends GenServiceMethods> = {
-  [K in keyof T]: T[K]['methodKind'] extends 'server_streaming'
+  [K in keyof T]: T[K]['methodKind'] extends 'bidi_streaming'
+    ? (reqs: AsyncIterable<In<T[K]>>, send: (msg: OutInit<T[K]>) => boolean, call: grpc.ServerDuplexStream<In<T[K]>, Out<T[K]>>) => Promise<void>
+    : T[K]['methodKind'] extends 'server_streaming'
     ? (req: In<T[K]>, send: (msg: OutInit<T[K]>) => boolean, call: grpc.ServerWritableStream<In<T[K]>, Out<T[K]>>) => Promise<void>
     : T[K]['methodKind'] extends 'client_streaming'
       ? (reqs: AsyncIterable<In<T[K]>>, call: grpc.ServerReadableStream<In<T[K]>, Out<T[K]>>) => Promise<OutInit<T[K]>>
@@ -72,6 +78,14 @@ export function addService<T extends GenServiceMethods>(
           (err: unknown) => call.destroy(Object.assign(new Error(), fail(err))),
         );
       };
+    } else if (m.methodKind === 'bidi_streaming') {
+      impl[m.localName] = (call: grpc.ServerDuplexStream<unknown, unknown>) => {
+        const send = (msg: unknown) => call.write(create(m.output, msg as never));
+        h(call, send, call).then(
+          () => call.end(),
+          (err: unknown) => call.destroy(Object.assign(new Error(), fail(err))),
+        );
+      };
     } else if (m.methodKind === 'client_streaming') {
       impl[m.localName] = (call: grpc.ServerReadableStream<unknown, unknown>, cb: grpc.sendUnaryData<unknown>) => {
         h(call, call).then(
@@ -84,9 +98,14 @@ export function addService<T extends GenServiceMethods>(
   server.addService(serviceDefinition(service), impl);
 }
 
-/** A promise client of a protobuf-es service: unary methods return promises; server streams return the grpc-js stream. */
+/**
+ * A promise client of a protobuf-es service: unary methods return promises; server streams return the
+ * grpc-js stream; bidirectional streams the grpc-js duplex (write request messages, read responses).
+ */
 export type Client<T extends GenServiceMethods> = {
-  [K in keyof T]: T[K]['methodKind'] extends 'server_streaming'
+  [K in keyof T]: T[K]['methodKind'] extends 'bidi_streaming'
+    ? (options?: grpc.CallOptions) => grpc.ClientDuplexStream<In<T[K]>, Out<T[K]>>
+    : T[K]['methodKind'] extends 'server_streaming'
     ? (req: MessageInitShape<T[K]['input']>, options?: grpc.CallOptions) => grpc.ClientReadableStream<Out<T[K]>>
     : T[K]['methodKind'] extends 'client_streaming'
       ? (reqs: MessageInitShape<T[K]['input']>[], options?: grpc.CallOptions) => Promise<Out<T[K]>>
@@ -112,6 +131,8 @@ export function makeClient<T extends GenServiceMethods>(service: GenService<T>, 
         });
     } else if (m.methodKind === 'server_streaming') {
       out[m.localName] = (req: unknown, options: grpc.CallOptions = {}) => fn(create(m.input, req as never), new grpc.Metadata(), options);
+    } else if (m.methodKind === 'bidi_streaming') {
+      out[m.localName] = (options: grpc.CallOptions = {}) => fn(new grpc.Metadata(), options);
     } else if (m.methodKind === 'client_streaming') {
       out[m.localName] = (reqs: unknown[], options: grpc.CallOptions = {}) =>
         new Promise((resolve, reject) => {

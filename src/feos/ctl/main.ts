@@ -1,17 +1,30 @@
 /**
  * feosctl (docs/feos/feosctl.md): the command line of a node's feosd.
- *   feosctl [--socket PATH | --tcp ADDRESS] pod create|get|list|start|stop|delete|suspend|resume|events ...
+ *   feosctl [--socket PATH | --tcp ADDRESS] pod create|get|list|start|stop|delete|suspend|resume|events|exec|logs|port-forward ...
  *   feosctl [--socket PATH | --tcp ADDRESS] volume create|get|list|delete ...
  *   feosctl [--socket PATH | --tcp ADDRESS] host info
  * Every command prints a table, or with `-o json|yaml` the PodInfo (its `id` first). A gRPC error prints
  * as `feosctl: <CODE_NAME>: <message>` (with "(VmBusy)" when marked) and exits 1; bad usage exits 2.
  */
 import { readFileSync } from 'node:fs';
+import net from 'node:net';
 import { Command, InvalidArgumentError, Option } from 'commander';
 import { create, fromJson, toJson, type JsonValue } from '@bufbuild/protobuf';
 import { timestampDate } from '@bufbuild/protobuf/wkt';
 import YAML from 'yaml';
-import { type PodInfo, PodInfoSchema, PodService, PodSpecSchema, PodState, type PodEvent } from '../gen/feos/pod/v1/pod_pb.js';
+import {
+  ExecPodRequestSchema,
+  type ExecPodResponse,
+  type PodInfo,
+  PodInfoSchema,
+  type PodLogsResponse,
+  PodService,
+  PodSpecSchema,
+  PodState,
+  type PodEvent,
+  PortForwardPodRequestSchema,
+  type PortForwardPodResponse,
+} from '../gen/feos/pod/v1/pod_pb.js';
 import { HostService } from '../gen/feos/host/v1/host_pb.js';
 import { type Volume, VolumeSchema, VolumeService, VolumeState } from '../gen/feos/volume/v1/volume_pb.js';
 import { codeName, isVmBusy, makeClient } from '../api/index.ts';
@@ -66,6 +79,14 @@ function printPods(pods: PodInfo[], output: Output, single: boolean): void {
   }
 }
 
+/** A pull token from a file (trimmed), or empty; a token never goes on a command line, where ps shows it. */
+function readToken(file: string | undefined): string {
+  if (!file) return '';
+  const t = readFileSync(file, 'utf8').trim();
+  if (!t) throw new InvalidArgumentError(`${file}: empty pull token`);
+  return t;
+}
+
 /** Runs feosctl with `argv` (process.argv). Exits the process with its status. */
 export async function main(argv: string[]): Promise<void> {
   const program = new Command('feosctl')
@@ -110,8 +131,9 @@ export async function main(argv: string[]): Promise<void> {
     .option('--network', 'give the pod a network (the defaults)')
     .option('-f, --filename <file>', 'the PodSpec as YAML or JSON (protobuf JSON names)')
     .option('--wait', 'wait until the pod is RUNNING or FAILED')
+    .option('--pull-token-file <file>', "a Bearer token of the images' registry for this bring-up's pulls (kept in feosd's memory only)")
     .addOption(output())
-    .action(async (o: { id?: string; vcpus?: number; memory?: string; image?: string[]; network?: boolean; filename?: string; wait?: boolean; output: Output }) => {
+    .action(async (o: { id?: string; vcpus?: number; memory?: string; image?: string[]; network?: boolean; filename?: string; wait?: boolean; pullTokenFile?: string; output: Output }) => {
       let spec = create(PodSpecSchema);
       if (o.filename) {
         const text = readFileSync(o.filename, 'utf8');
@@ -133,7 +155,8 @@ export async function main(argv: string[]): Promise<void> {
       if (o.network && !spec.network) spec.network = { $typeName: 'feos.pod.v1.PodNetwork', securityGroups: [], nameTables: [], dnsUpstreams: [] };
       const c = pods();
       const id = o.id ?? mintPodId();
-      let res = await call(() => c.createPod({ id, spec }, { deadline: deadline() }));
+      const pullToken = readToken(o.pullTokenFile);
+      let res = await call(() => c.createPod({ id, spec, pullToken }, { deadline: deadline() }));
       if (o.wait) {
         const ev = c.watchPodEvents({ podId: id }, { deadline: deadline() });
         res = await call(
@@ -181,17 +204,15 @@ export async function main(argv: string[]): Promise<void> {
     ['suspend', "writes a RUNNING pod's microVM into its snapshot"],
     ['resume', 'resumes a SUSPENDED pod'],
   ] as const) {
-    pod
-      .command(`${name} <id>`)
-      .description(desc)
-      .addOption(output())
-      .action(async (id: string, o: { output: Output }) => {
+    const cmd = pod.command(`${name} <id>`).description(desc).addOption(output());
+    if (name === 'start') cmd.option('--pull-token-file <file>', "a Bearer token of the images' registry for this bring-up's pulls");
+    cmd.action(async (id: string, o: { output: Output; pullTokenFile?: string }) => {
         const c = pods();
         const method = { start: c.startPod, stop: c.stopPod, suspend: c.suspendPod, resume: c.resumePod }[name] as (
-          req: { id: string },
+          req: { id: string; pullToken?: string },
           options: { deadline: Date },
         ) => Promise<{ pod?: PodInfo }>;
-        const res = await call(() => method({ id }, { deadline: deadline() }));
+        const res = await call(() => method(name === 'start' ? { id, pullToken: readToken(o.pullTokenFile) } : { id }, { deadline: deadline() }));
         printPods([res.pod!], o.output, true);
         c.grpc.close();
       });
@@ -227,6 +248,100 @@ export async function main(argv: string[]): Promise<void> {
             stream.on('error', reject);
           }),
       );
+      c.grpc.close();
+    });
+  pod
+    .command('exec <id> <command...>')
+    .description("runs a command in a container of a RUNNING pod (after --); exits with the command's exit code")
+    .option('-c, --container <name>', "the container (default: the pod's first)")
+    .option('-i, --stdin', "pass feosctl's stdin to the command")
+    .option('-t, --tty', 'give the command a terminal')
+    .action(async (id: string, command: string[], o: { container?: string; stdin?: boolean; tty?: boolean }) => {
+      const c = pods();
+      const stream = c.execPod();
+      stream.write(create(ExecPodRequestSchema, { request: { case: 'start', value: { podId: id, container: o.container ?? '', command, tty: !!o.tty, stdin: !!o.stdin } } }));
+      if (o.stdin) {
+        process.stdin.on('data', (d: Buffer) => stream.write(create(ExecPodRequestSchema, { request: { case: 'stdin', value: d } })));
+        process.stdin.on('end', () => {
+          stream.write(create(ExecPodRequestSchema, { request: { case: 'closeStdin', value: true } }));
+          stream.end();
+        });
+      } else stream.end();
+      const code = await call(
+        () =>
+          new Promise<number>((resolve, reject) => {
+            let exit = -1;
+            stream.on('data', (r: ExecPodResponse) => {
+              if (r.response.case === 'stdout') process.stdout.write(r.response.value);
+              else if (r.response.case === 'stderr') process.stderr.write(r.response.value);
+              else if (r.response.case === 'exitCode') exit = r.response.value;
+            });
+            stream.on('end', () => resolve(exit));
+            stream.on('error', reject);
+          }),
+      );
+      c.grpc.close();
+      process.stdin.pause();
+      process.exitCode = code < 0 ? 1 : code;
+    });
+  pod
+    .command('logs <id>')
+    .description("prints a container's log (its stdout and stderr)")
+    .option('-c, --container <name>', "the container (default: the pod's first)")
+    .option('-f, --follow', 'go on with what it writes until it ends')
+    .option('--tail <lines>', 'the last lines only', (v) => {
+      const n = Number(v);
+      if (!Number.isInteger(n) || n < 0) throw new InvalidArgumentError(`want a whole number of lines, got ${JSON.stringify(v)}`);
+      return n;
+    })
+    .action(async (id: string, o: { container?: string; follow?: boolean; tail?: number }) => {
+      const c = pods();
+      const stream = c.podLogs({ podId: id, container: o.container ?? '', follow: !!o.follow, tailLines: o.tail ?? 0 });
+      await call(
+        () =>
+          new Promise<void>((resolve, reject) => {
+            stream.on('data', (r: PodLogsResponse) => process.stdout.write(r.data));
+            stream.on('end', resolve);
+            stream.on('error', reject);
+          }),
+      );
+      c.grpc.close();
+    });
+  pod
+    .command('port-forward <id> <ports>')
+    .description('forwards local TCP connections to a port on the pod: LOCAL:REMOTE (LOCAL 0 asks the OS), or PORT for both')
+    .option('--address <address>', 'the local address to listen on', '127.0.0.1')
+    .action(async (id: string, ports: string, o: { address: string }) => {
+      const m = /^(?:(\d+):)?(\d+)$/.exec(ports);
+      const remote = m ? Number(m[2]) : 0;
+      const local = m ? Number(m[1] ?? m[2]) : -1;
+      if (!m || remote < 1 || remote > 65535 || local > 65535) throw new InvalidArgumentError(`${ports}: want LOCAL:REMOTE or PORT (1 to 65535)`);
+      const c = pods();
+      await call(() => c.getPod({ id }, { deadline: deadline() }));
+      const server = net.createServer((sock) => {
+        const stream = c.portForwardPod();
+        stream.write(create(PortForwardPodRequestSchema, { request: { case: 'start', value: { podId: id, port: remote } } }));
+        sock.on('data', (d: Buffer) => stream.write(create(PortForwardPodRequestSchema, { request: { case: 'data', value: d } })));
+        sock.on('end', () => stream.end());
+        sock.on('error', () => stream.cancel());
+        stream.on('data', (r: PortForwardPodResponse) => sock.write(r.data));
+        stream.on('end', () => sock.end());
+        stream.on('error', (err: { code?: number; details?: string }) => {
+          process.stderr.write(`feosctl: port-forward: ${typeof err.code === 'number' ? codeName(err.code) : ''}: ${err.details ?? String(err)}\n`);
+          sock.destroy();
+        });
+      });
+      await new Promise<void>((resolve, reject) => {
+        server.once('error', reject);
+        server.listen(local, o.address, () => resolve());
+      });
+      const bound = (server.address() as net.AddressInfo).port;
+      process.stdout.write(`Forwarding from ${o.address}:${bound} -> ${remote}\n`);
+      await new Promise<void>((resolve) => {
+        process.once('SIGINT', resolve);
+        process.once('SIGTERM', resolve);
+      });
+      server.close();
       c.grpc.close();
     });
   const printVolumes = (vs: Volume[], out: Output, single: boolean) => {

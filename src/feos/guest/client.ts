@@ -34,7 +34,7 @@ import {
   ShutdownResponseSchema,
 } from '../gen/feos/guest/v1/guest_pb.js';
 import { HostHandshake } from './channel.ts';
-import { GrpcCode, GrpcError, unaryCall } from './grpc-wire.ts';
+import { GrpcCode, GrpcError, streamCall, type StreamCall, unaryCall } from './grpc-wire.ts';
 
 /** How often the host sends a new ATTACH while the guest has not answered (ms). */
 const ATTACH_RETRY_MS = 1000;
@@ -188,6 +188,16 @@ export class GuestClient {
       throw err;
     });
     return fromBinary(resSchema, bytes) as MessageShape<Methods[M][1]>;
+  }
+
+  /**
+   * Opens a streaming call of feos.guest.v1.GuestService (Exec, ContainerLogs, PortForward): the
+   * connect bounded by `connectMs`, the stream by nothing but its caller.
+   * @throws GrpcError UNAVAILABLE when the guest cannot be reached in time
+   */
+  async stream(name: 'Exec' | 'ContainerLogs' | 'PortForward', connectMs: number): Promise<StreamCall> {
+    const session = await this.attach(connectMs);
+    return streamCall(session, `/feos.guest.v1.GuestService/${name}`);
   }
 
   /** Drops the connection (the next call attaches again). */

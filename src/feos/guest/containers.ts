@@ -263,7 +263,6 @@ function ociSpec(k: Kept): Record<string, unknown> {
       env: k.process.env,
       cwd: k.process.cwd,
       capabilities: { bounding: CAPS, effective: CAPS, permitted: CAPS },
-      rlimits: [{ type: 'RLIMIT_NOFILE', hard: 1048576, soft: 1048576 }],
       noNewPrivileges: true,
     },
     root: { path: 'rootfs', readonly: false },

@@ -7,3 +7,4 @@ export { suspendBudgetMs, snapshotTimeoutMs, gibRoundedUp } from './budget.ts';
 export { guestVersions } from './guests.ts';
 export { type PodNetworkProvider, type PodNetworkAttachment, unavailablePodNetwork } from './network.ts';
 export { keepClockOnce, measureOffset } from './clock.ts';
+export { execInPod, podLogs, portForward } from './streams.ts';

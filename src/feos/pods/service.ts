@@ -194,6 +194,22 @@ export class PodService extends EventEmitter<{ event: [PodEvent] }> {
     return this.#o.records.list();
   }
 
+  /**
+   * The guest of a RUNNING pod and one of its containers (the first when `container` is empty), for an
+   * exec, a log or a port forward.
+   * @throws FeosError NOT_FOUND (pod, container), FAILED_PRECONDITION (not RUNNING), UNAVAILABLE busy
+   *   while it is being suspended
+   */
+  guestOfRunning(id: string, container = ''): { guest: ReturnType<MicroVmService['guest']>; container: string } {
+    const pod = this.get(id);
+    if (pod.state !== PodState.RUNNING) throw new FeosError('FAILED_PRECONDITION', `pod ${pod.id} is ${PodState[pod.state]}: it must be RUNNING`);
+    if (this.#entries.get(pod.id)?.suspending) throw vmBusy(`pod ${pod.id} is being suspended`);
+    const names = pod.spec!.containers.map((c) => c.name);
+    const name = container || names[0] || '';
+    if (!names.includes(name)) throw new FeosError('NOT_FOUND', container ? `pod ${pod.id} has no container ${container}` : `pod ${pod.id} has no containers`);
+    return { guest: this.#o.vms.guest(pod.id), container: name };
+  }
+
   /** The guest of a pod whose microVM exists (for tests and the API). */
   guest(id: string) {
     return this.#o.vms.guest(parsePodId(id));

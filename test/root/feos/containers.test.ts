@@ -1,0 +1,133 @@
+// FeOS pods that run containers, as root, with real microVMs (QEMU, TCG here) and a local registry
+// (Debian's docker-registry on loopback behind the test's token gate, an image built here from busybox
+// with umoci, pushed with skopeo: nothing comes from the internet). feosd reaches the registry for the
+// pods through --registry-forward. Two pods boot side by side:
+//   - one with two containers (a public image, anonymous, and a private one, with the right pull
+//     token), one that runs and one that exits with a code computed from what it wrote in its rootfs
+//     and in a volume; GetPod reports both; stopped and started without a token, its containers are
+//     adopted from its disk with what they wrote (the code changes accordingly);
+//   - one whose private image's pull token is wrong: FAILED with the registry's refusal as the reason.
+// Neither token appears in any record, the microVMs' logs, or feosd's log.
+import assert from 'node:assert/strict';
+import { test } from 'node:test';
+import { execFileSync } from 'node:child_process';
+import { readFileSync } from 'node:fs';
+import { join } from 'node:path';
+import { fromBinary } from '@bufbuild/protobuf';
+import { MicroVmSchema } from '../../../src/feos/gen/feos/microvm/v1/microvm_pb.js';
+import { VolumeService } from '../../../src/feos/gen/feos/volume/v1/volume_pb.js';
+import { makeClient } from '../../../src/feos/api/index.ts';
+import { feosctl, PodState, startFeosd, tempDir, waitForPod } from '../../feos/harness.ts';
+import { buildBusyboxLayout, push, startRegistry } from '../../feos/registry.ts';
+
+const REPO = new URL('../../../', import.meta.url).pathname;
+const GUEST_DIR = join(REPO, 'build/guest');
+const GOOD = 'ctr-good-token-5be07d1c';
+const WRONG = 'ctr-wrong-token-a41f9e22';
+const POD = 'ctrpdtest00';
+const BAD_POD = 'ctrbadtest0';
+const VOLUME = 'dddddddd-3333-4444-8555-666666666666';
+const BOOT_MS = 420_000;
+
+test('pods run containers from a local registry, with and without pull tokens', { timeout: 900_000 }, async (t) => {
+  assert.equal(process.getuid?.(), 0, 'this suite runs as root');
+  execFileSync('bash', [join(REPO, 'scripts/build-guest.sh'), GUEST_DIR], { stdio: ['ignore', 'ignore', 'inherit'], timeout: 300_000 });
+  const { dir, cleanup } = tempDir('feos-ctr-');
+  const reg = await startRegistry(dir, GOOD);
+  const layout = buildBusyboxLayout(dir);
+  push(layout, reg.direct, 'public/busybox', '1');
+  push(layout, reg.direct, 'private/busybox', '1');
+  const feosd = await startFeosd(dir, { guestDir: GUEST_DIR, extra: ['--registry-forward', reg.gated] });
+  t.after(async () => {
+    await feosd.stop('SIGKILL');
+    for (const id of [POD, BAD_POD]) {
+      try {
+        const vm = fromBinary(MicroVmSchema, readFileSync(join(feosd.stateDir, 'vms', id, 'microvm.pb')));
+        if (vm.pid > 0) process.kill(vm.pid, 'SIGKILL');
+      } catch {}
+    }
+    await reg.stop();
+    cleanup();
+  });
+  const diag = () => `\nfeosd:\n${feosd.stderr().split('\n').slice(-25).join('\n')}`;
+  const serial = (id: string) => {
+    try {
+      return readFileSync(join(feosd.stateDir, 'vms', id, 'serial.log'), 'utf8');
+    } catch {
+      return '';
+    }
+  };
+
+  const volumes = makeClient(VolumeService, `unix:${feosd.socket}`);
+  await volumes.createVolume({ id: VOLUME, sizeBytes: 64n * 1024n * 1024n });
+  volumes.grpc.close();
+  // c2's exit code counts the lines it appended: 10 per line in its own rootfs, 1 per line in the volume.
+  const count = 'echo x >> /marks; echo y >> /vol/marks; exit $(( $(wc -l < /marks) * 10 + $(wc -l < /vol/marks) ))';
+  const spec = {
+    vcpus: 1,
+    memoryBytes: 256n * 1024n * 1024n,
+    volumes: [{ name: 'data', volumeId: VOLUME }],
+    containers: [
+      {
+        name: 'web',
+        image: `${reg.gated}/public/busybox:1`,
+        command: ['/bin/sh', '-c'],
+        args: ['echo "web $FEOS_IMAGE $GREETING"; exec sleep 3600'],
+        env: { GREETING: 'hello' },
+      },
+      { name: 'counter', image: `${reg.gated}/private/busybox:1`, command: ['/bin/sh', '-c', count], volumeMounts: [{ name: 'data', path: '/vol' }] },
+    ],
+  };
+  const badSpec = { vcpus: 1, memoryBytes: 256n * 1024n * 1024n, containers: [{ name: 'app', image: `${reg.gated}/private/busybox:1` }] };
+  // Both boot side by side: a boot costs most of this suite's time.
+  const [created, badCreated] = await Promise.all([
+    feosd.pods.createPod({ id: POD, spec, pullToken: GOOD }),
+    feosd.pods.createPod({ id: BAD_POD, spec: badSpec, pullToken: WRONG }),
+  ]);
+  assert.equal(created.pod?.state, PodState.PENDING);
+  assert.equal(badCreated.pod?.state, PodState.PENDING);
+  const [pod, bad] = await Promise.all([
+    waitForPod(feosd, POD, (p) => p.state !== PodState.PENDING, BOOT_MS),
+    waitForPod(feosd, BAD_POD, (p) => p.state !== PodState.PENDING, BOOT_MS),
+  ]);
+  assert.equal(pod.state, PodState.RUNNING, `${pod.reason}${diag()}\n${serial(POD).slice(-3000)}`);
+  assert.equal(bad.state, PodState.FAILED, bad.reason);
+  assert.match(bad.reason, /container app: create: .*private\/busybox: the registry refused the pull \(HTTP 401: the pull token was not accepted\)/);
+  assert.ok(reg.seenAuth.includes(`Bearer ${WRONG}`), 'the wrong token went to the registry');
+
+  const states = async () => {
+    const got = (await feosd.pods.getPod({ id: POD })).pod!;
+    assert.equal(got.guest?.answered, true, got.guest?.reason ?? '');
+    return got.containers.map((c) => `${c.name}=${c.state}:${c.exitCode}`);
+  };
+  // The counter ends at once; GetPod asks the guest.
+  let s = await states();
+  for (let i = 0; i < 50 && s[1] !== 'counter=exited:11'; i++) s = await states();
+  const logs = async (c: string, more: string[] = []) => (await feosctl(feosd.socket, ['pod', 'logs', POD, '-c', c, ...more])).stdout;
+  assert.deepEqual(s, ['web=running:0', 'counter=exited:11'], `web: ${await logs('web')}\ncounter: ${await logs('counter')}`);
+  assert.match(serial(POD), /container web created/);
+
+  // Stopped and started without a token: the containers are adopted (no pull: the private image needs
+  // none) with what they wrote, so the counter counts 2 lines in its rootfs and 2 in the volume.
+  const stopped = await feosd.pods.stopPod({ id: POD });
+  assert.equal(stopped.pod?.state, PodState.STOPPED);
+  const started = await feosd.pods.startPod({ id: POD });
+  assert.equal(started.pod?.state, PodState.RUNNING, `${started.pod?.reason}${diag()}`);
+  s = await states();
+  for (let i = 0; i < 50 && s[1] !== 'counter=exited:22'; i++) s = await states();
+  assert.deepEqual(s, ['web=running:0', 'counter=exited:22']);
+  assert.match(serial(POD), /container counter adopted/);
+
+  // No token anywhere: the records, the microVMs' files and logs, feosd's log.
+  const leaks = (token: string) => {
+    try {
+      return execFileSync('grep', ['-r', '-a', '-l', token, feosd.stateDir], { encoding: 'utf8' });
+    } catch {
+      return '';
+    }
+  };
+  for (const token of [GOOD, WRONG]) {
+    assert.equal(leaks(token), '', `${token} is in no file of the state dir`);
+    assert.ok(!feosd.stderr().includes(token), `${token} is not in feosd's log`);
+  }
+});
