@@ -1,0 +1,92 @@
+/**
+ * Two `kube32-cli control-plane --storage etcd --leader-elect` processes on one etcd (issue 11):
+ * both serve the cluster, one holds the Lease kube-system/kube32-controllers and runs the
+ * controllers; when it is killed (SIGKILL, no release) the other takes the Lease within the lease
+ * duration and its scheduler binds the next pod.
+ */
+import assert from 'node:assert/strict';
+import { type ChildProcess, execFile, spawn } from 'node:child_process';
+import { mkdtempSync, rmSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { createInterface } from 'node:readline';
+import { type TestContext, test } from 'node:test';
+import { startEtcd } from './etcd-server.ts';
+
+const ROOT = new URL('../../', import.meta.url).pathname;
+const CLI = join(ROOT, 'bin/kube32-cli.js');
+
+function kubectl(kubeconfig: string, args: string[], input?: string): Promise<{ code: number; stdout: string; stderr: string }> {
+  return new Promise((resolve) => {
+    const child = execFile('kubectl', ['--kubeconfig', kubeconfig, ...args], { timeout: 30_000 }, (err, stdout, stderr) => {
+      resolve({ code: err ? Number((err as { code?: number }).code ?? 1) : 0, stdout: String(stdout), stderr: String(stderr) });
+    });
+    child.stdin?.end(input ?? '');
+  });
+}
+
+async function startControlPlane(t: TestContext, etcdUrl: string, identity: string): Promise<{ proc: ChildProcess; kubeconfig: string; exited: Promise<unknown> }> {
+  const dir = mkdtempSync(join(tmpdir(), `k32-cp-${identity}-`));
+  const proc = spawn(
+    process.execPath,
+    [CLI, 'control-plane', '--storage', 'etcd', '--etcd-endpoints', etcdUrl, '--data-dir', dir, '--port', '0', '--leader-elect', '--leader-elect-identity', identity],
+    { stdio: ['ignore', 'pipe', 'pipe'], env: { ...process.env, LOG_LEVEL: 'warn' } },
+  );
+  let stderr = '';
+  proc.stderr!.on('data', (d: Buffer) => {
+    stderr = (stderr + d.toString()).slice(-8000);
+  });
+  const exited = new Promise((resolve) => proc.once('exit', resolve));
+  t.after(async () => {
+    if (proc.exitCode === null && proc.signalCode === null) proc.kill('SIGKILL');
+    await exited;
+    rmSync(dir, { recursive: true, force: true });
+  });
+  const line = await Promise.race([
+    new Promise<string>((resolve) => createInterface(proc.stdout!).once('line', resolve)),
+    exited.then((code) => {
+      throw new Error(`control-plane ${identity} exited ${String(code)}: ${stderr}`);
+    }),
+  ]);
+  return { proc, kubeconfig: (JSON.parse(line) as { kubeconfig: string }).kubeconfig, exited };
+}
+
+/** Polls `read` until it answers something `ok` accepts (bounded). */
+async function eventually(what: string, ms: number, read: () => Promise<string>, ok: (v: string) => boolean): Promise<string> {
+  const deadline = Date.now() + ms;
+  let last = '';
+  while (Date.now() < deadline) {
+    last = await read();
+    if (ok(last)) return last;
+  }
+  throw new Error(`${what}: not within ${ms} ms (last: ${JSON.stringify(last)})`);
+}
+
+test('two control planes on one etcd: one leads; killed, the other takes over and schedules', { timeout: 120_000 }, async (t) => {
+  const { url } = await startEtcd(t);
+  const cps = { cp1: await startControlPlane(t, url, 'cp1'), cp2: await startControlPlane(t, url, 'cp2') };
+  const holder = (kc: string) => async () => (await kubectl(kc, ['get', 'lease', 'kube32-controllers', '-n', 'kube-system', '-o', 'jsonpath={.spec.holderIdentity}'])).stdout;
+  const first = (await eventually('a leader', 30_000, holder(cps.cp2.kubeconfig), (h) => h === 'cp1' || h === 'cp2')) as 'cp1' | 'cp2';
+  const standby = first === 'cp1' ? 'cp2' : 'cp1';
+
+  // A Ready node (no kubelet) and a pod, written through the standby's API server: the leader's scheduler binds it.
+  const kc = cps[standby].kubeconfig;
+  assert.equal((await kubectl(kc, ['create', '-f', '-'], JSON.stringify({ apiVersion: 'v1', kind: 'Node', metadata: { name: 'n1' } }))).code, 0);
+  const status = { status: { allocatable: { memory: '1Mi', pods: '10' }, capacity: { memory: '1Mi', pods: '10' }, conditions: [{ type: 'Ready', status: 'True', reason: 'KubeletReady', message: 'test' }] } };
+  const patched = await kubectl(kc, ['patch', 'node', 'n1', '--subresource=status', '--type=merge', '-p', JSON.stringify(status)]);
+  assert.equal(patched.code, 0, patched.stderr);
+  const pod = (name: string) => JSON.stringify({ apiVersion: 'v1', kind: 'Pod', metadata: { name, namespace: 'default' }, spec: { containers: [{ name: 'c', image: `kube32.io/wasm-sha256:${'0'.repeat(64)}` }] } });
+  const nodeOf = (name: string) => async () => (await kubectl(kc, ['get', 'pod', name, '-o', 'jsonpath={.spec.nodeName}'])).stdout;
+  assert.equal((await kubectl(kc, ['create', '-f', '-'], pod('p1'))).code, 0);
+  await eventually('p1 bound by the leader', 30_000, nodeOf('p1'), (n) => n === 'n1');
+
+  // The leader dies without releasing: the standby takes the Lease once it has not changed for 15 s.
+  const killedAt = Date.now();
+  cps[first].proc.kill('SIGKILL');
+  await cps[first].exited;
+  await eventually('the standby leads', 40_000, holder(kc), (h) => h === standby);
+  const tookMs = Date.now() - killedAt;
+  assert.ok(tookMs < 15_000 + 2 * 2_000 + 5_000, `took over in ${tookMs} ms`);
+  assert.equal((await kubectl(kc, ['create', '-f', '-'], pod('p2'))).code, 0);
+  await eventually('p2 bound by the new leader', 30_000, nodeOf('p2'), (n) => n === 'n1');
+});
