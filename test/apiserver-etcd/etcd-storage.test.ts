@@ -112,7 +112,7 @@ test('compaction: history before it is Expired for a new API server; the schedul
   const a = open(t, url);
   const old = a.create(key('a'), obj('a'));
   for (let i = 0; i < 5; i++) a.create(key(`p${i}`), obj(`p${i}`));
-  const cut = a.currentResourceVersion();
+  const cut = a.etcdRevision();
   a.compact(cut);
   const b = open(t, url, { replayRevisions: 1000 });
   assert.throws(() => b.watch('pods', rvOf(old), () => {}), (e: unknown) => e instanceof StorageError && e.code === 'Expired');
@@ -126,7 +126,7 @@ test('compaction: history before it is Expired for a new API server; the schedul
 
   // Scheduled: the revision recorded at one tick is compacted at the next.
   open(t, url, { compactionIntervalMs: 150 });
-  const mark = b.currentResourceVersion();
+  const mark = b.etcdRevision();
   b.create(key('d'), obj('d'));
   const etcd = client(t, url);
   const deadline = Date.now() + 10_000;
@@ -149,7 +149,7 @@ test('a replacement (delete and create of one key in a transaction) is DELETED t
   const s = open(t, url);
   s.create(key('a'), obj('a'));
   s.create(key('n1', '', 'nodes'), { metadata: { name: 'n1', uid: 'n' } });
-  const w = watchAll(s, s.currentResourceVersion());
+  const w = watchAll(s, s.etcdRevision());
   const created = s.transaction(() => {
     s.delete(key('a'), { uid: 'u-a' });
     return s.create(key('a'), { metadata: { name: 'a', namespace: 'default', uid: 'u-new' } });

@@ -102,6 +102,8 @@ export function runStorageConformance(name: string, backend: ConformanceBackend)
     assert.deepEqual(s.listRaw('pods', 'default').rows.map((r) => JSON.parse(r).metadata.resourceVersion), [a.metadata.resourceVersion, c.metadata.resourceVersion]);
     assert.deepEqual(s.list('nodes').items, []);
     assert.ok(s.list('pods').resourceVersion >= rvOf(z));
+    // currentResourceVersion is what watchers have been told of: at the latest write once its event is delivered.
+    await delivered(s, rvOf(z));
     assert.ok(s.currentResourceVersion() >= rvOf(z));
     // Cluster-scoped objects: namespace ''.
     s.create(key('n1', '', 'nodes'), obj('n1', {}, ''));

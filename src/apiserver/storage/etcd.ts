@@ -253,8 +253,23 @@ export class EtcdStorage implements Storage {
     return { items: rows.map((s) => JSON.parse(s) as KubeObject), resourceVersion };
   }
 
-  /** etcd's current revision (linearizable). */
+  /**
+   * The watch cache's revision: every event up to it has been delivered to this API server's
+   * watchers (event batches already posted by the worker are taken in first). It trails etcd's
+   * latest revision by the watch's latency, as kube-apiserver's cacher does, so that a BOOKMARK or
+   * a watch started from it never skips an event.
+   */
   currentResourceVersion(): number {
+    for (;;) {
+      const m = receiveMessageOnPort(this.events);
+      if (!m) break;
+      this.onBatch(m.message as WatchBatch);
+    }
+    return this.deliveredUpTo;
+  }
+
+  /** etcd's latest revision (a linearizable read; may be ahead of what watchers have seen). */
+  etcdRevision(): number {
     return this.call<number>({ op: 'rev' });
   }
 
@@ -413,11 +428,6 @@ export class EtcdStorage implements Storage {
         // A watcher's failure is the watcher's: it never stops delivery to others.
       }
     }
-  }
-
-  /** The revision of the latest event this API server has delivered to its watchers. */
-  watchedResourceVersion(): number {
-    return this.deliveredUpTo;
   }
 
   // ---- blobs ----
