@@ -8,7 +8,7 @@ import { existsSync, readdirSync, statSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { createServer, type AddressInfo } from 'node:net';
 import { join } from 'node:path';
-import { test } from 'node:test';
+import { test, type TestContext } from 'node:test';
 import { promisify } from 'node:util';
 import { ROOT, example, tempDir, wat } from './helpers.ts';
 
@@ -84,12 +84,13 @@ test('kube32-cli dev refuses a module that cannot run, naming the cause', { time
   t.after(tmp.remove);
   const bad = join(tmp.dir, 'bad.wasm');
   await run('sh', ['-c', `printf 'not wasm' > ${bad}`]);
-  await assert.rejects(run(process.execPath, [CLI, 'dev', bad, '--port', '0']), (e: { code?: number; stderr?: string }) => {
+  const notWasm = assert.rejects(run(process.execPath, [CLI, 'dev', bad, '--port', '0']), (e: { code?: number; stderr?: string }) => {
     assert.equal(e.code, 1);
     assert.match(e.stderr!, /bad\.wasm: not a WebAssembly module/);
     return true;
   });
-  await assert.rejects(run(process.execPath, [CLI, 'dev', join(ROOT, 'build/examples/counter.wasm'), '--restore', join(tmp.dir, 'none.k32s'), '--port', '0']), /none\.k32s: no such file/);
+  const noSnapshot = assert.rejects(run(process.execPath, [CLI, 'dev', join(ROOT, 'build/examples/counter.wasm'), '--restore', join(tmp.dir, 'none.k32s'), '--port', '0']), /none\.k32s: no such file/);
+  await Promise.all([notWasm, noSnapshot]);
 });
 
 test('kube32-cli dev --topics: a channel send on a subscribed topic comes back as an event', { timeout: 30_000 }, async (t) => {
@@ -135,7 +136,7 @@ async function devFails(args: string[]): Promise<{ code: number | null; stderr: 
   throw new Error(`kube32-cli dev ${args.join(' ')} succeeded`);
 }
 
-test('kube32-cli dev exits at once, non-zero, when it cannot listen or cannot start the pod', { timeout: 60_000 }, async (t) => {
+test('kube32-cli dev exits at once, non-zero, when it cannot listen or cannot start the pod; Ctrl-C cancels a start', { timeout: 60_000 }, async (t) => {
   const wasm = join(ROOT, 'build/examples/counter.wasm');
   example('counter');
   const tmp = tempDir('dev-fail');
@@ -155,6 +156,7 @@ test('kube32-cli dev exits at once, non-zero, when it cannot listen or cannot st
     devFails([wasm, '--port', '0', '--address', '192.0.2.1']),
     devFails([wasm, '--port', '0', '--save-on-exit', join(tmp.dir, 'no-such-dir', 'x.k32s')]),
     devFails([trap, '--port', '0']),
+    cancelDuringStart(t, tmp),
   ]);
   assert.equal(inUse.code, 1);
   assert.match(inUse.stderr, new RegExp(`cannot listen on 127\\.0\\.0\\.1:${port}: the port is in use \\(EADDRINUSE\\)`));
@@ -167,9 +169,11 @@ test('kube32-cli dev exits at once, non-zero, when it cannot listen or cannot st
   for (const r of [inUse, noAddress, badSave, trapped]) assert.doesNotMatch(r.stderr, /serving/);
 });
 
-test('kube32-cli dev: Ctrl-C while k32_init runs cancels the start, exits 130 and removes its temporary directory', { timeout: 30_000 }, async (t) => {
-  const tmp = tempDir('dev-cancel');
-  t.after(tmp.remove);
+/**
+ * Ctrl-C while k32_init runs cancels the start: exit code 130, the message, the temporary
+ * directory removed. Returns once the runner has ended.
+ */
+async function cancelDuringStart(t: TestContext, tmp: { dir: string }): Promise<void> {
   const name = `slow-init-${process.pid}`;
   const wasm = join(tmp.dir, `${name}.wasm`);
   writeFileSync(wasm, wat(`(module
@@ -186,9 +190,10 @@ test('kube32-cli dev: Ctrl-C while k32_init runs cancels the start, exits 130 an
   dev.child.stdout!.on('data', () => {
     if (dev.stdout().includes('initialising')) logged.resolve();
   });
+  void dev.exited.then(() => logged.reject(new Error(`kube32-cli dev ended before k32_init logged: ${dev.stderr()}`)));
   await logged.promise;
   dev.child.kill('SIGINT');
   assert.equal(await dev.exited, 130, dev.stderr());
   assert.match(dev.stderr(), new RegExp(`${name}: the start was cancelled`));
   assert.deepEqual(readdirSync(tmpdir()).filter((f) => f.startsWith(`kube32-dev-${name}-`)), []);
-});
+}
