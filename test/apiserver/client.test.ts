@@ -131,7 +131,7 @@ test('client-node and raw clients against the API server', { timeout: 240_000 },
     assert.deepEqual(informer.list().map((p) => p.metadata!.name), []);
   });
 
-  await t.test('watch from resourceVersion 0 replays current objects; bookmarks carry the resourceVersion', async () => {
+  await t.test('watch from resourceVersion 0 replays current objects as ADDED', async () => {
     const w = await raw(api, 'GET', '/api/v1/namespaces?watch=true&resourceVersion=0&timeoutSeconds=1&allowWatchBookmarks=true');
     const events = w.body.toString().trim().split('\n').map((l) => JSON.parse(l) as { type: string; object: { metadata: { name: string } } });
     assert.ok(events.some((e) => e.type === 'ADDED' && e.object.metadata.name === 'default'));

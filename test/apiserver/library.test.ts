@@ -15,13 +15,21 @@ test('createApiServer refuses bad options with a RangeError naming them', async 
 });
 
 test('in-process, plain HTTP on loopback with the memory store: serves, then closes its streams', { timeout: 30_000 }, async (t) => {
-  const server = await createApiServer({ storage: 'memory', insecureHttp: true, port: 0, logger: createLogger('apiserver-test', {}) });
+  const server = await createApiServer({ storage: 'memory', insecureHttp: true, port: 0, watchHeartbeatMs: 100, logger: createLogger('apiserver-test', {}) });
   t.after(() => server.close());
   assert.match(server.url, /^http:\/\/127\.0\.0\.1:\d+$/);
   const v = (await (await fetch(`${server.url}/version`)).json()) as { major: string; minor: string };
   assert.deepEqual([v.major, v.minor], ['1', '32']);
   const created = await fetch(`${server.url}/api/v1/namespaces/default/pods`, { method: 'POST', headers: { 'Content-Type': 'application/json' }, body: JSON.stringify({ metadata: { name: 'p' }, spec: { containers: [{ name: 'c', image: 'x' }] } }) });
   assert.equal(created.status, 201);
+  // A quiet watch gets bookmarks with the current resourceVersion (or bare newlines without allowWatchBookmarks).
+  const rv = ((await (await fetch(`${server.url}/api/v1/namespaces/default/pods`)).json()) as { metadata: { resourceVersion: string } }).metadata.resourceVersion;
+  const quiet = await fetch(`${server.url}/api/v1/namespaces/default/pods?watch=true&resourceVersion=${rv}&allowWatchBookmarks=true&timeoutSeconds=1`);
+  const lines = (await quiet.text()).trim().split('\n').map((l) => JSON.parse(l) as { type: string; object: { kind: string; metadata: { resourceVersion: string } } });
+  assert.ok(lines.length >= 2, 'several bookmarks in a second');
+  assert.deepEqual(lines[0], { type: 'BOOKMARK', object: { apiVersion: 'v1', kind: 'Pod', metadata: { resourceVersion: rv } } });
+  const plain = await fetch(`${server.url}/api/v1/namespaces/default/pods?watch=true&resourceVersion=${rv}&timeoutSeconds=1`);
+  assert.match(await plain.text(), /^\n+$/);
   // A watch that is open when the server closes ends instead of holding the close.
   const watch = await fetch(`${server.url}/api/v1/pods?watch=true`);
   assert.equal(watch.status, 200);
