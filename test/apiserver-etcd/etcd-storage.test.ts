@@ -188,3 +188,25 @@ test('calls are bounded: a stopped etcd gives EtcdError within the request timeo
     }
   }
 });
+
+test('the watch survives an etcd restart: it resumes from its last event, without repeats', { timeout: 60_000 }, async (t) => {
+  const e = await startEtcd(t);
+  const s = open(t, e.url, { requestTimeoutMs: 3000 });
+  const w = watchAll(s, s.etcdRevision());
+  const a = s.create(key('a'), obj('a'));
+  await w.until((ev) => ev.some((x) => x.rv === rvOf(a)));
+  await e.restart();
+  // Calls right after the restart may find the connection still down: retried within a deadline.
+  const deadline = Date.now() + 20_000;
+  let b: KubeObject | undefined;
+  while (!b) {
+    try {
+      b = s.create(key('b'), obj('b'));
+    } catch (err: unknown) {
+      if (!(err instanceof EtcdError) || Date.now() > deadline) throw err;
+      await new Promise<void>((r) => setTimeout(r, 100));
+    }
+  }
+  await w.until((ev) => ev.some((x) => x.rv === rvOf(b)), 20_000);
+  assert.deepEqual(w.events.map((x) => `${x.type} ${x.name}`), ['ADDED a', 'ADDED b']);
+});

@@ -401,7 +401,9 @@ export class EtcdStorage implements Storage {
 
   private onBatch(m: WatchBatch): void {
     if ('events' in m) {
-      for (const e of m.events) for (const se of toStorageEvents(e)) this.publish(se);
+      // A watch that reconnected resumes from its last event: what was delivered before is skipped.
+      const fresh = m.events.filter((e) => e.rev > this.deliveredUpTo);
+      for (const e of fresh) for (const se of toStorageEvents(e)) this.publish(se);
     } else if ('gap' in m) {
       // Events were compacted away while the watch was disconnected: no watch can resume before the gap.
       this.droppedUpTo = Math.max(this.droppedUpTo, m.gap);
