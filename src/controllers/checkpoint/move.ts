@@ -92,6 +92,8 @@ export async function replaceForMove(
   }
   ctx.state.frozenAt.set(key, frozenAt);
   ctx.state.replacedAt.set(key, ctx.clock.now());
+  // A 409 here (the Checkpoint changed meanwhile) ends the reconcile: the next one finds the pod replaced
+  // and writes `Moving`, with its event, then (see `saving`).
   await writeStatus(ctx, ck, { ...facts, phase: 'Moving', targetNode: target, newPodName: replaced.metadata?.name });
   ctx.log.info(
     { checkpoint: key, pod: pod.metadata?.name, from: ck.status?.nodeName, to: target, sinceFreezeMs: ctx.clock.now() - frozenAt },
@@ -163,35 +165,58 @@ export async function watchMove(ctx: ControllerContext, ck: Checkpoint): Promise
   return { requeueAfterMs: left };
 }
 
+/**
+ * Step 4: the replacement runs. The time from the freeze is computed here, once, and the same figure goes
+ * into `status.message` and the `Moved` event; the event is recorded only when the `Completed` write
+ * succeeds. That write is conditional on the Checkpoint's `resourceVersion`, so a second run on a stale
+ * cache (the pod's annotation removal brings the key back before the Checkpoints' watch shows `Completed`)
+ * gets 409 and records nothing: one `Moved` event per move.
+ */
 async function complete(ctx: ControllerContext, ck: Checkpoint, pod: V1Pod, annotated: boolean): Promise<undefined> {
   const key = ckKey(ck);
-  const frozen = ctx.state.frozenAt.get(key) ?? Date.parse(ck.status?.takenAt ?? '');
-  const ms = Number.isFinite(frozen) ? Math.max(0, ctx.clock.now() - frozen) : undefined;
+  const ms = moveMs(ctx, ck);
   // The annotation goes first, so that `Completed` means the pod no longer names the Checkpoint (a later
   // restart of its container starts afresh). A crash in between completes again, without the annotation.
   if (annotated) await removeRestoreAnnotation(ctx, pod);
   await writeStatus(ctx, ck, { phase: 'Completed', message: ms !== undefined ? `moved in ${ms} ms from the freeze` : 'moved' });
-  void recordPodEvent(
+  ctx.state.frozenAt.delete(key);
+  ctx.state.replacedAt.delete(key);
+  ctx.log.info({ checkpoint: key, ms }, 'move completed');
+  await recordPodEvent(
     ctx,
     pod,
     'Normal',
     'Moved',
     `${ck.metadata?.name}: moved from ${ck.status?.nodeName} to ${ck.status?.targetNode}${ms !== undefined ? ` in ${ms} ms from the freeze to Running` : ''}`,
   );
-  ctx.state.frozenAt.delete(key);
-  ctx.state.replacedAt.delete(key);
-  ctx.log.info({ checkpoint: key, ms }, 'move completed');
   return undefined;
 }
 
-/** Removes `kube32.io/restore-from` from a running pod (a later restart starts afresh). */
-export async function removeRestoreAnnotation(ctx: ControllerContext, pod: V1Pod): Promise<void> {
+/**
+ * The move's time from the freeze to now, ms: from the freeze this process saw, else (after a restart)
+ * from `status.takenAt`; undefined when neither is known.
+ */
+function moveMs(ctx: ControllerContext, ck: Checkpoint): number | undefined {
+  const frozen = ctx.state.frozenAt.get(ckKey(ck)) ?? Date.parse(ck.status?.takenAt ?? '');
+  return Number.isFinite(frozen) ? Math.max(0, ctx.clock.now() - frozen) : undefined;
+}
+
+/**
+ * Removes `kube32.io/restore-from` from a running pod (a later restart starts afresh).
+ * @param ifResourceVersion only when the pod is still at this version (409 otherwise): a caller that records
+ *   an event with the removal records it once
+ * @returns false when the pod is gone, or changed since `ifResourceVersion`
+ * @throws ApiCallError for other failures
+ */
+export async function removeRestoreAnnotation(ctx: ControllerContext, pod: V1Pod, ifResourceVersion?: string): Promise<boolean> {
+  const metadata: Record<string, unknown> = { annotations: { [ANNOTATIONS.restoreFrom]: null } };
+  if (ifResourceVersion) metadata.resourceVersion = ifResourceVersion;
   try {
-    await ctx.api.patchPod(pod.metadata?.namespace ?? 'default', pod.metadata?.name ?? '', {
-      metadata: { annotations: { [ANNOTATIONS.restoreFrom]: null } },
-    });
+    await ctx.api.patchPod(pod.metadata?.namespace ?? 'default', pod.metadata?.name ?? '', { metadata });
+    return true;
   } catch (err: unknown) {
-    if (!isNotFound(err)) throw err;
+    if (isNotFound(err) || (ifResourceVersion && isConflict(err))) return false;
+    throw err;
   }
 }
 
@@ -205,11 +230,12 @@ export async function rollBack(ctx: ControllerContext, ck: Checkpoint, pod: V1Po
   const sourceNode = source ? ctx.cache.nodes.get(source) : undefined;
   const back = sourceNode && nodeReadyStatus(sourceNode) === 'True' ? source : undefined;
   // The reason first, so that a retry after the replacement still knows why it rolled back.
-  if (ck.status?.message !== `${reason}; rolling back`) await writeStatus(ctx, ck, { message: `${reason}; rolling back` });
+  // Conditional: a second run on a stale cache stops here with 409 and replaces nothing.
+  const marked = ck.status?.message !== `${reason}; rolling back` ? await writeStatus(ctx, ck, { message: `${reason}; rolling back` }) : ck;
   const replaced = await replacePod(ctx, pod, back, ck.metadata?.name);
   if (!replaced) throw new Error(`rollback of ${key}: the pod changed meanwhile; trying again`);
   const where = back ? `to ${back}` : `to the scheduler (${source} is not Ready)`;
-  await failCheckpoint(ctx, ck, { message: `${reason}; rolled back ${where}`, pod: replaced });
+  await failCheckpoint(ctx, marked, { message: `${reason}; rolled back ${where}`, pod: replaced });
   ctx.state.frozenAt.delete(key);
   ctx.state.replacedAt.delete(key);
   return undefined;

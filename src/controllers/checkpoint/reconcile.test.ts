@@ -243,3 +243,56 @@ test('a rollback whose Failed status was not written is recognised on the next l
   assert.equal(status.phase, 'Failed');
   assert.equal(status.message, 'the replacement did not run on b within 60 s; rolled back to a');
 });
+
+// Idempotence of decisions (a fresh-user trial saw two Moved events per move and two MoveFailed per
+// Checkpoint): the reconcile runs again before the Checkpoints' watch shows the controller's own write.
+
+test('a move completes once: a second reconcile on the stale cache records no second Moved, and every report gives one time', { timeout: 5000 }, async () => {
+  const t = twoNodes();
+  moving(t, { running: true });
+  t.cache.checkpoints.get('m5', 'default')!.metadata!.resourceVersion = '7';
+  t.ctx.state.frozenAt.set('default/m5', t.clock.now() - 614);
+  await reconcileCheckpoint('default/m5', t.ctx);
+  // The annotation removal brings the key back at once; the cache still shows Moving (resourceVersion 7).
+  t.clock.advance(197);
+  t.cache.pods.get('counter', 'default')!.metadata!.annotations = {};
+  assert.equal(await reconcileCheckpoint('default/m5', t.ctx), undefined);
+  assert.deepEqual(t.fake.eventReasons, ['Moved']);
+  const completed = t.fake.writes.filter((c) => c.op === 'patchCheckpointStatus').map((c) => c.args[2] as { metadata?: { resourceVersion?: string }; status: { phase: string; message: string } });
+  assert.equal(completed.length, 2, 'the second write was tried');
+  assert.equal(completed[0]!.metadata?.resourceVersion, '7', 'conditional on the version the controller saw');
+  assert.equal(completed[0]!.status.message, 'moved in 614 ms from the freeze');
+  assert.match(t.fake.eventMessage('Moved')!, / in 614 ms from the freeze to Running$/);
+});
+
+test('a refusal is decided once: MoveFailed once although the reconcile runs again on the stale cache', { timeout: 5000 }, async () => {
+  const t = twoNodes();
+  t.cache.pods.set(pod('gadget', { nodeName: 'a', running: true, annotations: { 'kube32.io/migration': 'Never' } }));
+  const ck = ckpt('m9', { podName: 'gadget', action: 'Move' });
+  ck.metadata!.resourceVersion = '3';
+  t.cache.checkpoints.set(ck);
+  await reconcileCheckpoint('default/m9', t.ctx);
+  await reconcileCheckpoint('default/m9', t.ctx);
+  assert.deepEqual(t.fake.eventReasons, ['MoveFailed']);
+});
+
+test('a Save on a stale cache takes no second snapshot and records one Checkpointed', { timeout: 5000 }, async () => {
+  const t = twoNodes();
+  const ck = ckpt('s2', { podName: 'counter' });
+  ck.metadata!.resourceVersion = '4';
+  t.cache.checkpoints.set(ck);
+  await reconcileCheckpoint('default/s2', t.ctx);
+  await reconcileCheckpoint('default/s2', t.ctx);
+  assert.deepEqual(t.fake.writes.map((c) => c.op), ['patchCheckpointStatus', 'takeSnapshot', 'putCheckpointData', 'patchCheckpointStatus', 'patchCheckpointStatus']);
+  const saved = t.fake.writes[3]!.args[2] as { metadata?: { resourceVersion?: string } };
+  assert.equal(saved.metadata?.resourceVersion, '102', 'the Saved write follows the version the data PUT answered');
+  assert.deepEqual(t.fake.eventReasons, ['Checkpointed']);
+});
+
+test('the Moving event goes with the write that makes the Checkpoint Moving, also after a failed status write', { timeout: 5000 }, async () => {
+  const t = twoNodes();
+  t.cache.checkpoints.set(ckpt('m10', { podName: 'counter', action: 'Move' }, { phase: 'Saving', nodeName: 'a', targetNode: 'b' }));
+  t.cache.pods.set(pod('counter', { nodeName: 'b', uid: 'new', annotations: { 'kube32.io/restore-from': 'm10' } }));
+  await reconcileCheckpoint('default/m10', t.ctx);
+  assert.deepEqual(t.fake.eventReasons, ['Moving']);
+});

@@ -14,14 +14,14 @@ import type { V1Pod } from '@kubernetes/client-node';
 import type { ReconcileResult } from '../runtime/controller.ts';
 import { splitKey } from '../runtime/controller.ts';
 import { type ControllerContext, recordPodEvent } from '../runtime/context.ts';
-import { isNotFound } from '../runtime/errors.ts';
+import { errorMessage, isConflict, isNotFound } from '../runtime/errors.ts';
 import { isPodRunning, podSpecBlockers, resolveContainer } from '../runtime/pods.ts';
 import { ANNOTATIONS, type Checkpoint } from '../runtime/types.ts';
 import { pickNode } from '../scheduler/fit.ts';
 import { replaceForMove, thawQuietly, watchMove } from './move.ts';
 import { retain } from './retention.ts';
 import { snapshotAndStore } from './save.ts';
-import { actionOf, ckKey, failCheckpoint, writeStatus } from './status.ts';
+import { actionOf, ckKey, failCheckpoint, withResourceVersion, writeStatus } from './status.ts';
 
 /** Reconciles the Checkpoint `namespace/name`. */
 export async function reconcileCheckpoint(key: string, ctx: ControllerContext): Promise<ReconcileResult | undefined> {
@@ -45,6 +45,13 @@ export async function reconcileCheckpoint(key: string, ctx: ControllerContext): 
     }
   } catch (err: unknown) {
     if (isNotFound(err) && !ctx.cache.checkpoints.get(name, namespace)) return undefined; // deleted meanwhile
+    if (isConflict(err)) {
+      // A conditional status write met a newer Checkpoint than the cache holds (often this controller's own
+      // last write): the decision was made already, or must be made again on the newer object, whose watch
+      // event brings the key back.
+      ctx.log.debug({ checkpoint: key, err: errorMessage(err) }, 'stale checkpoint in the cache; waiting for the watch');
+      return undefined;
+    }
     throw err;
   }
 }
@@ -155,8 +162,10 @@ async function saving(ctx: ControllerContext, ck: Checkpoint, fresh?: V1Pod): Pr
     return undefined;
   }
   if (isMove && pod.metadata?.annotations?.[ANNOTATIONS.restoreFrom] === ck.metadata?.name && pod.spec?.nodeName !== source) {
-    // Replaced before a restart of the control plane: the status had not caught up.
+    // Replaced before a restart of the control plane (or a failed status write): the status had not caught up.
+    // This write changes the phase, so the Moving event goes with it.
     await writeStatus(ctx, ck, { phase: 'Moving', targetNode: pod.spec?.nodeName, newPodName: pod.metadata?.name });
+    await recordPodEvent(ctx, pod, 'Normal', 'Moving', `${ck.metadata?.name}: the replacement is bound to ${pod.spec?.nodeName}`);
     return { requeueAfterMs: 0 };
   }
   if (!source || pod.spec?.nodeName !== source) {
@@ -174,18 +183,20 @@ async function saving(ctx: ControllerContext, ck: Checkpoint, fresh?: V1Pod): Pr
     await failCheckpoint(ctx, ck, { message: result.message, blockers: result.blockers, pod, beforeReplacement: true });
     return undefined;
   }
+  // The data PUT changed the Checkpoint: the next conditional write starts from the version it answered.
+  const stored = withResourceVersion(ck, result.resourceVersion);
   if (!isMove) {
-    await writeStatus(ctx, ck, { ...result.facts, phase: 'Saved' });
+    await writeStatus(ctx, stored, { ...result.facts, phase: 'Saved' });
     ctx.log.info({ checkpoint: ckKey(ck), sizeBytes: result.facts.sizeBytes }, 'checkpoint saved');
     await recordPodEvent(ctx, pod, 'Normal', 'Checkpointed', `${ck.metadata?.name}: saved ${result.facts.sizeBytes} bytes on ${source}`);
     return undefined;
   }
   // The facts go with the `Moving` write: one write less between the freeze and the replacement.
-  const target = ck.status?.targetNode;
+  const target = stored.status?.targetNode;
   if (!target) {
-    await thawQuietly(ctx, ck, pod);
-    await failCheckpoint(ctx, ck, { message: 'no target node recorded', pod, beforeReplacement: true });
+    await thawQuietly(ctx, stored, pod);
+    await failCheckpoint(ctx, stored, { message: 'no target node recorded', pod, beforeReplacement: true });
     return undefined;
   }
-  return replaceForMove(ctx, ck, pod, target, result.frozenAt, result.facts);
+  return replaceForMove(ctx, stored, pod, target, result.frozenAt, result.facts);
 }

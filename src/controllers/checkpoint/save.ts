@@ -24,6 +24,8 @@ export interface StoredSnapshot {
   frozenAt: number;
   /** Facts of the stored snapshot, for the status. */
   facts: CheckpointStatus;
+  /** The Checkpoint's `resourceVersion` after the data PUT (the API server wrote the facts), when answered. */
+  resourceVersion?: string;
 }
 
 /** A snapshot that could not be taken or stored. */
@@ -96,7 +98,7 @@ export async function snapshotAndStore(
         podTimeMs: s.podTimeMs ?? answer.podTimeMs,
       };
       ctx.log.debug({ checkpoint: `${ns}/${ck.metadata?.name}`, sizeBytes: size, ms: ctx.clock.now() - frozenAt }, 'snapshot stored');
-      return { ok: true, frozenAt, facts };
+      return { ok: true, frozenAt, facts, resourceVersion: stored?.metadata?.resourceVersion };
     } catch (err: unknown) {
       body.destroy();
       return { ok: false, message: `storing the snapshot: ${errorMessage(err)}`, mayBeFrozen: true };

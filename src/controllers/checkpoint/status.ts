@@ -4,6 +4,7 @@
  */
 import type { V1Pod } from '@kubernetes/client-node';
 import { type ControllerContext, recordPodEvent } from '../runtime/context.ts';
+import type { MergePatch } from '../runtime/api.ts';
 import { isConflict, isNotFound } from '../runtime/errors.ts';
 import { type Checkpoint, type CheckpointStatus, LABELS } from '../runtime/types.ts';
 
@@ -19,12 +20,27 @@ export function actionOf(ck: Checkpoint): string {
 
 /**
  * Merges `status` into the Checkpoint's status (through `/status`) and returns the Checkpoint as it now is.
- * @throws ApiCallError (404 when the Checkpoint was deleted meanwhile)
+ *
+ * The write is conditional on the Checkpoint's `metadata.resourceVersion` as the caller saw it (when it has
+ * one): a reconcile that runs on a stale cache (the watch has not delivered the controller's own last write
+ * yet) gets 409 Conflict instead of deciding a second time. So a phase change, and the event recorded after
+ * it, happens once per Checkpoint however often the reconcile runs. The returned Checkpoint carries the new
+ * `resourceVersion`, so that one reconcile can make several writes in a row.
+ * @throws ApiCallError 409 when the Checkpoint changed since `ck` was read (see {@link isConflict}), 404 when
+ *   it was deleted meanwhile
  */
 export async function writeStatus(ctx: ControllerContext, ck: Checkpoint, status: CheckpointStatus): Promise<Checkpoint> {
   const ns = ck.metadata?.namespace ?? 'default';
-  await ctx.api.patchCheckpointStatus(ns, ck.metadata?.name ?? '', { status });
-  return { ...ck, status: { ...(ck.status ?? {}), ...status } };
+  const rv = ck.metadata?.resourceVersion;
+  const patch: MergePatch = rv ? { metadata: { resourceVersion: rv }, status } : { status };
+  const answer = await ctx.api.patchCheckpointStatus(ns, ck.metadata?.name ?? '', patch);
+  return withResourceVersion({ ...ck, status: { ...(ck.status ?? {}), ...status } }, answer?.metadata?.resourceVersion);
+}
+
+/** `ck` with `resourceVersion` (when defined): the version a write answered. */
+export function withResourceVersion(ck: Checkpoint, resourceVersion: string | undefined): Checkpoint {
+  if (!resourceVersion) return ck;
+  return { ...ck, metadata: { ...(ck.metadata ?? {}), resourceVersion } };
 }
 
 /** Options of {@link failCheckpoint}. */
@@ -43,15 +59,19 @@ export interface FailOptions {
 }
 
 /**
- * Ends a Checkpoint `Failed`: status (phase, message, blockers), the `MoveFailed` or `CheckpointFailed` event,
- * and, for an eviction's move that failed before the replacement, the pod's deletion.
+ * Ends a Checkpoint `Failed`: status (phase, message, blockers), then the `MoveFailed` or `CheckpointFailed`
+ * event, and, for an eviction's move that failed before the replacement, the pod's deletion (first).
+ *
+ * The event follows the status write, which is conditional ({@link writeStatus}): a reconcile on a stale
+ * cache that decides the same failure again gets 409 and records nothing, so each Checkpoint has one
+ * failure event.
+ * @throws ApiCallError 409 when the Checkpoint changed since it was read (the caller's reconcile ends; the
+ *   watch brings the newer version)
  */
 export async function failCheckpoint(ctx: ControllerContext, ck: Checkpoint, opts: FailOptions): Promise<void> {
   const isMove = actionOf(ck) === 'Move';
-  if (opts.pod) {
-    await recordPodEvent(ctx, opts.pod, 'Warning', isMove ? 'MoveFailed' : 'CheckpointFailed', `${ck.metadata?.name}: ${opts.message}`);
-  }
-  // The deletion comes before the status, so that a retry after a failed deletion still deletes.
+  // The deletion comes before the status, so that a retry after a failed deletion still deletes. Its uid
+  // precondition makes a second try harmless.
   if (isMove && opts.beforeReplacement && opts.pod && ck.metadata?.labels?.[LABELS.trigger] === 'eviction') {
     const ns = opts.pod.metadata?.namespace ?? 'default';
     try {
@@ -70,4 +90,7 @@ export async function failCheckpoint(ctx: ControllerContext, ck: Checkpoint, opt
     throw err;
   }
   ctx.log.info({ checkpoint: ckKey(ck), message: opts.message, blockers: opts.blockers }, isMove ? 'move failed' : 'checkpoint failed');
+  if (opts.pod) {
+    await recordPodEvent(ctx, opts.pod, 'Warning', isMove ? 'MoveFailed' : 'CheckpointFailed', `${ck.metadata?.name}: ${opts.message}`);
+  }
 }

@@ -1,6 +1,7 @@
 import assert from 'node:assert/strict';
 import { test } from 'node:test';
 import type { V1Pod } from '@kubernetes/client-node';
+import { ApiCallError } from '../runtime/errors.ts';
 import type { Checkpoint } from '../runtime/types.ts';
 import { fakeContext, node, pod } from '../testing/fakes.ts';
 import { reconcilePod } from './reconcile.ts';
@@ -49,4 +50,58 @@ test('no periodic checkpoints for a Never pod', { timeout: 5000 }, async () => {
   clock.advance(60_000);
   assert.equal(await reconcilePod('default/never', ctx), undefined);
   assert.deepEqual(fake.calls, []);
+});
+
+test('a wrong kube32.io/migration is a Warning event saying what is used instead, once per pod uid', { timeout: 5000 }, async () => {
+  const { ctx, cache, fake } = fakeContext();
+  cache.pods.set(pod('echo', { nodeName: 'b', running: true, uid: 'u1', annotations: { 'kube32.io/migration': 'Bogus' } }));
+  await reconcilePod('default/echo', ctx);
+  await reconcilePod('default/echo', ctx);
+  assert.deepEqual(fake.events.map((e) => [e.type, e.reason, e.message]), [
+    ['Warning', 'InvalidAnnotation', 'kube32.io/migration "Bogus" is not OnDrain, Never or Auto: treated as OnDrain'],
+  ]);
+  assert.equal(fake.events[0]!.involvedObject.uid, 'u1');
+  // The same name with a new uid (a move's replacement) is told again.
+  cache.pods.set(pod('echo', { nodeName: 'a', running: true, uid: 'u2', annotations: { 'kube32.io/migration': 'Bogus' } }));
+  await reconcilePod('default/echo', ctx);
+  assert.equal(fake.events.length, 2);
+});
+
+test('a checkpoint-interval below 10 s is a Warning naming the 10 s used; one that is no duration says none is taken', { timeout: 5000 }, async () => {
+  const { ctx, cache, fake } = fakeContext();
+  cache.pods.set(pod('fast', { nodeName: 'b', running: true, annotations: { 'kube32.io/checkpoint-interval': '1s' } }));
+  cache.pods.set(pod('typo', { nodeName: 'b', running: true, annotations: { 'kube32.io/checkpoint-interval': 'often', 'kube32.io/placement': 'fast' } }));
+  await reconcilePod('default/fast', ctx);
+  await reconcilePod('default/fast', ctx);
+  await reconcilePod('default/typo', ctx);
+  assert.deepEqual(fake.events.map((e) => e.message), [
+    'kube32.io/checkpoint-interval "1s" is below the minimum of 10s: 10s is used',
+    'kube32.io/checkpoint-interval "often" is not a duration such as "60s" or "5m": no periodic checkpoints',
+    'kube32.io/placement "fast" is not fastest: ignored, the default placement is used',
+  ]);
+});
+
+test('Restored is recorded once: a second run on the stale cache (the annotation still shown) records nothing', { timeout: 5000 }, async () => {
+  const { ctx, cache, fake, clock } = fakeContext();
+  cache.checkpoints.set({ metadata: { name: 'keeper-periodic-x', namespace: 'default' }, spec: { podName: 'keeper' }, status: { phase: 'Saved', takenAt: new Date(clock.now() - 42_000).toISOString() } });
+  const p = pod('keeper', { nodeName: 'b', running: true, annotations: { 'kube32.io/restore-from': 'keeper-periodic-x' } });
+  p.metadata!.resourceVersion = '12';
+  cache.pods.set(p);
+  await reconcilePod('default/keeper', ctx);
+  await reconcilePod('default/keeper', ctx);
+  assert.deepEqual(fake.eventReasons, ['Restored']);
+  assert.equal((fake.writes[0]!.args[2] as { metadata: { resourceVersion?: string } }).metadata.resourceVersion, '12');
+});
+
+test('a failed restore is reported once, on the pod that starts afresh', { timeout: 5000 }, async () => {
+  const { ctx, cache, fake } = fakeContext();
+  const p = pod('keeper', { nodeName: 'b', uid: 'u1', annotations: { 'kube32.io/restore-from': 'gone' } });
+  p.status = { phase: 'Failed', containerStatuses: [{ name: 'app', ready: false, restartCount: 0, image: '', imageID: '', state: { terminated: { exitCode: 1, reason: 'RestoreError', message: 'no data' } } }] };
+  cache.pods.set(p);
+  await reconcilePod('default/keeper', ctx);
+  // The second run still sees the old uid: the replacement's uid precondition fails (409).
+  fake.failures.set('replacePod', new ApiCallError('replace', 409, 'Conflict', 'uid differs'));
+  await reconcilePod('default/keeper', ctx);
+  assert.deepEqual(fake.eventReasons, ['MoveFailed']);
+  assert.equal(fake.events[0]!.involvedObject.uid, 'new-uid-1', 'on the replacement, which kubectl describe shows');
 });

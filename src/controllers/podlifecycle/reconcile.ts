@@ -6,6 +6,8 @@
  *   `Restored` event with the checkpoint's age, and `kube32.io/restore-from` removed.
  * - A pod whose restore failed (`RestoreError`): the `MoveFailed` event, and the pod replaced without the
  *   annotation so that it starts afresh.
+ * - A pod whose seed annotations hold a value the controllers cannot use: an `InvalidAnnotation` warning,
+ *   once per pod uid, saying what is used instead (`annotations.ts`).
  * - A pod with `kube32.io/checkpoint-interval`: a Save Checkpoint labelled `kube32.io/trigger: periodic` at
  *   that interval (10 s at least), named after the interval's slot so that a retry after a crash does not
  *   make a second one.
@@ -16,15 +18,20 @@ import { removeRestoreAnnotation, replacePod, restoredMessage } from '../checkpo
 import type { ReconcileResult } from '../runtime/controller.ts';
 import { splitKey } from '../runtime/controller.ts';
 import { type ControllerContext, recordPodEvent } from '../runtime/context.ts';
-import { errorMessage, isAlreadyExists } from '../runtime/errors.ts';
+import { isAlreadyExists } from '../runtime/errors.ts';
 import { isPodRunning, migrationPolicy, podSpecBlockers, restoreFailure } from '../runtime/pods.ts';
 import { ANNOTATIONS, type Checkpoint, LABELS } from '../runtime/types.ts';
+import { forgetAnnotationWarnings, warnAboutAnnotations } from './annotations.ts';
 
 /** Reconciles the pod `namespace/name`. */
 export async function reconcilePod(key: string, ctx: ControllerContext): Promise<ReconcileResult | undefined> {
   const { namespace, name } = splitKey(key);
   const pod = ctx.cache.pods.get(name, namespace);
-  if (!pod || pod.metadata?.deletionTimestamp) return undefined;
+  if (!pod || pod.metadata?.deletionTimestamp) {
+    if (!pod) forgetAnnotationWarnings(ctx, key);
+    return undefined;
+  }
+  await warnAboutAnnotations(ctx, pod);
   const restoreFrom = pod.metadata?.annotations?.[ANNOTATIONS.restoreFrom];
   if (restoreFrom !== undefined) {
     const done = await followRestore(ctx, pod, restoreFrom);
@@ -41,17 +48,18 @@ async function followRestore(ctx: ControllerContext, pod: V1Pod, ckName: string)
   if (ck?.status?.phase === 'Moving' && ck.status.targetNode === pod.spec?.nodeName) return true;
   if (ck && (ck.status?.phase === 'Saving' || ck.status?.phase === 'Pending' || ck.status?.phase === 'Completed')) return true;
   if (isPodRunning(pod)) {
-    if (ck) {
-      await recordPodEvent(ctx, pod, 'Normal', 'Restored', restoredMessage(ck, ctx.clock.now()));
-    }
-    await removeRestoreAnnotation(ctx, pod);
-    ctx.log.info({ pod: `${ns}/${pod.metadata?.name}`, checkpoint: ckName }, 'restored');
+    // The event goes with the write that removes the annotation, conditional on the pod's version: a second
+    // run on a stale cache gets 409 and records nothing (the pod's watch brings it back).
+    const removed = await removeRestoreAnnotation(ctx, pod, pod.metadata?.resourceVersion);
+    if (removed && ck) await recordPodEvent(ctx, pod, 'Normal', 'Restored', restoredMessage(ck, ctx.clock.now()));
+    ctx.log.info({ pod: `${ns}/${pod.metadata?.name}`, checkpoint: ckName, removed }, 'restored');
     return true;
   }
   const failure = restoreFailure(pod);
   if (failure) {
-    await recordPodEvent(ctx, pod, 'Warning', 'MoveFailed', `cannot restore from checkpoint ${ckName}: ${failure}; starting afresh`);
+    // The replacement's uid precondition makes it happen once; the event follows it, on the new pod.
     const fresh = await replacePod(ctx, pod, undefined, undefined);
+    if (fresh) await recordPodEvent(ctx, fresh, 'Warning', 'MoveFailed', `cannot restore from checkpoint ${ckName}: ${failure}; starting afresh`);
     ctx.log.info({ pod: `${ns}/${pod.metadata?.name}`, checkpoint: ckName, replaced: fresh !== undefined }, 'restore failed; replaced afresh');
     return true;
   }
@@ -64,9 +72,8 @@ export function checkpointInterval(ctx: ControllerContext, pod: V1Pod): number |
   if (text === undefined) return undefined;
   try {
     return Math.max(ctx.timings.minCheckpointIntervalMs, parseDuration(text));
-  } catch (err: unknown) {
-    ctx.log.warn({ pod: `${pod.metadata?.namespace}/${pod.metadata?.name}`, err: errorMessage(err) }, 'ignoring kube32.io/checkpoint-interval');
-    return undefined;
+  } catch {
+    return undefined; // the InvalidAnnotation warning says so (annotations.ts)
   }
 }
 

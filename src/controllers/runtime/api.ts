@@ -69,6 +69,8 @@ export interface ClusterApi {
   patchNodeStatus(name: string, patch: MergePatch): Promise<V1Node>;
   // Events
   createEvent(namespace: string, event: CoreV1Event): Promise<void>;
+  /** A JSON merge patch of an Event (a repeat raises `count` and `lastTimestamp`). */
+  patchEvent(namespace: string, name: string, patch: MergePatch): Promise<void>;
   // Workloads
   createReplicaSet(namespace: string, rs: V1ReplicaSet): Promise<V1ReplicaSet>;
   patchReplicaSet(namespace: string, name: string, patch: MergePatch): Promise<V1ReplicaSet>;

@@ -8,7 +8,7 @@ import type { TimerClock } from '../../lib/workqueue.ts';
 import type { ClusterApi } from './api.ts';
 import type { Caches } from './cache.ts';
 import type { ControllerLog } from './controller.ts';
-import { errorMessage } from './errors.ts';
+import { errorMessage, isNotFound } from './errors.ts';
 import type { CheckpointEventReason } from './types.ts';
 
 /** Timings of the controllers, all in ms; the defaults are the seed's and Kubernetes'. */
@@ -113,6 +113,10 @@ export interface SharedState {
   replacedAt: Map<string, number>;
   /** Node name → observer time its Lease last changed, and that Lease's renew time. */
   leaseSeen: Map<string, { renew: string; at: number }>;
+  /** Events recorded lately, for aggregation ({@link recordEvent}). */
+  events: RecordedEvents;
+  /** `namespace/name` of a pod → its uid and the annotation warnings already recorded for that uid. */
+  annotationWarnings: Map<string, { uid: string; warned: Set<string> }>;
 }
 
 /** Creates empty shared state. */
@@ -125,6 +129,8 @@ export function newSharedState(clock: TimerClock): SharedState {
     frozenAt: new Map(),
     replacedAt: new Map(),
     leaseSeen: new Map(),
+    events: new Map(),
+    annotationWarnings: new Map(),
   };
 }
 
@@ -140,10 +146,92 @@ export interface ControllerContext {
 
 let eventSeq = 0;
 
+/** A repeat of the same event (object, type, reason, message, component) within this raises its count: 10 min. */
+export const EVENT_AGGREGATION_MS = 600_000;
+
+/** The events this process recorded lately, for aggregation: key → the Event's name and count. */
+export type RecordedEvents = Map<string, { namespace: string; name: string; count: number; first: number }>;
+
 /**
- * Records an event on a pod (`kubectl get events`, `kubectl describe pod`). An event that cannot be written
- * is logged, never fatal: events are informational.
+ * An Event timestamp as Kubernetes writes one (`metav1.Time`: RFC 3339, whole seconds). The kubelet's
+ * events have whole seconds too; a controller's event in milliseconds would sort after a kubelet event of
+ * the same second that happened later (`kubectl describe` orders by `lastTimestamp`).
+ */
+export function eventTimestamp(ms: number): string {
+  return new Date(Math.floor(ms / 1000) * 1000).toISOString().replace(/\.\d{3}Z$/, 'Z');
+}
+
+/** Options of {@link recordEvent}. */
+export interface RecordEventOptions {
+  /** `source.component` and `reportingComponent`. @default 'kube32-controller-manager' */
+  component?: string;
+  /** When it happened (observer ms), e.g. the time of a decision made before a slow write. @default now */
+  at?: number;
+}
+
+/**
+ * Records an event on any object (`kubectl get events`, `kubectl describe`), as client-go's recorder does:
+ * timestamps in whole seconds, and a repeat of the same event on the same object within
+ * {@link EVENT_AGGREGATION_MS} raises the first one's `count` and `lastTimestamp` instead of adding one
+ * (`kubectl describe` then shows `(x5 over 2m)`). An event that cannot be written is logged, never fatal:
+ * events are informational.
+ * @param ref the object: `kind`, `apiVersion`, `namespace`, `name`, `uid`
  * @param type `Normal` or `Warning`
+ */
+export async function recordEvent(
+  ctx: ControllerContext,
+  ref: { kind: string; apiVersion: string; namespace?: string; name?: string; uid?: string },
+  type: 'Normal' | 'Warning',
+  reason: string,
+  message: string,
+  options: RecordEventOptions = {},
+): Promise<void> {
+  const component = options.component ?? 'kube32-controller-manager';
+  const ns = ref.namespace ?? 'default';
+  const name = ref.name ?? '';
+  const at = options.at ?? ctx.clock.now();
+  const stamp = eventTimestamp(at);
+  const key = `${ref.kind}/${ns}/${name}/${ref.uid ?? ''}/${type}/${reason}/${component}/${message}`;
+  const seen = ctx.state.events;
+  const prev = seen.get(key);
+  try {
+    if (prev && at - prev.first < EVENT_AGGREGATION_MS) {
+      try {
+        await ctx.api.patchEvent(prev.namespace, prev.name, { count: prev.count + 1, lastTimestamp: stamp });
+        prev.count++;
+        return;
+      } catch (err: unknown) {
+        if (!isNotFound(err)) throw err; // gone (expired): record it afresh
+      }
+    }
+    const event: CoreV1Event = {
+      apiVersion: 'v1',
+      kind: 'Event',
+      metadata: { name: `${name}.${at.toString(16)}${(++eventSeq).toString(16)}`, namespace: ns },
+      involvedObject: { apiVersion: ref.apiVersion, kind: ref.kind, namespace: ref.namespace, name, uid: ref.uid },
+      reason,
+      message,
+      type,
+      count: 1,
+      firstTimestamp: stamp as unknown as Date,
+      lastTimestamp: stamp as unknown as Date,
+      source: { component },
+      reportingComponent: component,
+      reportingInstance: component,
+    };
+    await ctx.api.createEvent(ns, event);
+    if (seen.size >= 4096) seen.clear();
+    seen.set(key, { namespace: ns, name: event.metadata.name ?? '', count: 1, first: at });
+  } catch (err: unknown) {
+    ctx.log.warn({ object: `${ref.kind} ${ns}/${name}`, reason, err: errorMessage(err) }, 'cannot record event');
+  }
+}
+
+/**
+ * Records an event on a pod ({@link recordEvent}).
+ * @param type `Normal` or `Warning`
+ * @param component the reporting component
+ * @param at when it happened (observer ms) @default now
  */
 export async function recordPodEvent(
   ctx: ControllerContext,
@@ -152,28 +240,8 @@ export async function recordPodEvent(
   reason: CheckpointEventReason | string,
   message: string,
   component = 'kube32-controller-manager',
+  at?: number,
 ): Promise<void> {
-  const ns = pod.metadata?.namespace ?? 'default';
-  const name = pod.metadata?.name ?? '';
-  const now = new Date(ctx.clock.now()).toISOString();
-  const event: CoreV1Event = {
-    apiVersion: 'v1',
-    kind: 'Event',
-    metadata: { name: `${name}.${ctx.clock.now().toString(16)}${(++eventSeq).toString(16)}`, namespace: ns },
-    involvedObject: { apiVersion: 'v1', kind: 'Pod', namespace: ns, name, uid: pod.metadata?.uid },
-    reason,
-    message,
-    type,
-    count: 1,
-    firstTimestamp: now as unknown as Date,
-    lastTimestamp: now as unknown as Date,
-    source: { component },
-    reportingComponent: component,
-    reportingInstance: component,
-  };
-  try {
-    await ctx.api.createEvent(ns, event);
-  } catch (err: unknown) {
-    ctx.log.warn({ pod: `${ns}/${name}`, reason, err: errorMessage(err) }, 'cannot record event');
-  }
+  const m = pod.metadata;
+  await recordEvent(ctx, { apiVersion: 'v1', kind: 'Pod', namespace: m?.namespace ?? 'default', name: m?.name, uid: m?.uid }, type, reason, message, { component, at });
 }

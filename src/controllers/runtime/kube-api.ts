@@ -114,6 +114,10 @@ export class KubeClusterApi implements ClusterApi {
     await call(`create event ${namespace}/${event.metadata?.name}`, () => this.core.createNamespacedEvent({ namespace, body: event }));
   }
 
+  async patchEvent(namespace: string, name: string, patch: MergePatch): Promise<void> {
+    await call(`patch event ${namespace}/${name}`, () => this.core.patchNamespacedEvent({ name, namespace, body: patch }, MERGE));
+  }
+
   createReplicaSet(namespace: string, rs: V1ReplicaSet): Promise<V1ReplicaSet> {
     return call(`create replicaset ${namespace}/${rs.metadata?.name}`, () =>
       this.apps.createNamespacedReplicaSet({ namespace, body: rs }),

@@ -9,7 +9,7 @@ import type { ClusterApi, SnapshotAnswer } from '../runtime/api.ts';
 import type { Caches, Lister } from '../runtime/cache.ts';
 import type { ControllerLog } from '../runtime/controller.ts';
 import { type ControllerContext, DEFAULT_TIMINGS, newSharedState, type ControllerTimings } from '../runtime/context.ts';
-import type { ApiCallError } from '../runtime/errors.ts';
+import { ApiCallError } from '../runtime/errors.ts';
 
 /** A cache over a plain array; `set` and `remove` change it between reconciles. */
 export class FakeLister<T extends KubernetesObject> implements Lister<T> {
@@ -63,11 +63,36 @@ export class FakeApi {
     snapshotSha256: 'b'.repeat(64),
     podTimeMs: 1234,
   });
+  /**
+   * The `resourceVersion` of each Checkpoint and pod written through this API (`checkpoints/ns/name`,
+   * `pods/ns/name`), as a server keeps it: a write whose `metadata.resourceVersion` differs gets 409
+   * Conflict, as on a real API server. Objects not written yet accept any version.
+   */
+  readonly resourceVersions = new Map<string, string>();
   #uid = 0;
+  #rv = 100;
 
   /** The calls without events (most tests assert those apart). */
   get writes(): ApiCall[] {
-    return this.calls.filter((c) => c.op !== 'createEvent');
+    return this.calls.filter((c) => c.op !== 'createEvent' && c.op !== 'patchEvent');
+  }
+
+  /** The recorded events (created, not aggregated repeats), in order. */
+  get events(): Array<{ reason: string; type: string; message: string; involvedObject: { kind?: string; name?: string; uid?: string }; firstTimestamp: string }> {
+    return this.calls.filter((c) => c.op === 'createEvent').map((c) => c.args[1] as never);
+  }
+
+  /** A versioned write of `kind/ns/name`: 409 on a stale `resourceVersion`, else the new version. */
+  #versioned(kind: string, ns: unknown, name: unknown, body: unknown): string {
+    const key = `${kind}/${String(ns)}/${String(name)}`;
+    const want = (body as { metadata?: { resourceVersion?: string } } | undefined)?.metadata?.resourceVersion;
+    const have = this.resourceVersions.get(key);
+    if (want && have !== undefined && want !== have) {
+      throw new ApiCallError(`patch ${key}`, 409, 'Conflict', 'the object has been modified; please apply your changes to the latest version and try again');
+    }
+    const next = String(++this.#rv);
+    this.resourceVersions.set(key, next);
+    return next;
   }
 
   /** The reasons of the recorded events, in order. */
@@ -108,7 +133,14 @@ export class FakeApi {
           for await (const _ of body) {
             // drain
           }
-          return {};
+          return { metadata: { resourceVersion: this.#versioned('checkpoints', args[0], args[1], undefined) } };
+        }
+        case 'patchCheckpointStatus':
+        case 'patchCheckpoint':
+        case 'patchPod': {
+          const patch = structuredClone(args[2]) as { metadata?: Record<string, unknown> };
+          const rv = this.#versioned(op === 'patchPod' ? 'pods' : 'checkpoints', args[0], args[1], patch);
+          return { ...patch, metadata: { ...(patch.metadata ?? {}), resourceVersion: rv } };
         }
         case 'thaw':
           return true;
