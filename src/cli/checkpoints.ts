@@ -152,3 +152,15 @@ export async function findPodEvent(
     .sort((a, b) => eventTime(b) - eventTime(a));
   return matching[0];
 }
+
+/**
+ * Ends a command whose Checkpoint failed: its message, then its blockers one a line.
+ * @param what the outcome in words, e.g. `pod/x did not move`
+ * @throws CliError always (exit code 1)
+ */
+export function reportFailure(ckpt: Checkpoint, what: string): never {
+  const blockers = ckpt.status?.blockers ?? [];
+  const lines = [`${what}: ${ckpt.status?.message || 'the checkpoint failed'}`];
+  if (blockers.length > 0) lines.push('blockers:', ...blockers.map((b) => `  - ${b}`));
+  throw new CliError(lines.join('\n'));
+}

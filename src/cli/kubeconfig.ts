@@ -15,18 +15,10 @@ import { existsSync } from 'node:fs';
 import { homedir } from 'node:os';
 import { delimiter, join, resolve } from 'node:path';
 import { KubeConfig } from '@kubernetes/client-node';
-import type { Command } from 'commander';
 import { CliError } from './errors.ts';
+import type { ClusterFlags } from './flags.ts';
 
-/** The flags every cluster command takes, as commander parses them. */
-export interface ClusterFlags {
-  /** `--kubeconfig FILE` */
-  kubeconfig?: string;
-  /** `--context NAME` */
-  context?: string;
-  /** `-n/--namespace NS` */
-  namespace?: string;
-}
+export { addClusterFlags, type ClusterFlags } from './flags.ts';
 
 /** The cluster a command talks to. */
 export interface ClusterTarget {
@@ -38,19 +30,6 @@ export interface ClusterTarget {
   context: string;
   /** The files read, in order. */
   files: string[];
-}
-
-/**
- * Adds `--kubeconfig`, `--context` and `-n/--namespace` to `command`, with kubectl's help texts.
- * @param namespaced false for commands on cluster-scoped objects (`push`): no `-n`
- * @returns the same command, for chaining
- */
-export function addClusterFlags(command: Command, namespaced = true): Command {
-  command
-    .option('--kubeconfig <file>', 'Path to the kubeconfig file to use for CLI requests.')
-    .option('--context <name>', 'The name of the kubeconfig context to use');
-  if (namespaced) command.option('-n, --namespace <namespace>', 'If present, the namespace scope for this CLI request');
-  return command;
 }
 
 /** The kubeconfig files kubectl would read, in order (they need not all exist). */

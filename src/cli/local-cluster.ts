@@ -16,11 +16,11 @@
  * Readiness is read from the cluster itself: the control plane is up when `/readyz` answers 200
  * through the kubeconfig it writes; a worker is up when its Node reports Ready with a heartbeat from this run.
  * Stopping sends SIGTERM to the workers first (each drains itself: cordon, evict, up to 20 s), then to
- * the control plane; a second interrupt kills what is left at once.
+ * the control plane; a second interrupt kills what is left at once. If the process exits any other way
+ * while children run (an uncaught error, `process.exit`), they are killed (SIGKILL) on its way out.
  */
 import { type ChildProcess, spawn } from 'node:child_process';
-import { closeSync, existsSync, mkdirSync, openSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
-import { createServer } from 'node:net';
+import { closeSync, existsSync, mkdirSync, openSync, readFileSync, rmSync, statSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
 import type { KubeConfig } from '@kubernetes/client-node';
 import { apiJson, rawRequest, serverUrl } from './api-client.ts';
@@ -28,6 +28,9 @@ import { CliError } from './errors.ts';
 import { loadClusterTarget } from './kubeconfig.ts';
 import { issueWorkerKubeconfig } from './node-credentials.ts';
 import { repoFile } from './paths.ts';
+import { DEFAULT_FIRST_ADDRESS, chooseWorkerRange, describeRange, portFree, workerAddress } from './worker-addresses.ts';
+
+export { workerAddress } from './worker-addresses.ts';
 
 /** Options of one `up`. */
 export interface LocalClusterOptions {
@@ -39,6 +42,11 @@ export interface LocalClusterOptions {
   port: number;
   /** The first worker's address; the others take the next ones. @default '127.0.0.2' */
   firstAddress?: string;
+  /**
+   * True when `firstAddress` is only a default: if a worker's address:10250 is taken (another cluster),
+   * the next free range is used instead (127.0.1.2, ...). False: a taken address is an error. @default false
+   */
+  pickFreeAddresses?: boolean;
   /** Each worker's heap (`kube32-sim --heap`), as given, e.g. `64Mi`; the worker's default when absent. */
   workerHeap?: string;
   /** Extra flags for `kube32-cli control-plane`, e.g. `['--node-monitor-grace-period', '10s']`. */
@@ -59,6 +67,8 @@ export interface LocalCluster {
   kubeconfig: string;
   /** Names of the workers started. */
   workers: string[];
+  /** worker-1's address; worker-N has the N-th one from it. */
+  firstAddress: string;
   /** Resolves when the control plane exits on its own (not through `stop`), with its exit code. */
   controlPlaneExited: Promise<number>;
   /** Stops the workers (they drain), then the control plane, and releases the data dir. Idempotent. */
@@ -79,20 +89,6 @@ const LOCK_FILE = 'up.lock';
 /** A worker drains for up to 20 s (seed "Drain and evictions"); give it that and a margin. */
 const WORKER_STOP_MS = 35_000;
 const CONTROL_PLANE_STOP_MS = 15_000;
-
-/**
- * The address of worker `i` (1-based): `first`, then the next IPv4 addresses (127.0.0.2, 127.0.0.3, ...).
- * @throws CliError when `first` is not an IPv4 loopback address (127.0.0.0/8), or the range runs past it
- */
-export function workerAddress(i: number, first = '127.0.0.2'): string {
-  const parts = first.split('.').map(Number);
-  if (parts.length !== 4 || parts[0] !== 127 || parts.some((p) => !Number.isInteger(p) || p < 0 || p > 255)) {
-    throw new CliError(`invalid first worker address "${first}": expected an IPv4 loopback address such as 127.0.0.2`);
-  }
-  const n = ((parts[1]! << 16) | (parts[2]! << 8) | parts[3]!) + i - 1;
-  if (n >= 1 << 24 || (n & 0xff) === 255) throw new CliError(`worker ${i} has no loopback address after ${first}`);
-  return `127.${(n >> 16) & 0xff}.${(n >> 8) & 0xff}.${n & 0xff}`;
-}
 
 /** The Node name of worker `i` (1-based). */
 export function workerName(i: number): string {
@@ -136,7 +132,11 @@ function acquireLock(dataDir: string, print: (line: string) => void): string {
       closeSync(fd);
       return path;
     } catch (err: unknown) {
-      if ((err as { code?: string }).code !== 'EEXIST') throw err;
+      const code = (err as { code?: string }).code;
+      if (code === 'EACCES' || code === 'EPERM' || code === 'EROFS') {
+        throw new CliError(`cannot write in the data dir ${dataDir} (${code}): pass a --data-dir you can write to`, 1, { cause: err });
+      }
+      if (code !== 'EEXIST') throw err;
     }
     let held: LockRecord | undefined;
     try {
@@ -172,21 +172,40 @@ function recordChildren(lockPath: string, children: Child[]): void {
 /** @throws CliError when something already listens on 127.0.0.1:`port` */
 async function checkPortFree(port: number): Promise<void> {
   if (port === 0) return;
-  await new Promise<void>((resolve, reject) => {
-    const srv = createServer();
-    srv.once('error', (err: NodeJS.ErrnoException) => {
-      if (err.code === 'EADDRINUSE') {
-        reject(
-          new CliError(
-            `port ${port} on 127.0.0.1 is already in use (another cluster or program listens there): pass --port with a free port, or --port 0 to let the control plane pick one`,
-          ),
-        );
-      } else if (err.code === 'EACCES') {
-        reject(new CliError(`port ${port}: permission denied (ports below 1024 need root): pass another --port`));
-      } else reject(err);
-    });
-    srv.listen({ host: '127.0.0.1', port, exclusive: true }, () => srv.close(() => resolve()));
-  });
+  let free: boolean;
+  try {
+    free = await portFree('127.0.0.1', port);
+  } catch (err: unknown) {
+    if ((err as NodeJS.ErrnoException).code === 'EACCES') {
+      throw new CliError(`port ${port}: permission denied (ports below 1024 need root): pass another --port`, 1, { cause: err });
+    }
+    throw err;
+  }
+  if (!free) {
+    throw new CliError(
+      `port ${port} on 127.0.0.1 is already in use (another cluster or program listens there): pass --port with a free port, or --port 0 to let the control plane pick one`,
+    );
+  }
+}
+
+/**
+ * Creates the data dir (mode 0700) when missing.
+ * @throws CliError when the path, or a directory above it, is a file, or it cannot be created
+ */
+function prepareDataDir(dataDir: string): void {
+  try {
+    mkdirSync(dataDir, { recursive: true, mode: 0o700 });
+    if (statSync(dataDir).isDirectory()) return;
+  } catch (err: unknown) {
+    const code = (err as NodeJS.ErrnoException).code;
+    if (code === 'EACCES' || code === 'EPERM' || code === 'EROFS') {
+      throw new CliError(`cannot create the data dir ${dataDir} (${code}): pass a --data-dir you can write to`, 1, { cause: err });
+    }
+    if (code !== 'EEXIST' && code !== 'ENOTDIR') throw err;
+  }
+  throw new CliError(
+    `the data dir ${dataDir} is not a directory (${existsSync(dataDir) ? 'a file of that name exists' : 'a file stands in its path'}): pass --data-dir with a directory, or a path where up can create one`,
+  );
 }
 
 function tail(path: string, lines = 15): string {
@@ -256,7 +275,7 @@ async function until<T>(
       const end = tail(child.log);
       const hint =
         child.name !== 'control-plane' && end.includes('EADDRINUSE')
-          ? '\n(its address is taken: another cluster on this computer? pass --first-address, e.g. 127.0.1.2)'
+          ? '\n(its address is taken: another cluster on this computer? leave --first-address out to let up pick free addresses, or pass another range, e.g. --first-address 127.0.1.2)'
           : '';
       throw new CliError(`${child.name} exited with code ${child.exitCode} before ${what}; the end of ${child.log}:\n${end}${hint}`);
     }
@@ -286,7 +305,7 @@ interface NodeObject {
 export async function startLocalCluster(opts: LocalClusterOptions): Promise<LocalCluster> {
   const { dataDir, print } = opts;
   const readyTimeoutMs = opts.readyTimeoutMs ?? 60_000;
-  mkdirSync(dataDir, { recursive: true, mode: 0o700 });
+  prepareDataDir(dataDir);
   const logDir = join(dataDir, 'logs');
   mkdirSync(logDir, { recursive: true });
   const lockPath = acquireLock(dataDir, print);
@@ -294,9 +313,13 @@ export async function startLocalCluster(opts: LocalClusterOptions): Promise<Loca
   let stopping: Promise<void> | undefined;
 
   const kill = (): void => {
+    process.off('exit', kill);
     for (const c of children) if (c.exitCode === null) c.proc.kill('SIGKILL');
     rmSync(lockPath, { force: true });
   };
+  // Whatever ends this process (an uncaught error, process.exit), the children in their own process
+  // groups must not outlive it: 'exit' handlers run synchronously, and SIGKILL is all they can send.
+  process.on('exit', kill);
   const stopChild = async (c: Child, ms: number): Promise<void> => {
     if (c.exitCode !== null) return;
     c.proc.kill('SIGTERM');
@@ -317,13 +340,20 @@ export async function startLocalCluster(opts: LocalClusterOptions): Promise<Loca
         await stopChild(cp, CONTROL_PLANE_STOP_MS);
       }
       rmSync(lockPath, { force: true });
+      process.off('exit', kill);
       if (children.length > 0) print('cluster stopped');
     })();
     return stopping;
   };
 
   try {
-    for (let i = 1; i <= opts.workers; i++) workerAddress(i, opts.firstAddress); // check the range up front
+    const range = await chooseWorkerRange(opts.workers, opts.firstAddress ?? DEFAULT_FIRST_ADDRESS, opts.pickFreeAddresses === true);
+    const firstAddress = range.first;
+    if (range.replaced) {
+      print(
+        `worker addresses ${describeRange(opts.workers, range.replaced)} are in use (another cluster on this computer?): using ${describeRange(opts.workers, firstAddress)}`,
+      );
+    }
     await checkPortFree(opts.port);
     const kubeconfig = join(dataDir, 'kubeconfig');
     const started = Date.now();
@@ -353,7 +383,7 @@ export async function startLocalCluster(opts: LocalClusterOptions): Promise<Loca
       const nodeDir = join(dataDir, 'nodes', name);
       mkdirSync(nodeDir, { recursive: true, mode: 0o700 });
       const nodeKubeconfig = await issueWorkerKubeconfig(dataDir, name, join(nodeDir, 'kubeconfig'));
-      const args = ['--kubeconfig', nodeKubeconfig, '--name', name, '--address', workerAddress(i, opts.firstAddress), '--data-dir', nodeDir];
+      const args = ['--kubeconfig', nodeKubeconfig, '--name', name, '--address', workerAddress(i, firstAddress), '--data-dir', nodeDir];
       if (opts.workerHeap) args.push('--heap', opts.workerHeap);
       const w = startChild(name, sim, args, logDir);
       w.proc.once('exit', (code) => {
@@ -362,7 +392,7 @@ export async function startLocalCluster(opts: LocalClusterOptions): Promise<Loca
       children.push(w);
       workers.push(name);
       recordChildren(lockPath, children);
-      print(`${name.padEnd(15)} starting   ${workerAddress(i, opts.firstAddress)}   (log ${w.log})`);
+      print(`${name.padEnd(15)} starting   ${workerAddress(i, firstAddress)}   (log ${w.log})`);
     }
     await Promise.all(
       children
@@ -379,7 +409,7 @@ export async function startLocalCluster(opts: LocalClusterOptions): Promise<Loca
           });
           const mops = node.metadata.annotations?.['kube32.io/interp-mops'];
           print(
-            `${w.name.padEnd(15)} ready      ${workerAddress(idx + 1, opts.firstAddress)}   (${((Date.now() - t0) / 1000).toFixed(1)}s${mops ? `, interp-mops ${mops}` : ''})`,
+            `${w.name.padEnd(15)} ready      ${workerAddress(idx + 1, firstAddress)}   (${((Date.now() - t0) / 1000).toFixed(1)}s${mops ? `, interp-mops ${mops}` : ''})`,
           );
         }),
     );
@@ -390,6 +420,7 @@ export async function startLocalCluster(opts: LocalClusterOptions): Promise<Loca
       server: server!,
       kubeconfig,
       workers,
+      firstAddress,
       controlPlaneExited: cp.exited,
       stop,
       kill,

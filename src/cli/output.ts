@@ -4,17 +4,13 @@
  * `pod/x moved`). Human progress goes to standard error when the output is machine-readable, so that
  * `-o json` output can always be piped.
  */
-import { Option } from 'commander';
 import { stringify } from 'yaml';
 import { CliError } from './errors.ts';
 
+export { outputOption } from './flags.ts';
+
 /** The output formats of `-o`. `''` is the human form. */
 export type OutputFormat = '' | 'json' | 'yaml' | 'name';
-
-/** The `-o, --output` option, with kubectl's wording. */
-export function outputOption(): Option {
-  return new Option('-o, --output <format>', 'Output format. One of: (json, yaml, name).');
-}
 
 /**
  * Checks an `-o` value.

@@ -14,9 +14,15 @@ import { type Seen, startFakeApiServer, status } from './fake-apiserver.ts';
 const cli = (args: string[], env: NodeJS.ProcessEnv = {}) =>
   run(process.execPath, [CLI, ...args], { env: { PATH: process.env.PATH, HOME: '/nonexistent', ...env }, timeoutMs: 30_000 });
 
-const pod = (ns: string, name: string, node: string) => ({
+const pod = (ns: string, name: string, node: string, phase = 'Running') => ({
   status: 200,
-  body: { apiVersion: 'v1', kind: 'Pod', metadata: { name, namespace: ns, uid: 'u1' }, spec: { nodeName: node } },
+  body: {
+    apiVersion: 'v1',
+    kind: 'Pod',
+    metadata: { name, namespace: ns, uid: 'u1' },
+    spec: { ...(node ? { nodeName: node } : {}), containers: [{ name: 'main', image: `wasm://${name}` }] },
+    status: { phase },
+  },
 });
 const node = (name: string) => ({ status: 200, body: { apiVersion: 'v1', kind: 'Node', metadata: { name } } });
 
@@ -178,4 +184,47 @@ test('kubeconfig: $KUBECONFIG merges files, the first wins; --context switches; 
   const refused = await cli(['move', 'p', '--kubeconfig', api.kubeconfig({ server: 'http://127.0.0.1:1' })]);
   assert.equal(refused.code, 1);
   assert.equal(refused.stderr.trim(), 'The connection to the server 127.0.0.1:1 was refused - did you specify the right host or port?');
+});
+
+test('move refuses, before creating anything, what cannot move: a Pending pod, an unknown container, an empty --to, its own node', { timeout: 60_000 }, async (t) => {
+  const api = await startFakeApiServer(t, {
+    'GET /api/v1/namespaces/default/pods/waiting': pod('default', 'waiting', '', 'Pending'),
+    'GET /api/v1/namespaces/default/pods/done': pod('default', 'done', 'worker-1', 'Succeeded'),
+    'GET /api/v1/namespaces/default/pods/p': pod('default', 'p', 'worker-1'),
+    'GET /api/v1/nodes/worker-1': node('worker-1'),
+    'GET /api/v1/nodes/worker-2': node('worker-2'),
+    ...checkpointRoutes('default', { phase: 'Completed' }),
+  });
+  const kc = api.kubeconfig();
+  const cases: [string[], RegExp][] = [
+    [['move', 'waiting'], /^error: pod waiting is Pending and not bound to a node yet: only a Running pod can move/],
+    [['move', 'done'], /^error: pod done is Succeeded on node worker-1: only a Running pod can move/],
+    [['move', 'p', '-c', 'nosuch'], /^error: container "nosuch" is not valid for pod p: its containers are main/],
+    [['move', 'p', '--to', ''], /^error: --to needs a node name: pass --to NODE, or leave --to out/],
+    [['move', 'p', '--to', 'worker-1'], /^error: pod p already runs on node worker-1: a move goes to another node/],
+    [['checkpoint', 'waiting'], /^error: pod waiting is Pending and not bound to a node yet: only a Running pod can be checkpointed/],
+    [['checkpoint', 'p', '-c', 'nosuch'], /^error: container "nosuch" is not valid for pod p/],
+  ];
+  for (const [args, message] of cases) {
+    const r = await cli([...args, '--kubeconfig', kc]);
+    assert.equal(r.code, 1, `${args.join(' ')}: ${r.stdout}${r.stderr}`);
+    assert.match(r.stderr, message, args.join(' '));
+  }
+  assert.ok(!api.seen.some((s) => s.method === 'POST'), 'no Checkpoint created');
+  // What passes the checks is sent as asked.
+  const ok = await cli(['move', 'p', '-c', 'main', '--to', 'worker-2', '--no-wait', '--kubeconfig', kc]);
+  assert.equal(ok.code, 0, ok.stderr);
+  const body = JSON.parse(api.seen.find((s) => s.method === 'POST')!.body.toString());
+  assert.deepEqual(body.spec, { podName: 'p', action: 'Move', containerName: 'main', target: { nodeName: 'worker-2' } });
+});
+
+test('checkpoint --name explains the naming rule, as push does, and sends nothing', { timeout: 30_000 }, async (t) => {
+  const api = await startFakeApiServer(t, { 'GET /api/v1/namespaces/default/pods/p': pod('default', 'p', 'worker-1') });
+  for (const bad of ['BAD NAME', 'a_b', '-a', 'x'.repeat(254)]) {
+    const r = await cli(['checkpoint', 'p', '--name', bad, '--kubeconfig', api.kubeconfig()]);
+    assert.equal(r.code, 1, bad);
+    assert.ok(r.stderr.startsWith(`error: invalid checkpoint name "${bad}": `), r.stderr);
+    assert.match(r.stderr, bad.length > 253 ? /must be no more than 253 characters/ : /lowercase RFC 1123 subdomain must consist of lower case alphanumeric characters, '-' or '\.'/);
+  }
+  assert.equal(api.seen.length, 0, 'nothing sent for a bad name');
 });

@@ -1,0 +1,170 @@
+/**
+ * `kube32-cli up`: a whole local cluster in the foreground (control plane and N kube32-sim workers as
+ * child processes on loopback, see ../local-cluster.ts). Loaded only when `up` runs (its flags are in
+ * ../commands/cluster.ts).
+ *
+ * Stopping: SIGINT (Ctrl-C), SIGTERM and SIGHUP (the terminal closed) stop the workers first (they
+ * drain), then the control plane; a second signal kills what is left. A closed standard output (`up |
+ * head`) does not end `up`: its lines go to standard error from then on. An unexpected error in `up`
+ * itself stops the cluster the same way before `up` exits 1, and the children are killed whenever `up`
+ * exits while they run.
+ */
+import { join } from 'node:path';
+import { CliError } from '../errors.ts';
+import { type LocalCluster, startLocalCluster } from '../local-cluster.ts';
+
+/** `up`'s flags as commander parses them. */
+export interface UpFlags {
+  workers: string;
+  dataDir: string;
+  port: string;
+  workerHeap?: string;
+  /** worker-1's address when `--first-address` is given (a taken one is then an error); else the first free range from 127.0.0.2. */
+  firstAddress?: string;
+  readyTimeout: string;
+  nodeMonitorGracePeriod?: string;
+  podEvictionTimeout?: string;
+}
+
+/** The signals that stop the cluster: Ctrl-C, a plain `kill`, and the terminal closing. */
+const STOP_SIGNALS = ['SIGINT', 'SIGTERM', 'SIGHUP'] as const;
+
+function intFlag(flag: string, value: string, min: number, max: number): number {
+  const n = Number(value);
+  if (!/^\d+$/.test(value.trim()) || n < min || n > max) {
+    throw new CliError(`invalid value "${value}" for ${flag}: expected a whole number from ${min} to ${max}`);
+  }
+  return n;
+}
+
+/**
+ * Progress lines for a long-running foreground command: to standard output while it is open, then to
+ * standard error (said once), then nowhere. A write that fails (EPIPE once `head` has exited, EIO once
+ * the terminal has closed) marks the stream dead and the line goes on to the next stream; the stream's
+ * 'error' event is taken here so that it cannot end the process.
+ * @returns `print(line)`, and `release()` to remove the listeners
+ */
+export function resilientPrinter(): { print: (line: string) => void; release: () => void } {
+  const dead = new Set<NodeJS.WriteStream>();
+  const onError = (stream: NodeJS.WriteStream) => () => {
+    dead.add(stream);
+  };
+  const outError = onError(process.stdout);
+  const errError = onError(process.stderr);
+  process.stdout.on('error', outError);
+  process.stderr.on('error', errError);
+  let told = false;
+  const usable = (s: NodeJS.WriteStream): boolean => !dead.has(s) && !s.destroyed && s.writable;
+  const toStderr = (text: string): void => {
+    if (!usable(process.stderr)) return;
+    if (!told) {
+      told = true;
+      process.stderr.write('kube32: standard output was closed; up goes on, printing here\n', () => {});
+    }
+    process.stderr.write(text, (err) => {
+      if (err) dead.add(process.stderr);
+    });
+  };
+  const print = (line: string): void => {
+    const text = `${line}\n`;
+    if (!usable(process.stdout)) {
+      toStderr(text);
+      return;
+    }
+    process.stdout.write(text, (err) => {
+      if (!err) return;
+      dead.add(process.stdout);
+      toStderr(text);
+    });
+  };
+  const release = (): void => {
+    // Keep swallowing errors of a dead stream: a late EPIPE must not crash the exit path.
+    if (dead.size === 0) {
+      process.stdout.off('error', outError);
+      process.stderr.off('error', errError);
+    }
+  };
+  return { print, release };
+}
+
+/**
+ * Runs `up` until a stop signal, or until the control plane exits on its own.
+ * @throws CliError for a bad flag, a data dir or port in use, worker addresses in use when
+ *   `--first-address` was given, a component that does not become ready, a control plane that exits, or
+ *   an unexpected error in `up` (after the cluster has been stopped)
+ */
+export async function up(flags: UpFlags): Promise<void> {
+  const workers = intFlag('--workers', flags.workers, 0, 200);
+  const port = intFlag('--port', flags.port, 0, 65535);
+  const readyTimeoutMs = intFlag('--ready-timeout', flags.readyTimeout, 1, 3600) * 1000;
+  const dataDir = flags.dataDir;
+  const { print, release } = resilientPrinter();
+  print(`kube32: starting a local cluster in ${dataDir} (${workers} worker${workers === 1 ? '' : 's'})`);
+
+  let interrupted = 0;
+  let crash: unknown;
+  let cluster: LocalCluster | undefined;
+  const { promise: stopRequested, resolve: requestStop } = Promise.withResolvers<void>();
+  const startupAbort = new AbortController();
+  const onSignal = (sig: NodeJS.Signals): void => {
+    interrupted++;
+    if (interrupted === 1) {
+      print(`\n${sig}: stopping the cluster (again to kill it at once)`);
+      requestStop();
+      startupAbort.abort();
+    } else {
+      print(`${sig}: killing the cluster`);
+      cluster?.kill();
+      process.exit(130);
+    }
+  };
+  // A bug in up (or in a library it uses) must not leave the cluster behind: stop it as on a signal.
+  const onCrash = (err: unknown): void => {
+    if (crash !== undefined) return;
+    crash = err;
+    print(`kube32: unexpected error in up: ${err instanceof Error ? (err.stack ?? err.message) : String(err)}`);
+    onSignal('SIGTERM');
+  };
+  for (const sig of STOP_SIGNALS) process.on(sig, onSignal);
+  process.on('uncaughtException', onCrash);
+  process.on('unhandledRejection', onCrash);
+  try {
+    const startup = startLocalCluster({
+      workers,
+      dataDir,
+      port,
+      workerHeap: flags.workerHeap,
+      firstAddress: flags.firstAddress,
+      pickFreeAddresses: flags.firstAddress === undefined,
+      controlPlaneArgs: [
+        ...(flags.nodeMonitorGracePeriod ? ['--node-monitor-grace-period', flags.nodeMonitorGracePeriod] : []),
+        ...(flags.podEvictionTimeout ? ['--pod-eviction-timeout', flags.podEvictionTimeout] : []),
+      ],
+      readyTimeoutMs,
+      print,
+      signal: startupAbort.signal,
+    });
+    // A signal during start-up stops what has started so far once start-up settles.
+    cluster = await startup;
+    if (interrupted === 0) {
+      print('');
+      print(`Cluster ready: a control plane at ${cluster.server} and ${workers} worker${workers === 1 ? '' : 's'}.`);
+      print('Point kubectl at it:');
+      print(`  export KUBECONFIG=${cluster.kubeconfig}`);
+      print('  kubectl get nodes');
+      print(`Logs: ${join(dataDir, 'logs')}/. Press Ctrl-C to stop the cluster (the workers drain first).`);
+      const cpExit = cluster.controlPlaneExited.then((code) => ({ code }));
+      const outcome = await Promise.race([stopRequested.then(() => undefined), cpExit]);
+      await cluster.stop();
+      if (outcome !== undefined) throw new CliError(`the control plane exited (code ${outcome.code}): the cluster is down`);
+    } else {
+      await cluster.stop();
+    }
+    if (crash !== undefined) throw new CliError('up stopped the cluster after an unexpected error (above)', 1, { cause: crash });
+  } finally {
+    for (const sig of STOP_SIGNALS) process.off(sig, onSignal);
+    process.off('uncaughtException', onCrash);
+    process.off('unhandledRejection', onCrash);
+    release();
+  }
+}
