@@ -42,7 +42,7 @@ for m in "${want[@]}"; do add_module "$m"; done
 agent_files=$(cd "$repo" && ls src/feos/guest/*.ts | grep -v '\.test\.ts$')
 hash=$( {
   echo "$kver"; sha256sum "$kernel" "$node_bin" "$(command -v busybox)" "$(command -v crun)" "$0"
-  (cd "$repo" && sha256sum $agent_files src/feos/guest/feos-clock.c src/feos/gen/feos/guest/v1/guest_pb.js node_modules/@bufbuild/protobuf/package.json)
+  (cd "$repo" && sha256sum $agent_files src/feos/guest/feos-clock.c src/feos/guest/feos-pty.c src/feos/gen/feos/guest/v1/guest_pb.js node_modules/@bufbuild/protobuf/package.json)
   echo "${order[*]}"
 } | sha256sum | cut -c1-8)
 mkdir -p "$guest_dir"
@@ -62,6 +62,7 @@ mkdir -p "$root"/{bin,sbin,dev,proc,sys,run,tmp,data,system,etc,lib64,lib/x86_64
 
 cp "$(command -v busybox)" "$root/bin/busybox"
 clang -static -O2 -o "$root/usr/bin/feos-clock" "$repo/src/feos/guest/feos-clock.c"
+clang -static -O2 -o "$root/usr/bin/feos-pty" "$repo/src/feos/guest/feos-pty.c"
 strip -o "$sys/bin/node" "$node_bin"
 for lib in $(ldd "$node_bin" | awk '/=>/ {print $3} /ld-linux/ {print $1}'); do
   [ -f "$lib" ] && cp -L "$lib" "$root/$lib"

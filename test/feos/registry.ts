@@ -9,7 +9,7 @@ import { join } from 'node:path';
 import { until } from './harness.ts';
 
 /** The applets linked in the test image's /bin. */
-const APPLETS = ['sh', 'echo', 'cat', 'sleep', 'ls', 'env', 'printf', 'test', 'true', 'false', 'mkdir', 'date', 'hostname', 'wc', 'id'];
+const APPLETS = ['sh', 'echo', 'cat', 'sleep', 'ls', 'env', 'printf', 'test', 'true', 'false', 'mkdir', 'date', 'hostname', 'wc', 'id', 'nc', 'tty', 'grep'];
 
 /** A free loopback port (asked of the OS). */
 export function freePort(): Promise<number> {

@@ -12,7 +12,8 @@
  * | `pid`, `exit` | its init process while it runs; its exit code once it ended |
  *
  * crun (Debian's) runs it: `crun run` under a shell that records the exit code, so that the code is
- * kept when the agent itself is started again. Namespaces: pid, mount, ipc, uts; the network is the
+ * kept when the agent itself is started again; `--no-pivot`, since the guest's root is the initramfs,
+ * which pivot_root(2) refuses (EINVAL). Namespaces: pid, mount, ipc, uts; the network is the
  * pod's (the guest's). No cgroups (`--cgroup-manager=disabled`): the microVM is the pod's bound.
  *
  * Self-contained (node: and ./images.ts only), as the guest carries it.
@@ -179,7 +180,7 @@ export class Containers {
     await run(this.#crun, ['--root', this.#crunRoot, 'delete', '-f', name]).catch(() => {});
     const log = fs.openSync(join(dir, 'log'), 'a');
     const q = (s: string) => `'${s.replaceAll("'", "'\\''")}'`;
-    const script = `${q(this.#crun)} --root ${q(this.#crunRoot)} --cgroup-manager=disabled run --bundle ${q(dir)} --pid-file ${q(join(dir, 'pid'))} ${q(name)} </dev/null; echo $? > ${q(join(dir, 'exit'))}.tmp; mv ${q(join(dir, 'exit'))}.tmp ${q(join(dir, 'exit'))}`;
+    const script = `${q(this.#crun)} --root ${q(this.#crunRoot)} --cgroup-manager=disabled run --no-pivot --bundle ${q(dir)} --pid-file ${q(join(dir, 'pid'))} ${q(name)} </dev/null; echo $? > ${q(join(dir, 'exit'))}.tmp; mv ${q(join(dir, 'exit'))}.tmp ${q(join(dir, 'exit'))}`;
     const child = spawn('/bin/sh', ['-c', script], { stdio: ['ignore', log, log], detached: true });
     child.unref();
     fs.closeSync(log);

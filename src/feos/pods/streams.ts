@@ -52,11 +52,16 @@ export async function execInPod(pods: PodService, start: ExecPodStart, rest: Asy
   call.send(
     toBinary(ExecRequestSchema, create(ExecRequestSchema, { request: { case: 'start', value: { container, command: start.command, tty: start.tty, stdin: start.stdin } } })),
   );
+  // Read by hand: leaving a for-await early would return() the caller's stream, which ends the call.
   void (async () => {
+    const it = rest[Symbol.asyncIterator]();
     try {
-      for await (const r of rest) {
-        if (r.request.case === 'stdin') call.send(toBinary(ExecRequestSchema, create(ExecRequestSchema, { request: { case: 'stdin', value: r.request.value } })));
-        else if (r.request.case === 'closeStdin') {
+      for (;;) {
+        const r = await it.next();
+        if (r.done) break;
+        const req = r.value.request;
+        if (req.case === 'stdin') call.send(toBinary(ExecRequestSchema, create(ExecRequestSchema, { request: { case: 'stdin', value: req.value } })));
+        else if (req.case === 'closeStdin') {
           call.send(toBinary(ExecRequestSchema, create(ExecRequestSchema, { request: { case: 'closeStdin', value: true } })));
           break;
         }

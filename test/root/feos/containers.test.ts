@@ -7,17 +7,20 @@
 //     and in a volume; GetPod reports both; stopped and started without a token, its containers are
 //     adopted from its disk with what they wrote (the code changes accordingly);
 //   - one whose private image's pull token is wrong: FAILED with the registry's refusal as the reason.
-// Neither token appears in any record, the microVMs' logs, or feosd's log.
+// Through feosctl: exec (output, stderr, exit codes, stdin, a terminal), logs (all, tail, follow) and
+// a port forward to the running container. Neither token appears in any record, the microVMs' logs,
+// or feosd's log.
 import assert from 'node:assert/strict';
 import { test } from 'node:test';
-import { execFileSync } from 'node:child_process';
+import { execFileSync, spawn } from 'node:child_process';
+import net from 'node:net';
 import { readFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { fromBinary } from '@bufbuild/protobuf';
 import { MicroVmSchema } from '../../../src/feos/gen/feos/microvm/v1/microvm_pb.js';
 import { VolumeService } from '../../../src/feos/gen/feos/volume/v1/volume_pb.js';
 import { makeClient } from '../../../src/feos/api/index.ts';
-import { feosctl, PodState, startFeosd, tempDir, waitForPod } from '../../feos/harness.ts';
+import { FEOSCTL, feosctl, PodState, startFeosd, tempDir, until, waitForPod } from '../../feos/harness.ts';
 import { buildBusyboxLayout, push, startRegistry } from '../../feos/registry.ts';
 
 const REPO = new URL('../../../', import.meta.url).pathname;
@@ -49,6 +52,21 @@ test('pods run containers from a local registry, with and without pull tokens', 
     await reg.stop();
     cleanup();
   });
+  /** feosctl with `input` on its stdin. */
+  const ctl = (args: string[], input: string) =>
+    new Promise<{ code: number; stdout: string; stderr: string }>((resolve) => {
+      const p = spawn(process.execPath, [FEOSCTL, '--socket', feosd.socket, ...args], { stdio: ['pipe', 'pipe', 'pipe'] });
+      let stdout = '';
+      let stderr = '';
+      p.stdout.setEncoding('utf8').on('data', (d: string) => {
+        stdout += d;
+      });
+      p.stderr.setEncoding('utf8').on('data', (d: string) => {
+        stderr += d;
+      });
+      p.on('close', (code) => resolve({ code: code ?? 1, stdout, stderr }));
+      p.stdin.end(input);
+    });
   const diag = () => `\nfeosd:\n${feosd.stderr().split('\n').slice(-25).join('\n')}`;
   const serial = (id: string) => {
     try {
@@ -72,7 +90,8 @@ test('pods run containers from a local registry, with and without pull tokens', 
         name: 'web',
         image: `${reg.gated}/public/busybox:1`,
         command: ['/bin/sh', '-c'],
-        args: ['echo "web $FEOS_IMAGE $GREETING"; exec sleep 3600'],
+        // Serves "pong" on port 8080, one connection after another.
+        args: ['echo "web $FEOS_IMAGE $GREETING"; while true; do echo pong | nc -l -p 8080; done'],
         env: { GREETING: 'hello' },
       },
       { name: 'counter', image: `${reg.gated}/private/busybox:1`, command: ['/bin/sh', '-c', count], volumeMounts: [{ name: 'data', path: '/vol' }] },
@@ -106,6 +125,54 @@ test('pods run containers from a local registry, with and without pull tokens', 
   const logs = async (c: string, more: string[] = []) => (await feosctl(feosd.socket, ['pod', 'logs', POD, '-c', c, ...more])).stdout;
   assert.deepEqual(s, ['web=running:0', 'counter=exited:11'], `web: ${await logs('web')}\ncounter: ${await logs('counter')}`);
   assert.match(serial(POD), /container web created/);
+
+  // Exec: output, stderr, exit codes, stdin, a terminal; and a container that is not running.
+  const ex = await feosctl(feosd.socket, ['pod', 'exec', POD, '-c', 'web', '--', 'sh', '-c', 'echo "out $GREETING"; echo err >&2; exit 7']);
+  assert.deepEqual([ex.code, ex.stdout, ex.stderr], [7, 'out hello\n', 'err\n']);
+  const piped = await ctl(['pod', 'exec', POD, '-i', '--', 'sh', '-c', 'cat; echo done'], 'piped in\n');
+  assert.deepEqual([piped.code, piped.stdout], [0, 'piped in\ndone\n']);
+  const tty = await feosctl(feosd.socket, ['pod', 'exec', POD, '-t', '--', 'sh', '-c', 'test -t 1 && echo on-a-tty']);
+  assert.equal(tty.code, 0, tty.stderr);
+  assert.match(tty.stdout, /on-a-tty/);
+  const notRunning = await feosctl(feosd.socket, ['pod', 'exec', POD, '-c', 'counter', '--', 'true']);
+  assert.equal(notRunning.code, 1);
+  assert.match(notRunning.stderr, /FAILED_PRECONDITION: container counter is exited/);
+
+  // Logs: all, the tail, and followed while the container writes.
+  assert.equal(await logs('web'), 'web busybox hello\n');
+  await feosctl(feosd.socket, ['pod', 'exec', POD, '--', 'sh', '-c', 'echo second line > /proc/1/fd/1']);
+  assert.equal(await logs('web', ['--tail', '1']), 'second line\n');
+  const follower = spawn(process.execPath, [FEOSCTL, '--socket', feosd.socket, 'pod', 'logs', POD, '-f', '--tail', '1'], { stdio: ['ignore', 'pipe', 'pipe'] });
+  t.after(() => follower.kill('SIGKILL'));
+  let followed = '';
+  follower.stdout.setEncoding('utf8').on('data', (d: string) => {
+    followed += d;
+  });
+  await until('the follower prints the tail', async () => (followed.includes('second line') ? true : undefined), 30_000);
+  await feosctl(feosd.socket, ['pod', 'exec', POD, '--', 'sh', '-c', 'echo followed line > /proc/1/fd/1']);
+  await until('the follower prints the new line', async () => (followed.includes('followed line\n') ? true : undefined), 30_000);
+  follower.kill('SIGINT');
+
+  // Port forward: a local port to the web container's 8080.
+  const fwd = spawn(process.execPath, [FEOSCTL, '--socket', feosd.socket, 'pod', 'port-forward', POD, '0:8080'], { stdio: ['ignore', 'pipe', 'pipe'] });
+  t.after(() => fwd.kill('SIGKILL'));
+  let fwdOut = '';
+  fwd.stdout.setEncoding('utf8').on('data', (d: string) => {
+    fwdOut += d;
+  });
+  const localPort = await until('port-forward listens', async () => /Forwarding from 127\.0\.0\.1:(\d+) -> 8080/.exec(fwdOut)?.[1], 30_000);
+  const pong = await new Promise<string>((resolve, reject) => {
+    const sock = net.connect(Number(localPort), '127.0.0.1');
+    let got = '';
+    sock.setEncoding('utf8').on('data', (d: string) => {
+      got += d;
+    });
+    sock.on('end', () => resolve(got));
+    sock.on('error', reject);
+    sock.end();
+  });
+  assert.equal(pong, 'pong\n');
+  fwd.kill('SIGTERM');
 
   // Stopped and started without a token: the containers are adopted (no pull: the private image needs
   // none) with what they wrote, so the counter counts 2 lines in its rootfs and 2 in the volume.
