@@ -321,6 +321,10 @@ test('kubectl works against the API server', { timeout: 240_000 }, async (t) => 
     assert.match(r.stderr, /Error from server \(BadRequest\).*Pod in version "v1" cannot be handled as a Pod: strict decoding error: unknown field "spec\.containers\[0\]\.imge"/);
     r = await api.kubectl(['create', '--validate=false', '-f', file(api, 'typo2.yaml', 'apiVersion: v1\nkind: Pod\nmetadata: {name: typo}\nspec: {containers: [{name: c, image: x, imge: x}]}\n')]);
     assert.equal(r.code, 0, `--validate=false sends fieldValidation=Ignore: ${r.stderr}`);
+    // Strict validation judges what the client sends, not fields already stored (here, one a client stored with Ignore).
+    await core.createNamespacedPod({ namespace: 'default', body: { metadata: { name: 'lenient' }, spec: { containers: [{ name: 'c', image: 'x' }], notAField: 1 } as never } });
+    r = await api.kubectl(['apply', '-f', file(api, 'lenient.yaml', 'apiVersion: v1\nkind: Pod\nmetadata: {name: lenient, labels: {a: b}}\nspec: {containers: [{name: c, image: x}]}\n')]);
+    assert.equal(r.code, 0, r.stderr);
     r = await api.kubectl(['get', 'ckpt', 'nope']);
     assert.match(r.stderr, /Error from server \(NotFound\): checkpoints\.kube32\.io "nope" not found/);
   });

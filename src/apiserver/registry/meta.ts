@@ -65,7 +65,7 @@ export function checkBodyShape(def: ResourceDef, body: unknown, mode: FieldValid
   if (mode === 'Ignore') return [];
   const unknown: string[] = [];
   const allowed = new Set(['apiVersion', 'kind', 'metadata', ...def.fields]);
-  for (const k of Object.keys(obj)) if (!allowed.has(k)) unknown.push(`unknown field "${k}"`);
+  for (const k of Object.keys(obj)) if (!allowed.has(k) && !k.startsWith('$')) unknown.push(`unknown field "${k}"`);
   for (const k of Object.keys((obj.metadata ?? {}) as object)) if (!OBJECT_META_FIELDS.has(k)) unknown.push(`unknown field "metadata.${k}"`);
   const spec = SPEC_SCHEMAS[`${def.group}/${expectKind}`];
   if (spec && obj.spec !== undefined) for (const f of unknownFields(obj.spec, spec, 'spec')) unknown.push(`unknown field "${f}"`);

@@ -129,6 +129,8 @@ export function unknownFields(value: unknown, known: Known, path: string): strin
   if (Array.isArray(value)) return [];
   const out: string[] = [];
   for (const [k, v] of Object.entries(value)) {
+    // `$patch`, `$setElementOrder/...` and the other strategic merge directives are not fields.
+    if (k.startsWith('$')) continue;
     const sub = known.fields[k];
     if (sub === undefined) out.push(`${path}.${k}`);
     else out.push(...unknownFields(v, sub, `${path}.${k}`));

@@ -406,7 +406,9 @@ export class Registry {
         // A patch never carries a stale resourceVersion unless the client put one in it on purpose.
         const patchRv = rec(rec(patch).metadata).resourceVersion;
         p.metadata.resourceVersion = typeof patchRv === 'string' ? patchRv : current.metadata.resourceVersion;
-        opts.warnings?.push(...checkBodyShape(def, p, type === 'apply' ? 'Ignore' : (opts.fieldValidation ?? 'Ignore')));
+        // Strict validation looks at what the client sent (the patch), as Kubernetes does, not at fields already stored.
+        if (type === 'merge' || type === 'strategic') opts.warnings?.push(...checkBodyShape(def, patch, opts.fieldValidation ?? 'Ignore'));
+        else if (type === 'json') checkBodyShape(def, p, 'Ignore');
         const next = this.nextState(def, current, p, sub, type === 'apply');
         if (opts.dryRun) return { object: withTypeMeta(def, next), created: false };
         const stored = this.storage.update(key, next, { resourceVersion: current.metadata.resourceVersion });
