@@ -4,7 +4,7 @@
  * A host function that is handed a range outside the module's memory traps (it throws, and the
  * call that led to it ends the container with reason Trap).
  */
-import { closeSync, constants as fsConstants, mkdirSync, openSync, readSync, realpathSync, writeSync } from 'node:fs';
+import { closeSync, constants as fsConstants, lstatSync, mkdirSync, openSync, readdirSync, readSync, realpathSync, writeSync } from 'node:fs';
 import { dirname, join, posix, sep } from 'node:path';
 import { MAX_CHANNEL_NAME, MAX_CHANNEL_PAYLOAD } from './abi.ts';
 import type { OpenFile } from './protocol.ts';
@@ -15,6 +15,7 @@ const EBADF = 9;
 const EINVAL = 22;
 const ENOSYS = 38;
 const EMFILE = 24;
+const ENOSPC = 28;
 /** Most descriptors a pod may hold open at once. */
 const MAX_OPEN_FILES = 64;
 
@@ -61,6 +62,8 @@ export interface HostContext {
   env: Record<string, string>;
   assets: Record<string, Uint8Array>;
   fsDir?: string;
+  /** Most bytes the pod's files may hold together (`PodStartOptions.fsLimitBytes`); unlimited when absent. */
+  fsLimitBytes?: number;
   clock: PodClock;
   /** The module's memory once instantiated (undefined for a module without one). */
   memory: () => WasmMemory | undefined;
@@ -135,6 +138,20 @@ function resolveInside(root: string, path: string): string | undefined {
   return full;
 }
 
+/** Bytes the regular files under `dir` hold (a quota's starting point; symbolic links not followed). */
+function usedBytes(dir: string): number {
+  let total = 0;
+  for (const e of readdirSync(dir, { withFileTypes: true, recursive: true })) {
+    if (!e.isFile()) continue;
+    try {
+      total += lstatSync(join(e.parentPath, e.name)).size;
+    } catch {
+      // gone meanwhile
+    }
+  }
+  return total;
+}
+
 function errno(err: unknown): number {
   const e = (err as { errno?: number }).errno;
   return typeof e === 'number' && e < 0 ? e : -EINVAL;
@@ -183,6 +200,10 @@ class RateLimiter {
  */
 export function makeImports(ctx: HostContext, state: HostState): Record<string, (...args: never[]) => unknown> {
   if (ctx.fsDir) mkdirSync(ctx.fsDir, { recursive: true });
+  // k32_fs has no seek: a write extends its file, and opening for write truncates. So the pod's
+  // usage is what was there, plus each write, less what a truncation drops (never under the truth).
+  const fsLimit = ctx.fsLimitBytes;
+  let fsUsed = ctx.fsDir && fsLimit !== undefined ? usedBytes(ctx.fsDir) : 0;
   const envBytes = new Map(Object.entries(ctx.env).map(([k, v]) => [k, utf8Enc.encode(v)]));
   const assets = new Map(Object.entries(ctx.assets));
   // A pod that logs in a tight loop must not flood the node's main thread with messages.
@@ -236,11 +257,21 @@ export function makeImports(ctx: HostContext, state: HostState): Record<string, 
       if (!full) return -EACCES;
       if (state.files.size >= MAX_OPEN_FILES) return -EMFILE;
       let hostFd: number;
+      let dropped = 0;
       try {
+        if (flags === 1 && fsLimit !== undefined) {
+          try {
+            const st = lstatSync(full);
+            if (st.isFile()) dropped = st.size;
+          } catch {
+            // a new file
+          }
+        }
         hostFd = openSync(full, mode | O_NOFOLLOW, 0o644);
       } catch (err: unknown) {
         return errno(err);
       }
+      fsUsed = Math.max(0, fsUsed - dropped);
       let fd = 3;
       while (state.files.has(fd)) fd++;
       state.files.set(fd, { hostFd, path });
@@ -259,8 +290,12 @@ export function makeImports(ctx: HostContext, state: HostState): Record<string, 
     k32_fs_write: (fd: number, p: number, l: number): number => {
       const f = state.files.get(fd);
       if (!f) return -EBADF;
+      const data = bytesOf(ctx, 'k32_fs_write', p, l);
+      if (fsLimit !== undefined && fsUsed + data.length > fsLimit) return -ENOSPC;
       try {
-        return writeSync(f.hostFd, bytesOf(ctx, 'k32_fs_write', p, l));
+        const n = writeSync(f.hostFd, data);
+        fsUsed += n;
+        return n;
       } catch (err: unknown) {
         return errno(err);
       }

@@ -136,6 +136,9 @@ export class PodInstance extends EventEmitter {
     for (const k of ['namespace', 'podName', 'containerName'] as const) {
       if (typeof opts[k] !== 'string' || opts[k].length === 0) throw new RangeError(`${k} must be a non-empty string: current value is ${JSON.stringify(opts[k])}`);
     }
+    if (opts.fsLimitBytes !== undefined && (!Number.isFinite(opts.fsLimitBytes) || opts.fsLimitBytes < 0)) {
+      throw new RangeError(`fsLimitBytes must be a non-negative number of bytes: current value is ${opts.fsLimitBytes}`);
+    }
     if (opts.tickIntervalMs !== undefined && (!Number.isFinite(opts.tickIntervalMs) || opts.tickIntervalMs < 0)) {
       throw new RangeError(`tickIntervalMs must be a non-negative number of ms: current value is ${opts.tickIntervalMs}`);
     }
@@ -165,6 +168,7 @@ export class PodInstance extends EventEmitter {
       env: { ...(opts.env ?? {}) },
       assets: { ...(opts.assets ?? {}) },
       ...(opts.fsDir ? { fsDir: opts.fsDir } : {}),
+      ...(opts.fsLimitBytes !== undefined ? { fsLimitBytes: opts.fsLimitBytes } : {}),
       restore: opts.restoreFrom !== undefined,
     };
     const worker = takeWorker();

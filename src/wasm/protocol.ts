@@ -25,6 +25,7 @@ export interface WorkerInit {
   env: Record<string, string>;
   assets: Record<string, Uint8Array>;
   fsDir?: string;
+  fsLimitBytes?: number;
   restore: boolean;
 }
 

@@ -175,6 +175,12 @@ export interface PodStartOptions {
   topics?: string[];
   /** The pod's own storage directory for `k32_fs` (created when missing). Without it, `k32_fs_open` answers -ENOSYS. */
   fsDir?: string;
+  /**
+   * Most bytes the pod's files in `fsDir` may hold together (what was there at the start counts):
+   * a `k32_fs_write` that would go past it writes nothing and answers -ENOSPC (-28). The kubelet
+   * maps `resources.limits.ephemeral-storage` to it. Unlimited when absent.
+   */
+  fsLimitBytes?: number;
   /** Called for each `k32_channel_send`, on the main thread, in order. */
   onChannelSend?: (topic: string, payload: Uint8Array) => void;
   /** Called for each log line, on the main thread, after it is in the ring. */

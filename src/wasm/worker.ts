@@ -35,6 +35,7 @@ function setup(i: WorkerInit): void {
       env: init.env,
       assets: init.assets,
       ...(init.fsDir ? { fsDir: init.fsDir } : {}),
+      ...(init.fsLimitBytes !== undefined ? { fsLimitBytes: init.fsLimitBytes } : {}),
       clock,
       memory: () => memory,
       log: (line) => post({ op: 'log', line }),

@@ -4,11 +4,13 @@
  * cancelled by its caller, and the pod clock of a worker that waited in the pool.
  */
 import assert from 'node:assert/strict';
+import { statSync } from 'node:fs';
+import { join } from 'node:path';
 import { test } from 'node:test';
 import { setTimeout as delay } from 'node:timers/promises';
 import fc from 'fast-check';
 import { ModuleError, PodStartError, loadModule, warmWorkerPool } from '../../src/wasm/index.ts';
-import { body, example, get, startPod, wat } from './helpers.ts';
+import { body, example, get, startPod, tempDir, wat } from './helpers.ts';
 
 const BASE = `
   (import "k32" "k32_log" (func $log (param i32 i32)))
@@ -92,4 +94,38 @@ test('the pod clock starts at the pod\'s start, not when its worker was booted a
   const pod = await startPod(await loadModule(wat(`(module ${BASE})`)));
   t.after(() => pod.terminate());
   assert.ok(pod.podTimeMs < 400, `pod time at start: ${pod.podTimeMs} ms`);
+});
+
+test('fsLimitBytes: a write past the pod\'s storage quota answers -ENOSPC and writes nothing; what was there counts', { timeout: 10_000 }, async (t) => {
+  const tmp = tempDir('fs-quota');
+  t.after(tmp.remove);
+  // Each request appends 60000 bytes to "f" twice; the body says whether the first write was whole
+  // and the second refused with -28.
+  const mod = await loadModule(wat(`(module
+    (import "k32" "k32_fs_open" (func $open (param i32 i32 i32) (result i32)))
+    (import "k32" "k32_fs_write" (func $write (param i32 i32 i32) (result i32)))
+    (import "k32" "k32_fs_close" (func $close (param i32) (result i32)))
+    (memory (export "memory") 1)
+    (data (i32.const 0) "f")
+    (data (i32.const 16) "HTTP/1.1 200 OK\\r\\ncontent-length: 2\\r\\n\\r\\n")
+    (func (export "k32_alloc") (param i32) (result i32) (i32.const 62000))
+    (func (export "k32_handle") (param i32 i32) (result i64) (local $fd i32) (local $a i32) (local $b i32)
+      (local.set $fd (call $open (i32.const 0) (i32.const 1) (i32.const 2)))
+      (local.set $a (call $write (local.get $fd) (i32.const 1024) (i32.const 60000)))
+      (local.set $b (call $write (local.get $fd) (i32.const 1024) (i32.const 60000)))
+      (drop (call $close (local.get $fd)))
+      (i32.store8 (i32.const 54) (i32.add (i32.const 48) (i32.eq (local.get $a) (i32.const 60000))))
+      (i32.store8 (i32.const 55) (i32.add (i32.const 48) (i32.eq (local.get $b) (i32.const -28))))
+      (i64.or (i64.const 16) (i64.shl (i64.const 40) (i64.const 32)))))`));
+  const pod = await startPod(mod, { fsDir: tmp.dir, fsLimitBytes: 100_000 });
+  t.after(() => pod.terminate());
+  assert.equal(body(await pod.handle(get('/'))), '11');
+  assert.equal(statSync(join(tmp.dir, 'f')).size, 60_000);
+  await pod.terminate();
+  // A new container on the same storage: the 60000 bytes already there count.
+  const again = await startPod(mod, { fsDir: tmp.dir, fsLimitBytes: 100_000 });
+  t.after(() => again.terminate());
+  assert.equal(body(await again.handle(get('/'))), '01', 'the first write is refused too');
+  assert.equal(statSync(join(tmp.dir, 'f')).size, 60_000);
+  await assert.rejects(startPod(mod, { fsDir: tmp.dir, fsLimitBytes: -1 }), RangeError);
 });

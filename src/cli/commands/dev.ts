@@ -28,6 +28,7 @@ interface DevFlags {
   restore?: string;
   saveOnExit?: string;
   fsDir?: string;
+  fsLimit?: string;
   name?: string;
   freezeTimeout: string;
 }
@@ -51,6 +52,7 @@ export function register(program: Command): void {
     .option('--restore <file>', 'start from this K32S snapshot instead of afresh')
     .option('--save-on-exit <file>', 'on SIGINT or SIGTERM, freeze the pod and write its K32S snapshot here')
     .option('--fs-dir <dir>', 'the pod\'s storage for k32_fs (default: a temporary directory, removed at exit)')
+    .option('--fs-limit <quantity>', 'most bytes the pod\'s files may hold, as resources.limits.ephemeral-storage (a write past it gets -ENOSPC; default: no limit)')
     .option('--name <name>', 'the pod\'s name (default: the module\'s file name)')
     .option('--freeze-timeout <duration>', 'how long the current call may take to return when freezing', '10s')
     .action(async (file: string, flags: DevFlags) => {
@@ -76,12 +78,13 @@ function parseFlags(file: string, flags: DevFlags) {
   };
   const tickIntervalMs = flags.tickInterval ? num('--tick-interval', () => parseDuration(flags.tickInterval!)) : 0;
   const memoryLimitBytes = num('--memory-limit', () => parseBytes(flags.memoryLimit));
+  const fsLimitBytes = flags.fsLimit === undefined ? undefined : num('--fs-limit', () => parseBytes(flags.fsLimit!));
   if (memoryLimitBytes < 1) throw new CliError('--memory-limit must be at least 1 byte');
   const freezeTimeoutMs = Math.round(num('--freeze-timeout', () => parseDuration(flags.freezeTimeout)));
   if (freezeTimeoutMs < 1 || freezeTimeoutMs > 60_000) throw new CliError('--freeze-timeout must be 1ms to 60s');
   const topics = (flags.topics ?? '').split(',').map((t) => t.trim()).filter((t) => t.length > 0);
   const name = flags.name ?? basename(file).replace(/\.wasm$/, '').toLowerCase().replace(/[^a-z0-9-]+/g, '-');
-  return { port, env, tickIntervalMs, memoryLimitBytes, freezeTimeoutMs, topics, name };
+  return { port, env, tickIntervalMs, memoryLimitBytes, fsLimitBytes, freezeTimeoutMs, topics, name };
 }
 
 async function dev(file: string, flags: DevFlags): Promise<void> {
@@ -156,6 +159,7 @@ async function dev(file: string, flags: DevFlags): Promise<void> {
       tickIntervalMs: opts.tickIntervalMs,
       topics: opts.topics,
       fsDir,
+      ...(opts.fsLimitBytes !== undefined ? { fsLimitBytes: opts.fsLimitBytes } : {}),
       onLog: (e) => process.stdout.write(`${e.line}\n`),
       onChannelSend: (topic, payload) => {
         say(`channel ${topic}: ${payload.length} bytes`);
