@@ -129,12 +129,20 @@ export async function createApiServer(opts: ApiServerOptions): Promise<ApiServer
   });
   bootstrap(registry, log);
   ensureKubernetesService(registry, bind, opts.port ?? 0);
+  let closed = false;
   const gc = new GarbageCollector(registry, log);
   gc.start(opts.eventTtlMs ?? 3_600_000);
   // A namespace made by anyone gets its default service account, as Kubernetes' controller makes it.
   const saWatch = storage.watch('namespaces', storage.currentResourceVersion(), (e) => {
     if (e.type !== 'ADDED') return;
-    setImmediate(() => ensureDefaultServiceAccount(registry, e.name));
+    setImmediate(() => {
+      if (closed) return;
+      try {
+        ensureDefaultServiceAccount(registry, e.name);
+      } catch (err: unknown) {
+        log.warn({ namespace: e.name, err: err instanceof Error ? err.message : String(err) }, 'cannot make the default service account');
+      }
+    });
   });
 
   const tokens = opts.dataDir ? new TokenAuthenticator(opts.dataDir) : undefined;
@@ -276,13 +284,22 @@ export async function createApiServer(opts: ApiServerOptions): Promise<ApiServer
   server.requestTimeout = 0;
   server.headersTimeout = 60_000;
   server.keepAliveTimeout = 65_000;
-  await new Promise<void>((resolve, reject) => {
-    server.once('error', reject);
-    server.listen(opts.port ?? 0, bind, () => {
-      server.off('error', reject);
-      resolve();
+  try {
+    await new Promise<void>((resolve, reject) => {
+      server.once('error', reject);
+      server.listen(opts.port ?? 0, bind, () => {
+        server.off('error', reject);
+        resolve();
+      });
     });
-  });
+  } catch (err: unknown) {
+    // Nothing stays behind a server that could not start (in-process callers go on).
+    closed = true;
+    saWatch.stop();
+    gc.stop();
+    storage.close();
+    throw new Error(`cannot listen on ${bind}:${opts.port ?? 0}: ${err instanceof Error ? err.message : String(err)}`, { cause: err });
+  }
   const port = (server.address() as AddressInfo).port;
   ensureKubernetesService(registry, bind, port);
   const host = bind.includes(':') ? `[${bind}]` : bind === '0.0.0.0' ? '127.0.0.1' : bind;
@@ -294,7 +311,6 @@ export async function createApiServer(opts: ApiServerOptions): Promise<ApiServer
   }
   log.info({ url, storage: kind, dataDir: opts.dataDir }, 'API server listening');
 
-  let closed = false;
   return {
     url,
     port,

@@ -36,6 +36,8 @@ test('in-process, plain HTTP on loopback with the memory store: serves, then clo
   const reader = watch.body!.getReader();
   const first = new TextDecoder().decode((await reader.read()).value);
   assert.match(first, /"type":"ADDED"/);
+  // A second server on the same port fails with a message naming the address, and leaves nothing behind.
+  await assert.rejects(createApiServer({ storage: 'memory', insecureHttp: true, port: Number(new URL(server.url).port), logger: createLogger('apiserver-test', {}) }), /cannot listen on 127\.0\.0\.1:\d+: listen EADDRINUSE/);
   await server.close();
   await assert.rejects(async () => {
     for (;;) if ((await reader.read()).done) throw new Error('ended');
