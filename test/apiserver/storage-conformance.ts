@@ -181,6 +181,25 @@ export function runStorageConformance(name: string, backend: ConformanceBackend)
     assert.throws(() => s.update(key('a'), obj('a', { spec: { by: ['y'] } }), { resourceVersion: stale.metadata.resourceVersion }), isStorageError('Conflict'));
   });
 
+  test(`${name}: of two writers creating one key, one wins and the other gets AlreadyExists`, { timeout, skip: backend.peer ? false : backend.noPeerReason }, async (t) => {
+    const s = await make(t);
+    const other = await backend.peer!(t, s);
+    let runs = 0;
+    assert.throws(
+      () =>
+        s.transaction(() => {
+          runs++;
+          const mine = s.create(key('a'), obj('a', { spec: { by: 'me' } }));
+          // The other writer commits between this transaction's read and its commit: the commit loses, the re-run sees it.
+          if (runs === 1) other.create(key('a'), obj('a', { spec: { by: 'other' } }));
+          return mine;
+        }),
+      isStorageError('AlreadyExists'),
+    );
+    assert.equal(runs, 2);
+    assert.deepEqual(s.get(key('a'))?.spec, { by: 'other' });
+  });
+
   test(`${name}: a transaction writes all or nothing; a failed nested one rolls back alone; watchers see commits only`, { timeout }, async (t) => {
     const s = await make(t);
     const start = s.create(key('start'), obj('start'));

@@ -125,6 +125,8 @@ export class EtcdStorage implements Storage {
   private readonly opts: Required<EtcdStorageOptions>;
   private nextId = 1;
   private closed = false;
+  /** Why the worker stopped, when it did on its own: every later call fails at once with it. */
+  private failure: string | undefined;
   private txn: Pending | undefined;
   private readonly window: StorageEvent[] = [];
   private windowStart = 0;
@@ -171,6 +173,12 @@ export class EtcdStorage implements Storage {
     const file = import.meta.url.endsWith('.ts') ? './etcd-worker.ts' : './etcd-worker.js';
     this.worker = new Worker(new URL(file, import.meta.url), { workerData: data, transferList: [req.port2, ev.port2] });
     this.worker.unref();
+    this.worker.on('error', (err: unknown) => {
+      this.failure = `the etcd client thread failed: ${err instanceof Error ? err.message : String(err)}`;
+    });
+    this.worker.on('exit', (code) => {
+      this.failure ??= `the etcd client thread exited (${code})`;
+    });
     this.events.on('message', (m: WatchBatch) => this.onBatch(m));
     this.events.unref();
     try {
@@ -187,6 +195,7 @@ export class EtcdStorage implements Storage {
   /** One synchronous round trip to the worker. */
   private call<T>(req: EtcdRequest, timeoutMs = this.opts.requestTimeoutMs): T {
     if (this.closed) throw new EtcdError(req.op, 'the storage is closed');
+    if (this.failure) throw new EtcdError(req.op, this.failure);
     const id = this.nextId++;
     const deadline = Date.now() + timeoutMs;
     this.requests.postMessage({ id, req });
@@ -200,6 +209,7 @@ export class EtcdStorage implements Storage {
         return reply.value as T;
       }
       const left = deadline - Date.now();
+      if (this.failure) throw new EtcdError(req.op, this.failure);
       if (left <= 0) throw new EtcdError(req.op, `no answer within ${timeoutMs} ms (endpoints ${this.opts.endpoints.join(',')})`);
       Atomics.wait(this.signal, 0, seen, left);
     }
@@ -458,6 +468,7 @@ export class EtcdStorage implements Storage {
       // closing anyway
     }
     this.closed = true;
+    this.failure ??= 'closed';
     this.watchers.clear();
     this.events.close();
     this.requests.close();
