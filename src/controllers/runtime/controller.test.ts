@@ -45,3 +45,12 @@ test('workers reconcile each key, and a key added while it runs runs again after
   assert.deepEqual(seen, ['a', 'a']);
   await c.stop();
 });
+
+test('maxRetries: Infinity keeps retrying at the back-off cap instead of dropping the key', () => {
+  const clock = new ManualClock(0);
+  const c = new Controller('t', async () => undefined, { clock, log: quietLog, maxRetries: Number.POSITIVE_INFINITY });
+  for (let i = 0; i < MAX_RETRIES + 5; i++) c.handleResult('e', undefined, new Error('boom'));
+  assert.equal(c.queue.numRequeues('e'), MAX_RETRIES + 5, 'never dropped');
+  assert.throws(() => new Controller('t', async () => undefined, { clock, log: quietLog, maxRetries: -1 }), /'maxRetries' must be a number >= 0: current value is -1/);
+  c.queue.shutDown();
+});

@@ -37,25 +37,32 @@ export class Controller {
   readonly #reconcile: Reconciler;
   readonly #log: ControllerLog;
   readonly #workers: number;
+  readonly #maxRetries: number;
   #running: Promise<void>[] = [];
 
   /**
    * @param name the controller's name, in its log lines
    * @param reconcile the sync handler
-   * @param options `workers` (how many keys at once, @default 2), the clock and the logger
-   * @throws RangeError when `workers` is not a positive integer
+   * @param options `workers` (how many keys at once, @default 2); `maxRetries` (failures in a row before a
+   *   key is dropped, @default {@link MAX_RETRIES}; `Infinity` retries for ever, at the back-off's cap, as
+   *   Kubernetes' ReplicaSet controller does for pods it cannot create); the clock and the logger
+   * @throws RangeError when `workers` is not a positive integer or `maxRetries` is not a number >= 0
    */
   constructor(
     name: string,
     reconcile: Reconciler,
-    options: { workers?: number; clock: TimerClock; log: ControllerLog },
+    options: { workers?: number; maxRetries?: number; clock: TimerClock; log: ControllerLog },
   ) {
     this.name = name;
     this.#reconcile = reconcile;
     this.#log = options.log;
     this.#workers = options.workers ?? 2;
+    this.#maxRetries = options.maxRetries ?? MAX_RETRIES;
     if (!Number.isInteger(this.#workers) || this.#workers < 1) {
       throw new RangeError(`controller ${name}: 'workers' must be a positive integer: current value is ${options.workers}`);
+    }
+    if (Number.isNaN(this.#maxRetries) || this.#maxRetries < 0) {
+      throw new RangeError(`controller ${name}: 'maxRetries' must be a number >= 0: current value is ${options.maxRetries}`);
     }
     this.queue = new WorkQueue<string>({ clock: options.clock });
   }
@@ -99,7 +106,7 @@ export class Controller {
       return;
     }
     const tries = this.queue.numRequeues(key);
-    if (tries < MAX_RETRIES) {
+    if (tries < this.#maxRetries) {
       this.#log.warn({ controller: this.name, key, tries: tries + 1, err: errorMessage(err) }, 'reconcile failed; retrying');
       this.queue.addRateLimited(key);
       return;

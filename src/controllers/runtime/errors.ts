@@ -31,6 +31,19 @@ export const isConflict = (err: unknown): boolean => hasCode(err, 409);
 export const isAlreadyExists = (err: unknown): boolean =>
   hasCode(err, 409) && (err instanceof ApiCallError ? err.reason === 'AlreadyExists' : true);
 
+/**
+ * The API server's own words for a failed call: the `metav1.Status` message of the answer (what Kubernetes'
+ * controllers put in their events, e.g. `Pod "x" is invalid: spec.containers[0].image: ...`), else the
+ * error's message.
+ */
+export function statusMessage(err: unknown): string {
+  if (err instanceof ApiCallError && err.body !== null && typeof err.body === 'object') {
+    const m = (err.body as { message?: unknown }).message;
+    if (typeof m === 'string' && m !== '') return m;
+  }
+  return errorMessage(err);
+}
+
 /** The message of any caught value. */
 export function errorMessage(err: unknown): string {
   return err instanceof Error ? err.message : String(err);

@@ -110,3 +110,26 @@ test('required node affinity: terms are ORed, expressions ANDed (In, NotIn, Exis
   const none = withTerms([{ matchExpressions: [{ key: 'zone', operator: 'In', values: ['q'] }] }, { matchExpressions: [{ key: 'gpu', operator: 'DoesNotExist' }, { key: 'zone', operator: 'In', values: ['y'] }] }]);
   assert.equal((none as { message: string }).message, "0/3 nodes are available: 3 node(s) didn't match Pod's node affinity/selector.");
 });
+
+test('the Scheduled event carries the time of the decision, in whole seconds as the kubelet stamps its events, not the time after a slow bind', { timeout: 5000 }, async () => {
+  const { ctx, cache, fake, clock } = fakeContext();
+  cache.nodes.set(node('a'));
+  cache.pods.set(pod('echo'));
+  clock.advance(900); // the decision at hh:mm:ss.900
+  const decidedAt = clock.now();
+  const api = ctx.api;
+  ctx.api = new Proxy(api, {
+    get: (target, op: keyof typeof api) =>
+      op === 'bindPod'
+        ? async (...args: Parameters<typeof api.bindPod>) => {
+            clock.advance(1500); // a slow bind: the kubelet already runs the pod meanwhile
+            return target.bindPod(...args);
+          }
+        : target[op],
+  });
+  await reconcileSchedule('default/echo', ctx, new AssumedPods());
+  const scheduled = fake.events.find((e) => e.reason === 'Scheduled')!;
+  const expected = new Date(Math.floor(decidedAt / 1000) * 1000).toISOString().replace('.000Z', 'Z');
+  assert.equal(scheduled.firstTimestamp, expected);
+  assert.equal((scheduled as unknown as { lastTimestamp: string }).lastTimestamp, expected);
+});

@@ -68,8 +68,10 @@ export async function reconcileSchedule(
       throw err;
     }
     assumed.assume(key, pod, placement.nodeName, now);
-    ctx.log.info({ pod: key, node: placement.nodeName }, 'scheduled');
-    await recordPodEvent(ctx, pod, 'Normal', 'Scheduled', `Successfully assigned ${key} to ${placement.nodeName}`, 'default-scheduler');
+    ctx.log.info({ pod: key, node: placement.nodeName, bindMs: ctx.clock.now() - now }, 'scheduled');
+    // Stamped with the time of the decision, before the bind: the kubelet acts on the binding as soon as it
+    // sees it, so an event stamped after the bind (a slow write) could sort after the kubelet's Pulling.
+    await recordPodEvent(ctx, pod, 'Normal', 'Scheduled', `Successfully assigned ${key} to ${placement.nodeName}`, 'default-scheduler', now);
     return undefined;
   }
   const current = pod.status?.conditions?.find((c) => c.type === 'PodScheduled');

@@ -17,7 +17,14 @@ import { Expectations, reconcileReplicaSet } from './replicaset.ts';
 export function newWorkloadControllers(ctx: ControllerContext, informers: Informers): Controller[] {
   const rsExp = new Expectations();
   const dsExp = new Expectations();
-  const rs = new Controller('replicaset', (k) => reconcileReplicaSet(k, ctx, rsExp), { clock: ctx.clock, log: ctx.log, workers: 2 });
+  // A pod it cannot create (its module not pushed yet, say) is tried again for ever, at most a minute apart:
+  // nothing else would bring the ReplicaSet back once the cause is gone.
+  const rs = new Controller('replicaset', (k) => reconcileReplicaSet(k, ctx, rsExp), {
+    clock: ctx.clock,
+    log: ctx.log,
+    workers: 2,
+    maxRetries: Number.POSITIVE_INFINITY,
+  });
   const dep = new Controller('deployment', (k) => reconcileDeployment(k, ctx), { clock: ctx.clock, log: ctx.log, workers: 2 });
   const ds = new Controller('daemonset', (k) => reconcileDaemonSet(k, ctx, dsExp), { clock: ctx.clock, log: ctx.log, workers: 1 });
 

@@ -1,7 +1,8 @@
 /**
  * The Deployment sync: one ReplicaSet per pod template (named `<deployment>-<pod-template-hash>`), rolled
  * out with `RollingUpdate` (`maxSurge`, `maxUnavailable`, 25 % each by default) or `Recreate`, and the status
- * `kubectl rollout status` reads. A move never changes the template, so it never starts a rollout.
+ * `kubectl rollout status` reads, with the `ReplicaFailure` condition of its ReplicaSets (a pod that cannot
+ * be created). A move never changes the template, so it never starts a rollout.
  */
 import { createHash } from 'node:crypto';
 import type { V1Deployment, V1ReplicaSet } from '@kubernetes/client-node';
@@ -178,6 +179,25 @@ async function writeDeploymentStatus(ctx: ControllerContext, d: V1Deployment, cu
       lastTransitionTime: prev?.status === status ? (prev?.lastTransitionTime ?? now) : now,
     };
   };
+  // The ReplicaFailure of its ReplicaSets, the new one's first (Kubernetes' getReplicaFailures).
+  const failed = all.map((rs) => rs.status?.conditions?.find((c) => c.type === 'ReplicaFailure' && c.status === 'True')).find((c) => c !== undefined);
+  const conditions = [
+    cond(
+      'Available',
+      available >= minAvailable,
+      available >= minAvailable ? 'MinimumReplicasAvailable' : 'MinimumReplicasUnavailable',
+      available >= minAvailable ? 'Deployment has minimum availability.' : 'Deployment does not have minimum availability.',
+    ),
+    cond(
+      'Progressing',
+      true,
+      complete ? 'NewReplicaSetAvailable' : 'ReplicaSetUpdated',
+      complete
+        ? `ReplicaSet "${current?.metadata?.name}" has successfully progressed.`
+        : `ReplicaSet "${current?.metadata?.name}" is progressing.`,
+    ),
+  ];
+  if (failed) conditions.push(cond('ReplicaFailure', true, failed.reason ?? 'FailedCreate', failed.message ?? ''));
   const status = {
     observedGeneration: d.metadata?.generation ?? 1,
     replicas,
@@ -185,22 +205,7 @@ async function writeDeploymentStatus(ctx: ControllerContext, d: V1Deployment, cu
     readyReplicas: sum((rs) => rs.status?.readyReplicas),
     availableReplicas: available,
     unavailableReplicas: Math.max(0, desired - available),
-    conditions: [
-      cond(
-        'Available',
-        available >= minAvailable,
-        available >= minAvailable ? 'MinimumReplicasAvailable' : 'MinimumReplicasUnavailable',
-        available >= minAvailable ? 'Deployment has minimum availability.' : 'Deployment does not have minimum availability.',
-      ),
-      cond(
-        'Progressing',
-        true,
-        complete ? 'NewReplicaSetAvailable' : 'ReplicaSetUpdated',
-        complete
-          ? `ReplicaSet "${current?.metadata?.name}" has successfully progressed.`
-          : `ReplicaSet "${current?.metadata?.name}" is progressing.`,
-      ),
-    ],
+    conditions,
   };
   const cur = d.status ?? {};
   const same =
@@ -210,7 +215,8 @@ async function writeDeploymentStatus(ctx: ControllerContext, d: V1Deployment, cu
     (cur.readyReplicas ?? 0) === status.readyReplicas &&
     (cur.availableReplicas ?? 0) === status.availableReplicas &&
     (cur.unavailableReplicas ?? 0) === status.unavailableReplicas &&
-    status.conditions.every((c) => cur.conditions?.some((p) => p.type === c.type && p.status === c.status && p.reason === c.reason));
+    (cur.conditions ?? []).length === status.conditions.length &&
+    status.conditions.every((c) => cur.conditions?.some((p) => p.type === c.type && p.status === c.status && p.reason === c.reason && (c.type !== 'ReplicaFailure' || p.message === c.message)));
   if (same) return;
   try {
     await ctx.api.patchDeploymentStatus(d.metadata?.namespace ?? 'default', d.metadata?.name ?? '', { status });

@@ -6,12 +6,18 @@
  * lifecycle controller replaces afresh: the ReplicaSet never adds a pod that would start without the state
  * (seed "Moves"). Pods it created or deleted but that the cache does not show yet are counted through
  * {@link Expectations}, so that a burst of events does not create or delete twice.
+ *
+ * A pod that cannot be created (the API server refuses it: its module is not pushed, say) is a `Warning`
+ * `FailedCreate` event on the ReplicaSet with the API server's message, and the `ReplicaFailure` condition
+ * (reason `FailedCreate`) in its status, which the Deployment copies, as in Kubernetes; the sync then
+ * fails, so the worker tries again with back-off (5 ms doubling to 1 min, for ever), and the repeats of the
+ * event raise its count. The condition goes once a pod is created.
  */
-import type { V1Pod, V1ReplicaSet } from '@kubernetes/client-node';
+import type { V1Pod, V1ReplicaSet, V1ReplicaSetCondition } from '@kubernetes/client-node';
 import type { ReconcileResult } from '../runtime/controller.ts';
 import { splitKey } from '../runtime/controller.ts';
-import type { ControllerContext } from '../runtime/context.ts';
-import { isConflict, isNotFound } from '../runtime/errors.ts';
+import { type ControllerContext, recordEvent } from '../runtime/context.ts';
+import { errorMessage, isConflict, isNotFound, statusMessage } from '../runtime/errors.ts';
 import { controllerOf, isPodActive, isPodReady } from '../runtime/pods.ts';
 import { matchLabelSelector } from '../runtime/selectors.ts';
 import { ANNOTATIONS } from '../runtime/types.ts';
@@ -123,11 +129,23 @@ export async function reconcileReplicaSet(key: string, ctx: ControllerContext, e
   const ghosts = ctx.state.replacements.ownedBy(uid).filter((k) => !present.has(k)).length;
   const want = rs.spec?.replicas ?? 1;
   const have = active.length + ghosts + exp.pendingCreates(key);
+  let createError: unknown;
   if (have < want) {
     for (let i = 0; i < Math.min(BURST, want - have); i++) {
-      const created = await ctx.api.createPod(namespace, podFromTemplate(rs));
+      let created: V1Pod;
+      try {
+        created = await ctx.api.createPod(namespace, podFromTemplate(rs));
+      } catch (err: unknown) {
+        // As Kubernetes: a FailedCreate event with the API server's words, the ReplicaFailure condition, and
+        // the error thrown after the status so that the worker tries again with back-off. The rest wait.
+        createError = err;
+        ctx.log.warn({ replicaset: key, err: errorMessage(err) }, 'cannot create pod');
+        await recordEvent(ctx, rsRef(rs), 'Warning', 'FailedCreate', `Error creating: ${statusMessage(err)}`, { component: COMPONENT });
+        break;
+      }
       exp.created(key, created.metadata?.uid ?? `unknown-${now}-${i}`, now);
       ctx.log.info({ replicaset: key, pod: created.metadata?.name }, 'created pod');
+      await recordEvent(ctx, rsRef(rs), 'Normal', 'SuccessfulCreate', `Created pod: ${created.metadata?.name}`, { component: COMPONENT });
     }
   } else if (active.length + ghosts > want) {
     const victims = [...active].sort((a, b) => compareRank(deletionRank(a), deletionRank(b))).slice(0, Math.min(BURST, active.length + ghosts - want));
@@ -139,21 +157,50 @@ export async function reconcileReplicaSet(key: string, ctx: ControllerContext, e
       }
       exp.deleted(key, p.metadata?.uid ?? '', now);
       ctx.log.info({ replicaset: key, pod: p.metadata?.name }, 'deleted pod');
+      await recordEvent(ctx, rsRef(rs), 'Normal', 'SuccessfulDelete', `Deleted pod: ${p.metadata?.name}`, { component: COMPONENT });
     }
   }
-  await writeReplicaSetStatus(ctx, rs, active);
+  await writeReplicaSetStatus(ctx, rs, active, createError === undefined ? undefined : statusMessage(createError));
+  if (createError !== undefined) throw createError;
   return undefined;
 }
 
-async function writeReplicaSetStatus(ctx: ControllerContext, rs: V1ReplicaSet, active: V1Pod[]): Promise<void> {
+/** The `source.component` of a ReplicaSet's events, as Kubernetes names it. */
+const COMPONENT = 'replicaset-controller';
+
+function rsRef(rs: V1ReplicaSet) {
+  return { apiVersion: 'apps/v1', kind: 'ReplicaSet', namespace: rs.metadata?.namespace, name: rs.metadata?.name, uid: rs.metadata?.uid };
+}
+
+/**
+ * The `ReplicaFailure` condition as it should be: `True` with reason `FailedCreate` and the API server's
+ * message while pods cannot be created, absent otherwise (Kubernetes' `calculateStatus`).
+ */
+export function replicaFailureConditions(rs: V1ReplicaSet, failure: string | undefined, now: number): V1ReplicaSetCondition[] {
+  const others = (rs.status?.conditions ?? []).filter((c) => c.type !== 'ReplicaFailure');
+  if (failure === undefined) return others;
+  const prev = rs.status?.conditions?.find((c) => c.type === 'ReplicaFailure');
+  const since = prev?.status === 'True' ? prev.lastTransitionTime : (new Date(now).toISOString() as unknown as Date);
+  return [...others, { type: 'ReplicaFailure', status: 'True', reason: 'FailedCreate', message: failure, lastTransitionTime: since }];
+}
+
+function sameConditions(a: V1ReplicaSetCondition[] | undefined, b: V1ReplicaSetCondition[]): boolean {
+  const x = a ?? [];
+  return x.length === b.length && b.every((c) => x.some((p) => p.type === c.type && p.status === c.status && p.reason === c.reason && p.message === c.message));
+}
+
+async function writeReplicaSetStatus(ctx: ControllerContext, rs: V1ReplicaSet, active: V1Pod[], failure: string | undefined): Promise<void> {
   const labels = rs.spec?.template?.metadata?.labels ?? {};
   const ready = active.filter((p) => isPodReady(p)).length;
+  const conditions = replicaFailureConditions(rs, failure, ctx.clock.now());
   const status = {
     replicas: active.length,
     fullyLabeledReplicas: active.filter((p) => Object.entries(labels).every(([k, v]) => p.metadata?.labels?.[k] === v)).length,
     readyReplicas: ready,
     availableReplicas: ready,
     observedGeneration: rs.metadata?.generation ?? 1,
+    // Written when there is one, or to remove one (a merge patch replaces the whole list).
+    ...(conditions.length > 0 || (rs.status?.conditions?.length ?? 0) > 0 ? { conditions } : {}),
   };
   const cur = rs.status ?? { replicas: 0 };
   if (
@@ -161,7 +208,8 @@ async function writeReplicaSetStatus(ctx: ControllerContext, rs: V1ReplicaSet, a
     (cur.fullyLabeledReplicas ?? 0) === status.fullyLabeledReplicas &&
     (cur.readyReplicas ?? 0) === status.readyReplicas &&
     (cur.availableReplicas ?? 0) === status.availableReplicas &&
-    (cur.observedGeneration ?? 0) === status.observedGeneration
+    (cur.observedGeneration ?? 0) === status.observedGeneration &&
+    sameConditions(cur.conditions, conditions)
   ) {
     return;
   }

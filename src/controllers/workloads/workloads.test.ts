@@ -1,6 +1,7 @@
 import assert from 'node:assert/strict';
 import { test } from 'node:test';
 import type { V1Deployment, V1Pod, V1ReplicaSet } from '@kubernetes/client-node';
+import { ApiCallError } from '../runtime/errors.ts';
 import { fakeContext, pod } from '../testing/fakes.ts';
 import { reconcileDeployment, templateHash } from './deployment.ts';
 import { Expectations, reconcileReplicaSet } from './replicaset.ts';
@@ -125,4 +126,51 @@ test('a rolling update surges one new pod, then scales the old down only as new 
   await reconcileDeployment('default/counter', ctx);
   const next = fake.writes.filter((c) => c.op === 'patchReplicaSet').map((c) => [c.args[1], (c.args[2] as { spec: { replicas: number } }).spec.replicas]);
   assert.deepEqual(next, [[old.metadata!.name, 1]]);
+});
+
+test('a pod the API server refuses: FailedCreate on the ReplicaSet with its message, ReplicaFailure, a retry; gone once it works', { timeout: 5000 }, async () => {
+  const { ctx, cache, fake } = fakeContext();
+  const r = rs('counter-rs', 1);
+  cache.replicaSets.set(r);
+  const refusal = 'Pod "" is invalid: spec.containers[0].image: Not found: "wasm://nosuch": no module "nosuch" is stored (push it with kube32-cli push)';
+  fake.failures.set('createPod', new ApiCallError('create pod default/counter-rs-', 422, 'Invalid', refusal, { kind: 'Status', reason: 'Invalid', message: refusal }));
+  await assert.rejects(reconcileReplicaSet('default/counter-rs', ctx, new Expectations()), /422 Invalid/, 'thrown after the status, for the back-off');
+  assert.deepEqual(fake.events.map((e) => [e.type, e.reason, e.message, e.involvedObject.kind, e.involvedObject.name]), [
+    ['Warning', 'FailedCreate', `Error creating: ${refusal}`, 'ReplicaSet', 'counter-rs'],
+  ]);
+  const status = (fake.writes.find((c) => c.op === 'patchReplicaSetStatus')!.args[2] as { status: V1ReplicaSet['status'] }).status!;
+  assert.deepEqual(
+    status.conditions?.map((c) => [c.type, c.status, c.reason, c.message]),
+    [['ReplicaFailure', 'True', 'FailedCreate', refusal]],
+  );
+  // The retry fails the same way: the event's count rises, no second event.
+  r.status = status;
+  fake.failures.set('createPod', new ApiCallError('create pod default/counter-rs-', 422, 'Invalid', refusal, { kind: 'Status', reason: 'Invalid', message: refusal }));
+  await assert.rejects(reconcileReplicaSet('default/counter-rs', ctx, new Expectations()));
+  assert.equal(fake.events.length, 1);
+  assert.deepEqual(fake.calls.filter((c) => c.op === 'patchEvent').map((c) => (c.args[2] as { count: number }).count), [2]);
+  // The module is pushed: the pod is created and the condition goes.
+  await reconcileReplicaSet('default/counter-rs', ctx, new Expectations());
+  assert.deepEqual(fake.events.map((e) => e.reason), ['FailedCreate', 'SuccessfulCreate']);
+  const last = (fake.writes.filter((c) => c.op === 'patchReplicaSetStatus').at(-1)!.args[2] as { status: V1ReplicaSet['status'] }).status!;
+  assert.deepEqual(last.conditions, []);
+});
+
+test('a Deployment shows the ReplicaFailure of its ReplicaSet, and loses it with the ReplicaSet', { timeout: 5000 }, async () => {
+  const { ctx, cache, fake } = fakeContext();
+  const d = deployment(1);
+  const current = ownedRs(d, 1, 0, '1');
+  current.status!.conditions = [{ type: 'ReplicaFailure', status: 'True', reason: 'FailedCreate', message: 'no module "nosuch" is stored' }];
+  d.metadata!.annotations = { 'deployment.kubernetes.io/revision': '1' };
+  cache.deployments.set(d);
+  cache.replicaSets.set(current);
+  await reconcileDeployment('default/counter', ctx);
+  const status = (fake.writes.find((c) => c.op === 'patchDeploymentStatus')!.args[2] as { status: V1Deployment['status'] }).status!;
+  const failure = status.conditions?.find((c) => c.type === 'ReplicaFailure');
+  assert.deepEqual([failure?.status, failure?.reason, failure?.message], ['True', 'FailedCreate', 'no module "nosuch" is stored']);
+  d.status = status;
+  current.status!.conditions = [];
+  await reconcileDeployment('default/counter', ctx);
+  const next = (fake.writes.filter((c) => c.op === 'patchDeploymentStatus').at(-1)!.args[2] as { status: V1Deployment['status'] }).status!;
+  assert.deepEqual(next.conditions?.map((c) => c.type), ['Available', 'Progressing']);
 });
