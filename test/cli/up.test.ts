@@ -2,7 +2,9 @@
  * kube32-cli up as a real process: clear refusals when the port or the data dir is taken or a flag is
  * wrong (nothing started, nothing lost), and, once the control plane exists, the control plane alone
  * (`--workers 0`) coming up, answering kubectl, stopping on SIGTERM, and a second `up` finding its
- * objects again.
+ * objects again; SIGHUP (the terminal closed) and a closed standard output (`up | head -2`) never leave
+ * the cluster running; worker addresses another cluster holds are refused before anything starts, or
+ * replaced by free ones when `--first-address` is not given.
  */
 import assert from 'node:assert/strict';
 import { spawn } from 'node:child_process';
@@ -12,6 +14,7 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { test } from 'node:test';
 import { CLI, run, startCluster } from '../e2e/cluster.ts';
+import { KUBELET_PORT, portFree } from '../../src/cli/worker-addresses.ts';
 
 function tempDir(t: import('node:test').TestContext): string {
   const d = mkdtempSync(join(tmpdir(), 'kube32-up-test-'));
@@ -89,4 +92,115 @@ test('up --workers 0: the control plane alone; kubectl works; Ctrl-C stops it; a
   const got = await again.kubectl(['get', 'configmap', 'kept', '-o', 'jsonpath={.data.a}']);
   assert.equal(got.stdout, '1', got.stderr);
   assert.equal(await again.stop(), 0);
+});
+
+/** Whether process `pid` is alive. */
+function alive(pid: number): boolean {
+  try {
+    process.kill(pid, 0);
+    return true;
+  } catch {
+    return false;
+  }
+}
+
+/** Holds `address`:`port` open (another cluster's worker) until the test ends. */
+async function hold(t: import('node:test').TestContext, address: string, port: number): Promise<void> {
+  const srv = createServer();
+  await new Promise<void>((resolve, reject) => {
+    srv.once('error', reject);
+    srv.listen({ host: address, port, exclusive: true }, () => resolve());
+  });
+  t.after(() => srv.close());
+}
+
+/** A loopback /24 that no other suite uses: 127.A.B.x with A in 251..254. */
+function privateRange(): [number, number] {
+  return [251 + Math.floor(Math.random() * 4), 1 + Math.floor(Math.random() * 250)];
+}
+
+test('up refuses a data dir that is a file, or under a file, saying so, and leaves the file alone', { timeout: 30_000 }, async (t) => {
+  const dir = tempDir(t);
+  const file = join(dir, 'not-a-dir');
+  writeFileSync(file, 'keep me');
+  const r = await run(process.execPath, [CLI, 'up', '--data-dir', file, '--port', '0'], { timeoutMs: 20_000 });
+  assert.equal(r.code, 1);
+  assert.equal(r.stderr.trim(), `error: the data dir ${file} is not a directory (a file of that name exists): pass --data-dir with a directory, or a path where up can create one`);
+  assert.equal(readFileSync(file, 'utf8'), 'keep me');
+  const under = await run(process.execPath, [CLI, 'up', '--data-dir', join(file, 'sub'), '--port', '0'], { timeoutMs: 20_000 });
+  assert.equal(under.code, 1);
+  assert.match(under.stderr, /is not a directory \(a file stands in its path\)/);
+});
+
+test('up refuses worker addresses in use when --first-address is given, naming a free range, before starting anything', { timeout: 30_000 }, async (t) => {
+  const [a, b] = privateRange();
+  await hold(t, `127.${a}.${b}.3`, KUBELET_PORT); // worker-2's kubelet port, as another cluster's worker would
+  const dir = tempDir(t);
+  const r = await run(process.execPath, [CLI, 'up', '--data-dir', dir, '--port', '0', '--first-address', `127.${a}.${b}.2`], { timeoutMs: 20_000 });
+  assert.equal(r.code, 1, r.stdout);
+  assert.match(r.stderr, new RegExp(`127\\.${a}\\.${b}\\.3:10250 \\(a worker's kubelet port\\) is already in use`));
+  assert.match(r.stderr, new RegExp(`Pass --first-address 127\\.${a}\\.${b + 1}\\.2 \\(free for 2 workers\\), or leave --first-address out`));
+  assert.ok(!existsSync(join(dir, 'logs', 'control-plane.log')), 'no control plane was started');
+  assert.ok(!existsSync(join(dir, 'up.lock')), 'the data dir is released');
+});
+
+test('up without --first-address takes free worker addresses when the default ones are in use (a second cluster)', { timeout: 180_000 }, async (t) => {
+  // As when another `up` runs with the defaults: its worker-1 holds 127.0.0.2:10250.
+  if (await portFree('127.0.0.2', KUBELET_PORT)) await hold(t, '127.0.0.2', KUBELET_PORT);
+  const c = await startCluster(t, { workers: 1, firstAddress: null });
+  const moved = c.output().match(/worker addresses 127\.0\.0\.2 are in use \(another cluster on this computer\?\): using (127\.0\.\d+\.2)/);
+  assert.ok(moved, c.output());
+  assert.match(c.output(), new RegExp(`worker-1\\s+ready\\s+${moved[1]!.replaceAll('.', '\\.')}`));
+  const addr = await c.kubectl(['get', 'node', 'worker-1', '-o', 'jsonpath={.status.addresses[?(@.type=="InternalIP")].address}']);
+  assert.equal(addr.stdout, moved[1], addr.stderr);
+  assert.equal(await c.stop(), 0, c.output());
+});
+
+test('SIGHUP (the terminal closed) stops the cluster as SIGTERM does: nothing is left running', { timeout: 120_000 }, async (t) => {
+  const c = await startCluster(t, { workers: 0 });
+  const cp = c.childPid('control-plane');
+  assert.equal(await c.stop('SIGHUP'), 0, c.output());
+  assert.match(c.output(), /SIGHUP: stopping the cluster[\s\S]*stopping the control plane[\s\S]*cluster stopped/);
+  assert.ok(!alive(cp), `the control plane (pid ${cp}) is stopped`);
+  assert.ok(!existsSync(join(c.dataDir, 'up.lock')));
+});
+
+test('a closed standard output (up | head -2) does not end up: it goes on, printing on standard error, and stops cleanly', { timeout: 120_000 }, async (t) => {
+  const dir = tempDir(t);
+  const proc = spawn(process.execPath, [CLI, 'up', '--workers', '0', '--data-dir', dir, '--port', '0', '--ready-timeout', '120'], {
+    stdio: ['ignore', 'pipe', 'pipe'],
+  });
+  const closed = new Promise<number>((resolve) => proc.once('close', (code, sig) => resolve(code ?? (sig ? 128 : 1))));
+  t.after(async () => {
+    if (proc.exitCode === null && proc.signalCode === null) proc.kill('SIGKILL');
+    await closed;
+  });
+  // Like head -2: read two lines, then close the pipe.
+  let out = '';
+  await new Promise<void>((resolve) => {
+    const onData = (d: Buffer): void => {
+      out += d.toString();
+      if (out.split('\n').length > 2) {
+        proc.stdout!.off('data', onData);
+        proc.stdout!.destroy();
+        resolve();
+      }
+    };
+    proc.stdout!.on('data', onData);
+  });
+  let err = '';
+  const ready = await new Promise<boolean>((resolve) => {
+    proc.stderr!.on('data', (d: Buffer) => {
+      err += d.toString();
+      if (err.includes('Press Ctrl-C to stop')) resolve(true);
+    });
+    void closed.then(() => resolve(false));
+  });
+  assert.ok(ready, `up exited before it was ready: ${out}\n${err}`);
+  assert.match(err, /standard output was closed; up goes on, printing here[\s\S]*control plane\s+ready[\s\S]*export KUBECONFIG=/);
+  const cp = (JSON.parse(readFileSync(join(dir, 'up.lock'), 'utf8')) as { children: Record<string, number> }).children['control-plane']!;
+  proc.kill('SIGTERM');
+  assert.equal(await closed, 0, err);
+  assert.match(err, /cluster stopped/);
+  assert.ok(!alive(cp), `the control plane (pid ${cp}) is stopped`);
 });

@@ -81,7 +81,7 @@ function randomFirstAddress(): string {
 export interface TestCluster {
   dataDir: string;
   kubeconfig: string;
-  /** The first worker's address; worker-N has the N-th one. */
+  /** The first worker's address; worker-N has the N-th one. '' when `up` picked it (`firstAddress: null`). */
   firstAddress: string;
   /** Everything `up` printed so far. */
   output(): string;
@@ -99,17 +99,19 @@ export interface TestCluster {
 /**
  * Starts `kube32-cli up` and waits for the last line it prints once ready ("Press Ctrl-C to stop ...").
  * @param opts.dataDir reuse a data dir (a second `up`); by default a new temp dir, removed at the end
+ * @param opts.firstAddress worker-1's address; by default a random 127.A.B.2 (A, B ≥ 1), so that suites
+ *   run side by side; null passes no `--first-address` (up picks a free range from 127.0.0.2)
  * @throws Error with `up`'s output when it exits or is not ready within `readyTimeoutMs`
  */
 export async function startCluster(
   t: TestContext,
-  opts: { workers?: number; dataDir?: string; extraArgs?: string[]; readyTimeoutMs?: number; firstAddress?: string } = {},
+  opts: { workers?: number; dataDir?: string; extraArgs?: string[]; readyTimeoutMs?: number; firstAddress?: string | null } = {},
 ): Promise<TestCluster> {
   const dataDir = opts.dataDir ?? mkdtempSync(join(tmpdir(), 'kube32-e2e-'));
   if (!opts.dataDir) t.after(() => rmSync(dataDir, { recursive: true, force: true }));
   const cacheDir = mkdtempSync(join(tmpdir(), 'kube32-e2e-kubectl-'));
   t.after(() => rmSync(cacheDir, { recursive: true, force: true }));
-  const firstAddress = opts.firstAddress ?? randomFirstAddress();
+  const firstAddress = opts.firstAddress === null ? '' : (opts.firstAddress ?? randomFirstAddress());
   const args = [
     CLI,
     'up',
@@ -119,8 +121,7 @@ export async function startCluster(
     dataDir,
     '--port',
     '0',
-    '--first-address',
-    firstAddress,
+    ...(firstAddress ? ['--first-address', firstAddress] : []),
     // CI runs every suite side by side on 2 cores: give each component time.
     '--ready-timeout',
     '120',
@@ -134,7 +135,9 @@ export async function startCluster(
   proc.stderr!.on('data', (d: Buffer) => {
     out += d.toString();
   });
-  const exited = new Promise<number>((resolve) => proc.once('exit', (code, sig) => resolve(code ?? (sig ? 128 : 1))));
+  // 'close', not 'exit': the process may exit before its last lines are read from the pipes, and a test
+  // reads the whole output once `stop()` resolves.
+  const exited = new Promise<number>((resolve) => proc.once('close', (code, sig) => resolve(code ?? (sig ? 128 : 1))));
   let stopped: Promise<number> | undefined;
   const stop = (signal: NodeJS.Signals = 'SIGTERM'): Promise<number> => {
     stopped ??= (async () => {

@@ -11,7 +11,7 @@
  */
 import { join } from 'node:path';
 import { CliError } from '../errors.ts';
-import { type LocalCluster, startLocalCluster } from '../local-cluster.ts';
+import type { LocalCluster } from '../local-cluster.ts';
 
 /** `up`'s flags as commander parses them. */
 export interface UpFlags {
@@ -46,13 +46,8 @@ function intFlag(flag: string, value: string, min: number, max: number): number 
  */
 export function resilientPrinter(): { print: (line: string) => void; release: () => void } {
   const dead = new Set<NodeJS.WriteStream>();
-  const onError = (stream: NodeJS.WriteStream) => () => {
-    dead.add(stream);
-  };
-  const outError = onError(process.stdout);
-  const errError = onError(process.stderr);
-  process.stdout.on('error', outError);
-  process.stderr.on('error', errError);
+  /** Lines written to standard output whose write has not completed yet, oldest first. */
+  const pending: string[] = [];
   let told = false;
   const usable = (s: NodeJS.WriteStream): boolean => !dead.has(s) && !s.destroyed && s.writable;
   const toStderr = (text: string): void => {
@@ -65,16 +60,33 @@ export function resilientPrinter(): { print: (line: string) => void; release: ()
       if (err) dead.add(process.stderr);
     });
   };
+  /** Standard output failed: what it had not taken goes to standard error, in order. */
+  const stdoutFailed = (): void => {
+    dead.add(process.stdout);
+    for (const text of pending.splice(0)) toStderr(text);
+  };
+  const outError = (): void => stdoutFailed();
+  const errError = (): void => {
+    dead.add(process.stderr);
+  };
+  process.stdout.on('error', outError);
+  process.stderr.on('error', errError);
   const print = (line: string): void => {
     const text = `${line}\n`;
     if (!usable(process.stdout)) {
+      // Destroyed by a failed write whose callback has not run yet: the lines before this one first.
+      if (pending.length > 0) stdoutFailed();
       toStderr(text);
       return;
     }
+    pending.push(text);
     process.stdout.write(text, (err) => {
-      if (!err) return;
-      dead.add(process.stdout);
-      toStderr(text);
+      if (err) {
+        stdoutFailed();
+        return;
+      }
+      const i = pending.indexOf(text);
+      if (i >= 0) pending.splice(i, 1);
     });
   };
   const release = (): void => {
@@ -98,6 +110,8 @@ export async function up(flags: UpFlags): Promise<void> {
   const port = intFlag('--port', flags.port, 0, 65535);
   const readyTimeoutMs = intFlag('--ready-timeout', flags.readyTimeout, 1, 3600) * 1000;
   const dataDir = flags.dataDir;
+  // Loaded once the flags are known to be good: it brings the Kubernetes client.
+  const { startLocalCluster } = await import('../local-cluster.ts');
   const { print, release } = resilientPrinter();
   print(`kube32: starting a local cluster in ${dataDir} (${workers} worker${workers === 1 ? '' : 's'})`);
 
