@@ -81,9 +81,11 @@ export function addService<T extends GenServiceMethods>(
     } else if (m.methodKind === 'bidi_streaming') {
       impl[m.localName] = (call: grpc.ServerDuplexStream<unknown, unknown>) => {
         const send = (msg: unknown) => call.write(create(m.output, msg as never));
+        // A duplex takes its status from an 'error' event (it then ends itself with it); destroy() would
+        // end it without one.
         h(call, send, call).then(
           () => call.end(),
-          (err: unknown) => call.destroy(Object.assign(new Error(), fail(err))),
+          (err: unknown) => call.emit('error', Object.assign(new Error(), fail(err))),
         );
       };
     } else if (m.methodKind === 'client_streaming') {
