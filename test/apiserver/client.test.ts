@@ -344,6 +344,11 @@ test('client-node and raw clients against the API server', { timeout: 240_000 },
     assert.equal(logs.code, 0, logs.stderr);
     assert.equal(logs.stdout, 'line1 /containerLogs/default/logpod/c?follow=true&tailLines=3\nline2\n');
     assert.ok(reviews.length >= 2);
+    // The service proxy goes to an address of the service's Endpoints (here the same server, which answers 401 without the server's token).
+    await core.createNamespacedService({ namespace: 'default', body: { metadata: { name: 'web' }, spec: { ports: [{ name: 'http', port: 80 }] } } });
+    await core.createNamespacedEndpoints({ namespace: 'default', body: { metadata: { name: 'web' }, subsets: [{ addresses: [{ ip: '127.0.0.1' }], ports: [{ name: 'http', port }] }] } });
+    assert.equal((await raw(api, 'GET', '/api/v1/namespaces/default/services/web:http/proxy/anything')).status, 401);
+    assert.equal((await raw(api, 'GET', '/api/v1/namespaces/default/services/nothere/proxy/')).status, 404);
     // A node proxy to a node without a kubelet endpoint: 503.
     const none = await raw(api, 'GET', '/api/v1/nodes/r-1/proxy/healthz');
     assert.equal(none.status, 503);
