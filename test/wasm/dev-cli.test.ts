@@ -136,7 +136,7 @@ async function devFails(args: string[]): Promise<{ code: number | null; stderr: 
   throw new Error(`kube32-cli dev ${args.join(' ')} succeeded`);
 }
 
-test('kube32-cli dev exits at once, non-zero, when it cannot listen or cannot start the pod; Ctrl-C cancels a start', { timeout: 60_000 }, async (t) => {
+test('kube32-cli dev exits at once, non-zero, when it cannot listen or cannot start the pod; Ctrl-C cancels a start or a stuck save', { timeout: 60_000 }, async (t) => {
   const wasm = join(ROOT, 'build/examples/counter.wasm');
   example('counter');
   const tmp = tempDir('dev-fail');
@@ -157,6 +157,7 @@ test('kube32-cli dev exits at once, non-zero, when it cannot listen or cannot st
     devFails([wasm, '--port', '0', '--save-on-exit', join(tmp.dir, 'no-such-dir', 'x.k32s')]),
     devFails([trap, '--port', '0']),
     cancelDuringStart(t, tmp),
+    secondInterrupt(t, tmp),
   ]);
   assert.equal(inUse.code, 1);
   assert.match(inUse.stderr, new RegExp(`cannot listen on 127\\.0\\.0\\.1:${port}: the port is in use \\(EADDRINUSE\\)`));
@@ -196,4 +197,41 @@ async function cancelDuringStart(t: TestContext, tmp: { dir: string }): Promise<
   assert.equal(await dev.exited, 130, dev.stderr());
   assert.match(dev.stderr(), new RegExp(`${name}: the start was cancelled`));
   assert.deepEqual(readdirSync(tmpdir()).filter((f) => f.startsWith(`kube32-dev-${name}-`)), []);
+}
+
+/**
+ * A second Ctrl-C while --save-on-exit waits for a call that never returns ends the runner at
+ * once: exit code 1, no snapshot file, no temporary file beside it.
+ */
+async function secondInterrupt(t: TestContext, tmp: { dir: string }): Promise<void> {
+  const wasm = join(tmp.dir, 'stuck-tick.wasm');
+  writeFileSync(wasm, wat(`(module
+    (import "k32" "k32_log" (func $log (param i32 i32)))
+    (memory (export "memory") 1)
+    (data (i32.const 0) "ticking")
+    (func (export "k32_alloc") (param i32) (result i32) (i32.const 1024))
+    (func (export "k32_handle") (param i32 i32) (result i64) (i64.const 0))
+    (func (export "k32_tick") (call $log (i32.const 0) (i32.const 7)) (loop $l (br $l))))`));
+  const file = join(tmp.dir, 'stuck.k32s');
+  const dev = startDev([wasm, '--tick-interval', '10ms', '--save-on-exit', file, '--freeze-timeout', '60s']);
+  t.after(() => dev.child.kill('SIGKILL'));
+  dev.url.catch(() => {});
+  const ticking = Promise.withResolvers<void>();
+  dev.child.stdout!.on('data', () => {
+    if (dev.stdout().includes('ticking')) ticking.resolve();
+  });
+  void dev.exited.then(() => ticking.reject(new Error(`kube32-cli dev ended before its tick ran: ${dev.stderr()}`)));
+  await ticking.promise; // the tick now never returns: a freeze waits for it
+  const stopping = Promise.withResolvers<void>();
+  dev.child.stderr!.on('data', () => {
+    if (dev.stderr().includes('SIGINT: stopping')) stopping.resolve();
+  });
+  void dev.exited.then(() => stopping.reject(new Error(`kube32-cli dev ended after one SIGINT: ${dev.stderr()}`)));
+  dev.child.kill('SIGINT');
+  await stopping.promise;
+  dev.child.kill('SIGINT');
+  assert.equal(await dev.exited, 1, dev.stderr());
+  assert.match(dev.stderr(), /SIGINT again: ending stuck-tick without saving/);
+  assert.ok(!existsSync(file));
+  assert.deepEqual(readdirSync(tmp.dir).filter((f) => f.endsWith('.tmp')), []);
 }

@@ -188,12 +188,22 @@ async function dev(file: string, flags: DevFlags): Promise<void> {
 
   const done = Promise.withResolvers<number>();
   let stopping = false;
+  let saving = false;
   const stop = async (signal: string): Promise<void> => {
-    if (stopping) return;
+    if (stopping) {
+      // A second Ctrl-C while the snapshot waits (a call that does not return): end without it.
+      if (saving) {
+        saving = false;
+        say(`${signal} again: ending ${opts.name} without saving`);
+        void running.terminate();
+      }
+      return;
+    }
     stopping = true;
-    say(`${signal}: stopping ${opts.name}`);
+    say(`${signal}: stopping ${opts.name}${flags.saveOnExit ? ` (saving ${flags.saveOnExit}; press Ctrl-C again to end without saving)` : ''}`);
     let code = 0;
     if (flags.saveOnExit && !running.exit) {
+      saving = true;
       try {
         await saveSnapshot(running, flags.saveOnExit, opts.freezeTimeoutMs, say);
       } catch (err: unknown) {
@@ -201,6 +211,7 @@ async function dev(file: string, flags: DevFlags): Promise<void> {
         say(`cannot save the snapshot: ${err instanceof Error ? err.message : String(err)}${blockers}`);
         code = 1;
       }
+      saving = false;
     }
     server.close();
     server.closeAllConnections();
