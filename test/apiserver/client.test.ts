@@ -474,6 +474,8 @@ test('client-node and raw clients against the API server', { timeout: 240_000 },
       ['POST', '/apis/policy/v1/namespaces/default/poddisruptionbudgets', { metadata: { name: 'bad4' }, spec: { selector: 5 } }],
       ['POST', '/apis/kube32.io/v1/namespaces/default/checkpoints', { metadata: { name: 'bad5' }, spec: { podName: 'p', action: 'Move', target: 5 } }],
       ['POST', '/api/v1/nodes', { metadata: { name: 'bad6' }, spec: 5 }],
+      ['POST', '/api/v1/namespaces/default/pods', { metadata: { name: 'bad7' }, spec: { containers: [{ name: 'c', image: 'x', resources: { limits: { memory: 'lots' } } }] } }],
+      ['POST', '/apis/kube32.io/v1/namespaces/default/checkpoints', { metadata: { name: 'bad8' }, spec: { podName: 'Not A Pod' } }],
     ];
     for (const [method, path, body] of cases) {
       const r = await raw(api, method, path, body);

@@ -38,6 +38,7 @@ export const checkpoints: ResourceDef = {
     const spec = rec(obj.spec);
     if (obj.spec === undefined) return [...out, required('spec')];
     if (typeof spec.podName !== 'string' || !spec.podName) out.push(required('spec.podName'));
+    else out.push(...validateSubdomain(spec.podName, 'spec.podName'));
     if (spec.action !== 'Save' && spec.action !== 'Move') {
       out.push({ reason: 'FieldValueNotSupported', message: `Unsupported value: "${String(spec.action)}": supported values: "Save", "Move"`, field: 'spec.action' });
     }

@@ -5,6 +5,7 @@
  * (NAME READY STATUS RESTARTS AGE | IP NODE NOMINATED NODE READINESS GATES).
  */
 import { isDeepStrictEqual } from 'node:util';
+import { parseQuantity } from '../../../lib/index.ts';
 import type { StatusCause } from '../../errors.ts';
 import type { KubeObject } from '../../storage/index.ts';
 import type { ResourceDef } from '../types.ts';
@@ -77,6 +78,22 @@ function validateContainers(spec: Record<string, unknown>, list: string, require
     }
     if (typeof c.image !== 'string' || c.image.trim() === '') out.push(required(`${f}.image`));
     if (c.resources !== undefined && (c.resources === null || typeof c.resources !== 'object' || Array.isArray(c.resources))) out.push(invalidValue(`${f}.resources`, c.resources, 'must be an object'));
+    for (const kind of ['requests', 'limits']) {
+      const r = rec(c.resources)[kind];
+      if (r === undefined) continue;
+      if (r === null || typeof r !== 'object' || Array.isArray(r)) {
+        out.push(invalidValue(`${f}.resources.${kind}`, r, 'must be a map of quantities'));
+        continue;
+      }
+      for (const [name, q] of Object.entries(r)) {
+        try {
+          if (typeof q !== 'string' && typeof q !== 'number') throw new RangeError('not a quantity');
+          if (parseQuantity(q) < 0) out.push(invalidValue(`${f}.resources.${kind}[${name}]`, q, 'must be greater than or equal to 0'));
+        } catch {
+          out.push(invalidValue(`${f}.resources.${kind}[${name}]`, q, "quantities must match the regular expression '^([+-]?[0-9.]+)([eEinumkKMGTP]*[-+]?[0-9]*)$'"));
+        }
+      }
+    }
     for (const list of ['ports', 'env', 'volumeMounts', 'command', 'args']) {
       if (c[list] !== undefined && !Array.isArray(c[list])) out.push(invalidValue(`${f}.${list}`, c[list], 'must be a list'));
     }
