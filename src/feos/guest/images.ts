@@ -59,6 +59,12 @@ export interface PullOptions {
   endpoints?: Readonly<Record<string, string>>;
 }
 
+/** How many times a layer's download is tried. */
+const LAYER_TRIES = 3;
+
+/** A layer's transfer that failed on the way (tried again). */
+class LayerTransferError extends Error {}
+
 /** A failed pull: the step and the registry's answer; never the token. */
 export class PullError extends Error {
   constructor(message: string, options?: { cause?: unknown }) {
@@ -320,10 +326,12 @@ export class ImageStore {
   }
 
   /**
-   * Downloads a layer (verifying its digest as it streams), decompresses it (gzip, zstd or none, by
-   * its media type or its magic bytes) into a tar file, applies its whiteouts, and extracts it.
+   * Downloads a layer into `tarPath`, decompressed (gzip, zstd or none, by its media type or its magic
+   * bytes), its compressed bytes hashed on the way.
+   * @throws PullError when the registry refuses; LayerTransferError when the transfer fails or the
+   *   digest does not match
    */
-  async #unpackLayer(reg: Registry, refText: string, layer: Descriptor, rootfs: string, work: string): Promise<void> {
+  async #download(reg: Registry, layer: Descriptor, tarPath: string): Promise<void> {
     const res = await reg.get(`blobs/${layer.digest}`);
     const hash = createHash('sha256');
     const tee = new Transform({
@@ -332,30 +340,45 @@ export class ImageStore {
         cb(null, chunk);
       },
     });
-    const tarPath = join(work, 'layer.tar');
     const src = Readable.fromWeb(res.body as import('node:stream/web').ReadableStream<Uint8Array>);
-    // Peek at the first bytes to choose the decompressor.
-    const first: Buffer = await new Promise((resolve, reject) => {
-      src.once('readable', () => {
-        const c = (src.read() as Buffer | null) ?? Buffer.alloc(0);
-        resolve(c);
-      });
-      src.once('error', reject);
-    });
-    src.unshift(first);
-    const mt = layer.mediaType ?? '';
-    const isGzip = mt.endsWith('gzip') || (first[0] === 0x1f && first[1] === 0x8b);
-    const isZstd = mt.endsWith('zstd') || (first.length >= 4 && first.readUInt32LE(0) === 0xfd2fb528);
-    const stages: NodeJS.ReadWriteStream[] = [tee];
-    if (isGzip) stages.push(zlib.createGunzip());
-    else if (isZstd) stages.push(zlib.createZstdDecompress());
     try {
+      // Peek at the first bytes to choose the decompressor.
+      const first: Buffer = await new Promise((resolve, reject) => {
+        src.once('readable', () => resolve((src.read() as Buffer | null) ?? Buffer.alloc(0)));
+        src.once('error', reject);
+      });
+      src.unshift(first);
+      const mt = layer.mediaType ?? '';
+      const isGzip = mt.endsWith('gzip') || (first[0] === 0x1f && first[1] === 0x8b);
+      const isZstd = mt.endsWith('zstd') || (first.length >= 4 && first.readUInt32LE(0) === 0xfd2fb528);
+      const stages: NodeJS.ReadWriteStream[] = [tee];
+      if (isGzip) stages.push(zlib.createGunzip());
+      else if (isZstd) stages.push(zlib.createZstdDecompress());
       await pipeline(src, ...(stages as [Transform]), fs.createWriteStream(tarPath));
     } catch (err: unknown) {
-      throw new PullError(`${refText}: layer ${layer.digest}: ${err instanceof Error ? err.message : String(err)}`);
+      throw new LayerTransferError(err instanceof Error ? err.message : String(err));
     }
     const got = `sha256:${hash.digest('hex')}`;
-    if (got !== layer.digest) throw new PullError(`${refText}: layer ${layer.digest}: the digest does not match (got ${got})`);
+    if (got !== layer.digest) throw new LayerTransferError(`the digest does not match (got ${got})`);
+  }
+
+  /**
+   * Downloads a layer (verifying its digest as it streams), decompresses it (gzip, zstd or none, by
+   * its media type or its magic bytes) into a tar file, applies its whiteouts, and extracts it.
+   */
+  async #unpackLayer(reg: Registry, refText: string, layer: Descriptor, rootfs: string, work: string): Promise<void> {
+    const tarPath = join(work, 'layer.tar');
+    // A download cut off or corrupted on the way (a connection the registry or a proxy closed) is made
+    // again, up to LAYER_TRIES times; the registry's refusals (PullError from get) are not.
+    for (let attempt = 1; ; attempt++) {
+      try {
+        await this.#download(reg, layer, tarPath);
+        break;
+      } catch (err: unknown) {
+        const retry = err instanceof LayerTransferError && attempt < LAYER_TRIES;
+        if (!retry) throw err instanceof LayerTransferError ? new PullError(`${refText}: layer ${layer.digest}: ${err.message} (${attempt} tries)`) : err;
+      }
+    }
     // Whiteouts (OCI image spec, "Representing Changes"): `.wh.<name>` removes <name> of the layers
     // below; `.wh..wh..opq` empties its directory of them. They are applied before the extraction.
     const { stdout } = await run('tar', ['-tf', tarPath], { maxBuffer: 256 * 1024 * 1024 });
