@@ -209,6 +209,12 @@ export function makeImports(ctx: HostContext, state: HostState): Record<string, 
   // A pod that logs in a tight loop must not flood the node's main thread with messages.
   const logLimiter = new RateLimiter(LOG_LINES_PER_SECOND);
   const sendLimiter = new RateLimiter(CHANNEL_SENDS_PER_SECOND);
+  // A flood followed by silence still reports its drops: a second later, between calls.
+  const reportDropped = setInterval(() => {
+    const dropped = logLimiter.takeDropped();
+    if (dropped > 0) ctx.log(`kube32: ${dropped} log line${dropped === 1 ? '' : 's'} dropped (more than ${LOG_LINES_PER_SECOND} a second)`);
+  }, 1000);
+  reportDropped.unref();
   return {
     k32_time_ms: (): bigint => BigInt(ctx.clock.now()),
     k32_log: (ptr: number, len: number): void => {

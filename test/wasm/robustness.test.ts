@@ -129,3 +129,27 @@ test('fsLimitBytes: a write past the pod\'s storage quota answers -ENOSPC and wr
   assert.equal(statSync(join(tmp.dir, 'f')).size, 60_000);
   await assert.rejects(startPod(mod, { fsDir: tmp.dir, fsLimitBytes: -1 }), RangeError);
 });
+
+test('a log flood followed by silence still reports every dropped line', { timeout: 10_000 }, async (t) => {
+  const mod = await loadModule(wat(`(module (import "k32" "k32_log" (func $l (param i32 i32))) (memory (export "memory") 1)
+    (func (export "k32_alloc") (param i32) (result i32) (i32.const 60000))
+    (func (export "k32_handle") (param i32 i32) (result i64) (local $i i32)
+      (loop $more (call $l (i32.const 0) (i32.const 1)) (br_if $more (i32.lt_u (local.tee $i (i32.add (local.get $i) (i32.const 1))) (i32.const 5000))))
+      (i64.const 0)))`));
+  // Lines passed on plus lines reported dropped reach the 5000 written, with no further call.
+  let passed = 0;
+  let dropped = 0;
+  const all = Promise.withResolvers<void>();
+  const pod = await startPod(mod, {
+    onLog: (e) => {
+      const m = /^kube32: (\d+) log lines? dropped \(more than 1000 a second\)$/.exec(e.line);
+      if (m) dropped += Number(m[1]);
+      else passed++;
+      if (passed + dropped === 5000) all.resolve();
+    },
+  });
+  t.after(() => pod.terminate());
+  await pod.handle(get('/'));
+  await all.promise;
+  assert.ok(dropped > 0);
+});
