@@ -286,7 +286,13 @@ function startWorker(data: EtcdWorkerData): void {
 
   function onWatchResponse(res: IWatchResponse): void {
     if (res.canceled) {
-      onWatchLost(new Error(`watch canceled: ${res.cancel_reason || `compacted at ${res.compact_revision}`}`));
+      // etcd compacted past a watch that was still catching up: resume at the compaction, and say so.
+      const compacted = num(res.compact_revision);
+      if (compacted > nextFrom) {
+        data.events.postMessage({ gap: compacted - 1, message: `etcd compacted revisions ${nextFrom}..${compacted - 1} before the watch delivered them` } satisfies WatchBatch);
+        nextFrom = compacted;
+      }
+      onWatchLost(new Error(`watch canceled: ${res.cancel_reason || `compacted at ${compacted}`}`));
       return;
     }
     if (res.events.length === 0) return;

@@ -127,6 +127,8 @@ export class EtcdStorage implements Storage {
   private closed = false;
   /** Why the worker stopped, when it did on its own: every later call fails at once with it. */
   private failure: string | undefined;
+  /** Set while events are handed to watchers. */
+  private publishing = false;
   private txn: Pending | undefined;
   private readonly window: StorageEvent[] = [];
   private windowStart = 0;
@@ -270,7 +272,8 @@ export class EtcdStorage implements Storage {
    * a watch started from it never skips an event.
    */
   currentResourceVersion(): number {
-    for (;;) {
+    // Not from inside a listener: events must reach every watcher in order, one at a time.
+    while (!this.publishing) {
       const m = receiveMessageOnPort(this.events);
       if (!m) break;
       this.onBatch(m.message as WatchBatch);
@@ -389,9 +392,17 @@ export class EtcdStorage implements Storage {
     if (sinceRv < this.droppedUpTo) {
       throw new StorageError('Expired', `too old resource version: ${sinceRv} (${this.droppedUpTo + 1})`);
     }
-    for (let i = this.firstIndexAfter(sinceRv); i < this.window.length; i++) {
-      const e = this.window[i]!;
-      if (resource === '*' || e.resource === resource) listener(e);
+    // The replay and the registration happen with no event published in between (a listener that
+    // asks for currentResourceVersion must not publish events this watcher would then miss).
+    const was = this.publishing;
+    this.publishing = true;
+    try {
+      for (let i = this.firstIndexAfter(sinceRv); i < this.window.length; i++) {
+        const e = this.window[i]!;
+        if (resource === '*' || e.resource === resource) listener(e);
+      }
+    } finally {
+      this.publishing = was;
     }
     const w: Watcher = { resource, sinceRv, listener };
     this.watchers.add(w);
@@ -413,7 +424,13 @@ export class EtcdStorage implements Storage {
     if ('events' in m) {
       // A watch that reconnected resumes from its last event: what was delivered before is skipped.
       const fresh = m.events.filter((e) => e.rev > this.deliveredUpTo);
-      for (const e of fresh) for (const se of toStorageEvents(e)) this.publish(se);
+      const was = this.publishing;
+      this.publishing = true;
+      try {
+        for (const e of fresh) for (const se of toStorageEvents(e)) this.publish(se);
+      } finally {
+        this.publishing = was;
+      }
     } else if ('gap' in m) {
       // Events were compacted away while the watch was disconnected: no watch can resume before the gap.
       this.droppedUpTo = Math.max(this.droppedUpTo, m.gap);
