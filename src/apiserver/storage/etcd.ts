@@ -146,7 +146,7 @@ export class EtcdStorage implements Storage {
     // Options given as undefined take their defaults.
     const given = Object.fromEntries(Object.entries(options).filter(([, v]) => v !== undefined)) as Partial<EtcdStorageOptions>;
     const opts = { ...DEFAULTS, endpoints: [], ...given };
-    if (!Array.isArray(opts.endpoints) || opts.endpoints.length === 0) throw new RangeError('EtcdStorage: endpoints must list at least one etcd URL');
+    if (!Array.isArray(opts.endpoints) || opts.endpoints.length === 0) throw new RangeError('EtcdStorage: endpoints must list at least one etcd URL (--etcd-endpoints http://HOST:2379,...)');
     for (const e of opts.endpoints) {
       if (!/^https?:\/\/[^/\s]+\/?$/.test(e)) throw new RangeError(`EtcdStorage: endpoint must be a URL like http://127.0.0.1:2379: current value is ${JSON.stringify(e)}`);
     }
@@ -207,7 +207,7 @@ export class EtcdStorage implements Storage {
       if (got) {
         const reply = got.message as { id: number; ok: boolean; value?: unknown; error?: string };
         if (reply.id !== id) continue; // the late answer of a call that timed out
-        if (!reply.ok) throw new EtcdError(req.op, reply.error ?? 'failed');
+        if (!reply.ok) throw new EtcdError(req.op, `${reply.error ?? 'failed'}${req.op === 'init' ? ` (endpoints ${this.opts.endpoints.join(',')})` : ''}`);
         return reply.value as T;
       }
       const left = deadline - Date.now();
