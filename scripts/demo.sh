@@ -8,6 +8,10 @@
 #   bash scripts/demo.sh                 set up (scripts/setup.sh), then run the demo
 #   SKIP_SETUP=1 bash scripts/demo.sh    run the demo on an already built checkout
 #   DEMO_DIR=/some/dir bash scripts/demo.sh   keep the cluster's data dir there (default: a new temp dir)
+#
+# The demo's cluster is its own: a data dir of its own, a free port (--port 0), and free worker addresses
+# (without --first-address, up takes the next free range when another cluster holds 127.0.0.2...), so it
+# runs beside a cluster you already have.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 ROOT=$PWD
@@ -39,7 +43,7 @@ stop_cluster() {
 trap stop_cluster EXIT
 
 step "Start a local cluster: a control plane and two workers (kube32-cli up, in the background)"
-printf '$ kube32-cli up --data-dir %s --port 0 &\n' "$DIR"
+printf '$ kube32-cli up --data-dir %s --port 0 --workers 2 &\n' "$DIR"
 # (node itself in the background, not the kube32-cli function, so that $! is up's own pid)
 node "$ROOT/bin/kube32-cli.js" up --data-dir "$DIR" --port 0 --workers 2 >"$DIR/up.out" 2>&1 &
 UP_PID=$!

@@ -166,7 +166,7 @@ test('SIGHUP (the terminal closed) stops the cluster as SIGTERM does: nothing is
 });
 
 test('a closed standard output (up | head -2) does not end up: it goes on, printing on standard error, and stops cleanly', { timeout: 120_000 }, async (t) => {
-  const dir = tempDir(t);
+  const dir = mkdtempSync(join(tmpdir(), 'kube32-up-test-'));
   const proc = spawn(process.execPath, [CLI, 'up', '--workers', '0', '--data-dir', dir, '--port', '0', '--ready-timeout', '120'], {
     stdio: ['ignore', 'pipe', 'pipe'],
   });
@@ -174,6 +174,14 @@ test('a closed standard output (up | head -2) does not end up: it goes on, print
   t.after(async () => {
     if (proc.exitCode === null && proc.signalCode === null) proc.kill('SIGKILL');
     await closed;
+    // A failed run may leave children (they have process groups of their own): kill what the lock names.
+    try {
+      const lock = JSON.parse(readFileSync(join(dir, 'up.lock'), 'utf8')) as { children: Record<string, number> };
+      for (const pid of Object.values(lock.children)) if (alive(pid)) process.kill(pid, 'SIGKILL');
+    } catch {
+      // no lock: up released the data dir
+    }
+    rmSync(dir, { recursive: true, force: true });
   });
   // Like head -2: read two lines, then close the pipe.
   let out = '';
