@@ -116,7 +116,14 @@ function checkPreconditions(current: KubeObject, pre: Preconditions | undefined)
   }
 }
 
-/** Objects in etcd. */
+/**
+ * Objects in etcd, behind the synchronous `Storage` interface (see the file's header for the design).
+ * Every call may also throw `EtcdError` (etcd failed or did not answer within `requestTimeoutMs`).
+ * @example
+ * const s = new EtcdStorage({ endpoints: ['http://127.0.0.1:2379'] });
+ * s.create({ resource: 'pods', namespace: 'default', name: 'a' }, { metadata: { name: 'a', namespace: 'default' } });
+ * s.close();
+ */
 export class EtcdStorage implements Storage {
   private readonly worker: Worker;
   private readonly signal: Int32Array;
@@ -288,6 +295,12 @@ export class EtcdStorage implements Storage {
 
   // ---- writes ----
 
+  /**
+   * Runs `fn` as one etcd transaction: reads recorded, writes buffered, one compare-and-write commit;
+   * `fn` runs again when another writer committed first. Nested calls are savepoints. `fn` must be
+   * safe to run more than once (it is, for the registry: it only reads and writes the store).
+   * @throws StorageError Conflict after `maxAttempts` lost commits; whatever `fn` throws; EtcdError
+   */
   transaction<T>(fn: () => T): T {
     if (this.txn) {
       // Nested: a savepoint of the buffer.
