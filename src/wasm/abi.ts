@@ -87,3 +87,10 @@ export const MAX_CHANNEL_NAME = 128;
 
 /** Largest channel payload (pod-abi.md, k32_channel_send), bytes. */
 export const MAX_CHANNEL_PAYLOAD = 4096;
+
+/**
+ * Most entries a pod's table may have, at the start or grown (a table's entries live in the node's
+ * JS heap, outside the memory limit: a table of millions would exhaust the pod's worker). Large
+ * compiled programs have tables of thousands to tens of thousands of entries.
+ */
+export const MAX_TABLE_ENTRIES = 1 << 20;

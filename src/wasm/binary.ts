@@ -309,6 +309,8 @@ export interface AddedFunction {
 export interface Rewrite {
   /** New maximum of memory 0 (a defined memory), in pages; the flags gain "has maximum". */
   memoryMaxPages?: number;
+  /** New maximum of every defined table, in entries (the lower of it and the declared one); the flags gain "has maximum". */
+  tableMaxEntries?: number;
   /** Function types to append to the type section (their indices follow the module's own). */
   addTypes?: FuncType[];
   /**
@@ -348,7 +350,7 @@ function vectorBody(bytes: Uint8Array, sec: Section | undefined, added: number, 
 }
 
 /**
- * Rewrites a module: caps memory 0's maximum, appends types, functions and exports. Every other
+ * Rewrites a module: caps memory 0's maximum and the tables' maximum, appends types, functions and exports. Every other
  * section is copied as it is; sections that must be added go to their place in the canonical order.
  */
 export function rewriteModule(bytes: Uint8Array, m: ParsedModule, rw: Rewrite): Uint8Array {
@@ -413,6 +415,21 @@ export function rewriteModule(bytes: Uint8Array, m: ParsedModule, rw: Rewrite): 
           if (l.max !== undefined) writeU32(out, l.max);
         }
       });
+      return Uint8Array.from(out);
+    });
+  }
+  if (rw.tableMaxEntries !== undefined && find(4)) {
+    const cap = rw.tableMaxEntries;
+    bodies.set(4, () => {
+      const out: number[] = [];
+      const defined = m.tables.filter((x) => !x.imported);
+      writeU32(out, defined.length);
+      for (const t of defined) {
+        const l = t.limits;
+        out.push(t.elementType, l.flags | 0x01);
+        writeU32(out, l.min);
+        writeU32(out, Math.max(l.min, l.max === undefined ? cap : Math.min(l.max, cap)));
+      }
       return Uint8Array.from(out);
     });
   }

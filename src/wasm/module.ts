@@ -5,7 +5,7 @@
  * mutable globals and tables). The image SHA-256 is that of the original bytes.
  */
 import { createHash } from 'node:crypto';
-import { ENTRY_POINTS, INSTR, K32_EXPORTS, K32_IMPORTS, PAGE, POINTER_IMPORTS, REQUEST_EXPORTS } from './abi.ts';
+import { ENTRY_POINTS, INSTR, K32_EXPORTS, K32_IMPORTS, MAX_TABLE_ENTRIES, PAGE, POINTER_IMPORTS, REQUEST_EXPORTS } from './abi.ts';
 import { BinaryError, parseModule, rewriteModule, signatureText, writeU32, type AddedFunction, type FuncType, type ParsedExport, type ParsedModule } from './binary.ts';
 import { ModuleError, errorMessage } from './errors.ts';
 import type { ExportInfo, ImportInfo, LoadOptions, ModuleShape, PodModule } from './types.ts';
@@ -121,6 +121,12 @@ export async function loadModule(bytes: Uint8Array, opts: LoadOptions = {}): Pro
     );
   }
 
+  parsed.tables.forEach((t, index) => {
+    if (t.limits.min > MAX_TABLE_ENTRIES) {
+      throw new ModuleError('Unsupported', `table ${index} has ${t.limits.min} initial entries, more than a pod's table may have (${MAX_TABLE_ENTRIES})`);
+    }
+  });
+
   // Shape and instrumentation.
   const shape: ModuleShape = {
     globals: [],
@@ -140,6 +146,7 @@ export async function loadModule(bytes: Uint8Array, opts: LoadOptions = {}): Pro
   const { addTypes, addFunctions } = floatAccessors(parsed, addExports);
   const instrumentedBytes = rewriteModule(original, parsed, {
     ...(mem ? { memoryMaxPages: memoryPagesLimit } : {}),
+    tableMaxEntries: MAX_TABLE_ENTRIES,
     addTypes,
     addFunctions,
     addExports,

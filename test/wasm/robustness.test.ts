@@ -153,3 +153,23 @@ test('a log flood followed by silence still reports every dropped line', { timeo
   await all.promise;
   assert.ok(dropped > 0);
 });
+
+test('tables are bounded: a module with millions of initial entries is refused, a table.grow past the bound fails inside WebAssembly', { timeout: 20_000 }, async (t) => {
+  await assert.rejects(loadModule(wat(`(module ${BASE} (table 10000000 funcref))`)), (e: unknown) => {
+    assert.ok(e instanceof ModuleError);
+    assert.equal(e.code, 'Unsupported');
+    assert.equal(e.message, `table 0 has 10000000 initial entries, more than a pod's table may have (${1 << 20})`);
+    return true;
+  });
+  // The body says whether table.grow by nine million entries returned -1.
+  const grow = await loadModule(wat(`(module (memory (export "memory") 1) (table $t 1 funcref)
+    (data (i32.const 0) "HTTP/1.1 200 OK\\r\\ncontent-length: 1\\r\\n\\r\\n")
+    (func (export "k32_alloc") (param i32) (result i32) (i32.const 100))
+    (func (export "k32_handle") (param i32 i32) (result i64)
+      (i32.store8 (i32.const 38) (i32.add (i32.const 48) (i32.eq (table.grow $t (ref.null func) (i32.const 9000000)) (i32.const -1))))
+      (i64.const 0x2700000000)))`));
+  const pod = await startPod(grow);
+  t.after(() => pod.terminate());
+  assert.equal(body(await pod.handle(get('/'))), '1');
+  assert.equal(pod.exit, undefined, 'the pod keeps running');
+});
