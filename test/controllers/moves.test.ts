@@ -73,9 +73,11 @@ test('a Deployment pod is scheduled, moves with its count and clock, and kubectl
   });
   assert.equal(after.count, 4, 'the count carried over');
   assert.ok(after.podTimeMs >= last!.podTimeMs, 'the pod clock never goes backward');
-  const events = await c.events();
-  const reasons = events.filter((e) => e.involvedObject?.name === name).map((e) => e.reason);
-  assert.ok(reasons.includes('Moving') && reasons.includes('Moved'), `events: ${reasons.join(', ')}`);
+  const events = await c.until('the Moving and Moved events', async () => {
+    const evs = await c.events();
+    const reasons = evs.filter((e) => e.involvedObject?.name === name).map((e) => e.reason);
+    return reasons.includes('Moving') && reasons.includes('Moved') ? evs : undefined;
+  });
   assert.match(events.find((e) => e.reason === 'Moved')!.message ?? '', /ms from the freeze/);
 
   // kubectl drain moves it through an eviction.

@@ -58,8 +58,11 @@ test('a move that does not run in time rolls back; a lost node restores from the
       const third = await count(c, back, 18201);
       assert.equal(third.count, 3, 'restored from the same checkpoint');
       assert.ok(third.podTimeMs >= second.podTimeMs, 'the pod clock never goes backward');
-      const reasons = (await c.events()).filter((e) => e.involvedObject?.name === 'roller').map((e) => e.reason);
-      assert.ok(reasons.includes('MoveFailed') && reasons.includes('Restored'), reasons.join(', '));
+      // Each event follows the write that decided it: wait for both.
+      await c.until('MoveFailed and Restored on the pod', async () => {
+        const reasons = (await c.events()).filter((e) => e.involvedObject?.name === 'roller').map((e) => e.reason);
+        return reasons.includes('MoveFailed') && reasons.includes('Restored');
+      });
     } finally {
       w2.proc.kill('SIGCONT');
     }
@@ -95,8 +98,8 @@ test('a move that does not run in time rolls back; a lost node restores from the
     const fourth = await count(c, back, 18202);
     assert.equal(fourth.count, 4, 'restored with the state of the checkpoint');
     assert.ok(fourth.podTimeMs >= shown.podTimeMs, 'the pod clock continues from the checkpoint, after the third request');
-    const restored = (await c.events()).find((e) => e.reason === 'Restored' && e.involvedObject?.name === 'keeper');
-    assert.match(restored?.message ?? '', /restored from checkpoint keeper-periodic-\w+, taken \d+s ago/);
+    const restored = await c.until('the Restored event', async () => (await c.events()).find((e) => e.reason === 'Restored' && e.involvedObject?.name === 'keeper'));
+    assert.match(restored.message ?? '', /restored from checkpoint keeper-periodic-\w+, taken \d+s ago/);
     // The pod without a checkpoint on the lost node is deleted for rescheduling (it has no owner).
     await c.until('roller to be deleted', async () => (await c.getPod('roller')) === undefined, 20_000);
   });
@@ -135,6 +138,9 @@ test('a replacement that cannot restore (its data dropped) rolls back; the sourc
     return p?.status?.phase === 'Running' && !p.metadata?.annotations?.['kube32.io/restore-from'] ? p : undefined;
   }, 60_000);
   assert.equal((await count(c, fresh, 18211)).count, 1, 'a fresh start');
-  const reasons = (await c.events()).filter((e) => e.involvedObject?.name === 'fragile').map((e) => e.reason);
-  assert.ok(reasons.filter((r) => r === 'MoveFailed').length >= 2, reasons.join(', '));
+  // The rollback's MoveFailed and the failed restore's, each after the write that decided it.
+  await c.until('two MoveFailed events on the pod', async () => {
+    const reasons = (await c.events()).filter((e) => e.involvedObject?.name === 'fragile').map((e) => e.reason);
+    return reasons.filter((r) => r === 'MoveFailed').length >= 2;
+  });
 });

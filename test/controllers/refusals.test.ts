@@ -47,9 +47,9 @@ test('refused moves, a Save, and drains of pods that cannot move', { timeout: 24
     const after = (await c.getPod('gadget'))!;
     assert.equal(after.metadata?.uid, pod.metadata?.uid);
     assert.equal(after.spec?.nodeName, pod.spec?.nodeName);
-    const events = await c.events();
-    const failed = events.find((e) => e.reason === 'MoveFailed' && e.involvedObject?.name === 'gadget');
-    assert.match(failed?.message ?? '', /grant capability DISPLAY; annotation kube32.io\/migration: Never/);
+    // The event follows the status write that decided it.
+    const failed = await c.until('the MoveFailed event', async () => (await c.events()).find((e) => e.reason === 'MoveFailed' && e.involvedObject?.name === 'gadget'));
+    assert.match(failed.message ?? '', /grant capability DISPLAY; annotation kube32.io\/migration: Never/);
   });
 
   await t.test('every row of the spec table at once, before anything freezes', async () => {
@@ -119,7 +119,7 @@ test('refused moves, a Save, and drains of pods that cannot move', { timeout: 24
     const after = (await c.getPod('saver'))!;
     assert.equal(after.metadata?.uid, pod.metadata?.uid);
     assert.equal((await count(c, after, 18103)).count, 2);
-    assert.ok((await c.events()).some((e) => e.reason === 'Checkpointed' && e.involvedObject?.name === 'saver'));
+    await c.until('the Checkpointed event', async () => (await c.events()).some((e) => e.reason === 'Checkpointed' && e.involvedObject?.name === 'saver'));
   });
 
   await t.test("a move to the pod's own node fails with the scheduler's reason", async () => {

@@ -296,3 +296,11 @@ test('the Moving event goes with the write that makes the Checkpoint Moving, als
   await reconcileCheckpoint('default/m10', t.ctx);
   assert.deepEqual(t.fake.eventReasons, ['Moving']);
 });
+
+test('Saving while the pod is being replaced (the pods watch behind) waits instead of snapshotting the old pod again', { timeout: 5000 }, async () => {
+  const t = twoNodes(); // the old pod on a, still in the cache
+  t.cache.checkpoints.set(ckpt('m11', { podName: 'counter', action: 'Move' }, { phase: 'Saving', nodeName: 'a', targetNode: 'b' }));
+  t.ctx.state.replacements.begin('default/counter', 'rs-uid');
+  assert.deepEqual(await reconcileCheckpoint('default/m11', t.ctx), { requeueAfterMs: 100 });
+  assert.equal(t.fake.calls.length, 0);
+});

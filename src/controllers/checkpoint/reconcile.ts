@@ -156,8 +156,13 @@ async function saving(ctx: ControllerContext, ck: Checkpoint, fresh?: V1Pod): Pr
   const pod = fresh ?? ctx.cache.pods.get(ck.spec.podName, ns);
   const source = ck.status?.nodeName;
   const isMove = actionOf(ck) === 'Move';
+  if (ctx.state.replacements.has(`${ns}/${ck.spec.podName}`)) {
+    // The pod is being replaced (this move's replacement whose `Moving` write met a conflict, or another
+    // Checkpoint's rollback) and the pods' watch has not shown the new pod yet: the cache's pod is the old
+    // one, which must not be snapshotted again.
+    return { requeueAfterMs: 100 };
+  }
   if (!pod) {
-    if (ctx.state.replacements.has(`${ns}/${ck.spec.podName}`)) return { requeueAfterMs: 500 };
     await failCheckpoint(ctx, ck, { message: `pod ${ns}/${ck.spec.podName} was deleted while saving` });
     return undefined;
   }
