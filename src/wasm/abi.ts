@@ -94,3 +94,10 @@ export const MAX_CHANNEL_PAYLOAD = 4096;
  * compiled programs have tables of thousands to tens of thousands of entries.
  */
 export const MAX_TABLE_ENTRIES = 1 << 20;
+
+/**
+ * Most mutable globals a pod's module may have. Each is exported for the snapshot, and a module of
+ * hundreds of thousands takes seconds of the node's time to load and to instantiate; compilers make
+ * a handful (clang: `__stack_pointer`; AssemblyScript: a few dozen).
+ */
+export const MAX_MUTABLE_GLOBALS = 65_536;

@@ -191,7 +191,7 @@ export class PodInstance extends EventEmitter {
           const name = m.name;
           if (!name) break;
           const ms = this.#opts.callDeadlineMs ?? DEFAULT_FREEZE_TIMEOUT_MS;
-          const what = name === 'start' ? `the module's start function still running after ${ms} ms` : runningCallBlocker(name, ms);
+          const what = name === 'start' ? `instantiating the module (its start function included) still running after ${ms} ms` : runningCallBlocker(name, ms);
           startTimer = setTimeout(() => ready.reject(new PodStartError('Error', what)), ms);
           break;
         }

@@ -5,7 +5,7 @@
  * mutable globals and tables). The image SHA-256 is that of the original bytes.
  */
 import { createHash } from 'node:crypto';
-import { ENTRY_POINTS, INSTR, K32_EXPORTS, K32_IMPORTS, MAX_TABLE_ENTRIES, PAGE, POINTER_IMPORTS, REQUEST_EXPORTS } from './abi.ts';
+import { ENTRY_POINTS, INSTR, K32_EXPORTS, K32_IMPORTS, MAX_MUTABLE_GLOBALS, MAX_TABLE_ENTRIES, PAGE, POINTER_IMPORTS, REQUEST_EXPORTS } from './abi.ts';
 import { BinaryError, parseModule, rewriteModule, signatureText, writeU32, type AddedFunction, type FuncType, type ParsedExport, type ParsedModule } from './binary.ts';
 import { ModuleError, errorMessage } from './errors.ts';
 import type { ExportInfo, ImportInfo, LoadOptions, ModuleShape, PodModule } from './types.ts';
@@ -121,6 +121,10 @@ export async function loadModule(bytes: Uint8Array, opts: LoadOptions = {}): Pro
     );
   }
 
+  const mutableGlobals = parsed.globals.filter((g) => g.mutable).length;
+  if (mutableGlobals > MAX_MUTABLE_GLOBALS) {
+    throw new ModuleError('Unsupported', `the module has ${mutableGlobals} mutable globals, more than a pod may have (${MAX_MUTABLE_GLOBALS})`);
+  }
   parsed.tables.forEach((t, index) => {
     if (t.limits.min > MAX_TABLE_ENTRIES) {
       throw new ModuleError('Unsupported', `table ${index} has ${t.limits.min} initial entries, more than a pod's table may have (${MAX_TABLE_ENTRIES})`);

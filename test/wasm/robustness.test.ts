@@ -52,7 +52,7 @@ test('a start function or k32_init that never returns fails the start after call
   });
   assert.ok(performance.now() - t0 < 5000);
   const startLoop = await loadModule(wat(`(module ${BASE} (func $s (loop $l (br $l))) (start $s))`));
-  await assert.rejects(startPod(startLoop, { callDeadlineMs: 300 }), /the module's start function still running after 300 ms/);
+  await assert.rejects(startPod(startLoop, { callDeadlineMs: 300 }), /instantiating the module \(its start function included\) still running after 300 ms/);
   // The node goes on: the next pod starts and answers.
   const ok = await startPod(await loadModule(wat(`(module ${BASE})`)));
   assert.equal((await ok.handle(get('/'))).length, 2);
@@ -172,4 +172,15 @@ test('tables are bounded: a module with millions of initial entries is refused, 
   t.after(() => pod.terminate());
   assert.equal(body(await pod.handle(get('/'))), '1');
   assert.equal(pod.exit, undefined, 'the pod keeps running');
+});
+
+test('a module with more mutable globals than a pod may have is refused before it costs the node', { timeout: 20_000 }, async () => {
+  const globals = Array.from({ length: 65_537 }, () => '(global (mut i32) (i32.const 0))').join('');
+  const t0 = performance.now();
+  await assert.rejects(loadModule(wat(`(module ${BASE} ${globals})`)), (e: unknown) => {
+    assert.ok(e instanceof ModuleError);
+    assert.equal(e.message, 'the module has 65537 mutable globals, more than a pod may have (65536)');
+    return true;
+  });
+  assert.ok(performance.now() - t0 < 10_000);
 });
