@@ -402,6 +402,8 @@ const streams = new Map<string, StreamHandler>([
       if (!req.follow) return;
       while (!signal.aborted) {
         const size = fs.existsSync(path) ? fs.statSync(path).size : 0;
+        // A log truncated under us is followed from its start again, as `tail -F` does.
+        if (size < pos) pos = 0;
         if (size > pos) {
           const fd = fs.openSync(path, 'r');
           try {

@@ -140,7 +140,7 @@ test('pods run containers from a local registry, with and without pull tokens', 
 
   // Logs: all, the tail, and followed while the container writes.
   assert.equal(await logs('web'), 'web busybox hello\n');
-  await feosctl(feosd.socket, ['pod', 'exec', POD, '--', 'sh', '-c', 'echo second line > /proc/1/fd/1']);
+  await feosctl(feosd.socket, ['pod', 'exec', POD, '--', 'sh', '-c', 'echo second line >> /proc/1/fd/1']);
   assert.equal(await logs('web', ['--tail', '1']), 'second line\n');
   const follower = spawn(process.execPath, [FEOSCTL, '--socket', feosd.socket, 'pod', 'logs', POD, '-f', '--tail', '1'], { stdio: ['ignore', 'pipe', 'pipe'] });
   t.after(() => follower.kill('SIGKILL'));
@@ -149,7 +149,7 @@ test('pods run containers from a local registry, with and without pull tokens', 
     followed += d;
   });
   await until('the follower prints the tail', async () => (followed.includes('second line') ? true : undefined), 30_000);
-  await feosctl(feosd.socket, ['pod', 'exec', POD, '--', 'sh', '-c', 'echo followed line > /proc/1/fd/1']);
+  await feosctl(feosd.socket, ['pod', 'exec', POD, '--', 'sh', '-c', 'echo followed line >> /proc/1/fd/1']);
   await until('the follower prints the new line', async () => (followed.includes('followed line\n') ? true : undefined), 30_000);
   follower.kill('SIGINT');
 
@@ -164,12 +164,13 @@ test('pods run containers from a local registry, with and without pull tokens', 
   const pong = await new Promise<string>((resolve, reject) => {
     const sock = net.connect(Number(localPort), '127.0.0.1');
     let got = '';
+    // nc answers once connected and ends after the answer; the client ends its side once it has it.
     sock.setEncoding('utf8').on('data', (d: string) => {
       got += d;
+      if (got.endsWith('\n')) sock.end();
     });
-    sock.on('end', () => resolve(got));
+    sock.on('close', () => resolve(got));
     sock.on('error', reject);
-    sock.end();
   });
   assert.equal(pong, 'pong\n');
   fwd.kill('SIGTERM');
