@@ -204,7 +204,8 @@ async function cancelDuringStart(t: TestContext, tmp: { dir: string }): Promise<
  * once: exit code 1, no snapshot file, no temporary file beside it.
  */
 async function secondInterrupt(t: TestContext, tmp: { dir: string }): Promise<void> {
-  const wasm = join(tmp.dir, 'stuck-tick.wasm');
+  const name = `stuck-tick-${process.pid}`;
+  const wasm = join(tmp.dir, `${name}.wasm`);
   writeFileSync(wasm, wat(`(module
     (import "k32" "k32_log" (func $log (param i32 i32)))
     (memory (export "memory") 1)
@@ -231,7 +232,8 @@ async function secondInterrupt(t: TestContext, tmp: { dir: string }): Promise<vo
   await stopping.promise;
   dev.child.kill('SIGINT');
   assert.equal(await dev.exited, 1, dev.stderr());
-  assert.match(dev.stderr(), /SIGINT again: ending stuck-tick without saving/);
+  assert.match(dev.stderr(), new RegExp(`SIGINT again: ending ${name} without saving`));
   assert.ok(!existsSync(file));
   assert.deepEqual(readdirSync(tmp.dir).filter((f) => f.endsWith('.tmp')), []);
+  assert.deepEqual(readdirSync(tmpdir()).filter((f) => f.startsWith(`kube32-dev-${name}-`)), [], 'the temporary directory is removed');
 }
