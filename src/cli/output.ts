@@ -4,10 +4,18 @@
  * `pod/x moved`). Human progress goes to standard error when the output is machine-readable, so that
  * `-o json` output can always be piped.
  */
-import { stringify } from 'yaml';
+import { createRequire } from 'node:module';
 import { CliError } from './errors.ts';
 
 export { outputOption } from './flags.ts';
+
+/**
+ * The YAML library, loaded on first use only (synchronously, through `require`): this module is also
+ * loaded to build the command tree, where YAML is not needed.
+ */
+function yaml(): typeof import('yaml') {
+  return createRequire(import.meta.url)('yaml') as typeof import('yaml');
+}
 
 /** The output formats of `-o`. `''` is the human form. */
 export type OutputFormat = '' | 'json' | 'yaml' | 'name';
@@ -28,7 +36,7 @@ export function parseOutputFormat(value: string | undefined): OutputFormat {
  */
 export function formatObject(obj: unknown, format: Exclude<OutputFormat, ''>, kindPlural = ''): string {
   if (format === 'json') return `${JSON.stringify(obj, null, 4)}\n`;
-  if (format === 'yaml') return stringify(obj, { lineWidth: 0 });
+  if (format === 'yaml') return yaml().stringify(obj, { lineWidth: 0 });
   const name = (obj as { metadata?: { name?: string } }).metadata?.name ?? '';
   return `${kindPlural}/${name}\n`;
 }

@@ -22,7 +22,7 @@ function tempDir(t: import('node:test').TestContext): string {
   return d;
 }
 
-test('up refuses a port in use, with the port in the message, and leaves no lock behind', { timeout: 30_000 }, async (t) => {
+test('up refuses a port in use, with the port in the message, and leaves no lock behind', { timeout: 90_000 }, async (t) => {
   const srv = createServer();
   await new Promise<void>((r) => srv.listen(0, '127.0.0.1', () => r()));
   t.after(() => srv.close());
@@ -34,7 +34,7 @@ test('up refuses a port in use, with the port in the message, and leaves no lock
   assert.ok(!existsSync(join(dir, 'up.lock')), 'the data dir is released');
 });
 
-test('up refuses a data dir that a live up holds, naming its pid; a stale lock is taken over', { timeout: 30_000 }, async (t) => {
+test('up refuses a data dir that a live up holds, naming its pid; a stale lock is taken over', { timeout: 90_000 }, async (t) => {
   const dir = tempDir(t);
   const holder = spawn(process.execPath, ['-e', 'setInterval(() => {}, 1000)'], { stdio: 'ignore' });
   const holderExit = new Promise((r) => holder.once('exit', r));
@@ -56,7 +56,7 @@ test('up refuses a data dir that a live up holds, naming its pid; a stale lock i
   assert.ok(!existsSync(join(dir, 'up.lock')), 'released on the way out');
 });
 
-test('up checks its flags before starting anything', { timeout: 30_000 }, async (t) => {
+test('up checks its flags before starting anything', { timeout: 90_000 }, async (t) => {
   const dir = tempDir(t);
   for (const [args, msg] of [
     [['--workers', 'two'], /invalid value "two" for --workers/],
@@ -119,7 +119,7 @@ function privateRange(): [number, number] {
   return [251 + Math.floor(Math.random() * 4), 1 + Math.floor(Math.random() * 250)];
 }
 
-test('up refuses a data dir that is a file, or under a file, saying so, and leaves the file alone', { timeout: 30_000 }, async (t) => {
+test('up refuses a data dir that is a file, or under a file, saying so, and leaves the file alone', { timeout: 90_000 }, async (t) => {
   const dir = tempDir(t);
   const file = join(dir, 'not-a-dir');
   writeFileSync(file, 'keep me');
@@ -132,7 +132,7 @@ test('up refuses a data dir that is a file, or under a file, saying so, and leav
   assert.match(under.stderr, /is not a directory \(a file stands in its path\)/);
 });
 
-test('up refuses worker addresses in use when --first-address is given, naming a free range, before starting anything', { timeout: 30_000 }, async (t) => {
+test('up refuses worker addresses in use when --first-address is given, naming a free range, before starting anything', { timeout: 90_000 }, async (t) => {
   const [a, b] = privateRange();
   await hold(t, `127.${a}.${b}.3`, KUBELET_PORT); // worker-2's kubelet port, as another cluster's worker would
   const dir = tempDir(t);

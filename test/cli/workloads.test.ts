@@ -42,7 +42,7 @@ function checkpointRoutes(ns: string, finalStatus: Record<string, unknown>) {
   };
 }
 
-test('move: creates a Move Checkpoint in the context namespace and prints the Moved event', { timeout: 30_000 }, async (t) => {
+test('move: creates a Move Checkpoint in the context namespace and prints the Moved event', { timeout: 120_000 }, async (t) => {
   const ns = 'team-a';
   const api = await startFakeApiServer(t, {
     [`GET /api/v1/namespaces/${ns}/pods/counter`]: pod(ns, 'counter', 'worker-1'),
@@ -76,7 +76,7 @@ test('move: creates a Move Checkpoint in the context namespace and prints the Mo
   assert.equal(post.headers.authorization, 'Bearer tok', 'the kubeconfig user token is sent');
 });
 
-test('move: a refusal exits 1 and lists every blocker; -o json still prints the Checkpoint', { timeout: 30_000 }, async (t) => {
+test('move: a refusal exits 1 and lists every blocker; -o json still prints the Checkpoint', { timeout: 120_000 }, async (t) => {
   const blockers = ['annotation kube32.io/migration: Never', 'open file /data/log.txt (descriptor 3)'];
   const api = await startFakeApiServer(t, {
     'GET /api/v1/namespaces/default/pods/echo': pod('default', 'echo', 'worker-1'),
@@ -94,7 +94,7 @@ test('move: a refusal exits 1 and lists every blocker; -o json still prints the 
   assert.deepEqual(printed.status.blockers, blockers);
 });
 
-test('move: a missing pod is kubectl\'s NotFound; -n picks the namespace; an unknown node is refused before any Checkpoint', { timeout: 30_000 }, async (t) => {
+test('move: a missing pod is kubectl\'s NotFound; -n picks the namespace; an unknown node is refused before any Checkpoint', { timeout: 120_000 }, async (t) => {
   const api = await startFakeApiServer(t, {
     'GET /api/v1/namespaces/other/pods/ghost': status(404, 'NotFound', 'pods "ghost" not found'),
     'GET /api/v1/namespaces/default/pods/p': pod('default', 'p', 'worker-1'),
@@ -110,7 +110,7 @@ test('move: a missing pod is kubectl\'s NotFound; -n picks the namespace; an unk
   assert.ok(!api.seen.some((s) => s.method === 'POST'), 'no Checkpoint created');
 });
 
-test('checkpoint: a Save Checkpoint, followed to Saved, with its facts printed', { timeout: 30_000 }, async (t) => {
+test('checkpoint: a Save Checkpoint, followed to Saved, with its facts printed', { timeout: 120_000 }, async (t) => {
   const api = await startFakeApiServer(t, {
     'GET /api/v1/namespaces/default/pods/counter': pod('default', 'counter', 'worker-1'),
     ...checkpointRoutes('default', { phase: 'Saved', nodeName: 'worker-1', sizeBytes: 66_000, podTimeMs: 5123, snapshotSha256: 'ab'.repeat(32) }),
@@ -125,7 +125,7 @@ test('checkpoint: a Save Checkpoint, followed to Saved, with its facts printed',
   assert.match(y.stdout, /phase: Saved/);
 });
 
-test('push: PUTs the bytes as octet-stream to the module store and prints the digest', { timeout: 30_000 }, async (t) => {
+test('push: PUTs the bytes as octet-stream to the module store and prints the digest', { timeout: 120_000 }, async (t) => {
   const wasm = Buffer.from([0x00, 0x61, 0x73, 0x6d, 0x01, 0x00, 0x00, 0x00]);
   const digest = createHash('sha256').update(wasm).digest('hex');
   const api = await startFakeApiServer(t, {
@@ -160,7 +160,7 @@ test('push: PUTs the bytes as octet-stream to the module store and prints the di
   assert.equal(api.seen.filter((s) => s.method === 'PUT').length, 1, 'nothing sent for bad input');
 });
 
-test('kubeconfig: $KUBECONFIG merges files, the first wins; --context switches; kubectl\'s errors otherwise', { timeout: 30_000 }, async (t) => {
+test('kubeconfig: $KUBECONFIG merges files, the first wins; --context switches; kubectl\'s errors otherwise', { timeout: 120_000 }, async (t) => {
   const api = await startFakeApiServer(t, {
     'GET /api/v1/namespaces/ns-first/pods/p': pod('ns-first', 'p', 'n1'),
     'GET /api/v1/namespaces/ns-second/pods/p': pod('ns-second', 'p', 'n1'),
@@ -186,7 +186,7 @@ test('kubeconfig: $KUBECONFIG merges files, the first wins; --context switches; 
   assert.equal(refused.stderr.trim(), 'The connection to the server 127.0.0.1:1 was refused - did you specify the right host or port?');
 });
 
-test('move refuses, before creating anything, what cannot move: a Pending pod, an unknown container, an empty --to, its own node', { timeout: 60_000 }, async (t) => {
+test('move refuses, before creating anything, what cannot move: a Pending pod, an unknown container, an empty --to, its own node', { timeout: 180_000 }, async (t) => {
   const api = await startFakeApiServer(t, {
     'GET /api/v1/namespaces/default/pods/waiting': pod('default', 'waiting', '', 'Pending'),
     'GET /api/v1/namespaces/default/pods/done': pod('default', 'done', 'worker-1', 'Succeeded'),
@@ -218,7 +218,7 @@ test('move refuses, before creating anything, what cannot move: a Pending pod, a
   assert.deepEqual(body.spec, { podName: 'p', action: 'Move', containerName: 'main', target: { nodeName: 'worker-2' } });
 });
 
-test('checkpoint --name explains the naming rule, as push does, and sends nothing', { timeout: 30_000 }, async (t) => {
+test('checkpoint --name explains the naming rule, as push does, and sends nothing', { timeout: 120_000 }, async (t) => {
   const api = await startFakeApiServer(t, { 'GET /api/v1/namespaces/default/pods/p': pod('default', 'p', 'worker-1') });
   for (const bad of ['BAD NAME', 'a_b', '-a', 'x'.repeat(254)]) {
     const r = await cli(['checkpoint', 'p', '--name', bad, '--kubeconfig', api.kubeconfig()]);
