@@ -86,7 +86,15 @@ test('decision events: one Moved per move, FailedCreate and ReplicaFailure, Inva
   });
   assert.doesNotMatch(rsDescribe, /Events:\s+<none>/);
 
-  // The module is pushed: the retry creates the pod, and the condition goes.
+  // The retries back off: by the 13th try (one may follow the status write at once) the next one is 10 s
+  // away at least (5 ms doubling).
+  await c.until('the FailedCreate event to count 13 tries', async () => {
+    const evs = (await c.events()).filter((e) => e.reason === 'FailedCreate' && e.involvedObject?.kind === 'ReplicaSet');
+    return evs.length === 1 && (evs[0]!.count ?? 1) >= 13;
+  }, 60_000);
+
+  // The module is pushed: the push itself brings the ReplicaSet back (not its back-off), the pod is created,
+  // and the condition goes.
   const tmp = mkdtempSync(join(tmpdir(), 'k32-events-'));
   t.after(() => rmSync(tmp, { recursive: true, force: true }));
   const wasm = join(tmp, 'nosuch.wasm');
@@ -99,7 +107,7 @@ test('decision events: one Moved per move, FailedCreate and ReplicaFailure, Inva
     const pods = await c.rest.json<{ items: V1Pod[] }>({ method: 'GET', path: '/api/v1/namespaces/default/pods?labelSelector=app%3Dghost' });
     const d = await c.rest.json<V1Deployment>({ method: 'GET', path: '/apis/apps/v1/namespaces/default/deployments/ghost' });
     return pods.items.length === 1 && !d.status?.conditions?.some((x) => x.type === 'ReplicaFailure');
-  }, 90_000);
+  }, 8_000);
 
   // By now any second decision would have been recorded long since.
   const all = await c.events();

@@ -36,6 +36,8 @@ export interface Caches {
   daemonSets: Lister<V1DaemonSet>;
   services: Lister<V1Service>;
   endpoints: Lister<V1Endpoints>;
+  /** `kube32.io/v1` Modules (cluster-scoped): a push brings back the ReplicaSets that could not create pods. */
+  modules: Lister<KubernetesObject>;
 }
 
 /** The resources, their list paths, and whether the controllers can run without them. */
@@ -49,6 +51,7 @@ export const RESOURCES = {
   daemonSets: { path: '/apis/apps/v1/daemonsets', optional: true },
   services: { path: '/api/v1/services', optional: true },
   endpoints: { path: '/api/v1/endpoints', optional: true },
+  modules: { path: '/apis/kube32.io/v1/modules', optional: true },
 } as const;
 
 export type ResourceName = keyof typeof RESOURCES;

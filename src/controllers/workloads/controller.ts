@@ -1,6 +1,6 @@
 /**
  * The workload controllers' wiring: ReplicaSets (pods → their controlling ReplicaSet, or for an orphan every
- * ReplicaSet whose selector matches it), Deployments (ReplicaSets → their Deployment), DaemonSets (pods →
+ * ReplicaSet whose selector matches it; a Module pushed → every ReplicaSet reporting `ReplicaFailure`), Deployments (ReplicaSets → their Deployment), DaemonSets (pods →
  * their DaemonSet; nodes → every DaemonSet).
  */
 import type { V1DaemonSet, V1Deployment, V1Pod, V1ReplicaSet } from '@kubernetes/client-node';
@@ -32,6 +32,14 @@ export function newWorkloadControllers(ctx: ControllerContext, informers: Inform
     rs.enqueue(keyOf(obj));
     const owner = controllerOf(obj);
     if (owner?.kind === 'Deployment') dep.enqueue(`${obj.metadata?.namespace}/${owner.name}`);
+  });
+  // A module pushed (or replaced) may be what a ReplicaSet lacked: try those that report ReplicaFailure now
+  // rather than at their next back-off.
+  informers.on('modules', (verb) => {
+    if (verb === 'delete') return;
+    for (const r of ctx.cache.replicaSets.list()) {
+      if (r.status?.conditions?.some((c) => c.type === 'ReplicaFailure' && c.status === 'True')) rs.enqueue(keyOf(r));
+    }
   });
   informers.on('deployments', (verb, obj: V1Deployment) => {
     if (verb !== 'delete') dep.enqueue(keyOf(obj));

@@ -140,7 +140,7 @@ export async function reconcileReplicaSet(key: string, ctx: ControllerContext, e
         // the error thrown after the status so that the worker tries again with back-off. The rest wait.
         createError = err;
         ctx.log.warn({ replicaset: key, err: errorMessage(err) }, 'cannot create pod');
-        await recordEvent(ctx, rsRef(rs), 'Warning', 'FailedCreate', `Error creating: ${statusMessage(err)}`, { component: COMPONENT });
+        await recordEvent(ctx, rsRef(rs), 'Warning', 'FailedCreate', `Error creating: ${createFailure(rs, err)}`, { component: COMPONENT });
         break;
       }
       exp.created(key, created.metadata?.uid ?? `unknown-${now}-${i}`, now);
@@ -160,9 +160,21 @@ export async function reconcileReplicaSet(key: string, ctx: ControllerContext, e
       await recordEvent(ctx, rsRef(rs), 'Normal', 'SuccessfulDelete', `Deleted pod: ${p.metadata?.name}`, { component: COMPONENT });
     }
   }
-  await writeReplicaSetStatus(ctx, rs, active, createError === undefined ? undefined : statusMessage(createError));
+  await writeReplicaSetStatus(ctx, rs, active, createError === undefined ? undefined : createFailure(rs, createError));
   if (createError !== undefined) throw createError;
   return undefined;
+}
+
+/**
+ * The API server's message for a pod it refused, with the name it generated for that try written as the
+ * `generateName` prefix (`Pod "counter-5d9-"`, as Kubernetes' messages read): every try then gives the same
+ * message, so the event's repeats aggregate and the condition (and the status write) stays the same, which
+ * would otherwise bring the ReplicaSet back at once and defeat the back-off.
+ */
+export function createFailure(rs: V1ReplicaSet, err: unknown): string {
+  const prefix = `${rs.metadata?.name ?? ''}-`;
+  const generated = new RegExp(`"${prefix.replace(/[.*+?^${}()|[\]\\]/g, '\\$&')}[a-z0-9]{5}"`, 'g');
+  return statusMessage(err).replace(generated, `"${prefix}"`);
 }
 
 /** The `source.component` of a ReplicaSet's events, as Kubernetes names it. */

@@ -132,8 +132,10 @@ test('a pod the API server refuses: FailedCreate on the ReplicaSet with its mess
   const { ctx, cache, fake } = fakeContext();
   const r = rs('counter-rs', 1);
   cache.replicaSets.set(r);
-  const refusal = 'Pod "" is invalid: spec.containers[0].image: Not found: "wasm://nosuch": no module "nosuch" is stored (push it with kube32-cli push)';
-  fake.failures.set('createPod', new ApiCallError('create pod default/counter-rs-', 422, 'Invalid', refusal, { kind: 'Status', reason: 'Invalid', message: refusal }));
+  // The API server names the pod it generated for each try; the event and the condition name the prefix.
+  const refusedAs = (name: string) => `Pod "${name}" is invalid: spec.containers[0].image: Not found: "wasm://nosuch": no module "nosuch" is stored (push it with kube32-cli push)`;
+  const refusal = refusedAs('counter-rs-');
+  fake.failures.set('createPod', new ApiCallError('create pod default/counter-rs-', 422, 'Invalid', refusedAs('counter-rs-x7k2q'), { kind: 'Status', reason: 'Invalid', message: refusedAs('counter-rs-x7k2q') }));
   await assert.rejects(reconcileReplicaSet('default/counter-rs', ctx, new Expectations()), /422 Invalid/, 'thrown after the status, for the back-off');
   assert.deepEqual(fake.events.map((e) => [e.type, e.reason, e.message, e.involvedObject.kind, e.involvedObject.name]), [
     ['Warning', 'FailedCreate', `Error creating: ${refusal}`, 'ReplicaSet', 'counter-rs'],
@@ -143,11 +145,13 @@ test('a pod the API server refuses: FailedCreate on the ReplicaSet with its mess
     status.conditions?.map((c) => [c.type, c.status, c.reason, c.message]),
     [['ReplicaFailure', 'True', 'FailedCreate', refusal]],
   );
-  // The retry fails the same way: the event's count rises, no second event.
+  // The retry fails the same way (another generated name): the event's count rises, no second event, and
+  // the status is not written again (a write would bring the ReplicaSet back at once, past its back-off).
   r.status = status;
-  fake.failures.set('createPod', new ApiCallError('create pod default/counter-rs-', 422, 'Invalid', refusal, { kind: 'Status', reason: 'Invalid', message: refusal }));
+  fake.failures.set('createPod', new ApiCallError('create pod default/counter-rs-', 422, 'Invalid', refusedAs('counter-rs-m4pz9'), { kind: 'Status', reason: 'Invalid', message: refusedAs('counter-rs-m4pz9') }));
   await assert.rejects(reconcileReplicaSet('default/counter-rs', ctx, new Expectations()));
   assert.equal(fake.events.length, 1);
+  assert.equal(fake.writes.filter((c) => c.op === 'patchReplicaSetStatus').length, 1);
   assert.deepEqual(fake.calls.filter((c) => c.op === 'patchEvent').map((c) => (c.args[2] as { count: number }).count), [2]);
   // The module is pushed: the pod is created and the condition goes.
   await reconcileReplicaSet('default/counter-rs', ctx, new Expectations());
