@@ -43,6 +43,7 @@ import { RESOURCES } from './registry/catalog.ts';
 import { storageKey } from './registry/types.ts';
 import { MemoryStorage, SqliteStorage, type Storage } from './storage/index.ts';
 import { EtcdStorage } from './storage/etcd.ts';
+import { attachCheckpointDataPeers } from './checkpoint-data-peers.ts';
 
 /** Options of `createApiServer`. */
 export interface ApiServerOptions {
@@ -304,6 +305,7 @@ export async function createApiServer(opts: ApiServerOptions): Promise<ApiServer
   ensureKubernetesService(registry, bind, port);
   const host = bind.includes(':') ? `[${bind}]` : bind === '0.0.0.0' ? '127.0.0.1' : bind;
   const url = `${opts.insecureHttp ? 'http' : 'https'}://${host}:${port}`;
+  const dataPeers = kind === 'etcd' ? attachCheckpointDataPeers(ctx, storage, { selfUrl: url, caCertPem }) : undefined;
   let kubeconfigPath: string | undefined;
   if (opts.dataDir) {
     kubeconfigPath = adminKubeconfigPath(opts.dataDir);
@@ -322,6 +324,7 @@ export async function createApiServer(opts: ApiServerOptions): Promise<ApiServer
       if (closed) return;
       closed = true;
       saWatch.stop();
+      dataPeers?.stop();
       gc.stop();
       for (const s of ctx.streams) s.destroy();
       await new Promise<void>((resolve) => {

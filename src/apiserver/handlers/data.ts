@@ -2,10 +2,13 @@
  * Binary subresources: a Checkpoint's snapshot (`checkpoints/<name>/data`, seed 002 "Checkpoint
  * objects and data": PUT checked while it streams, 422 when not K32S, 413 over the whole space;
  * GET the bytes or 404), a Module's bytes (`modules/<name>/data`) and blobs by digest
- * (`/apis/kube32.io/v1/blobs/<sha256>`).
+ * (`/apis/kube32.io/v1/blobs/<sha256>`). With several API servers a GET of data held by another one
+ * is proxied to it (`../checkpoint-data-peers.ts`, docs/etcd.md).
  */
 import { createHash } from 'node:crypto';
 import type { ServerResponse } from 'node:http';
+import { pipeline } from 'node:stream/promises';
+import { checkpointDataPeers, DATA_HOLDER_ANNOTATION, fetchFromHolder, HOLDER_INSTANCE_HEADER, parseDataHolder } from '../checkpoint-data-peers.ts';
 import { ApiError, badRequest, notFound } from '../errors.ts';
 import { checkpoints } from '../registry/checkpoints/index.ts';
 import { K32SError, SnapshotDecoder, type DecodedSnapshot, toHex } from '../../k32s/index.ts';
@@ -41,13 +44,30 @@ export async function serveCheckpointData(scope: RequestScope): Promise<void> {
   const key = `${ns}/${name}`;
   if (req.method === 'GET') {
     const ckpt = reg.get(checkpoints, ns, name);
-    const bytes = ctx.checkpointData.get(key, ckpt.metadata.uid);
-    if (!bytes) throw new ApiError('NotFound', `checkpoints.kube32.io "${name}" has no data`, { name, group: 'kube32.io', kind: 'checkpoints' });
     const st = rec(ckpt.status);
     const headers: Record<string, string> = {};
     if (typeof st.imageSha256 === 'string') headers['X-Kube32-Image-Sha256'] = st.imageSha256;
     if (typeof st.snapshotSha256 === 'string') headers['X-Kube32-Snapshot-Sha256'] = st.snapshotSha256;
     if (typeof st.podTimeMs === 'number') headers['X-Kube32-Pod-Time-Ms'] = String(st.podTimeMs);
+    const noData = () => new ApiError('NotFound', `checkpoints.kube32.io "${name}" has no data`, { name, group: 'kube32.io', kind: 'checkpoints' });
+    // Several API servers (docs/etcd.md): the annotation names the one holding the latest data; a
+    // copy held here of an older PUT is stale, and a request proxied by a peer is never proxied on.
+    const peers = checkpointDataPeers(ctx);
+    const holder = parseDataHolder(ckpt.metadata.annotations?.[DATA_HOLDER_ANNOTATION]);
+    if (peers && holder && holder.instance !== peers.instance) {
+      ctx.checkpointData.delete(key);
+      if (req.headers[HOLDER_INSTANCE_HEADER] !== undefined) throw noData();
+      const up = await fetchFromHolder(ctx, holder, scope.url.pathname);
+      if (up?.statusCode !== 200) {
+        up?.resume();
+        throw noData();
+      }
+      res.writeHead(200, { 'Content-Type': 'application/octet-stream', 'Content-Length': up.headers['content-length'] ?? '', 'Cache-Control': 'no-cache, private', ...headers });
+      await pipeline(up, res);
+      return;
+    }
+    const bytes = ctx.checkpointData.get(key, ckpt.metadata.uid);
+    if (!bytes) throw noData();
     return sendBytes(res, bytes, headers);
   }
   if (req.method !== 'PUT') throw new ApiError('MethodNotAllowed', `${req.method} is not supported on checkpoints/data`);
@@ -96,6 +116,8 @@ export async function serveCheckpointData(scope: RequestScope): Promise<void> {
   const facts = { sizeBytes: length, snapshotSha256: toHex(snap.snapshotSha256), imageSha256: toHex(snap.header.imageSha256), podTimeMs: Number(snap.header.podTimeMs) };
   const updated = reg.serverUpdate(checkpoints, ns, name, (o) => {
     if (o.metadata.uid !== ckpt.metadata.uid) throw notFound('checkpoints', 'kube32.io', name);
+    const holderOfData = checkpointDataPeers(ctx)?.holder;
+    if (holderOfData) o.metadata.annotations = { ...o.metadata.annotations, [DATA_HOLDER_ANNOTATION]: holderOfData };
     o.status = { ...rec(o.status), sizeBytes: facts.sizeBytes, snapshotSha256: facts.snapshotSha256, imageSha256: facts.imageSha256, podTimeMs: facts.podTimeMs };
     return o;
   });

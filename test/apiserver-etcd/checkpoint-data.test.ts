@@ -1,0 +1,84 @@
+/**
+ * Checkpoint data across several API servers on one etcd (issue 11, seed 002 "Checkpoint objects
+ * and data"): the snapshot stays in the memory of the API server that received its PUT, and the
+ * others proxy GET to it. PUT through A, GET through B byte for byte; a later PUT through B wins on
+ * A; B answers 404 once A is stopped, and again when A is restarted (a restart loses the data).
+ */
+import assert from 'node:assert/strict';
+import { createHash } from 'node:crypto';
+import { test } from 'node:test';
+import { type ApiServer, createApiServer } from '../../src/apiserver/index.ts';
+import { encodeSnapshot, type SnapshotState } from '../../src/k32s/index.ts';
+import { createLogger } from '../../src/lib/index.ts';
+import { startEtcd } from './etcd-server.ts';
+
+function snapshot(fill: number, pages: number): Buffer {
+  const state: SnapshotState = {
+    imageSha256: createHash('sha256').update('module').digest(),
+    memory: new Uint8Array(pages * 65536).map((_, i) => (i * 31 + fill) & 0xff),
+    memoryPages: pages,
+    podTimeMs: BigInt(1000 + fill),
+    unixTimeMs: 0n,
+    globals: [],
+    tables: [],
+    channels: [],
+    events: [],
+  };
+  return Buffer.concat([...encodeSnapshot(state)].map((c) => Buffer.from(c)));
+}
+
+const DATA = '/apis/kube32.io/v1/namespaces/default/checkpoints/c1/data';
+
+async function putData(s: ApiServer, bytes: Buffer): Promise<Record<string, unknown>> {
+  const r = await fetch(`${s.url}${DATA}`, { method: 'PUT', body: bytes, headers: { 'Content-Type': 'application/octet-stream' }, signal: AbortSignal.timeout(20_000) });
+  assert.equal(r.status, 200, await r.clone().text());
+  return (await r.json()) as Record<string, unknown>;
+}
+
+async function getData(s: ApiServer): Promise<{ status: number; bytes: Buffer; sha: string | null }> {
+  const r = await fetch(`${s.url}${DATA}`, { signal: AbortSignal.timeout(40_000) });
+  return { status: r.status, bytes: Buffer.from(await r.arrayBuffer()), sha: r.headers.get('x-kube32-snapshot-sha256') };
+}
+
+test('checkpoint data PUT through one API server is answered by another, until its holder restarts', { timeout: 90_000 }, async (t) => {
+  const { url } = await startEtcd(t);
+  const logger = createLogger('apiserver-etcd-test', { level: 'error' });
+  let a = await createApiServer({ storage: 'etcd', etcdEndpoints: [url], insecureHttp: true, port: 0, logger });
+  t.after(() => a.close());
+  const b = await createApiServer({ storage: 'etcd', etcdEndpoints: [url], insecureHttp: true, port: 0, logger });
+  t.after(() => b.close());
+
+  const created = await fetch(`${a.url}/apis/kube32.io/v1/namespaces/default/checkpoints`, {
+    method: 'POST',
+    headers: { 'Content-Type': 'application/json' },
+    body: JSON.stringify({ apiVersion: 'kube32.io/v1', kind: 'Checkpoint', metadata: { name: 'c1' }, spec: { podName: 'p1' } }),
+  });
+  assert.equal(created.status, 201, await created.clone().text());
+  assert.equal((await getData(b)).status, 404, 'no data yet');
+
+  const first = snapshot(1, 3);
+  const answered = await putData(a, first);
+  assert.match(String((answered.metadata as { annotations: Record<string, string> }).annotations['kube32.io/checkpoint-data-holder']), new RegExp(`^${a.url} `));
+  const viaB = await getData(b);
+  assert.equal(viaB.status, 200);
+  assert.ok(viaB.bytes.equals(first), `B answered ${viaB.bytes.length} bytes, A holds ${first.length}`);
+  assert.equal(viaB.sha, (answered.status as { snapshotSha256: string }).snapshotSha256);
+  assert.ok((await getData(a)).bytes.equals(first));
+
+  // A newer snapshot through B: A's copy is stale and A proxies to B.
+  const second = snapshot(2, 2);
+  await putData(b, second);
+  assert.ok((await getData(a)).bytes.equals(second), 'A answers the newer data held by B');
+  await putData(a, first);
+  assert.ok((await getData(b)).bytes.equals(first));
+
+  // The holder stops: the data is lost, as after a control plane restart; the Checkpoint stays.
+  const port = a.port;
+  await a.close();
+  assert.equal((await getData(b)).status, 404);
+  a = await createApiServer({ storage: 'etcd', etcdEndpoints: [url], insecureHttp: true, port, logger });
+  assert.equal((await getData(b)).status, 404, 'a restarted holder holds nothing');
+  assert.equal((await getData(a)).status, 404);
+  const ckpt = await fetch(`${b.url}/apis/kube32.io/v1/namespaces/default/checkpoints/c1`);
+  assert.equal(ckpt.status, 200);
+});
