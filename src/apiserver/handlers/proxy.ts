@@ -74,11 +74,20 @@ function forward(scope: RequestScope, target: { host: string; port: number }, pa
   });
 }
 
+/**
+ * The path a proxy request takes at its target: `/` plus the rest of the proxy URL, with the
+ * trailing `/` kept. `.../proxy` and `.../proxy/` both reach `/` (never `//`), as in Kubernetes.
+ */
+export function proxiedPath(subpath: string | undefined, trailingSlash: boolean | undefined): string {
+  if (!subpath) return '/';
+  return `/${subpath}${trailingSlash ? '/' : ''}`;
+}
+
 /** Serves `/api/v1/nodes/<node>/proxy/<path>`. */
 export async function serveNodeProxy(scope: RequestScope): Promise<void> {
   const node = scope.ctx.registry.get(nodes, '', scope.info.name!);
   const target = kubeletAddress(node);
-  await forward(scope, target, `/${scope.info.subpath}${scope.info.trailingSlash ? '/' : ''}${scope.url.search}`, true);
+  await forward(scope, target, `${proxiedPath(scope.info.subpath, scope.info.trailingSlash)}${scope.url.search}`, true);
 }
 
 /** Serves `GET pods/<pod>/log`: the container's log from its node, followed when `follow=true`. */
@@ -110,6 +119,27 @@ export async function servePodLog(scope: RequestScope): Promise<void> {
   await forward(scope, target, `/containerLogs/${encodeURIComponent(ns)}/${encodeURIComponent(info.name!)}/${encodeURIComponent(container)}${qs ? `?${qs}` : ''}`, true);
 }
 
+/**
+ * Serves `/api/v1/namespaces/<ns>/pods/[<scheme>:]<name>[:<port>]/proxy/<path>`: the pod's HTTP at its
+ * IP (the node's address) on the named or numbered container port, by default its first one.
+ * @throws ApiError NotFound (no such pod), ServiceUnavailable (not running, no IP, no such port)
+ */
+export async function servePodProxy(scope: RequestScope): Promise<void> {
+  const { ctx, info } = scope;
+  const ns = info.namespace ?? '';
+  const parts = info.name!.split(':');
+  const name = parts.length === 3 ? parts[1]! : parts[0]!;
+  const portName = parts.length === 3 ? parts[2]! : (parts[1] ?? '');
+  const pod = ctx.registry.get(pods, ns, name);
+  const ip = rec(pod.status).podIP;
+  if (!ip || rec(pod.status).phase !== 'Running') throw new ApiError('ServiceUnavailable', `pod ${name} is not running: it has no IP to proxy to`);
+  const ports = arr(rec(pod.spec).containers).flatMap((c) => arr(c.ports));
+  const port = portName ? ports.find((p) => p.name === portName || String(p.containerPort) === portName) : ports[0];
+  const number = port ? Number(port.containerPort) : /^\d+$/.test(portName) ? Number(portName) : undefined;
+  if (!number) throw new ApiError('ServiceUnavailable', portName ? `pod ${name} has no container port "${portName}"` : `pod ${name} declares no container port: name one, as in pods/${name}:8080/proxy/`);
+  await forward(scope, { host: String(ip), port: number }, `${proxiedPath(info.subpath, info.trailingSlash)}${scope.url.search}`, false);
+}
+
 /** Serves `/api/v1/namespaces/<ns>/services/[<scheme>:]<name>[:<port>]/proxy/<path>`. */
 export async function serveServiceProxy(scope: RequestScope): Promise<void> {
   const { ctx, info } = scope;
@@ -130,7 +160,7 @@ export async function serveServiceProxy(scope: RequestScope): Promise<void> {
     const epPort = arr(subset.ports).find((p) => (port.name ? p.name === port.name : true));
     const addr = arr(subset.addresses)[0];
     if (epPort && addr) {
-      await forward(scope, { host: String(addr.ip), port: Number(epPort.port) }, `/${info.subpath}${info.trailingSlash ? '/' : ''}${scope.url.search}`, false);
+      await forward(scope, { host: String(addr.ip), port: Number(epPort.port) }, `${proxiedPath(info.subpath, info.trailingSlash)}${scope.url.search}`, false);
       return;
     }
   }

@@ -15,8 +15,9 @@ import type { KubeObject } from '../storage/index.ts';
 import type { RequestScope } from './context.ts';
 import { mediaType, sendJson, warningHeader } from './http.ts';
 import { readObject, writeOptions } from './resources.ts';
-import { serveCheckpointData, serveModuleData } from './data.ts';
-import { serveNodeProxy, servePodLog, serveServiceProxy } from './proxy.ts';
+import { serveCheckpointData } from './data.ts';
+import { serveModuleData } from './module-data.ts';
+import { serveNodeProxy, servePodLog, servePodProxy, serveServiceProxy } from './proxy.ts';
 
 const PATCH_TYPES: Record<string, PatchType> = {
   'application/merge-patch+json': 'merge',
@@ -35,6 +36,32 @@ function toScale(obj: KubeObject, paths: { specReplicas: string[]; statusReplica
   };
 }
 
+/** Pods' streaming subresources of Kubernetes that a WebAssembly pod has no counterpart for. */
+const STREAMING_SUBRESOURCES = new Set(['exec', 'attach', 'portforward']);
+
+/**
+ * The answer to `pods/<name>/exec`, `attach` and `portforward` (`kubectl exec`, `attach`,
+ * `port-forward`): a WebAssembly pod has no processes to start or attach to and no network
+ * namespace to forward into, so these are refused with a 400 BadRequest `metav1.Status` that
+ * kubectl prints whole (`Error from server (BadRequest): ...`) and that says what to use instead.
+ * (A 404 reads as a missing API; kubectl prints a 405's message the same way but its reason,
+ * MethodNotAllowed, suggests another verb would work.)
+ */
+function streamingNotSupported(pod: KubeObject, sub: string): ApiError {
+  const name = pod.metadata.name;
+  const ns = pod.metadata.namespace ?? 'default';
+  const what = sub === 'portforward' ? 'port-forward' : sub;
+  const nsFlag = ns === 'default' ? '' : ` -n ${ns}`;
+  const instead =
+    sub === 'portforward'
+      ? `reach the pod's HTTP through the API server's service proxy (kubectl get --raw /api/v1/namespaces/${ns}/services/<service>/proxy/<path>) or at the pod's IP and port (kubectl get pod ${name}${nsFlag} -o wide)`
+      : `use kubectl logs ${name}${nsFlag} for its output, and its HTTP through a service's proxy or at the pod's IP and port`;
+  return new ApiError('BadRequest', `${what} is not supported for WebAssembly pods (pod "${name}" runs a module, not processes): ${instead}`, {
+    name,
+    kind: 'pods',
+  });
+}
+
 /** Serves `<resource>/<name>/<subresource>[/...]`. */
 export async function serveSubresource(scope: RequestScope): Promise<void> {
   const { req, res, url, ctx, info } = scope;
@@ -44,6 +71,7 @@ export async function serveSubresource(scope: RequestScope): Promise<void> {
   const method = req.method ?? 'GET';
   const namespace = def.namespaced ? (info.namespace ?? '') : '';
   const name = info.name!;
+  if (def.kind === 'Pod' && def.group === '' && STREAMING_SUBRESOURCES.has(info.subresource!)) throw streamingNotSupported(reg.get(def, namespace, name), info.subresource!);
   if (!def.subresources.includes(sub)) throw new ApiError('NotFound', 'the server could not find the requested resource');
   if (sub !== 'proxy' && info.subpath !== '') throw new ApiError('NotFound', 'the server could not find the requested resource');
   const warnings: string[] = [];
@@ -114,6 +142,7 @@ export async function serveSubresource(scope: RequestScope): Promise<void> {
     case 'proxy':
       if (def.kind === 'Node') return serveNodeProxy(scope);
       if (def.kind === 'Service') return serveServiceProxy(scope);
+      if (def.kind === 'Pod') return servePodProxy(scope);
       throw new ApiError('NotFound', 'the server could not find the requested resource');
   }
 }

@@ -261,7 +261,7 @@ export const pods: ResourceDef = {
   namespaced: true,
   shortNames: ['po'],
   categories: ['all'],
-  subresources: ['status', 'log', 'eviction', 'binding', 'replace'],
+  subresources: ['status', 'log', 'eviction', 'binding', 'replace', 'proxy'],
   hasStatus: true,
   fields: ['spec', 'status'],
   prepareForCreate(obj) {
