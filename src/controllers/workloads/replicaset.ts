@@ -150,14 +150,18 @@ export async function reconcileReplicaSet(key: string, ctx: ControllerContext, e
   } else if (active.length + ghosts > want) {
     const victims = [...active].sort((a, b) => compareRank(deletionRank(a), deletionRank(b))).slice(0, Math.min(BURST, active.length + ghosts - want));
     for (const p of victims) {
+      let deleted = true;
       try {
         await ctx.api.deletePod(namespace, p.metadata?.name ?? '', { uid: p.metadata?.uid });
       } catch (err: unknown) {
         if (!isNotFound(err) && !isConflict(err)) throw err;
+        deleted = false; // gone already, or another pod by now: nothing this sync did
       }
       exp.deleted(key, p.metadata?.uid ?? '', now);
-      ctx.log.info({ replicaset: key, pod: p.metadata?.name }, 'deleted pod');
-      await recordEvent(ctx, rsRef(rs), 'Normal', 'SuccessfulDelete', `Deleted pod: ${p.metadata?.name}`, { component: COMPONENT });
+      if (deleted) {
+        ctx.log.info({ replicaset: key, pod: p.metadata?.name }, 'deleted pod');
+        await recordEvent(ctx, rsRef(rs), 'Normal', 'SuccessfulDelete', `Deleted pod: ${p.metadata?.name}`, { component: COMPONENT });
+      }
     }
   }
   await writeReplicaSetStatus(ctx, rs, active, createError === undefined ? undefined : createFailure(rs, createError));
