@@ -18,6 +18,22 @@ function bytesOption(value: string): number {
   }
 }
 
+/** Bytes of one WebAssembly page: the least heap a node can offer a pod. */
+const WASM_PAGE_BYTES = 64 * 1024;
+
+/**
+ * Parses `--heap`: a byte quantity of at least one 64 KiB WebAssembly page (a smaller heap would
+ * give a Ready node that can run no pod at all).
+ * @throws InvalidArgumentError naming the value and the least accepted
+ */
+export function heapOption(value: string): number {
+  const n = bytesOption(value);
+  if (n < WASM_PAGE_BYTES) {
+    throw new InvalidArgumentError(`the heap must hold at least one 64Ki WebAssembly page (65536 bytes): current value is "${value}" (${n} bytes)`);
+  }
+  return n;
+}
+
 function intOption(value: string): number {
   const n = Number(value);
   if (!Number.isInteger(n) || n < 0) throw new InvalidArgumentError(`expected a whole number: current value is "${value}"`);
@@ -54,7 +70,7 @@ export function buildCommand(): Command {
     .option('--name <node>', 'the Node\'s name', hostname().toLowerCase())
     .option('--address <ip>', 'address of the node and its pods (one per worker: 127.0.0.2, 127.0.0.3, ...)', '127.0.0.1')
     .addOption(new Option('--kubelet-port <port>', 'port of the kubelet endpoint (0: any free port)').argParser(intOption).default(10250))
-    .addOption(new Option('--heap <bytes>', 'heap the pods may hold (capacity memory; MemoryPressure below 24Ki free)').argParser(bytesOption).default(256 * 1024 * 1024, '256Mi'))
+    .addOption(new Option('--heap <bytes>', 'heap the pods may hold, at least 64Ki (capacity memory; MemoryPressure below 24Ki free)').argParser(heapOption).default(256 * 1024 * 1024, '256Mi'))
     .addOption(new Option('--max-pods <n>', 'most pods the node runs').argParser(intOption).default(110))
     .addOption(new Option('--labels <k=v,...>', 'extra Node labels').argParser(parseLabels).default({}, 'none'))
     .option('--data-dir <dir>', 'where modules and pods\' files are kept (default: ~/.kube32/nodes/<name>)')

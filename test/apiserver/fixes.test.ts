@@ -1,0 +1,143 @@
+/**
+ * Fixes from a fresh user's trial of the API server, each checked with the real kubectl or raw
+ * HTTPS against a real server: exec/attach/port-forward answer a Status that says what to use
+ * instead; a module that does not load is refused at push; a deleted Module's bytes stay served by
+ * digest while a pod names them; kube32-sim refuses a heap below one WebAssembly page.
+ */
+import assert from 'node:assert/strict';
+import { execFile } from 'node:child_process';
+import { createHash } from 'node:crypto';
+import { existsSync, readFileSync } from 'node:fs';
+import { request as httpsRequest } from 'node:https';
+import { join } from 'node:path';
+import { test } from 'node:test';
+import { startApiServer, type TestApiServer } from '../helpers/apiserver.ts';
+
+const ROOT = new URL('../../', import.meta.url).pathname;
+const COUNTER = join(ROOT, 'build/examples/counter.wasm');
+/** `(module (func (export "_start")))`: the least module a pod can run. */
+const MINIMAL = Buffer.from('0061736d0100000001040160000003020100070a01065f737461727400000a040102000b', 'hex');
+
+interface Reply {
+  status: number;
+  body: Buffer;
+  json(): Record<string, unknown>;
+}
+
+function raw(api: TestApiServer, method: string, path: string, body?: Buffer, type = 'application/octet-stream'): Promise<Reply> {
+  const ca = Buffer.from(api.kubeConfig.getCurrentCluster()!.caData!, 'base64');
+  const u = new URL(api.url + path);
+  const headers: Record<string, string | number> = { Authorization: `Bearer ${api.kubeConfig.getCurrentUser()!.token}` };
+  if (body) {
+    headers['Content-Type'] = type;
+    headers['Content-Length'] = body.length;
+  }
+  return new Promise((resolve, reject) => {
+    const req = httpsRequest({ host: u.hostname, port: u.port, path: u.pathname + u.search, method, ca, headers }, (res) => {
+      const chunks: Buffer[] = [];
+      res.on('data', (c: Buffer) => chunks.push(c));
+      res.on('end', () => {
+        const b = Buffer.concat(chunks);
+        resolve({ status: res.statusCode ?? 0, body: b, json: () => JSON.parse(b.toString()) as Record<string, unknown> });
+      });
+    });
+    req.on('error', reject);
+    req.end(body);
+  });
+}
+
+const podYaml = (name: string, image: string) => JSON.stringify({ apiVersion: 'v1', kind: 'Pod', metadata: { name }, spec: { containers: [{ name: 'main', image }] } });
+
+test('API server fixes from the fresh-user trial', { timeout: 120_000 }, async (t) => {
+  const api = await startApiServer(t);
+  const wasm = existsSync(COUNTER) ? readFileSync(COUNTER) : MINIMAL;
+  const sha = createHash('sha256').update(wasm).digest('hex');
+  let r = await raw(api, 'PUT', '/apis/kube32.io/v1/modules/counter/data', wasm);
+  assert.equal(r.status, 201, r.body.toString());
+
+  await t.test('kubectl exec, attach and port-forward say they are not supported for WebAssembly pods and what to use', async () => {
+    let k = await api.kubectl(['apply', '-f', '-'], { input: podYaml('echo', 'wasm://counter') });
+    assert.equal(k.code, 0, k.stderr);
+    // port-forward needs a Running pod (kubectl checks the phase before it asks the server)
+    k = await api.kubectl(['patch', 'pod', 'echo', '--subresource=status', '--type=merge', '-p', '{"status":{"phase":"Running"}}']);
+    assert.equal(k.code, 0, k.stderr);
+    k = await api.kubectl(['exec', 'echo', '--', 'ls']);
+    assert.notEqual(k.code, 0);
+    assert.match(k.stderr, /exec is not supported for WebAssembly pods/, k.stderr);
+    assert.match(k.stderr, /kubectl logs echo/);
+    assert.doesNotMatch(k.stderr, /could not find the requested resource/);
+    k = await api.kubectl(['attach', 'echo']);
+    assert.notEqual(k.code, 0);
+    assert.match(k.stderr, /attach is not supported for WebAssembly pods/, k.stderr);
+    k = await api.kubectl(['port-forward', 'pod/echo', '18080:8080'], { timeoutMs: 30_000 });
+    assert.notEqual(k.code, 0);
+    assert.match(k.stderr, /port-forward is not supported for WebAssembly pods/, k.stderr);
+    assert.match(k.stderr, /services\/<service>\/proxy/);
+    // the raw answer is a metav1.Status
+    r = await raw(api, 'POST', '/api/v1/namespaces/default/pods/echo/exec?command=ls&stdout=true');
+    assert.equal(r.status, 400);
+    assert.equal(r.json().kind, 'Status');
+    assert.equal(r.json().reason, 'BadRequest');
+    // a pod that does not exist is still NotFound, naming it
+    r = await raw(api, 'POST', '/api/v1/namespaces/default/pods/nosuch/portforward');
+    assert.equal(r.status, 404);
+    assert.match(String(r.json().message), /pods "nosuch" not found/);
+  });
+
+  await t.test('a module that does not load is refused at push with the reason, and nothing is stored', async () => {
+    const truncated = wasm.subarray(0, 100);
+    r = await raw(api, 'PUT', '/apis/kube32.io/v1/modules/broken/data', truncated);
+    assert.equal(r.status, 422, r.body.toString());
+    assert.equal(r.json().reason, 'Invalid');
+    assert.match(String(r.json().message), /Module\.kube32\.io "broken" is invalid: data: not a module a pod can run: the module does not (parse|validate)/);
+    const tsha = createHash('sha256').update(truncated).digest('hex');
+    assert.equal((await raw(api, 'GET', `/apis/kube32.io/v1/blobs/${tsha}`)).status, 404);
+    assert.equal((await raw(api, 'GET', '/apis/kube32.io/v1/modules/broken')).status, 404);
+    // an update of an existing Module with bad bytes keeps the old bytes
+    r = await raw(api, 'PUT', '/apis/kube32.io/v1/modules/counter/data', truncated);
+    assert.equal(r.status, 422);
+    r = await raw(api, 'GET', '/apis/kube32.io/v1/modules/counter/data');
+    assert.ok(r.body.equals(wasm));
+    // valid bytes without a pod ABI export are refused too
+    const empty = Buffer.from('0061736d01000000', 'hex');
+    r = await raw(api, 'PUT', '/apis/kube32.io/v1/modules/empty/data', empty);
+    assert.equal(r.status, 422);
+    assert.match(String(r.json().message), /exports none of/);
+    const k = await api.kubectl(['get', 'modules', '-o', 'name']);
+    assert.equal(k.stdout.trim(), 'module.kube32.io/counter');
+  });
+
+  await t.test('a deleted Module\'s bytes stay served by digest while a pod names them', async () => {
+    let k = await api.kubectl(['delete', 'mod', 'counter']);
+    assert.equal(k.code, 0, k.stderr);
+    k = await api.kubectl(['get', 'pod', 'echo', '-o', 'jsonpath={.metadata.annotations.kube32\\.io/image-sha256}']);
+    assert.equal(k.stdout, sha);
+    // a kubelet starting a replica or a moved pod fetches the image by the pod's digest
+    r = await raw(api, 'GET', `/apis/kube32.io/v1/blobs/${sha}`);
+    assert.equal(r.status, 200);
+    assert.ok(r.body.equals(wasm));
+    // and a new pod naming the digest is still accepted (a replica of a pod made before the delete)
+    k = await api.kubectl(['apply', '-f', '-'], { input: podYaml('replica', `kube32.io/wasm-sha256:${sha}`) });
+    assert.equal(k.code, 0, k.stderr);
+  });
+});
+
+test('kube32-sim refuses a heap below one 64 KiB WebAssembly page, naming the flag and value', { timeout: 30_000 }, async () => {
+  const run = (heap: string) =>
+    new Promise<{ code: number; stderr: string }>((resolve) => {
+      execFile(process.execPath, [join(ROOT, 'bin/kube32-sim.js'), '--heap', heap, '--kubeconfig', '/nonexistent/kubeconfig'], { timeout: 20_000 }, (err, _out, stderr) => {
+        resolve({ code: err ? (typeof err.code === 'number' ? err.code : 1) : 0, stderr: String(stderr) });
+      });
+    });
+  for (const heap of ['1', '65535', '63Ki']) {
+    const { code, stderr } = await run(heap);
+    assert.notEqual(code, 0, `--heap ${heap} was accepted`);
+    assert.match(stderr, /--heap/);
+    assert.match(stderr, new RegExp(`current value is "${heap}"`));
+    assert.match(stderr, /at least one 64Ki WebAssembly page/);
+  }
+  // one page passes the flag check (and then fails only on the missing kubeconfig)
+  const { stderr } = await run('64Ki');
+  assert.doesNotMatch(stderr, /--heap/);
+  assert.match(stderr, /nonexistent/);
+});
