@@ -2,7 +2,8 @@
  * Fixes from a fresh user's trial of the API server, each checked with the real kubectl or raw
  * HTTPS against a real server: exec/attach/port-forward answer a Status that says what to use
  * instead; a module that does not load is refused at push; a deleted Module's bytes stay served by
- * digest while a pod names them; kube32-sim refuses a heap below one WebAssembly page.
+ * digest while a pod names them; kube32-sim refuses a heap below one WebAssembly page; Table
+ * watchers share one encoding of an event yet each gets the column definitions first.
  */
 import assert from 'node:assert/strict';
 import { execFile } from 'node:child_process';
@@ -120,6 +121,65 @@ test('API server fixes from the fresh-user trial', { timeout: 120_000 }, async (
     k = await api.kubectl(['apply', '-f', '-'], { input: podYaml('replica', `kube32.io/wasm-sha256:${sha}`) });
     assert.equal(k.code, 0, k.stderr);
   });
+});
+
+/** Opens a watch asking for Tables (as `kubectl get -w`) and answers a reader of its events. */
+function tableWatch(api: TestApiServer, t: import('node:test').TestContext, rv: string): Promise<{ next(): Promise<{ type: string; object: Record<string, unknown> }> }> {
+  const ca = Buffer.from(api.kubeConfig.getCurrentCluster()!.caData!, 'base64');
+  const u = new URL(api.url);
+  const headers = { Authorization: `Bearer ${api.kubeConfig.getCurrentUser()!.token}`, Accept: 'application/json;as=Table;v=v1;g=meta.k8s.io,application/json' };
+  return new Promise((resolve, reject) => {
+    const req = httpsRequest({ host: u.hostname, port: u.port, path: `/api/v1/namespaces/default/pods?watch=true&resourceVersion=${rv}`, ca, headers }, (res) => {
+      const lines: string[] = [];
+      let waiting: (() => void) | undefined;
+      let buf = '';
+      res.setEncoding('utf8');
+      res.on('data', (d: string) => {
+        buf += d;
+        for (let nl = buf.indexOf('\n'); nl >= 0; nl = buf.indexOf('\n')) {
+          if (buf.slice(0, nl).trim()) lines.push(buf.slice(0, nl));
+          buf = buf.slice(nl + 1);
+        }
+        waiting?.();
+      });
+      resolve({
+        async next() {
+          while (lines.length === 0) await new Promise<void>((r) => (waiting = r));
+          return JSON.parse(lines.shift()!) as { type: string; object: Record<string, unknown> };
+        },
+      });
+    });
+    t.after(() => req.destroy());
+    req.on('error', reject);
+    req.end();
+  });
+}
+
+test('Table watchers of one event each get the column definitions in their own first event only', { timeout: 60_000 }, async (t) => {
+  const api = await startApiServer(t);
+  const rvOf = async () => String((JSON.parse((await raw(api, 'GET', '/api/v1/namespaces/default/pods?limit=1')).body.toString()) as { metadata: { resourceVersion: string } }).metadata.resourceVersion);
+  const a = await tableWatch(api, t, await rvOf());
+  let k = await api.kubectl(['apply', '-f', '-'], { input: podYaml('p1', `kube32.io/wasm-sha256:${'1'.repeat(64)}`) });
+  assert.equal(k.code, 0, k.stderr);
+  let e = await a.next();
+  assert.equal(e.type, 'ADDED');
+  assert.equal(e.object.kind, 'Table');
+  assert.ok(Array.isArray(e.object.columnDefinitions) && e.object.columnDefinitions.length > 0, 'the first event carries the columns');
+  const b = await tableWatch(api, t, await rvOf());
+  const c = await tableWatch(api, t, await rvOf());
+  k = await api.kubectl(['label', 'pod', 'p1', 'tier=web']);
+  assert.equal(k.code, 0, k.stderr);
+  e = await a.next();
+  assert.equal(e.type, 'MODIFIED');
+  assert.equal((e.object.columnDefinitions as unknown[] | undefined)?.length ?? 0, 0, 'a later event has rows only');
+  for (const w of [b, c]) {
+    e = await w.next();
+    assert.equal(e.type, 'MODIFIED');
+    assert.ok((e.object.columnDefinitions as unknown[]).length > 0, 'a new watcher\'s first event carries the columns');
+    const row = (e.object.rows as { cells: unknown[]; object: { metadata: { labels: Record<string, string> } } }[])[0]!;
+    assert.equal(row.cells[0], 'p1');
+    assert.equal(row.object.metadata.labels.tier, 'web');
+  }
 });
 
 test('kube32-sim refuses a heap below one 64 KiB WebAssembly page, naming the flag and value', { timeout: 30_000 }, async () => {

@@ -16,8 +16,9 @@ import { wantsTable } from './http.ts';
 import { type IncludeObject, toTable } from './table.ts';
 
 /**
- * The JSON line of an event in plain (non-Table) form, made once per event and type and shared by
- * every watcher: a write fanned out to 100 watchers is serialized once.
+ * The JSON line of an event, made once per event, type and form (the plain object of a
+ * group/version, or a Table of given options) and shared by every watcher of that form: a write
+ * fanned out to 100 watchers is serialized once.
  */
 const lineCache = new WeakMap<KubeObject, Map<string, Buffer>>();
 
@@ -78,9 +79,12 @@ export function serveWatch(scope: RequestScope, filter?: (o: KubeObject) => bool
   const send = (type: string, obj: KubeObject) => {
     if (closed) return;
     if (table && type !== 'BOOKMARK' && type !== 'ERROR') {
-      const object = toTable(def, [withTypeMeta(def, obj)], obj.metadata.resourceVersion ?? '', include, new Date(), { columns: !columnsSent });
+      // kubectl get -w: a Table of one row, the column definitions in a watcher's first one only. Shared by
+      // every Table watcher of this form in the same millisecond (the age cells are whole units of time).
+      const columns = !columnsSent;
       columnsSent = true;
-      res.write(`${JSON.stringify({ type, object })}\n`);
+      const form = `table ${apiVersionOf(def)} ${def.plural} ${include} ${columns ? 'columns' : 'rows'} ${Date.now()}`;
+      res.write(plainLine(type, obj, form, () => toTable(def, [withTypeMeta(def, obj)], obj.metadata.resourceVersion ?? '', include, new Date(), { columns })));
     } else {
       // The form (group/version) keys the cache: a converted resource (events.k8s.io) shares events with its stored one.
       res.write(plainLine(type, obj, apiVersionOf(def), () => withTypeMeta(def, def.storedAs && type !== 'BOOKMARK' ? def.storedAs.fromStored(obj) : obj)));
