@@ -6,9 +6,10 @@
  * watchers share one encoding of an event yet each gets the column definitions first.
  */
 import assert from 'node:assert/strict';
-import { execFile } from 'node:child_process';
+import { execFile, execFileSync } from 'node:child_process';
 import { createHash } from 'node:crypto';
-import { existsSync, readFileSync } from 'node:fs';
+import { existsSync, mkdtempSync, readFileSync, rmSync } from 'node:fs';
+import { tmpdir } from 'node:os';
 import { request as httpsRequest } from 'node:https';
 import { join } from 'node:path';
 import { test } from 'node:test';
@@ -16,8 +17,18 @@ import { startApiServer, type TestApiServer } from '../helpers/apiserver.ts';
 
 const ROOT = new URL('../../', import.meta.url).pathname;
 const COUNTER = join(ROOT, 'build/examples/counter.wasm');
-/** `(module (func (export "_start")))`: the least module a pod can run. */
-const MINIMAL = Buffer.from('0061736d0100000001040160000003020100070a01065f737461727400000a040102000b', 'hex');
+
+/** The example counter as `npm run build` makes it, else the kubelet tests' counter fixture. */
+function counterWasm(): Buffer {
+  if (existsSync(COUNTER)) return readFileSync(COUNTER);
+  const dir = mkdtempSync(join(tmpdir(), 'k32-fixes-'));
+  try {
+    execFileSync('wat2wasm', [join(ROOT, 'test/kubelet/fixtures/counter.wat'), '-o', join(dir, 'counter.wasm')]);
+    return readFileSync(join(dir, 'counter.wasm'));
+  } finally {
+    rmSync(dir, { recursive: true, force: true });
+  }
+}
 
 interface Reply {
   status: number;
@@ -51,7 +62,7 @@ const podYaml = (name: string, image: string) => JSON.stringify({ apiVersion: 'v
 
 test('API server fixes from the fresh-user trial', { timeout: 120_000 }, async (t) => {
   const api = await startApiServer(t);
-  const wasm = existsSync(COUNTER) ? readFileSync(COUNTER) : MINIMAL;
+  const wasm = counterWasm();
   const sha = createHash('sha256').update(wasm).digest('hex');
   let r = await raw(api, 'PUT', '/apis/kube32.io/v1/modules/counter/data', wasm);
   assert.equal(r.status, 201, r.body.toString());
