@@ -28,7 +28,7 @@ import {
 import { HostService } from '../gen/feos/host/v1/host_pb.js';
 import { type Volume, VolumeSchema, VolumeService, VolumeState } from '../gen/feos/volume/v1/volume_pb.js';
 import { codeName, isVmBusy, makeClient } from '../api/index.ts';
-import { parseBytes } from '../../lib/index.ts';
+import { humanDuration, parseBytes } from '../../lib/index.ts';
 import { mintPodId } from '../pods/id.ts';
 
 type Output = 'table' | 'json' | 'yaml';
@@ -43,12 +43,11 @@ function podJson(pod: PodInfo): JsonValue {
   return { id: id ?? '', ...rest };
 }
 
+/** The pod's age as kubectl prints ages: from its creation (`createdAt`), not its last change of state. */
 function age(pod: PodInfo): string {
-  if (!pod.stateChangedAt) return '';
-  const s = Math.max(0, Math.round((Date.now() - timestampDate(pod.stateChangedAt).getTime()) / 1000));
-  if (s < 120) return `${s}s`;
-  if (s < 7200) return `${Math.round(s / 60)}m`;
-  return `${Math.round(s / 3600)}h`;
+  const since = pod.createdAt ?? pod.stateChangedAt;
+  if (!since) return '';
+  return humanDuration(Date.now() - timestampDate(since).getTime());
 }
 
 function table(rows: string[][]): string {
