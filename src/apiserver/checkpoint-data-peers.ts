@@ -1,20 +1,32 @@
 /**
  * Where a Checkpoint's data is when several API servers serve one cluster (issue 11; seed 002
- * "Checkpoint objects and data", "Limits"). The snapshot stays in the memory of the API server that
- * received its PUT, bounded and lost on restart as the seed says; that server records itself as the
- * holder in the annotation {@link DATA_HOLDER_ANNOTATION} (`<url> <instance>`), and every other API
- * server answers a GET by proxying it to the holder, as `system:kube-apiserver`. See docs/etcd.md.
+ * "Checkpoint objects and data", "Limits"). The snapshot stays in the memory of API servers, bounded
+ * and lost on restart as the seed says: the one that received the PUT copies it to every live peer
+ * (peers announce themselves with identity Leases `kube-system/apiserver-<instance>`, as
+ * kube-apiserver does), records those that took it in the annotation {@link DATA_HOLDER_ANNOTATION}
+ * (`<url> <instance>, ...`), and an API server that holds no copy answers a GET by proxying it to a
+ * holder, as `system:kube-apiserver`. So the data outlives any one API server but not all of them.
+ * See docs/etcd.md.
  */
 import { randomUUID } from 'node:crypto';
 import { request as httpRequest, type IncomingMessage } from 'node:http';
 import { request as httpsRequest } from 'node:https';
 import type { ServerContext } from './handlers/context.ts';
+import { findResource } from './registry/catalog.ts';
 import type { Storage } from './storage/index.ts';
 
-/** Annotation of a Checkpoint naming the API server that holds its data: `<url> <instance id>`. */
-export const DATA_HOLDER_ANNOTATION = 'kube32.io/checkpoint-data-holder';
+/** Annotation of a Checkpoint naming the API servers that hold its data: `<url> <instance id>, ...`. */
+export const DATA_HOLDER_ANNOTATION = 'kube32.io/checkpoint-data-holders';
 /** Header of a proxied GET: the holder instance it is meant for; the receiver never proxies it further. */
 export const HOLDER_INSTANCE_HEADER = 'x-kube32-data-holder-instance';
+/** Header of a PUT copying data to a peer: the Checkpoint's uid; the peer stores it and writes nothing. */
+export const REPLICA_HEADER = 'x-kube32-data-replica';
+/** Label of the identity Leases of API servers (as kube-apiserver's `apiserver-<hash>` Leases). */
+export const IDENTITY_LABEL = 'apiserver.kubernetes.io/identity';
+/** Annotation of an identity Lease: the URL peers reach that API server at. */
+export const URL_ANNOTATION = 'kube32.io/apiserver-url';
+/** Duration of an identity Lease, s; renewed every third of it. */
+export const IDENTITY_LEASE_SECONDS = 30;
 
 /** This API server as a holder of checkpoint data. */
 export interface CheckpointDataPeers {
@@ -24,7 +36,7 @@ export interface CheckpointDataPeers {
   readonly instance: string;
   /** The annotation's value naming this server. */
   readonly holder: string;
-  /** Stops following Checkpoint deletions. */
+  /** Stops following Checkpoint deletions and renewing the identity Lease, and deletes the Lease. */
   stop(): void;
 }
 
@@ -50,9 +62,97 @@ export function attachCheckpointDataPeers(ctx: ServerContext, storage: Storage, 
     const held = ctx.checkpointData.get(`${e.namespace}/${e.name}`, e.object.metadata.uid);
     if (held) ctx.checkpointData.delete(`${e.namespace}/${e.name}`);
   });
-  const peers = { selfUrl: opts.selfUrl, instance, holder: `${opts.selfUrl} ${instance}`, caCertPem: opts.caCertPem, stop: () => watch.stop() };
+  const leases = findResource('coordination.k8s.io', 'v1', 'leases')!;
+  const leaseName = `apiserver-${instance}`;
+  const renew = () => {
+    const spec = { holderIdentity: leaseName, leaseDurationSeconds: IDENTITY_LEASE_SECONDS, renewTime: microTime(new Date()) };
+    try {
+      if (ctx.registry.find(leases, 'kube-system', leaseName)) ctx.registry.serverUpdate(leases, 'kube-system', leaseName, (o) => ({ ...o, spec: { ...(o.spec as object), ...spec } }));
+      else ctx.registry.create(leases, 'kube-system', { metadata: { name: leaseName, labels: { [IDENTITY_LABEL]: 'kube-apiserver' }, annotations: { [URL_ANNOTATION]: opts.selfUrl } }, spec });
+    } catch (err: unknown) {
+      ctx.log.warn({ lease: leaseName, err: err instanceof Error ? err.message : String(err) }, 'cannot renew the API server identity Lease');
+    }
+  };
+  renew();
+  const timer = setInterval(renew, (IDENTITY_LEASE_SECONDS * 1000) / 3);
+  timer.unref();
+  const peers = {
+    selfUrl: opts.selfUrl,
+    instance,
+    holder: `${opts.selfUrl} ${instance}`,
+    caCertPem: opts.caCertPem,
+    stop: () => {
+      watch.stop();
+      clearInterval(timer);
+      try {
+        ctx.registry.delete(leases, 'kube-system', leaseName);
+      } catch {
+        // gone already, or the storage is unreachable: the Lease expires
+      }
+    },
+  };
   peersOf.set(ctx, peers);
   return peers;
+}
+
+function microTime(d: Date): string {
+  return d.toISOString().replace(/\.(\d{3})Z$/, '.$1000Z');
+}
+
+/** The other API servers whose identity Lease is current: their URL and instance. */
+export function livePeers(ctx: ServerContext): DataHolder[] {
+  const self = peersOf.get(ctx);
+  const leases = findResource('coordination.k8s.io', 'v1', 'leases')!;
+  const now = Date.now();
+  const out: DataHolder[] = [];
+  for (const l of ctx.registry.list(leases, 'kube-system', { labelSelector: `${IDENTITY_LABEL}=kube-apiserver` }).items) {
+    const spec = (l.spec ?? {}) as { renewTime?: string; leaseDurationSeconds?: number };
+    const url = l.metadata.annotations?.[URL_ANNOTATION];
+    const instance = (l.metadata.name ?? '').replace(/^apiserver-/, '');
+    if (!url || instance === self?.instance) continue;
+    if (now - Date.parse(spec.renewTime ?? '') > (spec.leaseDurationSeconds ?? IDENTITY_LEASE_SECONDS) * 1000) continue;
+    out.push({ url, instance });
+  }
+  return out;
+}
+
+/**
+ * Copies a Checkpoint's snapshot to every live peer (PUT with {@link REPLICA_HEADER}), each bounded
+ * to 10 s.
+ * @returns the peers that stored it (a peer that is down, full or refuses is left out and logged)
+ */
+export async function replicateToPeers(ctx: ServerContext, path: string, uid: string, bytes: Buffer): Promise<DataHolder[]> {
+  const peers = peersOf.get(ctx);
+  const results = await Promise.all(
+    livePeers(ctx).map(
+      (peer) =>
+        new Promise<DataHolder | undefined>((resolve) => {
+          const url = new URL(path, peer.url);
+          const https = url.protocol === 'https:';
+          const req = (https ? httpsRequest : httpRequest)(url, {
+            method: 'PUT',
+            headers: { Authorization: `Bearer ${ctx.kubeletToken}`, 'Content-Type': 'application/octet-stream', 'Content-Length': bytes.length, [REPLICA_HEADER]: uid },
+            ...(https ? { ca: peers?.caCertPem } : {}),
+            timeout: 10_000,
+          });
+          req.on('response', (res) => {
+            res.resume();
+            if (res.statusCode === 200) resolve(peer);
+            else {
+              ctx.log.warn({ peer: peer.url, code: res.statusCode }, 'checkpoint data: a peer API server did not take the copy');
+              resolve(undefined);
+            }
+          });
+          req.on('timeout', () => req.destroy(new Error('timeout')));
+          req.on('error', (err) => {
+            ctx.log.warn({ peer: peer.url, err: err.message }, 'checkpoint data: a peer API server does not answer');
+            resolve(undefined);
+          });
+          req.end(bytes);
+        }),
+    ),
+  );
+  return results.filter((p): p is DataHolder => p !== undefined);
 }
 
 /** The peers of `ctx`, or undefined for a server started without them (a single API server). */
@@ -60,10 +160,19 @@ export function checkpointDataPeers(ctx: ServerContext): CheckpointDataPeers | u
   return peersOf.get(ctx);
 }
 
-/** Parses the holder annotation; undefined when absent or malformed. */
-export function parseDataHolder(value: string | undefined): DataHolder | undefined {
-  const m = /^(https?:\/\/\S+) (\S+)$/.exec(value ?? '');
-  return m ? { url: m[1]!, instance: m[2]! } : undefined;
+/** Parses the holders annotation (malformed entries are skipped). */
+export function parseDataHolders(value: string | undefined): DataHolder[] {
+  const out: DataHolder[] = [];
+  for (const part of (value ?? '').split(',')) {
+    const m = /^(https?:\/\/\S+) (\S+)$/.exec(part.trim());
+    if (m) out.push({ url: m[1]!, instance: m[2]! });
+  }
+  return out;
+}
+
+/** Formats the holders annotation. */
+export function formatDataHolders(holders: DataHolder[]): string {
+  return holders.map((h) => `${h.url} ${h.instance}`).join(', ');
 }
 
 /**

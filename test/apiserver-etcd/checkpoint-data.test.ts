@@ -1,8 +1,9 @@
 /**
  * Checkpoint data across several API servers on one etcd (issue 11, seed 002 "Checkpoint objects
- * and data"): the snapshot stays in the memory of the API server that received its PUT, and the
- * others proxy GET to it. PUT through A, GET through B byte for byte; a later PUT through B wins on
- * A; B answers 404 once A is stopped, and again when A is restarted (a restart loses the data).
+ * and data"): the snapshot stays in memory, copied by the API server that received the PUT to its
+ * live peers; one that holds no copy proxies GET to a holder. PUT through A, GET through B byte for
+ * byte; a later PUT through B wins on A; A stopped, B still answers; A restarted (holding nothing)
+ * answers through B; both restarted (the whole control plane), the data is gone: 404.
  */
 import assert from 'node:assert/strict';
 import { createHash } from 'node:crypto';
@@ -40,12 +41,12 @@ async function getData(s: ApiServer): Promise<{ status: number; bytes: Buffer; s
   return { status: r.status, bytes: Buffer.from(await r.arrayBuffer()), sha: r.headers.get('x-kube32-snapshot-sha256') };
 }
 
-test('checkpoint data PUT through one API server is answered by another, until its holder restarts', { timeout: 90_000 }, async (t) => {
+test('checkpoint data PUT through one API server is answered by the others, and outlives it but not the whole control plane', { timeout: 90_000 }, async (t) => {
   const { url } = await startEtcd(t);
   const logger = createLogger('apiserver-etcd-test', { level: 'error' });
   let a = await createApiServer({ storage: 'etcd', etcdEndpoints: [url], insecureHttp: true, port: 0, logger });
   t.after(() => a.close());
-  const b = await createApiServer({ storage: 'etcd', etcdEndpoints: [url], insecureHttp: true, port: 0, logger });
+  let b = await createApiServer({ storage: 'etcd', etcdEndpoints: [url], insecureHttp: true, port: 0, logger });
   t.after(() => b.close());
 
   const created = await fetch(`${a.url}/apis/kube32.io/v1/namespaces/default/checkpoints`, {
@@ -58,27 +59,33 @@ test('checkpoint data PUT through one API server is answered by another, until i
 
   const first = snapshot(1, 3);
   const answered = await putData(a, first);
-  assert.match(String((answered.metadata as { annotations: Record<string, string> }).annotations['kube32.io/checkpoint-data-holder']), new RegExp(`^${a.url} `));
+  const holders = String((answered.metadata as { annotations: Record<string, string> }).annotations['kube32.io/checkpoint-data-holders']).split(', ');
+  assert.deepEqual(holders.map((h) => h.split(' ')[0]), [a.url, b.url], 'A holds it and copied it to B');
   const viaB = await getData(b);
   assert.equal(viaB.status, 200);
   assert.ok(viaB.bytes.equals(first), `B answered ${viaB.bytes.length} bytes, A holds ${first.length}`);
   assert.equal(viaB.sha, (answered.status as { snapshotSha256: string }).snapshotSha256);
   assert.ok((await getData(a)).bytes.equals(first));
 
-  // A newer snapshot through B: A's copy is stale and A proxies to B.
+  // A newer snapshot through B: A answers it.
   const second = snapshot(2, 2);
   await putData(b, second);
-  assert.ok((await getData(a)).bytes.equals(second), 'A answers the newer data held by B');
-  await putData(a, first);
-  assert.ok((await getData(b)).bytes.equals(first));
+  assert.ok((await getData(a)).bytes.equals(second), 'A answers the newer data PUT through B');
 
-  // The holder stops: the data is lost, as after a control plane restart; the Checkpoint stays.
-  const port = a.port;
+  // A stops: B still holds the data. A restarted holds nothing and proxies to B.
+  const [portA, portB] = [a.port, b.port];
   await a.close();
-  assert.equal((await getData(b)).status, 404);
-  a = await createApiServer({ storage: 'etcd', etcdEndpoints: [url], insecureHttp: true, port, logger });
-  assert.equal((await getData(b)).status, 404, 'a restarted holder holds nothing');
+  assert.ok((await getData(b)).bytes.equals(second), 'the data outlives the API server that received it');
+  a = await createApiServer({ storage: 'etcd', etcdEndpoints: [url], insecureHttp: true, port: portA, logger });
+  assert.ok((await getData(a)).bytes.equals(second), 'a restarted API server answers through a holder');
+
+  // The whole control plane restarts: the data is lost, the Checkpoint stays (seed: "a control plane restart loses the data").
+  await a.close();
+  await b.close();
+  a = await createApiServer({ storage: 'etcd', etcdEndpoints: [url], insecureHttp: true, port: portA, logger });
+  b = await createApiServer({ storage: 'etcd', etcdEndpoints: [url], insecureHttp: true, port: portB, logger });
   assert.equal((await getData(a)).status, 404);
+  assert.equal((await getData(b)).status, 404);
   const ckpt = await fetch(`${b.url}/apis/kube32.io/v1/namespaces/default/checkpoints/c1`);
   assert.equal(ckpt.status, 200);
 });

@@ -2,13 +2,13 @@
  * Binary subresources: a Checkpoint's snapshot (`checkpoints/<name>/data`, seed 002 "Checkpoint
  * objects and data": PUT checked while it streams, 422 when not K32S, 413 over the whole space;
  * GET the bytes or 404), a Module's bytes (`modules/<name>/data`) and blobs by digest
- * (`/apis/kube32.io/v1/blobs/<sha256>`). With several API servers a GET of data held by another one
- * is proxied to it (`../checkpoint-data-peers.ts`, docs/etcd.md).
+ * (`/apis/kube32.io/v1/blobs/<sha256>`). With several API servers the data is copied to every live
+ * peer and a GET of data held only elsewhere is proxied (`../checkpoint-data-peers.ts`, docs/etcd.md).
  */
 import { createHash } from 'node:crypto';
 import type { ServerResponse } from 'node:http';
 import { pipeline } from 'node:stream/promises';
-import { checkpointDataPeers, DATA_HOLDER_ANNOTATION, fetchFromHolder, HOLDER_INSTANCE_HEADER, parseDataHolder } from '../checkpoint-data-peers.ts';
+import { checkpointDataPeers, DATA_HOLDER_ANNOTATION, fetchFromHolder, formatDataHolders, HOLDER_INSTANCE_HEADER, parseDataHolders, REPLICA_HEADER, replicateToPeers } from '../checkpoint-data-peers.ts';
 import { ApiError, badRequest, notFound } from '../errors.ts';
 import { checkpoints } from '../registry/checkpoints/index.ts';
 import { K32SError, SnapshotDecoder, type DecodedSnapshot, toHex } from '../../k32s/index.ts';
@@ -50,21 +50,27 @@ export async function serveCheckpointData(scope: RequestScope): Promise<void> {
     if (typeof st.snapshotSha256 === 'string') headers['X-Kube32-Snapshot-Sha256'] = st.snapshotSha256;
     if (typeof st.podTimeMs === 'number') headers['X-Kube32-Pod-Time-Ms'] = String(st.podTimeMs);
     const noData = () => new ApiError('NotFound', `checkpoints.kube32.io "${name}" has no data`, { name, group: 'kube32.io', kind: 'checkpoints' });
-    // Several API servers (docs/etcd.md): the annotation names the one holding the latest data; a
-    // copy held here of an older PUT is stale, and a request proxied by a peer is never proxied on.
+    // Several API servers (docs/etcd.md): the annotation names the servers holding the latest data;
+    // a copy held here but not named is of an older PUT. A request proxied by a peer is never proxied on.
     const peers = checkpointDataPeers(ctx);
-    const holder = parseDataHolder(ckpt.metadata.annotations?.[DATA_HOLDER_ANNOTATION]);
-    if (peers && holder && holder.instance !== peers.instance) {
-      ctx.checkpointData.delete(key);
+    const holders = parseDataHolders(ckpt.metadata.annotations?.[DATA_HOLDER_ANNOTATION]);
+    if (peers && holders.length > 0) {
+      const named = holders.some((h) => h.instance === peers.instance);
+      const local = named ? ctx.checkpointData.get(key, ckpt.metadata.uid) : undefined;
+      if (local) return sendBytes(res, local, headers);
+      if (!named) ctx.checkpointData.delete(key);
       if (req.headers[HOLDER_INSTANCE_HEADER] !== undefined) throw noData();
-      const up = await fetchFromHolder(ctx, holder, scope.url.pathname);
-      if (up?.statusCode !== 200) {
-        up?.resume();
-        throw noData();
+      for (const holder of holders.filter((h) => h.instance !== peers.instance)) {
+        const up = await fetchFromHolder(ctx, holder, scope.url.pathname);
+        if (up?.statusCode !== 200) {
+          up?.resume();
+          continue;
+        }
+        res.writeHead(200, { 'Content-Type': 'application/octet-stream', 'Content-Length': up.headers['content-length'] ?? '', 'Cache-Control': 'no-cache, private', ...headers });
+        await pipeline(up, res);
+        return;
       }
-      res.writeHead(200, { 'Content-Type': 'application/octet-stream', 'Content-Length': up.headers['content-length'] ?? '', 'Cache-Control': 'no-cache, private', ...headers });
-      await pipeline(up, res);
-      return;
+      throw noData();
     }
     const bytes = ctx.checkpointData.get(key, ckpt.metadata.uid);
     if (!bytes) throw noData();
@@ -114,15 +120,25 @@ export async function serveCheckpointData(scope: RequestScope): Promise<void> {
     throw failure;
   }
   const facts = { sizeBytes: length, snapshotSha256: toHex(snap.snapshotSha256), imageSha256: toHex(snap.header.imageSha256), podTimeMs: Number(snap.header.podTimeMs) };
+  const peers = checkpointDataPeers(ctx);
+  const replicaOf = req.headers[REPLICA_HEADER];
+  if (peers && replicaOf !== undefined) {
+    // A peer's copy (docs/etcd.md): kept here for the Checkpoint of that uid; the peer writes the object.
+    if (scope.user.name !== 'system:kube-apiserver') throw new ApiError('Forbidden', `forbidden: User "${scope.user.name}" cannot store a copy of checkpoint data`);
+    if (replicaOf !== ckpt.metadata.uid) throw notFound('checkpoints', 'kube32.io', name);
+    ctx.checkpointData.put(key, ckpt.metadata.uid!, buf);
+    sendJson(res, 200, ckpt);
+    return;
+  }
+  const dropped = ctx.checkpointData.put(key, ckpt.metadata.uid!, buf);
+  if (dropped.length) ctx.log.info({ dropped, stored: key }, 'checkpoint data: dropped the oldest snapshots to make room');
+  const holders = peers ? [{ url: peers.selfUrl, instance: peers.instance }, ...(await replicateToPeers(ctx, scope.url.pathname, ckpt.metadata.uid!, buf))] : [];
   const updated = reg.serverUpdate(checkpoints, ns, name, (o) => {
     if (o.metadata.uid !== ckpt.metadata.uid) throw notFound('checkpoints', 'kube32.io', name);
-    const holderOfData = checkpointDataPeers(ctx)?.holder;
-    if (holderOfData) o.metadata.annotations = { ...o.metadata.annotations, [DATA_HOLDER_ANNOTATION]: holderOfData };
+    if (peers) o.metadata.annotations = { ...o.metadata.annotations, [DATA_HOLDER_ANNOTATION]: formatDataHolders(holders) };
     o.status = { ...rec(o.status), sizeBytes: facts.sizeBytes, snapshotSha256: facts.snapshotSha256, imageSha256: facts.imageSha256, podTimeMs: facts.podTimeMs };
     return o;
   });
-  const dropped = ctx.checkpointData.put(key, ckpt.metadata.uid!, buf);
-  if (dropped.length) ctx.log.info({ dropped, stored: key }, 'checkpoint data: dropped the oldest snapshots to make room');
   sendJson(res, 200, updated);
 }
 

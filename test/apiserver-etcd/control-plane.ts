@@ -1,0 +1,88 @@
+/**
+ * Helpers of test/apiserver-etcd/: a `kube32-cli control-plane --storage etcd --leader-elect`
+ * process (stopped and removed in `t.after`), kubectl against a kubeconfig, and a bounded poll.
+ */
+import { type ChildProcess, execFile, spawn } from 'node:child_process';
+import { copyFileSync, mkdirSync, mkdtempSync, rmSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { createInterface } from 'node:readline';
+import type { TestContext } from 'node:test';
+
+export const ROOT = new URL('../../', import.meta.url).pathname;
+export const CLI = join(ROOT, 'bin/kube32-cli.js');
+
+/** A running control plane process. */
+export interface ControlPlaneProcess {
+  proc: ChildProcess;
+  /** Its data dir (PKI, tokens, admin kubeconfig). */
+  dataDir: string;
+  /** The admin kubeconfig it printed. */
+  kubeconfig: string;
+  exited: Promise<unknown>;
+  /** The last 8 000 characters of its stderr. */
+  logs(): string;
+}
+
+/** The real kubectl, bounded to 30 s; never throws. */
+export function kubectl(kubeconfig: string, args: string[], input?: string): Promise<{ code: number; stdout: string; stderr: string }> {
+  return new Promise((resolve) => {
+    const child = execFile('kubectl', ['--kubeconfig', kubeconfig, ...args], { timeout: 30_000, maxBuffer: 64 << 20 }, (err, stdout, stderr) => {
+      resolve({ code: err ? Number((err as { code?: number }).code ?? 1) : 0, stdout: String(stdout), stderr: String(stderr) });
+    });
+    child.stdin?.end(input ?? '');
+  });
+}
+
+/**
+ * Starts `kube32-cli control-plane --storage etcd --etcd-endpoints <etcdUrl> --leader-elect` with
+ * `identity`, and waits for the JSON line it prints when ready.
+ * @param opts.sharePkiFrom another control plane's data dir: its CA and token key are copied first, so
+ *   both API servers accept each other's tokens and certificates (one cluster identity, docs/etcd.md)
+ * @throws Error with its stderr when it exits first
+ */
+export async function startControlPlane(t: TestContext, etcdUrl: string, identity: string, opts: { sharePkiFrom?: string; extraArgs?: string[] } = {}): Promise<ControlPlaneProcess> {
+  const dataDir = mkdtempSync(join(tmpdir(), `k32-cp-${identity}-`));
+  if (opts.sharePkiFrom) {
+    mkdirSync(join(dataDir, 'pki'), { mode: 0o700 });
+    for (const f of ['ca.crt', 'ca.key', 'token.key']) copyFileSync(join(opts.sharePkiFrom, 'pki', f), join(dataDir, 'pki', f));
+  }
+  const proc = spawn(
+    process.execPath,
+    [CLI, 'control-plane', '--storage', 'etcd', '--etcd-endpoints', etcdUrl, '--data-dir', dataDir, '--port', '0', '--leader-elect', '--leader-elect-identity', identity, ...(opts.extraArgs ?? [])],
+    { stdio: ['ignore', 'pipe', 'pipe'], env: { ...process.env, LOG_LEVEL: process.env.LOG_LEVEL ?? 'warn' } },
+  );
+  let stderr = '';
+  proc.stderr!.on('data', (d: Buffer) => {
+    stderr = (stderr + d.toString()).slice(-8000);
+  });
+  const exited = new Promise((resolve) => proc.once('exit', resolve));
+  t.after(async () => {
+    if (proc.exitCode === null && proc.signalCode === null) proc.kill('SIGKILL');
+    await exited;
+    rmSync(dataDir, { recursive: true, force: true });
+  });
+  const line = await Promise.race([
+    new Promise<string>((resolve) => createInterface(proc.stdout!).once('line', resolve)),
+    exited.then((code) => {
+      throw new Error(`control-plane ${identity} exited ${String(code)}: ${stderr}`);
+    }),
+  ]);
+  return { proc, dataDir, kubeconfig: (JSON.parse(line) as { kubeconfig: string }).kubeconfig, exited, logs: () => stderr };
+}
+
+/** Polls `read` until `ok` accepts its answer; a failed read counts as not yet. @throws Error after `ms` */
+export async function eventually<T>(what: string, ms: number, read: () => Promise<T>, ok: (v: T) => boolean): Promise<T> {
+  const deadline = Date.now() + ms;
+  let last: unknown;
+  while (Date.now() < deadline) {
+    try {
+      last = await read();
+      if (ok(last as T)) return last as T;
+    } catch (err: unknown) {
+      last = err instanceof Error ? err.message : err;
+    }
+    await new Promise((r) => setTimeout(r, 100)); // poll interval of an API condition with a deadline, not a synchronisation
+  }
+  throw new Error(`${what}: not within ${ms} ms (last: ${JSON.stringify(last)})`);
+}
