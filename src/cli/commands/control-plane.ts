@@ -10,40 +10,12 @@
  * Once the API server listens and the controllers' caches have synced it prints one JSON line on standard
  * output, as `apiserver` does: `{"url":"https://127.0.0.1:PORT","port":PORT,"kubeconfig":"D/kubeconfig"}`.
  * SIGINT/SIGTERM stop the controllers, then the API server.
+ *
+ * This file holds the flags and help; the code, and the API server, the controllers and the Kubernetes
+ * client with it, is loaded only when `control-plane` runs (../actions/control-plane.ts).
  */
-import { KubeConfig } from '@kubernetes/client-node';
 import { Option, type Command } from 'commander';
-import { createApiServer } from '../../apiserver/index.ts';
-import { type ControllerTimings, startControllers } from '../../controllers/index.ts';
-import { parseBytes, parseDuration, writeFileAtomic } from '../../lib/index.ts';
-import { CliError } from '../errors.ts';
-
-interface Flags {
-  dataDir?: string;
-  storage: string;
-  etcdEndpoints?: string;
-  port: string;
-  bind: string;
-  checkpointDataBytes: string;
-  nodeMonitorGracePeriod: string;
-  podEvictionTimeout: string;
-  moveTimeout: string;
-  checkpointRetention: string;
-  listenFile?: string;
-  certSan: string[];
-  leaderElect?: boolean;
-  leaderElectIdentity?: string;
-}
-
-function duration(flag: string, text: string): number {
-  try {
-    const ms = parseDuration(text);
-    if (ms <= 0) throw new RangeError('must be positive');
-    return ms;
-  } catch (err: unknown) {
-    throw new CliError(`--${flag}: ${err instanceof Error ? err.message : String(err)}`);
-  }
-}
+import type { ControlPlaneFlags } from '../actions/control-plane.ts';
 
 /** Adds this file's commands to `program`. */
 export function register(program: Command): void {
@@ -64,69 +36,8 @@ export function register(program: Command): void {
     .addOption(new Option('--leader-elect', 'run the controllers only while holding the Lease kube-system/kube32-controllers (several control planes on one cluster)'))
     .addOption(new Option('--leader-elect-identity <name>', 'this control plane\'s name in the Lease (default: host, pid and a random suffix)'))
     .addOption(new Option('--listen-file <file>', 'also write the JSON line with the URL and kubeconfig to this file'))
-    .action(async (flags: Flags) => {
-      const port = Number(flags.port);
-      if (!Number.isInteger(port) || port < 0 || port > 65535) throw new CliError(`--port must be a TCP port (0-65535): current value is ${flags.port}`);
-      let dataBytes: number;
-      try {
-        dataBytes = parseBytes(flags.checkpointDataBytes);
-      } catch (err: unknown) {
-        throw new CliError(`--checkpoint-data-bytes: ${err instanceof Error ? err.message : String(err)}`);
-      }
-      const timings: Partial<ControllerTimings> = {
-        nodeMonitorGracePeriodMs: duration('node-monitor-grace-period', flags.nodeMonitorGracePeriod),
-        podEvictionTimeoutMs: duration('pod-eviction-timeout', flags.podEvictionTimeout),
-        moveTimeoutMs: duration('move-timeout', flags.moveTimeout),
-        checkpointRetentionMs: duration('checkpoint-retention', flags.checkpointRetention),
-      };
-      let server: Awaited<ReturnType<typeof createApiServer>>;
-      try {
-        server = await createApiServer({
-          dataDir: flags.dataDir,
-          storage: flags.storage as 'sqlite' | 'etcd',
-          etcdEndpoints: flags.etcdEndpoints?.split(',').filter(Boolean),
-          port,
-          bindAddress: flags.bind,
-          checkpointDataBytes: dataBytes,
-          certificateSans: flags.certSan,
-        });
-      } catch (err: unknown) {
-        throw new CliError(err instanceof Error ? err.message : String(err), 1, { cause: err });
-      }
-      let controllers: Awaited<ReturnType<typeof startControllers>>;
-      try {
-        if (!server.kubeconfigPath) throw new Error('the API server wrote no admin kubeconfig');
-        const kc = new KubeConfig();
-        kc.loadFromFile(server.kubeconfigPath);
-        controllers = await startControllers({
-          kubeConfig: kc,
-          timings,
-          leaderElection: flags.leaderElect ? { ...(flags.leaderElectIdentity ? { identity: flags.leaderElectIdentity } : {}) } : false,
-          onLostLeadership: () => {
-            // As kube-controller-manager does: a control plane that lost the Lease exits; its supervisor restarts it.
-            process.stderr.write('error: lost the controllers\' Lease; exiting\n');
-            process.exit(1);
-          },
-        });
-      } catch (err: unknown) {
-        await server.close();
-        throw new CliError(`starting the controllers: ${err instanceof Error ? err.message : String(err)}`, 1, { cause: err });
-      }
-      const line = `${JSON.stringify({ url: server.url, port: server.port, kubeconfig: server.kubeconfigPath ?? null })}\n`;
-      if (flags.listenFile) await writeFileAtomic(flags.listenFile, line);
-      process.stdout.write(line);
-      await new Promise<void>((resolve) => {
-        const stop = () => {
-          process.off('SIGINT', stop);
-          process.off('SIGTERM', stop);
-          void controllers
-            .stop()
-            .catch(() => {})
-            .then(() => server.close())
-            .then(resolve);
-        };
-        process.on('SIGINT', stop);
-        process.on('SIGTERM', stop);
-      });
+    .action(async (flags: ControlPlaneFlags) => {
+      const { controlPlane } = await import('../actions/control-plane.ts');
+      await controlPlane(flags);
     });
 }

@@ -8,17 +8,12 @@
  *   is still shown, then the command fails with the seed's message.
  *
  * Get a snapshot with `kubectl get --raw /apis/kube32.io/v1/namespaces/NS/checkpoints/NAME/data > f.k32s`.
+ *
+ * This file holds the flags and help; the code, and the K32S reader with it, is loaded only when
+ * `snapshot inspect` runs (../actions/snapshot.ts).
  */
-import { createReadStream } from 'node:fs';
 import { Option, type Command } from 'commander';
-import { stringify } from 'yaml';
-import { inspectSnapshot, K32SError, toHex, valTypeName, type SnapshotInspection } from '../../k32s/index.ts';
-import { CliError } from '../errors.ts';
-import { formatTable } from '../output.ts';
-
-interface InspectFlags {
-  output?: string;
-}
+import type { InspectFlags } from '../actions/snapshot.ts';
 
 /** Adds this file's commands to `program`. */
 export function register(program: Command): void {
@@ -29,97 +24,7 @@ export function register(program: Command): void {
     .argument('<file>', 'the snapshot file, or - for standard input')
     .addOption(new Option('-o, --output <format>', 'Output format. One of: (json, yaml).'))
     .action(async (file: string, flags: InspectFlags) => {
-      const format = flags.output ?? '';
-      if (format !== '' && format !== 'json' && format !== 'yaml') {
-        throw new CliError(`unable to match a printer suitable for the output format "${format}", allowed formats are: json,yaml`);
-      }
-      const inspection = await read(file);
-      process.stdout.write(format === '' ? describe(inspection) : print(inspection, format));
-      if (!inspection.trailer.ok) {
-        throw new CliError(`${label(file)}: the snapshot's trailer does not match its contents (damaged in transfer or storage)`);
-      }
+      const { inspect } = await import('../actions/snapshot.ts');
+      await inspect(file, flags);
     });
-}
-
-function label(file: string): string {
-  return file === '-' ? 'standard input' : file;
-}
-
-async function read(file: string): Promise<SnapshotInspection> {
-  const source = file === '-' ? process.stdin : createReadStream(file);
-  try {
-    return await inspectSnapshot(source);
-  } catch (err: unknown) {
-    if (err instanceof K32SError) throw new CliError(`${label(file)}: ${err.message}`, 1, { cause: err });
-    const code = (err as NodeJS.ErrnoException).code;
-    if (code === 'ENOENT') throw new CliError(`${file}: no such file`, 1, { cause: err });
-    if (code === 'EISDIR') throw new CliError(`${file}: is a directory`, 1, { cause: err });
-    throw new CliError(`${file}: cannot read it: ${err instanceof Error ? err.message : String(err)}`, 1, { cause: err });
-  }
-}
-
-/** A u64 for JSON: a number while it is exact, else a decimal string. */
-function u64(v: bigint): number | string {
-  return v <= BigInt(Number.MAX_SAFE_INTEGER) ? Number(v) : v.toString();
-}
-
-function unixTime(ms: bigint): string | null {
-  if (ms === 0n || ms > 8_640_000_000_000_000n) return null;
-  return new Date(Number(ms)).toISOString();
-}
-
-/** The object that `-o json` and `-o yaml` print. */
-function toObject(i: SnapshotInspection): Record<string, unknown> {
-  const h = i.header;
-  const d = i.decoded;
-  return {
-    version: h.version,
-    flags: h.flags,
-    imageSha256: toHex(h.imageSha256),
-    memoryBytes: h.memoryBytes,
-    memoryPages: h.memoryPages,
-    podTimeMs: u64(h.podTimeMs),
-    unixTimeMs: u64(h.unixTimeMs),
-    unixTime: unixTime(h.unixTimeMs),
-    sectionCount: h.sectionCount,
-    sizeBytes: i.byteLength,
-    snapshotSha256: toHex(i.trailer.stored),
-    computedSha256: toHex(i.trailer.computed),
-    trailerOk: i.trailer.ok,
-    sections: i.sections.map((s) => ({ type: s.type, name: s.name, offset: s.offset, length: s.length, summary: s.summary })),
-    globals: d.globals.map((g) => ({ index: g.index, type: valTypeName(g.type), bits: `0x${g.bits.toString(16).padStart(g.type === 0x7e || g.type === 0x7c ? 16 : 8, '0')}` })),
-    tables: d.tables.map((t) => ({ index: t.index, size: t.entries.length, entries: Array.from(t.entries, (e) => (e === 0xffffffff ? null : e)) })),
-    channels: d.channels.map((c) => ({ handle: c.handle, name: c.name })),
-    events: d.events.map((e) => ({ topic: e.topic, payloadBytes: e.payload.length, payloadBase64: Buffer.from(e.payload).toString('base64') })),
-    unknownSections: d.unknownSections,
-  };
-}
-
-function print(i: SnapshotInspection, format: 'json' | 'yaml'): string {
-  const obj = toObject(i);
-  return format === 'json' ? `${JSON.stringify(obj, null, 4)}\n` : stringify(obj, { lineWidth: 0 });
-}
-
-/** The human form: the header as `kubectl describe` lays out fields, then the sections as a `kubectl get` table. */
-function describe(i: SnapshotInspection): string {
-  const h = i.header;
-  const when = unixTime(h.unixTimeMs);
-  const pages = `${h.memoryPages} page${h.memoryPages === 1 ? '' : 's'}`;
-  const fields: [string, string][] = [
-    ['Version', String(h.version)],
-    ['Image SHA-256', toHex(h.imageSha256)],
-    ['Memory', `${h.memoryBytes} bytes (${pages})`],
-    ['Pod time', `${h.podTimeMs} ms`],
-    ['Taken at', when ? `${when} (${h.unixTimeMs} ms)` : h.unixTimeMs === 0n ? '<unset>' : `${h.unixTimeMs} ms`],
-    ['Size', `${i.byteLength} bytes`],
-    ['Snapshot SHA-256', toHex(i.trailer.stored)],
-    ['Trailer', i.trailer.ok ? 'ok' : `does not match the contents (computed ${toHex(i.trailer.computed)})`],
-  ];
-  const width = Math.max(...fields.map(([k]) => k.length)) + 2;
-  const head = fields.map(([k, v]) => `${`${k}:`.padEnd(width)}${v}\n`).join('');
-  const table = formatTable(
-    ['Section', 'Type', 'Offset', 'Length', 'Content'],
-    i.sections.map((s) => [s.name, s.type, s.offset, s.length, s.summary]),
-  );
-  return i.sections.length > 0 ? `${head}\n${table}` : head;
 }
