@@ -49,9 +49,11 @@ export interface DataHolder {
 const peersOf = new WeakMap<ServerContext, CheckpointDataPeers & { caCertPem: string | undefined }>();
 
 /**
- * Makes this API server a peer: it names itself in the annotations of the data it stores, and drops
- * its copy of a Checkpoint's data when any API server deletes the Checkpoint (a watch on the
- * storage, since the deletion may go through another server).
+ * Makes this API server a peer: it announces itself with the identity Lease
+ * `kube-system/apiserver-<instance>` ({@link IDENTITY_LEASE_SECONDS}, renewed every third of it;
+ * identity Leases not renewed for an hour are deleted), names itself in the holders annotation of the
+ * data it stores, and drops its copy of a Checkpoint's data when any API server deletes the
+ * Checkpoint (a watch on the storage, since the deletion may go through another server).
  * @param opts.selfUrl the URL other API servers reach this one at
  * @param opts.caCertPem the CA that signs the peers' serving certificates (shared PKI), or undefined for plain HTTP
  */
@@ -71,6 +73,15 @@ export function attachCheckpointDataPeers(ctx: ServerContext, storage: Storage, 
       else ctx.registry.create(leases, 'kube-system', { metadata: { name: leaseName, labels: { [IDENTITY_LABEL]: 'kube-apiserver' }, annotations: { [URL_ANNOTATION]: opts.selfUrl } }, spec });
     } catch (err: unknown) {
       ctx.log.warn({ lease: leaseName, err: err instanceof Error ? err.message : String(err) }, 'cannot renew the API server identity Lease');
+    }
+    // Leases of API servers killed without a clean stop go an hour after their last renewal (as kube-apiserver's GC of them).
+    try {
+      for (const l of ctx.registry.list(leases, 'kube-system', { labelSelector: `${IDENTITY_LABEL}=kube-apiserver` }).items) {
+        const renewed = Date.parse(String((l.spec as { renewTime?: string } | undefined)?.renewTime ?? ''));
+        if (Date.now() - renewed > 3_600_000) ctx.registry.delete(leases, 'kube-system', l.metadata.name ?? '');
+      }
+    } catch {
+      // another API server deleted it first, or etcd is unreachable: next time
     }
   };
   renew();

@@ -5,62 +5,9 @@
  * duration and its scheduler binds the next pod.
  */
 import assert from 'node:assert/strict';
-import { type ChildProcess, execFile, spawn } from 'node:child_process';
-import { mkdtempSync, rmSync } from 'node:fs';
-import { tmpdir } from 'node:os';
-import { join } from 'node:path';
-import { createInterface } from 'node:readline';
-import { type TestContext, test } from 'node:test';
+import { test } from 'node:test';
+import { eventually, kubectl, startControlPlane } from './control-plane.ts';
 import { startEtcd } from './etcd-server.ts';
-
-const ROOT = new URL('../../', import.meta.url).pathname;
-const CLI = join(ROOT, 'bin/kube32-cli.js');
-
-function kubectl(kubeconfig: string, args: string[], input?: string): Promise<{ code: number; stdout: string; stderr: string }> {
-  return new Promise((resolve) => {
-    const child = execFile('kubectl', ['--kubeconfig', kubeconfig, ...args], { timeout: 30_000 }, (err, stdout, stderr) => {
-      resolve({ code: err ? Number((err as { code?: number }).code ?? 1) : 0, stdout: String(stdout), stderr: String(stderr) });
-    });
-    child.stdin?.end(input ?? '');
-  });
-}
-
-async function startControlPlane(t: TestContext, etcdUrl: string, identity: string): Promise<{ proc: ChildProcess; kubeconfig: string; exited: Promise<unknown> }> {
-  const dir = mkdtempSync(join(tmpdir(), `k32-cp-${identity}-`));
-  const proc = spawn(
-    process.execPath,
-    [CLI, 'control-plane', '--storage', 'etcd', '--etcd-endpoints', etcdUrl, '--data-dir', dir, '--port', '0', '--leader-elect', '--leader-elect-identity', identity],
-    { stdio: ['ignore', 'pipe', 'pipe'], env: { ...process.env, LOG_LEVEL: 'warn' } },
-  );
-  let stderr = '';
-  proc.stderr!.on('data', (d: Buffer) => {
-    stderr = (stderr + d.toString()).slice(-8000);
-  });
-  const exited = new Promise((resolve) => proc.once('exit', resolve));
-  t.after(async () => {
-    if (proc.exitCode === null && proc.signalCode === null) proc.kill('SIGKILL');
-    await exited;
-    rmSync(dir, { recursive: true, force: true });
-  });
-  const line = await Promise.race([
-    new Promise<string>((resolve) => createInterface(proc.stdout!).once('line', resolve)),
-    exited.then((code) => {
-      throw new Error(`control-plane ${identity} exited ${String(code)}: ${stderr}`);
-    }),
-  ]);
-  return { proc, kubeconfig: (JSON.parse(line) as { kubeconfig: string }).kubeconfig, exited };
-}
-
-/** Polls `read` until it answers something `ok` accepts (bounded). */
-async function eventually(what: string, ms: number, read: () => Promise<string>, ok: (v: string) => boolean): Promise<string> {
-  const deadline = Date.now() + ms;
-  let last = '';
-  while (Date.now() < deadline) {
-    last = await read();
-    if (ok(last)) return last;
-  }
-  throw new Error(`${what}: not within ${ms} ms (last: ${JSON.stringify(last)})`);
-}
 
 test('two control planes on one etcd: one leads; killed, the other takes over and schedules', { timeout: 120_000 }, async (t) => {
   const { url } = await startEtcd(t);
