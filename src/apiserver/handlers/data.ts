@@ -133,12 +133,19 @@ export async function serveCheckpointData(scope: RequestScope): Promise<void> {
   const dropped = ctx.checkpointData.put(key, ckpt.metadata.uid!, buf);
   if (dropped.length) ctx.log.info({ dropped, stored: key }, 'checkpoint data: dropped the oldest snapshots to make room');
   const holders = peers ? [{ url: peers.selfUrl, instance: peers.instance }, ...(await replicateToPeers(ctx, scope.url.pathname, ckpt.metadata.uid!, buf))] : [];
-  const updated = reg.serverUpdate(checkpoints, ns, name, (o) => {
-    if (o.metadata.uid !== ckpt.metadata.uid) throw notFound('checkpoints', 'kube32.io', name);
-    if (peers) o.metadata.annotations = { ...o.metadata.annotations, [DATA_HOLDER_ANNOTATION]: formatDataHolders(holders) };
-    o.status = { ...rec(o.status), sizeBytes: facts.sizeBytes, snapshotSha256: facts.snapshotSha256, imageSha256: facts.imageSha256, podTimeMs: facts.podTimeMs };
-    return o;
-  });
+  let updated: ReturnType<typeof reg.serverUpdate>;
+  try {
+    updated = reg.serverUpdate(checkpoints, ns, name, (o) => {
+      if (o.metadata.uid !== ckpt.metadata.uid) throw notFound('checkpoints', 'kube32.io', name);
+      if (peers) o.metadata.annotations = { ...o.metadata.annotations, [DATA_HOLDER_ANNOTATION]: formatDataHolders(holders) };
+      o.status = { ...rec(o.status), sizeBytes: facts.sizeBytes, snapshotSha256: facts.snapshotSha256, imageSha256: facts.imageSha256, podTimeMs: facts.podTimeMs };
+      return o;
+    });
+  } catch (err: unknown) {
+    // The Checkpoint went (or was replaced) meanwhile: its facts were not written, so neither is its data kept.
+    ctx.checkpointData.delete(key);
+    throw err;
+  }
   sendJson(res, 200, updated);
 }
 
