@@ -1,0 +1,86 @@
+/**
+ * The `kube32-cli apiserver` command's work, loaded only when it runs (the API server and its
+ * dependencies are large; `--help` must not load them). See ../commands/apiserver.ts for the flags.
+ */
+import { parseBytes, parseDuration, writeFileAtomic } from '../../lib/index.ts';
+import { createApiServer, issueNodeKubeconfig } from '../../apiserver/index.ts';
+import { CliError } from '../errors.ts';
+
+/** The flags of `kube32-cli apiserver`, as commander parses them. */
+export interface ApiServerFlags {
+  dataDir?: string;
+  port: string;
+  bind: string;
+  storage: string;
+  etcdEndpoints?: string;
+  insecureHttp?: boolean;
+  checkpointDataBytes: string;
+  maxBodyBytes: string;
+  maxModuleBytes: string;
+  listenFile?: string;
+  certSan: string[];
+  watchWindow: string;
+  eventTtl: string;
+  issueNodeKubeconfig?: string;
+  out?: string;
+}
+
+/**
+ * Runs the API server until SIGINT or SIGTERM, or with `--issue-node-kubeconfig` writes a kubelet's
+ * kubeconfig and returns.
+ * @throws CliError for a bad flag value or a server that cannot start (exit 1)
+ */
+export async function apiserver(flags: ApiServerFlags): Promise<void> {
+  if (flags.issueNodeKubeconfig !== undefined) {
+    if (!flags.dataDir) throw new CliError('--issue-node-kubeconfig needs --data-dir');
+    process.stdout.write(`${issueNodeKubeconfig(flags.dataDir, flags.issueNodeKubeconfig, { path: flags.out })}\n`);
+    return;
+  }
+  const port = Number(flags.port);
+  if (!Number.isInteger(port) || port < 0 || port > 65535) throw new CliError(`--port must be a TCP port (0-65535): current value is ${flags.port}`);
+  const watchWindow = Number(flags.watchWindow);
+  if (!Number.isInteger(watchWindow) || watchWindow < 1) throw new CliError(`--watch-window must be a positive number of events: current value is ${flags.watchWindow}`);
+  let eventTtlMs: number;
+  try {
+    eventTtlMs = parseDuration(flags.eventTtl);
+  } catch (err: unknown) {
+    throw new CliError(`--event-ttl: ${err instanceof Error ? err.message : String(err)}`);
+  }
+  let sizes: number[];
+  try {
+    sizes = [parseBytes(flags.checkpointDataBytes), parseBytes(flags.maxBodyBytes), parseBytes(flags.maxModuleBytes)];
+  } catch (err: unknown) {
+    throw new CliError(err instanceof Error ? err.message : String(err));
+  }
+  let server: Awaited<ReturnType<typeof createApiServer>>;
+  try {
+    server = await createApiServer({
+      dataDir: flags.dataDir,
+      port,
+      bindAddress: flags.bind,
+      storage: flags.storage as 'sqlite' | 'memory' | 'etcd',
+      etcdEndpoints: flags.etcdEndpoints?.split(',').filter(Boolean),
+      insecureHttp: flags.insecureHttp === true,
+      checkpointDataBytes: sizes[0],
+      maxBodyBytes: sizes[1],
+      maxModuleBytes: sizes[2],
+      certificateSans: flags.certSan,
+      watchWindow,
+      eventTtlMs,
+    });
+  } catch (err: unknown) {
+    throw new CliError(err instanceof Error ? err.message : String(err), 1, { cause: err });
+  }
+  const line = `${JSON.stringify({ url: server.url, port: server.port, kubeconfig: server.kubeconfigPath ?? null })}\n`;
+  if (flags.listenFile) await writeFileAtomic(flags.listenFile, line);
+  process.stdout.write(line);
+  await new Promise<void>((resolve) => {
+    const stop = () => {
+      process.off('SIGINT', stop);
+      process.off('SIGTERM', stop);
+      void server.close().then(resolve);
+    };
+    process.on('SIGINT', stop);
+    process.on('SIGTERM', stop);
+  });
+}
