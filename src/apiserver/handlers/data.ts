@@ -1,18 +1,16 @@
 /**
  * Binary subresources: a Checkpoint's snapshot (`checkpoints/<name>/data`, seed 002 "Checkpoint
  * objects and data": PUT checked while it streams, 422 when not K32S, 413 over the whole space;
- * GET the bytes or 404), a Module's bytes (`modules/<name>/data`) and blobs by digest
+ * GET the bytes or 404) and blobs by digest
  * (`/apis/kube32.io/v1/blobs/<sha256>`). With several API servers the data is copied to every live
  * peer and a GET of data held only elsewhere is proxied (`../checkpoint-data-peers.ts`, docs/etcd.md).
  */
-import { createHash } from 'node:crypto';
 import type { ServerResponse } from 'node:http';
 import { pipeline } from 'node:stream/promises';
 import { checkpointDataPeers, DATA_HOLDER_ANNOTATION, fetchFromHolder, formatDataHolders, HOLDER_INSTANCE_HEADER, parseDataHolders, REPLICA_HEADER, replicateToPeers } from '../checkpoint-data-peers.ts';
 import { ApiError, badRequest, notFound } from '../errors.ts';
 import { checkpoints } from '../registry/checkpoints/index.ts';
 import { K32SError, SnapshotDecoder, type DecodedSnapshot, toHex } from '../../k32s/index.ts';
-import { modules } from '../registry/modules/index.ts';
 import { rec } from '../registry/util.ts';
 import type { RequestScope, ServerContext } from './context.ts';
 import { mediaType, sendJson } from './http.ts';
@@ -147,58 +145,6 @@ export async function serveCheckpointData(scope: RequestScope): Promise<void> {
     throw err;
   }
   sendJson(res, 200, updated);
-}
-
-/** Serves GET and PUT of a Module's bytes (PUT creates or updates the Module). */
-export async function serveModuleData(scope: RequestScope): Promise<void> {
-  const { req, res, ctx, info } = scope;
-  const reg = ctx.registry;
-  const name = info.name!;
-  if (req.method === 'GET') {
-    const mod = reg.get(modules, '', name);
-    const sha = String(rec(mod.spec).sha256);
-    const bytes = reg.storage.getBlob(sha);
-    if (!bytes) throw new ApiError('NotFound', `modules.kube32.io "${name}" has no data`, { name, group: 'kube32.io', kind: 'modules' });
-    return sendBytes(res, bytes, { 'X-Kube32-Image-Sha256': sha });
-  }
-  if (req.method !== 'PUT') throw new ApiError('MethodNotAllowed', `${req.method} is not supported on modules/data`);
-  const length = requireOctetStream(scope);
-  if (length > ctx.maxModuleBytes) {
-    req.resume();
-    throw new ApiError('RequestEntityTooLarge', `the module is ${length} bytes, over the limit of ${ctx.maxModuleBytes} bytes`);
-  }
-  const buf = Buffer.allocUnsafe(length);
-  const hash = createHash('sha256');
-  let off = 0;
-  let tooLong = false;
-  for await (const c of req) {
-    const chunk = c as Buffer;
-    if (tooLong || off + chunk.length > length) {
-      tooLong = true;
-      continue;
-    }
-    chunk.copy(buf, off);
-    hash.update(chunk);
-    off += chunk.length;
-  }
-  if (tooLong) throw badRequest('the body is longer than its Content-Length');
-  if (off !== length) throw badRequest(`the body ended after ${off} of ${length} bytes`);
-  if (length < 8 || buf.readUInt32BE(0) !== 0x0061736d) {
-    throw new ApiError('Invalid', `Module.kube32.io "${name}" is invalid: data: not a WebAssembly module (no \\0asm magic)`, {
-      name,
-      group: 'kube32.io',
-      kind: 'Module',
-      causes: [{ reason: 'FieldValueInvalid', message: 'not a WebAssembly module (no \\0asm magic)', field: 'data' }],
-    });
-  }
-  const sha256 = hash.digest('hex');
-  const result = reg.storage.transaction(() => {
-    reg.storage.putBlob(sha256, buf);
-    const existing = reg.find(modules, '', name);
-    if (!existing) return { obj: reg.create(modules, '', { metadata: { name }, spec: { sha256, sizeBytes: length } }), created: true };
-    return { obj: reg.serverUpdate(modules, '', name, (o) => ({ ...o, spec: { ...rec(o.spec), sha256, sizeBytes: length } })), created: false };
-  });
-  sendJson(res, result.created ? 201 : 200, result.obj);
 }
 
 /** Serves `GET /apis/kube32.io/v1/blobs/<sha256>`. */
