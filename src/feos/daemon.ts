@@ -21,12 +21,17 @@ import { VolumeService as VolumeServiceDesc } from './gen/feos/volume/v1/volume_
 import { takeStateLock } from './lock.ts';
 import { createNetwork, type NetworkFlags, type PodNetwork } from './network/index.ts';
 
-/** Aborts when a streaming call's caller goes away. */
-function callSignal(call: { once(event: 'cancelled' | 'close', fn: () => void): unknown }): AbortSignal {
+/** Aborts when a streaming call's caller goes away, or when `also` aborts (feosd stops). */
+function callSignal(call: { once(event: 'cancelled' | 'close', fn: () => void): unknown }, also: AbortSignal): AbortSignal {
   const ac = new AbortController();
   call.once('cancelled', () => ac.abort());
   call.once('close', () => ac.abort());
-  return ac.signal;
+  return AbortSignal.any([ac.signal, also]);
+}
+
+/** The status of the calls that a stopping feosd refuses or ends (seed 000, "Stopping"). */
+function feosdStops(): FeosError {
+  return new FeosError('UNAVAILABLE', 'feosd stops');
 }
 
 /** feosd's options (its flags). */
@@ -158,6 +163,24 @@ export async function startFeosd(opts: FeosdOptions, signal?: AbortSignal): Prom
   await pods.init();
 
   const server = new grpc.Server({ 'grpc.max_receive_message_length': 512 * 1024 * 1024 });
+  // close() aborts `stopping` at once (calls that change a pod are refused, watches end) and `cancelling`
+  // when the calls' grace is over (the streams still running end); both with UNAVAILABLE "feosd stops".
+  const stopping = new AbortController();
+  const cancelling = new AbortController();
+  const act = (id: string, a: Parameters<PodService['act']>[1]) => {
+    if (stopping.signal.aborted) throw feosdStops();
+    return pods.act(id, a);
+  };
+  /** Runs a stream's handler; one that ends because feosd stops ends with UNAVAILABLE. */
+  const streaming = async (run: (signal: AbortSignal) => Promise<void>, call: Parameters<typeof callSignal>[0]) => {
+    try {
+      await run(callSignal(call, cancelling.signal));
+    } catch (err: unknown) {
+      if (cancelling.signal.aborted) throw feosdStops();
+      throw err;
+    }
+    if (cancelling.signal.aborted) throw feosdStops();
+  };
   const onError = (method: string, err: unknown) => {
     if (err instanceof FeosError) log.debug({ method, code: err.code, err: err.message }, 'call failed');
     else log.error({ method, err: errorMessage(err) }, 'call failed');
@@ -167,29 +190,31 @@ export async function startFeosd(opts: FeosdOptions, signal?: AbortSignal): Prom
     PodServiceDesc,
     {
       // The pull token goes to the pod layer's memory only (seed "Pull tokens").
-      createPod: async (req) => ({ pod: await pods.act(req.id, { kind: 'create', spec: req.spec!, pullToken: req.pullToken }) }),
+      createPod: async (req) => ({ pod: await act(req.id, { kind: 'create', spec: req.spec!, pullToken: req.pullToken }) }),
       getPod: async (req) => ({ pod: await pods.getWithGuest(req.id) }),
       listPods: async () => ({ pods: pods.list() }),
-      startPod: async (req) => ({ pod: await pods.act(req.id, { kind: 'start', pullToken: req.pullToken }) }),
-      stopPod: async (req) => ({ pod: await pods.act(req.id, { kind: 'stop' }) }),
+      startPod: async (req) => ({ pod: await act(req.id, { kind: 'start', pullToken: req.pullToken }) }),
+      stopPod: async (req) => ({ pod: await act(req.id, { kind: 'stop' }) }),
       deletePod: async (req) => {
-        await pods.act(req.id, { kind: 'delete' });
+        await act(req.id, { kind: 'delete' });
         return {};
       },
-      suspendPod: async (req) => ({ pod: await pods.act(req.id, { kind: 'suspend' }) }),
-      resumePod: async (req) => ({ pod: await pods.act(req.id, { kind: 'resume' }) }),
+      suspendPod: async (req) => ({ pod: await act(req.id, { kind: 'suspend' }) }),
+      resumePod: async (req) => ({ pod: await act(req.id, { kind: 'resume' }) }),
       execPod: async (reqs, send, call) => {
         const it = reqs[Symbol.asyncIterator]();
         const first = await it.next();
         if (first.done || first.value.request.case !== 'start') throw new FeosError('INVALID_ARGUMENT', 'exec: the first request must be start');
-        await execInPod(pods, first.value.request.value, { [Symbol.asyncIterator]: () => it }, send, callSignal(call));
+        const start = first.value.request.value;
+        await streaming((signal) => execInPod(pods, start, { [Symbol.asyncIterator]: () => it }, send, signal), call);
       },
-      podLogs: async (req, send, call) => podLogs(pods, req, send, callSignal(call)),
+      podLogs: async (req, send, call) => streaming((signal) => podLogs(pods, req, send, signal), call),
       portForwardPod: async (reqs, send, call) => {
         const it = reqs[Symbol.asyncIterator]();
         const first = await it.next();
         if (first.done || first.value.request.case !== 'start') throw new FeosError('INVALID_ARGUMENT', 'port forward: the first request must be start');
-        await portForward(pods, first.value.request.value, { [Symbol.asyncIterator]: () => it }, send, callSignal(call));
+        const start = first.value.request.value;
+        await streaming((signal) => portForward(pods, start, { [Symbol.asyncIterator]: () => it }, send, signal), call);
       },
       watchPodEvents: async (req, send, call) => {
         const only = req.podId ? pods.get(req.podId).id : '';
@@ -205,9 +230,11 @@ export async function startFeosd(opts: FeosdOptions, signal?: AbortSignal): Prom
           for (const p of only ? [pods.get(only)] : pods.list()) {
             send(create(PodEventSchema, { podId: p.id, pod: p, initial: true }));
           }
+          // A watch has no end of its own: it ends when its caller goes away or at once when feosd stops.
           const ended = new Promise<void>((r) => {
             call.once('cancelled', r);
             call.once('close', r);
+            stopping.signal.addEventListener('abort', () => r(), { once: true });
           });
           let done = false;
           void ended.then(() => {
@@ -221,6 +248,7 @@ export async function startFeosd(opts: FeosdOptions, signal?: AbortSignal): Prom
             });
             wake = undefined;
           }
+          if (stopping.signal.aborted) throw feosdStops();
         } finally {
           pods.off('event', listener);
         }
@@ -289,12 +317,18 @@ export async function startFeosd(opts: FeosdOptions, signal?: AbortSignal): Prom
     socketPath,
     pods,
     close: async (callsGraceMs = 30_000) => {
+      stopping.abort();
+      // After the grace, the streams still running end with UNAVAILABLE; a second later whatever is left
+      // (unary calls, clients that keep their connection) is cut.
+      let cut: NodeJS.Timeout | undefined;
       const force = setTimeout(() => {
-        log.warn({ graceMs: callsGraceMs }, 'feosd stops: the calls still running are cancelled');
-        server.forceShutdown();
+        log.warn({ graceMs: callsGraceMs }, 'feosd stops: the calls still running are ended');
+        cancelling.abort();
+        cut = setTimeout(() => server.forceShutdown(), 1000);
       }, callsGraceMs);
       await new Promise<void>((r) => server.tryShutdown(() => r()));
       clearTimeout(force);
+      clearTimeout(cut);
       pods.close();
       await network?.stop();
       vms.closeAll();

