@@ -30,6 +30,7 @@ import { type Volume, VolumeSchema, VolumeService, VolumeState } from '../gen/fe
 import { codeName, isVmBusy, makeClient } from '../api/index.ts';
 import { humanDuration, parseBytes } from '../../lib/index.ts';
 import { mintPodId } from '../pods/id.ts';
+import { MAX_MEMORY_BYTES, MAX_VCPUS, MIN_MEMORY_BYTES } from '../pods/spec.ts';
 
 type Output = 'table' | 'json' | 'yaml';
 
@@ -86,8 +87,62 @@ function readToken(file: string | undefined): string {
   return t;
 }
 
+/**
+ * A flag's whole number from `min` to `max`, for commander: `1.5`, `abc`, `-1` or `99999999999999999999`
+ * are usage errors naming the flag and the value.
+ */
+function wholeNumber(flag: string, min: number, max: number) {
+  return (v: string): number => {
+    const n = /^\d+$/.test(v.trim()) ? Number(v) : Number.NaN;
+    if (!(n >= min && n <= max)) throw new InvalidArgumentError(`${flag} ${JSON.stringify(v)}: want a whole number from ${min} to ${max}`);
+    return n;
+  };
+}
+
+/** `--memory`'s bytes: a quantity of whole MiB within a pod's bounds (seed 000, "A pod"). */
+function memoryBytes(v: string): bigint {
+  let n: number;
+  try {
+    n = parseBytes(v);
+  } catch {
+    throw new InvalidArgumentError(`--memory ${JSON.stringify(v)}: want a quantity such as 256Mi or 1Gi`);
+  }
+  const mib = 1024 * 1024;
+  if (!Number.isSafeInteger(n) || BigInt(n) < MIN_MEMORY_BYTES || BigInt(n) > MAX_MEMORY_BYTES || n % mib !== 0) {
+    throw new InvalidArgumentError(`--memory ${JSON.stringify(v)}: want whole Mi from ${MIN_MEMORY_BYTES / BigInt(mib)}Mi to ${MAX_MEMORY_BYTES / BigInt(mib)}Mi`);
+  }
+  return BigInt(n);
+}
+
+/**
+ * A PodSpec from a `-f` file's text (YAML or JSON, protobuf JSON names).
+ * @throws InvalidArgumentError naming the file and what is wrong: YAML syntax, not a mapping, or the
+ *   field protobuf JSON cannot take
+ */
+function specFromFile(file: string, text: string) {
+  let doc: unknown;
+  try {
+    doc = YAML.parse(text);
+  } catch (err: unknown) {
+    throw new InvalidArgumentError(`${file}: not YAML or JSON: ${(err instanceof Error ? err.message : String(err)).split('\n')[0]}`);
+  }
+  if (doc === null || doc === undefined) throw new InvalidArgumentError(`${file}: empty: want a PodSpec (a mapping such as "vcpus: 1")`);
+  if (typeof doc !== 'object' || Array.isArray(doc)) {
+    throw new InvalidArgumentError(`${file}: want a PodSpec, a mapping such as "vcpus: 1", got ${Array.isArray(doc) ? 'a list' : JSON.stringify(doc)}`);
+  }
+  try {
+    return fromJson(PodSpecSchema, doc as JsonValue);
+  } catch (err: unknown) {
+    // protobuf-es names the field and the value: `cannot decode field feos.pod.v1.PodSpec.vcpus from JSON: "two"`.
+    const msg = (err instanceof Error ? err.message : String(err)).replace(/^cannot decode message feos\.pod\.v1\.PodSpec from JSON: /, '');
+    throw new InvalidArgumentError(`${file}: not a PodSpec: ${msg} (fields: vcpus, memoryBytes, containers, network, volumes, metadata...; protobuf JSON names)`);
+  }
+}
+
 /** Runs feosctl with `argv` (process.argv). Exits the process with its status. */
 export async function main(argv: string[]): Promise<void> {
+  // Whether commander printed its error itself (its parse errors); errors thrown by an action it does not print.
+  let commanderSaid = false;
   const program = new Command('feosctl')
     .description("FeOS's command line: the pods of one node's feosd")
     .option('--socket <path>', "feosd's API socket", '/run/feos/api.sock')
@@ -98,7 +153,12 @@ export async function main(argv: string[]): Promise<void> {
       return n;
     }, 600)
     .exitOverride()
-    .configureOutput({ writeErr: (s) => process.stderr.write(s) });
+    .configureOutput({
+      writeErr: (s) => {
+        commanderSaid = true;
+        process.stderr.write(s);
+      },
+    });
 
   const target = () => {
     const o = program.opts<{ socket: string; tcp?: string }>();
@@ -124,29 +184,27 @@ export async function main(argv: string[]): Promise<void> {
     .command('create')
     .description('records a pod and brings it up in the background (an ID is minted when none is given)')
     .option('--id <id>', 'the pod ID (11 characters of lowercase Crockford base32, a letter first, or a UUID)')
-    .option('--vcpus <n>', 'virtual CPUs', (v) => Number.parseInt(v, 10))
-    .option('--memory <quantity>', 'memory, such as 256Mi or 1Gi')
+    .option('--vcpus <n>', `virtual CPUs (1 to ${MAX_VCPUS})`, wholeNumber('--vcpus', 1, MAX_VCPUS))
+    .option('--memory <quantity>', 'memory, such as 256Mi or 1Gi', memoryBytes)
     .option('--image <ref...>', 'a container per image, named after it')
     .option('--network', 'give the pod a network (the defaults)')
     .option('-f, --filename <file>', 'the PodSpec as YAML or JSON (protobuf JSON names)')
     .option('--wait', 'wait until the pod is RUNNING or FAILED')
     .option('--pull-token-file <file>', "a Bearer token of the images' registry for this bring-up's pulls (kept in feosd's memory only)")
     .addOption(output())
-    .action(async (o: { id?: string; vcpus?: number; memory?: string; image?: string[]; network?: boolean; filename?: string; wait?: boolean; pullTokenFile?: string; output: Output }) => {
+    .action(async (o: { id?: string; vcpus?: number; memory?: bigint; image?: string[]; network?: boolean; filename?: string; wait?: boolean; pullTokenFile?: string; output: Output }) => {
       let spec = create(PodSpecSchema);
       if (o.filename) {
-        const text = readFileSync(o.filename, 'utf8');
+        let text: string;
         try {
-          spec = fromJson(PodSpecSchema, YAML.parse(text) as JsonValue);
+          text = readFileSync(o.filename, 'utf8');
         } catch (err: unknown) {
-          throw new InvalidArgumentError(`${o.filename}: not a PodSpec: ${err instanceof Error ? err.message : String(err)}`);
+          throw new InvalidArgumentError(`-f ${o.filename}: ${err instanceof Error ? err.message : String(err)}`);
         }
+        spec = specFromFile(o.filename, text);
       }
-      if (o.vcpus !== undefined) {
-        if (!Number.isInteger(o.vcpus) || o.vcpus <= 0) throw new InvalidArgumentError(`--vcpus: want a positive integer`);
-        spec.vcpus = o.vcpus;
-      }
-      if (o.memory) spec.memoryBytes = BigInt(parseBytes(o.memory));
+      if (o.vcpus !== undefined) spec.vcpus = o.vcpus;
+      if (o.memory !== undefined) spec.memoryBytes = o.memory;
       for (const image of o.image ?? []) {
         const name = (image.split('/').at(-1) ?? 'c').split(/[:@]/)[0].replace(/[^a-z0-9-]/g, '-').slice(0, 63) || 'c';
         spec.containers.push({ $typeName: 'feos.pod.v1.ContainerSpec', name, image, command: [], args: [], env: {}, volumeMounts: [] });
@@ -365,7 +423,7 @@ export async function main(argv: string[]): Promise<void> {
       const labels: Record<string, string> = {};
       for (const kv of o.label ?? []) {
         const at = kv.indexOf('=');
-        if (at <= 0) throw new InvalidArgumentError(`--label ${kv}: want key=value`);
+        if (at <= 0) throw new InvalidArgumentError(`--label ${JSON.stringify(kv)}: want key=value`);
         labels[kv.slice(0, at)] = kv.slice(at + 1);
       }
       const c = makeClient(VolumeService, target());
@@ -430,6 +488,8 @@ export async function main(argv: string[]): Promise<void> {
     }
     const e = err as { code?: string; exitCode?: number; message?: string };
     if (typeof e.code === 'string' && e.code.startsWith('commander.')) {
+      // An InvalidArgumentError thrown by an action (not by commander's parsing) was not printed.
+      if (e.exitCode !== 0 && !commanderSaid) process.stderr.write(`feosctl: ${(e.message ?? '').replace(/^error: /, '')}\n`);
       process.exit(e.exitCode === 0 ? 0 : 2);
     }
     process.stderr.write(`feosctl: ${e.message ?? String(err)}\n`);
