@@ -6,11 +6,13 @@
 import { execFile } from 'node:child_process';
 import { chmodSync, chownSync, closeSync, readFileSync } from 'node:fs';
 import { mkdir, rm } from 'node:fs/promises';
-import { join, resolve } from 'node:path';
+import net from 'node:net';
+import { dirname, join, resolve } from 'node:path';
 import * as grpc from '@grpc/grpc-js';
 import { create } from '@bufbuild/protobuf';
 import { PodService as PodServiceDesc, PodEventSchema, type PodEvent } from './gen/feos/pod/v1/pod_pb.js';
 import { HostService as HostServiceDesc } from './gen/feos/host/v1/host_pb.js';
+import { makeClient } from './api/index.ts';
 import { createLogger, type Logger } from '../lib/index.ts';
 import { addService, errorMessage, FeosError } from './api/index.ts';
 import { chooseAccelerator, MicroVmService } from './microvm/index.ts';
@@ -99,16 +101,99 @@ function notifyReady(log: Logger): void {
 }
 
 /**
+ * `mkdir -p` that ends: Node's recursive mkdir loops forever where a parent refuses new entries with
+ * ENOENT (such as /proc). Each missing directory is made on its own; the first error is thrown.
+ * @throws Error naming the flag, the directory and the system's error
+ */
+async function makeDirs(flag: string, dir: string, mode?: number): Promise<void> {
+  const missing: string[] = [];
+  for (let d = dir; ; d = dirname(d)) {
+    try {
+      await mkdir(d, { mode });
+      break;
+    } catch (err: unknown) {
+      const code = (err as NodeJS.ErrnoException).code;
+      if (code === 'EEXIST') break;
+      if (code !== 'ENOENT' || dirname(d) === d) throw new Error(`${flag} ${dir}: cannot make ${d}: ${errorMessage(err)}`, { cause: err });
+      missing.push(d);
+    }
+  }
+  for (const d of missing.reverse()) {
+    try {
+      await mkdir(d, { mode });
+    } catch (err: unknown) {
+      if ((err as NodeJS.ErrnoException).code !== 'EEXIST') throw new Error(`${flag} ${dir}: cannot make ${d}: ${errorMessage(err)}`, { cause: err });
+    }
+  }
+}
+
+/**
+ * Checks `--tcp`'s form before anything is taken: `host:port` or `[v6]:port`, the port 0 to 65535.
+ * @throws Error "--tcp X: want host:port ..."
+ */
+export function checkTcpAddress(address: string): void {
+  const m = /^(\[[0-9A-Fa-f:.]+\]|[^:[\]\s]+):(\d{1,5})$/.exec(address);
+  if (!m || Number(m[2]) > 65535) throw new Error(`--tcp ${JSON.stringify(address)}: want host:port (such as 127.0.0.1:1337, [::1]:1337; port 0 to 65535, 0 asks the OS)`);
+}
+
+/** Whether something accepts connections on a unix socket (a live feosd), within 2 s. */
+function socketAnswers(path: string): Promise<boolean> {
+  return new Promise((resolve) => {
+    const sock = net.connect(path);
+    const timer = setTimeout(() => {
+      sock.destroy();
+      resolve(true);
+    }, 2000);
+    sock.once('connect', () => {
+      clearTimeout(timer);
+      sock.destroy();
+      resolve(true);
+    });
+    sock.once('error', () => {
+      clearTimeout(timer);
+      resolve(false);
+    });
+  });
+}
+
+/**
+ * Refuses a run dir whose api.sock another feosd serves (another --state-dir, the same --run-dir): its
+ * socket would be taken over and, at this one's exit, removed.
+ * @throws Error "another feosd serves RUN/api.sock, pid N"
+ */
+async function refuseServedSocket(socketPath: string): Promise<void> {
+  if (!(await socketAnswers(socketPath))) return;
+  let pid = '';
+  const host = makeClient(HostServiceDesc, `unix:${socketPath}`);
+  try {
+    pid = `, pid ${(await host.getHostInfo({}, { deadline: Date.now() + 3000 })).pid}`;
+  } catch {
+  } finally {
+    host.grpc.close();
+  }
+  throw new Error(`another feosd serves ${socketPath}${pid}: stop it, or give this one another --run-dir`);
+}
+
+/**
  * Starts feosd: waits for the state dir's lock, loads the records, takes the microVMs and pods over,
  * and serves.
  * @throws Error naming the step (lock, records, bind) when feosd cannot start
  */
 export async function startFeosd(opts: FeosdOptions, signal?: AbortSignal): Promise<Feosd> {
+  // An empty flag would resolve to the working directory.
+  for (const [flag, v] of [
+    ['--state-dir', opts.stateDir],
+    ['--run-dir', opts.runDir],
+    ['--guest-dir', opts.guestDir],
+  ] as const) {
+    if (!v.trim()) throw new Error(`${flag} is empty: want a directory`);
+  }
+  if (opts.tcp !== undefined) checkTcpAddress(opts.tcp);
   // Absolute paths: they end up in qcow2 backing files, QEMU's arguments and records.
   const o: FeosdOptions = { ...opts, stateDir: resolve(opts.stateDir), runDir: resolve(opts.runDir), guestDir: resolve(opts.guestDir) };
   const log = o.log ?? createLogger('feosd');
-  await mkdir(o.stateDir, { recursive: true, mode: 0o700 });
-  await mkdir(o.runDir, { recursive: true });
+  await makeDirs('--state-dir', o.stateDir, 0o700);
+  await makeDirs('--run-dir', o.runDir);
   const lockFd = await takeStateLock(join(o.stateDir, 'feosd.lock'), log, signal);
   const startedAt = Date.now();
   const versions = guestVersions(o.guestDir);
@@ -295,21 +380,35 @@ export async function startFeosd(opts: FeosdOptions, signal?: AbortSignal): Prom
   );
 
   const socketPath = join(o.runDir, 'api.sock');
-  await rm(socketPath, { force: true });
   const bind = (target: string) =>
     new Promise<number>((resolve, reject) =>
       server.bindAsync(target, grpc.ServerCredentials.createInsecure(), (err, port) =>
         err ? reject(new Error(`bind ${target}: ${err.message}`, { cause: err })) : resolve(port),
       ),
     );
-  await bind(`unix:${socketPath}`);
-  const gid = findGroup('feos');
-  if (gid !== undefined) {
-    chownSync(socketPath, 0, gid);
-    chmodSync(socketPath, 0o660);
-  } else chmodSync(socketPath, 0o600);
   let tcpPort: number | undefined;
-  if (o.tcp) tcpPort = await bind(o.tcp);
+  let socketBound = false;
+  try {
+    await refuseServedSocket(socketPath);
+    await rm(socketPath, { force: true });
+    await bind(`unix:${socketPath}`);
+    socketBound = true;
+    const gid = findGroup('feos');
+    if (gid !== undefined) {
+      chownSync(socketPath, 0, gid);
+      chmodSync(socketPath, 0o660);
+    } else chmodSync(socketPath, 0o600);
+    if (o.tcp) tcpPort = await bind(o.tcp);
+  } catch (err: unknown) {
+    // Nothing stays behind: no socket of ours, no lock, no services.
+    server.forceShutdown();
+    if (socketBound) await rm(socketPath, { force: true });
+    pods.close();
+    await network?.stop();
+    vms.closeAll();
+    closeSync(lockFd);
+    throw err;
+  }
   log.info({ socket: socketPath, tcpPort }, 'feosd serving');
   notifyReady(log);
   return {

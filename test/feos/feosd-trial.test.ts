@@ -99,3 +99,42 @@ test('feosctl names the field or flag, the value and what it wants for what it c
   assert.equal(label.code, 2);
   assert.match(label.stderr, /--label "novalue": want key=value/);
 });
+
+test('a second feosd on the same run dir refuses to take a served api.sock; the first serves on', { timeout: 60_000 }, async (t) => {
+  const { dir, cleanup } = tempDir('feos-trial-');
+  t.after(cleanup);
+  const { join } = await import('node:path');
+  const first = await startFeosd(join(dir, 'a'), { runDir: join(dir, 'run') });
+  t.after(() => first.stop('SIGKILL'));
+  const second = await startFeosd(join(dir, 'b'), { runDir: join(dir, 'run'), waitServing: false });
+  t.after(() => second.stop('SIGKILL'));
+  const [code] = (await once(second.child, 'exit')) as [number];
+  assert.equal(code, 1);
+  assert.match(second.stderr(), new RegExp(`another feosd serves ${join(dir, 'run', 'api.sock')}, pid ${first.child.pid}`));
+  const info = await first.host.getHostInfo({});
+  assert.equal(info.pid, first.child.pid);
+});
+
+test('feosd refuses a bad --state-dir or --tcp with a clear message, exit 1, and leaves no api.sock', { timeout: 60_000 }, async (t) => {
+  const { dir, cleanup } = tempDir('feos-trial-');
+  t.after(cleanup);
+  const { existsSync } = await import('node:fs');
+  const { join } = await import('node:path');
+  const cases: Array<[string[], RegExp]> = [
+    [['--state-dir', '/proc/feos-state'], /--state-dir \/proc\/feos-state: cannot make/],
+    [['--state-dir', ''], /--state-dir is empty/],
+    [['--tcp', 'notanaddress'], /--tcp \\"notanaddress\\": want host:port/],
+    [['--tcp', '127.0.0.1:99999'], /--tcp \\"127.0.0.1:99999\\": want host:port/],
+    // A well-formed address feosd cannot bind: the socket it had bound goes again.
+    [['--tcp', '192.0.2.1:1'], /bind 192\.0\.2\.1:1/],
+  ];
+  for (const [i, [flags, want]] of cases.entries()) {
+    const base = join(dir, String(i));
+    const p = await startFeosd(base, { extra: flags, waitServing: false });
+    t.after(() => p.stop('SIGKILL'));
+    const [code] = (await once(p.child, 'exit')) as [number];
+    assert.equal(code, 1, `${flags.join(' ')}: ${p.stderr()}`);
+    assert.match(p.stderr(), want, flags.join(' '));
+    assert.ok(!existsSync(p.socket), `${flags.join(' ')} left ${p.socket}`);
+  }
+});
