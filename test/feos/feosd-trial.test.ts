@@ -138,3 +138,23 @@ test('feosd refuses a bad --state-dir or --tcp with a clear message, exit 1, and
     assert.ok(!existsSync(p.socket), `${flags.join(' ')} left ${p.socket}`);
   }
 });
+
+test('create refuses a volume listed twice; --wait on a pod that ends FAILED exits 1 with the reason', { timeout: 60_000 }, async (t) => {
+  const { dir, cleanup } = tempDir('feos-trial-');
+  t.after(cleanup);
+  const feosd = await startFeosd(dir);
+  t.after(() => feosd.stop('SIGKILL'));
+  const vid = '0e9c4f3e-1111-4222-8333-444455556666';
+  await assert.rejects(
+    feosd.pods.createPod({ id: 'trpqd0ccccc', spec: { volumes: [{ name: 'data', volumeId: vid }, { name: 'again', volumeId: vid }] } }),
+    (e: { code?: number; details?: string }) => e.code === 3 && e.details!.includes(vid) && /data/.test(e.details!) && /again/.test(e.details!),
+  );
+  // No guest is installed: the bring-up fails.
+  const created = await feosctl(feosd.socket, ['pod', 'create', '--id', 'trpqd0ddddd', '--wait'], 30_000);
+  assert.equal(created.code, 1, created.stderr);
+  assert.match(created.stdout, /trpqd0ddddd\s+FAILED/);
+  assert.match(created.stderr, /pod trpqd0ddddd is FAILED: .+/);
+  const started = await feosctl(feosd.socket, ['pod', 'start', 'trpqd0ddddd', '--wait'], 30_000);
+  assert.equal(started.code, 1, started.stderr);
+  assert.match(started.stderr, /pod trpqd0ddddd is FAILED: .+/);
+});

@@ -179,6 +179,27 @@ export async function main(argv: string[]): Promise<void> {
     }
   };
 
+  /** Watches a pod until it is no longer PENDING (RUNNING or FAILED, ...), within --timeout. */
+  const waitSettled = (c: ReturnType<typeof pods>, id: string) =>
+    call(
+      () =>
+        new Promise<PodInfo>((resolve, reject) => {
+          const ev = c.watchPodEvents({ podId: id }, { deadline: deadline() });
+          ev.on('data', (e: PodEvent) => {
+            if (e.pod && e.pod.state !== PodState.PENDING) {
+              resolve(e.pod);
+              ev.cancel();
+            }
+          });
+          ev.on('error', (err: { code?: number }) => {
+            if (err.code !== 1) reject(err);
+          });
+        }),
+    );
+  /** After --wait, a FAILED pod is feosctl's failure: exit 1 with the reason (the pod is printed first). */
+  const failedAfterWait = (p: PodInfo) => {
+    if (p.state === PodState.FAILED) throw new CallFailed(`pod ${p.id} is FAILED: ${p.reason || 'no reason given'}`);
+  };
   const pod = program.command('pod').description('the pods of the node');
   pod
     .command('create')
@@ -189,7 +210,7 @@ export async function main(argv: string[]): Promise<void> {
     .option('--image <ref...>', 'a container per image, named after it')
     .option('--network', 'give the pod a network (the defaults)')
     .option('-f, --filename <file>', 'the PodSpec as YAML or JSON (protobuf JSON names)')
-    .option('--wait', 'wait until the pod is RUNNING or FAILED')
+    .option('--wait', 'wait until the pod is RUNNING or FAILED (FAILED exits 1)')
     .option('--pull-token-file <file>', "a Bearer token of the images' registry for this bring-up's pulls (kept in feosd's memory only)")
     .addOption(output())
     .action(async (o: { id?: string; vcpus?: number; memory?: bigint; image?: string[]; network?: boolean; filename?: string; wait?: boolean; pullTokenFile?: string; output: Output }) => {
@@ -213,26 +234,11 @@ export async function main(argv: string[]): Promise<void> {
       const c = pods();
       const id = o.id ?? mintPodId();
       const pullToken = readToken(o.pullTokenFile);
-      let res = await call(() => c.createPod({ id, spec, pullToken }, { deadline: deadline() }));
-      if (o.wait) {
-        const ev = c.watchPodEvents({ podId: id }, { deadline: deadline() });
-        res = await call(
-          () =>
-            new Promise((resolve, reject) => {
-              ev.on('data', (e: PodEvent) => {
-                if (e.pod && e.pod.state !== PodState.PENDING) {
-                  resolve({ $typeName: 'feos.pod.v1.CreatePodResponse', pod: e.pod });
-                  ev.cancel();
-                }
-              });
-              ev.on('error', (err: { code?: number }) => {
-                if (err.code !== 1) reject(err);
-              });
-            }),
-        );
-      }
-      printPods([res.pod!], o.output, true);
+      const res = await call(() => c.createPod({ id, spec, pullToken }, { deadline: deadline() }));
+      const settled = o.wait ? await waitSettled(c, res.pod!.id || id) : res.pod!;
+      printPods([settled], o.output, true);
       c.grpc.close();
+      failedAfterWait(settled);
     });
   pod
     .command('get <id>')
@@ -262,16 +268,21 @@ export async function main(argv: string[]): Promise<void> {
     ['resume', 'resumes a SUSPENDED pod'],
   ] as const) {
     const cmd = pod.command(`${name} <id>`).description(desc).addOption(output());
-    if (name === 'start') cmd.option('--pull-token-file <file>', "a Bearer token of the images' registry for this bring-up's pulls");
-    cmd.action(async (id: string, o: { output: Output; pullTokenFile?: string }) => {
+    if (name === 'start') {
+      cmd.option('--pull-token-file <file>', "a Bearer token of the images' registry for this bring-up's pulls");
+      cmd.option('--wait', 'wait until the pod is RUNNING or FAILED (FAILED exits 1)');
+    }
+    cmd.action(async (id: string, o: { output: Output; pullTokenFile?: string; wait?: boolean }) => {
         const c = pods();
         const method = { start: c.startPod, stop: c.stopPod, suspend: c.suspendPod, resume: c.resumePod }[name] as (
           req: { id: string; pullToken?: string },
           options: { deadline: Date },
         ) => Promise<{ pod?: PodInfo }>;
         const res = await call(() => method(name === 'start' ? { id, pullToken: readToken(o.pullTokenFile) } : { id }, { deadline: deadline() }));
-        printPods([res.pod!], o.output, true);
+        const settled = o.wait ? await waitSettled(c, res.pod!.id) : res.pod!;
+        printPods([settled], o.output, true);
         c.grpc.close();
+        if (o.wait) failedAfterWait(settled);
       });
   }
   pod

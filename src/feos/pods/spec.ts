@@ -48,11 +48,16 @@ export function normalizeSpec(input: PodSpec | undefined): PodSpec {
   }
   if (spec.volumes.length > MAX_VOLUMES) throw bad(`volumes: ${spec.volumes.length}, at most ${MAX_VOLUMES}`);
   const vnames = new Set<string>();
+  // A volume is one disk: attached twice, QEMU's image lock refuses the second drive at bring-up.
+  const byId = new Map<string, string>();
   for (const [i, v] of spec.volumes.entries()) {
     if (!NAME.test(v.name)) throw bad(`volumes[${i}].name ${JSON.stringify(v.name)}: want 1 to 63 lowercase letters, digits and '-'`);
     if (vnames.has(v.name)) throw bad(`volumes[${i}].name ${v.name}: used twice`);
     vnames.add(v.name);
     if (!UUID.test(v.volumeId)) throw bad(`volumes[${i}].volume_id ${JSON.stringify(v.volumeId)}: want a lowercase UUID`);
+    const other = byId.get(v.volumeId);
+    if (other !== undefined) throw bad(`volumes[${i}]: volume ${v.volumeId} is listed twice, as ${other} and ${v.name}: a volume attaches once`);
+    byId.set(v.volumeId, v.name);
   }
   for (const k of Object.keys(spec.metadata)) {
     if (!METADATA_KEY.test(k)) throw bad(`metadata key ${JSON.stringify(k)}: want 1 to 128 letters, digits, '-', '_' and '.'`);
