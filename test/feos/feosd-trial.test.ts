@@ -158,3 +158,49 @@ test('create refuses a volume listed twice; --wait on a pod that ends FAILED exi
   assert.equal(started.code, 1, started.stderr);
   assert.match(started.stderr, /pod trpqd0ddddd is FAILED: .+/);
 });
+
+test('feosctl: no feosd is "is feosd running?"; host info as protobuf JSON and YAML; each state once in the events table', { timeout: 60_000 }, async (t) => {
+  const { dir, cleanup } = tempDir('feos-trial-');
+  t.after(cleanup);
+  const { mkdirSync, writeFileSync } = await import('node:fs');
+  const { join } = await import('node:path');
+  const YAML = (await import('yaml')).default;
+  const none = await feosctl(join(dir, 'none.sock'), ['pod', 'list'], 20_000);
+  assert.equal(none.code, 1);
+  assert.equal(none.stderr, `feosctl: UNAVAILABLE: is feosd running? (no socket at ${join(dir, 'none.sock')}; pass --socket)\n`);
+  // A guest version whose files are empty: the bring-up records it (a second PENDING record), then fails.
+  const guest = join(dir, 'guest', '20260101-000000');
+  mkdirSync(guest, { recursive: true });
+  for (const f of ['vmlinuz', 'initramfs', 'system.img', 'data.qcow2', 'guest.json']) writeFileSync(join(guest, f), '');
+  const feosd = await startFeosd(dir);
+  t.after(() => feosd.stop('SIGKILL'));
+  const json = await feosctl(feosd.socket, ['host', 'info', '-o', 'json'], 20_000);
+  assert.equal(json.code, 0, json.stderr);
+  assert.doesNotMatch(json.stdout, /\$typeName|"seconds"/);
+  const info = JSON.parse(json.stdout) as { pid: number; startedAt: string };
+  assert.equal(info.pid, feosd.child.pid);
+  assert.ok(!Number.isNaN(Date.parse(info.startedAt)), info.startedAt);
+  const yaml = await feosctl(feosd.socket, ['host', 'info', '-o', 'yaml'], 20_000);
+  assert.equal(yaml.code, 0, yaml.stderr);
+  assert.equal((YAML.parse(yaml.stdout) as { pid: number }).pid, feosd.child.pid);
+  const child = spawn(process.execPath, [FEOSCTL, '--socket', feosd.socket, 'pod', 'events'], { stdio: ['ignore', 'pipe', 'pipe'] });
+  t.after(() => child.kill('SIGKILL'));
+  let out = '';
+  child.stdout!.setEncoding('utf8');
+  child.stdout!.on('data', (d: string) => {
+    out += d;
+  });
+  // The watch is open once it shows a first pod.
+  await feosd.pods.createPod({ id: 'trpqd0fffff', spec: {} });
+  while (!out.includes('trpqd0fffff')) {
+    if (child.exitCode !== null) assert.fail(`feosctl pod events exited: ${out}`);
+    await once(child.stdout!, 'data');
+  }
+  const created = feosctl(feosd.socket, ['pod', 'create', '--id', 'trpqd0eeeee', '--wait'], 30_000);
+  assert.equal((await created).code, 1);
+  while (!/trpqd0eeeee\s+FAILED/.test(out)) {
+    if (child.exitCode !== null) assert.fail(`feosctl pod events exited: ${out}`);
+    await once(child.stdout!, 'data');
+  }
+  assert.equal(out.match(/trpqd0eeeee\s+PENDING\s+created/g)?.length, 1, out);
+});

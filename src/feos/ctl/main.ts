@@ -25,7 +25,7 @@ import {
   PortForwardPodRequestSchema,
   type PortForwardPodResponse,
 } from '../gen/feos/pod/v1/pod_pb.js';
-import { HostService } from '../gen/feos/host/v1/host_pb.js';
+import { GetHostInfoResponseSchema, HostService } from '../gen/feos/host/v1/host_pb.js';
 import { type Volume, VolumeSchema, VolumeService, VolumeState } from '../gen/feos/volume/v1/volume_pb.js';
 import { codeName, isVmBusy, makeClient } from '../api/index.ts';
 import { humanDuration, parseBytes } from '../../lib/index.ts';
@@ -172,6 +172,17 @@ export async function main(argv: string[]): Promise<void> {
       return await fn();
     } catch (err: unknown) {
       const e = err as { code?: number; details?: string };
+      // grpc-js's words for a feosd that is not there ("No connection established. Last error: ...
+      // Resolution note: ") say the same in the operator's terms.
+      const o = program.opts<{ socket: string; tcp?: string }>();
+      if (e.code === 14 && /No connection established|ENOENT|ECONNREFUSED/.test(e.details ?? '')) {
+        const where = o.tcp
+          ? `nothing answers at ${o.tcp}; pass --tcp`
+          : /ENOENT/.test(e.details ?? '')
+            ? `no socket at ${o.socket}; pass --socket`
+            : `nothing listens on ${o.socket}; pass --socket`;
+        throw new CallFailed(`UNAVAILABLE: is feosd running? (${where})`);
+      }
       if (typeof e.code === 'number') {
         throw new CallFailed(`${codeName(e.code)}: ${e.details ?? ''}${isVmBusy(err) ? ' (VmBusy)' : ''}`);
       }
@@ -301,6 +312,9 @@ export async function main(argv: string[]): Promise<void> {
     .action(async (id: string | undefined, o: { output: 'table' | 'json' }) => {
       const c = pods();
       const stream = c.watchPodEvents({ podId: id ?? '' });
+      // The table shows a pod's state and reason: a recorded change that keeps both (its guest version,
+      // its addresses) would print the same line again. JSON lines have every event.
+      const shown = new Map<string, string>();
       await call(
         () =>
           new Promise<void>((resolve, reject) => {
@@ -309,6 +323,9 @@ export async function main(argv: string[]): Promise<void> {
                 process.stdout.write(`${JSON.stringify({ podId: e.podId, deleted: e.deleted, initial: e.initial, pod: e.pod ? podJson(e.pod) : null })}\n`);
               } else {
                 const state = e.deleted ? 'DELETED' : PodState[e.pod?.state ?? 0];
+                const line = `${state}\0${e.pod?.reason ?? ''}`;
+                if (!e.initial && shown.get(e.podId) === line) return;
+                shown.set(e.podId, line);
                 process.stdout.write(`${e.podId}   ${state}${e.initial ? ' (now)' : ''}   ${e.pod?.reason ?? ''}\n`);
               }
             });
@@ -474,11 +491,14 @@ export async function main(argv: string[]): Promise<void> {
     .description('the node')
     .command('info')
     .description("the node's facts")
-    .option('-o, --output <format>', 'table or json', 'table')
-    .action(async (o: { output: string }) => {
+    .addOption(output())
+    .action(async (o: { output: Output }) => {
       const c = makeClient(HostService, target());
       const res = await call(() => c.getHostInfo({}, { deadline: deadline() }));
-      if (o.output === 'json') process.stdout.write(`${JSON.stringify(res, (_, v) => (typeof v === 'bigint' ? v.toString() : v), 2)}\n`);
+      // protobuf JSON, as the pods' (startedAt an RFC 3339 time, 64-bit numbers as strings).
+      const json = toJson(GetHostInfoResponseSchema, res) as JsonValue;
+      if (o.output === 'json') process.stdout.write(`${JSON.stringify(json, null, 2)}\n`);
+      else if (o.output === 'yaml') process.stdout.write(YAML.stringify(json));
       else {
         process.stdout.write(
           table([
