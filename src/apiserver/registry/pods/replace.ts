@@ -6,7 +6,8 @@
  * finalizers and spec (its `spec.nodeName` is the target), status reset to Pending with
  * PodScheduled True. Watchers see DELETED (old uid) then ADDED (new uid). No graceful deletion and
  * no garbage collection of the old object's dependents: their owner references are moved to the new
- * uid in the same transaction.
+ * uid in the same transaction. The replacement keeps the old pod's module digest
+ * (`kube32.io/image-sha256`) when its images are the same, so a restore finds the module it was saved from.
  */
 import { randomUUID } from 'node:crypto';
 import { ApiError, badRequest, conflict, invalid, notFound } from '../../errors.ts';
@@ -15,7 +16,8 @@ import { timestamp, withTypeMeta } from '../meta.ts';
 import { RESOURCES } from '../catalog.ts';
 import type { Registry } from '../store.ts';
 import { storageKey } from '../types.ts';
-import { rec } from '../util.ts';
+import { IMAGE_SHA_ANNOTATION } from '../modules/images.ts';
+import { arr, rec } from '../util.ts';
 import { pods } from './index.ts';
 
 /**
@@ -54,7 +56,15 @@ export function replacePod(reg: Registry, namespace: string, name: string, body:
     };
     for (const k of Object.keys(fresh.metadata)) if (fresh.metadata[k] === undefined) delete fresh.metadata[k];
     pods.prepareForCreate!(fresh, { now, list: (r, ns) => reg.storage.list(r, ns).items });
-    reg.hooks.admitCreate?.(pods, fresh);
+    // The replacement runs the module the pod ran (seed 002, "Moves": the same image, and a restore
+    // refuses another module's snapshot): keep its digest rather than resolving `wasm://NAME` again,
+    // which a push of another module under the same name would have changed.
+    const pinned = current.metadata.annotations?.[IMAGE_SHA_ANNOTATION];
+    if (pinned && sameImages(current.spec, fresh.spec)) {
+      fresh.metadata.annotations = { ...(fresh.metadata.annotations ?? {}), [IMAGE_SHA_ANNOTATION]: pinned };
+    } else {
+      reg.hooks.admitCreate?.(pods, fresh);
+    }
     const causes = pods.validate!(fresh);
     if (causes.length) throw invalid('Pod', '', name, causes);
     const status = rec(fresh.status);
@@ -81,4 +91,10 @@ export function replacePod(reg: Registry, namespace: string, name: string, body:
       throw err;
     }
   });
+}
+
+/** Whether two pod specs name the same images, container by container (init containers included). */
+function sameImages(a: unknown, b: unknown): boolean {
+  const images = (spec: unknown) => JSON.stringify([...arr(rec(spec).initContainers), ...arr(rec(spec).containers)].map((c) => c.image));
+  return images(a) === images(b);
 }
