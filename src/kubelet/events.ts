@@ -6,7 +6,6 @@
  * first one's `count`, as Kubernetes' event correlator does. Recording never throws and never
  * blocks the caller.
  */
-import { randomBytes } from 'node:crypto';
 import type { V1ObjectReference } from '@kubernetes/client-node';
 import type { Logger } from '../lib/index.ts';
 import { type ControlPlane, errorMessage } from './client.ts';
@@ -19,6 +18,7 @@ export class EventRecorder {
   readonly #cp: ControlPlane;
   readonly #node: string;
   readonly #log: Logger;
+  #sequence = 0;
   readonly #seen = new Map<string, { name: string; namespace: string; count: number; first: number; firstTimestamp: string }>();
   #tail: Promise<void> = Promise.resolve();
 
@@ -56,7 +56,9 @@ export class EventRecorder {
       return;
     }
     if (this.#seen.size > 2000) this.#seen.clear();
-    const name = `${object.name}.${randomBytes(8).toString('hex')}`;
+    // Names sort by time, as the controllers' do (the milliseconds in hex, then a sequence): kubectl
+    // lists events of the same second in name order, so a random suffix would shuffle them.
+    const name = `${object.name}.${Date.now().toString(16)}${(++this.#sequence).toString(16).padStart(4, '0')}`;
     await this.#cp.json('POST', `/api/v1/namespaces/${namespace}/events`, {
       body: {
         apiVersion: 'v1', kind: 'Event', metadata: { name, namespace },

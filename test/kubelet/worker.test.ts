@@ -108,6 +108,10 @@ test('kube32-sim runs, serves, checkpoints and restores pods, and drains itself'
       return mine.includes('Started') ? mine : undefined;
     });
     for (const reason of ['Pulling', 'Pulled', 'Created', 'Started']) assert.ok(reasons.includes(reason), reason);
+    // The list comes sorted by name, which is the order kubectl keeps for events of one second: the
+    // kubelet's names sort by time, so the list reads in the order things happened.
+    const order = reasons.filter((r) => ['Pulling', 'Pulled', 'Created', 'Started'].includes(r ?? ''));
+    assert.deepEqual(order.slice(0, 4), ['Pulling', 'Pulled', 'Created', 'Started'], `events in name order: ${order.join(', ')}`);
     const d = await c.kubectl(['describe', 'pod', 'c1']);
     assert.match(d.stdout, /Started\s+.*Started container c/);
   });
