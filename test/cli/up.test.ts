@@ -132,6 +132,19 @@ test('up refuses a data dir that is a file, or under a file, saying so, and leav
   assert.match(under.stderr, /is not a directory \(a file stands in its path\)/);
 });
 
+test('up refuses a worker heap below one WebAssembly page, or not a quantity, before starting anything', { timeout: 60_000 }, async (t) => {
+  const dataDir = join(tempDir(t), 'cluster');
+  for (const [value, message] of [
+    ['1', 'error: --worker-heap must hold at least one 64Ki WebAssembly page (65536 bytes): current value is "1" (1 bytes)'],
+    ['abc', 'error: --worker-heap must be a byte quantity such as 64Mi: current value is "abc"'],
+  ]) {
+    const r = await run(process.execPath, [CLI, 'up', '--data-dir', dataDir, '--port', '0', '--worker-heap', value!], { timeoutMs: 20_000 });
+    assert.equal(r.code, 1);
+    assert.equal(r.stderr.trim(), message);
+    assert.ok(!existsSync(dataDir), 'nothing was started or written');
+  }
+});
+
 test('up refuses worker addresses in use when --first-address is given, naming a free range, before starting anything', { timeout: 90_000 }, async (t) => {
   const [a, b] = privateRange();
   await hold(t, `127.${a}.${b}.3`, KUBELET_PORT); // worker-2's kubelet port, as another cluster's worker would

@@ -10,6 +10,7 @@
  * exits while they run.
  */
 import { join } from 'node:path';
+import { parseBytes } from '../../lib/index.ts';
 import { CliError } from '../errors.ts';
 import type { LocalCluster } from '../local-cluster.ts';
 
@@ -109,6 +110,7 @@ export async function up(flags: UpFlags): Promise<void> {
   const workers = intFlag('--workers', flags.workers, 0, 200);
   const port = intFlag('--port', flags.port, 0, 65535);
   const readyTimeoutMs = intFlag('--ready-timeout', flags.readyTimeout, 1, 3600) * 1000;
+  if (flags.workerHeap !== undefined) heapFlag(flags.workerHeap);
   const dataDir = flags.dataDir;
   // Loaded once the flags are known to be good: it brings the Kubernetes client.
   const { startLocalCluster } = await import('../local-cluster.ts');
@@ -181,4 +183,20 @@ export async function up(flags: UpFlags): Promise<void> {
     process.off('unhandledRejection', onCrash);
     release();
   }
+}
+
+/**
+ * Checks `--worker-heap` before anything starts, as kube32-sim checks `--heap`: a byte quantity that
+ * holds at least one 64 KiB WebAssembly page.
+ * @throws CliError naming the flag, the value and what it must be
+ */
+function heapFlag(value: string): number {
+  let bytes: number;
+  try {
+    bytes = parseBytes(value);
+  } catch {
+    throw new CliError(`--worker-heap must be a byte quantity such as 64Mi: current value is "${value}"`);
+  }
+  if (bytes < 65536) throw new CliError(`--worker-heap must hold at least one 64Ki WebAssembly page (65536 bytes): current value is "${value}" (${bytes} bytes)`);
+  return bytes;
 }
