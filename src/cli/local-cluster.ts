@@ -98,10 +98,28 @@ export function workerName(i: number): string {
 function alive(pid: number): boolean {
   try {
     process.kill(pid, 0);
-    return true;
   } catch (err: unknown) {
     return (err as { code?: string }).code === 'EPERM';
   }
+  // A process killed a moment ago stays a zombie until its parent reaps it: it holds nothing any more.
+  try {
+    const stat = readFileSync(`/proc/${pid}/stat`, 'utf8');
+    return stat.slice(stat.lastIndexOf(')') + 2, stat.lastIndexOf(')') + 3) !== 'Z';
+  } catch {
+    return true; // no /proc: trust kill(0)
+  }
+}
+
+/** Waits, synchronously and for at most `ms`, until none of `pids` is alive; answers those still alive. */
+function waitGone(pids: number[], ms: number): number[] {
+  const deadline = Date.now() + ms;
+  const tick = new Int32Array(new SharedArrayBuffer(4));
+  let left = pids.filter(alive);
+  while (left.length > 0 && Date.now() < deadline) {
+    Atomics.wait(tick, 0, 0, 50);
+    left = left.filter(alive);
+  }
+  return left;
 }
 
 function cmdline(pid: number): string {
@@ -149,16 +167,21 @@ function acquireLock(dataDir: string, print: (line: string) => void): string {
         `the data dir ${dataDir} is in use by another kube32-cli up (pid ${held.pid}): stop it (Ctrl-C there, or kill ${held.pid}) or pass another --data-dir`,
       );
     }
+    const stopped: number[] = [];
     for (const [name, pid] of Object.entries(held?.children ?? {})) {
       if (alive(pid) && cmdline(pid).includes(dataDir)) {
         print(`data dir: stopping ${name} (pid ${pid}) left running by an earlier up`);
         try {
           process.kill(pid, 'SIGKILL');
+          stopped.push(pid);
         } catch {
           // gone meanwhile
         }
       }
     }
+    // Their ports, addresses and data dirs are free only once they are gone.
+    const lingering = waitGone(stopped, 10_000);
+    if (lingering.length > 0) throw new CliError(`processes of an earlier up (pid ${lingering.join(', ')}) do not end: stop them, then run up again`);
     rmSync(path, { force: true });
   }
   throw new CliError(`could not take the data dir ${dataDir}: ${path} keeps reappearing`);
