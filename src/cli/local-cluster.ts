@@ -22,6 +22,7 @@
 import { type ChildProcess, spawn } from 'node:child_process';
 import { closeSync, existsSync, mkdirSync, openSync, readFileSync, rmSync, statSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
+import { isProcessAlive } from '../lib/index.ts';
 import type { KubeConfig } from '@kubernetes/client-node';
 import { apiJson, rawRequest, serverUrl } from './api-client.ts';
 import { CliError } from './errors.ts';
@@ -95,20 +96,7 @@ export function workerName(i: number): string {
   return `worker-${i}`;
 }
 
-function alive(pid: number): boolean {
-  try {
-    process.kill(pid, 0);
-  } catch (err: unknown) {
-    return (err as { code?: string }).code === 'EPERM';
-  }
-  // A process killed a moment ago stays a zombie until its parent reaps it: it holds nothing any more.
-  try {
-    const stat = readFileSync(`/proc/${pid}/stat`, 'utf8');
-    return stat.slice(stat.lastIndexOf(')') + 2, stat.lastIndexOf(')') + 3) !== 'Z';
-  } catch {
-    return true; // no /proc: trust kill(0)
-  }
-}
+const alive = isProcessAlive;
 
 /** Waits, synchronously and for at most `ms`, until none of `pids` is alive; answers those still alive. */
 function waitGone(pids: number[], ms: number): number[] {

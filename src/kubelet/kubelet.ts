@@ -8,7 +8,7 @@ import type { Server } from 'node:http';
 import type { AddressInfo } from 'node:net';
 import { join, resolve } from 'node:path';
 import type { KubeConfig } from '@kubernetes/client-node';
-import { createLogger, type Logger } from '../lib/index.ts';
+import { createLogger, isProcessAlive, type Logger } from '../lib/index.ts';
 import { measureInterpMops } from '../wasm/index.ts';
 import { KubeletAuthenticator } from './auth.ts';
 import { ChannelRouter } from './channels.ts';
@@ -71,13 +71,7 @@ async function lockDataDir(dir: string): Promise<() => Promise<void>> {
     } catch (err: unknown) {
       if ((err as NodeJS.ErrnoException).code !== 'EEXIST') throw err;
       const pid = Number((await readFile(path, 'utf8').catch(() => '')).trim());
-      let alive = false;
-      if (pid > 0 && pid !== process.pid) {
-        try {
-          process.kill(pid, 0);
-          alive = true;
-        } catch {}
-      }
+      const alive = pid > 0 && pid !== process.pid && isProcessAlive(pid);
       if (alive) throw new Error(`data dir ${dir} is in use by kube32-sim process ${pid} (${path})`);
       await rm(path, { force: true });
     }

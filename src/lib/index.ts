@@ -3,3 +3,4 @@ export { parseDuration, humanDuration } from './duration.ts';
 export { parseQuantity, parseBytes, formatBytes } from './quantity.ts';
 export { writeFileAtomic, writeFileAtomicSync } from './atomic-write.ts';
 export { createLogger, type Logger } from './log.ts';
+export { isProcessAlive } from './process.ts';

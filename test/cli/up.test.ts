@@ -15,6 +15,7 @@ import { join } from 'node:path';
 import { test } from 'node:test';
 import { CLI, run, startCluster } from '../e2e/cluster.ts';
 import { KUBELET_PORT, portFree } from '../../src/cli/worker-addresses.ts';
+import { isProcessAlive } from '../../src/lib/index.ts';
 
 function tempDir(t: import('node:test').TestContext): string {
   const d = mkdtempSync(join(tmpdir(), 'kube32-up-test-'));
@@ -95,14 +96,7 @@ test('up --workers 0: the control plane alone; kubectl works; Ctrl-C stops it; a
 });
 
 /** Whether process `pid` is alive. */
-function alive(pid: number): boolean {
-  try {
-    process.kill(pid, 0);
-    return true;
-  } catch {
-    return false;
-  }
-}
+const alive = isProcessAlive;
 
 /** Holds `address`:`port` open (another cluster's worker) until the test ends. */
 async function hold(t: import('node:test').TestContext, address: string, port: number): Promise<void> {
