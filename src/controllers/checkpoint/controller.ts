@@ -7,7 +7,7 @@ import type { V1Pod } from '@kubernetes/client-node';
 import type { Informers } from '../runtime/cache.ts';
 import { Controller, keyOf } from '../runtime/controller.ts';
 import type { ControllerContext } from '../runtime/context.ts';
-import { ANNOTATIONS, type Checkpoint } from '../runtime/types.ts';
+import { ANNOTATIONS, LABELS, type Checkpoint } from '../runtime/types.ts';
 import { reconcileCheckpoint } from './reconcile.ts';
 
 /** Builds the checkpoint controller and subscribes it. */
@@ -15,6 +15,13 @@ export function newCheckpointController(ctx: ControllerContext, informers: Infor
   const c = new Controller('checkpoint', (key) => reconcileCheckpoint(key, ctx), { clock: ctx.clock, log: ctx.log, workers: 4 });
   informers.on('checkpoints', (verb, ck: Checkpoint) => {
     if (verb !== 'delete') c.enqueue(keyOf(ck));
+    // A newly Saved periodic checkpoint makes the pod's older ones go (retention): look at them now.
+    if (ck.metadata?.labels?.[LABELS.trigger] === 'periodic' && ck.status?.phase === 'Saved') {
+      const ns = ck.metadata?.namespace ?? 'default';
+      for (const other of ctx.cache.checkpoints.list(ns)) {
+        if (other !== ck && other.spec?.podName === ck.spec?.podName && other.metadata?.labels?.[LABELS.trigger] === 'periodic') c.enqueue(keyOf(other));
+      }
+    }
   });
   informers.on('pods', (verb, pod: V1Pod) => {
     const ns = pod.metadata?.namespace ?? 'default';
