@@ -4,13 +4,12 @@
  * memory and never wait for a write); the writes run on a queue of their own, in the order of the
  * changes, and `save` resolves once the change is kept.
  */
-import { readdir, readFile, rename, rm } from 'node:fs/promises';
-import { mkdir } from 'node:fs/promises';
+import { rm } from 'node:fs/promises';
 import { join } from 'node:path';
-import { clone, fromBinary, toBinary } from '@bufbuild/protobuf';
+import { clone, toBinary } from '@bufbuild/protobuf';
 import { type PodInfo, PodInfoSchema } from '../gen/feos/pod/v1/pod_pb.js';
 import { writeFileAtomic, type Logger } from '../../lib/index.ts';
-import { errorMessage } from '../api/index.ts';
+import { loadRecordDir } from '../record-dir.ts';
 import { parsePodId } from './id.ts';
 
 /** The record format this code writes. */
@@ -33,20 +32,11 @@ export class PodRecords {
    * `<id>.pb.bad` with a log line: it is never taken for a pod, and never lost.
    */
   async load(): Promise<void> {
-    await mkdir(this.dir, { recursive: true });
-    for (const name of await readdir(this.dir)) {
-      if (!name.endsWith('.pb')) continue;
-      const path = join(this.dir, name);
-      try {
-        const pod = fromBinary(PodInfoSchema, await readFile(path));
-        if (parsePodId(pod.id) !== name.slice(0, -3)) throw new Error(`names pod ${JSON.stringify(pod.id)}`);
-        if (pod.recordVersion > POD_RECORD_VERSION) throw new Error(`record version ${pod.recordVersion} is newer than ${POD_RECORD_VERSION}`);
-        this.#pods.set(pod.id, pod);
-      } catch (err: unknown) {
-        this.#log.error({ path, err: errorMessage(err) }, 'pod record: unreadable; moved to .bad');
-        await rename(path, `${path}.bad`).catch(() => {});
-      }
-    }
+    const pods = await loadRecordDir(this.dir, PodInfoSchema, 'pod', this.#log, (pod, id) => {
+      if (parsePodId(pod.id) !== id) throw new Error(`names pod ${JSON.stringify(pod.id)}`);
+      if (pod.recordVersion > POD_RECORD_VERSION) throw new Error(`record version ${pod.recordVersion} is newer than ${POD_RECORD_VERSION}`);
+    });
+    for (const pod of pods.values()) this.#pods.set(pod.id, pod);
   }
 
   /** The pod as it is now (a copy). */

@@ -5,15 +5,16 @@
  * delete leaves its volumes AVAILABLE. Changes are serialised on one queue: a change is seen once kept.
  */
 import { existsSync } from 'node:fs';
-import { mkdir, readdir, readFile, rename, rm } from 'node:fs/promises';
+import { rename, rm } from 'node:fs/promises';
 import { execFile } from 'node:child_process';
 import { promisify } from 'node:util';
 import { join } from 'node:path';
-import { clone, create, fromBinary, toBinary } from '@bufbuild/protobuf';
+import { clone, create, toBinary } from '@bufbuild/protobuf';
 import { timestampNow } from '@bufbuild/protobuf/wkt';
 import { type Volume, VolumeSchema, VolumeState } from '../gen/feos/volume/v1/volume_pb.js';
 import { writeFileAtomic, type Logger } from '../../lib/index.ts';
-import { FeosError, errorMessage } from '../api/index.ts';
+import { FeosError } from '../api/index.ts';
+import { loadRecordDir } from '../record-dir.ts';
 
 const run = promisify(execFile);
 const MIB = 1024n * 1024n;
@@ -58,19 +59,10 @@ export class VolumeStore {
 
   /** Reads the records; an unreadable one is moved to `.bad` with a log line. */
   async load(): Promise<void> {
-    await mkdir(this.dir, { recursive: true });
-    for (const name of await readdir(this.dir)) {
-      if (!name.endsWith('.pb')) continue;
-      const path = join(this.dir, name);
-      try {
-        const v = fromBinary(VolumeSchema, await readFile(path));
-        if (v.id !== name.slice(0, -3)) throw new Error(`names volume ${JSON.stringify(v.id)}`);
-        this.#vols.set(v.id, v);
-      } catch (err: unknown) {
-        this.#log.error({ path, err: errorMessage(err) }, 'volume record: unreadable; moved to .bad');
-        await rename(path, `${path}.bad`).catch(() => {});
-      }
-    }
+    const vols = await loadRecordDir(this.dir, VolumeSchema, 'volume', this.#log, (v, id) => {
+      if (v.id !== id) throw new Error(`names volume ${JSON.stringify(v.id)}`);
+    });
+    for (const v of vols.values()) this.#vols.set(v.id, v);
   }
 
   get(id: string): Volume | undefined {
