@@ -2,7 +2,10 @@
  * A whole Kube32 cluster on one computer, as `kube32-cli up` runs it in the foreground: the control
  * plane (`kube32-cli control-plane`: API server on SQLite in the data dir, and the controllers) and N
  * `kube32-sim` workers on 127.0.0.2, 127.0.0.3, ..., each a child process with its log in
- * `<data-dir>/logs/`.
+ * `<data-dir>/logs/`. With `storage: 'etcd'` the control plane keeps its objects in etcd (issue 11,
+ * docs/etcd.md): the endpoints given, or else a local `etcd` (Debian's etcd-server) that `up` starts
+ * first as one more child, on 127.0.0.1 with free ports and its data in `<data-dir>/etcd/`, and stops
+ * last.
  *
  * Data dir layout:
  * ```
@@ -10,13 +13,15 @@
  *   up.lock                 {"pid":..., "children":{"control-plane":pid, "worker-1":pid, ...}} while `up` runs
  *   kubeconfig              the admin kubeconfig the control plane writes (point kubectl at it)
  *   ...                     the control plane's own files (SQLite database, CA, tokens)
+ *   etcd/                   the local etcd's --data-dir (storage 'etcd' without endpoints)
+ *   etcd-ports.json         {"client":port,"peer":port}: the local etcd's last ports, taken again when free
  *   nodes/<worker>/         each worker's --data-dir and its node kubeconfig
  *   logs/<component>.log    each child's standard output and error, appended
  * ```
  * Readiness is read from the cluster itself: the control plane is up when `/readyz` answers 200
  * through the kubeconfig it writes; a worker is up when its Node reports Ready with a heartbeat from this run.
  * Stopping sends SIGTERM to the workers first (each drains itself: cordon, evict, up to 20 s), then to
- * the control plane; a second interrupt kills what is left at once. If the process exits any other way
+ * the control plane, then to the local etcd; a second interrupt kills what is left at once. If the process exits any other way
  * while children run (an uncaught error, `process.exit`), they are killed (SIGKILL) on its way out.
  */
 import { type ChildProcess, spawn } from 'node:child_process';
@@ -50,6 +55,16 @@ export interface LocalClusterOptions {
   pickFreeAddresses?: boolean;
   /** Each worker's heap (`kube32-sim --heap`), as given, e.g. `64Mi`; the worker's default when absent. */
   workerHeap?: string;
+  /**
+   * Where the control plane keeps its objects: `sqlite` (`<data-dir>/kube32.db`) or `etcd` (issue 11).
+   * @default 'sqlite'
+   */
+  storage?: 'sqlite' | 'etcd';
+  /**
+   * With `storage: 'etcd'`: the etcd client URLs the control plane uses (`--etcd-endpoints`). Absent
+   * or empty: `up` runs its own etcd in `<data-dir>/etcd/`.
+   */
+  etcdEndpoints?: string[];
   /** Extra flags for `kube32-cli control-plane`, e.g. `['--node-monitor-grace-period', '10s']`. */
   controlPlaneArgs?: string[];
   /** How long each component may take to become ready, ms. @default 60000 */
@@ -68,6 +83,8 @@ export interface LocalCluster {
   kubeconfig: string;
   /** Names of the workers started. */
   workers: string[];
+  /** With `storage: 'etcd'`: the etcd client URLs the control plane uses (the local etcd's, or those given). */
+  etcdEndpoints?: string[];
   /** worker-1's address; worker-N has the N-th one from it. */
   firstAddress: string;
   /** Resolves when the control plane exits on its own (not through `stop`), with its exit code. */
@@ -90,6 +107,9 @@ const LOCK_FILE = 'up.lock';
 /** A worker drains for up to 20 s (seed "Drain and evictions"); give it that and a margin. */
 const WORKER_STOP_MS = 35_000;
 const CONTROL_PLANE_STOP_MS = 15_000;
+const ETCD_STOP_MS = 15_000;
+/** The children that are not workers. */
+const NOT_WORKERS = new Set(['control-plane', 'etcd']);
 
 /** The Node name of worker `i` (1-based). */
 export function workerName(i: number): string {
@@ -231,13 +251,18 @@ function tail(path: string, lines = 15): string {
   }
 }
 
-function startChild(name: string, script: string, args: string[], logDir: string): Child {
+/**
+ * Starts `file` (a Node script, run by this Node; or, with `node` false, an executable) as child `name`.
+ */
+function startChild(name: string, file: string, args: string[], logDir: string, node = true): Child {
   const log = join(logDir, `${name}.log`);
   const fd = openSync(log, 'a');
   writeFileSync(fd, `--- ${new Date().toISOString()} kube32-cli up starts ${name}: ${args.join(' ')}\n`);
   // detached: its own process group, so that a Ctrl-C on the terminal reaches only `up`, which then
   // stops the workers before the control plane.
-  const proc = spawn(process.execPath, [script, ...args], { stdio: ['ignore', fd, fd], detached: true });
+  const proc = node
+    ? spawn(process.execPath, [file, ...args], { stdio: ['ignore', fd, fd], detached: true })
+    : spawn(file, args, { stdio: ['ignore', fd, fd], detached: true });
   closeSync(fd);
   const child: Child = { name, proc, log, exitCode: null, exited: Promise.resolve(0) };
   child.exited = new Promise<number>((resolve) => {
@@ -285,7 +310,7 @@ async function until<T>(
     if (child.exitCode !== null) {
       const end = tail(child.log);
       const hint =
-        child.name !== 'control-plane' && end.includes('EADDRINUSE')
+        !NOT_WORKERS.has(child.name) && end.includes('EADDRINUSE')
           ? '\n(its address is taken: another cluster on this computer? leave --first-address out to let up pick free addresses, or pass another range, e.g. --first-address 127.0.1.2)'
           : '';
       throw new CliError(`${child.name} exited with code ${child.exitCode} before ${what}; the end of ${child.log}:\n${end}${hint}`);
@@ -342,13 +367,19 @@ export async function startLocalCluster(opts: LocalClusterOptions): Promise<Loca
   };
   const stop = (): Promise<void> => {
     stopping ??= (async () => {
-      const workers = children.filter((c) => c.name !== 'control-plane' && c.exitCode === null);
+      const workers = children.filter((c) => !NOT_WORKERS.has(c.name) && c.exitCode === null);
       if (workers.length > 0) print(`stopping ${workers.map((w) => w.name).join(', ')} (each drains its pods first)`);
       await Promise.all(workers.map((w) => stopChild(w, WORKER_STOP_MS)));
       const cp = children.find((c) => c.name === 'control-plane');
       if (cp && cp.exitCode === null) {
         print('stopping the control plane');
         await stopChild(cp, CONTROL_PLANE_STOP_MS);
+      }
+      // Last: the control plane writes to it until it has stopped.
+      const etcd = children.find((c) => c.name === 'etcd');
+      if (etcd && etcd.exitCode === null) {
+        print('stopping etcd');
+        await stopChild(etcd, ETCD_STOP_MS);
       }
       rmSync(lockPath, { force: true });
       process.off('exit', kill);
@@ -369,7 +400,18 @@ export async function startLocalCluster(opts: LocalClusterOptions): Promise<Loca
     const kubeconfig = join(dataDir, 'kubeconfig');
     const started = Date.now();
     const cli = repoFile('bin/kube32-cli.js');
-    const cp = startChild('control-plane', cli, ['control-plane', '--data-dir', dataDir, '--port', String(opts.port), ...(opts.controlPlaneArgs ?? [])], logDir);
+    const storageArgs: string[] = [];
+    let etcdEndpoints: string[] | undefined;
+    if (opts.storage === 'etcd') {
+      etcdEndpoints = opts.etcdEndpoints?.length ? opts.etcdEndpoints : [await startLocalEtcd(dataDir, logDir, children, lockPath, readyTimeoutMs, opts)];
+      storageArgs.push('--storage', 'etcd', '--etcd-endpoints', etcdEndpoints.join(','));
+    }
+    const cp = startChild(
+      'control-plane',
+      cli,
+      ['control-plane', '--data-dir', dataDir, '--port', String(opts.port), ...storageArgs, ...(opts.controlPlaneArgs ?? [])],
+      logDir,
+    );
     children.push(cp);
     recordChildren(lockPath, children);
     print(`control plane   starting   (log ${cp.log})`);
@@ -407,7 +449,7 @@ export async function startLocalCluster(opts: LocalClusterOptions): Promise<Loca
     }
     await Promise.all(
       children
-        .filter((c) => c.name !== 'control-plane')
+        .filter((c) => !NOT_WORKERS.has(c.name))
         .map(async (w, idx) => {
           const t0 = Date.now();
           const node = await until('its Node reporting Ready', w, readyTimeoutMs, opts.signal, async () => {
@@ -432,6 +474,7 @@ export async function startLocalCluster(opts: LocalClusterOptions): Promise<Loca
       kubeconfig,
       workers,
       firstAddress,
+      ...(etcdEndpoints ? { etcdEndpoints } : {}),
       controlPlaneExited: cp.exited,
       stop,
       kill,
@@ -440,4 +483,100 @@ export async function startLocalCluster(opts: LocalClusterOptions): Promise<Loca
     await stop().catch(() => kill());
     throw err;
   }
+}
+
+/** The etcd server `up` runs: Debian's etcd-server. */
+export const ETCD_BINARY = '/usr/bin/etcd';
+
+interface EtcdPorts {
+  client: number;
+  peer: number;
+}
+
+/** A free TCP port on 127.0.0.1, as the OS picks it. */
+async function freePort(): Promise<number> {
+  const { createServer } = await import('node:net');
+  return new Promise((resolve, reject) => {
+    const s = createServer();
+    s.once('error', reject);
+    s.listen(0, '127.0.0.1', () => {
+      const { port } = s.address() as { port: number };
+      s.close(() => resolve(port));
+    });
+  });
+}
+
+/**
+ * The local etcd's ports: those of the last run (`<data-dir>/etcd-ports.json`) when both are still
+ * free, so that the member keeps the peer URL its data records; else two the OS picks.
+ */
+async function etcdPorts(dataDir: string): Promise<EtcdPorts> {
+  const path = join(dataDir, 'etcd-ports.json');
+  try {
+    const last = JSON.parse(readFileSync(path, 'utf8')) as Partial<EtcdPorts>;
+    if (
+      Number.isInteger(last.client) &&
+      Number.isInteger(last.peer) &&
+      last.client !== last.peer &&
+      (await portFree('127.0.0.1', last.client!)) &&
+      (await portFree('127.0.0.1', last.peer!))
+    ) {
+      return { client: last.client!, peer: last.peer! };
+    }
+  } catch {
+    // first run, or an unreadable record: new ports
+  }
+  const client = await freePort();
+  let peer = await freePort();
+  while (peer === client) peer = await freePort();
+  writeFileSync(path, JSON.stringify({ client, peer } satisfies EtcdPorts));
+  return { client, peer };
+}
+
+/**
+ * Starts the local etcd (one member named `kube32`, data in `<data-dir>/etcd/`) as child `etcd`,
+ * records it in the lock, and waits until its `/health` answers `{"health":"true"}`. A data dir from
+ * an earlier run is opened again: its keys (the cluster's objects) are kept.
+ * @returns its client URL, e.g. `http://127.0.0.1:40123`
+ * @throws CliError when /usr/bin/etcd is missing, or etcd exits or is not healthy in time (with its log)
+ */
+async function startLocalEtcd(
+  dataDir: string,
+  logDir: string,
+  children: Child[],
+  lockPath: string,
+  readyTimeoutMs: number,
+  opts: LocalClusterOptions,
+): Promise<string> {
+  if (!existsSync(ETCD_BINARY)) {
+    throw new CliError(`--storage etcd without --etcd-endpoints runs ${ETCD_BINARY}, which is missing: install Debian's etcd-server, or pass --etcd-endpoints`);
+  }
+  const etcdDir = join(dataDir, 'etcd');
+  mkdirSync(etcdDir, { recursive: true, mode: 0o700 });
+  const { client, peer } = await etcdPorts(dataDir);
+  const url = `http://127.0.0.1:${client}`;
+  const peerUrl = `http://127.0.0.1:${peer}`;
+  const t0 = Date.now();
+  const etcd = startChild(
+    'etcd',
+    ETCD_BINARY,
+    [
+      '--name', 'kube32', '--data-dir', etcdDir,
+      '--listen-client-urls', url, '--advertise-client-urls', url,
+      '--listen-peer-urls', peerUrl, '--initial-advertise-peer-urls', peerUrl,
+      '--initial-cluster', `kube32=${peerUrl}`, '--log-level', 'warn',
+    ],
+    logDir,
+    false,
+  );
+  children.push(etcd);
+  recordChildren(lockPath, children);
+  opts.print(`${'etcd'.padEnd(15)} starting   (log ${etcd.log})`);
+  await until('answering /health', etcd, readyTimeoutMs, opts.signal, async () => {
+    const r = await fetch(`${url}/health`, { signal: AbortSignal.timeout(2000) });
+    const body = (await r.json()) as { health?: string };
+    return body.health === 'true' ? true : undefined;
+  });
+  opts.print(`${'etcd'.padEnd(15)} ready      ${url}   (${((Date.now() - t0) / 1000).toFixed(1)}s, data ${etcdDir})`);
+  return url;
 }

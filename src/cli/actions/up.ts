@@ -23,6 +23,10 @@ export interface UpFlags {
   /** worker-1's address when `--first-address` is given (a taken one is then an error); else the first free range from 127.0.0.2. */
   firstAddress?: string;
   readyTimeout: string;
+  /** `--storage`: `sqlite` (the default) or `etcd`. */
+  storage?: string;
+  /** `--etcd-endpoints`: etcd client URLs, comma-separated; only with `--storage etcd`. */
+  etcdEndpoints?: string;
   nodeMonitorGracePeriod?: string;
   podEvictionTimeout?: string;
 }
@@ -111,6 +115,9 @@ export async function up(flags: UpFlags): Promise<void> {
   const port = intFlag('--port', flags.port, 0, 65535);
   const readyTimeoutMs = intFlag('--ready-timeout', flags.readyTimeout, 1, 3600) * 1000;
   if (flags.workerHeap !== undefined) heapFlag(flags.workerHeap);
+  const storage = storageFlag(flags.storage ?? 'sqlite');
+  const etcdEndpoints = flags.etcdEndpoints === undefined ? undefined : endpointsFlag(flags.etcdEndpoints);
+  if (etcdEndpoints && storage !== 'etcd') throw new CliError('--etcd-endpoints needs --storage etcd');
   const dataDir = flags.dataDir;
   // Loaded once the flags are known to be good: it brings the Kubernetes client.
   const { startLocalCluster } = await import('../local-cluster.ts');
@@ -152,6 +159,8 @@ export async function up(flags: UpFlags): Promise<void> {
       workerHeap: flags.workerHeap,
       firstAddress: flags.firstAddress,
       pickFreeAddresses: flags.firstAddress === undefined,
+      storage,
+      ...(etcdEndpoints ? { etcdEndpoints } : {}),
       controlPlaneArgs: [
         ...(flags.nodeMonitorGracePeriod ? ['--node-monitor-grace-period', flags.nodeMonitorGracePeriod] : []),
         ...(flags.podEvictionTimeout ? ['--pod-eviction-timeout', flags.podEvictionTimeout] : []),
@@ -165,6 +174,7 @@ export async function up(flags: UpFlags): Promise<void> {
     if (interrupted === 0) {
       print('');
       print(`Cluster ready: a control plane at ${cluster.server} and ${workers} worker${workers === 1 ? '' : 's'}.`);
+      if (cluster.etcdEndpoints) print(`Objects are kept in etcd at ${cluster.etcdEndpoints.join(',')}.`);
       print('Point kubectl at it:');
       print(`  export KUBECONFIG=${cluster.kubeconfig}`);
       print('  kubectl get nodes');
@@ -199,4 +209,37 @@ function heapFlag(value: string): number {
   }
   if (bytes < 65536) throw new CliError(`--worker-heap must hold at least one 64Ki WebAssembly page (65536 bytes): current value is "${value}" (${bytes} bytes)`);
   return bytes;
+}
+
+/**
+ * Checks `--storage`: where the control plane keeps its objects.
+ * @throws CliError for anything but `sqlite` or `etcd`
+ */
+function storageFlag(value: string): 'sqlite' | 'etcd' {
+  if (value === 'sqlite' || value === 'etcd') return value;
+  throw new CliError(`invalid value "${value}" for --storage: expected sqlite or etcd`);
+}
+
+/**
+ * Checks `--etcd-endpoints`: one or more http(s) URLs, comma-separated (as kube-apiserver's
+ * `--etcd-servers`).
+ * @throws CliError naming the first URL that is not one
+ */
+function endpointsFlag(value: string): string[] {
+  const urls = value
+    .split(',')
+    .map((u) => u.trim())
+    .filter(Boolean);
+  if (urls.length === 0) throw new CliError(`invalid value "${value}" for --etcd-endpoints: expected etcd client URLs, e.g. http://127.0.0.1:2379`);
+  for (const u of urls) {
+    let ok = false;
+    try {
+      const parsed = new URL(u);
+      ok = (parsed.protocol === 'http:' || parsed.protocol === 'https:') && parsed.hostname !== '';
+    } catch {
+      ok = false;
+    }
+    if (!ok) throw new CliError(`invalid etcd endpoint "${u}" in --etcd-endpoints: expected a URL such as http://127.0.0.1:2379`);
+  }
+  return urls;
 }

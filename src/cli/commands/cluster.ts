@@ -27,6 +27,7 @@ export function register(program: Command): void {
       [
         'Start a local Kube32 cluster in the foreground: the control plane (API server on SQLite in the data dir, and the controllers) and N kube32-sim workers on 127.0.0.2, 127.0.0.3, ... as child processes. It writes the admin kubeconfig to DATA_DIR/kubeconfig.',
         'Each worker listens on its address, port 10250. When those of the default range are taken (another cluster on this computer), up takes the next free range (127.0.1.2, ...) and says so; with --first-address, a taken address is an error.',
+        'With --storage etcd the objects are kept in etcd: at --etcd-endpoints, or else in a local etcd that up starts first (loopback, free ports, data in DATA_DIR/etcd) and stops last.',
         "Ctrl-C, SIGTERM or SIGHUP stops the workers first (each drains its pods), then the control plane. Starting again on the same data dir finds the cluster's objects again. Logs are in DATA_DIR/logs/.",
         'Use it with kubectl:\n  export KUBECONFIG=DATA_DIR/kubeconfig\n  kubectl get nodes',
       ].join('\n\n'),
@@ -38,6 +39,11 @@ export function register(program: Command): void {
     .option('--worker-heap <bytes>', "each worker's heap for pods, e.g. 64Mi (default: kube32-sim's)")
     .option('--node-monitor-grace-period <duration>', 'passed to the control plane: a worker silent this long turns NotReady (default 40s)')
     .option('--pod-eviction-timeout <duration>', "passed to the control plane: a lost worker's pods are evicted this long after (default 5m)")
+    .option('--storage <kind>', 'where the control plane keeps its objects: sqlite (DATA_DIR/kube32.db) or etcd', 'sqlite')
+    .option(
+      '--etcd-endpoints <urls>',
+      'with --storage etcd: etcd client URLs, comma-separated (default: up runs its own etcd, /usr/bin/etcd, with its data in DATA_DIR/etcd)',
+    )
     .option('--ready-timeout <seconds>', 'how long each component may take to become ready', '60')
     .action(async (options: UpOptions) => {
       const { up } = await import('../actions/up.ts');
