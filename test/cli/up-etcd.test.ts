@@ -4,7 +4,8 @@
  * keeps the objects there (no SQLite database), kubectl sees the worker's Node Ready, a ConfigMap
  * survives an `up` restart on the same data dir, and stopping leaves nothing running, etcd included
  * (stopped last). With `--etcd-endpoints`, up starts no etcd and the control plane uses the one given.
- * Bad `--storage` and `--etcd-endpoints` values are refused before anything starts.
+ * A SIGKILLed `up` leaves an etcd that the next `up` stops before opening its data again. Bad
+ * `--storage` and `--etcd-endpoints` values are refused before anything starts.
  */
 import assert from 'node:assert/strict';
 import { existsSync, mkdtempSync, rmSync } from 'node:fs';
@@ -98,4 +99,20 @@ test('up --storage etcd --etcd-endpoints URL: no etcd of its own; the control pl
   assert.equal(body.count, '1', JSON.stringify(body));
   assert.equal(await c.stop(), 0, c.output());
   assert.ok(isProcessAlive(etcd.proc.pid!), 'the etcd given is not up\'s to stop');
+});
+
+test('after up --storage etcd was killed with SIGKILL, the next up stops the etcd it left and finds the objects', { timeout: 240_000, skip: NO_ETCD }, async (t) => {
+  const first = await startCluster(t, { workers: 0, extraArgs: ['--storage', 'etcd'] });
+  const cm = await first.kubectl(['create', 'configmap', 'survivor', '--from-literal=c=3']);
+  assert.equal(cm.code, 0, cm.stderr);
+  const etcd = first.childPid('etcd');
+  first.process.kill('SIGKILL');
+  const second = await startCluster(t, { workers: 0, dataDir: first.dataDir, extraArgs: ['--storage', 'etcd'] });
+  assert.match(second.output(), new RegExp(`stopping etcd \\(pid ${etcd}\\) left running by an earlier up`));
+  assert.ok(!isProcessAlive(etcd), 'the old etcd is gone');
+  const got = await second.kubectl(['get', 'configmap', 'survivor', '-o', 'jsonpath={.data.c}']);
+  assert.equal(got.stdout, '3', got.stderr);
+  const etcd2 = second.childPid('etcd');
+  assert.equal(await second.stop(), 0, second.output());
+  assert.ok(!isProcessAlive(etcd2), 'the new etcd is stopped');
 });
