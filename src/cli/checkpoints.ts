@@ -6,13 +6,14 @@
  */
 import { randomBytes } from 'node:crypto';
 import type { KubeConfig } from '@kubernetes/client-node';
+import type { CheckpointSpec, CheckpointStatus } from '../controllers/index.ts';
 import { apiJson, waitForObject } from './api-client.ts';
 import { CliError } from './errors.ts';
 
-/** The phases of a Checkpoint (seed table "Phase"). */
-export type CheckpointPhase = 'Pending' | 'Saving' | 'Saved' | 'Moving' | 'Completed' | 'Failed';
-
-/** kube32.io/v1 Checkpoint, the fields kube32-cli reads and writes. */
+/**
+ * kube32.io/v1 Checkpoint as kube32-cli reads and writes it: the controllers' spec and status types
+ * (type-only: nothing of the controllers is loaded), with the metadata the CLI always has.
+ */
 export interface Checkpoint {
   apiVersion: 'kube32.io/v1';
   kind: 'Checkpoint';
@@ -24,25 +25,8 @@ export interface Checkpoint {
     creationTimestamp?: string;
     labels?: Record<string, string>;
   };
-  spec: {
-    podName: string;
-    containerName?: string;
-    action?: 'Save' | 'Move';
-    target?: { nodeName?: string; nodeSelector?: Record<string, string> };
-  };
-  status?: {
-    phase?: CheckpointPhase;
-    nodeName?: string;
-    takenAt?: string;
-    sizeBytes?: number;
-    snapshotSha256?: string;
-    imageSha256?: string;
-    podTimeMs?: number;
-    targetNode?: string;
-    newPodName?: string;
-    message?: string;
-    blockers?: string[];
-  };
+  spec: CheckpointSpec;
+  status?: CheckpointStatus;
 }
 
 /** A core/v1 Event, the fields read here. */
