@@ -15,6 +15,7 @@ import {
   type StorageEvent,
   type WatchHandle,
 } from './interface.ts';
+import { WatchWindow } from './watch-window.ts';
 
 /** Default number of events kept for watch resumption. */
 export const DEFAULT_WATCH_WINDOW = 50_000;
@@ -39,22 +40,17 @@ export abstract class BaseStorage implements Storage {
   abstract getBlob(sha256: string): Uint8Array | undefined;
   abstract close(): void;
 
-  private readonly window: StorageEvent[] = [];
-  private windowStart = 0;
-  /** Events of rv <= this are no longer in the window. */
-  private droppedUpTo = 0;
+  private readonly window: WatchWindow;
   private readonly watchers = new Set<Watcher>();
   private pending: StorageEvent[] | undefined;
   private depth = 0;
-  private readonly windowSize: number;
-
   constructor(windowSize = DEFAULT_WATCH_WINDOW) {
-    this.windowSize = windowSize;
+    this.window = new WatchWindow(windowSize);
   }
 
   /** Call at the end of a subclass constructor: events before now are not replayable. */
   protected initWindow(): void {
-    this.droppedUpTo = this.readRv();
+    this.window.droppedUpTo = this.readRv();
   }
 
   get(key: ObjectKey): KubeObject | undefined {
@@ -147,29 +143,13 @@ export abstract class BaseStorage implements Storage {
   }
 
   watch(resource: string, sinceRv: number, listener: (e: StorageEvent) => void): WatchHandle {
-    if (sinceRv < this.droppedUpTo) {
-      throw new StorageError('Expired', `too old resource version: ${sinceRv} (${this.droppedUpTo + 1})`);
-    }
     // Replay what the window holds after sinceRv, then go live; both happen synchronously, so no event is lost or repeated.
-    for (let i = this.firstIndexAfter(sinceRv); i < this.window.length; i++) {
-      const e = this.window[i]!;
-      if (resource === '*' || e.resource === resource) listener(e);
-    }
+    this.window.replay(resource, sinceRv, listener);
     const w: Watcher = { resource, listener };
     this.watchers.add(w);
     return { stop: () => this.watchers.delete(w) };
   }
 
-  private firstIndexAfter(rv: number): number {
-    let lo = this.windowStart;
-    let hi = this.window.length;
-    while (lo < hi) {
-      const mid = (lo + hi) >>> 1;
-      if (this.window[mid]!.rv <= rv) lo = mid + 1;
-      else hi = mid;
-    }
-    return lo;
-  }
 
   private write(key: ObjectKey, current: KubeObject, next: KubeObject): KubeObject {
     const candidate = withRv(next, Number(current.metadata.resourceVersion));
@@ -188,14 +168,6 @@ export abstract class BaseStorage implements Storage {
 
   private publish(e: StorageEvent): void {
     this.window.push(e);
-    if (this.window.length - this.windowStart > this.windowSize) {
-      this.droppedUpTo = this.window[this.windowStart]!.rv;
-      this.windowStart++;
-      if (this.windowStart > 4096 && this.windowStart * 2 > this.window.length) {
-        this.window.splice(0, this.windowStart);
-        this.windowStart = 0;
-      }
-    }
     for (const w of [...this.watchers]) {
       if (w.resource !== '*' && w.resource !== e.resource) continue;
       try {

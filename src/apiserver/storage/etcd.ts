@@ -27,6 +27,7 @@ import { MessageChannel, type MessagePort, receiveMessageOnPort, Worker } from '
 import { isDeepStrictEqual } from 'node:util';
 import { type Cond, type EtcdRequest, type EtcdWorkerData, prefixEnd, REGISTRY_PREFIX, type Row, type WatchBatch, type WireEvent, type Write } from './etcd-worker.ts';
 import { type KubeObject, type ObjectKey, type Preconditions, type Storage, StorageError, type StorageEvent, type WatchHandle } from './interface.ts';
+import { WatchWindow } from './watch-window.ts';
 
 /** Options of `EtcdStorage`. */
 export interface EtcdStorageOptions {
@@ -137,10 +138,7 @@ export class EtcdStorage implements Storage {
   /** Set while events are handed to watchers. */
   private publishing = false;
   private txn: Pending | undefined;
-  private readonly window: StorageEvent[] = [];
-  private windowStart = 0;
-  /** Events with rv <= this are not in the window. */
-  private droppedUpTo: number;
+  private window!: WatchWindow;
   /** The revision of the latest event delivered. */
   private deliveredUpTo: number;
   private readonly watchers = new Set<Watcher>();
@@ -193,7 +191,7 @@ export class EtcdStorage implements Storage {
     try {
       // The worker loads the client first: the first call gets more time.
       const init = this.call<{ rev: number; droppedUpTo: number }>({ op: 'init' }, opts.requestTimeoutMs + 5000);
-      this.droppedUpTo = init.droppedUpTo;
+      this.window = new WatchWindow(opts.watchWindow, init.droppedUpTo);
       this.deliveredUpTo = init.droppedUpTo;
     } catch (err: unknown) {
       void this.worker.terminate();
@@ -402,35 +400,18 @@ export class EtcdStorage implements Storage {
   // ---- watch ----
 
   watch(resource: string, sinceRv: number, listener: (e: StorageEvent) => void): WatchHandle {
-    if (sinceRv < this.droppedUpTo) {
-      throw new StorageError('Expired', `too old resource version: ${sinceRv} (${this.droppedUpTo + 1})`);
-    }
     // The replay and the registration happen with no event published in between (a listener that
     // asks for currentResourceVersion must not publish events this watcher would then miss).
     const was = this.publishing;
     this.publishing = true;
     try {
-      for (let i = this.firstIndexAfter(sinceRv); i < this.window.length; i++) {
-        const e = this.window[i]!;
-        if (resource === '*' || e.resource === resource) listener(e);
-      }
+      this.window.replay(resource, sinceRv, listener);
     } finally {
       this.publishing = was;
     }
     const w: Watcher = { resource, sinceRv, listener };
     this.watchers.add(w);
     return { stop: () => this.watchers.delete(w) };
-  }
-
-  private firstIndexAfter(rv: number): number {
-    let lo = this.windowStart;
-    let hi = this.window.length;
-    while (lo < hi) {
-      const mid = (lo + hi) >>> 1;
-      if (this.window[mid]!.rv <= rv) lo = mid + 1;
-      else hi = mid;
-    }
-    return lo;
   }
 
   private onBatch(m: WatchBatch): void {
@@ -446,7 +427,7 @@ export class EtcdStorage implements Storage {
       }
     } else if ('gap' in m) {
       // Events were compacted away while the watch was disconnected: no watch can resume before the gap.
-      this.droppedUpTo = Math.max(this.droppedUpTo, m.gap);
+      this.window.droppedUpTo = Math.max(this.window.droppedUpTo, m.gap);
       process.emitWarning(m.message, 'EtcdWatchGap');
     }
   }
@@ -454,14 +435,6 @@ export class EtcdStorage implements Storage {
   private publish(e: StorageEvent): void {
     this.window.push(e);
     this.deliveredUpTo = e.rv;
-    if (this.window.length - this.windowStart > this.opts.watchWindow) {
-      this.droppedUpTo = this.window[this.windowStart]!.rv;
-      this.windowStart++;
-      if (this.windowStart > 4096 && this.windowStart * 2 > this.window.length) {
-        this.window.splice(0, this.windowStart);
-        this.windowStart = 0;
-      }
-    }
     for (const w of [...this.watchers]) {
       if (e.rv <= w.sinceRv || (w.resource !== '*' && w.resource !== e.resource)) continue;
       try {
