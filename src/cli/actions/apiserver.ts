@@ -2,9 +2,10 @@
  * The `kube32-cli apiserver` command's work, loaded only when it runs (the API server and its
  * dependencies are large; `--help` must not load them). See ../commands/apiserver.ts for the flags.
  */
-import { parseBytes, parseDuration, writeFileAtomic } from '../../lib/index.ts';
+import { parseBytes, parseDuration } from '../../lib/index.ts';
 import { createApiServer, issueNodeKubeconfig } from '../../apiserver/index.ts';
 import { CliError } from '../errors.ts';
+import { serveUntilStopped } from '../serve-until-stopped.ts';
 
 /** The flags of `kube32-cli apiserver`, as commander parses them. */
 export interface ApiServerFlags {
@@ -71,16 +72,5 @@ export async function apiserver(flags: ApiServerFlags): Promise<void> {
   } catch (err: unknown) {
     throw new CliError(err instanceof Error ? err.message : String(err), 1, { cause: err });
   }
-  const line = `${JSON.stringify({ url: server.url, port: server.port, kubeconfig: server.kubeconfigPath ?? null })}\n`;
-  if (flags.listenFile) await writeFileAtomic(flags.listenFile, line);
-  process.stdout.write(line);
-  await new Promise<void>((resolve) => {
-    const stop = () => {
-      process.off('SIGINT', stop);
-      process.off('SIGTERM', stop);
-      void server.close().then(resolve);
-    };
-    process.on('SIGINT', stop);
-    process.on('SIGTERM', stop);
-  });
+  await serveUntilStopped(server, flags.listenFile, () => server.close());
 }

@@ -6,8 +6,9 @@
 import { KubeConfig } from '@kubernetes/client-node';
 import { createApiServer } from '../../apiserver/index.ts';
 import { type ControllerTimings, startControllers } from '../../controllers/index.ts';
-import { parseBytes, parseDuration, writeFileAtomic } from '../../lib/index.ts';
+import { parseBytes, parseDuration } from '../../lib/index.ts';
 import { CliError } from '../errors.ts';
+import { serveUntilStopped } from '../serve-until-stopped.ts';
 
 /** `control-plane`'s flags as commander parses them (strings as typed). */
 export interface ControlPlaneFlags {
@@ -94,20 +95,10 @@ export async function controlPlane(flags: ControlPlaneFlags): Promise<void> {
     await server.close();
     throw new CliError(`starting the controllers: ${err instanceof Error ? err.message : String(err)}`, 1, { cause: err });
   }
-  const line = `${JSON.stringify({ url: server.url, port: server.port, kubeconfig: server.kubeconfigPath ?? null })}\n`;
-  if (flags.listenFile) await writeFileAtomic(flags.listenFile, line);
-  process.stdout.write(line);
-  await new Promise<void>((resolve) => {
-    const stop = () => {
-      process.off('SIGINT', stop);
-      process.off('SIGTERM', stop);
-      void controllers
-        .stop()
-        .catch(() => {})
-        .then(() => server.close())
-        .then(resolve);
-    };
-    process.on('SIGINT', stop);
-    process.on('SIGTERM', stop);
-  });
+  await serveUntilStopped(server, flags.listenFile, () =>
+    controllers
+      .stop()
+      .catch(() => {})
+      .then(() => server.close()),
+  );
 }
