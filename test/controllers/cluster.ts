@@ -196,3 +196,20 @@ export interface Count {
   podTimeMs: number;
   restored: number;
 }
+
+/** Creates `pod` and waits (30 s at most) until it runs. */
+export async function runPod(c: ControllersCluster, pod: V1Pod): Promise<V1Pod> {
+  await c.rest.json({ method: 'POST', path: '/api/v1/namespaces/default/pods', body: pod });
+  return c.until(`pod ${pod.metadata?.name} to run`, async () => {
+    const p = await c.getPod(pod.metadata!.name!);
+    return p?.status?.phase === 'Running' ? p : undefined;
+  }, 30_000);
+}
+
+/** The counter pod's answer at `path` (waits until it answers 200). */
+export async function count(c: ControllersCluster, pod: V1Pod, port: number, path = '/count'): Promise<Count> {
+  return c.until(`${pod.metadata?.name} to answer ${path}`, async () => {
+    const res = await c.podGet(pod, port, path);
+    return res.status === 200 ? (JSON.parse(res.body) as Count) : undefined;
+  });
+}

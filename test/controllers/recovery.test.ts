@@ -6,24 +6,9 @@
  */
 import assert from 'node:assert/strict';
 import { test } from 'node:test';
-import type { V1Node, V1Pod } from '@kubernetes/client-node';
+import type { V1Node } from '@kubernetes/client-node';
 import type { Checkpoint } from '../../src/controllers/runtime/types.ts';
-import { type Count, type ControllersCluster, counterPod, startControllersCluster } from './cluster.ts';
-
-async function runPod(c: ControllersCluster, pod: V1Pod): Promise<V1Pod> {
-  await c.rest.json({ method: 'POST', path: '/api/v1/namespaces/default/pods', body: pod });
-  return c.until(`pod ${pod.metadata?.name} to run`, async () => {
-    const p = await c.getPod(pod.metadata!.name!);
-    return p?.status?.phase === 'Running' ? p : undefined;
-  }, 30_000);
-}
-
-async function count(c: ControllersCluster, pod: V1Pod, port: number): Promise<Count> {
-  return c.until(`${pod.metadata?.name} to answer`, async () => {
-    const res = await c.podGet(pod, port, '/count');
-    return res.status === 200 ? (JSON.parse(res.body) as Count) : undefined;
-  });
-}
+import { type Count, count, counterPod, runPod, startControllersCluster } from './cluster.ts';
 
 test('a move that does not run in time rolls back; a lost node restores from the periodic checkpoint', { timeout: 240_000 }, async (t) => {
   const c = await startControllersCluster(t, {

@@ -7,22 +7,7 @@ import assert from 'node:assert/strict';
 import { test } from 'node:test';
 import type { V1Pod } from '@kubernetes/client-node';
 import type { Checkpoint } from '../../src/controllers/runtime/types.ts';
-import { type Count, type ControllersCluster, counterPod, startControllersCluster } from './cluster.ts';
-
-async function runPod(c: ControllersCluster, pod: V1Pod): Promise<V1Pod> {
-  await c.rest.json({ method: 'POST', path: '/api/v1/namespaces/default/pods', body: pod });
-  return c.until(`pod ${pod.metadata?.name} to run`, async () => {
-    const p = await c.getPod(pod.metadata!.name!);
-    return p?.status?.phase === 'Running' ? p : undefined;
-  }, 30_000);
-}
-
-async function count(c: ControllersCluster, pod: V1Pod, port: number, path = '/count'): Promise<Count> {
-  return c.until(`${pod.metadata?.name} to answer ${path}`, async () => {
-    const res = await c.podGet(pod, port, path);
-    return res.status === 200 ? (JSON.parse(res.body) as Count) : undefined;
-  });
-}
+import { type ControllersCluster, count, counterPod, runPod, startControllersCluster } from './cluster.ts';
 
 async function finished(c: ControllersCluster, name: string) {
   return c.until(`checkpoint ${name} to finish`, async () => {
