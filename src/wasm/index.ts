@@ -20,6 +20,7 @@
 export { loadModule } from './module.ts';
 export { PodInstance } from './instance.ts';
 export { warmWorkerPool, drainWorkerPool } from './worker-pool.ts';
+export { configurePodThreads, podThreadSettings, type PodThreadOptions } from './pod-threads-config.ts';
 export { serveHttp, parseHttpResponse, type HttpResponseParts } from './http.ts';
 export { measureInterpMops, interpKernelPath } from './interp-mops.ts';
 export { ModuleError, PodCallError, PodStateError, PodStartError } from './errors.ts';
