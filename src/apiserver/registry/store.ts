@@ -254,12 +254,18 @@ export class Registry {
     if (opts.dryRun) {
       this.checkNamespace(def, namespace);
       if (this.storage.get(keyOf(def, namespace, m.name!))) throw alreadyExists(def.plural, def.group, m.name!);
+      const allocated = def.allocate?.(obj, this.ctx()) ?? [];
+      if (allocated.length) throw invalid(def.kind, def.group, m.name!, allocated);
       return withTypeMeta(def, obj);
     }
     try {
       const stored = this.storage.transaction(() => {
         this.checkNamespace(def, namespace);
-        return this.storage.create(keyOf(def, namespace, m.name!), obj);
+        // Allocations read and write in the same transaction: two API servers never hand out one value.
+        const toStore = def.allocate ? structuredClone(obj) : obj;
+        const allocated = def.allocate?.(toStore, this.ctx()) ?? [];
+        if (allocated.length) throw invalid(def.kind, def.group, m.name!, allocated);
+        return this.storage.create(keyOf(def, namespace, m.name!), toStore);
       });
       return withTypeMeta(def, stored);
     } catch (err: unknown) {

@@ -47,6 +47,12 @@ export interface ResourceDef {
   fields: string[];
   /** Sets defaults on a new object (after status was cleared), in place. */
   prepareForCreate?(obj: KubeObject, ctx: StrategyContext): void;
+  /**
+   * Allocations that must be unique across API servers (a Service's cluster IP), in place: runs inside the
+   * create's storage transaction on a fresh copy at each attempt, so its reads (`ctx.list`) are compared at
+   * commit and a concurrent allocation elsewhere makes it run again. Answers the problems (Invalid).
+   */
+  allocate?(obj: KubeObject, ctx: StrategyContext): StatusCause[];
   /** Normalizes an update of the main resource, in place (defaults again, immutable fields kept). */
   prepareForUpdate?(obj: KubeObject, old: KubeObject, ctx: StrategyContext): void;
   /** Problems of an object; pure. `old` is given on update. */

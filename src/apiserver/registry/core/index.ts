@@ -128,7 +128,7 @@ export const services: ResourceDef = {
   subresources: ['status', 'proxy'],
   hasStatus: true,
   fields: ['spec', 'status'],
-  prepareForCreate(obj, ctx) {
+  prepareForCreate(obj) {
     const spec = rec(obj.spec);
     obj.spec = spec;
     spec.type ??= 'ClusterIP';
@@ -140,15 +140,22 @@ export const services: ResourceDef = {
       p.protocol ??= 'TCP';
       p.targetPort ??= p.port;
     }
-    if (spec.clusterIP === undefined || spec.clusterIP === '') {
-      if (spec.type !== 'ExternalName') {
-        const taken = new Set(ctx.list('services').map((s) => String(rec(s.spec).clusterIP)));
-        spec.clusterIP = allocateClusterIp(taken);
-      }
-    }
-    if (spec.clusterIP && spec.clusterIP !== 'None') spec.clusterIPs ??= [spec.clusterIP];
-    else if (spec.clusterIP === 'None') spec.clusterIPs ??= ['None'];
+    if (spec.clusterIP === 'None') spec.clusterIPs ??= ['None'];
     obj.status = { loadBalancer: {} };
+  },
+  // Inside the create's transaction (issue 11): the list of services is compared at commit, so two API
+  // servers creating Services at once never hand out one IP; a requested IP already taken is Invalid.
+  allocate(obj, ctx) {
+    const spec = rec(obj.spec);
+    if (spec.type === 'ExternalName' || spec.clusterIP === 'None') return [];
+    const self = `${obj.metadata.namespace}/${obj.metadata.name}`;
+    const taken = new Set(ctx.list('services').filter((s) => `${s.metadata.namespace}/${s.metadata.name}` !== self).map((s) => String(rec(s.spec).clusterIP)));
+    if (spec.clusterIP === undefined || spec.clusterIP === '') spec.clusterIP = allocateClusterIp(taken);
+    else if (taken.has(String(spec.clusterIP))) {
+      return [invalidValue('spec.clusterIPs', [spec.clusterIP], `failed to allocate IP ${String(spec.clusterIP)}: provided IP is already allocated`)];
+    }
+    spec.clusterIPs ??= [spec.clusterIP];
+    return [];
   },
   prepareForUpdate(obj, old) {
     const spec = rec(obj.spec);
