@@ -1,49 +1,118 @@
 /**
  * What every cluster has, made at start: the system namespaces, a `default` ServiceAccount in each
- * namespace, and the `kubernetes` Service and Endpoints in `default` naming this server.
+ * namespace, and the `kubernetes` Service and Endpoints in `default` naming this API server (one
+ * server), or every live one (several on etcd: checkpoint-data-peers.ts keeps them from the identity
+ * Leases).
  */
+import { isIP } from 'node:net';
+import { networkInterfaces } from 'node:os';
 import type { Logger } from '../lib/index.ts';
 import { ApiError } from './errors.ts';
 import { KUBERNETES_SERVICE_IP, endpoints, serviceaccounts, services } from './registry/core/index.ts';
 import { namespaces } from './registry/nodes/index.ts';
 import type { Registry } from './registry/store.ts';
 import { rec } from './registry/util.ts';
+import type { KubeObject } from './storage/index.ts';
 
 /** The namespaces every cluster has. */
 export const SYSTEM_NAMESPACES = ['default', 'kube-system', 'kube-public', 'kube-node-lease'] as const;
 
-/** Makes the system namespaces and their default service accounts. */
+/**
+ * Makes the system namespaces and their default service accounts. Several API servers starting at once
+ * on one etcd may race: what another made first counts as made.
+ */
 export function bootstrap(registry: Registry, log: Logger): void {
   for (const name of SYSTEM_NAMESPACES) {
     if (!registry.find(namespaces, '', name)) {
-      registry.create(namespaces, '', { metadata: { name } });
-      log.info({ namespace: name }, 'created system namespace');
+      try {
+        registry.create(namespaces, '', { metadata: { name } });
+        log.info({ namespace: name }, 'created system namespace');
+      } catch (err: unknown) {
+        if (!(err instanceof ApiError && err.reason === 'AlreadyExists')) throw err;
+      }
     }
     ensureDefaultServiceAccount(registry, name);
   }
 }
 
+/** One API server as the `kubernetes` Endpoints list it: its advertised IP address and secure port. */
+export interface ApiServerEndpoint {
+  ip: string;
+  port: number;
+}
+
 /**
- * The `kubernetes` service in `default` (cluster IP 10.96.0.1, port 443) and its Endpoints naming
- * this server's address and port, as Kubernetes' API server keeps them.
+ * The address an API server advertises (to other API servers, in the `default/kubernetes` Endpoints,
+ * in its identity Lease), as kube-apiserver's `--advertise-address` defaults: the given one, else the
+ * bind address, else (bind unspecified: `0.0.0.0`, `::`) the first non-internal IPv4 address of this
+ * host (then IPv6), else 127.0.0.1.
+ * @throws RangeError when `advertise` is given and is not an IP address (Endpoints hold IPs only)
  */
-export function ensureKubernetesService(registry: Registry, bind: string, port: number): void {
-  if (port === 0) return;
-  const address = bind === '0.0.0.0' || bind === '::' ? '127.0.0.1' : bind;
-  if (!registry.find(services, 'default', 'kubernetes')) {
-    registry.create(services, 'default', {
-      metadata: { name: 'kubernetes', labels: { component: 'apiserver', provider: 'kubernetes' } },
-      spec: { type: 'ClusterIP', clusterIP: KUBERNETES_SERVICE_IP, ports: [{ name: 'https', port: 443, protocol: 'TCP', targetPort: port }] },
-    });
-  } else {
-    registry.serverUpdate(services, 'default', 'kubernetes', (o) => {
-      for (const p of (rec(o.spec).ports as Record<string, unknown>[] | undefined) ?? []) if (p.name === 'https') p.targetPort = port;
-      return o;
-    });
+export function advertiseAddressOf(bind: string, advertise?: string): string {
+  if (advertise !== undefined && advertise !== '') {
+    if (!isIP(advertise) || advertise === '0.0.0.0' || advertise === '::') throw new RangeError(`the advertise address must be a specified IP address (Endpoints list IPs): current value is ${JSON.stringify(advertise)}`);
+    return advertise;
   }
-  const subsets = [{ addresses: [{ ip: address }], ports: [{ name: 'https', port, protocol: 'TCP' }] }];
-  if (!registry.find(endpoints, 'default', 'kubernetes')) registry.create(endpoints, 'default', { metadata: { name: 'kubernetes' }, subsets });
-  else registry.serverUpdate(endpoints, 'default', 'kubernetes', (o) => ({ ...o, subsets }));
+  if (bind !== '0.0.0.0' && bind !== '::' && isIP(bind)) return bind;
+  if (bind === 'localhost') return '127.0.0.1';
+  if (bind !== '0.0.0.0' && bind !== '::') return bind;
+  const all = Object.values(networkInterfaces()).flatMap((l) => l ?? []).filter((a) => !a.internal);
+  return all.find((a) => a.family === 'IPv4')?.address ?? all.find((a) => a.family === 'IPv6' && !a.address.startsWith('fe80'))?.address ?? '127.0.0.1';
+}
+
+/**
+ * Makes the `kubernetes` service in `default` (cluster IP 10.96.0.1, port 443 named `https`, target this
+ * server's port) unless it exists, as Kubernetes' API server keeps it. With `endpoints` (one API server:
+ * SQLite or memory), also sets its Endpoints to this server alone; with etcd the identity Leases of
+ * every live API server set them ({@link setKubernetesEndpoints}).
+ */
+export function ensureKubernetesService(registry: Registry, address: string, port: number, opts: { endpoints?: boolean } = {}): void {
+  if (port === 0) return;
+  try {
+    if (!registry.find(services, 'default', 'kubernetes')) {
+      registry.create(services, 'default', {
+        metadata: { name: 'kubernetes', labels: { component: 'apiserver', provider: 'kubernetes' } },
+        spec: { type: 'ClusterIP', clusterIP: KUBERNETES_SERVICE_IP, ports: [{ name: 'https', port: 443, protocol: 'TCP', targetPort: port }] },
+      });
+    } else {
+      registry.serverUpdate(services, 'default', 'kubernetes', (o) => {
+        for (const p of (rec(o.spec).ports as Record<string, unknown>[] | undefined) ?? []) if (p.name === 'https') p.targetPort = port;
+        return o;
+      });
+    }
+  } catch (err: unknown) {
+    if (!(err instanceof ApiError && err.reason === 'AlreadyExists')) throw err;
+  }
+  if (opts.endpoints !== false) setKubernetesEndpoints(registry, [{ ip: address, port }]);
+}
+
+/**
+ * Sets `default/kubernetes` Endpoints to `servers` (deduplicated, sorted; one subset per port, as
+ * Endpoints group addresses that share their ports; none: no subsets). Every API server computes the
+ * same object from the same Leases, and a write that changes nothing is skipped.
+ */
+export function setKubernetesEndpoints(registry: Registry, servers: ApiServerEndpoint[]): void {
+  const byPort = new Map<number, Set<string>>();
+  for (const s of servers) {
+    if (!isIP(s.ip) || !Number.isInteger(s.port) || s.port <= 0) continue;
+    byPort.set(s.port, (byPort.get(s.port) ?? new Set()).add(s.ip));
+  }
+  const subsets = [...byPort.entries()]
+    .sort((a, b) => a[0] - b[0])
+    .map(([port, ips]) => ({ addresses: [...ips].sort().map((ip) => ({ ip })), ports: [{ name: 'https', port, protocol: 'TCP' }] }));
+  try {
+    if (!registry.find(endpoints, 'default', 'kubernetes')) {
+      registry.create(endpoints, 'default', { metadata: { name: 'kubernetes', labels: { 'endpointslice.kubernetes.io/skip-mirror': 'true' } }, subsets });
+      return;
+    }
+  } catch (err: unknown) {
+    if (!(err instanceof ApiError && err.reason === 'AlreadyExists')) throw err;
+  }
+  registry.serverUpdate(endpoints, 'default', 'kubernetes', (o) => {
+    const next: KubeObject = { ...o, subsets };
+    if (subsets.length === 0) delete next.subsets;
+    return next;
+  });
 }
 
 /** Makes the `default` ServiceAccount of a namespace, unless it exists or the namespace is going. */

@@ -6,11 +6,14 @@
  * kube-apiserver does), records those that took it in the annotation {@link DATA_HOLDER_ANNOTATION}
  * (`<url> <instance>, ...`), and an API server that holds no copy answers a GET by proxying it to a
  * holder, as `system:kube-apiserver`. So the data outlives any one API server but not all of them.
+ * The same identity Leases keep `default/kubernetes` Endpoints listing every live API server.
  * See docs/etcd.md.
  */
 import { randomUUID } from 'node:crypto';
 import { request as httpRequest, type IncomingMessage } from 'node:http';
 import { request as httpsRequest } from 'node:https';
+import { isIP } from 'node:net';
+import { type ApiServerEndpoint, setKubernetesEndpoints } from './bootstrap.ts';
 import type { ServerContext } from './handlers/context.ts';
 import { findResource } from './registry/catalog.ts';
 import type { Storage } from './storage/index.ts';
@@ -48,16 +51,35 @@ export interface DataHolder {
 
 const peersOf = new WeakMap<ServerContext, CheckpointDataPeers & { caCertPem: string | undefined }>();
 
+/** Options of {@link attachCheckpointDataPeers}. */
+export interface CheckpointDataPeersOptions {
+  /** The URL other API servers reach this one at: `https://<advertise address>:<port>`. */
+  selfUrl: string;
+  /** The CA that signs the peers' serving certificates (the cluster identity), or undefined for plain HTTP. */
+  caCertPem: string | undefined;
+  /** Duration of the identity Lease, s (renewed every third of it). @default 30 ({@link IDENTITY_LEASE_SECONDS}) */
+  leaseDurationSeconds?: number;
+  /**
+   * Keep `default/kubernetes` Endpoints listing every API server whose identity Lease is current, as
+   * kube-apiserver's lease endpoint reconciler does. @default true
+   */
+  kubernetesEndpoints?: boolean;
+}
+
 /**
  * Makes this API server a peer: it announces itself with the identity Lease
- * `kube-system/apiserver-<instance>` ({@link IDENTITY_LEASE_SECONDS}, renewed every third of it;
- * identity Leases not renewed for an hour are deleted), names itself in the holders annotation of the
- * data it stores, and drops its copy of a Checkpoint's data when any API server deletes the
- * Checkpoint (a watch on the storage, since the deletion may go through another server).
- * @param opts.selfUrl the URL other API servers reach this one at
- * @param opts.caCertPem the CA that signs the peers' serving certificates (shared PKI), or undefined for plain HTTP
+ * `kube-system/apiserver-<instance>` (`leaseDurationSeconds`, renewed every third of it; identity
+ * Leases not renewed for an hour are deleted), names itself in the holders annotation of the data it
+ * stores, drops its copy of a Checkpoint's data when any API server deletes the Checkpoint (a watch on
+ * the storage, since the deletion may go through another server), and keeps `default/kubernetes`
+ * Endpoints listing the live API servers: at each renewal, and when the earliest other Lease expires
+ * (so a killed server leaves them at most one Lease duration after its last renewal); a clean stop
+ * removes this server from them at once.
+ * @throws RangeError for a `leaseDurationSeconds` that is not an integer of 3 to 3600
  */
-export function attachCheckpointDataPeers(ctx: ServerContext, storage: Storage, opts: { selfUrl: string; caCertPem: string | undefined }): CheckpointDataPeers {
+export function attachCheckpointDataPeers(ctx: ServerContext, storage: Storage, opts: CheckpointDataPeersOptions): CheckpointDataPeers {
+  const leaseSeconds = opts.leaseDurationSeconds ?? IDENTITY_LEASE_SECONDS;
+  if (!Number.isInteger(leaseSeconds) || leaseSeconds < 3 || leaseSeconds > 3600) throw new RangeError(`identity lease duration must be an integer of 3 to 3600 seconds: current value is ${leaseSeconds}`);
   const instance = randomUUID();
   const watch = storage.watch('checkpoints.kube32.io', storage.currentResourceVersion(), (e) => {
     if (e.type !== 'DELETED') return;
@@ -66,8 +88,25 @@ export function attachCheckpointDataPeers(ctx: ServerContext, storage: Storage, 
   });
   const leases = findResource('coordination.k8s.io', 'v1', 'leases')!;
   const leaseName = `apiserver-${instance}`;
+  let stopped = false;
+  let expiryTimer: NodeJS.Timeout | undefined;
+  const reconcileEndpoints = () => {
+    if (stopped || opts.kubernetesEndpoints === false) return;
+    clearTimeout(expiryTimer);
+    try {
+      const live = liveApiServers(ctx);
+      setKubernetesEndpoints(ctx.registry, live.flatMap((s) => endpointOf(s.url) ?? []));
+      const next = Math.min(...live.filter((s) => s.instance !== instance).map((s) => s.expiresAt));
+      if (Number.isFinite(next)) {
+        expiryTimer = setTimeout(reconcileEndpoints, Math.min(2 ** 31 - 1, Math.max(0, next - Date.now()) + 50));
+        expiryTimer.unref();
+      }
+    } catch (err: unknown) {
+      ctx.log.warn({ err: err instanceof Error ? err.message : String(err) }, 'cannot update the kubernetes Endpoints; next renewal tries again');
+    }
+  };
   const renew = () => {
-    const spec = { holderIdentity: leaseName, leaseDurationSeconds: IDENTITY_LEASE_SECONDS, renewTime: microTime(new Date()) };
+    const spec = { holderIdentity: leaseName, leaseDurationSeconds: leaseSeconds, renewTime: microTime(new Date()) };
     try {
       if (ctx.registry.find(leases, 'kube-system', leaseName)) ctx.registry.serverUpdate(leases, 'kube-system', leaseName, (o) => ({ ...o, spec: { ...(o.spec as object), ...spec } }));
       else ctx.registry.create(leases, 'kube-system', { metadata: { name: leaseName, labels: { [IDENTITY_LABEL]: 'kube-apiserver' }, annotations: { [URL_ANNOTATION]: opts.selfUrl } }, spec });
@@ -83,9 +122,10 @@ export function attachCheckpointDataPeers(ctx: ServerContext, storage: Storage, 
     } catch {
       // another API server deleted it first, or etcd is unreachable: next time
     }
+    reconcileEndpoints();
   };
   renew();
-  const timer = setInterval(renew, (IDENTITY_LEASE_SECONDS * 1000) / 3);
+  const timer = setInterval(renew, (leaseSeconds * 1000) / 3);
   timer.unref();
   const peers = {
     selfUrl: opts.selfUrl,
@@ -93,6 +133,7 @@ export function attachCheckpointDataPeers(ctx: ServerContext, storage: Storage, 
     holder: `${opts.selfUrl} ${instance}`,
     caCertPem: opts.caCertPem,
     stop: () => {
+      if (stopped) return;
       watch.stop();
       clearInterval(timer);
       try {
@@ -100,31 +141,60 @@ export function attachCheckpointDataPeers(ctx: ServerContext, storage: Storage, 
       } catch {
         // gone already, or the storage is unreachable: the Lease expires
       }
+      // The others' Endpoints without this server, at once (as kube-apiserver removes itself on shutdown).
+      reconcileEndpoints();
+      stopped = true;
+      clearTimeout(expiryTimer);
     },
   };
   peersOf.set(ctx, peers);
   return peers;
 }
 
+/** `{ip, port}` of an API server's URL for the Endpoints, or undefined when its host is not an IP address. */
+function endpointOf(url: string): ApiServerEndpoint | undefined {
+  try {
+    const u = new URL(url);
+    const ip = u.hostname.replace(/^\[|\]$/g, '');
+    if (!isIP(ip)) return undefined;
+    return { ip, port: u.port ? Number(u.port) : u.protocol === 'https:' ? 443 : 80 };
+  } catch {
+    return undefined;
+  }
+}
+
 function microTime(d: Date): string {
   return d.toISOString().replace(/\.(\d{3})Z$/, '.$1000Z');
+}
+
+/** An API server whose identity Lease is current. */
+export interface LiveApiServer extends DataHolder {
+  /** When its Lease expires unless renewed, ms since the epoch (by this server's clock). */
+  expiresAt: number;
+}
+
+/** Every API server whose identity Lease is current (this one included, once it has renewed). */
+export function liveApiServers(ctx: ServerContext): LiveApiServer[] {
+  const leases = findResource('coordination.k8s.io', 'v1', 'leases')!;
+  const now = Date.now();
+  const out: LiveApiServer[] = [];
+  for (const l of ctx.registry.list(leases, 'kube-system', { labelSelector: `${IDENTITY_LABEL}=kube-apiserver` }).items) {
+    const spec = (l.spec ?? {}) as { renewTime?: string; leaseDurationSeconds?: number };
+    const url = l.metadata.annotations?.[URL_ANNOTATION];
+    const instance = (l.metadata.name ?? '').replace(/^apiserver-/, '');
+    const expiresAt = Date.parse(spec.renewTime ?? '') + (spec.leaseDurationSeconds ?? IDENTITY_LEASE_SECONDS) * 1000;
+    if (!url || !(expiresAt > now)) continue;
+    out.push({ url, instance, expiresAt });
+  }
+  return out;
 }
 
 /** The other API servers whose identity Lease is current: their URL and instance. */
 export function livePeers(ctx: ServerContext): DataHolder[] {
   const self = peersOf.get(ctx);
-  const leases = findResource('coordination.k8s.io', 'v1', 'leases')!;
-  const now = Date.now();
-  const out: DataHolder[] = [];
-  for (const l of ctx.registry.list(leases, 'kube-system', { labelSelector: `${IDENTITY_LABEL}=kube-apiserver` }).items) {
-    const spec = (l.spec ?? {}) as { renewTime?: string; leaseDurationSeconds?: number };
-    const url = l.metadata.annotations?.[URL_ANNOTATION];
-    const instance = (l.metadata.name ?? '').replace(/^apiserver-/, '');
-    if (!url || instance === self?.instance) continue;
-    if (now - Date.parse(spec.renewTime ?? '') > (spec.leaseDurationSeconds ?? IDENTITY_LEASE_SECONDS) * 1000) continue;
-    out.push({ url, instance });
-  }
-  return out;
+  return liveApiServers(ctx)
+    .filter((s) => s.instance !== self?.instance)
+    .map(({ url, instance }) => ({ url, instance }));
 }
 
 /**

@@ -47,9 +47,63 @@ async function importKey(pem: string): Promise<CryptoKey> {
   return (await webcrypto.subtle.importKey('pkcs8', der, ALG, true, ['sign'])) as unknown as CryptoKey;
 }
 
+/** The files of a data dir's cluster identity: `pki/ca.crt`, `pki/ca.key` (0600), `pki/token.key` (0600, 64 hex digits). */
+export function pkiPaths(dataDir: string): { dir: string; caCert: string; caKey: string; tokenKey: string } {
+  const dir = join(dataDir, 'pki');
+  return { dir, caCert: join(dir, 'ca.crt'), caKey: join(dir, 'ca.key'), tokenKey: join(dir, 'token.key') };
+}
+
+/**
+ * Makes a certificate authority: ECDSA P-256, self-signed `CN=kube32-ca`, valid 10 years (from an hour
+ * ago, for clock skew).
+ * @returns PEM of the certificate and of its PKCS#8 private key
+ */
+export async function createCertificateAuthority(): Promise<{ certPem: string; keyPem: string }> {
+  const keys = (await webcrypto.subtle.generateKey(ALG, true, ['sign', 'verify'])) as unknown as { publicKey: CryptoKey; privateKey: CryptoKey };
+  const now = new Date();
+  const caCert = await x509.X509CertificateGenerator.createSelfSigned({
+    serialNumber: randomBytes(8).toString('hex'),
+    name: 'CN=kube32-ca',
+    notBefore: new Date(now.getTime() - 3600_000),
+    notAfter: new Date(now.getTime() + 10 * 365 * 86400_000),
+    keys,
+    signingAlgorithm: ALG,
+    extensions: [
+      new x509.BasicConstraintsExtension(true, undefined, true),
+      new x509.KeyUsagesExtension(x509.KeyUsageFlags.keyCertSign | x509.KeyUsageFlags.cRLSign | x509.KeyUsageFlags.digitalSignature, true),
+      await x509.SubjectKeyIdentifierExtension.create(keys.publicKey),
+    ],
+  });
+  return { certPem: caCert.toString('pem'), keyPem: await keyPem(keys.privateKey) };
+}
+
+/**
+ * Checks that PEM texts are a CA certificate and the private key of its public key (ECDSA P-256).
+ * @throws Error saying which part is wrong
+ */
+export async function checkCertificateAuthority(certPem: string, keyPemText: string): Promise<void> {
+  let cert: x509.X509Certificate;
+  try {
+    cert = new x509.X509Certificate(certPem);
+  } catch (err: unknown) {
+    throw new Error(`the CA certificate is not a PEM X.509 certificate: ${err instanceof Error ? err.message : String(err)}`, { cause: err });
+  }
+  let key: CryptoKey;
+  try {
+    key = await importKey(keyPemText);
+  } catch (err: unknown) {
+    throw new Error(`the CA key is not a PEM PKCS#8 ECDSA P-256 private key: ${err instanceof Error ? err.message : String(err)}`, { cause: err });
+  }
+  const pub = (await webcrypto.subtle.exportKey('jwk', (await cert.publicKey.export(ALG, ['verify'])) as webcrypto.CryptoKey)) as { x?: string; y?: string };
+  const priv = (await webcrypto.subtle.exportKey('jwk', key as webcrypto.CryptoKey)) as { x?: string; y?: string };
+  if (pub.x !== priv.x || pub.y !== priv.y) throw new Error(`the CA key is not the key of the CA certificate (${cert.subject})`);
+}
+
 /**
  * Loads the CA from `<data-dir>/pki` or makes it, then issues a serving certificate for `hosts`
  * (IP addresses or DNS names; 127.0.0.1, ::1, localhost and this host's name are always included).
+ * With etcd storage the CA was put there from etcd first (cluster-identity.ts), so every API server
+ * of a cluster signs its own serving certificate with the one CA.
  * @throws Error naming the file when the stored CA cannot be read
  */
 export async function ensureServingPki(dataDir: string, hosts: string[]): Promise<ServingPki> {
@@ -66,24 +120,11 @@ export async function ensureServingPki(dataDir: string, hosts: string[]): Promis
       throw new Error(`${caCertPath}: cannot read the certificate authority: ${err instanceof Error ? err.message : String(err)}`, { cause: err });
     }
   } else {
-    const keys = (await webcrypto.subtle.generateKey(ALG, true, ['sign', 'verify'])) as unknown as { publicKey: CryptoKey; privateKey: CryptoKey };
-    const now = new Date();
-    caCert = await x509.X509CertificateGenerator.createSelfSigned({
-      serialNumber: randomBytes(8).toString('hex'),
-      name: 'CN=kube32-ca',
-      notBefore: new Date(now.getTime() - 3600_000),
-      notAfter: new Date(now.getTime() + 10 * 365 * 86400_000),
-      keys,
-      signingAlgorithm: ALG,
-      extensions: [
-        new x509.BasicConstraintsExtension(true, undefined, true),
-        new x509.KeyUsagesExtension(x509.KeyUsageFlags.keyCertSign | x509.KeyUsageFlags.cRLSign | x509.KeyUsageFlags.digitalSignature, true),
-        await x509.SubjectKeyIdentifierExtension.create(keys.publicKey),
-      ],
-    });
-    caKey = keys.privateKey;
-    writeFileAtomicSync(caKeyPath, await keyPem(caKey), 0o600);
-    writeFileAtomicSync(caCertPath, caCert.toString('pem'));
+    const ca = await createCertificateAuthority();
+    caCert = new x509.X509Certificate(ca.certPem);
+    caKey = await importKey(ca.keyPem);
+    writeFileAtomicSync(caKeyPath, ca.keyPem, 0o600);
+    writeFileAtomicSync(caCertPath, ca.certPem);
   }
   const serverKeys = (await webcrypto.subtle.generateKey(ALG, true, ['sign', 'verify'])) as unknown as { publicKey: CryptoKey; privateKey: CryptoKey };
   const names = new Set(['127.0.0.1', '::1', 'localhost', hostname(), 'kubernetes', 'kubernetes.default', 'kubernetes.default.svc', ...hosts]);
@@ -152,7 +193,7 @@ export function userOfCertificate(subject: Record<string, string | string[] | un
   return { name, groups: [...new Set([...groups, 'system:authenticated'])] };
 }
 
-/** The token signing key of a data dir (made on first use). */
+/** The token signing key of a data dir (made on first use: 32 random bytes, kept as 64 hex digits). */
 function tokenKey(dataDir: string): Buffer {
   const p = join(pkiDir(dataDir), 'token.key');
   if (!existsSync(p)) writeFileAtomicSync(p, randomBytes(32).toString('hex'), 0o600);

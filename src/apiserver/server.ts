@@ -14,7 +14,8 @@ import type { AddressInfo } from 'node:net';
 import type { TLSSocket } from 'node:tls';
 import { Counter, Gauge, Histogram, Registry as MetricsRegistry, collectDefaultMetrics } from 'prom-client';
 import { createLogger, type Logger, writeFileAtomicSync } from '../lib/index.ts';
-import { bootstrap, ensureDefaultServiceAccount, ensureKubernetesService } from './bootstrap.ts';
+import { advertiseAddressOf, bootstrap, ensureDefaultServiceAccount, ensureKubernetesService } from './bootstrap.ts';
+import { joinClusterIdentity } from './cluster-identity.ts';
 import { ApiError } from './errors.ts';
 import { authorize, bearerToken, verbOf } from './handlers/auth.ts';
 import { serveAccessReview, serveSelfSubjectReview, serveTokenReview } from './handlers/reviews.ts';
@@ -53,6 +54,13 @@ export interface ApiServerOptions {
   port?: number;
   /** Address to listen on. @default '127.0.0.1' */
   bindAddress?: string;
+  /**
+   * The IP address other API servers and the `default/kubernetes` Endpoints use for this one (also in its
+   * serving certificate). @default the bind address, or this host's first non-internal address when it is 0.0.0.0 or ::
+   */
+  advertiseAddress?: string;
+  /** With `storage: 'etcd'`: duration of this server's identity Lease, s (a killed server leaves the Endpoints within it). @default 30 */
+  identityLeaseDurationSeconds?: number;
   /** `sqlite` (default, `<data-dir>/kube32.db`) or `memory` (tests only: nothing survives). */
   storage?: 'sqlite' | 'memory' | 'etcd';
   /** With `storage: 'etcd'`: the etcd client URLs (`http://127.0.0.1:2379`); see docs/etcd.md. */
@@ -110,8 +118,13 @@ export async function createApiServer(opts: ApiServerOptions): Promise<ApiServer
   if (!opts.insecureHttp && !opts.dataDir) throw new RangeError('HTTPS needs a data dir for its certificate authority (--data-dir), or use plain HTTP on loopback');
   const maxBodyBytes = opts.maxBodyBytes ?? DEFAULT_MAX_BODY_BYTES;
   if (!Number.isSafeInteger(maxBodyBytes) || maxBodyBytes <= 0) throw new RangeError(`maxBodyBytes must be a positive integer: current value is ${maxBodyBytes}`);
+  const leaseSeconds = opts.identityLeaseDurationSeconds;
+  if (leaseSeconds !== undefined && (!Number.isInteger(leaseSeconds) || leaseSeconds < 3 || leaseSeconds > 3600)) throw new RangeError(`identityLeaseDurationSeconds must be an integer of 3 to 3600: current value is ${leaseSeconds}`);
   const log = opts.logger ?? createLogger('apiserver');
   if (opts.dataDir) mkdirSync(opts.dataDir, { recursive: true, mode: 0o700 });
+  const advertise = advertiseAddressOf(bind, opts.advertiseAddress);
+  // On etcd every API server of the cluster shares one CA and token key, kept in etcd (docs/etcd.md).
+  if (kind === 'etcd' && opts.dataDir) await joinClusterIdentity({ dataDir: opts.dataDir, endpoints: opts.etcdEndpoints ?? [], log });
 
   const storage: Storage =
     kind === 'etcd'
@@ -129,7 +142,7 @@ export async function createApiServer(opts: ApiServerOptions): Promise<ApiServer
     },
   });
   bootstrap(registry, log);
-  ensureKubernetesService(registry, bind, opts.port ?? 0);
+  ensureKubernetesService(registry, advertise, opts.port ?? 0, { endpoints: kind !== 'etcd' });
   let closed = false;
   const gc = new GarbageCollector(registry, log);
   gc.start(opts.eventTtlMs ?? 3_600_000);
@@ -277,7 +290,7 @@ export async function createApiServer(opts: ApiServerOptions): Promise<ApiServer
   if (opts.insecureHttp) {
     server = createHttpServer({ keepAlive: true }, handler);
   } else {
-    const pki = await ensureServingPki(opts.dataDir!, [bind, ...(opts.certificateSans ?? [])]);
+    const pki = await ensureServingPki(opts.dataDir!, [bind, advertise, ...(opts.certificateSans ?? [])]);
     caCertPem = pki.caCertPem;
     // Client certificates are asked for but not required: clients with tokens send none.
     server = createHttpsServer({ cert: pki.certPem, key: pki.keyPem, ca: pki.caCertPem, requestCert: true, rejectUnauthorized: false, keepAlive: true }, handler);
@@ -302,10 +315,12 @@ export async function createApiServer(opts: ApiServerOptions): Promise<ApiServer
     throw new Error(`cannot listen on ${bind}:${opts.port ?? 0}: ${err instanceof Error ? err.message : String(err)}`, { cause: err });
   }
   const port = (server.address() as AddressInfo).port;
-  ensureKubernetesService(registry, bind, port);
+  ensureKubernetesService(registry, advertise, port, { endpoints: kind !== 'etcd' });
   const host = bind.includes(':') ? `[${bind}]` : bind === '0.0.0.0' ? '127.0.0.1' : bind;
   const url = `${opts.insecureHttp ? 'http' : 'https'}://${host}:${port}`;
-  const dataPeers = kind === 'etcd' ? attachCheckpointDataPeers(ctx, storage, { selfUrl: url, caCertPem }) : undefined;
+  const selfUrl = `${opts.insecureHttp ? 'http' : 'https'}://${advertise.includes(':') ? `[${advertise}]` : advertise}:${port}`;
+  const dataPeers =
+    kind === 'etcd' ? attachCheckpointDataPeers(ctx, storage, { selfUrl, caCertPem, leaseDurationSeconds: opts.identityLeaseDurationSeconds }) : undefined;
   let kubeconfigPath: string | undefined;
   if (opts.dataDir) {
     kubeconfigPath = adminKubeconfigPath(opts.dataDir);

@@ -4,11 +4,12 @@
  */
 import { parseBytes, parseDuration } from '../../lib/index.ts';
 import { createApiServer, issueNodeKubeconfig } from '../../apiserver/index.ts';
+import { type ApiServerClusterFlags, parseApiServerClusterFlags } from '../apiserver-flags.ts';
 import { CliError } from '../errors.ts';
 import { serveUntilStopped } from '../serve-until-stopped.ts';
 
 /** The flags of `kube32-cli apiserver`, as commander parses them. */
-export interface ApiServerFlags {
+export interface ApiServerFlags extends ApiServerClusterFlags {
   dataDir?: string;
   port: string;
   bind: string;
@@ -53,9 +54,11 @@ export async function apiserver(flags: ApiServerFlags): Promise<void> {
   } catch (err: unknown) {
     throw new CliError(err instanceof Error ? err.message : String(err));
   }
+  const cluster = parseApiServerClusterFlags(flags);
   let server: Awaited<ReturnType<typeof createApiServer>>;
   try {
     server = await createApiServer({
+      ...cluster,
       dataDir: flags.dataDir,
       port,
       bindAddress: flags.bind,

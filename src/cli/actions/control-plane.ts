@@ -7,11 +7,12 @@ import { KubeConfig } from '@kubernetes/client-node';
 import { createApiServer } from '../../apiserver/index.ts';
 import { type ControllerTimings, startControllers } from '../../controllers/index.ts';
 import { parseBytes, parseDuration } from '../../lib/index.ts';
+import { type ApiServerClusterFlags, parseApiServerClusterFlags } from '../apiserver-flags.ts';
 import { CliError } from '../errors.ts';
 import { serveUntilStopped } from '../serve-until-stopped.ts';
 
 /** `control-plane`'s flags as commander parses them (strings as typed). */
-export interface ControlPlaneFlags {
+export interface ControlPlaneFlags extends ApiServerClusterFlags {
   dataDir?: string;
   storage: string;
   etcdEndpoints?: string;
@@ -62,9 +63,11 @@ export async function controlPlane(flags: ControlPlaneFlags): Promise<void> {
     moveTimeoutMs: duration('move-timeout', flags.moveTimeout),
     checkpointRetentionMs: duration('checkpoint-retention', flags.checkpointRetention),
   };
+  const cluster = parseApiServerClusterFlags(flags);
   let server: Awaited<ReturnType<typeof createApiServer>>;
   try {
     server = await createApiServer({
+      ...cluster,
       dataDir: flags.dataDir,
       storage: flags.storage as 'sqlite' | 'etcd',
       etcdEndpoints: flags.etcdEndpoints?.split(',').filter(Boolean),

@@ -12,10 +12,12 @@
  * (../actions/apiserver.ts).
  */
 import { Option, type Command } from 'commander';
+import { apiServerClusterOptions } from '../apiserver-flags.ts';
 import type { ApiServerFlags } from '../actions/apiserver.ts';
 
 /** Adds this file's commands to `program`. */
 export function register(program: Command): void {
+  const cluster = apiServerClusterOptions();
   program
     .command('apiserver')
     .description('Run the Kube32 API server (Kubernetes-compatible; kubectl works against it)')
@@ -32,6 +34,8 @@ export function register(program: Command): void {
     .addOption(new Option('--event-ttl <duration>', 'core events older than this are deleted (0s keeps them)').default('1h'))
     .addOption(new Option('--listen-file <file>', 'also write the JSON line with the URL and kubeconfig to this file'))
     .addOption(new Option('--cert-san <name...>', 'extra DNS names or IP addresses for the serving certificate').default([]))
+    .addOption(cluster[0]!)
+    .addOption(cluster[1]!)
     .addOption(new Option('--issue-node-kubeconfig <node>', "write a kubelet's kubeconfig for NODE (user system:node:NODE), print its path and exit"))
     .addOption(new Option('--out <file>', 'with --issue-node-kubeconfig: where to write it (default <data-dir>/nodes/<node>.kubeconfig)'))
     .action(async (flags: ApiServerFlags) => {

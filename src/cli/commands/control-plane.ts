@@ -3,7 +3,7 @@
  * ONE process. The API server runs in-process (`createApiServer`); the controllers are REST clients of it
  * with the admin identity of the kubeconfig it writes, exactly as they would be of a remote one.
  *
- * `kube32-cli control-plane --data-dir D [--port P|0] [--bind ADDR] [--checkpoint-data-bytes Q]
+ * `kube32-cli control-plane --data-dir D [--port P|0] [--bind ADDR] [--advertise-address IP] [--checkpoint-data-bytes Q]
  *   [--node-monitor-grace-period 40s] [--pod-eviction-timeout 5m] [--move-timeout 60s]
  *   [--checkpoint-retention 1h] [--leader-elect [--leader-elect-identity NAME]] [--listen-file F]`
  *
@@ -15,10 +15,12 @@
  * client with it, is loaded only when `control-plane` runs (../actions/control-plane.ts).
  */
 import { Option, type Command } from 'commander';
+import { apiServerClusterOptions } from '../apiserver-flags.ts';
 import type { ControlPlaneFlags } from '../actions/control-plane.ts';
 
 /** Adds this file's commands to `program`. */
 export function register(program: Command): void {
+  const cluster = apiServerClusterOptions();
   program
     .command('control-plane')
     .description('Run the Kube32 control plane: the API server and the controllers (scheduler, moves, drain, policies, checkpoints) in one process')
@@ -33,6 +35,8 @@ export function register(program: Command): void {
     .addOption(new Option('--move-timeout <duration>', "a move's replacement that does not run within this rolls back").default('60s'))
     .addOption(new Option('--checkpoint-retention <duration>', 'finished Checkpoints (other than the latest periodic ones) go after this').default('1h'))
     .addOption(new Option('--cert-san <name...>', 'extra DNS names or IP addresses for the serving certificate').default([]))
+    .addOption(cluster[0]!)
+    .addOption(cluster[1]!)
     .addOption(new Option('--leader-elect', 'run the controllers only while holding the Lease kube-system/kube32-controllers (several control planes on one cluster)'))
     .addOption(new Option('--leader-elect-identity <name>', 'this control plane\'s name in the Lease (default: host, pid and a random suffix)'))
     .addOption(new Option('--listen-file <file>', 'also write the JSON line with the URL and kubeconfig to this file'))

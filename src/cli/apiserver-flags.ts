@@ -1,0 +1,41 @@
+/**
+ * Flags that `apiserver` and `control-plane` share for several API servers on one etcd (issue 11,
+ * docs/etcd.md): `--advertise-address` and `--identity-lease-duration-seconds`, named as
+ * kube-apiserver names them. Loaded to build the command tree, so it imports only commander and
+ * `node:net`.
+ */
+import { isIP } from 'node:net';
+import { Option } from 'commander';
+import { CliError } from './errors.ts';
+
+/** The shared flags as commander parses them (strings as typed). */
+export interface ApiServerClusterFlags {
+  advertiseAddress?: string;
+  identityLeaseDurationSeconds: string;
+}
+
+/** The options of `--advertise-address` and `--identity-lease-duration-seconds`, to add to a command. */
+export function apiServerClusterOptions(): Option[] {
+  return [
+    new Option(
+      '--advertise-address <ip>',
+      'IP address other API servers and the default/kubernetes Endpoints use for this one (default: --bind, or this host\'s first non-internal address when --bind is 0.0.0.0)',
+    ),
+    new Option('--identity-lease-duration-seconds <s>', "with --storage etcd: duration of this API server's identity Lease; a killed server leaves the kubernetes Endpoints within it").default('30'),
+  ];
+}
+
+/**
+ * Checks the shared flags.
+ * @returns the values for `createApiServer` (`advertiseAddress` undefined: the default)
+ * @throws CliError naming the flag and its value
+ */
+export function parseApiServerClusterFlags(flags: ApiServerClusterFlags): { advertiseAddress?: string; identityLeaseDurationSeconds: number } {
+  const a = flags.advertiseAddress;
+  if (a !== undefined && (!isIP(a) || a === '0.0.0.0' || a === '::')) throw new CliError(`--advertise-address must be a specified IP address (Endpoints list IPs): current value is ${a}`);
+  const s = Number(flags.identityLeaseDurationSeconds);
+  if (!/^\d+$/.test(flags.identityLeaseDurationSeconds) || s < 3 || s > 3600) {
+    throw new CliError(`--identity-lease-duration-seconds must be an integer of 3 to 3600: current value is ${flags.identityLeaseDurationSeconds}`);
+  }
+  return { ...(a !== undefined ? { advertiseAddress: a } : {}), identityLeaseDurationSeconds: s };
+}
