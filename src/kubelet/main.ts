@@ -1,14 +1,15 @@
 /**
  * `kube32-sim`: the Kube32 worker node that runs on an ordinary computer (run by
- * `bin/kube32-sim.js`). Parses the flags, starts the worker, and on SIGINT or SIGTERM drains it
- * (seed "Drain and evictions") and exits 0. A second signal during the drain stops at once.
+ * `bin/kube32-sim.js`). Parses the flags, starts the worker (or, with `--nodes N`, N simulated
+ * nodes in this one process: host.ts), and on SIGINT or SIGTERM drains every node at once (seed
+ * "Drain and evictions") and exits 0. A second signal during the drain stops at once.
  */
 import { homedir, hostname } from 'node:os';
 import { join } from 'node:path';
 import { Command, CommanderError, InvalidArgumentError, Option } from 'commander';
-import { KubeConfig } from '@kubernetes/client-node';
 import { createLogger, parseBytes, parseDuration } from '../lib/index.ts';
-import { startKubelet } from './kubelet.ts';
+import { configurePodThreads } from '../wasm/index.ts';
+import { type NodeHost, type NodePlan, planNodes, startNodes } from './host.ts';
 
 function bytesOption(value: string): number {
   try {
@@ -62,32 +63,67 @@ export function parseLabels(text: string): Record<string, string> {
   return out;
 }
 
+function portOption(value: string): number {
+  const n = intOption(value);
+  if (n > 65535) throw new InvalidArgumentError(`expected a TCP port (0-65535): current value is "${value}"`);
+  return n;
+}
+
+function positiveIntOption(value: string): number {
+  const n = intOption(value);
+  if (n < 1) throw new InvalidArgumentError(`expected a whole number of 1 or more: current value is "${value}"`);
+  return n;
+}
+
+const SEVERAL_NODES_HELP = `
+Several nodes in one process (--nodes N, N > 1), each a whole worker with its own Node and Lease:
+  names          <name>-1 ... <name>-N
+  addresses      consecutive from --address (IPv4): --address 127.0.0.2 --nodes 3 gives 127.0.0.2, .3, .4
+  kubelet ports  --kubelet-port on each node's own address (0: each a free port)
+  data dirs      <data-dir>/<node> (default ~/.kube32/nodes/<node>)
+  credentials    --kubeconfig-dir DIR holding <node>.kubeconfig for each node (user system:node:<node>);
+                 kube32-cli apiserver --data-dir CP --issue-node-kubeconfig <node> writes CP/nodes/<node>.kubeconfig
+SIGINT or SIGTERM drains every node at once, then the process exits 0; a second signal stops at once (exit 1).
+If one node cannot start, none runs: the nodes already up are stopped and the error names each failed node.`;
+
 /** Builds the command line (exported for tests). */
 export function buildCommand(): Command {
   return new Command('kube32-sim')
     .description('A Kube32 worker node: runs WebAssembly pods bound to it, serves their HTTP, checkpoints them for moves')
-    .option('--kubeconfig <file>', 'kubeconfig of the node\'s identity (default: $KUBECONFIG)')
-    .option('--name <node>', 'the Node\'s name', hostname().toLowerCase())
-    .option('--address <ip>', 'address of the node and its pods (one per worker: 127.0.0.2, 127.0.0.3, ...)', '127.0.0.1')
-    .addOption(new Option('--kubelet-port <port>', 'port of the kubelet endpoint (0: any free port)').argParser(intOption).default(10250))
-    .addOption(new Option('--heap <bytes>', 'heap the pods may hold, at least 64Ki (capacity memory; MemoryPressure below 24Ki free)').argParser(heapOption).default(256 * 1024 * 1024, '256Mi'))
+    .option('--kubeconfig <file>', 'kubeconfig of the node\'s identity (default: $KUBECONFIG); one node only')
+    .option('--kubeconfig-dir <dir>', 'directory holding <node>.kubeconfig for each node (instead of --kubeconfig)')
+    .option('--name <node>', 'the Node\'s name; with --nodes N, the prefix of <name>-1 ... <name>-N', hostname().toLowerCase())
+    .addOption(new Option('--nodes <n>', 'how many simulated nodes this process runs (see below)').argParser(positiveIntOption).default(1))
+    .option('--address <ip>', 'address of the node and its pods (one per worker: 127.0.0.2, 127.0.0.3, ...); with --nodes N, the first of N consecutive', '127.0.0.1')
+    .addOption(new Option('--kubelet-port <port>', 'port of the kubelet endpoint on the node\'s address (0: any free port)').argParser(portOption).default(10250))
+    .addOption(new Option('--heap <bytes>', 'heap the pods may hold, at least 64Ki (capacity memory; MemoryPressure below 24Ki free); per node').argParser(heapOption).default(256 * 1024 * 1024, '256Mi'))
     .addOption(new Option('--max-pods <n>', 'most pods the node runs').argParser(intOption).default(110))
-    .addOption(new Option('--labels <k=v,...>', 'extra Node labels').argParser(parseLabels).default({}, 'none'))
-    .option('--data-dir <dir>', 'where modules and pods\' files are kept (default: ~/.kube32/nodes/<name>)')
+    .addOption(new Option('--labels <k=v,...>', 'extra Node labels (every node of the process)').argParser(parseLabels).default({}, 'none'))
+    .option('--data-dir <dir>', 'where modules and pods\' files are kept (default: ~/.kube32/nodes/<name>); with --nodes N, the parent of <dir>/<node>')
     .option('--interp-mops <mops>', 'report this interpreter speed instead of measuring it', (v) => {
       const n = Number(v);
       if (!(n >= 0)) throw new InvalidArgumentError(`expected a number of MOPS: current value is "${v}"`);
       return n;
     })
     .addOption(new Option('--drain-timeout <duration>', 'how long the self-drain waits for pods to leave').argParser(durationOption).default(20_000, '20s'))
+    .addOption(new Option('--pods-per-thread <n>', 'pods packed on one worker thread (1: a thread of its own for each pod); shared by every node of the process').argParser(positiveIntOption).default(1))
+    .addHelpText('after', SEVERAL_NODES_HELP)
     .version('0.1.0')
     .showHelpAfterError()
     .exitOverride();
 }
 
+/** kube32-sim's flags as commander parses them. */
+interface SimFlags {
+  kubeconfig?: string; kubeconfigDir?: string; name: string; nodes: number; address: string; kubeletPort: number; heap: number;
+  maxPods: number; labels: Record<string, string>; dataDir?: string; interpMops?: number; drainTimeout: number; podsPerThread: number;
+}
+
 /**
- * Runs kube32-sim with `argv` as `process.argv` gives it. Resolves once the worker has started;
- * the process then lives until a signal drains and stops it.
+ * Runs kube32-sim with `argv` as `process.argv` gives it. Resolves once the nodes have started;
+ * the process then lives until a signal drains and stops them. Exit status: 2 for a usage error, 1
+ * when a node cannot start (none is left running) or a second signal cut the drain short, 0 after a
+ * drain.
  */
 export async function main(argv: string[]): Promise<void> {
   const cmd = buildCommand();
@@ -100,46 +136,67 @@ export async function main(argv: string[]): Promise<void> {
     }
     throw err;
   }
-  const o = cmd.opts<{
-    kubeconfig?: string; name: string; address: string; kubeletPort: number; heap: number; maxPods: number;
-    labels: Record<string, string>; dataDir?: string; interpMops?: number; drainTimeout: number;
-  }>();
-  const log = createLogger('kube32-sim', { node: o.name });
-  const kubeconfig = o.kubeconfig ?? process.env.KUBECONFIG;
-  if (!kubeconfig) {
-    process.stderr.write('kube32-sim: --kubeconfig is required (or set KUBECONFIG)\n');
+  const o = cmd.opts<SimFlags>();
+  let plans: NodePlan[];
+  try {
+    plans = planNodes({
+      name: o.name, count: o.nodes, address: o.address, kubeletPort: o.kubeletPort,
+      dataDir: o.dataDir ?? join(homedir(), '.kube32', 'nodes', ...(o.nodes === 1 ? [o.name] : [])),
+      ...(o.kubeconfigDir !== undefined ? { kubeconfigDir: o.kubeconfigDir } : {}),
+      ...(o.kubeconfig !== undefined ? { kubeconfig: o.kubeconfig } : o.kubeconfigDir === undefined && process.env.KUBECONFIG ? { kubeconfig: process.env.KUBECONFIG } : {}),
+    });
+  } catch (err: unknown) {
+    process.stderr.write(`kube32-sim: ${err instanceof Error ? err.message : String(err)}\n`);
     process.exitCode = 2;
     return;
   }
-  const kc = new KubeConfig();
-  try {
-    kc.loadFromFile(kubeconfig);
-    const kubelet = await startKubelet({
-      kubeConfig: kc, nodeName: o.name, address: o.address, kubeletPort: o.kubeletPort, heapBytes: o.heap,
-      maxPods: o.maxPods, labels: o.labels, dataDir: o.dataDir ?? join(homedir(), '.kube32', 'nodes', o.name),
-      ...(o.interpMops !== undefined ? { interpMops: o.interpMops } : {}), log,
+  // One logger for the process; each node's lines carry its name (a child logger's `node`).
+  const log = createLogger('kube32-sim');
+  configurePodThreads({ podsPerThread: o.podsPerThread });
+
+  // Signals are taken from the start: one during the start drains the nodes once they are up.
+  let host: NodeHost | undefined;
+  let signalled = false;
+  const drainAndExit = async (): Promise<void> => {
+    const reports = await host!.drainAll(o.drainTimeout);
+    host!.kubelets.forEach((k, i) => {
+      const r = reports[i]!;
+      process.stdout.write(`kube32-sim: node ${k.nodeName} drained: ${r.evicted.length} evicted, ${r.remaining.length} left behind, in ${r.durationMs} ms\n`);
     });
-    process.stdout.write(`kube32-sim: node ${kubelet.nodeName} ready: pods at ${kubelet.address}, kubelet endpoint http://${kubelet.address}:${kubelet.kubeletPort}, interp-mops ${kubelet.interpMops}\n`);
-    let signalled = false;
-    const onSignal = (signal: NodeJS.Signals) => {
-      if (signalled) {
-        log.warn({ signal }, 'second signal: stopping without waiting for the drain');
-        void kubelet.stop().finally(() => process.exit(1));
-        return;
-      }
-      signalled = true;
-      log.info({ signal }, 'draining the node before exit');
-      void (async () => {
-        const report = await kubelet.drain(o.drainTimeout);
-        process.stdout.write(`kube32-sim: node ${kubelet.nodeName} drained: ${report.evicted.length} evicted, ${report.remaining.length} left behind, in ${report.durationMs} ms\n`);
-        await kubelet.stop();
-        process.exit(0);
-      })();
-    };
-    process.on('SIGINT', onSignal);
-    process.on('SIGTERM', onSignal);
+    await host!.stopAll();
+    process.exit(0);
+  };
+  const onSignal = (signal: NodeJS.Signals) => {
+    if (signalled) {
+      log.warn({ signal }, 'second signal: stopping without waiting for the drain');
+      void (host?.stopAll() ?? Promise.resolve()).finally(() => process.exit(1));
+      return;
+    }
+    signalled = true;
+    if (!host) {
+      log.info({ signal }, 'signal during the start: the nodes drain once they are up (a second signal stops at once)');
+      return;
+    }
+    log.info({ signal, nodes: host.kubelets.length }, 'draining every node before exit');
+    void drainAndExit();
+  };
+  process.on('SIGINT', onSignal);
+  process.on('SIGTERM', onSignal);
+  const started = Date.now();
+  try {
+    host = await startNodes(plans, {
+      heapBytes: o.heap, maxPods: o.maxPods, labels: o.labels,
+      ...(o.interpMops !== undefined ? { interpMops: o.interpMops } : {}),
+    }, log, (k) => {
+      process.stdout.write(`kube32-sim: node ${k.nodeName} ready: pods at ${k.address}, kubelet endpoint http://${k.address}:${k.kubeletPort}, interp-mops ${k.interpMops}\n`);
+    });
   } catch (err: unknown) {
     process.stderr.write(`kube32-sim: ${err instanceof Error ? err.message : String(err)}\n`);
     process.exit(1);
+  }
+  if (plans.length > 1) process.stdout.write(`kube32-sim: ${plans.length} nodes ready in ${((Date.now() - started) / 1000).toFixed(1)} s\n`);
+  if (signalled) {
+    log.info({ nodes: host.kubelets.length }, 'draining every node before exit');
+    void drainAndExit();
   }
 }
