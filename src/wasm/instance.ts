@@ -1,27 +1,21 @@
 /**
- * One pod's container, running in its own worker thread (pod-abi.md; seed "What moves", "What
- * keeps a pod from moving", "Kubelet endpoints"). The main thread keeps the call queue (one call
- * at a time, in order), the tick timer, the freeze state and held events, the log ring and the exit
- * report; the worker keeps the module and its memory.
+ * One pod's container on the main thread (pod-abi.md; seed "What moves", "What keeps a pod from
+ * moving", "Kubelet endpoints"): the call queue (one call at a time, in order), the tick timer, the
+ * freeze state and held events, the log ring and the exit report. The pod's thread (its own, or a
+ * shared one: see pod-thread.ts) keeps the module and its memory; the start sequence is in
+ * pod-start.ts, the snapshot stream in snapshot-stream.ts.
  */
 import { EventEmitter } from 'node:events';
-import type { Worker } from 'node:worker_threads';
 import { DEFAULT_FREEZE_TIMEOUT_MS, MAX_HELD_EVENTS, entryPointBlocker, externrefTableBlocker, globalTypeBlocker, openFileBlocker, runningCallBlocker } from './abi.ts';
 import { valueTypeName } from './binary.ts';
 import { PodCallError, PodStartError, PodStateError, errorMessage } from './errors.ts';
 import { LogRing } from './log-ring.ts';
-import { loadModule } from './module.ts';
-import { replenishWorkerPool, takeWorker } from './worker-pool.ts';
-import type { CallKind, FromWorker, OpenFile, ToWorker, WorkerInit } from './protocol.ts';
+import { checkStartOptions, moduleForLimit, StartSequence, workerInit } from './pod-start.ts';
+import { attachPod, replenishWorkerPool, type PodLink } from './pod-thread.ts';
+import type { CallKind, FromWorker, OpenFile, ToWorker } from './protocol.ts';
+import { SNAPSHOT_CHUNK_BYTES, snapshotChunks, type ChunkMessage } from './snapshot-stream.ts';
 import type { ExitReason, LogEntry, LogReadOptions, PodExit, PodModule, PodSnapshot, PodStartOptions, RunningCall } from './types.ts';
-import type { ValType } from '../k32s/index.ts';
 
-/** Chunks of a restore in flight to the worker at once. */
-const RESTORE_WINDOW = 4;
-/** Bytes of linear memory in one snapshot chunk. */
-const SNAPSHOT_CHUNK_BYTES = 1 << 20;
-/** Snapshot chunks the worker sends ahead of the consumer (so at most 4 MiB in flight). */
-const SNAPSHOT_WINDOW = 4;
 /** Events queued (not frozen) beyond which new ones are dropped. */
 const MAX_QUEUED_EVENTS = 1024;
 /** Requests waiting for their turn beyond which new ones are refused (503). */
@@ -36,30 +30,12 @@ interface QueuedCall {
   reject: (e: Error) => void;
 }
 
+/** A call sent to the thread; `startedAt` is when it was sent (`performance.now()`). */
 type RunningEntry = QueuedCall & { startedAt: number; overdue?: NodeJS.Timeout };
 
 interface Held {
   topic: string;
   payload: Uint8Array;
-}
-
-/** Modules instrumented again for another memory limit, by the module they came from and the limit. */
-const byLimit = new WeakMap<PodModule, Map<number, Promise<PodModule>>>();
-
-/** `module` instrumented for `memoryLimitBytes` (cached: pods of one spec share it). */
-function forLimit(module: PodModule, memoryLimitBytes: number): Promise<PodModule> {
-  let m = byLimit.get(module);
-  if (!m) {
-    m = new Map();
-    byLimit.set(module, m);
-  }
-  let p = m.get(memoryLimitBytes);
-  if (!p) {
-    p = loadModule(module.bytes, { memoryLimitBytes });
-    m.set(memoryLimitBytes, p);
-    p.catch(() => m.delete(memoryLimitBytes));
-  }
-  return p;
 }
 
 /** The export a call kind runs. */
@@ -84,7 +60,9 @@ export class PodInstance extends EventEmitter {
   /** Resolves with the exit report when the container ends. */
   readonly exited: Promise<PodExit>;
   readonly #opts: PodStartOptions;
-  readonly #worker: Worker;
+  #link!: PodLink;
+  /** The start in progress (its messages go to it until it settles). */
+  #starting: StartSequence | undefined;
   readonly #logs: LogRing;
   readonly #queue: QueuedCall[] = [];
   #running: RunningEntry | undefined;
@@ -105,14 +83,13 @@ export class PodInstance extends EventEmitter {
   #activeSnapshots = new Set<number>();
   #podTimeMs = 0;
 
-  private constructor(opts: PodStartOptions, module: PodModule, worker: Worker) {
+  private constructor(opts: PodStartOptions, module: PodModule) {
     super();
     this.#opts = opts;
     this.module = module;
     this.namespace = opts.namespace;
     this.podName = opts.podName;
     this.containerName = opts.containerName;
-    this.#worker = worker;
     this.#logs = new LogRing(opts.logRingBytes ?? 1 << 20);
     this.exited = new Promise((resolve) => {
       this.#resolveExit = resolve;
@@ -133,117 +110,34 @@ export class PodInstance extends EventEmitter {
    * @throws RangeError for a bad option (names empty, a negative tick interval)
    */
   static async start(opts: PodStartOptions): Promise<PodInstance> {
-    for (const k of ['namespace', 'podName', 'containerName'] as const) {
-      if (typeof opts[k] !== 'string' || opts[k].length === 0) throw new RangeError(`${k} must be a non-empty string: current value is ${JSON.stringify(opts[k])}`);
-    }
-    if (opts.fsLimitBytes !== undefined && (!Number.isFinite(opts.fsLimitBytes) || opts.fsLimitBytes < 0)) {
-      throw new RangeError(`fsLimitBytes must be a non-negative number of bytes: current value is ${opts.fsLimitBytes}`);
-    }
-    if (opts.tickIntervalMs !== undefined && (!Number.isFinite(opts.tickIntervalMs) || opts.tickIntervalMs < 0)) {
-      throw new RangeError(`tickIntervalMs must be a non-negative number of ms: current value is ${opts.tickIntervalMs}`);
-    }
-    let module = opts.module;
-    if (opts.memoryLimitBytes !== undefined && opts.memoryLimitBytes !== module.memoryLimitBytes) {
-      module = await forLimit(module, opts.memoryLimitBytes);
-    }
-    const shape = module.shape;
-    const init: WorkerInit = {
-      compiled: module.compiled,
-      kind: module.kind,
-      ...(module.entryPoint ? { entryPoint: module.entryPoint } : {}),
-      exportNames: module.exports.filter((e) => e.kind === 'function').map((e) => e.name),
-      imageSha256: module.imageSha256Bytes,
-      k32sShape: {
-        globals: new Map(shape.globals.map((g) => [g.index, g.type as ValType])),
-        tables: new Map(shape.tables.map((t) => [t.index, { min: t.min, ...(t.max !== undefined ? { max: t.max } : {}) }])),
-        functionCount: shape.functionCount,
-      },
-      globalTypes: shape.globals.map((g) => [g.index, g.type]),
-      tableIndices: shape.tables.map((t) => t.index),
-      functionCount: shape.functionCount,
-      hasMemory: shape.memory !== null,
-      memoryLimitBytes: module.memoryLimitBytes,
-      memoryPagesLimit: module.memoryPagesLimit,
-      subPageLimit: module.subPageLimit,
-      env: { ...(opts.env ?? {}) },
-      assets: { ...(opts.assets ?? {}) },
-      ...(opts.fsDir ? { fsDir: opts.fsDir } : {}),
-      ...(opts.fsLimitBytes !== undefined ? { fsLimitBytes: opts.fsLimitBytes } : {}),
-      restore: opts.restoreFrom !== undefined,
-    };
-    const worker = takeWorker();
-    worker.postMessage({ op: 'init', init } satisfies ToWorker);
-    const pod = new PodInstance(opts, module, worker);
+    checkStartOptions(opts);
+    const module = await moduleForLimit(opts);
+    const pod = new PodInstance(opts, module);
     return pod.#boot();
   }
 
   async #boot(): Promise<PodInstance> {
-    const worker = this.#worker;
-    const ready = Promise.withResolvers<Extract<FromWorker, { op: 'ready' }>>();
-    let acked = 0;
-    let ackWaiter: (() => void) | undefined;
-    let booted = false;
-    let startTimer: NodeJS.Timeout | undefined;
-    worker.on('message', (m: FromWorker) => {
-      switch (m.op) {
-        case 'startCall': {
-          clearTimeout(startTimer);
-          const name = m.name;
-          if (!name) break;
-          const ms = this.#opts.callDeadlineMs ?? DEFAULT_FREEZE_TIMEOUT_MS;
-          const what = name === 'start' ? `instantiating the module (its start function included) still running after ${ms} ms` : runningCallBlocker(name, ms);
-          startTimer = setTimeout(() => ready.reject(new PodStartError('Error', what)), ms);
-          break;
-        }
-        case 'ready': booted = true; ready.resolve(m); break;
-        case 'startFailed': ready.reject(new PodStartError(m.reason, m.message)); break;
-        case 'restoreAck': acked++; ackWaiter?.(); break;
-        default: this.#onMessage(m);
-      }
+    const starting = new StartSequence(this.#opts);
+    this.#starting = starting;
+    this.#link = attachPod(workerInit(this.#opts, this.module), this, {
+      onMessage: (m) => {
+        if (!starting.settled && starting.onMessage(m)) return;
+        this.#onMessage(m);
+      },
+      onThreadEnd: (end) => {
+        if (!starting.settled) starting.fail(new PodStartError('Error', end.beforeStart));
+        this.#end('Error', end.message);
+      },
     });
-    worker.on('error', (err) => {
-      if (!booted) ready.reject(new PodStartError('Error', `the pod's worker failed: ${errorMessage(err)}`));
-      this.#end('Error', `the pod's worker failed: ${errorMessage(err)}`);
-    });
-    worker.on('exit', (code) => {
-      if (!booted) ready.reject(new PodStartError('Error', `the pod's worker exited with code ${code} before the pod started`));
-      this.#end('Error', `the pod's worker exited with code ${code}`);
-    });
-    if (this.#opts.restoreFrom) {
-      // Stream the snapshot in, a few chunks ahead of the worker's acknowledgements. When the pod
-      // ends (a refused snapshot), the loop stops and the source is closed (for-await calls return()).
-      void this.exited.then(() => ackWaiter?.());
-      void (async () => {
-        let sent = 0;
-        try {
-          for await (const chunk of this.#opts.restoreFrom!) {
-            if (this.#exit) return;
-            while (sent - acked >= RESTORE_WINDOW && !this.#exit) await new Promise<void>((r) => { ackWaiter = r; });
-            const own = new Uint8Array(chunk); // a copy of exactly these bytes (Buffer#slice would be a view)
-            worker.postMessage({ op: 'restoreChunk', chunk: own } satisfies ToWorker, [own.buffer]);
-            sent++;
-          }
-          worker.postMessage({ op: 'restoreEnd' } satisfies ToWorker);
-        } catch (err: unknown) {
-          worker.postMessage({ op: 'restoreAbort', message: `reading the snapshot failed: ${errorMessage(err)}` } satisfies ToWorker);
-        }
-      })();
-    }
-    const signal = this.#opts.signal;
-    const onAbort = (): void => ready.reject(new PodStartError('Error', 'the start was cancelled'));
-    if (signal?.aborted) onAbort();
-    else signal?.addEventListener('abort', onAbort, { once: true });
-    let r: Extract<FromWorker, { op: 'ready' }>;
+    let r: Awaited<ReturnType<StartSequence['run']>>;
     try {
-      r = await ready.promise.finally(() => {
-        clearTimeout(startTimer);
-        signal?.removeEventListener('abort', onAbort);
-        replenishWorkerPool();
-      });
+      r = await starting.run(this.#link, this.exited).finally(() => replenishWorkerPool());
     } catch (err: unknown) {
       const e = err instanceof PodStartError ? err : new PodStartError('Error', errorMessage(err));
       this.#end(e.reason, e.message);
       throw e;
+    } finally {
+      this.#starting = undefined;
     }
     this.#podTimeMs = r.podTimeMs;
     // Held events from the snapshot are delivered after k32_restored, before anything else.
@@ -312,14 +206,8 @@ export class PodInstance extends EventEmitter {
     const c = this.#queue.shift();
     if (!c) return;
     const id = this.#nextId++;
-    const deadline = this.#opts.callDeadlineMs ?? DEFAULT_FREEZE_TIMEOUT_MS;
     const running: RunningEntry = { ...c, startedAt: performance.now() };
-    running.overdue = setTimeout(() => {
-      const name = EXPORT_OF[c.kind];
-      this.#logs.append(`kube32: ${runningCallBlocker(name, deadline)}`);
-      this.emit('overdue', { name, ms: deadline });
-    }, deadline);
-    running.overdue.unref();
+    this.#watchDeadline(running, this.#opts.callDeadlineMs ?? DEFAULT_FREEZE_TIMEOUT_MS);
     this.#running = running;
     let msg: ToWorker;
     const transfer: ArrayBuffer[] = [];
@@ -331,7 +219,42 @@ export class PodInstance extends EventEmitter {
     } else {
       msg = { op: 'call', id, kind: 'tick' };
     }
-    this.#worker.postMessage(msg, transfer);
+    this.#link.post(msg, transfer);
+  }
+
+  /**
+   * Bounds a call by `deadline` ms. On a thread of its own the pod keeps running past it (a log line
+   * and `overdue`). On a shared thread the time counts from when the pod's own code began to run (a
+   * call queued behind co-tenants' is not late), and a call past it ends the pod, reason `Error`,
+   * and stops the thread: its code never gives the thread back to the other pods otherwise.
+   */
+  #watchDeadline(running: RunningEntry, deadline: number): void {
+    const name = EXPORT_OF[running.kind];
+    const arm = (ms: number): void => {
+      running.overdue = setTimeout(check, ms);
+      running.overdue.unref();
+    };
+    const check = (): void => {
+      if (this.#running !== running || this.#exit) return;
+      if (this.#link.shared) {
+        const since = this.#link.runningSince();
+        // Not begun yet (a co-tenant runs), or returned with its result on the way: look again.
+        if (since === undefined) {
+          arm(Math.max(1, Math.ceil(deadline / 4)));
+          return;
+        }
+        const ran = performance.now() - since;
+        if (ran < deadline) {
+          arm(Math.max(1, Math.ceil(deadline - ran)));
+          return;
+        }
+      }
+      const blocker = runningCallBlocker(name, deadline);
+      this.#logs.append(`kube32: ${blocker}`);
+      this.emit('overdue', { name, ms: deadline });
+      if (this.#link.shared) this.#end('Error', `${blocker}: a pod on a shared thread cannot run past its call deadline, so its thread was stopped`);
+    };
+    arm(deadline);
   }
 
   #onTick(): void {
@@ -349,6 +272,7 @@ export class PodInstance extends EventEmitter {
     if (this.#exit) return;
     const exit: PodExit = { reason, message, exitCode: reason === 'Completed' ? 0 : 1, finishedAt: Date.now() };
     this.#exit = exit;
+    const running = this.#running?.kind;
     if (this.#tick) clearInterval(this.#tick);
     if (this.#running?.overdue) clearTimeout(this.#running.overdue);
     const gone = new PodCallError('NotRunning', `the pod has ended (${reason}: ${message})`);
@@ -361,9 +285,19 @@ export class PodInstance extends EventEmitter {
     this.#idle.clear();
     if (reason === 'Trap') this.#logs.append(`kube32: trap: ${message}`);
     this.#logs.close();
-    void this.#worker.terminate();
+    this.#detach(running);
     this.emit('exit', exit);
     this.#resolveExit(exit);
+  }
+
+  /**
+   * Frees the pod's context on its thread. What still runs of its code (a call, a start step) is
+   * given until its deadline; on a shared thread the thread is stopped if it has not returned then.
+   */
+  #detach(running: CallKind | undefined): void {
+    const ms = this.#opts.callDeadlineMs ?? DEFAULT_FREEZE_TIMEOUT_MS;
+    const step = this.#starting?.step ?? (running ? runningCallBlocker(EXPORT_OF[running], ms) : `its code still running after ${ms} ms`);
+    this.#link?.detach(ms, `ran past its call deadline (${step})`);
   }
 
   #request<T extends FromWorker>(msg: ToWorker & { id: number }): Promise<T> {
@@ -377,7 +311,7 @@ export class PodInstance extends EventEmitter {
         if (m.op === 'snapshotChunk' && m.id === -1) reject(new PodStateError('NotRunning', m.error ?? 'the pod has ended'));
         else resolve(m as T);
       });
-      this.#worker.postMessage(msg);
+      this.#link.post(msg);
     });
   }
 
@@ -528,7 +462,7 @@ export class PodInstance extends EventEmitter {
     if (this.#exit) throw new PodStateError('NotRunning', `the pod has ended (${this.#exit.reason})`);
     if (!this.#frozen) throw new PodStateError('NotFrozen', 'the pod is not frozen');
     for (const id of this.#activeSnapshots) {
-      this.#worker.postMessage({ op: 'snapshotCancel', id } satisfies ToWorker);
+      this.#link.post({ op: 'snapshotCancel', id } satisfies ToWorker);
       this.#pending.get(id)?.({ op: 'snapshotChunk', id, error: 'the pod was thawed during the snapshot' });
     }
     this.#activeSnapshots.clear();
@@ -545,6 +479,14 @@ export class PodInstance extends EventEmitter {
     return this.#frozen;
   }
 
+  /**
+   * When the running call began, `performance.now()` ms: on its own thread when it was sent; on a
+   * shared thread when its code began to run (undefined while it waits behind co-tenants' calls).
+   */
+  #callStartedAt(r: RunningEntry): number | undefined {
+    return this.#link.shared ? this.#link.runningSince() : r.startedAt;
+  }
+
   /** The exit report once the container has ended, else undefined. */
   get exit(): PodExit | undefined {
     return this.#exit;
@@ -553,7 +495,8 @@ export class PodInstance extends EventEmitter {
   /** The call running now, if any. */
   get runningCall(): RunningCall | undefined {
     const r = this.#running;
-    return r ? { name: EXPORT_OF[r.kind], startedAt: r.startedAt } : undefined;
+    if (!r) return undefined;
+    return { name: EXPORT_OF[r.kind], startedAt: this.#callStartedAt(r) ?? r.startedAt };
   }
 
   /** Events dropped: beyond 8 held while frozen, or beyond the queue while busy. */
@@ -592,7 +535,8 @@ export class PodInstance extends EventEmitter {
     for (const g of this.module.shape.globals) if (![0x7f, 0x7e, 0x7d, 0x7c, 0x70].includes(g.type)) out.push(globalTypeBlocker(g.index, valueTypeName(g.type)));
     for (const f of this.#openFiles) out.push(openFileBlocker(f.path, f.fd));
     const r = this.#running;
-    if (r && performance.now() - r.startedAt > timeoutMs) out.push(runningCallBlocker(EXPORT_OF[r.kind], timeoutMs));
+    const since = r ? this.#callStartedAt(r) : undefined;
+    if (r && since !== undefined && performance.now() - since > timeoutMs) out.push(runningCallBlocker(EXPORT_OF[r.kind], timeoutMs));
     return out;
   }
 
@@ -634,45 +578,32 @@ export class PodInstance extends EventEmitter {
     };
   }
 
-  async *#chunks(id: number): AsyncGenerator<Uint8Array, void, undefined> {
-    // The worker sends up to SNAPSHOT_WINDOW chunks ahead; each one consumed grants one more.
-    const inbox: Array<Extract<FromWorker, { op: 'snapshotChunk' }>> = [];
-    let wake: (() => void) | undefined;
-    this.#pending.set(id, (m) => {
-      inbox.push(m as Extract<FromWorker, { op: 'snapshotChunk' }>);
-      wake?.();
+  #chunks(id: number): AsyncGenerator<Uint8Array, void, undefined> {
+    return snapshotChunks(id, {
+      post: (m) => this.#link.post(m),
+      listen: (sid, handler) => this.#pending.set(sid, (m) => handler(m as ChunkMessage)),
+      ended: () => this.#exit?.reason,
+      frozen: () => this.#frozen,
+      onDigest: (hex) => {
+        this.#cachedDigest = hex;
+      },
+      release: (sid) => {
+        this.#pending.delete(sid);
+        return this.#activeSnapshots.delete(sid);
+      },
     });
-    const grant = (credit: number): void => {
-      if (!this.#exit) this.#worker.postMessage({ op: 'snapshotNext', id, credit } satisfies ToWorker);
-    };
-    let last: Uint8Array | undefined;
-    try {
-      if (this.#exit) throw new PodStateError('NotRunning', `the pod has ended (${this.#exit.reason})`);
-      grant(SNAPSHOT_WINDOW);
-      for (;;) {
-        while (inbox.length === 0) await new Promise<void>((r) => { wake = r; });
-        const m = inbox.shift()!;
-        if (m.error) throw new PodStateError(this.#exit ? 'NotRunning' : 'NotFrozen', `snapshot stream: ${m.error}`);
-        if (m.end) break;
-        last = m.chunk!;
-        yield m.chunk!;
-        grant(1);
-      }
-      if (last && last.length >= 32 && this.#frozen) this.#cachedDigest = Buffer.from(last.subarray(last.length - 32)).toString('hex');
-    } finally {
-      this.#pending.delete(id);
-      if (this.#activeSnapshots.delete(id) && !this.#exit) this.#worker.postMessage({ op: 'snapshotCancel', id } satisfies ToWorker);
-    }
   }
 
   /**
-   * Ends the container: the worker is stopped at once (a call in progress is cut). The exit reason
-   * is `Completed` ("stopped by the node") unless the container had already ended.
+   * Ends the container. On a thread of its own the thread is stopped at once (a call in progress is
+   * cut). On a shared thread its context is freed once its running call, if any, returns; a call
+   * that has not returned by its deadline (`callDeadlineMs` from its start) stops the thread, and the
+   * thread's other pods end (see docs/wasm-runtime.md, "Dense pods"). The exit reason is `Completed`
+   * ("stopped by the node") unless the container had already ended.
    * @returns the exit report
    */
   async terminate(): Promise<PodExit> {
     this.#end('Completed', 'stopped by the node');
-    await this.#worker.terminate();
     return this.#exit!;
   }
 

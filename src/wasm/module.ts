@@ -10,7 +10,7 @@ import { BinaryError, parseModule, rewriteModule, signatureText, writeU32, type 
 import { ModuleError, errorMessage } from './errors.ts';
 import type { ExportInfo, ImportInfo, LoadOptions, ModuleShape, PodModule } from './types.ts';
 import { WA } from './wasm-api.ts';
-import { warmWorkerPool } from './worker-pool.ts';
+import { warmWorkerPool } from './pod-thread.ts';
 
 /** WebAssembly's own limit on a 32-bit memory, in pages (4 GiB). */
 const MAX_PAGES = 65536;

@@ -1,12 +1,17 @@
 /**
- * The messages between a `PodInstance` (main thread) and its worker thread. Internal to src/wasm.
- * The main thread sends one call at a time and waits for its reply; control messages (freeze,
- * snapshot, chunk pulls) only go while no call runs.
+ * The messages between the main thread and the pod threads. Internal to src/wasm.
+ *
+ * Two levels: a thread's own port carries {@link ToThread} (attach a pod, detach it) and
+ * {@link FromThread}; each pod has a `MessageChannel` of its own, whose far end is transferred to
+ * the thread in `attach`, and that carries the pod protocol ({@link ToWorker}, {@link FromWorker}),
+ * whether the thread runs one pod or many. On a pod's port the main thread sends one call at a time
+ * and waits for its reply; control messages (freeze, snapshot, chunk pulls) only go while no call runs.
  */
+import type { MessagePort } from 'node:worker_threads';
 import type { ModuleShape as K32sModuleShape } from '../k32s/index.ts';
 import type { WasmModule } from './wasm-api.ts';
 
-/** The first message to a pod worker: what it runs. */
+/** What a pod runs, sent with its `attach`. */
 export interface WorkerInit {
   compiled: WasmModule;
   kind: 'request' | 'app';
@@ -37,9 +42,18 @@ export interface OpenFile {
 
 export type CallKind = 'handle' | 'tick' | 'event';
 
-/** Main → worker. */
+/** Main → a pod thread, on the thread's own port. */
+export type ToThread =
+  /** A pod joins the thread: its context listens on `port` (transferred) and starts at once. */
+  | { op: 'attach'; slot: number; port: MessagePort; init: WorkerInit }
+  /** A pod leaves: its context is freed (instance and memory unreferenced, port closed). */
+  | { op: 'detach'; slot: number };
+
+/** A pod thread → main, on the thread's own port. */
+export type FromThread = { op: 'booted' };
+
+/** Main → a pod's context, on the pod's port. */
 export type ToWorker =
-  | { op: 'init'; init: WorkerInit }
   | { op: 'call'; id: number; kind: 'handle'; request: Uint8Array }
   | { op: 'call'; id: number; kind: 'tick' }
   | { op: 'call'; id: number; kind: 'event'; topic: string; payload: Uint8Array }
@@ -52,9 +66,8 @@ export type ToWorker =
   | { op: 'snapshotNext'; id: number; credit: number }
   | { op: 'snapshotCancel'; id: number };
 
-/** Worker → main. */
+/** A pod's context → main, on the pod's port. */
 export type FromWorker =
-  | { op: 'booted' }
   /** A bounded step of the start begins (the start function, k32_init, k32_restored), or ends (no name). */
   | { op: 'startCall'; name?: 'start' | 'k32_init' | 'k32_restored' }
   | { op: 'ready'; podTimeMs: number; events: Array<{ topic: string; payload: Uint8Array }> }

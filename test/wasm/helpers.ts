@@ -7,7 +7,17 @@ import { existsSync, mkdtempSync, readFileSync, rmSync, writeFileSync } from 'no
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { decodeSnapshot, type DecodedSnapshot } from '../../src/k32s/index.ts';
-import { PodInstance, type PodModule, type PodStartOptions } from '../../src/wasm/index.ts';
+import { configurePodThreads, PodInstance, type PodModule, type PodStartOptions } from '../../src/wasm/index.ts';
+
+/**
+ * K32_PODS_PER_THREAD=N runs every suite that imports this file with dense pods (N pods a shared
+ * thread), so that the whole runtime suite passes both ways (`npm test` runs it once as is; CI
+ * runs test/wasm again with K32_PODS_PER_THREAD=8, see docs/wasm-runtime.md).
+ */
+const podsPerThread = process.env.K32_PODS_PER_THREAD;
+if (podsPerThread) configurePodThreads({ podsPerThread: Number(podsPerThread) });
+/** True when the suites run with dense pods (K32_PODS_PER_THREAD > 1). */
+export const DENSE = Number(podsPerThread ?? 1) > 1;
 
 export const ROOT = new URL('../../', import.meta.url).pathname;
 export const FIXTURES = join(ROOT, 'test/fixtures/wasm');

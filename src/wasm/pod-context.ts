@@ -1,0 +1,349 @@
+/**
+ * One pod inside a pod thread: its module instance, memory, `k32` imports, clock, freeze mark and
+ * snapshot streams, listening on the pod's own port. A thread holds one context (a pod of its own)
+ * or many (dense pods, see docs/wasm-runtime.md). A context ends alone: a trap, a failed start or
+ * a detach frees its instance and memory and closes its port without touching its co-tenants.
+ */
+import type { MessagePort } from 'node:worker_threads';
+import type { SnapshotDecoder } from '../k32s/index.ts';
+import { INSTR } from './abi.ts';
+import { HostState, makeImports, PodClock } from './host.ts';
+import { beginSnapshot, PodStateIO, type SnapshotStream, type TopicEvent } from './pod-state.ts';
+import type { FromWorker, ToWorker, WorkerInit } from './protocol.ts';
+import type { ThreadStatus } from './thread-status.ts';
+import { WA, type WasmInstance, type WasmMemory } from './wasm-api.ts';
+
+const enc = new TextEncoder();
+
+function trapMessage(err: unknown): string {
+  if (err instanceof Error) return err.message || err.name;
+  return String(err);
+}
+
+/** The export a call kind runs. */
+const EXPORT_OF = { handle: 'k32_handle', tick: 'k32_tick', event: 'k32_event' } as const;
+
+/** A pod's context on its thread. */
+export class PodContext {
+  readonly #slot: number;
+  readonly #port: MessagePort;
+  readonly #init: WorkerInit;
+  readonly #status: ThreadStatus;
+  readonly #onEnd: () => void;
+  readonly #clock = new PodClock();
+  readonly #host = new HostState();
+  readonly #imports: ReturnType<typeof makeImports>;
+  #instance: WasmInstance | undefined;
+  #memory: WasmMemory | undefined;
+  #state: PodStateIO | undefined;
+  /** Pod time and Unix time recorded at the freeze, so that the same frozen pod gives the same bytes. */
+  #frozenAt: { podTimeMs: number; unixTimeMs: number } | undefined;
+  /** Set once the pod has ended here (trap, failed start, detach): messages are ignored. */
+  #dead = false;
+  /** Set once detached: the context is freed and posts nothing more. */
+  #closed = false;
+  /** The restore in progress: its reader, and how the start continues. */
+  #restoring: { decoder: SnapshotDecoder; done: (err?: unknown, events?: TopicEvent[]) => void } | undefined;
+  /** Active snapshot streams by id. */
+  readonly #streams = new Map<number, SnapshotStream>();
+
+  /**
+   * @param slot the pod's slot on the thread (what {@link ThreadStatus} records while its code runs)
+   * @param onEnd called once when the context is freed (detach)
+   */
+  constructor(slot: number, port: MessagePort, init: WorkerInit, status: ThreadStatus, onEnd: () => void) {
+    this.#slot = slot;
+    this.#port = port;
+    this.#init = init;
+    this.#status = status;
+    this.#onEnd = onEnd;
+    // The thread may have waited in the pool since the node booted: the pod's clock starts now.
+    this.#clock.reset(0);
+    this.#imports = makeImports(
+      {
+        env: init.env,
+        assets: init.assets,
+        ...(init.fsDir ? { fsDir: init.fsDir } : {}),
+        ...(init.fsLimitBytes !== undefined ? { fsLimitBytes: init.fsLimitBytes } : {}),
+        clock: this.#clock,
+        memory: () => this.#memory,
+        log: (line) => this.#post({ op: 'log', line }),
+        send: (topic, payload) => this.#post({ op: 'send', topic, payload }, [payload.buffer as ArrayBuffer]),
+      },
+      this.#host,
+    );
+    port.on('message', (m: ToWorker) => this.#onMessage(m));
+  }
+
+  #post(m: FromWorker, transfer: ArrayBuffer[] = []): void {
+    if (!this.#closed) this.#port.postMessage(m, transfer);
+  }
+
+  #ex<T>(name: string): T | undefined {
+    return this.#instance!.exports[name] as T | undefined;
+  }
+
+  /** Runs the pod's own code, recorded in the thread's status (the main thread measures its deadline). */
+  #run<T>(f: () => T): T {
+    this.#status.enter(this.#slot);
+    try {
+      return f();
+    } finally {
+      this.#status.leave();
+    }
+  }
+
+  /** Frees the context: its instance and memory are unreferenced, its files closed, its port closed. */
+  detach(): void {
+    if (this.#closed) return;
+    this.#dead = true;
+    this.#closed = true;
+    this.#host.closeAll();
+    this.#restoring?.done(new Error('the pod was detached'));
+    this.#restoring = undefined;
+    this.#streams.clear();
+    this.#instance = undefined;
+    this.#memory = undefined;
+    this.#state = undefined;
+    this.#port.removeAllListeners('message');
+    this.#port.close();
+    this.#onEnd();
+  }
+
+  /** The pod's end on this thread (a trap, a failed start): nothing runs for it any more. */
+  #die(): void {
+    this.#dead = true;
+    this.#host.closeAll();
+    this.#streams.clear();
+    this.#instance = undefined;
+    this.#memory = undefined;
+    this.#state = undefined;
+  }
+
+  #fail(reason: 'RestoreError' | 'Trap' | 'Error', message: string): void {
+    this.#die();
+    this.#post({ op: 'startFailed', reason, message });
+  }
+
+  /**
+   * Instantiates the module and starts the pod: the start function, the restore (when asked),
+   * `k32_init` or `k32_restored`, then `ready`; an app pod's entry point runs next, until it returns.
+   */
+  async start(): Promise<void> {
+    const init = this.#init;
+    // The main thread bounds the module's start function and k32_init/k32_restored (callDeadlineMs).
+    this.#post({ op: 'startCall', name: 'start' });
+    try {
+      // Synchronously, so that a restore's first chunks (already queued on the port) meet a decoder.
+      this.#instance = this.#run(() => new WA.Instance(init.compiled, { k32: this.#imports }));
+      this.#memory = this.#ex<WasmMemory>(INSTR.memory);
+      this.#state = new PodStateIO(init, this.#instance, this.#memory);
+      this.#post({ op: 'startCall' });
+    } catch (err: unknown) {
+      // The start section trapped, or linking failed.
+      this.#fail(err instanceof WA.RuntimeError || err instanceof RangeError ? 'Trap' : 'Error', `cannot start the module: ${trapMessage(err)}`);
+      return;
+    }
+    let events: TopicEvent[] = [];
+    if (init.restore) {
+      try {
+        events = await this.#restore();
+      } catch (err: unknown) {
+        if (this.#closed) return;
+        this.#fail('RestoreError', `cannot restore the snapshot: ${trapMessage(err)}`);
+        return;
+      }
+    }
+    if (this.#dead) return;
+    const first = init.restore ? 'k32_restored' : 'k32_init';
+    const fn = this.#ex<() => void>(first);
+    if (fn && init.exportNames.includes(first)) {
+      this.#post({ op: 'startCall', name: first });
+      try {
+        this.#run(fn);
+      } catch (err: unknown) {
+        this.#fail('Trap', `${first}: ${trapMessage(err)}`);
+        return;
+      }
+    }
+    this.#post({ op: 'ready', podTimeMs: this.#clock.now(), events });
+    if (init.kind === 'app' && init.entryPoint) {
+      // An app pod: the entry point runs once, on this thread (always one of its own), until it returns.
+      setImmediate(() => {
+        if (this.#dead) return;
+        const entry = this.#ex<() => void>(init.entryPoint!)!;
+        try {
+          this.#run(entry);
+          this.#die();
+          this.#post({ op: 'exit', reason: 'Completed', message: `${init.entryPoint} returned` });
+        } catch (err: unknown) {
+          this.#die();
+          this.#post({ op: 'exit', reason: 'Trap', message: `${init.entryPoint}: ${trapMessage(err)}` });
+        }
+      });
+    }
+  }
+
+  /** Waits for the snapshot's chunks (restoreChunk... restoreEnd) and writes the state back. */
+  #restore(): Promise<TopicEvent[]> {
+    const decoder = this.#state!.restoreDecoder();
+    return new Promise((resolve, reject) => {
+      this.#restoring = {
+        decoder,
+        done: (err, events) => {
+          this.#restoring = undefined;
+          if (err !== undefined) reject(err);
+          else resolve(events ?? []);
+        },
+      };
+    });
+  }
+
+  #onRestoreMessage(m: ToWorker): void {
+    const r = this.#restoring;
+    if (!r) return;
+    try {
+      if (m.op === 'restoreChunk') {
+        r.decoder.push(m.chunk);
+        this.#post({ op: 'restoreAck' });
+      } else if (m.op === 'restoreAbort') {
+        throw new Error(m.message);
+      } else if (m.op === 'restoreEnd') {
+        const snap = r.decoder.end();
+        this.#state!.applyRestored(snap);
+        for (const c of snap.channels) this.#host.reopenChannel(c.handle, c.name);
+        this.#clock.reset(Number(snap.header.podTimeMs));
+        r.done(undefined, snap.events);
+      }
+    } catch (err: unknown) {
+      r.done(err);
+    }
+  }
+
+  /** Copies `data` into the module's memory at a fresh k32_alloc; 0 when the module has no room. */
+  #place(data: Uint8Array): number {
+    const alloc = this.#ex<(n: number) => number>('k32_alloc')!;
+    const ptr = alloc(data.length) >>> 0;
+    if (ptr === 0) return 0;
+    const buf = this.#memory!.buffer;
+    if (ptr + data.length > buf.byteLength) throw new Error(`k32_alloc returned ${ptr}, which with ${data.length} bytes is outside the memory`);
+    new Uint8Array(buf, ptr, data.length).set(data);
+    return ptr;
+  }
+
+  #call(m: Extract<ToWorker, { op: 'call' }>): void {
+    const reply = (r: Omit<Extract<FromWorker, { op: 'result' }>, 'op' | 'id' | 'openFiles'>, transfer: ArrayBuffer[] = []): void =>
+      this.#post({ op: 'result', id: m.id, ...r, openFiles: this.#host.openFiles() }, transfer);
+    const name = EXPORT_OF[m.kind];
+    if (!this.#init.exportNames.includes(name)) {
+      reply({ error: { code: 'NotHandled', message: `the module does not export ${name}` } });
+      return;
+    }
+    this.#status.enter(this.#slot);
+    try {
+      if (m.kind === 'tick') {
+        this.#ex<() => void>('k32_tick')!();
+        this.#status.leave();
+        reply({});
+      } else if (m.kind === 'event') {
+        const topic = enc.encode(m.topic);
+        const both = new Uint8Array(topic.length + m.payload.length);
+        both.set(topic);
+        both.set(m.payload, topic.length);
+        const ptr = this.#place(both);
+        if (ptr === 0) {
+          this.#status.leave();
+          reply({ error: { code: 'NoMemory', message: `k32_alloc(${both.length}) returned 0: the event on ${m.topic} was dropped` } });
+          return;
+        }
+        this.#ex<(a: number, b: number, c: number, d: number) => void>('k32_event')!(ptr, topic.length, ptr + topic.length, m.payload.length);
+        this.#status.leave();
+        reply({});
+      } else {
+        const ptr = this.#place(m.request);
+        if (ptr === 0) {
+          this.#status.leave();
+          reply({ error: { code: 'NoMemory', message: `k32_alloc(${m.request.length}) returned 0: no room for the request` } });
+          return;
+        }
+        const packed = this.#ex<(p: number, l: number) => bigint>('k32_handle')!(ptr, m.request.length);
+        this.#status.leave();
+        const rp = Number(packed & 0xffffffffn);
+        const rl = Number((packed >> 32n) & 0xffffffffn);
+        const buf = this.#memory!.buffer;
+        if (rp + rl > buf.byteLength) {
+          reply({ error: { code: 'BadResponse', message: `k32_handle returned the range ${rp}+${rl}, outside the module's memory (${buf.byteLength} bytes)` } });
+          return;
+        }
+        const response = new Uint8Array(buf.slice(rp, rp + rl));
+        reply({ response }, [response.buffer]);
+      }
+    } catch (err: unknown) {
+      this.#status.leave();
+      // A trap ends this pod only: its instance and memory go, the thread's other pods go on.
+      this.#die();
+      reply({ error: { code: 'Trap', message: `${name}: ${trapMessage(err)}` } });
+    }
+  }
+
+  #snapshot(m: Extract<ToWorker, { op: 'snapshot' }>): void {
+    try {
+      const at = this.#frozenAt ?? { podTimeMs: this.#clock.now(), unixTimeMs: Date.now() };
+      const state = this.#state!.snapshotState(at, [...this.#host.channelsByHandle].map(([handle, name]) => ({ handle, name })), m.events);
+      const { byteLength, snapshotSha256, stream } = beginSnapshot(state, { digest: m.digest, chunkBytes: m.chunkBytes });
+      this.#streams.set(m.id, stream);
+      this.#post({ op: 'snapshotInfo', id: m.id, byteLength, podTimeMs: Number(state.podTimeMs), ...(snapshotSha256 ? { snapshotSha256 } : {}) });
+    } catch (err: unknown) {
+      this.#post({ op: 'snapshotInfo', id: m.id, byteLength: 0, podTimeMs: 0, error: trapMessage(err) });
+    }
+  }
+
+  /** Sends chunks of a stream while the main thread has room for them (it grants credit as it consumes). */
+  #snapshotNext(id: number, credit: number): void {
+    const s = this.#streams.get(id);
+    if (!s) {
+      this.#post({ op: 'snapshotChunk', id, error: 'no such snapshot stream' });
+      return;
+    }
+    s.credit += credit;
+    try {
+      while (s.credit > 0) {
+        const r = s.gen.next();
+        if (r.done) {
+          this.#streams.delete(id);
+          this.#post({ op: 'snapshotChunk', id, end: true });
+          return;
+        }
+        // One bounded copy out of the live memory, then transferred (not copied again).
+        const chunk = r.value.slice();
+        this.#post({ op: 'snapshotChunk', id, chunk }, [chunk.buffer]);
+        s.credit--;
+      }
+    } catch (err: unknown) {
+      this.#streams.delete(id);
+      this.#post({ op: 'snapshotChunk', id, error: trapMessage(err) });
+    }
+  }
+
+  #onMessage(m: ToWorker): void {
+    if (this.#dead) return;
+    switch (m.op) {
+      case 'call': this.#call(m); break;
+      case 'freeze':
+        this.#frozenAt = { podTimeMs: this.#clock.now(), unixTimeMs: Date.now() };
+        this.#post({ op: 'done', id: m.id, podTimeMs: this.#frozenAt.podTimeMs });
+        break;
+      case 'thaw':
+        this.#frozenAt = undefined;
+        this.#streams.clear();
+        this.#post({ op: 'done', id: m.id });
+        break;
+      case 'snapshot': this.#snapshot(m); break;
+      case 'snapshotNext': this.#snapshotNext(m.id, m.credit); break;
+      case 'snapshotCancel': this.#streams.delete(m.id); break;
+      case 'restoreChunk':
+      case 'restoreEnd':
+      case 'restoreAbort': this.#onRestoreMessage(m); break;
+    }
+  }
+}
