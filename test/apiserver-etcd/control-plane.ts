@@ -3,7 +3,7 @@
  * process (stopped and removed in `t.after`), kubectl against a kubeconfig, and a bounded poll.
  */
 import { type ChildProcess, execFile, spawn } from 'node:child_process';
-import { copyFileSync, mkdirSync, mkdtempSync, rmSync } from 'node:fs';
+import { mkdtempSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { createInterface } from 'node:readline';
@@ -36,17 +36,12 @@ export function kubectl(kubeconfig: string, args: string[], input?: string): Pro
 
 /**
  * Starts `kube32-cli control-plane --storage etcd --etcd-endpoints <etcdUrl> --leader-elect` with
- * `identity`, and waits for the JSON line it prints when ready.
- * @param opts.sharePkiFrom another control plane's data dir: its CA and token key are copied first, so
- *   both API servers accept each other's tokens and certificates (one cluster identity, docs/etcd.md)
+ * `identity`, and waits for the JSON line it prints when ready. Control planes on one etcd share the
+ * cluster identity kept there (CA and token key: docs/etcd.md), so nothing is copied between data dirs.
  * @throws Error with its stderr when it exits first
  */
-export async function startControlPlane(t: TestContext, etcdUrl: string, identity: string, opts: { sharePkiFrom?: string; extraArgs?: string[] } = {}): Promise<ControlPlaneProcess> {
+export async function startControlPlane(t: TestContext, etcdUrl: string, identity: string, opts: { extraArgs?: string[] } = {}): Promise<ControlPlaneProcess> {
   const dataDir = mkdtempSync(join(tmpdir(), `k32-cp-${identity}-`));
-  if (opts.sharePkiFrom) {
-    mkdirSync(join(dataDir, 'pki'), { mode: 0o700 });
-    for (const f of ['ca.crt', 'ca.key', 'token.key']) copyFileSync(join(opts.sharePkiFrom, 'pki', f), join(dataDir, 'pki', f));
-  }
   const proc = spawn(
     process.execPath,
     [CLI, 'control-plane', '--storage', 'etcd', '--etcd-endpoints', etcdUrl, '--data-dir', dataDir, '--port', '0', '--leader-elect', '--leader-elect-identity', identity, ...(opts.extraArgs ?? [])],
