@@ -19,7 +19,7 @@ import { createCertificateAuthority } from '../../src/apiserver/pki.ts';
 import { issueNodeKubeconfig } from '../../src/apiserver/index.ts';
 import { eventually, kubectl } from '../apiserver-etcd/control-plane.ts';
 import { startEtcd } from '../apiserver-etcd/etcd-server.ts';
-import { apiRequest, kubernetesEndpoints, loopbackPrefix, startApiServer } from './apiserver-process.ts';
+import { type ApiServerProcess, apiRequest, kubernetesEndpoints, loopbackPrefix, startApiServer } from './apiserver-process.ts';
 
 const LEASE_SECONDS = 3;
 
@@ -37,18 +37,18 @@ function servingCertificate(url: string, caPem: string): Promise<PeerCertificate
   });
 }
 
-test('two API servers started at once on one etcd share one identity; kubeconfigs, Endpoints and cluster IPs span both', { timeout: 120_000 }, async (t) => {
+test('API servers started at once on one etcd share one identity; kubeconfigs, Endpoints and cluster IPs span them', { timeout: 120_000 }, async (t) => {
   const etcd = await startEtcd(t);
   const prefix = loopbackPrefix();
   const args = ['--identity-lease-duration-seconds', String(LEASE_SECONDS)];
-  const [a, b] = await Promise.all([startApiServer(t, etcd.url, `${prefix}.2`, { extraArgs: args }), startApiServer(t, etcd.url, `${prefix}.3`, { extraArgs: args })]);
+  const [a, b, c] = await Promise.all([2, 3, 4].map((i) => startApiServer(t, etcd.url, `${prefix}.${i}`, { extraArgs: args }))) as [ApiServerProcess, ApiServerProcess, ApiServerProcess];
   t.after(() => {
-    if (process.exitCode) console.error(`--- a\n${a.logs()}\n--- b\n${b.logs()}`);
+    if (process.exitCode) console.error(`--- a\n${a.logs()}\n--- b\n${b.logs()}\n--- c\n${c.logs()}`);
   });
 
   // Exactly one created the identity: both data dirs hold the same CA and token key, the one in etcd.
   for (const f of ['ca.crt', 'ca.key', 'token.key']) {
-    assert.equal(readFileSync(join(a.dataDir, 'pki', f), 'utf8'), readFileSync(join(b.dataDir, 'pki', f), 'utf8'), `pki/${f} is the same in both data dirs`);
+    for (const other of [b, c]) assert.equal(readFileSync(join(other.dataDir, 'pki', f), 'utf8'), readFileSync(join(a.dataDir, 'pki', f), 'utf8'), `pki/${f} is the same in every data dir`);
   }
   const client = new Etcd3({ hosts: etcd.url });
   t.after(() => client.close());
@@ -105,9 +105,13 @@ test('two API servers started at once on one etcd share one identity; kubeconfig
   assert.equal(dup.status, 422, JSON.stringify(dup.body));
   assert.match(String(dup.body.message), /provided IP is already allocated/);
 
-  // default/kubernetes lists both API servers; B killed, it leaves them within its identity Lease.
-  const both = [`${a.address}:${new URL(a.url).port}`, `${b.address}:${new URL(b.url).port}`].sort();
-  await eventually('Endpoints list both API servers', 10_000, () => kubernetesEndpoints(a), (e) => JSON.stringify(e) === JSON.stringify(both));
+  // default/kubernetes lists every API server; C stopped cleanly leaves them at once, B killed within its identity Lease.
+  const endpoint = (s: ApiServerProcess) => `${s.address}:${new URL(s.url).port}`;
+  const all = [a, b, c].map(endpoint).sort();
+  await eventually('Endpoints list the three API servers', 10_000, () => kubernetesEndpoints(a), (e) => JSON.stringify(e) === JSON.stringify(all));
+  c.proc.kill('SIGTERM');
+  assert.equal(await c.exited, 0, c.logs());
+  assert.deepEqual(await kubernetesEndpoints(b), [a, b].map(endpoint).sort(), 'a cleanly stopped API server has left the Endpoints when it exits');
   b.proc.kill('SIGKILL');
   await b.exited;
   const killedAt = Date.now();
@@ -151,4 +155,8 @@ test('the first API server brings its data dir\'s CA into etcd; a data dir of an
   assert.throws(() => readFileSync(join(other.dir, 'pki', 'token.key')), /ENOENT/, 'and gets no token key');
   const ok = await apiRequest(`${a.url}/api/v1/namespaces`, a);
   assert.equal(ok.status, 200, 'the first API server serves on');
+
+  // A record in etcd that is not an identity is refused, naming the key and the fault.
+  await client.put(CLUSTER_IDENTITY_KEY).value(JSON.stringify({ version: 2 }));
+  await assert.rejects(startApiServer(t, etcd.url, `${prefix}.4`), /etcd key \/kube32\/cluster-identity: not a Kube32 cluster identity: version 2 \(this API server reads version 1\)/);
 });
