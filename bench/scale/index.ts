@@ -1,34 +1,71 @@
 /**
- * The control plane at a scale that fits a 2-core machine in a few minutes (issue 11, docs/scale.md):
- * one etcd, one `kube32-cli control-plane --storage etcd --leader-elect`, N `kube32-sim` workers, and a
- * Deployment of P idle pods (the counter module, no port). Prints pod startup p50/p99 (create of
- * the Deployment to each pod Ready, seen by a watch), the API's mutating and list p99 measured by a
- * client while the pods run, a drain of the fullest node (`kubectl drain` to every pod Ready on
- * another node), and the memory (RSS) of the control plane and the workers.
+ * The control plane and the workers at scale (issue 11, "A hundred workers on one machine";
+ * docs/scale.md): one etcd, one `kube32-cli control-plane --storage etcd --leader-elect`, N simulated
+ * nodes in `kube32-sim` processes of K nodes each (`--nodes K`), with P pods per worker thread
+ * (`--pods-per-thread P`), and a Deployment of idle pods (the counter module, no port). Prints:
  *
- *   node bench/scale/index.ts [--workers 10] [--pods 200]
+ * - the rollout: apply → every pod created, bound (scheduled) and Ready; pods created, bound and Ready
+ *   a second; per pod, creation → bound and bound → Ready (where the time goes), and the CPU seconds
+ *   each process used meanwhile (control plane, etcd, workers, this bench);
+ * - pod startup p50/p99 from the apply and from each pod's creation (Kubernetes' pod startup SLO);
+ * - the API's mutating latency while the pods roll out (a ConfigMap created every 500 ms by a
+ *   client), and afterwards mutating and list p50/p99 as `kubectl` sees them (Kubernetes' API SLOs:
+ *   mutating p99 ≤ 1 s, list p99 ≤ 30 s);
+ * - a drain of the fullest node (`kubectl drain`) until every pod is Ready again, moved (same name)
+ *   or recreated;
+ * - memory (RSS): control plane, etcd, each kube32-sim process, and per pod.
+ *
+ *   node bench/scale/index.ts [--workers 10] [--pods 200] [--nodes-per-process 1] [--pods-per-thread 1]
+ *                             [--max-pods N] [--timeout 1200]
  */
-import { spawn } from 'node:child_process';
+import { type ChildProcess, spawn } from 'node:child_process';
 import { mkdirSync, readFileSync } from 'node:fs';
+import { loadavg } from 'node:os';
 import { join } from 'node:path';
 import type { TestContext } from 'node:test';
 import { parseArgs } from 'node:util';
-import { KubeConfig, Watch } from '@kubernetes/client-node';
+import { CoreV1Api, KubeConfig, Watch } from '@kubernetes/client-node';
 import { COUNTER_WASM, run } from '../../test/e2e/cluster.ts';
 import { CLI, eventually, kubectl, ROOT, startControlPlane } from '../../test/apiserver-etcd/control-plane.ts';
 import { startEtcd } from '../../test/apiserver-etcd/etcd-server.ts';
+import { nextAddress } from '../../src/kubelet/host.ts';
 
-const { values } = parseArgs({ options: { workers: { type: 'string', default: '10' }, pods: { type: 'string', default: '200' } } });
+const { values } = parseArgs({
+  options: {
+    workers: { type: 'string', default: '10' },
+    pods: { type: 'string', default: '200' },
+    'nodes-per-process': { type: 'string', default: '1' },
+    'pods-per-thread': { type: 'string', default: '1' },
+    'max-pods': { type: 'string' },
+    timeout: { type: 'string', default: '1200' },
+  },
+});
 const WORKERS = Number(values.workers);
 const PODS = Number(values.pods);
+const PER_PROCESS = Number(values['nodes-per-process']);
+const PODS_PER_THREAD = Number(values['pods-per-thread']);
+/** Room for the scheduler's spread to be uneven, and for a drained node's pods. */
+const MAX_PODS = Number(values['max-pods'] ?? Math.max(110, Math.ceil((2 * PODS) / WORKERS)));
+/** The longest any phase may take, ms. */
+const TIMEOUT_MS = Number(values.timeout) * 1000;
+for (const [flag, v] of Object.entries({ workers: WORKERS, pods: PODS, 'nodes-per-process': PER_PROCESS, 'pods-per-thread': PODS_PER_THREAD, 'max-pods': MAX_PODS, timeout: TIMEOUT_MS })) {
+  if (!Number.isInteger(v) || v < 1) throw new RangeError(`--${flag} must be a whole number of 1 or more: current value is ${v}`);
+}
 
 const cleanups: (() => unknown)[] = [];
+let stopping = false;
 const t = { after: (fn: () => unknown) => cleanups.push(fn) } as unknown as TestContext;
-const pids: number[] = [];
 
 function rssMiB(pid: number): number {
   const m = /VmRSS:\s+(\d+) kB/.exec(readFileSync(`/proc/${pid}/status`, 'utf8'));
   return m ? Number(m[1]) / 1024 : Number.NaN;
+}
+
+/** CPU seconds (user + system, every thread) a process has used; `/proc/<pid>/stat` counts in 1/100 s. */
+function cpuSeconds(pid: number): number {
+  const stat = readFileSync(`/proc/${pid}/stat`, 'utf8');
+  const fields = stat.slice(stat.lastIndexOf(')') + 2).split(' ');
+  return (Number(fields[11]) + Number(fields[12])) / 100;
 }
 
 const pct = (xs: number[], p: number) => {
@@ -44,46 +81,74 @@ interface PodLite {
 const isReady = (p: PodLite) => !p.metadata.deletionTimestamp && !!p.status?.conditions?.some((c) => c.type === 'Ready' && c.status === 'True');
 
 async function main(): Promise<void> {
+  const load = loadavg().map((x) => x.toFixed(2)).join(' ');
   const etcd = await startEtcd(t);
   const cp = await startControlPlane(t, etcd.url, 'cp1');
   const kc = cp.kubeconfig;
   await eventually('the leader', 30_000, async () => (await kubectl(kc, ['get', 'lease', 'kube32-controllers', '-n', 'kube-system', '-o', 'jsonpath={.spec.holderIdentity}'])).stdout, (h) => h === 'cp1');
+  const config = new KubeConfig();
+  config.loadFromFile(kc);
+  const core = config.makeApiClient(CoreV1Api);
+
+  // The workers: ceil(N/K) processes of K simulated nodes, on consecutive loopback addresses of a /16.
   const { issueWorkerKubeconfig } = await import('../../src/cli/node-credentials.ts');
-  const prefix = `127.${30 + Math.floor(Math.random() * 200)}.${1 + Math.floor(Math.random() * 250)}`;
+  const first = `127.${30 + Math.floor(Math.random() * 200)}.0.2`;
+  const kcDir = join(cp.dataDir, 'nodes');
+  const procs: { name: string; proc: ChildProcess; stderr: () => string }[] = [];
   const started = Date.now();
-  await Promise.all(
-    Array.from({ length: WORKERS }, async (_, i) => {
-      const name = `w${i + 1}`;
-      const dir = join(cp.dataDir, 'nodes', name);
-      mkdirSync(dir, { recursive: true });
-      const nkc = await issueWorkerKubeconfig(cp.dataDir, name, join(dir, 'kubeconfig'));
-      const proc = spawn(process.execPath, [join(ROOT, 'bin/kube32-sim.js'), '--kubeconfig', nkc, '--name', name, '--address', `${prefix}.${i + 2}`, '--kubelet-port', '0', '--data-dir', dir], { stdio: 'ignore', env: { ...process.env, LOG_LEVEL: 'error' } });
-      pids.push(proc.pid!);
-      const exited = new Promise((r) => proc.once('exit', r));
-      cleanups.push(async () => {
-        if (proc.exitCode === null && proc.signalCode === null) proc.kill('SIGKILL');
-        await exited;
-      });
-      await eventually(`node ${name} Ready`, 120_000, async () => (await kubectl(kc, ['get', 'node', name, '-o', 'jsonpath={.status.conditions[?(@.type=="Ready")].status}'])).stdout, (s) => s === 'True');
-    }),
-  );
-  console.log(`${WORKERS} workers Ready in ${((Date.now() - started) / 1000).toFixed(1)} s`);
+  for (let j = 0, done = 0; done < WORKERS; j++) {
+    const count = Math.min(PER_PROCESS, WORKERS - done);
+    const prefix = `p${j + 1}`;
+    const names = count === 1 ? [prefix] : Array.from({ length: count }, (_, i) => `${prefix}-${i + 1}`);
+    for (const name of names) await issueWorkerKubeconfig(cp.dataDir, name, join(kcDir, `${name}.kubeconfig`));
+    const dataDir = join(cp.dataDir, 'sim', prefix);
+    mkdirSync(dataDir, { recursive: true });
+    const args = [join(ROOT, 'bin/kube32-sim.js'), '--nodes', String(count), '--name', prefix, '--address', nextAddress(first, done),
+      '--kubelet-port', '0', '--kubeconfig-dir', kcDir, '--data-dir', count === 1 ? join(dataDir, prefix) : dataDir,
+      '--pods-per-thread', String(PODS_PER_THREAD), '--max-pods', String(MAX_PODS)];
+    const proc = spawn(process.execPath, args, { stdio: ['ignore', 'ignore', 'pipe'], env: { ...process.env, LOG_LEVEL: 'error' } });
+    let stderr = '';
+    proc.stderr!.on('data', (d: Buffer) => {
+      stderr = (stderr + d.toString()).slice(-4000);
+    });
+    const exited = new Promise((r) => proc.once('exit', r));
+    cleanups.push(async () => {
+      if (proc.exitCode === null && proc.signalCode === null) proc.kill('SIGKILL');
+      await exited;
+    });
+    procs.push({ name: prefix, proc, stderr: () => stderr });
+    done += count;
+  }
+  const readyNodes = async () => {
+    for (const p of procs) if (p.proc.exitCode !== null) throw new Error(`kube32-sim ${p.name} exited ${p.proc.exitCode}: ${p.stderr()}`);
+    const list = await core.listNode();
+    return list.items.filter((n) => n.status?.conditions?.some((c) => c.type === 'Ready' && c.status === 'True')).length;
+  };
+  await eventually(`${WORKERS} nodes Ready`, TIMEOUT_MS, readyNodes, (n) => n >= WORKERS);
+  const workersReadyS = (Date.now() - started) / 1000;
+  console.log(`${WORKERS} nodes in ${procs.length} processes Ready in ${workersReadyS.toFixed(1)} s`);
   const push = await run(process.execPath, [CLI, 'push', COUNTER_WASM, '--name', 'idle'], { env: { ...process.env, KUBECONFIG: kc } });
   if (push.code !== 0) throw new Error(push.stderr);
 
   const pods = new Map<string, PodLite>();
   const createdAt = new Map<string, number>();
+  const boundAt = new Map<string, number>();
   const readyAt = new Map<string, number>();
-  const config = new KubeConfig();
-  config.loadFromFile(kc);
   const w = await new Watch(config).watch('/api/v1/namespaces/default/pods', { labelSelector: 'app=idle' }, (type: string, p: PodLite) => {
     const now = performance.now();
-    if (type === 'DELETED') pods.delete(p.metadata.uid);
-    else pods.set(p.metadata.uid, p);
-    if (type === 'ADDED' && !createdAt.has(p.metadata.uid)) createdAt.set(p.metadata.uid, now);
-    if (isReady(p) && !readyAt.has(p.metadata.uid)) readyAt.set(p.metadata.uid, now);
-  }, () => {});
-  cleanups.push(() => w.abort());
+    const uid = p.metadata.uid;
+    if (type === 'DELETED') pods.delete(uid);
+    else pods.set(uid, p);
+    if (type === 'ADDED' && !createdAt.has(uid)) createdAt.set(uid, now);
+    if (p.spec.nodeName && !boundAt.has(uid)) boundAt.set(uid, now);
+    if (isReady(p) && !readyAt.has(uid)) readyAt.set(uid, now);
+  }, (err: unknown) => {
+    if (err && !stopping) console.error(`the pod watch ended: ${String(err)}`);
+  });
+  cleanups.push(() => {
+    stopping = true;
+    w.abort();
+  });
 
   const dep = {
     apiVersion: 'apps/v1',
@@ -98,16 +163,50 @@ async function main(): Promise<void> {
       },
     },
   };
+  const pids = { cp: cp.proc.pid!, etcd: etcd.proc.pid!, sims: procs.map((p) => p.proc.pid!) };
+  const cpuAt = () => ({ cp: cpuSeconds(pids.cp), etcd: cpuSeconds(pids.etcd), sims: pids.sims.reduce((a, pid) => a + cpuSeconds(pid), 0), bench: process.cpuUsage().user / 1e6 + process.cpuUsage().system / 1e6 });
+  const cpu0 = cpuAt();
+
+  // A client's mutating calls while the pods roll out: a ConfigMap every 500 ms.
+  const rolloutMut: number[] = [];
+  const rolloutFailed: string[] = [];
+  let probing = true;
+  const probe = (async () => {
+    for (let i = 0; probing; i++) {
+      const a = performance.now();
+      try {
+        await core.createNamespacedConfigMap({ namespace: 'default', body: { metadata: { name: `rollout-${i}` }, data: { k: 'v' } } });
+        rolloutMut.push(performance.now() - a);
+      } catch (err: unknown) {
+        rolloutFailed.push(err instanceof Error ? err.message : String(err));
+      }
+      await new Promise((r) => setTimeout(r, 500)); // the probe's pace, not a synchronisation
+    }
+  })();
+
   const t0 = performance.now();
   const applied = await kubectl(kc, ['apply', '-f', '-'], JSON.stringify(dep));
   if (applied.code !== 0) throw new Error(applied.stderr);
   const readyCount = () => [...pods.values()].filter(isReady).length;
-  await eventually(`${PODS} pods Ready`, 600_000, async () => readyCount(), (n) => n >= PODS);
-  const allReadyS = (performance.now() - t0) / 1000;
-  const startup = [...readyAt.entries()].map(([uid]) => readyAt.get(uid)! - t0);
-  const createToReady = [...readyAt.entries()].filter(([uid]) => createdAt.has(uid)).map(([uid, at]) => at - createdAt.get(uid)!);
+  await eventually(`${PODS} pods Ready`, TIMEOUT_MS, async () => {
+    for (const p of procs) if (p.proc.exitCode !== null) throw new Error(`kube32-sim ${p.name} exited ${p.proc.exitCode}: ${p.stderr()}`);
+    return readyCount();
+  }, (n) => n >= PODS);
+  // When the last pod was created and bound, as the watch saw them.
+  const marks = { created: Math.max(...createdAt.values()), bound: Math.max(...boundAt.values()) };
+  const tReady = performance.now();
+  probing = false;
+  await probe;
+  const cpu1 = cpuAt();
+  const allReadyS = (tReady - t0) / 1000;
+  const uids = [...readyAt.keys()];
+  const startup = uids.map((uid) => readyAt.get(uid)! - t0);
+  const createToReady = uids.filter((uid) => createdAt.has(uid)).map((uid) => readyAt.get(uid)! - createdAt.get(uid)!);
+  const createToBound = uids.filter((uid) => createdAt.has(uid) && boundAt.has(uid)).map((uid) => boundAt.get(uid)! - createdAt.get(uid)!);
+  const boundToReady = uids.filter((uid) => boundAt.has(uid)).map((uid) => readyAt.get(uid)! - boundAt.get(uid)!);
+  const rate = (ms: number) => PODS / ((ms - t0) / 1000);
 
-  // The API under load: mutating and list latency from a client.
+  // The API once every pod runs: mutating and list latency as kubectl sees them.
   const mut: number[] = [];
   const lists: number[] = [];
   for (let i = 0; i < 40; i++) {
@@ -128,30 +227,43 @@ async function main(): Promise<void> {
     await kubectl(kc, ['version', '-o', 'json']);
     ver.push(performance.now() - a);
   }
-  const cpRss = rssMiB(cp.proc.pid!);
-  const simRss = pids.map(rssMiB);
+  const cpRss = rssMiB(pids.cp);
+  const etcdRss = rssMiB(pids.etcd);
+  const simRss = pids.sims.map(rssMiB);
+  const simTotal = simRss.reduce((a, b) => a + b, 0);
 
   // Drain the fullest node.
-  const perNode = new Map<string, number>();
-  for (const p of pods.values()) if (p.spec.nodeName) perNode.set(p.spec.nodeName, (perNode.get(p.spec.nodeName) ?? 0) + 1);
-  const [node, onNode] = [...perNode.entries()].sort((a, b) => b[1] - a[1])[0]!;
+  const perNode = new Map<string, PodLite[]>();
+  for (const p of pods.values()) if (p.spec.nodeName) perNode.set(p.spec.nodeName, [...(perNode.get(p.spec.nodeName) ?? []), p]);
+  const [node, onNode] = [...perNode.entries()].sort((a, b) => b[1].length - a[1].length)[0]!;
+  const drainedNames = new Set(onNode.map((p) => p.metadata.name));
   const d0 = performance.now();
-  const drain = await run('kubectl', ['--kubeconfig', kc, 'drain', node, '--ignore-daemonsets', '--timeout', '600s'], { timeoutMs: 620_000 });
+  const drain = await run('kubectl', ['--kubeconfig', kc, 'drain', node, '--ignore-daemonsets', '--timeout', `${TIMEOUT_MS / 1000}s`], { timeoutMs: TIMEOUT_MS + 20_000 });
+  const drainCmdS = (performance.now() - d0) / 1000;
   if (drain.code !== 0) console.log(`kubectl drain exited ${drain.code}: ${drain.stderr.slice(-500)}`);
-  await eventually('every pod Ready elsewhere', 600_000, async () => [...pods.values()].filter((p) => isReady(p) && p.spec.nodeName !== node).length, (n) => n >= PODS);
+  await eventually('every pod Ready elsewhere', TIMEOUT_MS, async () => [...pods.values()].filter((p) => isReady(p) && p.spec.nodeName !== node).length, (n) => n >= PODS);
   const drainS = (performance.now() - d0) / 1000;
+  const moved = [...pods.values()].filter((p) => drainedNames.has(p.metadata.name)).length;
 
   const ms = (x: number) => `${x.toFixed(0)} ms`;
-  console.log(`\n${WORKERS} workers, ${PODS} idle pods (one etcd, one control plane on etcd), ${new Date().toISOString()}`);
+  const s = (x: number) => `${(x / 1000).toFixed(1)} s`;
+  const cpuUsed = (k: keyof typeof cpu0) => (cpu1[k] - cpu0[k]).toFixed(0);
+  console.log(`\n${WORKERS} nodes in ${procs.length} kube32-sim processes (${PER_PROCESS} a process, ${PODS_PER_THREAD} pods a thread, max ${MAX_PODS} pods a node), ${PODS} idle pods; one etcd, one control plane on etcd; ${new Date().toISOString()}; load average before: ${load}`);
   console.log('| measure | value |\n| --- | ---: |');
-  console.log(`| Deployment applied → all ${PODS} Ready | ${allReadyS.toFixed(1)} s |`);
+  console.log(`| nodes started and Ready | ${workersReadyS.toFixed(1)} s |`);
+  console.log(`| Deployment applied → all ${PODS} created / bound / Ready | ${s(marks.created - t0)} / ${s(marks.bound - t0)} / ${allReadyS.toFixed(1)} s |`);
+  console.log(`| pods a second: created / bound / Ready (over the rollout) | ${rate(marks.created).toFixed(1)} / ${rate(marks.bound).toFixed(1)} / ${(PODS / allReadyS).toFixed(1)} |`);
   console.log(`| pod startup from the apply, p50 / p99 | ${ms(pct(startup, 50))} / ${ms(pct(startup, 99))} |`);
-  console.log(`| pod startup from its creation, p50 / p99 | ${ms(pct(createToReady, 50))} / ${ms(pct(createToReady, 99))} |`);
-  console.log(`| kubectl create configmap, p50 / p99 (kubectl's own start ~ kubectl version: ${ms(pct(ver, 50))}) | ${ms(pct(mut, 50))} / ${ms(pct(mut, 99))} |`);
+  console.log(`| pod startup from its creation (the SLO's), p50 / p99 | ${ms(pct(createToReady, 50))} / ${ms(pct(createToReady, 99))} |`);
+  console.log(`| of which creation → bound, p50 / p99 | ${ms(pct(createToBound, 50))} / ${ms(pct(createToBound, 99))} |`);
+  console.log(`| of which bound → Ready, p50 / p99 | ${ms(pct(boundToReady, 50))} / ${ms(pct(boundToReady, 99))} |`);
+  console.log(`| CPU seconds during the rollout (${allReadyS.toFixed(0)} s × 2 cores): control plane / etcd / kube32-sim (all) / bench | ${cpuUsed('cp')} / ${cpuUsed('etcd')} / ${cpuUsed('sims')} / ${cpuUsed('bench')} |`);
+  console.log(`| ConfigMap create during the rollout (client-node, ${rolloutMut.length} calls, ${rolloutFailed.length} failed${rolloutFailed.length ? `: ${rolloutFailed[0]}` : ''}), p50 / p99 / max | ${ms(pct(rolloutMut, 50))} / ${ms(pct(rolloutMut, 99))} / ${ms(Math.max(...rolloutMut))} |`);
+  console.log(`| kubectl create configmap after, p50 / p99 (kubectl's own start ~ kubectl version: ${ms(pct(ver, 50))}) | ${ms(pct(mut, 50))} / ${ms(pct(mut, 99))} |`);
   console.log(`| kubectl get pods -A (${PODS} pods), p50 / p99 | ${ms(pct(lists, 50))} / ${ms(pct(lists, 99))} |`);
-  console.log(`| drain of ${node} (${onNode} pods) → all Ready elsewhere | ${drainS.toFixed(1)} s |`);
-  console.log(`| control plane RSS (API server + controllers) | ${cpRss.toFixed(0)} MiB |`);
-  console.log(`| worker RSS, mean / max (${(PODS / WORKERS).toFixed(0)} pods each before the drain) | ${(simRss.reduce((a, b) => a + b, 0) / simRss.length).toFixed(0)} / ${Math.max(...simRss).toFixed(0)} MiB |`);
+  console.log(`| drain of ${node} (${onNode.length} pods) → all ${PODS} Ready elsewhere (kubectl drain returned after ${drainCmdS.toFixed(1)} s) | ${drainS.toFixed(1)} s; ${moved} moved (same name), ${onNode.length - moved} recreated |`);
+  console.log(`| control plane RSS (API server, controllers, etcd client) / etcd RSS | ${cpRss.toFixed(0)} / ${etcdRss.toFixed(0)} MiB |`);
+  console.log(`| kube32-sim RSS: total / per process mean / max / per pod | ${simTotal.toFixed(0)} / ${(simTotal / simRss.length).toFixed(0)} / ${Math.max(...simRss).toFixed(0)} MiB / ${((simTotal * 1024) / PODS).toFixed(0)} KiB |`);
 }
 
 try {
