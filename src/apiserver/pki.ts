@@ -4,6 +4,8 @@
  * serving certificate is issued afresh at each start for the addresses the server listens on.
  * Tokens are `k32.<payload>.<HMAC-SHA256>` over `{u: user, g: groups}` with a key kept in
  * `pki/token.key`, so a token minted by `issueNodeKubeconfig` in another process is valid at once.
+ * With etcd storage the CA and token key are the cluster's, kept in etcd and copied here at start by
+ * `joinClusterIdentity` (cluster-identity.ts), so every API server of the cluster reads the same ones.
  */
 // @peculiar/x509 (through tsyringe) needs the Reflect metadata polyfill loaded first.
 import 'reflect-metadata';
