@@ -28,7 +28,7 @@ import { CoreV1Api, KubeConfig, Watch } from '@kubernetes/client-node';
 import { COUNTER_WASM, run } from '../../test/e2e/cluster.ts';
 import { CLI, eventually, kubectl, ROOT, startControlPlane } from '../../test/apiserver-etcd/control-plane.ts';
 import { startEtcd } from '../../test/apiserver-etcd/etcd-server.ts';
-import { nextAddress } from '../../src/kubelet/host.ts';
+import { nextAddress } from '../../src/kubelet/index.ts';
 
 const { values } = parseArgs({
   options: {

@@ -130,11 +130,11 @@ export class NodeStartError extends Error {
  * kubeconfig is read before any node starts. The interpreter speed is measured once (unless given)
  * and reported by every node. If a node cannot start, no further one is started, those already up
  * are stopped (their Nodes post Ready False), and the error names each node that failed.
- * @param onStarted called as each node comes up (kube32-sim prints its `ready:` line)
+ * @param log the process's logger; each node logs through a child naming it (`node`)
  * @throws NodeStartError naming each node that failed (a kubeconfig missing or unreadable, a data dir
  *   in use, an address that cannot be listened on, a registration refused)
  */
-export async function startNodes(plans: readonly NodePlan[], shared: SharedNodeOptions, log: Logger = createLogger('kube32-sim'), onStarted?: (k: Kubelet) => void): Promise<NodeHost> {
+export async function startNodes(plans: readonly NodePlan[], shared: SharedNodeOptions, log: Logger = createLogger('kube32-sim')): Promise<NodeHost> {
   const configs: KubeConfig[] = [];
   const unreadable: { nodeName: string; message: string }[] = [];
   for (const p of plans) {
@@ -170,7 +170,6 @@ export async function startNodes(plans: readonly NodePlan[], shared: SharedNodeO
           kubeConfig: configs[i]!, nodeName: p.nodeName, address: p.address, kubeletPort: p.kubeletPort, dataDir: p.dataDir,
           log: log.child({ node: p.nodeName }),
         });
-        onStarted?.(kubelets[i]!);
       } catch (err: unknown) {
         failures.push({ nodeName: p.nodeName, message: errorMessage(err), cause: err });
       }

@@ -15,6 +15,7 @@ export {
   type ModuleFacts,
 } from './spec-blockers.ts';
 export { startKubelet, type Kubelet, type KubeletOptions } from './kubelet.ts';
+export { planNodes, startNodes, nextAddress, NodeStartError, MAX_NODES_PER_PROCESS, type NodePlan, type NodePlanOptions, type NodeHost, type SharedNodeOptions } from './host.ts';
 export { selfDrain, isDaemonSetPod, SELF_DRAIN_TIMEOUT_MS, type DrainReport } from './drain.ts';
 export {
   MEMORY_PRESSURE_BYTES,

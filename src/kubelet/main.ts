@@ -187,12 +187,14 @@ export async function main(argv: string[]): Promise<void> {
     host = await startNodes(plans, {
       heapBytes: o.heap, maxPods: o.maxPods, labels: o.labels,
       ...(o.interpMops !== undefined ? { interpMops: o.interpMops } : {}),
-    }, log, (k) => {
-      process.stdout.write(`kube32-sim: node ${k.nodeName} ready: pods at ${k.address}, kubelet endpoint http://${k.address}:${k.kubeletPort}, interp-mops ${k.interpMops}\n`);
-    });
+    }, log);
   } catch (err: unknown) {
     process.stderr.write(`kube32-sim: ${err instanceof Error ? err.message : String(err)}\n`);
     process.exit(1);
+  }
+  // A node's ready line is printed once every node is up: a process that fails to start prints none.
+  for (const k of host.kubelets) {
+    process.stdout.write(`kube32-sim: node ${k.nodeName} ready: pods at ${k.address}, kubelet endpoint http://${k.address}:${k.kubeletPort}, interp-mops ${k.interpMops}\n`);
   }
   if (plans.length > 1) process.stdout.write(`kube32-sim: ${plans.length} nodes ready in ${((Date.now() - started) / 1000).toFixed(1)} s\n`);
   if (signalled) {

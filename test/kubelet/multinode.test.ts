@@ -183,6 +183,7 @@ test('kube32-sim --nodes 3 with one node that cannot start leaves none running a
   assert.equal(await sim.exited, 1);
   assert.match(sim.stderr(), /nodes could not start, so none runs:\n {2}node f-2: .*forbidden.*may only create its own Node/);
   assert.doesNotMatch(sim.stderr(), /node f-[13]:/, 'only the node that failed is named');
+  assert.doesNotMatch(sim.stdout(), /ready:/, 'no node is announced ready');
   for (const name of names) {
     assert.ok(!existsSync(join(c.tmp, 'sim', name, 'kube32-sim.lock')), `${name}'s data dir is unlocked`);
     const node = await c.admin.json<V1Node>('GET', `/api/v1/nodes/${name}`).catch(() => undefined);
