@@ -2,8 +2,9 @@
  * Several simulated nodes in one kube32-sim process (`--nodes 3`) against the whole control plane:
  * three Ready Nodes with their own addresses, Leases and identities; pods run on each; `kubectl
  * drain` of one moves a Deployment's counting pod to another node of the same process with its
- * count; SIGTERM drains every node of the process and it exits 0. And a process whose one node
- * cannot start leaves none running.
+ * count; SIGTERM drains every node of the process and it exits 0. The process runs with
+ * `--pods-per-thread 2`, so pods of different nodes share the runtime's threads. And a process whose
+ * one node cannot start leaves none running.
  */
 import { type ChildProcess, execFile, spawn } from 'node:child_process';
 import { copyFileSync, existsSync } from 'node:fs';
@@ -90,7 +91,7 @@ test('kube32-sim --nodes 3: three nodes in one process run pods, a drain moves a
   const addrs = addresses();
   const dir = await issueAll(c, names);
   const sim = startSim(t, ['--nodes', '3', '--name', 'm', '--address', addrs[0]!, '--kubelet-port', '0', '--kubeconfig-dir', dir,
-    '--data-dir', join(c.tmp, 'sim'), '--interp-mops', '1000', '--drain-timeout', '15s']);
+    '--data-dir', join(c.tmp, 'sim'), '--interp-mops', '1000', '--drain-timeout', '15s', '--pods-per-thread', '2']);
   await c.until('three nodes ready', () => {
     if (sim.proc.exitCode !== null) throw new Error(`kube32-sim exited ${sim.proc.exitCode}: ${sim.stderr().slice(-2000)}`);
     return sim.stdout().includes('3 nodes ready');
