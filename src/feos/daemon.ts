@@ -16,7 +16,26 @@ import { makeClient } from './api/index.ts';
 import { createLogger, type Logger } from '../lib/index.ts';
 import { addService, errorMessage, FeosError } from './api/index.ts';
 import { chooseAccelerator, MicroVmService } from './microvm/index.ts';
-import { PodRecords, PodService, guestVersions, unavailablePodNetwork, type PodNetworkProvider, execInPod, podLogs, portForward } from './pods/index.ts';
+import {
+  PodRecords,
+  PodService,
+  guestVersions,
+  unavailablePodNetwork,
+  type PodNetworkProvider,
+  execInPod,
+  podLogs,
+  portForward,
+  readStopRecord,
+  removeStopRecord,
+  resumeAfterStop,
+  setStopRecordAside,
+  STOP_MARGIN_MS,
+  stopRecordPath,
+  suspendForStop,
+  writeStopRecord,
+} from './pods/index.ts';
+import { openObjectStore, type ObjectStore } from './store/index.ts';
+import { PodState } from './gen/feos/pod/v1/pod_pb.js';
 import { hostHandlers } from './host/index.ts';
 import { VolumeStore, parseVolumeId } from './volumes/index.ts';
 import { VolumeService as VolumeServiceDesc } from './gen/feos/volume/v1/volume_pb.js';
@@ -63,7 +82,25 @@ export interface FeosdOptions {
   networkFlags?: NetworkFlags;
   /** Registries on the node (`host:port`) that pods without a network reach (`--registry-forward`). */
   registryForwards?: string[];
+  /**
+   * Where pods hibernate (`--object-store`): a URL (`file:///path`) or a store; none = HibernatePod and
+   * RestorePod are FAILED_PRECONDITION.
+   */
+  objectStore?: string | ObjectStore;
   log?: Logger;
+}
+
+/** How a feosd stops (seed 000, "Stopping", "Suspend on stop"). */
+export interface CloseOptions {
+  /** How long the calls in flight may take before they are ended (ms). @default 30000 */
+  callsGraceMs?: number;
+  /**
+   * `--suspend-on-stop`: after the calls, suspend the running pods for the next feosd, four at a time,
+   * each recorded in `<state>/suspended-for-stop.json` as soon as it is suspended.
+   */
+  suspendOnStop?: boolean;
+  /** When `--stop-grace` ends (`Date.now()` ms): the suspends give up 10 s before. @default now + 300 s */
+  graceEndsAt?: number;
 }
 
 /** A running feosd. */
@@ -73,12 +110,15 @@ export interface Feosd {
   socketPath: string;
   pods: PodService;
   /**
-   * Stops serving and lets go of the lock; microVMs run on (seed "Stopping", without a control plane):
-   * no new call is taken, the calls in flight end as they do for up to `callsGraceMs`, then the rest are
-   * cancelled.
-   * @param callsGraceMs @default 30000
+   * Stops serving and lets go of the lock (seed "Stopping", without a control plane; "Suspend on
+   * stop"): calls that change a pod are refused at once with UNAVAILABLE "feosd stops", the calls in
+   * flight end as they do for up to `callsGraceMs`, then the rest are cancelled. The resumes of a
+   * previous stop's pods start no more, and those not tried stay recorded. With `suspendOnStop`, the
+   * running pods are then suspended for the next feosd; without, the microVMs run on.
    */
-  close(callsGraceMs?: number): Promise<void>;
+  close(options?: CloseOptions): Promise<void>;
+  /** The resumes of the pods a previous stop recorded; resolves once they ended (or none). */
+  resumesAfterStop: Promise<void>;
 }
 
 function findGroup(name: string): number | undefined {
@@ -210,7 +250,8 @@ export async function startFeosd(opts: FeosdOptions, signal?: AbortSignal): Prom
     network = createNetwork({ stateDir: o.stateDir, log, ...o.networkFlags });
     const kept = records
       .list()
-      .filter((p) => p.spec?.network)
+      // A hibernated pod has no place on the network until it is restored.
+      .filter((p) => p.spec?.network && p.state !== PodState.HIBERNATED)
       .map((p) => ({
         id: p.id,
         network: { ...p.spec!.network!, metadata: p.spec!.metadata },
@@ -230,6 +271,7 @@ export async function startFeosd(opts: FeosdOptions, signal?: AbortSignal): Prom
     provider = { ...net.podNetworkProvider(), detach: (pod) => net.detachPod(pod.id) };
     if (network.unavailableReason) log.error({ reason: network.unavailableReason }, "the pods' network is not up; pods with a network fail");
   }
+  const objectStore = typeof o.objectStore === 'string' ? openObjectStore(o.objectStore) : o.objectStore;
   const volumes = new VolumeStore(join(o.stateDir, 'volumes'), log);
   await volumes.load();
   const pods = new PodService({
@@ -244,6 +286,7 @@ export async function startFeosd(opts: FeosdOptions, signal?: AbortSignal): Prom
     // TCG runs the guest about ten times slower than KVM, and Node's start in the guest with it.
     guestAttachMs: o.guestAttachMs ?? (accelerator === 'kvm' ? 60_000 : 180_000),
     registryForwards: o.registryForwards,
+    objectStore,
   });
   await pods.init();
 
@@ -285,7 +328,9 @@ export async function startFeosd(opts: FeosdOptions, signal?: AbortSignal): Prom
         return {};
       },
       suspendPod: async (req) => ({ pod: await act(req.id, { kind: 'suspend' }) }),
-      resumePod: async (req) => ({ pod: await act(req.id, { kind: 'resume' }) }),
+      resumePod: async (req) => ({ pod: await act(req.id, { kind: 'resume', diskOnly: req.diskOnly }) }),
+      hibernatePod: async (req) => ({ pod: await act(req.id, { kind: 'hibernate', noAbandon: req.noAbandon }) }),
+      restorePod: async (req) => ({ pod: await act(req.id, { kind: 'restore', checkpoint: req.checkpoint || undefined, diskOnly: req.diskOnly }) }),
       execPod: async (reqs, send, call) => {
         const it = reqs[Symbol.asyncIterator]();
         const first = await it.next();
@@ -411,11 +456,37 @@ export async function startFeosd(opts: FeosdOptions, signal?: AbortSignal): Prom
   }
   log.info({ socket: socketPath, tcpPort }, 'feosd serving');
   notifyReady(log);
+
+  // Suspend on stop: the pods a stop before suspended are resumed, four at a time; the record goes once
+  // they were all tried. A stop meanwhile keeps those not tried yet (seed 000, "Suspend on stop").
+  const recordPath = stopRecordPath(o.stateDir);
+  let notResumed: string[] = [];
+  let previousStop: string | undefined;
+  const resumesAfterStop = (async () => {
+    let record: Awaited<ReturnType<typeof readStopRecord>>;
+    try {
+      record = await readStopRecord(recordPath);
+    } catch (err: unknown) {
+      await setStopRecordAside(recordPath);
+      log.error({ err: errorMessage(err) }, 'suspend on stop: the record is not one; moved to .bad, nothing resumed');
+      return;
+    }
+    if (!record) return;
+    previousStop = record.stoppedAt;
+    notResumed = record.pods;
+    log.info({ pods: record.pods, stoppedAt: record.stoppedAt }, 'suspend on stop: resuming the pods the last stop suspended');
+    notResumed = await resumeAfterStop(pods, record.pods, { log, signal: stopping.signal });
+    if (stopping.signal.aborted) return;
+    await removeStopRecord(recordPath).catch((err: unknown) => log.error({ err: errorMessage(err) }, 'suspend on stop: the record was not removed'));
+    log.info('suspend on stop: the resumes are done; the record is removed');
+  })();
+
   return {
     tcpPort,
     socketPath,
     pods,
-    close: async (callsGraceMs = 30_000) => {
+    resumesAfterStop,
+    close: async ({ callsGraceMs = 30_000, suspendOnStop = false, graceEndsAt = Date.now() + 300_000 }: CloseOptions = {}) => {
       stopping.abort();
       // After the grace, the streams still running end with UNAVAILABLE; a second later whatever is left
       // (unary calls, clients that keep their connection) is cut.
@@ -428,6 +499,26 @@ export async function startFeosd(opts: FeosdOptions, signal?: AbortSignal): Prom
       await new Promise<void>((r) => server.tryShutdown(() => r()));
       clearTimeout(force);
       clearTimeout(cut);
+      // The resumes in flight end; the pods not tried stay in the record, with the stop they came from.
+      await resumesAfterStop;
+      const stoppedAt = new Date().toISOString();
+      const recorded = [...notResumed];
+      const keep = () => writeStopRecord(recordPath, { stoppedAt: recorded.length > notResumed.length ? stoppedAt : (previousStop ?? stoppedAt), pods: recorded });
+      if (notResumed.length > 0) {
+        await keep().catch((err: unknown) => log.error({ err: errorMessage(err) }, 'suspend on stop: the record was not written'));
+        log.info({ pods: notResumed }, 'suspend on stop: the pods not resumed yet stay recorded');
+      }
+      if (suspendOnStop) {
+        const result = await suspendForStop(pods, {
+          deadline: graceEndsAt - STOP_MARGIN_MS,
+          log,
+          record: async (id) => {
+            recorded.push(id);
+            await keep();
+          },
+        });
+        log.info(result, 'suspend on stop: done');
+      }
       pods.close();
       await network?.stop();
       vms.closeAll();

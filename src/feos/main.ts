@@ -2,13 +2,16 @@
  * feosd's command line (seed 000, "feosd"; docs/feos/feosd.md):
  *   feosd [--state-dir DIR] [--run-dir DIR] [--guest-dir DIR] [--tcp ADDRESS] [--self-upgrade]
  *         [--accel auto|kvm|tcg] [--qemu PATH] [--vms-cgroup DIR] [--clock-max-rtt MS]
- * It serves until SIGTERM or SIGINT; the microVMs run on after it ends.
+ *         [--stop-grace SECONDS] [--suspend-on-stop] [--object-store URL] ...
+ * It serves until SIGTERM or SIGINT; the microVMs run on after it ends, or with --suspend-on-stop are
+ * suspended for the next feosd.
  */
 import { Command, InvalidArgumentError, Option } from 'commander';
 import { createLogger } from '../lib/index.ts';
 import { errorMessage } from './api/index.ts';
 import { startFeosd } from './daemon.ts';
 import { FEOSD_VERSION } from './host/index.ts';
+import { openObjectStore } from './store/index.ts';
 
 function positive(name: string) {
   return (v: string) => {
@@ -39,6 +42,15 @@ export async function main(argv: string[]): Promise<void> {
     .option('--dns-upstream <address>', 'an upstream of pods that name none (repeatable)', (v: string, prev: string[] = []) => [...prev, v])
     .option('--deny-prefix <prefix>', 'what no pod reaches (repeatable)', (v: string, prev: string[] = []) => [...prev, v])
     .option('--stop-grace <seconds>', 'how long a stop may take; the calls in flight get a tenth of it, 30 s at most', positive('--stop-grace'), 300)
+    .option('--suspend-on-stop', 'on SIGTERM, suspend the running pods for the next feosd (suspended-for-stop.json)', false)
+    .option('--object-store <url>', 'where pods hibernate: file:///absolute/path', (v: string) => {
+      try {
+        openObjectStore(v);
+      } catch (err: unknown) {
+        throw new InvalidArgumentError(errorMessage(err));
+      }
+      return v;
+    })
     .option('--guest-attach-timeout <seconds>', "how long a boot's guest has to attach (default 60, 180 under TCG)", positive('--guest-attach-timeout'))
     .option('--registry-forward <host:port>', 'a registry on the node that pods without a network reach (repeatable)', (v: string, prev: string[] = []) => [...prev, v])
     .allowExcessArguments(false);
@@ -55,6 +67,8 @@ export async function main(argv: string[]): Promise<void> {
     clockMaxRtt: number;
     guestAttachTimeout?: number;
     stopGrace: number;
+    suspendOnStop: boolean;
+    objectStore?: string;
     podPrefix?: string;
     podIpv4Range?: string;
     dnsAddress?: string;
@@ -70,9 +84,14 @@ export async function main(argv: string[]): Promise<void> {
   const stop = (sig: string) => {
     if (stopping) return;
     stopping = true;
-    log.info({ signal: sig }, 'feosd stopping; the microVMs run on');
+    const graceEndsAt = Date.now() + opts.stopGrace * 1000;
+    log.info({ signal: sig, suspendOnStop: opts.suspendOnStop }, opts.suspendOnStop ? 'feosd stopping; the running pods are suspended' : 'feosd stopping; the microVMs run on');
     ac.abort();
-    void (feosd?.close(Math.min(30_000, (opts.stopGrace * 1000) / 10)) ?? Promise.resolve()).finally(() => process.exit(0));
+    void (
+      feosd?.close({ callsGraceMs: Math.min(30_000, (opts.stopGrace * 1000) / 10), suspendOnStop: opts.suspendOnStop, graceEndsAt }) ?? Promise.resolve()
+    )
+      .catch((err: unknown) => log.error({ err: errorMessage(err) }, 'feosd stop'))
+      .finally(() => process.exit(0));
   };
   process.on('SIGTERM', () => stop('SIGTERM'));
   process.on('SIGINT', () => stop('SIGINT'));
@@ -98,6 +117,7 @@ export async function main(argv: string[]): Promise<void> {
           denyPrefixes: opts.denyPrefix,
         },
         registryForwards: opts.registryForward,
+        objectStore: opts.objectStore,
         log,
       },
       ac.signal,

@@ -1,6 +1,6 @@
 /**
  * feosctl (docs/feos/feosctl.md): the command line of a node's feosd.
- *   feosctl [--socket PATH | --tcp ADDRESS] pod create|get|list|start|stop|delete|suspend|resume|events|exec|logs|port-forward ...
+ *   feosctl [--socket PATH | --tcp ADDRESS] pod create|get|list|start|stop|delete|suspend|resume|hibernate|restore|events|exec|logs|port-forward ...
  *   feosctl [--socket PATH | --tcp ADDRESS] volume create|get|list|delete ...
  *   feosctl [--socket PATH | --tcp ADDRESS] host info
  * Every command prints a table, or with `-o json|yaml` the PodInfo (its `id` first). A gRPC error prints
@@ -283,19 +283,44 @@ export async function main(argv: string[]): Promise<void> {
       cmd.option('--pull-token-file <file>', "a Bearer token of the images' registry for this bring-up's pulls");
       cmd.option('--wait', 'wait until the pod is RUNNING or FAILED (FAILED exits 1)');
     }
-    cmd.action(async (id: string, o: { output: Output; pullTokenFile?: string; wait?: boolean }) => {
+    if (name === 'resume') cmd.option('--disk-only', 'a HIBERNATED pod: boot anew on its checkpoint\'s disk, without its memory');
+    cmd.action(async (id: string, o: { output: Output; pullTokenFile?: string; wait?: boolean; diskOnly?: boolean }) => {
         const c = pods();
         const method = { start: c.startPod, stop: c.stopPod, suspend: c.suspendPod, resume: c.resumePod }[name] as (
-          req: { id: string; pullToken?: string },
+          req: { id: string; pullToken?: string; diskOnly?: boolean },
           options: { deadline: Date },
         ) => Promise<{ pod?: PodInfo }>;
-        const res = await call(() => method(name === 'start' ? { id, pullToken: readToken(o.pullTokenFile) } : { id }, { deadline: deadline() }));
+        const req = name === 'start' ? { id, pullToken: readToken(o.pullTokenFile) } : name === 'resume' ? { id, diskOnly: o.diskOnly ?? false } : { id };
+        const res = await call(() => method(req, { deadline: deadline() }));
         const settled = o.wait ? await waitSettled(c, res.pod!.id) : res.pod!;
         printPods([settled], o.output, true);
         c.grpc.close();
         if (o.wait) failedAfterWait(settled);
       });
   }
+  pod
+    .command('hibernate <id>')
+    .description("puts a pod into feosd's object store (its memory and disk) and releases it on the node: HIBERNATED")
+    .option('--no-abandon', 'a ResumePod waits for this hibernation instead of abandoning it (a drain)')
+    .addOption(output())
+    .action(async (id: string, o: { output: Output; abandon: boolean }) => {
+      const c = pods();
+      const res = await call(() => c.hibernatePod({ id, noAbandon: !o.abandon }, { deadline: deadline() }));
+      printPods([res.pod!], o.output, true);
+      c.grpc.close();
+    });
+  pod
+    .command('restore <id>')
+    .description("brings a pod back from its checkpoint in feosd's object store (a HIBERNATED pod, or one hibernated by another feosd)")
+    .option('--checkpoint <name>', "the checkpoint (default: the pod's own, or its latest in the store)")
+    .option('--disk-only', "boot anew on the checkpoint's disk, without its memory")
+    .addOption(output())
+    .action(async (id: string, o: { output: Output; checkpoint?: string; diskOnly?: boolean }) => {
+      const c = pods();
+      const res = await call(() => c.restorePod({ id, checkpoint: o.checkpoint ?? '', diskOnly: o.diskOnly ?? false }, { deadline: deadline() }));
+      printPods([res.pod!], o.output, true);
+      c.grpc.close();
+    });
   pod
     .command('delete <id>')
     .description('removes a pod: its microVM, disk and record')

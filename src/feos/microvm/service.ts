@@ -10,7 +10,7 @@
 import { spawn, type ChildProcess } from 'node:child_process';
 import { EventEmitter } from 'node:events';
 import { existsSync, openSync, closeSync } from 'node:fs';
-import { mkdir, readdir, readFile, rm, stat, open } from 'node:fs/promises';
+import { mkdir, readdir, readFile, rename, rm, stat, open } from 'node:fs/promises';
 import { execFile } from 'node:child_process';
 import { promisify } from 'node:util';
 import { join } from 'node:path';
@@ -295,7 +295,7 @@ export class MicroVmService extends EventEmitter<{ exit: [MicroVmExit] }> {
 
   /**
    * Resumes: starts QEMU loading `snapshot/vmstate` (paused), runs the vCPUs, removes the snapshot
-   * (SUSPENDED → RUNNING).
+   * (SUSPENDED → RUNNING). A snapshot that does not load leaves the microVM SUSPENDED with it.
    * @throws FeosError FAILED_PRECONDITION when it is not suspended; INTERNAL when the load fails
    */
   async resume(id: string, loadTimeoutMs = 120_000): Promise<MicroVm> {
@@ -310,20 +310,51 @@ export class MicroVmService extends EventEmitter<{ exit: [MicroVmExit] }> {
       const st = await qmp.execute<{ status: string }>('query-status');
       if (st.status !== 'inmigrate') break;
       if (performance.now() > deadline) {
-        await this.kill(id, 'the snapshot did not load in time');
+        await this.#backToSuspended(rt, 'the snapshot did not load in time');
         throw new FeosError('INTERNAL', `resume: the snapshot did not load within ${loadTimeoutMs} ms`);
       }
       await new Promise((r) => setTimeout(r, 25));
     }
     const mig = await qmp.execute<{ status?: string }>('query-migrate');
     if (mig.status === 'failed') {
-      await this.kill(id, 'the snapshot failed to load');
+      await this.#backToSuspended(rt, 'the snapshot failed to load');
       throw new FeosError('INTERNAL', 'resume: the snapshot failed to load (see qemu.log)');
     }
     await qmp.execute('cont');
     await rm(p.vmstate, { force: true });
     rt.record.snapshotBytes = 0n;
     await this.#write(rt);
+    return rt.record;
+  }
+
+  /**
+   * Ends a QEMU whose snapshot did not load, before its vCPUs ran: the microVM is SUSPENDED again with
+   * its snapshot, which nothing ran past.
+   */
+  async #backToSuspended(rt: Runtime, reason: string): Promise<void> {
+    rt.expectingExit = true;
+    killPid(rt.record.pid);
+    await rt.exited;
+    rt.expectingExit = false;
+    await this.#setState(rt, MicroVmState.SUSPENDED, `resume failed: ${reason}`);
+  }
+
+  /**
+   * Gives a microVM that does not run (CREATED, STOPPED or CRASHED) a snapshot written elsewhere, as a
+   * restore from a checkpoint brings it: the file is moved (renamed: the same file system) into
+   * `snapshot/vmstate`, and the microVM is SUSPENDED, to be resumed.
+   * @throws FeosError FAILED_PRECONDITION when it runs or is suspended
+   */
+  async adoptSnapshot(id: string, vmstate: string): Promise<MicroVm> {
+    const rt = this.#must(id);
+    if (rt.record.state === MicroVmState.RUNNING || rt.record.state === MicroVmState.SUSPENDED) {
+      throw new FeosError('FAILED_PRECONDITION', `microVM ${id} is ${MicroVmState[rt.record.state]}: only one that does not run takes a snapshot`);
+    }
+    const p = vmPaths(this.dir(id));
+    await mkdir(p.snapshotDir, { recursive: true });
+    await rename(vmstate, p.vmstate);
+    rt.record.snapshotBytes = BigInt((await stat(p.vmstate)).size);
+    await this.#setState(rt, MicroVmState.SUSPENDED, 'restored from a checkpoint');
     return rt.record;
   }
 

@@ -1,4 +1,4 @@
-/** The pods layer of feosd: IDs, specs, records, the pod service and its budget. */
+/** The pods layer of feosd: IDs, specs, records, the pod service and its budget, hibernation, suspend on stop. */
 export { PodService, type PodServiceOptions, type PodAction, GUEST_ATTACH_MS } from './service.ts';
 export { PodRecords, POD_RECORD_VERSION } from './records.ts';
 export { parsePodId, mintPodId, isShortPodId, CROCKFORD } from './id.ts';
@@ -8,3 +8,6 @@ export { guestVersions } from './guests.ts';
 export { type PodNetworkProvider, type PodNetworkAttachment, unavailablePodNetwork } from './network.ts';
 export { keepClockOnce, measureOffset } from './clock.ts';
 export { execInPod, podLogs, portForward } from './streams.ts';
+export { type CheckpointManifest, type CheckpointFile, MANIFEST_VERSION, checkpointKey, listCheckpoints, readManifest, newCheckpointName } from './checkpoint.ts';
+export { suspendForStop, resumeAfterStop, type StopPods, type SuspendForStopOptions, type SuspendForStopResult, STOP_CONCURRENCY, BUSY_RETRY_MS, STOP_MARGIN_MS } from './suspend-on-stop.ts';
+export { readStopRecord, writeStopRecord, removeStopRecord, setStopRecordAside, stopRecordPath, StopRecordError, type StopRecord, STOP_RECORD_FILE } from './stop-record.ts';

@@ -1,0 +1,157 @@
+/**
+ * A pod's bring-up (seed 000, "A pod": Create, Start): its guest version, disk, network, microVM,
+ * guest, volumes and containers, in order. Each step looks at what is there first, so a bring-up that
+ * a restart of feosd cut off is taken up again where it ended.
+ */
+import { existsSync } from 'node:fs';
+import { mkdir, rename } from 'node:fs/promises';
+import { execFile } from 'node:child_process';
+import { promisify } from 'node:util';
+import { join } from 'node:path';
+import { type PodInfo, PodState } from '../gen/feos/pod/v1/pod_pb.js';
+import { MicroVmState } from '../gen/feos/microvm/v1/microvm_pb.js';
+import { errorMessage } from '../api/index.ts';
+import { registryEndpoints } from '../microvm/index.ts';
+import type { PodNetworkAttachment } from './network.ts';
+import { guestVersions } from './guests.ts';
+import { CONTAINER_CREATE_MS, CONTAINER_START_MS, GUEST_ATTACH_MS } from './actions.ts';
+import type { Entry, PodCore } from './core.ts';
+
+const run = promisify(execFile);
+
+/** Queues the bring-up behind the pod's lock (a create's answer goes first); failures are logged. */
+export function startBringUp(core: PodCore, id: string, entry: Entry): Promise<void> {
+  const ac = new AbortController();
+  entry.bringUp = ac;
+  return core
+    .locked(id, async (pod) => {
+      if (pod.state !== PodState.PENDING || ac.signal.aborted) return;
+      await bringUp(core, pod, ac.signal);
+    })
+    .catch((err: unknown) => core.log.error({ id, err: errorMessage(err) }, 'bring-up'))
+    .finally(() => {
+      if (entry.bringUp === ac) entry.bringUp = undefined;
+    });
+}
+
+/** The pod's disk: `<disks>/<id>.qcow2`. */
+export function podDiskPath(core: PodCore, id: string): string {
+  return join(core.o.disksDir, `${id}.qcow2`);
+}
+
+/**
+ * Brings a PENDING pod up; each step looks at what is there first. Ends RUNNING, or FAILED with
+ * `<step>: <reason>` (its microVM ended). Runs under the pod's lock.
+ */
+export async function bringUp(core: PodCore, pod: PodInfo, signal: AbortSignal): Promise<void> {
+  const o = core.o;
+  const id = pod.id;
+  let step = 'guest';
+  // The bring-up takes the pod's pull token: it is this bring-up's alone.
+  const pullToken = core.pullTokens.get(id) ?? '';
+  core.pullTokens.delete(id);
+  try {
+    if (!pod.guestVersion || !existsSync(join(o.guestDir, pod.guestVersion))) {
+      const versions = guestVersions(o.guestDir);
+      if (versions.length === 0) throw new Error(`no guest installed in ${o.guestDir} (scripts/build-guest.sh)`);
+      pod.guestVersion = versions.at(-1)!;
+      await core.save(pod);
+    }
+    step = 'disk';
+    const disk = podDiskPath(core, id);
+    if (!existsSync(disk)) {
+      await mkdir(o.disksDir, { recursive: true });
+      const tmp = `${disk}.tmp`;
+      await run('qemu-img', ['create', '-q', '-f', 'qcow2', '-F', 'qcow2', '-b', join(o.guestDir, pod.guestVersion, 'data.qcow2'), tmp]);
+      await rename(tmp, disk);
+    }
+    step = 'network';
+    let net: PodNetworkAttachment | undefined;
+    if (pod.spec!.network) {
+      net = await o.network.setUp(pod);
+      if (pod.ipv6Address !== net.ipv6Address || pod.ipv4Address !== net.ipv4Address) {
+        pod.ipv6Address = net.ipv6Address;
+        pod.ipv4Address = net.ipv4Address;
+        await core.save(pod);
+      }
+    }
+    signal.throwIfAborted();
+    step = 'microVM';
+    let vm = o.vms.get(id);
+    if (vm && vm.guestVersion !== pod.guestVersion) {
+      await o.vms.delete(id);
+      vm = undefined;
+    }
+    if (!vm) await createMicroVm(core, pod, net);
+    else for (const v of pod.spec!.volumes) await o.volumes!.ensureDisk(v.volumeId);
+    if (o.vms.get(id)!.state !== MicroVmState.RUNNING) await o.vms.start(id);
+    signal.throwIfAborted();
+    step = 'guest attach';
+    await core.pushAfterAttach(pod, o.guestAttachMs ?? GUEST_ATTACH_MS, signal, net);
+    if (pod.spec!.volumes.length > 0) {
+      step = 'volumes';
+      await mountVolumes(core, pod);
+    }
+    const guest = o.vms.guest(id);
+    const endpoints = net ? {} : registryEndpoints(o.registryForwards ?? []);
+    for (const c of pod.spec!.containers) {
+      signal.throwIfAborted();
+      step = `container ${c.name}: create`;
+      await guest.call(
+        'CreateContainer',
+        {
+          config: { name: c.name, image: c.image, command: c.command, args: c.args, env: c.env, volumeMounts: c.volumeMounts.map((m) => ({ name: m.name, path: m.path, readOnly: m.readOnly })) },
+          pullToken,
+          registryEndpoints: endpoints,
+        },
+        CONTAINER_CREATE_MS,
+      );
+      step = `container ${c.name}: start`;
+      await guest.call('StartContainer', { name: c.name }, CONTAINER_START_MS);
+    }
+    signal.throwIfAborted();
+    await core.setState(pod, PodState.RUNNING, 'booted');
+  } catch (err: unknown) {
+    if (signal.aborted) return;
+    const reason = `${step}: ${errorMessage(err)}`;
+    await o.vms.kill(id, `bring-up failed: ${reason}`).catch(() => {});
+    await core.detach(pod);
+    await core.setState(pod, PodState.FAILED, reason);
+  }
+}
+
+/**
+ * Records the pod's microVM (CREATED): its guest version, disk, vCPUs, memory, TAP device, volumes'
+ * disks (made at their first boot) and registry link, which a snapshot's devices must match.
+ */
+export async function createMicroVm(core: PodCore, pod: PodInfo, net: PodNetworkAttachment | undefined): Promise<void> {
+  const o = core.o;
+  const volumeDisks: string[] = [];
+  for (const v of pod.spec!.volumes) volumeDisks.push(await o.volumes!.ensureDisk(v.volumeId));
+  await o.vms.create({
+    id: pod.id,
+    guestVersion: pod.guestVersion,
+    guestDir: join(o.guestDir, pod.guestVersion),
+    disk: podDiskPath(core, pod.id),
+    vcpus: pod.spec!.vcpus,
+    memoryBytes: pod.spec!.memoryBytes,
+    tap: net ? { name: net.tap, mac: net.mac } : undefined,
+    volumes: volumeDisks,
+    registryForwards: net ? undefined : o.registryForwards,
+  });
+}
+
+/** MountVolumes with each volume's name, ID, drive, size and whether to format it; records the mounted as formatted. */
+async function mountVolumes(core: PodCore, pod: PodInfo): Promise<void> {
+  const store = core.o.volumes!;
+  const volumes = pod.spec!.volumes.map((v, i) => {
+    const rec = store.get(v.volumeId);
+    if (!rec) throw new Error(`volume ${v.volumeId} is not on the node`);
+    return { name: v.name, id: v.volumeId, drive: i + 1, sizeBytes: rec.sizeBytes, format: !rec.formatted };
+  });
+  const res = await core.o.vms.guest(pod.id).call('MountVolumes', { volumes }, 180_000);
+  const mounted = new Set(res.mounted);
+  await store.markFormatted(volumes.filter((v) => mounted.has(v.name)).map((v) => v.id));
+  const failed = Object.entries(res.failed);
+  if (failed.length > 0) throw new Error(failed.map(([n, why]) => `${n}: ${why}`).join('; '));
+}

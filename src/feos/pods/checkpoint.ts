@@ -1,0 +1,188 @@
+/**
+ * A pod's checkpoint in the object store (seed 000, "A pod": Hibernate and Restore): under
+ * `pods/<pod ID>/<checkpoint>/` the memory (QEMU's migration stream, when the pod hibernated with it),
+ * the disk (`disk.qcow2`, the pod's overlay), and `manifest.json`, written last: a checkpoint without
+ * its manifest is a half upload and never taken for a whole one. A restore writes `restored` (a claim
+ * that only one restore wins): a checkpoint is restored once.
+ *
+ * ```json
+ * { "version": 1, "podId": "abcdefghjkm", "checkpoint": "20261129T162100Z-1a2b", "createdAt": "...",
+ *   "node": "host", "guestVersion": "2026...", "memory": true, "spec": { PodSpec as protobuf JSON },
+ *   "files": [{ "name": "memory", "sizeBytes": 179306496, "sha256": "..." },
+ *             { "name": "disk.qcow2", "sizeBytes": 1966080, "sha256": "..." }] }
+ * ```
+ */
+import { createHash, randomBytes } from 'node:crypto';
+import { createReadStream } from 'node:fs';
+import { open, rm } from 'node:fs/promises';
+import { fromJson, type JsonValue, toJson } from '@bufbuild/protobuf';
+import { type PodSpec, PodSpecSchema } from '../gen/feos/pod/v1/pod_pb.js';
+import { errorMessage, FeosError } from '../api/index.ts';
+import { ObjectNotFoundError, type ObjectStore } from '../store/index.ts';
+
+/** The manifest format this code writes and reads. */
+export const MANIFEST_VERSION = 1;
+/** The memory file's name in a checkpoint. */
+export const MEMORY_FILE = 'memory';
+/** The disk file's name in a checkpoint. */
+export const DISK_FILE = 'disk.qcow2';
+const CHECKPOINT_NAME = /^\d{8}T\d{6}Z-[0-9a-f]{4,}$/;
+
+/** One file of a checkpoint. */
+export interface CheckpointFile {
+  name: string;
+  sizeBytes: number;
+  /** Lowercase hex. */
+  sha256: string;
+}
+
+/** What `manifest.json` holds. */
+export interface CheckpointManifest {
+  version: typeof MANIFEST_VERSION;
+  podId: string;
+  checkpoint: string;
+  /** When the manifest was written (ISO 8601). */
+  createdAt: string;
+  /** The hibernating node's hostname. */
+  node: string;
+  /** The guest version the pod's microVM ran (a restore needs it installed). */
+  guestVersion: string;
+  /** Whether the checkpoint holds the memory (a resume); false: the disk alone (a fresh boot). */
+  memory: boolean;
+  spec: PodSpec;
+  files: CheckpointFile[];
+}
+
+/** A new checkpoint name: the UTC time to the second and random hex, so names sort by time. */
+export function newCheckpointName(now = new Date()): string {
+  return `${now.toISOString().replace(/[-:]/g, '').replace(/\.\d+Z$/, 'Z')}-${randomBytes(2).toString('hex')}`;
+}
+
+/** Checks a checkpoint name's form. @throws FeosError INVALID_ARGUMENT */
+export function parseCheckpointName(name: string): string {
+  if (!CHECKPOINT_NAME.test(name)) throw new FeosError('INVALID_ARGUMENT', `checkpoint ${JSON.stringify(name)}: want a name such as 20261129T162100Z-1a2b`);
+  return name;
+}
+
+/** The key of a checkpoint's file. */
+export function checkpointKey(podId: string, checkpoint: string, file: string): string {
+  return `pods/${podId}/${checkpoint}/${file}`;
+}
+
+/** The manifest as it is written. */
+export function manifestBytes(m: CheckpointManifest): Uint8Array {
+  const json = { ...m, spec: toJson(PodSpecSchema, m.spec) };
+  return new TextEncoder().encode(`${JSON.stringify(json, null, 2)}\n`);
+}
+
+/**
+ * Reads and checks a checkpoint's manifest.
+ * @throws FeosError NOT_FOUND (no manifest: no checkpoint, or a half upload), DATA_LOSS (not a manifest
+ *   of this format and pod, naming what is wrong), UNAVAILABLE (the store did not answer)
+ */
+export async function readManifest(store: ObjectStore, podId: string, checkpoint: string): Promise<CheckpointManifest> {
+  const key = checkpointKey(podId, checkpoint, 'manifest.json');
+  let bytes: Uint8Array;
+  try {
+    bytes = await store.getBytes(key);
+  } catch (err: unknown) {
+    if (err instanceof ObjectNotFoundError) throw new FeosError('NOT_FOUND', `checkpoint ${checkpoint} of pod ${podId} is not in the object store ${store.url}`);
+    throw new FeosError('UNAVAILABLE', `object store: ${errorMessage(err)}`, { cause: err });
+  }
+  const bad = (why: string) => new FeosError('DATA_LOSS', `checkpoint ${checkpoint} of pod ${podId}: ${key} is not a manifest: ${why}; nothing was restored`);
+  let doc: Record<string, unknown>;
+  try {
+    doc = JSON.parse(new TextDecoder('utf-8', { fatal: true }).decode(bytes));
+  } catch (err: unknown) {
+    throw bad(`not JSON (${errorMessage(err)})`);
+  }
+  if (!doc || typeof doc !== 'object' || Array.isArray(doc)) throw bad('not an object');
+  if (doc.version !== MANIFEST_VERSION) throw bad(`version ${JSON.stringify(doc.version)}, want ${MANIFEST_VERSION}`);
+  if (doc.podId !== podId) throw bad(`it names pod ${JSON.stringify(doc.podId)}`);
+  if (doc.checkpoint !== checkpoint) throw bad(`it names checkpoint ${JSON.stringify(doc.checkpoint)}`);
+  if (typeof doc.guestVersion !== 'string' || !/^[A-Za-z0-9._-]+$/.test(doc.guestVersion)) throw bad(`guestVersion ${JSON.stringify(doc.guestVersion)}`);
+  if (typeof doc.memory !== 'boolean') throw bad('memory: want true or false');
+  let spec: PodSpec;
+  try {
+    spec = fromJson(PodSpecSchema, doc.spec as JsonValue);
+  } catch (err: unknown) {
+    throw bad(`spec: ${errorMessage(err)}`);
+  }
+  if (!Array.isArray(doc.files)) throw bad('files: want a list');
+  const files: CheckpointFile[] = [];
+  for (const f of doc.files as Array<Record<string, unknown>>) {
+    if (!f || typeof f.name !== 'string' || !Number.isSafeInteger(f.sizeBytes) || (f.sizeBytes as number) < 0 || typeof f.sha256 !== 'string' || !/^[0-9a-f]{64}$/.test(f.sha256)) {
+      throw bad(`files: ${JSON.stringify(f)} is not {name, sizeBytes, sha256}`);
+    }
+    files.push({ name: f.name, sizeBytes: f.sizeBytes as number, sha256: f.sha256 });
+  }
+  const names = new Set(files.map((f) => f.name));
+  if (!names.has(DISK_FILE)) throw bad(`files: no ${DISK_FILE}`);
+  if (doc.memory && !names.has(MEMORY_FILE)) throw bad(`files: memory is true but there is no ${MEMORY_FILE}`);
+  return {
+    version: MANIFEST_VERSION,
+    podId,
+    checkpoint,
+    createdAt: String(doc.createdAt ?? ''),
+    node: String(doc.node ?? ''),
+    guestVersion: doc.guestVersion,
+    memory: doc.memory,
+    spec,
+    files,
+  };
+}
+
+/** A local file's bytes, as `put` takes them. */
+export async function* fileChunks(path: string, signal?: AbortSignal): AsyncIterable<Uint8Array> {
+  for await (const chunk of createReadStream(path, { highWaterMark: 1024 * 1024, signal })) yield chunk as Buffer;
+}
+
+/**
+ * Copies a checkpoint's file from the store to `path` (made anew, fsynced), checking its size and
+ * SHA-256 against the manifest; a file that differs is removed.
+ * @throws FeosError DATA_LOSS naming the file, what the manifest says and what was read; NOT_FOUND when
+ *   the object is missing (also DATA_LOSS: the manifest names it); UNAVAILABLE when the store fails
+ */
+export async function fetchVerified(store: ObjectStore, podId: string, checkpoint: string, file: CheckpointFile, path: string, signal?: AbortSignal): Promise<void> {
+  const key = checkpointKey(podId, checkpoint, file.name);
+  const hash = createHash('sha256');
+  let size = 0;
+  const fh = await open(path, 'w', 0o600);
+  try {
+    try {
+      for await (const chunk of store.get(key, { signal })) {
+        hash.update(chunk);
+        size += chunk.byteLength;
+        await fh.write(chunk);
+      }
+    } catch (err: unknown) {
+      if (err instanceof ObjectNotFoundError) throw new FeosError('DATA_LOSS', `checkpoint ${checkpoint} of pod ${podId}: ${key}, which its manifest names, is missing; nothing was restored`);
+      throw new FeosError('UNAVAILABLE', `object store: ${errorMessage(err)}`, { cause: err });
+    }
+    await fh.sync();
+  } catch (err: unknown) {
+    await fh.close().catch(() => {});
+    await rm(path, { force: true });
+    throw err;
+  }
+  await fh.close();
+  const sha256 = hash.digest('hex');
+  if (size !== file.sizeBytes || sha256 !== file.sha256) {
+    await rm(path, { force: true });
+    throw new FeosError(
+      'DATA_LOSS',
+      `checkpoint ${checkpoint} of pod ${podId}: ${key} is ${size} bytes with SHA-256 ${sha256}; its manifest says ${file.sizeBytes} bytes with ${file.sha256}; nothing was restored`,
+    );
+  }
+}
+
+/** The pod's checkpoints that have a manifest, oldest first. */
+export async function listCheckpoints(store: ObjectStore, podId: string): Promise<string[]> {
+  const keys = await store.list(`pods/${podId}`);
+  const names = new Set<string>();
+  for (const k of keys) {
+    const m = /^pods\/[^/]+\/([^/]+)\/manifest\.json$/.exec(k);
+    if (m && CHECKPOINT_NAME.test(m[1])) names.add(m[1]);
+  }
+  return [...names].sort();
+}

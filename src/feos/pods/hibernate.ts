@@ -1,0 +1,201 @@
+/**
+ * HibernatePod (seed 000, "A pod": Hibernate and Restore; "Addresses": hibernating takes the pod off
+ * the network as a delete does). A hibernation suspends a running pod as SuspendPod does, puts its
+ * memory and disk into the object store under its ID with a manifest written last, and then lets go of
+ * its local files and its network place: the pod is HIBERNATED, its record naming the checkpoint.
+ *
+ * It runs in a task of its own holding the pod's lock: a caller that goes away leaves it running, a
+ * second HibernatePod joins it and gets its answer, GetPod shows it in `PodInfo.hibernation`, and a
+ * ResumePod abandons it until its manifest is being put, unless a call said `no_abandon` or the pod has
+ * no memory: the hibernation stops, its uploads are removed, its calls fail with ABORTED, and the pod
+ * resumes from its snapshot on the node.
+ */
+import { hostname } from 'node:os';
+import { existsSync } from 'node:fs';
+import { rm, stat } from 'node:fs/promises';
+import { create } from '@bufbuild/protobuf';
+import { HibernationStatusSchema, type HibernationStatus, type PodInfo, PodState } from '../gen/feos/pod/v1/pod_pb.js';
+import { errorMessage, FeosError } from '../api/index.ts';
+import { vmPaths } from '../microvm/index.ts';
+import { podDiskPath } from './bring-up.ts';
+import { checkpointKey, DISK_FILE, fileChunks, manifestBytes, MEMORY_FILE, newCheckpointName, type CheckpointFile } from './checkpoint.ts';
+import type { PodCore } from './core.ts';
+import { suspendLocked } from './lifecycle.ts';
+
+/** The steps of a hibernation, in order; a ResumePod abandons one before `manifest`. */
+export type HibernationStep = 'waiting' | 'suspend' | 'upload' | 'manifest' | 'release';
+
+/** A hibernation in flight. */
+export interface Hibernation {
+  checkpoint: string;
+  step: HibernationStep;
+  /** Set by any HibernatePod of it with `no_abandon` (a drain). */
+  noAbandon: boolean;
+  /** Whether the pod hibernates with its memory (it was RUNNING or SUSPENDED). */
+  memory: boolean;
+  bytesDone: number;
+  bytesTotal: number;
+  /** Aborted by a ResumePod that abandons it. */
+  abandon: AbortController;
+  /** The hibernation's answer, which every call that joined it gets. */
+  done: Promise<PodInfo>;
+}
+
+/** What GetPod shows of a hibernation in flight. */
+export function hibernationStatus(h: Hibernation): HibernationStatus {
+  return create(HibernationStatusSchema, {
+    checkpoint: h.checkpoint,
+    step: h.step,
+    noAbandon: h.noAbandon,
+    bytesDone: BigInt(h.bytesDone),
+    bytesTotal: BigInt(h.bytesTotal),
+  });
+}
+
+/**
+ * Whether a ResumePod that comes now abandons the hibernation (seed: until its heads are being put,
+ * unless a call said no_abandon or the pod has no memory).
+ */
+export function abandonable(h: Hibernation): boolean {
+  return !h.noAbandon && h.memory && (h.step === 'waiting' || h.step === 'suspend' || h.step === 'upload');
+}
+
+/**
+ * HibernatePod: starts the pod's hibernation in a task of its own, or joins the one in flight.
+ * @throws FeosError FAILED_PRECONDITION (no object store; a state or volumes that do not hibernate),
+ *   NOT_FOUND, ABORTED (a ResumePod abandoned it), UNAVAILABLE (busy; the store failed: the pod stays
+ *   SUSPENDED or as it was, its uploads removed)
+ */
+export function hibernatePod(core: PodCore, id: string, noAbandon: boolean): Promise<PodInfo> {
+  const store = core.o.objectStore;
+  if (!store) return Promise.reject(new FeosError('FAILED_PRECONDITION', 'feosd has no object store: pods do not hibernate (start it with --object-store file:///path)'));
+  const pod0 = core.o.records.get(id);
+  const entry = core.entries.get(id);
+  if (!pod0 || !entry) return Promise.reject(new FeosError('NOT_FOUND', `pod ${id} not found`));
+  if (entry.hibernation) {
+    if (noAbandon) entry.hibernation.noAbandon = true;
+    return entry.hibernation.done;
+  }
+  if (pod0.state === PodState.HIBERNATED) return Promise.resolve(pod0);
+  if (pod0.spec!.volumes.length > 0) {
+    return Promise.reject(new FeosError('FAILED_PRECONDITION', `pod ${id} has volumes: a pod with volumes does not hibernate on this node yet (docs/feos/departures.md)`));
+  }
+  const h: Hibernation = {
+    checkpoint: newCheckpointName(),
+    step: 'waiting',
+    noAbandon,
+    memory: pod0.state === PodState.RUNNING || pod0.state === PodState.SUSPENDED,
+    bytesDone: 0,
+    bytesTotal: 0,
+    abandon: new AbortController(),
+    done: Promise.resolve(pod0),
+  };
+  entry.hibernation = h;
+  h.done = core
+    .locked(id, (pod) => hibernateLocked(core, pod, h))
+    .finally(() => {
+      if (entry.hibernation === h) entry.hibernation = undefined;
+    });
+  // Every caller may go away; the task's end is logged once.
+  h.done.catch((err: unknown) => core.log.warn({ id, checkpoint: h.checkpoint, err: errorMessage(err) }, 'hibernation failed'));
+  return h.done;
+}
+
+function abandoned(id: string): FeosError {
+  return new FeosError('ABORTED', `the hibernation of pod ${id} was abandoned for a ResumePod; the pod resumes from its snapshot on the node`);
+}
+
+async function hibernateLocked(core: PodCore, pod: PodInfo, h: Hibernation): Promise<PodInfo> {
+  const o = core.o;
+  const store = o.objectStore!;
+  const id = pod.id;
+  if (pod.state === PodState.HIBERNATED) return pod;
+  if (h.abandon.signal.aborted) throw abandoned(id);
+  const ok = [PodState.RUNNING, PodState.SUSPENDED, PodState.STOPPED, PodState.FAILED];
+  if (!ok.includes(pod.state)) {
+    throw new FeosError('FAILED_PRECONDITION', `pod ${id} is ${PodState[pod.state]}: a RUNNING, SUSPENDED, STOPPED or FAILED pod hibernates`);
+  }
+  h.memory = pod.state === PodState.RUNNING || pod.state === PodState.SUSPENDED;
+  if (pod.state === PodState.RUNNING) {
+    h.step = 'suspend';
+    pod = await suspendLocked(core, pod, { reason: 'suspended to hibernate' });
+  }
+  const disk = podDiskPath(core, id);
+  if (!existsSync(disk)) throw new FeosError('FAILED_PRECONDITION', `pod ${id} has no disk yet (it never booted): nothing to hibernate`);
+  const files: Array<{ name: string; path: string }> = [];
+  if (h.memory) files.push({ name: MEMORY_FILE, path: vmPaths(o.vms.dir(id)).vmstate });
+  files.push({ name: DISK_FILE, path: disk });
+  for (const f of files) h.bytesTotal += (await stat(f.path)).size;
+  h.step = 'upload';
+  const written: CheckpointFile[] = [];
+  const removeUploads = async () => {
+    for (const f of files) await store.delete(checkpointKey(id, h.checkpoint, f.name)).catch(() => {});
+  };
+  try {
+    let before = 0;
+    for (const f of files) {
+      if (h.abandon.signal.aborted) throw abandoned(id);
+      const put = await store.put(checkpointKey(id, h.checkpoint, f.name), fileChunks(f.path, h.abandon.signal), {
+        signal: h.abandon.signal,
+        onProgress: (n) => {
+          h.bytesDone = before + n;
+        },
+      });
+      before += put.sizeBytes;
+      written.push({ name: f.name, ...put });
+    }
+    if (h.abandon.signal.aborted) throw abandoned(id);
+  } catch (err: unknown) {
+    await removeUploads();
+    if (h.abandon.signal.aborted) throw abandoned(id);
+    throw new FeosError('UNAVAILABLE', `hibernate pod ${id}: upload: ${errorMessage(err)}; the pod stays ${PodState[pod.state]} on the node`, { cause: err });
+  }
+  // The manifest makes the checkpoint whole: from here on nothing abandons it.
+  h.step = 'manifest';
+  try {
+    await store.put(
+      checkpointKey(id, h.checkpoint, 'manifest.json'),
+      manifestBytes({
+        version: 1,
+        podId: id,
+        checkpoint: h.checkpoint,
+        createdAt: new Date().toISOString(),
+        node: hostname(),
+        guestVersion: pod.guestVersion,
+        memory: h.memory,
+        spec: pod.spec!,
+        files: written,
+      }),
+    );
+  } catch (err: unknown) {
+    await removeUploads();
+    throw new FeosError('UNAVAILABLE', `hibernate pod ${id}: manifest: ${errorMessage(err)}; the pod stays ${PodState[pod.state]} on the node`, { cause: err });
+  }
+  // Its local files and its network place go (seed "Addresses": as a delete does).
+  h.step = 'release';
+  await o.vms.delete(id);
+  await rm(disk, { force: true });
+  if (pod.spec!.network) {
+    await o.network.tearDown(pod).catch((err: unknown) => o.log.warn({ id, err: errorMessage(err) }, 'hibernate: network tear-down failed'));
+  }
+  pod.ipv6Address = '';
+  pod.ipv4Address = '';
+  pod.checkpoint = h.checkpoint;
+  await core.setState(pod, PodState.HIBERNATED, `hibernated to checkpoint ${h.checkpoint}${h.memory ? '' : ' (its disk alone)'}`);
+  return o.records.get(id)!;
+}
+
+/**
+ * A HIBERNATED pod's checkpoint leaves the object store (its delete), unless a restore claimed it
+ * (the pod lives on elsewhere). Failures are logged: the record's removal goes on.
+ */
+export async function dropCheckpoint(core: PodCore, pod: PodInfo): Promise<void> {
+  const store = core.o.objectStore;
+  if (!store || !pod.checkpoint) return;
+  try {
+    if (await store.exists(checkpointKey(pod.id, pod.checkpoint, 'restored'))) return;
+    for (const k of await store.list(`pods/${pod.id}/${pod.checkpoint}`)) await store.delete(k);
+  } catch (err: unknown) {
+    core.log.warn({ id: pod.id, checkpoint: pod.checkpoint, err: errorMessage(err) }, 'delete: the checkpoint was not removed from the object store');
+  }
+}

@@ -1,0 +1,182 @@
+/**
+ * RestorePod, and ResumePod of a HIBERNATED pod (seed 000, "A pod": Hibernate and Restore): brings a
+ * pod back from its checkpoint in the object store, on the node that hibernated it or on another feosd
+ * with the same store, with its memory (a resume: its guest's uptime goes on) or, when asked or when
+ * the checkpoint has none, on its disk alone (a fresh boot).
+ *
+ * Steps: the manifest is read and checked; the disk (and memory) are copied and checked against its
+ * sizes and SHA-256s; the checkpoint is claimed (`restored`, which one restore alone wins: a snapshot
+ * is resumed once); the disk is rebased on the local guest version's blank data volume; the pod is
+ * recorded; its microVM is made, given the memory and resumed, or its bring-up boots it. Until the
+ * claim, a failure leaves nothing behind: no local file, the record (if any) HIBERNATED as it was,
+ * the store untouched. After it, a failure leaves the pod FAILED with its disk, which StartPod boots.
+ */
+import { existsSync } from 'node:fs';
+import { mkdir, rename, rm } from 'node:fs/promises';
+import { execFile } from 'node:child_process';
+import { hostname } from 'node:os';
+import { join } from 'node:path';
+import { promisify } from 'node:util';
+import { create } from '@bufbuild/protobuf';
+import { timestampNow } from '@bufbuild/protobuf/wkt';
+import { type PodInfo, PodInfoSchema, PodState } from '../gen/feos/pod/v1/pod_pb.js';
+import { errorMessage, FeosError } from '../api/index.ts';
+import { normalizeSpec } from './spec.ts';
+import { POD_RECORD_VERSION } from './records.ts';
+import type { PodNetworkAttachment } from './network.ts';
+import { createMicroVm, podDiskPath, startBringUp } from './bring-up.ts';
+import { checkpointKey, DISK_FILE, fetchVerified, listCheckpoints, MEMORY_FILE, parseCheckpointName, readManifest } from './checkpoint.ts';
+import type { PodCore } from './core.ts';
+import { resumeLocked } from './lifecycle.ts';
+
+const run = promisify(execFile);
+
+/** What a restore is asked. */
+export interface RestoreRequest {
+  /** A checkpoint of the pod; empty: the HIBERNATED pod's own, or the latest in the store. */
+  checkpoint?: string;
+  /** A fresh boot on the checkpoint's disk, without its memory. */
+  diskOnly?: boolean;
+}
+
+/**
+ * Restores a pod from its checkpoint (a HIBERNATED pod of this node, or a pod the node does not have).
+ * Answers once the pod is RUNNING (or FAILED after a disk-only boot).
+ * @throws FeosError FAILED_PRECONDITION (no object store; the pod is on the node and not HIBERNATED; the
+ *   checkpoint was restored already; its guest version is not installed; its network cannot be made),
+ *   NOT_FOUND (no such checkpoint), DATA_LOSS (a manifest that is not one, a file that differs from it),
+ *   UNAVAILABLE (the store failed), INTERNAL (the resume failed: the pod is FAILED with its disk)
+ */
+export async function restorePod(core: PodCore, id: string, req: RestoreRequest): Promise<PodInfo> {
+  if (!core.o.objectStore) throw new FeosError('FAILED_PRECONDITION', 'feosd has no object store: pods do not restore (start it with --object-store file:///path)');
+  const checkpoint = req.checkpoint ? parseCheckpointName(req.checkpoint) : undefined;
+  // A hibernation in flight ends first (a ResumePod that may abandon it has done so already).
+  const h = core.entries.get(id)?.hibernation;
+  if (h) await h.done.catch(() => {});
+  const entry = core.entry(id);
+  const restored = await entry.lock.run(async () => {
+    if (core.entries.get(id) !== entry) throw new FeosError('NOT_FOUND', `pod ${id} not found`);
+    const existing = core.o.records.get(id);
+    try {
+      if (existing && existing.state !== PodState.HIBERNATED) {
+        throw new FeosError('FAILED_PRECONDITION', `pod ${id} is ${PodState[existing.state]} on this node: only a HIBERNATED pod, or one the node does not have, restores`);
+      }
+      return await restoreLocked(core, id, existing, checkpoint, req.diskOnly ?? false);
+    } finally {
+      // A restore that made no record leaves no entry behind.
+      if (!core.o.records.get(id) && core.entries.get(id) === entry) core.entries.delete(id);
+    }
+  });
+  if (restored.state === PodState.PENDING) await startBringUp(core, id, entry);
+  const pod = core.o.records.get(id);
+  if (!pod) throw new FeosError('NOT_FOUND', `pod ${id} not found`);
+  return pod;
+}
+
+async function restoreLocked(core: PodCore, id: string, existing: PodInfo | undefined, wanted: string | undefined, diskOnly: boolean): Promise<PodInfo> {
+  const o = core.o;
+  const store = o.objectStore!;
+  let checkpoint = wanted ?? existing?.checkpoint;
+  if (!checkpoint) {
+    let all: string[];
+    try {
+      all = await listCheckpoints(store, id);
+    } catch (err: unknown) {
+      throw new FeosError('UNAVAILABLE', `object store: ${errorMessage(err)}`, { cause: err });
+    }
+    checkpoint = all.at(-1);
+    if (!checkpoint) throw new FeosError('NOT_FOUND', `pod ${id} is not on this node and has no checkpoint in the object store ${store.url}`);
+  }
+  const m = await readManifest(store, id, checkpoint);
+  const claimKey = checkpointKey(id, checkpoint, 'restored');
+  const restoredAlready = async () => {
+    const said = await store.getBytes(claimKey).then(
+      (b) => new TextDecoder().decode(b).trim(),
+      () => '',
+    );
+    return new FeosError('FAILED_PRECONDITION', `checkpoint ${checkpoint} of pod ${id} was restored already${said ? ` (${said})` : ''}: a checkpoint is restored once`);
+  };
+  if (await store.exists(claimKey)) throw await restoredAlready();
+  let spec: PodInfo['spec'];
+  try {
+    spec = normalizeSpec(m.spec);
+  } catch (err: unknown) {
+    throw new FeosError('DATA_LOSS', `checkpoint ${checkpoint} of pod ${id}: its manifest's spec: ${errorMessage(err)}; nothing was restored`);
+  }
+  if (existing) spec = existing.spec!;
+  const guestDir = join(o.guestDir, m.guestVersion);
+  if (!existsSync(join(guestDir, 'data.qcow2'))) {
+    throw new FeosError('FAILED_PRECONDITION', `checkpoint ${checkpoint} of pod ${id} needs guest version ${m.guestVersion}, which is not installed in ${o.guestDir}`);
+  }
+  if (spec!.volumes.length > 0) throw new FeosError('FAILED_PRECONDITION', `pod ${id} has volumes: a pod with volumes does not restore on this node yet`);
+  if (spec!.network) {
+    const why = o.network.check(spec!.network);
+    if (why) throw new FeosError('FAILED_PRECONDITION', why);
+  }
+  const memory = m.memory && !diskOnly;
+  const disk = podDiskPath(core, id);
+  const tmpDisk = `${disk}.restore`;
+  const tmpMemory = join(o.disksDir, `.${id}.memory.restore`);
+  const file = (name: string) => m.files.find((f) => f.name === name)!;
+  await mkdir(o.disksDir, { recursive: true });
+  try {
+    await fetchVerified(store, id, checkpoint, file(DISK_FILE), tmpDisk);
+    if (memory) await fetchVerified(store, id, checkpoint, file(MEMORY_FILE), tmpMemory);
+    const claim = new TextEncoder().encode(`${JSON.stringify({ node: hostname(), at: new Date().toISOString(), memory })}\n`);
+    let won: boolean;
+    try {
+      won = await store.putIfAbsent(claimKey, claim);
+    } catch (err: unknown) {
+      throw new FeosError('UNAVAILABLE', `object store: ${errorMessage(err)}`, { cause: err });
+    }
+    if (!won) throw await restoredAlready();
+    // The disk names its backing file by path: this node's copy of the guest version's blank volume.
+    await run('qemu-img', ['rebase', '-u', '-F', 'qcow2', '-b', join(guestDir, 'data.qcow2'), tmpDisk]);
+    await rename(tmpDisk, disk);
+  } catch (err: unknown) {
+    await rm(tmpDisk, { force: true });
+    await rm(tmpMemory, { force: true });
+    if (err instanceof FeosError) throw err;
+    throw new FeosError('INTERNAL', `restore pod ${id}: ${errorMessage(err)}; nothing was restored`, { cause: err });
+  }
+  const now = timestampNow();
+  const pod =
+    existing ??
+    create(PodInfoSchema, { id, spec, state: PodState.STOPPED, createdAt: now, stateChangedAt: now, recordVersion: POD_RECORD_VERSION });
+  pod.guestVersion = m.guestVersion;
+  pod.checkpoint = '';
+  pod.ipv6Address = '';
+  pod.ipv4Address = '';
+  const reason = `restored from checkpoint ${checkpoint}${memory ? '' : ' (its disk alone)'}`;
+  core.log.info({ id, checkpoint, memory, from: m.node }, 'restore');
+  try {
+    if (o.vms.get(id)) await o.vms.delete(id);
+    if (!memory) {
+      await rm(tmpMemory, { force: true });
+      await core.setState(pod, PodState.PENDING, reason);
+    } else {
+      await core.setState(pod, PodState.STOPPED, `${reason}: restoring`);
+      let net: PodNetworkAttachment | undefined;
+      if (spec!.network) {
+        net = await o.network.setUp(pod);
+        pod.ipv6Address = net.ipv6Address;
+        pod.ipv4Address = net.ipv4Address;
+      }
+      await createMicroVm(core, pod, net);
+      await o.vms.adoptSnapshot(id, tmpMemory);
+      await core.setState(pod, PodState.SUSPENDED, reason);
+      await resumeLocked(core, o.records.get(id)!, false, reason);
+    }
+  } catch (err: unknown) {
+    await rm(tmpMemory, { force: true });
+    const p = o.records.get(id) ?? pod;
+    if (p.state !== PodState.FAILED) await core.setState(p, PodState.FAILED, `restore: ${errorMessage(err)}`);
+    throw err instanceof FeosError ? err : new FeosError('INTERNAL', `restore pod ${id}: ${errorMessage(err)}; the pod is FAILED with its disk`, { cause: err });
+  } finally {
+    // The claimed checkpoint's data are this node's now; its manifest and claim stay as its history.
+    for (const name of [MEMORY_FILE, DISK_FILE]) {
+      await store.delete(checkpointKey(id, checkpoint, name)).catch((err: unknown) => core.log.warn({ id, checkpoint, err: errorMessage(err) }, 'restore: a checkpoint file was not removed'));
+    }
+  }
+  return o.records.get(id)!;
+}

@@ -1,0 +1,83 @@
+/**
+ * The object store that pods hibernate into (seed 000, "A pod": Hibernate and Restore; ADR 0008). The
+ * seed's store is S3 behind diskd; this node has neither, so the pod layer talks to this small
+ * interface, and `openObjectStore` picks the implementation from `--object-store`'s URL (a local
+ * directory, `file:///path`, is the one built: docs/feos/departures.md).
+ *
+ * Keys are `/`-separated segments of letters, digits, `.`, `_` and `-`, none starting with `.`. An
+ * object is seen whole or not at all: `put` makes it visible only once every byte is written and kept.
+ */
+
+/** An object's size and SHA-256, as `put` measured them while writing. */
+export interface PutResult {
+  sizeBytes: number;
+  /** Lowercase hex. */
+  sha256: string;
+}
+
+/** Options of a store call. */
+export interface StoreCallOptions {
+  /** Ends the call; a `put` that is cut leaves no object. */
+  signal?: AbortSignal;
+}
+
+/** A store of objects by key. */
+export interface ObjectStore {
+  /** The store's URL, as `--object-store` gave it (for messages). */
+  readonly url: string;
+  /**
+   * Writes an object whole, replacing one of the key; it is visible only once complete.
+   * @param onProgress called with the bytes written so far
+   * @throws ObjectStoreError naming the key and the step; AbortError when `signal` aborts
+   */
+  put(key: string, body: AsyncIterable<Uint8Array> | Uint8Array, options?: StoreCallOptions & { onProgress?: (bytes: number) => void }): Promise<PutResult>;
+  /**
+   * Writes an object only when the key has none (a claim: S3's `If-None-Match: *`).
+   * @returns false when the key has an object already
+   */
+  putIfAbsent(key: string, body: Uint8Array): Promise<boolean>;
+  /** An object's bytes as they are read. @throws ObjectNotFoundError */
+  get(key: string, options?: StoreCallOptions): AsyncIterable<Uint8Array>;
+  /** An object's whole bytes (for small objects such as manifests). @throws ObjectNotFoundError */
+  getBytes(key: string): Promise<Uint8Array>;
+  /** Whether the key has an object. */
+  exists(key: string): Promise<boolean>;
+  /** The keys below `prefix` (a key's leading segments), sorted. */
+  list(prefix: string): Promise<string[]>;
+  /** Removes an object; a key without one is fine. */
+  delete(key: string): Promise<void>;
+}
+
+/** A store call that failed: the key and the step are named, the system's error is the cause. */
+export class ObjectStoreError extends Error {
+  readonly key: string;
+  constructor(key: string, message: string, options?: { cause?: unknown }) {
+    super(message, options);
+    this.name = 'ObjectStoreError';
+    this.key = key;
+  }
+}
+
+/** The key has no object. */
+export class ObjectNotFoundError extends ObjectStoreError {
+  constructor(key: string, url: string) {
+    super(key, `${url}: no object ${key}`);
+    this.name = 'ObjectNotFoundError';
+  }
+}
+
+const SEGMENT = /^[A-Za-z0-9_-][A-Za-z0-9._-]*$/;
+
+/**
+ * Checks a key's form.
+ * @throws RangeError naming the key and the rule
+ */
+export function checkKey(key: string): string[] {
+  const parts = key.split('/');
+  for (const p of parts) {
+    if (!SEGMENT.test(p)) {
+      throw new RangeError(`object key ${JSON.stringify(key)}: want '/'-separated segments of letters, digits, '.', '_' and '-', none starting with '.'`);
+    }
+  }
+  return parts;
+}
