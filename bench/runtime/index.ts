@@ -5,6 +5,8 @@
  *  2. freeze + snapshot + restore of a pod with 64 KiB, 1 MiB and 16 MiB of memory, against copying
  *     and hashing those bytes (target within 2× for 1 MiB and more), with absolute times;
  *  3. memory per idle pod: RSS growth for 100 idle `echo` pods, and how many a 24 GiB machine holds;
+ *     3b. dense pods (configurePodThreads, issue 11): RSS and start time per idle `counter` pod, 100
+ *     pods one a thread against 1000 pods 100 a shared thread, as ratios;
  *  4. kube32.io/interp-mops, measured three times (the seed: stable within 10% on an idle machine).
  * Run: node --expose-gc bench/runtime/index.ts   (or npm run bench runtime)
  */
@@ -183,6 +185,15 @@ async function benchSnapshots(): Promise<void> {
   console.log('   (restore includes handing the snapshot to a booted spare worker and instantiating the module; "fresh start" is that alone)');
 }
 
+/** Runs idle.ts in a fresh process: RSS per idle pod, start time per pod, threads used. */
+function idleRun(index: string, wasm: string, n: number, perThread: number): { perPodBytes: number; startMs: number; threads: number } | string {
+  const r = spawnSync(process.execPath, ['--expose-gc', join(ROOT, 'bench/runtime/idle.ts'), index, wasm, String(n), String(perThread)], { encoding: 'utf8' });
+  if (r.status !== 0) return `failed: ${r.stderr.trim().split('\n').at(-1)}`;
+  return JSON.parse(r.stdout.trim().split('\n').at(-1)!) as { perPodBytes: number; startMs: number; threads: number };
+}
+
+const MiB = 2 ** 20;
+
 function benchIdleMemory(): void {
   const n = 100;
   console.log(`\n3. idle pods: ${n} echo pods, each in its own worker thread (RSS growth of a fresh process)`);
@@ -191,14 +202,30 @@ function benchIdleMemory(): void {
   if (existsSync(dist)) variants.push(['built (dist/, npm run build)', dist]);
   else console.log('   (no dist/: run npm run build to measure the built runtime too)');
   for (const [label, index] of variants) {
-    const r = spawnSync(process.execPath, ['--expose-gc', join(ROOT, 'bench/runtime/idle.ts'), index, join(ROOT, 'build/examples/echo.wasm'), String(n)], { encoding: 'utf8' });
-    if (r.status !== 0) {
-      console.log(`   ${label}: failed: ${r.stderr.trim().split('\n').at(-1)}`);
+    const r = idleRun(index, join(ROOT, 'build/examples/echo.wasm'), n, 1);
+    if (typeof r === 'string') {
+      console.log(`   ${label}: ${r}`);
       continue;
     }
-    const { perPodBytes, startMs } = JSON.parse(r.stdout.trim().split('\n').at(-1)!) as { perPodBytes: number; startMs: number };
-    console.log(`   ${label}: ${(perPodBytes / 2 ** 20).toFixed(2)} MiB per idle pod, start ${startMs.toFixed(1)} ms per pod; a 24 GiB machine holds about ${Math.floor((24 * 2 ** 30) / perPodBytes)}`);
+    console.log(`   ${label}: ${(r.perPodBytes / MiB).toFixed(2)} MiB per idle pod, start ${r.startMs.toFixed(1)} ms per pod; a 24 GiB machine holds about ${Math.floor((24 * 2 ** 30) / r.perPodBytes)}`);
   }
+
+  // Dense pods (configurePodThreads): idle counter pods, one a thread against 100 a shared thread.
+  const counter = join(ROOT, 'build/examples/counter.wasm');
+  const index = variants.at(-1)![1];
+  const dense = 1000;
+  console.log(`\n3b. dense pods: idle counter pods, ${n} one a thread against ${dense} packed 100 a shared thread (${variants.at(-1)![0].split(' (')[0]})`);
+  const one = idleRun(index, counter, n, 1);
+  const packed = idleRun(index, counter, dense, 100);
+  if (typeof one === 'string' || typeof packed === 'string') {
+    console.log(`   ${typeof one === 'string' ? one : ''} ${typeof packed === 'string' ? packed : ''}`);
+    return;
+  }
+  console.log('   podsPerThread   pods   threads   RSS per idle pod   start per pod   pods in 24 GiB');
+  for (const [ppt, pods, r] of [[1, n, one], [100, dense, packed]] as const) {
+    console.log(`   ${String(ppt).padStart(13)} ${String(pods).padStart(6)} ${String(r.threads).padStart(9)} ${(r.perPodBytes / MiB).toFixed(3).padStart(14)} MiB ${r.startMs.toFixed(2).padStart(12)} ms ${String(Math.floor((24 * 2 ** 30) / r.perPodBytes)).padStart(16)}`);
+  }
+  console.log(`   ratios one-a-thread / dense: RSS per pod ${(one.perPodBytes / packed.perPodBytes).toFixed(1)}x, start per pod ${(one.startMs / packed.startMs).toFixed(1)}x   (target: dense well under 1 MiB a pod)`);
 }
 
 const echo = await loadModule(echoBytes(), { memoryLimitBytes: 16 << 20 });

@@ -4,8 +4,10 @@
  * "Snapshot format" and "Kubelet endpoints".
  *
  * - {@link loadModule}: check, classify and instrument a module (keeps the image SHA-256 of the original bytes).
- * - {@link PodInstance}: one container, in its own worker thread: calls, ticks, events, freeze, thaw,
- *   blockers, K32S snapshot and restore, logs, exit.
+ * - {@link PodInstance}: one container, in its own worker thread (or a shared one: dense pods): calls,
+ *   ticks, events, freeze, thaw, blockers, K32S snapshot and restore, logs, exit.
+ * - {@link configurePodThreads}: how many request pods share a worker thread (1 by default);
+ *   {@link warmWorkerPool}, {@link drainWorkerPool}, {@link podThreadCounts}: the threads.
  * - {@link serveHttp}: the HTTP adapter of `kube32-cli dev` and the kubelet.
  * - {@link measureInterpMops}: the node's `kube32.io/interp-mops`.
  *

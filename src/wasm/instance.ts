@@ -61,6 +61,8 @@ export class PodInstance extends EventEmitter {
   readonly exited: Promise<PodExit>;
   readonly #opts: PodStartOptions;
   #link!: PodLink;
+  /** Resolves once the pod's thread has let it go (its own thread terminated). */
+  #detached: Promise<void> = Promise.resolve();
   /** The start in progress (its messages go to it until it settles). */
   #starting: StartSequence | undefined;
   readonly #logs: LogRing;
@@ -297,7 +299,7 @@ export class PodInstance extends EventEmitter {
   #detach(running: CallKind | undefined): void {
     const ms = this.#opts.callDeadlineMs ?? DEFAULT_FREEZE_TIMEOUT_MS;
     const step = this.#starting?.step ?? (running ? runningCallBlocker(EXPORT_OF[running], ms) : `its code still running after ${ms} ms`);
-    this.#link?.detach(ms, `ran past its call deadline (${step})`);
+    this.#detached = this.#link?.detach(ms, `ran past its call deadline (${step})`) ?? Promise.resolve();
   }
 
   #request<T extends FromWorker>(msg: ToWorker & { id: number }): Promise<T> {
@@ -604,6 +606,7 @@ export class PodInstance extends EventEmitter {
    */
   async terminate(): Promise<PodExit> {
     this.#end('Completed', 'stopped by the node');
+    await this.#detached;
     return this.#exit!;
   }
 

@@ -67,8 +67,9 @@ export interface PodLink {
    * return; if it is still in that run then, the thread is stopped, and its other pods end with a
    * message naming this pod and `what` (e.g. "ran past its call deadline (call k32_handle still
    * running after 10000 ms)").
+   * @returns resolves when a thread of its own has ended (at once on a shared thread)
    */
-  detach(deadlineMs: number, what: string): void;
+  detach(deadlineMs: number, what: string): Promise<void>;
 }
 
 interface Tenant {
@@ -91,6 +92,8 @@ class PodThread {
   /** Slots detached whose code still runs, each watched until its deadline. */
   readonly #watches = new Set<NodeJS.Timeout>();
   #ended = false;
+  /** Resolves once the thread has been terminated. */
+  #terminated: Promise<void> = Promise.resolve();
 
   constructor(podsPerThread: number) {
     const w = new Worker(WORKER_URL, { resourceLimits: resourceLimits(podsPerThread), workerData: { status: this.status.buffer } });
@@ -148,26 +151,26 @@ class PodThread {
         return r && r.slot === slot ? r.sinceAbsMs - performance.timeOrigin : undefined;
       },
       detach: (deadlineMs, what) => {
-        if (detached) return;
+        if (detached) return Promise.resolve();
         detached = true;
-        this.#detach(tenant, deadlineMs, what);
+        return this.#detach(tenant, deadlineMs, what);
       },
     };
   }
 
-  #detach(tenant: Tenant, deadlineMs: number, what: string): void {
+  #detach(tenant: Tenant, deadlineMs: number, what: string): Promise<void> {
     this.tenants.delete(tenant.slot);
     tenant.port.removeAllListeners('message');
     tenant.port.close();
-    if (this.#ended) return;
+    if (this.#ended) return this.#terminated;
     if (!this.shared || this.tenants.size === 0) {
       // Its own thread, or the last pod of a shared one: the thread goes (a running call with it).
-      this.#retire();
-      return;
+      this.#end(undefined);
+      return this.#terminated;
     }
     this.worker.postMessage({ op: 'detach', slot: tenant.slot } satisfies ToThread);
     const run = this.status.read();
-    if (!run || run.slot !== tenant.slot) return;
+    if (!run || run.slot !== tenant.slot) return Promise.resolve();
     // Its code still runs: the context is freed once it returns. If it has not returned by its
     // deadline, it never gives the thread back: stop the thread.
     const left = Math.max(0, run.sinceAbsMs + deadlineMs - nowAbsMs());
@@ -178,6 +181,7 @@ class PodThread {
     }, left);
     timer.unref();
     this.#watches.add(timer);
+    return Promise.resolve();
   }
 
   /**
@@ -190,11 +194,6 @@ class PodThread {
     this.#end({ message, beforeStart: message });
   }
 
-  /** Ends the thread when it holds no pod (or no longer should run). */
-  #retire(): void {
-    this.#end(undefined);
-  }
-
   #end(end: { message: string; beforeStart: string } | undefined): void {
     if (this.#ended) return;
     this.#ended = true;
@@ -203,7 +202,7 @@ class PodThread {
     removeThread(this);
     const left = [...this.tenants.values()];
     this.tenants.clear();
-    void this.worker.terminate();
+    this.#terminated = this.worker.terminate().then(() => {}, () => {});
     for (const t of left) {
       t.port.removeAllListeners('message');
       t.port.close();

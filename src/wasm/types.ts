@@ -188,7 +188,10 @@ export interface PodStartOptions {
   /** A K32S snapshot to restore from instead of a fresh start (seed, "Kubelet endpoints"). */
   restoreFrom?: AsyncIterable<Uint8Array>;
   /**
-   * A call that runs longer than this is reported (a log line and the `overdue` event); the pod keeps running.
+   * A call that runs longer than this is reported (a log line and the `overdue` event); the pod keeps running
+   * on a thread of its own. On a shared thread (dense pods, {@link configurePodThreads}) the time counts from
+   * when the pod's own code began to run, and a call past it ends the pod (reason `Error`) and stops the
+   * thread, ending its co-tenants (docs/wasm-runtime.md, "Dense pods").
    * `k32_init` and `k32_restored` get the same time, then the start fails (the pod never ran):
    * `PodStartError('Error', 'k32_init still running after <ms> ms')`, the worker terminated.
    * @default 10000
