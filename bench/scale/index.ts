@@ -73,6 +73,34 @@ const pct = (xs: number[], p: number) => {
   return s[Math.min(s.length - 1, Math.ceil((p / 100) * s.length) - 1)] ?? Number.NaN;
 };
 
+/** The API server's request counters and summed handling times (`/metrics`), keyed by `verb resource[/subresource]`. */
+interface ApiMetrics {
+  requests: Map<string, number>;
+  seconds: Map<string, number>;
+}
+
+async function scrapeApi(kc: string): Promise<ApiMetrics> {
+  const r = await kubectl(kc, ['get', '--raw', '/metrics']);
+  if (r.code !== 0) throw new Error(`/metrics: ${r.stderr}`);
+  const m: ApiMetrics = { requests: new Map(), seconds: new Map() };
+  for (const line of r.stdout.split('\n')) {
+    const hit = /^(apiserver_request_total|apiserver_request_duration_seconds_sum)\{([^}]*)\} (\S+)$/.exec(line);
+    if (!hit) continue;
+    const labels = Object.fromEntries([...hit[2]!.matchAll(/(\w+)="([^"]*)"/g)].map((x) => [x[1], x[2]]));
+    const key = `${labels.verb} ${labels.resource || '-'}${labels.subresource ? `/${labels.subresource}` : ''}`;
+    const into = hit[1] === 'apiserver_request_total' ? m.requests : m.seconds;
+    into.set(key, (into.get(key) ?? 0) + Number(hit[3]));
+  }
+  return m;
+}
+
+/** What changed between two scrapes, largest first. */
+function delta(after: Map<string, number>, before: Map<string, number>): [string, number][] {
+  return [...after].map(([k, v]): [string, number] => [k, v - (before.get(k) ?? 0)]).filter(([, v]) => v > 0).sort((a, b) => b[1] - a[1]);
+}
+
+const WRITE_VERBS = /^(create|update|patch|delete|deletecollection|post|put)\b/;
+
 interface PodLite {
   metadata: { name: string; uid: string; deletionTimestamp?: string };
   spec: { nodeName?: string };
@@ -166,6 +194,7 @@ async function main(): Promise<void> {
   const pids = { cp: cp.proc.pid!, etcd: etcd.proc.pid!, sims: procs.map((p) => p.proc.pid!) };
   const cpuAt = () => ({ cp: cpuSeconds(pids.cp), etcd: cpuSeconds(pids.etcd), sims: pids.sims.reduce((a, pid) => a + cpuSeconds(pid), 0), bench: process.cpuUsage().user / 1e6 + process.cpuUsage().system / 1e6 });
   const cpu0 = cpuAt();
+  const api0 = await scrapeApi(kc);
 
   // A client's mutating calls while the pods roll out: a ConfigMap every 500 ms.
   const rolloutMut: number[] = [];
@@ -178,7 +207,8 @@ async function main(): Promise<void> {
         await core.createNamespacedConfigMap({ namespace: 'default', body: { metadata: { name: `rollout-${i}` }, data: { k: 'v' } } });
         rolloutMut.push(performance.now() - a);
       } catch (err: unknown) {
-        rolloutFailed.push(err instanceof Error ? err.message : String(err));
+        const cause = err instanceof Error && err.cause instanceof Error ? ` (${err.cause.message})` : '';
+        rolloutFailed.push(`${err instanceof Error ? err.message : String(err)}${cause}`);
       }
       await new Promise((r) => setTimeout(r, 500)); // the probe's pace, not a synchronisation
     }
@@ -198,6 +228,12 @@ async function main(): Promise<void> {
   probing = false;
   await probe;
   const cpu1 = cpuAt();
+  const api1 = await scrapeApi(kc);
+  const requests = delta(api1.requests, api0.requests);
+  const writes = requests.filter(([k]) => WRITE_VERBS.test(k));
+  const writeTotal = writes.reduce((a, [, v]) => a + v, 0);
+  const handling = delta(api1.seconds, api0.seconds);
+  const handlingTotal = handling.reduce((a, [, v]) => a + v, 0);
   const allReadyS = (tReady - t0) / 1000;
   const uids = [...readyAt.keys()];
   const startup = uids.map((uid) => readyAt.get(uid)! - t0);
@@ -258,6 +294,8 @@ async function main(): Promise<void> {
   console.log(`| of which creation → bound, p50 / p99 | ${ms(pct(createToBound, 50))} / ${ms(pct(createToBound, 99))} |`);
   console.log(`| of which bound → Ready, p50 / p99 | ${ms(pct(boundToReady, 50))} / ${ms(pct(boundToReady, 99))} |`);
   console.log(`| CPU seconds during the rollout (${allReadyS.toFixed(0)} s × 2 cores): control plane / etcd / kube32-sim (all) / bench | ${cpuUsed('cp')} / ${cpuUsed('etcd')} / ${cpuUsed('sims')} / ${cpuUsed('bench')} |`);
+  console.log(`| API writes during the rollout: total (a second), the largest | ${writeTotal} (${(writeTotal / allReadyS).toFixed(0)}/s): ${writes.slice(0, 8).map(([k, v]) => `${k} ${v}`).join(', ')} |`);
+  console.log(`| API server request handling summed over the rollout (its thread's busy time), the largest | ${handlingTotal.toFixed(1)} s of ${allReadyS.toFixed(1)} s: ${handling.slice(0, 6).map(([k, v]) => `${k} ${v.toFixed(1)} s`).join(', ')} |`);
   console.log(`| ConfigMap create during the rollout (client-node, ${rolloutMut.length} calls, ${rolloutFailed.length} failed${rolloutFailed.length ? `: ${rolloutFailed[0]}` : ''}), p50 / p99 / max | ${ms(pct(rolloutMut, 50))} / ${ms(pct(rolloutMut, 99))} / ${ms(Math.max(...rolloutMut))} |`);
   console.log(`| kubectl create configmap after, p50 / p99 (kubectl's own start ~ kubectl version: ${ms(pct(ver, 50))}) | ${ms(pct(mut, 50))} / ${ms(pct(mut, 99))} |`);
   console.log(`| kubectl get pods -A (${PODS} pods), p50 / p99 | ${ms(pct(lists, 50))} / ${ms(pct(lists, 99))} |`);
