@@ -1,0 +1,217 @@
+// Suspend on stop and hibernation with a real microVM (QEMU, TCG here), as root, one pod booted once:
+// feosd --suspend-on-stop ended by SIGTERM suspends it and records it; the next feosd resumes it (its
+// guest's uptime goes on) and removes the record; it hibernates into a local-directory object store and
+// another feosd (another state dir, the same store) restores it with its memory; a checkpoint restores
+// once; a corrupt manifest is DATA_LOSS with nothing lost; a ResumePod during a hibernation abandons it
+// or restores after it; and a disk-only restore boots it anew.
+import assert from 'node:assert/strict';
+import { test } from 'node:test';
+import { execFileSync } from 'node:child_process';
+import { existsSync, mkdirSync, readdirSync, readFileSync, writeFileSync } from 'node:fs';
+import { join } from 'node:path';
+import { pathToFileURL } from 'node:url';
+import { fromBinary } from '@bufbuild/protobuf';
+import { status } from '@grpc/grpc-js';
+import { MicroVmSchema, MicroVmState } from '../../../src/feos/gen/feos/microvm/v1/microvm_pb.js';
+import { feosctl, PodState, startFeosd, tempDir, until, waitForPod, type FeosdProcess } from '../../feos/harness.ts';
+
+const REPO = new URL('../../../', import.meta.url).pathname;
+const GUEST_DIR = join(REPO, 'build/guest');
+const ID = 'mkhbtest0aa';
+const BOOT_MS = 300_000;
+
+function microVm(stateDir: string) {
+  return fromBinary(MicroVmSchema, readFileSync(join(stateDir, 'vms', ID, 'microvm.pb')));
+}
+
+/** Whether the process runs (a zombie counts as ended). */
+function alive(pid: number): boolean {
+  try {
+    const stat = readFileSync(`/proc/${pid}/stat`, 'utf8');
+    return stat.slice(stat.lastIndexOf(')') + 2)[0] !== 'Z';
+  } catch {
+    return false;
+  }
+}
+
+/** The pod once its guest answers GetPod. */
+function guestAnswers(feosd: FeosdProcess) {
+  return until(
+    'the guest answers GetPod',
+    async () => {
+      const pod = (await feosd.pods.getPod({ id: ID })).pod!;
+      return pod.guest?.answered ? pod : undefined;
+    },
+    60_000,
+  );
+}
+
+const code = (e: unknown) => (e as { code?: number }).code;
+const details = (e: unknown) => (e as { details?: string }).details ?? '';
+
+test('suspend on stop, then hibernate on one feosd and restore on another through the object store', { timeout: 1_200_000 }, async (t) => {
+  assert.equal(process.getuid?.(), 0, 'this suite runs as root');
+  execFileSync('bash', [join(REPO, 'scripts/build-guest.sh'), GUEST_DIR], { stdio: ['ignore', 'ignore', 'inherit'], timeout: 600_000 });
+  const { dir, cleanup } = tempDir('feos-hb-');
+  const baseA = join(dir, 'a');
+  const baseB = join(dir, 'b');
+  mkdirSync(baseA);
+  mkdirSync(baseB);
+  const storeDir = join(dir, 'store');
+  const flags = ['--object-store', pathToFileURL(storeDir).href, '--stop-grace', '120'];
+  let a: FeosdProcess = await startFeosd(baseA, { guestDir: GUEST_DIR, extra: ['--suspend-on-stop', ...flags] });
+  let b: FeosdProcess | undefined;
+  t.after(async () => {
+    await a.stop('SIGKILL');
+    await b?.stop('SIGKILL');
+    // QEMU outlives feosd by design: end the test's microVMs by their recorded pids.
+    for (const base of [baseA, baseB]) {
+      try {
+        const vm = microVm(join(base, 'state'));
+        if (vm.pid > 0) process.kill(vm.pid, 'SIGKILL');
+      } catch {}
+    }
+    cleanup();
+  });
+  let broken = '';
+  const step = (name: string, fn: () => Promise<void>) =>
+    t.test(name, { skip: broken ? `an earlier step failed: ${broken}` : false }, async () => {
+      try {
+        await fn();
+      } catch (err: unknown) {
+        broken = name;
+        t.diagnostic(`feosd A's log:\n${a.stderr().split('\n').slice(-25).join('\n')}`);
+        if (b) t.diagnostic(`feosd B's log:\n${b.stderr().split('\n').slice(-25).join('\n')}`);
+        throw err;
+      }
+    });
+
+  let bootId = '';
+  let uptime = 0n;
+  /** The guest answers with the same boot and a later uptime: its memory came back. */
+  const sameBootLater = async (f: FeosdProcess, what: string) => {
+    const got = await guestAnswers(f);
+    assert.equal(got.state, PodState.RUNNING);
+    assert.equal(got.guest!.bootId, bootId, `${what}: the same boot`);
+    assert.ok(got.guest!.uptimeMs > uptime, `${what}: uptime goes on: ${got.guest!.uptimeMs} > ${uptime}`);
+    uptime = got.guest!.uptimeMs;
+  };
+
+  await step('a pod boots RUNNING on feosd A', async () => {
+    await a.pods.createPod({ id: ID, spec: { vcpus: 1, memoryBytes: 256n * 1024n * 1024n } });
+    const pod = await waitForPod(a, ID, (p) => p.state !== PodState.PENDING, BOOT_MS);
+    assert.equal(pod.state, PodState.RUNNING, pod.reason);
+    const got = await guestAnswers(a);
+    bootId = got.guest!.bootId;
+    uptime = got.guest!.uptimeMs;
+  });
+
+  await step('SIGTERM with --suspend-on-stop suspends it, records it in suspended-for-stop.json, and exits 0', async () => {
+    const pid = microVm(a.stateDir).pid;
+    const exited = new Promise<number | null>((r) => a.child.once('exit', (c) => r(c)));
+    a.child.kill('SIGTERM');
+    assert.equal(await exited, 0, a.stderr());
+    const record = JSON.parse(readFileSync(join(a.stateDir, 'suspended-for-stop.json'), 'utf8'));
+    assert.equal(record.version, 1);
+    assert.deepEqual(record.pods, [ID]);
+    assert.ok(!Number.isNaN(Date.parse(record.stoppedAt)));
+    assert.equal(alive(pid), false, 'QEMU ended');
+    assert.equal(microVm(a.stateDir).state, MicroVmState.SUSPENDED);
+    assert.ok(existsSync(join(a.stateDir, 'vms', ID, 'snapshot', 'vmstate')));
+  });
+
+  await step('the next feosd resumes the recorded pod (same boot, uptime goes on) and removes the record', async () => {
+    a = await startFeosd(baseA, { guestDir: GUEST_DIR, extra: flags });
+    await until('the record is removed', async () => (existsSync(join(a.stateDir, 'suspended-for-stop.json')) ? undefined : true), 120_000);
+    await sameBootLater(a, 'resumed after the stop');
+    assert.match((await a.pods.getPod({ id: ID })).pod!.reason, /resumed/);
+  });
+
+  let checkpoint = '';
+  await step('feosctl pod hibernate puts it into the store and releases it on feosd A: HIBERNATED', async () => {
+    const out = await feosctl(a.socket, ['pod', 'hibernate', ID, '-o', 'json'], 300_000);
+    assert.equal(out.code, 0, out.stderr);
+    const pod = JSON.parse(out.stdout);
+    assert.equal(pod.state, 'POD_STATE_HIBERNATED');
+    checkpoint = pod.checkpoint;
+    assert.match(checkpoint, /^\d{8}T\d{6}Z-[0-9a-f]+$/);
+    const ck = join(storeDir, 'pods', ID, checkpoint);
+    const manifest = JSON.parse(readFileSync(join(ck, 'manifest.json'), 'utf8'));
+    assert.equal(manifest.podId, ID);
+    assert.equal(manifest.memory, true);
+    assert.deepEqual(manifest.files.map((f: { name: string }) => f.name).sort(), ['disk.qcow2', 'memory']);
+    assert.ok(manifest.files.every((f: { sizeBytes: number; sha256: string }) => f.sizeBytes > 0 && /^[0-9a-f]{64}$/.test(f.sha256)));
+    assert.equal(existsSync(join(a.stateDir, 'vms', ID)), false, "the microVM's directory is released");
+    assert.equal(existsSync(join(a.stateDir, 'disks', `${ID}.qcow2`)), false, 'the disk is released');
+    assert.equal((await a.pods.getPod({ id: ID })).pod!.state, PodState.HIBERNATED);
+    // A second hibernate answers as it is; StopPod and SuspendPod are not for a hibernated pod.
+    assert.equal((await a.pods.hibernatePod({ id: ID })).pod!.checkpoint, checkpoint);
+    await assert.rejects(a.pods.stopPod({ id: ID }), (e) => code(e) === status.FAILED_PRECONDITION);
+  });
+
+  await step('feosd B (another state dir, the same store) restores it with its memory; the checkpoint restores once', async () => {
+    b = await startFeosd(baseB, { guestDir: GUEST_DIR, extra: flags });
+    const out = await feosctl(b.socket, ['pod', 'restore', ID, '-o', 'json'], 300_000);
+    assert.equal(out.code, 0, out.stderr);
+    assert.equal(JSON.parse(out.stdout).state, 'POD_STATE_RUNNING', out.stdout);
+    await sameBootLater(b, 'restored on feosd B');
+    await assert.rejects(a.pods.resumePod({ id: ID }), (e) => code(e) === status.FAILED_PRECONDITION && /restored already/.test(details(e)));
+    assert.equal((await a.pods.getPod({ id: ID })).pod!.state, PodState.HIBERNATED, "A's record stays as it was");
+    assert.equal(existsSync(join(storeDir, 'pods', ID, checkpoint, 'memory')), false, "the claimed checkpoint's data are B's now");
+  });
+
+  await step('a corrupt manifest is DATA_LOSS and loses nothing; put back, the pod resumes', async () => {
+    const h = await b!.pods.hibernatePod({ id: ID, noAbandon: true });
+    assert.equal(h.pod!.state, PodState.HIBERNATED);
+    const ck = join(storeDir, 'pods', ID, h.pod!.checkpoint);
+    const manifestPath = join(ck, 'manifest.json');
+    const good = readFileSync(manifestPath);
+    const before = readdirSync(ck).sort();
+    writeFileSync(manifestPath, '{"version": 1, "podId": "mkhbtest0aa", "files": [ broken');
+    await assert.rejects(b!.pods.resumePod({ id: ID }), (e) => code(e) === status.DATA_LOSS && /manifest\.json is not a manifest: not JSON/.test(details(e)));
+    assert.equal((await b!.pods.getPod({ id: ID })).pod!.state, PodState.HIBERNATED);
+    assert.deepEqual(readdirSync(ck).sort(), before, "the checkpoint's files are all there");
+    assert.deepEqual(readdirSync(join(b!.stateDir, 'disks')), [], 'nothing half restored on the node');
+    writeFileSync(manifestPath, good);
+    const r = await b!.pods.resumePod({ id: ID });
+    assert.equal(r.pod!.state, PodState.RUNNING, r.pod!.reason);
+    await sameBootLater(b!, 'resumed from the checkpoint on B');
+  });
+
+  await step('a ResumePod during a hibernation abandons it (ABORTED) or, past its manifest, restores after it', async () => {
+    const hibernating = b!.pods.hibernatePod({ id: ID }).then(
+      (r) => ({ pod: r.pod, err: undefined as unknown }),
+      (err: unknown) => ({ pod: undefined, err }),
+    );
+    const seen = await until(
+      'GetPod shows the hibernation',
+      async () => {
+        const p = (await b!.pods.getPod({ id: ID })).pod!;
+        return p.hibernation ? p.hibernation.step : p.state === PodState.HIBERNATED ? 'ended' : undefined;
+      },
+      60_000,
+    );
+    const resumed = await b!.pods.resumePod({ id: ID });
+    const h = await hibernating;
+    t.diagnostic(`ResumePod came at step ${seen}; the hibernation ${h.err ? `failed: ${details(h.err)}` : 'ended'}`);
+    if (h.err) assert.equal(code(h.err), status.ABORTED, details(h.err));
+    assert.equal(resumed.pod!.state, PodState.RUNNING, resumed.pod!.reason);
+    await sameBootLater(b!, 'after the ResumePod');
+    if (h.err) {
+      for (const c of readdirSync(join(storeDir, 'pods', ID))) {
+        const files = readdirSync(join(storeDir, 'pods', ID, c));
+        if (!files.includes('manifest.json')) assert.deepEqual(files, [], `the abandoned checkpoint ${c} leaves no files`);
+      }
+    }
+  });
+
+  await step('a disk-only restore boots it anew on its disk', async () => {
+    const h = await b!.pods.hibernatePod({ id: ID });
+    assert.equal(h.pod!.state, PodState.HIBERNATED);
+    const out = await feosctl(b!.socket, ['pod', 'restore', ID, '--disk-only', '-o', 'json'], BOOT_MS);
+    assert.equal(out.code, 0, out.stderr);
+    assert.equal(JSON.parse(out.stdout).state, 'POD_STATE_RUNNING', out.stdout);
+    const got = await guestAnswers(b!);
+    assert.notEqual(got.guest!.bootId, bootId, 'a new boot');
+  });
+});
