@@ -14,6 +14,8 @@ import type { ThreadStatus } from './thread-status.ts';
 import { WA, type WasmInstance, type WasmMemory } from './wasm-api.ts';
 
 const enc = new TextEncoder();
+/** What {@link PodContext} `#run` returns when the pod was let go before its code could run. */
+const GONE = Symbol('gone');
 
 function trapMessage(err: unknown): string {
   if (err instanceof Error) return err.message || err.name;
@@ -29,6 +31,7 @@ export class PodContext {
   readonly #port: MessagePort;
   readonly #init: WorkerInit;
   readonly #status: ThreadStatus;
+  readonly #gone: Int32Array;
   readonly #onEnd: () => void;
   readonly #clock = new PodClock();
   readonly #host = new HostState();
@@ -49,13 +52,15 @@ export class PodContext {
 
   /**
    * @param slot the pod's slot on the thread (what {@link ThreadStatus} records while its code runs)
+   * @param gone set to 1 by the main thread once the pod has ended there
    * @param onEnd called once when the context is freed (detach)
    */
-  constructor(slot: number, port: MessagePort, init: WorkerInit, status: ThreadStatus, onEnd: () => void) {
+  constructor(slot: number, port: MessagePort, init: WorkerInit, status: ThreadStatus, gone: Int32Array, onEnd: () => void) {
     this.#slot = slot;
     this.#port = port;
     this.#init = init;
     this.#status = status;
+    this.#gone = gone;
     this.#onEnd = onEnd;
     // The thread may have waited in the pool since the node booted: the pod's clock starts now.
     this.#clock.reset(0);
@@ -83,9 +88,23 @@ export class PodContext {
     return this.#instance!.exports[name] as T | undefined;
   }
 
-  /** Runs the pod's own code, recorded in the thread's status (the main thread measures its deadline). */
-  #run<T>(f: () => T): T {
+  /**
+   * Records in the thread's status that the pod's code begins to run, unless the main thread has let
+   * the pod go (then the context is freed and false returned). The order matters: the status is
+   * written before `gone` is read, and the main thread sets `gone` before it reads the status, so
+   * either this sees `gone`, or the main thread sees the run (and bounds it by its deadline).
+   */
+  #enter(): boolean {
     this.#status.enter(this.#slot);
+    if (Atomics.load(this.#gone, 0) === 0) return true;
+    this.#status.leave();
+    this.detach();
+    return false;
+  }
+
+  /** Runs the pod's own code, recorded in the thread's status (the main thread measures its deadline). */
+  #run<T>(f: () => T): T | typeof GONE {
+    if (!this.#enter()) return GONE;
     try {
       return f();
     } finally {
@@ -135,7 +154,9 @@ export class PodContext {
     this.#post({ op: 'startCall', name: 'start' });
     try {
       // Synchronously, so that a restore's first chunks (already queued on the port) meet a decoder.
-      this.#instance = this.#run(() => new WA.Instance(init.compiled, { k32: this.#imports }));
+      const instance = this.#run(() => new WA.Instance(init.compiled, { k32: this.#imports }));
+      if (instance === GONE) return;
+      this.#instance = instance;
       this.#memory = this.#ex<WasmMemory>(INSTR.memory);
       this.#state = new PodStateIO(init, this.#instance, this.#memory);
       this.#post({ op: 'startCall' });
@@ -160,7 +181,7 @@ export class PodContext {
     if (fn && init.exportNames.includes(first)) {
       this.#post({ op: 'startCall', name: first });
       try {
-        this.#run(fn);
+        if (this.#run(fn) === GONE) return;
       } catch (err: unknown) {
         this.#fail('Trap', `${first}: ${trapMessage(err)}`);
         return;
@@ -173,7 +194,7 @@ export class PodContext {
         if (this.#dead) return;
         const entry = this.#ex<() => void>(init.entryPoint!)!;
         try {
-          this.#run(entry);
+          if (this.#run(entry) === GONE) return;
           this.#die();
           this.#post({ op: 'exit', reason: 'Completed', message: `${init.entryPoint} returned` });
         } catch (err: unknown) {
@@ -239,7 +260,7 @@ export class PodContext {
       reply({ error: { code: 'NotHandled', message: `the module does not export ${name}` } });
       return;
     }
-    this.#status.enter(this.#slot);
+    if (!this.#enter()) return;
     try {
       if (m.kind === 'tick') {
         this.#ex<() => void>('k32_tick')!();

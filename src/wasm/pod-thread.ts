@@ -77,6 +77,8 @@ interface Tenant {
   readonly label: PodLabel;
   readonly port: MessagePort;
   readonly handlers: PodLinkHandlers;
+  /** Set to 1 when the pod ends here (see ToThread's attach). */
+  readonly gone: Int32Array;
 }
 
 /** One pod thread, dedicated or shared. */
@@ -136,10 +138,11 @@ class PodThread {
     port1.on('message', (m: FromWorker) => handlers.onMessage(m));
     // The thread, referenced while it holds pods, keeps the process alive; the ports need not.
     port1.unref();
-    const tenant: Tenant = { slot, label, port: port1, handlers };
+    const gone = new Int32Array(new SharedArrayBuffer(4));
+    const tenant: Tenant = { slot, label, port: port1, handlers, gone };
     this.tenants.set(slot, tenant);
     this.worker.ref();
-    this.worker.postMessage({ op: 'attach', slot, port: port2, init } satisfies ToThread, [port2]);
+    this.worker.postMessage({ op: 'attach', slot, port: port2, init, gone: gone.buffer as SharedArrayBuffer } satisfies ToThread, [port2]);
     let detached = false;
     return {
       shared: this.shared,
@@ -159,6 +162,8 @@ class PodThread {
   }
 
   #detach(tenant: Tenant, deadlineMs: number, what: string): Promise<void> {
+    // First: from now on none of its code starts (a call or start step already queued on its port included).
+    Atomics.store(tenant.gone, 0, 1);
     this.tenants.delete(tenant.slot);
     tenant.port.removeAllListeners('message');
     tenant.port.close();

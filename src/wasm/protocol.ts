@@ -44,8 +44,13 @@ export type CallKind = 'handle' | 'tick' | 'event';
 
 /** Main → a pod thread, on the thread's own port. */
 export type ToThread =
-  /** A pod joins the thread: its context listens on `port` (transferred) and starts at once. */
-  | { op: 'attach'; slot: number; port: MessagePort; init: WorkerInit }
+  /**
+   * A pod joins the thread: its context listens on `port` (transferred) and starts at once. `gone`
+   * (an Int32Array's buffer of one element) is set to 1 by the main thread when the pod ends: the
+   * context checks it before each run of the pod's code, so that nothing of a pod the main thread
+   * has let go starts to run (see PodContext's #enter).
+   */
+  | { op: 'attach'; slot: number; port: MessagePort; init: WorkerInit; gone: SharedArrayBuffer }
   /** A pod leaves: its context is freed (instance and memory unreferenced, port closed). */
   | { op: 'detach'; slot: number };
 

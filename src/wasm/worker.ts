@@ -16,7 +16,7 @@ const contexts = new Map<number, PodContext>();
 port.on('message', (m: ToThread) => {
   switch (m.op) {
     case 'attach': {
-      const ctx = new PodContext(m.slot, m.port, m.init, status, () => contexts.delete(m.slot));
+      const ctx = new PodContext(m.slot, m.port, m.init, status, new Int32Array(m.gone), () => contexts.delete(m.slot));
       contexts.set(m.slot, ctx);
       void ctx.start();
       break;

@@ -242,6 +242,38 @@ test('terminating a pod in the middle of a call frees it without touching its co
   assert.equal(b.exit, undefined);
 });
 
+test('a pod terminated while its looping call waits behind a co-tenant never runs it: the thread and its other pods go on', { timeout: 10_000 }, async (t) => {
+  const busy = logged('busy');
+  const a = await start(t, 'a', { onLog: busy.onLog });
+  const loop = await start(t, 'loop', { callDeadlineMs: 200 });
+  const c = await start(t, 'c');
+  const aCall = count(a, '/b');
+  await busy.seen;
+  const looping = loop.handle(get('/l')).catch((e: unknown) => e);
+  await loop.terminate();
+  assert.ok((await looping) instanceof PodCallError);
+  assert.equal(await aCall, 1);
+  assert.equal(await count(c), 1, 'the thread is not stuck in the terminated pod\'s loop');
+  assert.equal(await count(a), 2);
+  assert.deepEqual(sharedThreads(), [2]);
+  assert.equal(c.exit, undefined);
+});
+
+test('a start cancelled while the thread is busy never runs the pod\'s k32_init (one that loops cannot take the thread)', { timeout: 10_000 }, async (t) => {
+  const busy = logged('busy');
+  const a = await start(t, 'a', { onLog: busy.onLog });
+  const looping = await loadModule(wat(LOOP_INIT_WAT));
+  const aCall = count(a, '/b');
+  await busy.seen;
+  const ac = new AbortController();
+  const starting = PodInstance.start({ module: looping, namespace: 'test', podName: 'cancelled', containerName: 'c', callDeadlineMs: 60_000, signal: ac.signal });
+  setImmediate(() => ac.abort());
+  await assert.rejects(starting, (e: unknown) => e instanceof PodStartError && e.message === 'the start was cancelled');
+  assert.equal(await aCall, 1);
+  assert.equal(await count(a), 2, 'the thread is not stuck in the cancelled pod\'s k32_init');
+  assert.equal(a.exit, undefined);
+});
+
 test('an app pod gets a thread of its own even with dense pods', { timeout: 10_000 }, async (t) => {
   const app = await start(t, 'app', { module: await loadModule(wat(APP_WAT)) });
   const b = await start(t, 'b');
