@@ -33,7 +33,7 @@ export interface QemuConfig {
   registryForwards?: string[];
 }
 
-/** The registry link's MAC address in the guest (src/feos/guest/agent.ts finds the link by it). */
+/** The registry link's MAC address in the guest (src/feos/guest/agent-system.ts finds the link by it). */
 export const REGISTRY_LINK_MAC = '52:54:00:fe:00:01';
 /** Where the guest reaches the node's forwarded registries. */
 export const REGISTRY_LINK_HOST = '10.0.2.100';

@@ -1,0 +1,128 @@
+/**
+ * The guest agent's steps on the guest's system (docs/feos/guest.md): the clock (the feos-clock
+ * helper), the registry link and a pull's options, volumes mounted by their drive's serial, and the
+ * pod's network configured with busybox's `ip`. Part of the agent (agent.ts).
+ */
+import fs from 'node:fs';
+import type { MessageShape } from '@bufbuild/protobuf';
+import type { ConfigureNetworkRequestSchema } from '../gen/feos/guest/v1/guest_pb.js';
+import { GrpcCode, GrpcError } from './grpc-wire.ts';
+import type { PullOptions } from './images.ts';
+import { readFileOr, run } from './agent-base.ts';
+
+const CLOCK_HELPER = '/usr/bin/feos-clock';
+
+/** Steps (`step`) or slews (`adjust`) the guest's clock by an offset (ns) through the helper. */
+export async function clock(cmd: 'step' | 'adjust', offsetNs: bigint): Promise<void> {
+  try {
+    await run(CLOCK_HELPER, [cmd, offsetNs.toString()], { timeout: 5000 });
+  } catch (err: unknown) {
+    const e = err as { code?: string; stderr?: string };
+    if (e.code === 'ENOENT') throw new GrpcError(GrpcCode.UNIMPLEMENTED, `${CLOCK_HELPER} is missing`);
+    throw new GrpcError(GrpcCode.INTERNAL, `clock ${cmd}: ${e.stderr?.trim() || String(err)}`);
+  }
+}
+
+/** The registry link's MAC address: feosd's user-mode NIC that forwards a node's registry (microvm/qemu-args.ts). */
+const REGISTRY_LINK_MAC = '52:54:00:fe:00:01';
+/** The guest's address on the registry link. */
+const REGISTRY_LINK_ADDRESS = '10.0.2.15/24';
+let registryLinkUp: Promise<void> | undefined;
+
+/** Brings the registry link up once (when the microVM has one: only then do endpoints name it). */
+function ensureRegistryLink(): Promise<void> {
+  registryLinkUp ??= (async () => {
+    const dev = fs.readdirSync('/sys/class/net').find((n) => readFileOr(`/sys/class/net/${n}/address`, '').trim() === REGISTRY_LINK_MAC);
+    if (!dev) throw new GrpcError(GrpcCode.FAILED_PRECONDITION, 'the microVM has no registry link');
+    await run('/bin/ip', ['link', 'set', dev, 'up'], { timeout: 5000 });
+    await run('/bin/ip', ['addr', 'replace', REGISTRY_LINK_ADDRESS, 'dev', dev], { timeout: 5000 });
+  })().catch((err: unknown) => {
+    registryLinkUp = undefined;
+    throw err;
+  });
+  return registryLinkUp;
+}
+
+/**
+ * The pull options of a request: the token taken out of the request at once (it is never printed, and
+ * the request no longer holds it), the endpoints checked.
+ */
+export async function pullOptions(req: { pullToken: string; registryEndpoints: Record<string, string> }): Promise<PullOptions> {
+  const token = req.pullToken;
+  req.pullToken = '';
+  for (const ep of Object.values(req.registryEndpoints)) {
+    if (!/^https?:\/\/[^/]+$/.test(ep)) throw new GrpcError(GrpcCode.INVALID_ARGUMENT, `registry endpoint ${JSON.stringify(ep)}: want http(s)://host:port`);
+    if (ep.startsWith('http://10.0.2.')) await ensureRegistryLink();
+  }
+  return { token: token || undefined, endpoints: { ...req.registryEndpoints } };
+}
+
+/** The block device whose virtio serial is `serial`, or undefined. */
+function diskBySerial(serial: string): string | undefined {
+  for (const name of fs.readdirSync('/sys/block')) {
+    if (readFileOr(`/sys/block/${name}/serial`, '').trim() === serial) return `/dev/${name}`;
+  }
+  return undefined;
+}
+
+/**
+ * Mounts a volume at /volumes/<name> (seed 000, "Volumes"): drive N is the disk with serial
+ * `feos-vol-N`; `format` makes a new file system first (busybox's mke2fs: ext2, which the ext4 driver
+ * mounts). Mounting one that is mounted already is done.
+ */
+export async function mountVolume(name: string, drive: number, format: boolean): Promise<void> {
+  if (!/^[a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?$/.test(name)) throw new Error(`bad volume name ${JSON.stringify(name)}`);
+  const dev = diskBySerial(`feos-vol-${drive}`);
+  if (!dev) throw new Error(`drive ${drive}: no disk with serial feos-vol-${drive}`);
+  const target = `/volumes/${name}`;
+  if (readFileOr('/proc/mounts', '').includes(`${dev} ${target} `)) return;
+  if (format) {
+    try {
+      await run('/bin/mke2fs', ['-F', '-L', name.slice(0, 16), dev], { timeout: 120_000 });
+    } catch (err: unknown) {
+      throw new Error(`${dev}: mke2fs: ${(err as { stderr?: string }).stderr?.trim() || String(err)}`);
+    }
+  }
+  fs.mkdirSync(target, { recursive: true });
+  try {
+    await run('/bin/mount', ['-t', 'ext4', '-o', 'noatime', dev, target], { timeout: 30_000 });
+  } catch (err: unknown) {
+    throw new Error(`${dev}: mount ${target}: ${(err as { stderr?: string }).stderr?.trim() || String(err)}`);
+  }
+}
+
+/** Configures eth0 as feosd pushes it: addresses, gateways, routes, MTU, MAC, resolvers. */
+export async function configureNetwork(req: MessageShape<typeof ConfigureNetworkRequestSchema>): Promise<void> {
+  // The pod's addresses are its own: no duplicate address detection (busybox ip has no `nodad`).
+  try {
+    fs.writeFileSync('/proc/sys/net/ipv6/conf/eth0/accept_dad', '0');
+  } catch (err: unknown) {
+    throw new GrpcError(GrpcCode.FAILED_PRECONDITION, `eth0: ${String(err)}`);
+  }
+  const steps: string[][] = [];
+  if (req.macAddress) steps.push(['link', 'set', 'eth0', 'down'], ['link', 'set', 'eth0', 'address', req.macAddress]);
+  if (req.mtu) steps.push(['link', 'set', 'eth0', 'mtu', String(req.mtu)]);
+  steps.push(['link', 'set', 'eth0', 'up']);
+  if (req.ipv6Address) {
+    steps.push(['-6', 'addr', 'replace', `${req.ipv6Address}/128`, 'dev', 'eth0']);
+    const gw = req.ipv6Gateway || 'fe80::1';
+    if (req.ipv6Routes.length === 0) steps.push(['-6', 'route', 'replace', 'default', 'via', gw, 'dev', 'eth0']);
+    for (const r of req.ipv6Routes) steps.push(['-6', 'route', 'replace', r, 'via', gw, 'dev', 'eth0']);
+  }
+  if (req.ipv4Address) {
+    const gw = req.ipv4Gateway || '169.254.0.1';
+    steps.push(['addr', 'replace', `${req.ipv4Address}/32`, 'dev', 'eth0']);
+    steps.push(['route', 'replace', gw, 'dev', 'eth0', 'scope', 'link']);
+    steps.push(['route', 'replace', 'default', 'via', gw, 'dev', 'eth0', 'onlink']);
+  }
+  for (const args of steps) {
+    try {
+      await run('/bin/ip', args, { timeout: 5000 });
+    } catch (err: unknown) {
+      throw new GrpcError(GrpcCode.INTERNAL, `ip ${args.join(' ')}: ${(err as { stderr?: string }).stderr?.trim() || String(err)}`);
+    }
+  }
+  if (req.nameservers.length > 0) {
+    fs.writeFileSync('/etc/resolv.conf', req.nameservers.map((n) => `nameserver ${n}\n`).join(''));
+  }
+}
