@@ -115,6 +115,8 @@ export interface SharedState {
   leaseSeen: Map<string, { renew: string; at: number }>;
   /** Events recorded lately, for aggregation ({@link recordEvent}). */
   events: RecordedEvents;
+  /** The rate limit of events per source and object ({@link recordEvent}). */
+  eventSpam: EventSpamFilter;
   /** `namespace/name` of a pod → its uid and the annotation warnings already recorded for that uid. */
   annotationWarnings: Map<string, { uid: string; warned: Set<string> }>;
 }
@@ -130,6 +132,7 @@ export function newSharedState(clock: TimerClock): SharedState {
     replacedAt: new Map(),
     leaseSeen: new Map(),
     events: new Map(),
+    eventSpam: new EventSpamFilter(),
     annotationWarnings: new Map(),
   };
 }
@@ -148,6 +151,40 @@ let eventSeq = 0;
 
 /** A repeat of the same event (object, type, reason, message, component) within this raises its count: 10 min. */
 export const EVENT_AGGREGATION_MS = 600_000;
+
+/** Events one source may write about one object at once: client-go's `defaultSpamBurst`, 25. */
+export const EVENT_SPAM_BURST = 25;
+/** Then one more per this: client-go's `defaultSpamQPS`, 1/300 s. */
+export const EVENT_SPAM_REFILL_MS = 300_000;
+/** Sources and objects remembered by the spam filter (least recently used dropped): client-go's 4096. */
+const EVENT_SPAM_KEYS = 4096;
+
+/**
+ * client-go's `EventSourceObjectSpamFilter`: a token bucket per source component and involved object
+ * (kind, namespace, name, uid, apiVersion) holding {@link EVENT_SPAM_BURST} events, refilled by one every
+ * {@link EVENT_SPAM_REFILL_MS}; an event (or a repeat's count update) that finds it empty is not written.
+ * So a ReplicaSet creating 10 000 pods writes 25 `SuccessfulCreate` events, not 10 000, as in Kubernetes,
+ * while every pod still gets its own `Scheduled` (one object each).
+ */
+export class EventSpamFilter {
+  readonly #buckets = new Map<string, { tokens: number; at: number }>();
+
+  /**
+   * Takes a token for `key` at `now` (ms).
+   * @returns whether the event may be written
+   */
+  allow(key: string, now: number): boolean {
+    const prev = this.#buckets.get(key);
+    const tokens = prev ? Math.min(EVENT_SPAM_BURST, prev.tokens + (now - prev.at) / EVENT_SPAM_REFILL_MS) : EVENT_SPAM_BURST;
+    this.#buckets.delete(key);
+    this.#buckets.set(key, { tokens: tokens >= 1 ? tokens - 1 : tokens, at: now });
+    if (this.#buckets.size > EVENT_SPAM_KEYS) {
+      const oldest = this.#buckets.keys().next().value;
+      if (oldest !== undefined) this.#buckets.delete(oldest);
+    }
+    return tokens >= 1;
+  }
+}
 
 /** The events this process recorded lately, for aggregation: key → the Event's name and count. */
 export type RecordedEvents = Map<string, { namespace: string; name: string; count: number; first: number }>;
@@ -173,8 +210,9 @@ export interface RecordEventOptions {
  * Records an event on any object (`kubectl get events`, `kubectl describe`), as client-go's recorder does:
  * timestamps in whole seconds, and a repeat of the same event on the same object within
  * {@link EVENT_AGGREGATION_MS} raises the first one's `count` and `lastTimestamp` instead of adding one
- * (`kubectl describe` then shows `(x5 over 2m)`). An event that cannot be written is logged, never fatal:
- * events are informational.
+ * (`kubectl describe` then shows `(x5 over 2m)`), and both go through client-go's spam filter
+ * ({@link EventSpamFilter}: 25 at once per source and object, then one per 5 min). An event that cannot
+ * be written is logged, never fatal: events are informational.
  * @param ref the object: `kind`, `apiVersion`, `namespace`, `name`, `uid`
  * @param type `Normal` or `Warning`
  */
@@ -194,6 +232,11 @@ export async function recordEvent(
   const key = `${ref.kind}/${ns}/${name}/${ref.uid ?? ''}/${type}/${reason}/${component}/${message}`;
   const seen = ctx.state.events;
   const prev = seen.get(key);
+  const spamKey = `${component}/${ref.kind}/${ns}/${name}/${ref.uid ?? ''}/${ref.apiVersion}`;
+  if (!ctx.state.eventSpam.allow(spamKey, ctx.clock.now())) {
+    ctx.log.debug({ object: `${ref.kind} ${ns}/${name}`, reason }, 'event not written: more than 25 from one source about one object (spam filter)');
+    return;
+  }
   try {
     if (prev && at - prev.first < EVENT_AGGREGATION_MS) {
       try {

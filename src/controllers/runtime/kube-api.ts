@@ -1,215 +1,201 @@
 /**
- * {@link ClusterApi} against a real API server: the typed APIs of @kubernetes/client-node (CoreV1Api,
- * AppsV1Api, CustomObjectsApi) for the standard calls, and {@link KubeRest} for the pod replacement, the
- * node proxy and the Checkpoint data, which have no typed call.
+ * {@link ClusterApi} against a real API server, every call through {@link KubeRest}: plain JSON over one
+ * pool of keep-alive connections. (The typed APIs of @kubernetes/client-node open a new TLS connection per
+ * call, since their agent does not keep connections alive: at a thousand pods a minute the handshakes, on
+ * both ends of the loopback, cost more than the calls; see docs/control-plane-performance.md.) Answers are
+ * plain JSON, as the informers' objects are. Errors are {@link ApiCallError}s naming the operation, with the
+ * answer's `metav1.Status` reason and body.
  */
 import type { Readable } from 'node:stream';
-import {
-  AppsV1Api,
-  CoreV1Api,
-  CustomObjectsApi,
-  type CoreV1Event,
-  type KubeConfig,
-  PatchStrategy,
-  setHeaderOptions,
-  type V1DaemonSet,
-  type V1Deployment,
-  type V1Endpoints,
-  type V1Node,
-  type V1Pod,
-  type V1ReplicaSet,
+import type {
+  CoreV1Event,
+  KubeConfig,
+  V1DaemonSet,
+  V1Deployment,
+  V1Endpoints,
+  V1Node,
+  V1Pod,
+  V1ReplicaSet,
 } from '@kubernetes/client-node';
 import type { ClusterApi, DeletePodOptions, MergePatch, SnapshotAnswer } from './api.ts';
-import { toApiCallError } from './errors.ts';
-import { errorFromAnswer, KubeRest, readText } from './rest.ts';
+import { ApiCallError, errorMessage } from './errors.ts';
+import { errorFromAnswer, KubeRest, readText, type RestRequest } from './rest.ts';
 import { CHECKPOINT_PLURAL, type Checkpoint, KUBE32_GROUP, KUBE32_VERSION } from './types.ts';
 
-const MERGE = setHeaderOptions('Content-Type', PatchStrategy.MergePatch);
+const MERGE = 'application/merge-patch+json';
 const seg = encodeURIComponent;
-
-async function call<T>(operation: string, fn: () => Promise<T>): Promise<T> {
-  try {
-    return await fn();
-  } catch (err: unknown) {
-    throw toApiCallError(operation, err);
-  }
-}
+const CORE = '/api/v1';
+const APPS = '/apis/apps/v1';
+const CHECKPOINTS = `/apis/${KUBE32_GROUP}/${KUBE32_VERSION}`;
 
 /** The controllers' API client; one per control plane process. */
 export class KubeClusterApi implements ClusterApi {
-  readonly core: CoreV1Api;
-  readonly apps: AppsV1Api;
-  readonly custom: CustomObjectsApi;
   readonly rest: KubeRest;
 
   constructor(kc: KubeConfig) {
-    this.core = kc.makeApiClient(CoreV1Api);
-    this.apps = kc.makeApiClient(AppsV1Api);
-    this.custom = kc.makeApiClient(CustomObjectsApi);
     this.rest = new KubeRest(kc);
   }
 
+  /**
+   * One JSON call: the answer's body, or an {@link ApiCallError} named `operation` (code 0 when the
+   * request got no answer).
+   */
+  async #call<T>(operation: string, req: RestRequest): Promise<T> {
+    let status: number;
+    let text: string;
+    try {
+      const res = await this.rest.request(req);
+      status = res.status;
+      text = await readText(res.body);
+    } catch (err: unknown) {
+      const cause = err instanceof ApiCallError && err.cause !== undefined ? err.cause : err;
+      throw new ApiCallError(operation, 0, '', errorMessage(cause), undefined, { cause });
+    }
+    if (status >= 300) throw errorFromAnswer(operation, status, text);
+    return (text ? JSON.parse(text) : {}) as T;
+  }
+
+  #ns(namespace: string, plural: string, name?: string, sub?: string, base = CORE): string {
+    return `${base}/namespaces/${seg(namespace)}/${plural}${name === undefined ? '' : `/${seg(name)}`}${sub ? `/${sub}` : ''}`;
+  }
+
+  #merge<T>(operation: string, path: string, patch: MergePatch): Promise<T> {
+    return this.#call<T>(operation, { method: 'PATCH', path, body: patch, contentType: MERGE });
+  }
+
   createPod(namespace: string, pod: V1Pod): Promise<V1Pod> {
-    return call(`create pod ${namespace}/${pod.metadata?.name ?? pod.metadata?.generateName}`, () =>
-      this.core.createNamespacedPod({ namespace, body: pod }),
-    );
+    return this.#call(`create pod ${namespace}/${pod.metadata?.name ?? pod.metadata?.generateName}`, {
+      method: 'POST',
+      path: this.#ns(namespace, 'pods'),
+      body: pod,
+    });
   }
 
   async bindPod(namespace: string, name: string, uid: string | undefined, nodeName: string): Promise<void> {
-    await call(`bind pod ${namespace}/${name} to ${nodeName}`, () =>
-      this.core.createNamespacedPodBinding({
-        name,
-        namespace,
-        body: {
-          apiVersion: 'v1',
-          kind: 'Binding',
-          metadata: { name, namespace, uid },
-          target: { apiVersion: 'v1', kind: 'Node', name: nodeName },
-        },
-      }),
-    );
+    await this.#call(`bind pod ${namespace}/${name} to ${nodeName}`, {
+      method: 'POST',
+      path: this.#ns(namespace, 'pods', name, 'binding'),
+      body: {
+        apiVersion: 'v1',
+        kind: 'Binding',
+        metadata: { name, namespace, uid },
+        target: { apiVersion: 'v1', kind: 'Node', name: nodeName },
+      },
+    });
   }
 
   patchPod(namespace: string, name: string, patch: MergePatch): Promise<V1Pod> {
-    return call(`patch pod ${namespace}/${name}`, () => this.core.patchNamespacedPod({ name, namespace, body: patch }, MERGE));
+    return this.#merge(`patch pod ${namespace}/${name}`, this.#ns(namespace, 'pods', name), patch);
   }
 
   patchPodStatus(namespace: string, name: string, patch: MergePatch): Promise<V1Pod> {
-    return call(`patch pod status ${namespace}/${name}`, () =>
-      this.core.patchNamespacedPodStatus({ name, namespace, body: patch }, MERGE),
-    );
+    return this.#merge(`patch pod status ${namespace}/${name}`, this.#ns(namespace, 'pods', name, 'status'), patch);
   }
 
   async deletePod(namespace: string, name: string, options: DeletePodOptions = {}): Promise<void> {
-    await call(`delete pod ${namespace}/${name}`, () =>
-      this.core.deleteNamespacedPod({
-        name,
-        namespace,
-        gracePeriodSeconds: options.gracePeriodSeconds,
-        body: {
-          gracePeriodSeconds: options.gracePeriodSeconds,
-          preconditions: options.uid ? { uid: options.uid } : undefined,
-        },
-      }),
-    );
+    const grace = options.gracePeriodSeconds;
+    await this.#call(`delete pod ${namespace}/${name}`, {
+      method: 'DELETE',
+      path: `${this.#ns(namespace, 'pods', name)}${grace === undefined ? '' : `?gracePeriodSeconds=${grace}`}`,
+      body: {
+        apiVersion: 'v1',
+        kind: 'DeleteOptions',
+        ...(grace === undefined ? {} : { gracePeriodSeconds: grace }),
+        ...(options.uid ? { preconditions: { uid: options.uid } } : {}),
+      },
+    });
   }
 
   replacePod(namespace: string, name: string, pod: V1Pod): Promise<V1Pod> {
     return this.rest.json<V1Pod>({
       method: 'POST',
-      path: `/api/v1/namespaces/${seg(namespace)}/pods/${seg(name)}/replace`,
+      path: this.#ns(namespace, 'pods', name, 'replace'),
       body: pod,
     });
   }
 
   patchNode(name: string, patch: MergePatch): Promise<V1Node> {
-    return call(`patch node ${name}`, () => this.core.patchNode({ name, body: patch }, MERGE));
+    return this.#merge(`patch node ${name}`, `${CORE}/nodes/${seg(name)}`, patch);
   }
 
   patchNodeStatus(name: string, patch: MergePatch): Promise<V1Node> {
-    return call(`patch node status ${name}`, () => this.core.patchNodeStatus({ name, body: patch }, MERGE));
+    return this.#merge(`patch node status ${name}`, `${CORE}/nodes/${seg(name)}/status`, patch);
   }
 
   async createEvent(namespace: string, event: CoreV1Event): Promise<void> {
-    await call(`create event ${namespace}/${event.metadata?.name}`, () => this.core.createNamespacedEvent({ namespace, body: event }));
+    await this.#call(`create event ${namespace}/${event.metadata?.name}`, { method: 'POST', path: this.#ns(namespace, 'events'), body: event });
   }
 
   async patchEvent(namespace: string, name: string, patch: MergePatch): Promise<void> {
-    await call(`patch event ${namespace}/${name}`, () => this.core.patchNamespacedEvent({ name, namespace, body: patch }, MERGE));
+    await this.#merge(`patch event ${namespace}/${name}`, this.#ns(namespace, 'events', name), patch);
   }
 
   createReplicaSet(namespace: string, rs: V1ReplicaSet): Promise<V1ReplicaSet> {
-    return call(`create replicaset ${namespace}/${rs.metadata?.name}`, () =>
-      this.apps.createNamespacedReplicaSet({ namespace, body: rs }),
-    );
+    return this.#call(`create replicaset ${namespace}/${rs.metadata?.name}`, {
+      method: 'POST',
+      path: this.#ns(namespace, 'replicasets', undefined, undefined, APPS),
+      body: { apiVersion: 'apps/v1', kind: 'ReplicaSet', ...rs },
+    });
   }
 
   patchReplicaSet(namespace: string, name: string, patch: MergePatch): Promise<V1ReplicaSet> {
-    return call(`patch replicaset ${namespace}/${name}`, () =>
-      this.apps.patchNamespacedReplicaSet({ name, namespace, body: patch }, MERGE),
-    );
+    return this.#merge(`patch replicaset ${namespace}/${name}`, this.#ns(namespace, 'replicasets', name, undefined, APPS), patch);
   }
 
   patchReplicaSetStatus(namespace: string, name: string, patch: MergePatch): Promise<V1ReplicaSet> {
-    return call(`patch replicaset status ${namespace}/${name}`, () =>
-      this.apps.patchNamespacedReplicaSetStatus({ name, namespace, body: patch }, MERGE),
-    );
+    return this.#merge(`patch replicaset status ${namespace}/${name}`, this.#ns(namespace, 'replicasets', name, 'status', APPS), patch);
   }
 
   async deleteReplicaSet(namespace: string, name: string): Promise<void> {
-    await call(`delete replicaset ${namespace}/${name}`, () => this.apps.deleteNamespacedReplicaSet({ name, namespace }));
+    await this.#call(`delete replicaset ${namespace}/${name}`, { method: 'DELETE', path: this.#ns(namespace, 'replicasets', name, undefined, APPS) });
   }
 
   patchDeployment(namespace: string, name: string, patch: MergePatch): Promise<V1Deployment> {
-    return call(`patch deployment ${namespace}/${name}`, () =>
-      this.apps.patchNamespacedDeployment({ name, namespace, body: patch }, MERGE),
-    );
+    return this.#merge(`patch deployment ${namespace}/${name}`, this.#ns(namespace, 'deployments', name, undefined, APPS), patch);
   }
 
   patchDeploymentStatus(namespace: string, name: string, patch: MergePatch): Promise<V1Deployment> {
-    return call(`patch deployment status ${namespace}/${name}`, () =>
-      this.apps.patchNamespacedDeploymentStatus({ name, namespace, body: patch }, MERGE),
-    );
+    return this.#merge(`patch deployment status ${namespace}/${name}`, this.#ns(namespace, 'deployments', name, 'status', APPS), patch);
   }
 
   patchDaemonSetStatus(namespace: string, name: string, patch: MergePatch): Promise<V1DaemonSet> {
-    return call(`patch daemonset status ${namespace}/${name}`, () =>
-      this.apps.patchNamespacedDaemonSetStatus({ name, namespace, body: patch }, MERGE),
-    );
+    return this.#merge(`patch daemonset status ${namespace}/${name}`, this.#ns(namespace, 'daemonsets', name, 'status', APPS), patch);
   }
 
   createEndpoints(namespace: string, endpoints: V1Endpoints): Promise<V1Endpoints> {
-    return call(`create endpoints ${namespace}/${endpoints.metadata?.name}`, () =>
-      this.core.createNamespacedEndpoints({ namespace, body: endpoints }),
-    );
+    return this.#call(`create endpoints ${namespace}/${endpoints.metadata?.name}`, {
+      method: 'POST',
+      path: this.#ns(namespace, 'endpoints'),
+      body: { apiVersion: 'v1', kind: 'Endpoints', ...endpoints },
+    });
   }
 
   replaceEndpoints(namespace: string, name: string, endpoints: V1Endpoints): Promise<V1Endpoints> {
-    return call(`update endpoints ${namespace}/${name}`, () =>
-      this.core.replaceNamespacedEndpoints({ name, namespace, body: endpoints }),
-    );
+    return this.#call(`update endpoints ${namespace}/${name}`, {
+      method: 'PUT',
+      path: this.#ns(namespace, 'endpoints', name),
+      body: { apiVersion: 'v1', kind: 'Endpoints', ...endpoints },
+    });
   }
 
   createCheckpoint(namespace: string, checkpoint: Checkpoint): Promise<Checkpoint> {
-    return call(`create checkpoint ${namespace}/${checkpoint.metadata?.name}`, () =>
-      this.custom.createNamespacedCustomObject({
-        group: KUBE32_GROUP,
-        version: KUBE32_VERSION,
-        namespace,
-        plural: CHECKPOINT_PLURAL,
-        body: { apiVersion: `${KUBE32_GROUP}/${KUBE32_VERSION}`, kind: 'Checkpoint', ...checkpoint },
-      }),
-    );
+    return this.#call(`create checkpoint ${namespace}/${checkpoint.metadata?.name}`, {
+      method: 'POST',
+      path: this.#ns(namespace, CHECKPOINT_PLURAL, undefined, undefined, CHECKPOINTS),
+      body: { apiVersion: `${KUBE32_GROUP}/${KUBE32_VERSION}`, kind: 'Checkpoint', ...checkpoint },
+    });
   }
 
   patchCheckpoint(namespace: string, name: string, patch: MergePatch): Promise<Checkpoint> {
-    return call(`patch checkpoint ${namespace}/${name}`, () =>
-      this.custom.patchNamespacedCustomObject(
-        { group: KUBE32_GROUP, version: KUBE32_VERSION, namespace, plural: CHECKPOINT_PLURAL, name, body: patch },
-        MERGE,
-      ),
-    );
+    return this.#merge(`patch checkpoint ${namespace}/${name}`, this.#ns(namespace, CHECKPOINT_PLURAL, name, undefined, CHECKPOINTS), patch);
   }
 
   patchCheckpointStatus(namespace: string, name: string, patch: MergePatch): Promise<Checkpoint> {
-    return call(`patch checkpoint status ${namespace}/${name}`, () =>
-      this.custom.patchNamespacedCustomObjectStatus(
-        { group: KUBE32_GROUP, version: KUBE32_VERSION, namespace, plural: CHECKPOINT_PLURAL, name, body: patch },
-        MERGE,
-      ),
-    );
+    return this.#merge(`patch checkpoint status ${namespace}/${name}`, this.#ns(namespace, CHECKPOINT_PLURAL, name, 'status', CHECKPOINTS), patch);
   }
 
   async deleteCheckpoint(namespace: string, name: string): Promise<void> {
-    await call(`delete checkpoint ${namespace}/${name}`, () =>
-      this.custom.deleteNamespacedCustomObject({
-        group: KUBE32_GROUP,
-        version: KUBE32_VERSION,
-        namespace,
-        plural: CHECKPOINT_PLURAL,
-        name,
-      }),
-    );
+    await this.#call(`delete checkpoint ${namespace}/${name}`, { method: 'DELETE', path: this.#ns(namespace, CHECKPOINT_PLURAL, name, undefined, CHECKPOINTS) });
   }
 
   putCheckpointData(namespace: string, name: string, body: Readable, sizeBytes: number): Promise<Checkpoint> {

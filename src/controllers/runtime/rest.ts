@@ -10,6 +10,9 @@ import type { Readable } from 'node:stream';
 import type { KubeConfig } from '@kubernetes/client-node';
 import { ApiCallError } from './errors.ts';
 
+/** Connections to the API server kept open at most (requests beyond wait for one). */
+export const MAX_SOCKETS = 32;
+
 /** A raw request. */
 export interface RestRequest {
   method: 'GET' | 'POST' | 'PUT' | 'PATCH' | 'DELETE';
@@ -46,7 +49,9 @@ export class KubeRest {
     if (!cluster) throw new Error('kubeconfig: no current cluster');
     this.#server = new URL(cluster.server);
     const isHttps = this.#server.protocol === 'https:';
-    this.#agent = isHttps ? new https.Agent({ keepAlive: true }) : new http.Agent({ keepAlive: true });
+    // Kept alive and bounded: a burst of calls (a slow-start batch of 256 creates) queues for a
+    // connection instead of opening (and TLS-handshaking) one each.
+    this.#agent = isHttps ? new https.Agent({ keepAlive: true, maxSockets: MAX_SOCKETS }) : new http.Agent({ keepAlive: true, maxSockets: MAX_SOCKETS });
     this.#freshAgent = isHttps ? new https.Agent({ keepAlive: false }) : new http.Agent({ keepAlive: false });
   }
 

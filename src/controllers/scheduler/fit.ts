@@ -38,6 +38,11 @@ export interface PickOptions {
   fastest?: boolean;
   /** Only this node may be chosen (a move's `spec.target.nodeName`); its taints and selector are not checked. */
   nodeName?: string;
+  /**
+   * What each node's pods take, kept by the caller (the scheduler's `NodeUsage`, assumed pods included):
+   * when given, `pods` and `assumed` are not summed (the pod itself must not be counted in it).
+   */
+  usage?: ReadonlyMap<string, NodeUse>;
 }
 
 /** The outcome of {@link pickNode}. */
@@ -101,14 +106,15 @@ export function podPorts(pod: V1Pod): string[] {
   return out;
 }
 
-interface NodeUse {
+/** What the pods on one node take: memory requested (bytes), how many pods, and the `port/protocol`s taken. */
+export interface NodeUse {
   memory: number;
   pods: number;
-  ports: Set<string>;
+  ports: ReadonlySet<string>;
 }
 
 function usage(pods: readonly V1Pod[], self: V1Pod): Map<string, NodeUse> {
-  const out = new Map<string, NodeUse>();
+  const out = new Map<string, NodeUse & { ports: Set<string> }>();
   const selfKey = `${self.metadata?.namespace}/${self.metadata?.name}`;
   for (const p of pods) {
     const n = p.spec?.nodeName;
@@ -147,12 +153,13 @@ function unfit(pod: V1Pod, node: V1Node, use: NodeUse | undefined, opts: PickOpt
 }
 
 /**
- * Picks the node for `pod` among `nodes`, given every pod in the cluster (`pods`).
+ * Picks the node for `pod` among `nodes`, given every pod in the cluster (`pods`), or what each node's
+ * pods take (`opts.usage`).
  * @returns the node's name, or `Unschedulable` with Kubernetes' message:
  *   `0/3 nodes are available: 1 Insufficient memory, 2 node(s) were unschedulable.`
  */
 export function pickNode(pod: V1Pod, nodes: readonly V1Node[], pods: readonly V1Pod[], opts: PickOptions = {}): Placement {
-  const use = usage([...pods, ...(opts.assumed ?? [])], pod);
+  const use = opts.usage ?? usage([...pods, ...(opts.assumed ?? [])], pod);
   const candidates = opts.nodeName === undefined ? nodes : nodes.filter((n) => n.metadata?.name === opts.nodeName);
   if (opts.nodeName !== undefined && candidates.length === 0) {
     return { reason: 'Unschedulable', message: `node "${opts.nodeName}" not found` };
@@ -172,16 +179,22 @@ export function pickNode(pod: V1Pod, nodes: readonly V1Node[], pods: readonly V1
     };
   }
   const fastest = opts.fastest ?? pod.metadata?.annotations?.[ANNOTATIONS.placement] === 'fastest';
-  const free = (n: V1Node) => nodeAllocatableMemory(n) - (use.get(n.metadata?.name ?? '')?.memory ?? 0);
-  fit.sort((a, b) => {
-    if (fastest && nodeMops(a) !== nodeMops(b)) return nodeMops(b) - nodeMops(a);
-    const fa = free(a);
-    const fb = free(b);
-    if (fa !== fb) return fb > fa ? 1 : -1;
-    const pa = use.get(a.metadata?.name ?? '')?.pods ?? 0;
-    const pb = use.get(b.metadata?.name ?? '')?.pods ?? 0;
-    if (pa !== pb) return pa - pb;
-    return (a.metadata?.name ?? '').localeCompare(b.metadata?.name ?? '');
-  });
-  return { nodeName: fit[0]!.metadata!.name! };
+  // The best node by the order below, in one pass (each node's figures computed once).
+  const score = (n: V1Node) => {
+    const name = n.metadata?.name ?? '';
+    const u = use.get(name);
+    return { name, mops: fastest ? nodeMops(n) : 0, free: nodeAllocatableMemory(n) - (u?.memory ?? 0), pods: u?.pods ?? 0 };
+  };
+  const better = (a: ReturnType<typeof score>, b: ReturnType<typeof score>): boolean => {
+    if (a.mops !== b.mops) return a.mops > b.mops;
+    if (a.free !== b.free) return a.free > b.free;
+    if (a.pods !== b.pods) return a.pods < b.pods;
+    return a.name.localeCompare(b.name) < 0;
+  };
+  let best = score(fit[0]!);
+  for (let i = 1; i < fit.length; i++) {
+    const s = score(fit[i]!);
+    if (better(s, best)) best = s;
+  }
+  return { nodeName: best.name };
 }

@@ -9,26 +9,42 @@ import { type ControllerContext, recordPodEvent } from '../runtime/context.ts';
 import { isConflict, isNotFound } from '../runtime/errors.ts';
 import { isPodActive } from '../runtime/pods.ts';
 import { pickNode } from './fit.ts';
+import type { NodeUsage } from './usage.ts';
 
-/** Pods bound by this scheduler that the cache does not show bound yet, so that a burst does not overfill a node. */
+/**
+ * Pods this scheduler placed that the cache does not show bound yet (kube-scheduler's assumed pods): a pod
+ * is assumed on its node as soon as it is chosen, before its bind is sent, so that decisions made while
+ * binds are in flight (several workers) see it; a failed bind forgets it. An assumption lasts at most 30 s.
+ * With a {@link NodeUsage}, each assumption also counts in that node's sums.
+ */
 export class AssumedPods {
   readonly #pods = new Map<string, { pod: V1Pod; until: number }>();
+  /** The per-node sums the assumptions are added to, when the scheduler keeps them. */
+  readonly usage: NodeUsage | undefined;
+  constructor(usage?: NodeUsage) {
+    this.usage = usage;
+  }
   /** Remembers `pod` as bound to `nodeName` for at most 30 s. */
   assume(key: string, pod: V1Pod, nodeName: string, now: number): void {
-    this.#pods.set(key, { pod: { ...pod, spec: { ...pod.spec!, nodeName } }, until: now + 30_000 });
+    this.#pods.set(key, { pod: { ...pod, spec: { ...pod.spec!, nodeName } }, until: now + ASSUME_TTL_MS });
+    this.usage?.assume(key, pod, nodeName);
   }
   forget(key: string): void {
-    this.#pods.delete(key);
+    if (this.#pods.delete(key)) this.usage?.unassume(key);
   }
   has(key: string, now: number): boolean {
     const a = this.#pods.get(key);
-    if (a && a.until < now) this.#pods.delete(key);
+    if (a && a.until < now) this.forget(key);
     return a !== undefined && a.until >= now;
   }
+  /** The assumed pods (bound to their node), dropping those older than 30 s. */
   list(now: number): V1Pod[] {
     return [...this.#pods.entries()].filter(([k]) => this.has(k, now)).map(([, a]) => a.pod);
   }
 }
+
+/** How long an assumed pod counts without the cache showing it bound: 30 s. */
+const ASSUME_TTL_MS = 30_000;
 
 /** Whether this scheduler handles the pod: unbound, active, default scheduler. */
 export function needsScheduling(pod: V1Pod): boolean {
@@ -58,16 +74,22 @@ export async function reconcileSchedule(
   }
   const now = ctx.clock.now();
   if (assumed.has(key, now)) return undefined;
-  const placement = pickNode(pod, ctx.cache.nodes.list(), ctx.cache.pods.list(), { assumed: assumed.list(now) });
+  // With the scheduler's per-node sums, a decision costs O(nodes); without (unit tests), every pod is summed.
+  const inFlight = assumed.list(now);
+  const placement = assumed.usage
+    ? pickNode(pod, ctx.cache.nodes.list(), [], { usage: assumed.usage.nodes })
+    : pickNode(pod, ctx.cache.nodes.list(), ctx.cache.pods.list(), { assumed: inFlight });
   if (placement.nodeName !== undefined) {
+    // Assumed before the bind is sent: another worker's decision meanwhile counts this pod on its node.
+    assumed.assume(key, pod, placement.nodeName, now);
     try {
       await ctx.api.bindPod(namespace, name, pod.metadata?.uid, placement.nodeName);
     } catch (err: unknown) {
+      assumed.forget(key);
       // Bound meanwhile (409) or gone (404): the next event tells the truth.
       if (isConflict(err) || isNotFound(err)) return undefined;
       throw err;
     }
-    assumed.assume(key, pod, placement.nodeName, now);
     ctx.log.info({ pod: key, node: placement.nodeName, bindMs: ctx.clock.now() - now }, 'scheduled');
     // Stamped with the time of the decision, before the bind: the kubelet acts on the binding as soon as it
     // sees it, so an event stamped after the bind (a slow write) could sort after the kubelet's Pulling.

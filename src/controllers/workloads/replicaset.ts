@@ -7,6 +7,11 @@
  * (seed "Moves"). Pods it created or deleted but that the cache does not show yet are counted through
  * {@link Expectations}, so that a burst of events does not create or delete twice.
  *
+ * Pods are created as Kubernetes' ReplicaSet controller creates them: at most {@link BURST_REPLICAS} a
+ * sync, in slow-start batches of 1, 2, 4, … made concurrently (`slowStartBatch`), each pod counted in the
+ * expectations as soon as its create answers; a batch with a failure ends the sync. A sync never
+ * overlaps another of the same ReplicaSet (the work queue), so pods in flight are never counted twice.
+ *
  * A pod that cannot be created (the API server refuses it: its module is not pushed, say) is a `Warning`
  * `FailedCreate` event on the ReplicaSet with the API server's message, and the `ReplicaFailure` condition
  * (reason `FailedCreate`) in its status, which the Deployment copies, as in Kubernetes; the sync then
@@ -20,10 +25,17 @@ import { type ControllerContext, recordEvent } from '../runtime/context.ts';
 import { errorMessage, isConflict, isNotFound, statusMessage } from '../runtime/errors.ts';
 import { controllerOf, isPodActive, isPodReady } from '../runtime/pods.ts';
 import { matchLabelSelector } from '../runtime/selectors.ts';
+import { slowStartBatch } from '../runtime/slow-start.ts';
 import { ANNOTATIONS } from '../runtime/types.ts';
 
-/** The most pods one sync creates or deletes (the rest follow in the next sync). */
-const BURST = 100;
+/**
+ * The most pods one sync creates or deletes (the rest follow in the next sync): Kubernetes'
+ * `BurstReplicas`, 500.
+ */
+export const BURST_REPLICAS = 500;
+
+/** The first slow-start batch: Kubernetes' `SlowStartInitialBatchSize`, 1. */
+export const SLOW_START_INITIAL_BATCH = 1;
 
 /** Creations and deletions a controller made that its cache does not show yet. */
 export class Expectations {
@@ -131,38 +143,40 @@ export async function reconcileReplicaSet(key: string, ctx: ControllerContext, e
   const have = active.length + ghosts + exp.pendingCreates(key);
   let createError: unknown;
   if (have < want) {
-    for (let i = 0; i < Math.min(BURST, want - have); i++) {
-      let created: V1Pod;
-      try {
-        created = await ctx.api.createPod(namespace, podFromTemplate(rs));
-      } catch (err: unknown) {
-        // As Kubernetes: a FailedCreate event with the API server's words, the ReplicaFailure condition, and
-        // the error thrown after the status so that the worker tries again with back-off. The rest wait.
-        createError = err;
-        ctx.log.warn({ replicaset: key, err: errorMessage(err) }, 'cannot create pod');
-        await recordEvent(ctx, rsRef(rs), 'Warning', 'FailedCreate', `Error creating: ${createFailure(rs, err)}`, { component: COMPONENT });
-        break;
-      }
+    const outcome = await slowStartBatch(Math.min(BURST_REPLICAS, want - have), SLOW_START_INITIAL_BATCH, async (i) => {
+      const created = await ctx.api.createPod(namespace, podFromTemplate(rs));
       exp.created(key, created.metadata?.uid ?? `unknown-${now}-${i}`, now);
       ctx.log.info({ replicaset: key, pod: created.metadata?.name }, 'created pod');
       await recordEvent(ctx, rsRef(rs), 'Normal', 'SuccessfulCreate', `Created pod: ${created.metadata?.name}`, { component: COMPONENT });
+    });
+    if (outcome.error !== undefined) {
+      // As Kubernetes: a FailedCreate event with the API server's words, the ReplicaFailure condition, and
+      // the error thrown after the status so that the worker tries again with back-off. The rest wait.
+      createError = outcome.error;
+      ctx.log.warn({ replicaset: key, err: errorMessage(createError), created: outcome.successes, skipped: outcome.skipped }, 'cannot create pod');
+      await recordEvent(ctx, rsRef(rs), 'Warning', 'FailedCreate', `Error creating: ${createFailure(rs, createError)}`, { component: COMPONENT });
     }
   } else if (active.length + ghosts > want) {
-    const victims = [...active].sort((a, b) => compareRank(deletionRank(a), deletionRank(b))).slice(0, Math.min(BURST, active.length + ghosts - want));
-    for (const p of victims) {
-      let deleted = true;
-      try {
-        await ctx.api.deletePod(namespace, p.metadata?.name ?? '', { uid: p.metadata?.uid });
-      } catch (err: unknown) {
-        if (!isNotFound(err) && !isConflict(err)) throw err;
-        deleted = false; // gone already, or another pod by now: nothing this sync did
-      }
-      exp.deleted(key, p.metadata?.uid ?? '', now);
-      if (deleted) {
-        ctx.log.info({ replicaset: key, pod: p.metadata?.name }, 'deleted pod');
-        await recordEvent(ctx, rsRef(rs), 'Normal', 'SuccessfulDelete', `Deleted pod: ${p.metadata?.name}`, { component: COMPONENT });
-      }
-    }
+    const victims = [...active].sort((a, b) => compareRank(deletionRank(a), deletionRank(b))).slice(0, Math.min(BURST_REPLICAS, active.length + ghosts - want));
+    // Concurrently, as Kubernetes deletes them; the first unexpected error is thrown once all have answered.
+    const results = await Promise.allSettled(
+      victims.map(async (p) => {
+        let deleted = true;
+        try {
+          await ctx.api.deletePod(namespace, p.metadata?.name ?? '', { uid: p.metadata?.uid });
+        } catch (err: unknown) {
+          if (!isNotFound(err) && !isConflict(err)) throw err;
+          deleted = false; // gone already, or another pod by now: nothing this sync did
+        }
+        exp.deleted(key, p.metadata?.uid ?? '', now);
+        if (deleted) {
+          ctx.log.info({ replicaset: key, pod: p.metadata?.name }, 'deleted pod');
+          await recordEvent(ctx, rsRef(rs), 'Normal', 'SuccessfulDelete', `Deleted pod: ${p.metadata?.name}`, { component: COMPONENT });
+        }
+      }),
+    );
+    const failed = results.find((r) => r.status === 'rejected');
+    if (failed) throw failed.reason;
   }
   await writeReplicaSetStatus(ctx, rs, active, createError === undefined ? undefined : createFailure(rs, createError));
   if (createError !== undefined) throw createError;
