@@ -13,8 +13,18 @@ import { type ControlPlane, errorMessage, isApiError } from './client.ts';
 
 /** Free heap below which the node reports MemoryPressure: 24 KiB (seed "Policies"). */
 export const MEMORY_PRESSURE_BYTES = 24 * 1024;
-/** How often the Lease is renewed and the Node's status posted: 10 s, as the kubelet does. */
+/**
+ * How often the Lease is renewed and the Node's status computed: 10 s, as the kubelet does
+ * (`nodeStatusUpdateFrequency`). The status is posted then only if it changed (see
+ * {@link NODE_STATUS_REPORT_MS}).
+ */
 export const HEARTBEAT_MS = 10_000;
+/**
+ * How long an unchanged status goes without being posted again: 5 min, the kubelet's
+ * `nodeStatusReportFrequency` since Kubernetes 1.17 (the Lease says the node is alive; a status write
+ * every 10 s from every node is a write and a watch event to every Node watcher each time).
+ */
+export const NODE_STATUS_REPORT_MS = 300_000;
 /** The Lease's duration: 40 s, the kubelet's default (four missed renewals). */
 export const LEASE_DURATION_SECONDS = 40;
 /** The annotation with the interpreter speed in millions of operations per second. */
@@ -78,6 +88,8 @@ export class NodeAgent {
   #conditions = new Map<string, V1NodeCondition>();
   #posting: Promise<void> = Promise.resolve();
   #ready = true;
+  /** The last status posted, without its heartbeat times, and when (ms, Date.now()). */
+  #posted: { status: string; at: number } | undefined;
 
   /**
    * @param heldBytes answers the bytes the node's pods hold now (their linear memories)
@@ -133,11 +145,14 @@ export class NodeAgent {
     return node;
   }
 
-  /** Starts the heartbeat: the Lease and the status every {@link HEARTBEAT_MS}. */
+  /**
+   * Starts the heartbeat: every {@link HEARTBEAT_MS} the Lease is renewed and the status posted if it
+   * changed or was last posted {@link NODE_STATUS_REPORT_MS} ago.
+   */
   start(): void {
     this.#timer = setInterval(() => {
       this.renewLease().catch((err: unknown) => this.#log.warn({ err: errorMessage(err) }, 'lease renewal failed'));
-      this.refresh();
+      this.refresh({ ifChanged: true });
     }, HEARTBEAT_MS);
     this.#timer.unref();
   }
@@ -152,10 +167,14 @@ export class NodeAgent {
     }
   }
 
-  /** Posts the status now (serialised with any post in flight); errors are logged, not thrown. */
-  refresh(): Promise<void> {
+  /**
+   * Posts the status now (serialised with any post in flight); errors are logged, not thrown. With
+   * `ifChanged`, posts only a status that changed or is {@link NODE_STATUS_REPORT_MS} old, and
+   * otherwise reads the Node (so that a deleted Node is registered again within a heartbeat).
+   */
+  refresh(opts: { ifChanged?: boolean } = {}): Promise<void> {
     this.#posting = this.#posting
-      .then(() => this.postStatus())
+      .then(() => this.postStatus(opts))
       .catch(async (err: unknown) => {
         if (!isApiError(err, 404)) throw err;
         // Someone deleted the Node (kubectl delete node): register it again, as the kubelet does.
@@ -181,8 +200,13 @@ export class NodeAgent {
     return c;
   }
 
-  /** Builds and sends the Node's status (merge patch of `/status`). */
-  async postStatus(): Promise<void> {
+  /**
+   * Builds and sends the Node's status (merge patch of `/status`). With `ifChanged`, a status equal
+   * to the last one posted (heartbeat times aside) less than {@link NODE_STATUS_REPORT_MS} ago is not
+   * sent; the Node is read instead.
+   * @throws ApiError as the API server answers (404 when the Node is gone)
+   */
+  async postStatus(opts: { ifChanged?: boolean } = {}): Promise<void> {
     const now = rfc3339();
     const { heapBytes, maxPods, address, kubeletPort, name } = this.identity;
     const free = this.freeHeapBytes();
@@ -209,7 +233,14 @@ export class NodeAgent {
         kubeletVersion: KUBELET_VERSION, kubeProxyVersion: '', operatingSystem: platform(), architecture: kubernetesArch(),
       },
     };
+    const unchanged = JSON.stringify(status, (k, v: unknown) => (k === 'lastHeartbeatTime' ? undefined : v));
+    const at = Date.now();
+    if (opts.ifChanged && this.#posted?.status === unchanged && at - this.#posted.at < NODE_STATUS_REPORT_MS) {
+      await this.#cp.json('GET', `/api/v1/nodes/${encodeURIComponent(name)}`);
+      return;
+    }
     await this.#cp.json('PATCH', `/api/v1/nodes/${encodeURIComponent(name)}/status`, { body: { status }, contentType: 'application/merge-patch+json' });
+    this.#posted = { status: unchanged, at };
   }
 
   /** Creates or renews the node's Lease (`kube-node-lease/<node>`). */
