@@ -9,31 +9,14 @@ import { mkdir, rm } from 'node:fs/promises';
 import net from 'node:net';
 import { dirname, join, resolve } from 'node:path';
 import * as grpc from '@grpc/grpc-js';
-import { create } from '@bufbuild/protobuf';
-import { PodService as PodServiceDesc, PodEventSchema, type PodEvent } from './gen/feos/pod/v1/pod_pb.js';
 import { HostService as HostServiceDesc } from './gen/feos/host/v1/host_pb.js';
 import { makeClient } from './api/index.ts';
 import { createLogger, type Logger } from '../lib/index.ts';
 import { addService, errorMessage, FeosError } from './api/index.ts';
 import { chooseAccelerator, MicroVmService } from './microvm/index.ts';
-import {
-  PodRecords,
-  PodService,
-  guestVersions,
-  unavailablePodNetwork,
-  type PodNetworkProvider,
-  execInPod,
-  podLogs,
-  portForward,
-  readStopRecord,
-  removeStopRecord,
-  resumeAfterStop,
-  setStopRecordAside,
-  STOP_MARGIN_MS,
-  stopRecordPath,
-  suspendForStop,
-  writeStopRecord,
-} from './pods/index.ts';
+import { PodRecords, PodService, guestVersions, unavailablePodNetwork, type PodNetworkProvider } from './pods/index.ts';
+import { addPodService } from './pod-api.ts';
+import { StopRecordKeeper } from './stop.ts';
 import { openObjectStore, type ObjectStore } from './store/index.ts';
 import { PodState } from './gen/feos/pod/v1/pod_pb.js';
 import { hostHandlers } from './host/index.ts';
@@ -41,19 +24,6 @@ import { VolumeStore, parseVolumeId } from './volumes/index.ts';
 import { VolumeService as VolumeServiceDesc } from './gen/feos/volume/v1/volume_pb.js';
 import { takeStateLock } from './lock.ts';
 import { createNetwork, type NetworkFlags, type PodNetwork } from './network/index.ts';
-
-/** Aborts when a streaming call's caller goes away, or when `also` aborts (feosd stops). */
-function callSignal(call: { once(event: 'cancelled' | 'close', fn: () => void): unknown }, also: AbortSignal): AbortSignal {
-  const ac = new AbortController();
-  call.once('cancelled', () => ac.abort());
-  call.once('close', () => ac.abort());
-  return AbortSignal.any([ac.signal, also]);
-}
-
-/** The status of the calls that a stopping feosd refuses or ends (seed 000, "Stopping"). */
-function feosdStops(): FeosError {
-  return new FeosError('UNAVAILABLE', 'feosd stops');
-}
 
 /** feosd's options (its flags). */
 export interface FeosdOptions {
@@ -295,97 +265,11 @@ export async function startFeosd(opts: FeosdOptions, signal?: AbortSignal): Prom
   // when the calls' grace is over (the streams still running end); both with UNAVAILABLE "feosd stops".
   const stopping = new AbortController();
   const cancelling = new AbortController();
-  const act = (id: string, a: Parameters<PodService['act']>[1]) => {
-    if (stopping.signal.aborted) throw feosdStops();
-    return pods.act(id, a);
-  };
-  /** Runs a stream's handler; one that ends because feosd stops ends with UNAVAILABLE. */
-  const streaming = async (run: (signal: AbortSignal) => Promise<void>, call: Parameters<typeof callSignal>[0]) => {
-    try {
-      await run(callSignal(call, cancelling.signal));
-    } catch (err: unknown) {
-      if (cancelling.signal.aborted) throw feosdStops();
-      throw err;
-    }
-    if (cancelling.signal.aborted) throw feosdStops();
-  };
   const onError = (method: string, err: unknown) => {
     if (err instanceof FeosError) log.debug({ method, code: err.code, err: err.message }, 'call failed');
     else log.error({ method, err: errorMessage(err) }, 'call failed');
   };
-  addService(
-    server,
-    PodServiceDesc,
-    {
-      // The pull token goes to the pod layer's memory only (seed "Pull tokens").
-      createPod: async (req) => ({ pod: await act(req.id, { kind: 'create', spec: req.spec!, pullToken: req.pullToken }) }),
-      getPod: async (req) => ({ pod: await pods.getWithGuest(req.id) }),
-      listPods: async () => ({ pods: pods.list() }),
-      startPod: async (req) => ({ pod: await act(req.id, { kind: 'start', pullToken: req.pullToken }) }),
-      stopPod: async (req) => ({ pod: await act(req.id, { kind: 'stop' }) }),
-      deletePod: async (req) => {
-        await act(req.id, { kind: 'delete' });
-        return {};
-      },
-      suspendPod: async (req) => ({ pod: await act(req.id, { kind: 'suspend' }) }),
-      resumePod: async (req) => ({ pod: await act(req.id, { kind: 'resume', diskOnly: req.diskOnly }) }),
-      hibernatePod: async (req) => ({ pod: await act(req.id, { kind: 'hibernate', noAbandon: req.noAbandon }) }),
-      restorePod: async (req) => ({ pod: await act(req.id, { kind: 'restore', checkpoint: req.checkpoint || undefined, diskOnly: req.diskOnly }) }),
-      execPod: async (reqs, send, call) => {
-        const it = reqs[Symbol.asyncIterator]();
-        const first = await it.next();
-        if (first.done || first.value.request.case !== 'start') throw new FeosError('INVALID_ARGUMENT', 'exec: the first request must be start');
-        const start = first.value.request.value;
-        await streaming((signal) => execInPod(pods, start, { [Symbol.asyncIterator]: () => it }, send, signal), call);
-      },
-      podLogs: async (req, send, call) => streaming((signal) => podLogs(pods, req, send, signal), call),
-      portForwardPod: async (reqs, send, call) => {
-        const it = reqs[Symbol.asyncIterator]();
-        const first = await it.next();
-        if (first.done || first.value.request.case !== 'start') throw new FeosError('INVALID_ARGUMENT', 'port forward: the first request must be start');
-        const start = first.value.request.value;
-        await streaming((signal) => portForward(pods, start, { [Symbol.asyncIterator]: () => it }, send, signal), call);
-      },
-      watchPodEvents: async (req, send, call) => {
-        const only = req.podId ? pods.get(req.podId).id : '';
-        const queue: PodEvent[] = [];
-        let wake: (() => void) | undefined;
-        const listener = (ev: PodEvent) => {
-          if (only && ev.podId !== only) return;
-          queue.push(ev);
-          wake?.();
-        };
-        pods.on('event', listener);
-        try {
-          for (const p of only ? [pods.get(only)] : pods.list()) {
-            send(create(PodEventSchema, { podId: p.id, pod: p, initial: true }));
-          }
-          // A watch has no end of its own: it ends when its caller goes away or at once when feosd stops.
-          const ended = new Promise<void>((r) => {
-            call.once('cancelled', r);
-            call.once('close', r);
-            stopping.signal.addEventListener('abort', () => r(), { once: true });
-          });
-          let done = false;
-          void ended.then(() => {
-            done = true;
-            wake?.();
-          });
-          while (!done) {
-            while (queue.length > 0) send(queue.shift()!);
-            await new Promise<void>((r) => {
-              wake = r;
-            });
-            wake = undefined;
-          }
-          if (stopping.signal.aborted) throw feosdStops();
-        } finally {
-          pods.off('event', listener);
-        }
-      },
-    },
-    onError,
-  );
+  addPodService(server, { pods, stopping: stopping.signal, cancelling: cancelling.signal, onError });
   addService(
     server,
     VolumeServiceDesc,
@@ -457,35 +341,15 @@ export async function startFeosd(opts: FeosdOptions, signal?: AbortSignal): Prom
   log.info({ socket: socketPath, tcpPort }, 'feosd serving');
   notifyReady(log);
 
-  // Suspend on stop: the pods a stop before suspended are resumed, four at a time; the record goes once
-  // they were all tried. A stop meanwhile keeps those not tried yet (seed 000, "Suspend on stop").
-  const recordPath = stopRecordPath(o.stateDir);
-  let notResumed: string[] = [];
-  let previousStop: string | undefined;
-  const resumesAfterStop = (async () => {
-    let record: Awaited<ReturnType<typeof readStopRecord>>;
-    try {
-      record = await readStopRecord(recordPath);
-    } catch (err: unknown) {
-      await setStopRecordAside(recordPath);
-      log.error({ err: errorMessage(err) }, 'suspend on stop: the record is not one; moved to .bad, nothing resumed');
-      return;
-    }
-    if (!record) return;
-    previousStop = record.stoppedAt;
-    notResumed = record.pods;
-    log.info({ pods: record.pods, stoppedAt: record.stoppedAt }, 'suspend on stop: resuming the pods the last stop suspended');
-    notResumed = await resumeAfterStop(pods, record.pods, { log, signal: stopping.signal });
-    if (stopping.signal.aborted) return;
-    await removeStopRecord(recordPath).catch((err: unknown) => log.error({ err: errorMessage(err) }, 'suspend on stop: the record was not removed'));
-    log.info('suspend on stop: the resumes are done; the record is removed');
-  })();
+  // Suspend on stop: the pods a stop before suspended are resumed (seed 000, "Suspend on stop").
+  const stopRecord = new StopRecordKeeper(o.stateDir, pods, log);
+  stopRecord.startResumes(stopping.signal);
 
   return {
     tcpPort,
     socketPath,
     pods,
-    resumesAfterStop,
+    resumesAfterStop: stopRecord.resumes,
     close: async ({ callsGraceMs = 30_000, suspendOnStop = false, graceEndsAt = Date.now() + 300_000 }: CloseOptions = {}) => {
       stopping.abort();
       // After the grace, the streams still running end with UNAVAILABLE; a second later whatever is left
@@ -499,26 +363,9 @@ export async function startFeosd(opts: FeosdOptions, signal?: AbortSignal): Prom
       await new Promise<void>((r) => server.tryShutdown(() => r()));
       clearTimeout(force);
       clearTimeout(cut);
-      // The resumes in flight end; the pods not tried stay in the record, with the stop they came from.
-      await resumesAfterStop;
-      const stoppedAt = new Date().toISOString();
-      const recorded = [...notResumed];
-      const keep = () => writeStopRecord(recordPath, { stoppedAt: recorded.length > notResumed.length ? stoppedAt : (previousStop ?? stoppedAt), pods: recorded });
-      if (notResumed.length > 0) {
-        await keep().catch((err: unknown) => log.error({ err: errorMessage(err) }, 'suspend on stop: the record was not written'));
-        log.info({ pods: notResumed }, 'suspend on stop: the pods not resumed yet stay recorded');
-      }
-      if (suspendOnStop) {
-        const result = await suspendForStop(pods, {
-          deadline: graceEndsAt - STOP_MARGIN_MS,
-          log,
-          record: async (id) => {
-            recorded.push(id);
-            await keep();
-          },
-        });
-        log.info(result, 'suspend on stop: done');
-      }
+      // The resumes in flight end, the pods not tried stay recorded; with --suspend-on-stop the running
+      // pods are suspended for the next feosd.
+      await stopRecord.stop(suspendOnStop, graceEndsAt);
       pods.close();
       await network?.stop();
       vms.closeAll();
