@@ -16,7 +16,7 @@ import { startFeosd, tempDir, until } from './harness.ts';
 const log = pino({ level: 'silent' });
 
 /** A pod service whose suspends take a turn of the event loop, some busy a number of times, one failing. */
-function fakePods(ids: string[], behaviour: Record<string, { busyTimes?: number; fails?: boolean; resumeFails?: boolean }> = {}) {
+function fakePods(ids: string[], behaviour: Record<string, { busyTimes?: number; fails?: boolean; hibernates?: boolean; resumeFails?: boolean }> = {}) {
   const pods = new Map(ids.map((id) => [id, create(PodInfoSchema, { id, state: PodState.RUNNING })]));
   let inFlight = 0;
   let maxInFlight = 0;
@@ -37,6 +37,10 @@ function fakePods(ids: string[], behaviour: Record<string, { busyTimes?: number;
         if (action.kind === 'suspend') {
           assert.ok(action.deadline !== undefined && action.deadline > Date.now(), 'the stop gives its deadline');
           if (b.fails) throw new FeosError('INTERNAL', 'snapshot: migration failed');
+          if (b.hibernates) {
+            p.state = PodState.HIBERNATED;
+            throw new FeosError('FAILED_PRECONDITION', `pod ${id} is HIBERNATED: only a RUNNING pod suspends`);
+          }
           if ((b.busyTimes ?? 0) > 0) {
             b.busyTimes! -= 1;
             throw vmBusy('the snapshot was not written in time');
@@ -55,9 +59,9 @@ function fakePods(ids: string[], behaviour: Record<string, { busyTimes?: number;
   };
 }
 
-test('suspendForStop suspends the running pods four at a time, records each, retries busy ones after the pass, and leaves a failed one', { timeout: 20_000 }, async () => {
+test('suspendForStop suspends the running pods four at a time, records each, retries busy ones after the pass, skips one that hibernated, and leaves a failed one', { timeout: 20_000 }, async () => {
   const ids = ['aaaaaaaaaa1', 'aaaaaaaaaa2', 'aaaaaaaaaa3', 'aaaaaaaaaa4', 'aaaaaaaaaa5', 'aaaaaaaaaa6', 'aaaaaaaaaa7'];
-  const fake = fakePods(ids, { aaaaaaaaaa2: { busyTimes: 2 }, aaaaaaaaaa5: { fails: true } });
+  const fake = fakePods(ids, { aaaaaaaaaa2: { busyTimes: 2 }, aaaaaaaaaa5: { fails: true }, aaaaaaaaaa6: { hibernates: true } });
   fake.pods.set('bbbbbbbbbbb', create(PodInfoSchema, { id: 'bbbbbbbbbbb', state: PodState.SUSPENDED }));
   const recorded: string[] = [];
   const result = await suspendForStop(fake, {
@@ -72,7 +76,7 @@ test('suspendForStop suspends the running pods four at a time, records each, ret
   assert.deepEqual(result.failed, ['aaaaaaaaaa5']);
   assert.deepEqual(result.busy, []);
   assert.deepEqual(recorded, result.suspended);
-  assert.deepEqual([...recorded].sort(), ids.filter((id) => id !== 'aaaaaaaaaa5'));
+  assert.deepEqual([...recorded].sort(), ids.filter((id) => id !== 'aaaaaaaaaa5' && id !== 'aaaaaaaaaa6'), 'a pod that hibernated meanwhile is neither recorded nor failed');
   assert.equal(recorded.at(-1), 'aaaaaaaaaa2', 'the busy pod comes after the first pass');
   assert.equal(fake.calls.filter((c) => c === 'suspend aaaaaaaaaa2').length, 3);
   assert.ok(!fake.calls.includes('suspend bbbbbbbbbbb'), 'a pod suspended before the stop is not the stop\'s');

@@ -117,6 +117,9 @@ export async function suspendForStop(pods: StopPods, o: SuspendForStopOptions): 
       o.log.info({ id }, 'suspend on stop: suspended');
     } else if (out.err instanceof FeosError && out.err.busy) {
       busy.push(id);
+    } else if (pods.list().find((p) => p.id === id)?.state !== PodState.RUNNING) {
+      // Gone, stopped or hibernated meanwhile (a hibernation in flight ends so): not the stop's to suspend.
+      o.log.info({ id, err: errorMessage(out.err) }, 'suspend on stop: the pod does not run any more; skipped');
     } else {
       result.failed.push(id);
       o.log.error({ id, err: out.err === undefined ? `the pod is ${PodState[out.pod?.state ?? 0]}` : errorMessage(out.err) }, 'suspend on stop: the suspend failed; the pod ends with feosd');
