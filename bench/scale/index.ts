@@ -255,7 +255,7 @@ async function main(): Promise<void> {
   const listSamples = PODS > 2000 ? 5 : 20;
   for (let i = 0; i < listSamples; i++) {
     const a = performance.now();
-    const r = await kubectl(kc, ['get', 'pods', '-A', '-o', 'name']);
+    const r = await run('kubectl', ['--kubeconfig', kc, 'get', 'pods', '-A', '-o', 'name'], { timeoutMs: 300_000 });
     lists.push(performance.now() - a);
     if (r.code !== 0) throw new Error(r.stderr);
   }
