@@ -89,6 +89,23 @@ export class HostState {
     this.channelsByHandle.set(handle, name);
   }
 
+  /** What {@link dispose} undoes besides the descriptors (the imports' timers). */
+  readonly #disposers: Array<() => void> = [];
+
+  /** Runs `f` when the pod ends here ({@link dispose}). */
+  onDispose(f: () => void): void {
+    this.#disposers.push(f);
+  }
+
+  /**
+   * The pod has ended on its thread: closes every descriptor and stops the imports' timers, so that
+   * nothing of it stays on a thread that goes on running other pods.
+   */
+  dispose(): void {
+    this.closeAll();
+    for (const f of this.#disposers.splice(0)) f();
+  }
+
   /** Closes every descriptor (the container ends). */
   closeAll(): void {
     for (const f of this.files.values()) {
@@ -209,17 +226,27 @@ export function makeImports(ctx: HostContext, state: HostState): Record<string, 
   // A pod that logs in a tight loop must not flood the node's main thread with messages.
   const logLimiter = new RateLimiter(LOG_LINES_PER_SECOND);
   const sendLimiter = new RateLimiter(CHANNEL_SENDS_PER_SECOND);
-  // A flood followed by silence still reports its drops: a second later, between calls.
-  const reportDropped = setInterval(() => {
-    const dropped = logLimiter.takeDropped();
-    if (dropped > 0) ctx.log(`kube32: ${dropped} log line${dropped === 1 ? '' : 's'} dropped (more than ${LOG_LINES_PER_SECOND} a second)`);
-  }, 1000);
-  reportDropped.unref();
+  // A flood followed by silence still reports its drops: a second after the first line dropped,
+  // between calls. (A timer only then: an idle pod, one of thousands on a thread, costs no wake-ups.)
+  let reportTimer: NodeJS.Timeout | undefined;
+  const reportDroppedLater = (): void => {
+    if (reportTimer) return;
+    reportTimer = setTimeout(() => {
+      reportTimer = undefined;
+      const dropped = logLimiter.takeDropped();
+      if (dropped > 0) ctx.log(`kube32: ${dropped} log line${dropped === 1 ? '' : 's'} dropped (more than ${LOG_LINES_PER_SECOND} a second)`);
+    }, 1000);
+    reportTimer.unref();
+  };
+  state.onDispose(() => clearTimeout(reportTimer));
   return {
     k32_time_ms: (): bigint => BigInt(ctx.clock.now()),
     k32_log: (ptr: number, len: number): void => {
       const bytes = bytesOf(ctx, 'k32_log', ptr, len);
-      if (!logLimiter.take()) return;
+      if (!logLimiter.take()) {
+        reportDroppedLater();
+        return;
+      }
       const dropped = logLimiter.takeDropped();
       if (dropped > 0) ctx.log(`kube32: ${dropped} log line${dropped === 1 ? '' : 's'} dropped (more than ${LOG_LINES_PER_SECOND} a second)`);
       if (bytes.length <= MAX_LOG_LINE_BYTES) ctx.log(utf8.decode(bytes));

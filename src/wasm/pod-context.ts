@@ -117,7 +117,7 @@ export class PodContext {
     if (this.#closed) return;
     this.#dead = true;
     this.#closed = true;
-    this.#host.closeAll();
+    this.#host.dispose();
     this.#restoring?.done(new Error('the pod was detached'));
     this.#restoring = undefined;
     this.#streams.clear();
@@ -132,11 +132,17 @@ export class PodContext {
   /** The pod's end on this thread (a trap, a failed start): nothing runs for it any more. */
   #die(): void {
     this.#dead = true;
-    this.#host.closeAll();
+    this.#host.dispose();
     this.#streams.clear();
     this.#instance = undefined;
     this.#memory = undefined;
     this.#state = undefined;
+  }
+
+  /** An unexpected failure of the start's own code (not the pod's): the start fails, for this pod alone. */
+  crash(err: unknown): void {
+    if (this.#dead) return;
+    this.#fail('Error', `cannot start the pod: ${trapMessage(err)}`);
   }
 
   #fail(reason: 'RestoreError' | 'Trap' | 'Error', message: string): void {

@@ -6,7 +6,8 @@
  */
 import { parentPort, workerData } from 'node:worker_threads';
 import { PodContext } from './pod-context.ts';
-import type { FromThread, ToThread } from './protocol.ts';
+import { errorMessage } from './errors.ts';
+import type { FromThread, FromWorker, ToThread } from './protocol.ts';
 import { ThreadStatus } from './thread-status.ts';
 
 const port = parentPort!;
@@ -16,9 +17,17 @@ const contexts = new Map<number, PodContext>();
 port.on('message', (m: ToThread) => {
   switch (m.op) {
     case 'attach': {
-      const ctx = new PodContext(m.slot, m.port, m.init, status, new Int32Array(m.gone), () => contexts.delete(m.slot));
+      let ctx: PodContext;
+      try {
+        ctx = new PodContext(m.slot, m.port, m.init, status, new Int32Array(m.gone), () => contexts.delete(m.slot));
+      } catch (err: unknown) {
+        // (its fsDir cannot be made, ...): this pod fails to start; the thread and its other pods go on.
+        m.port.postMessage({ op: 'startFailed', reason: 'Error', message: `cannot start the pod: ${errorMessage(err)}` } satisfies FromWorker);
+        m.port.close();
+        break;
+      }
       contexts.set(m.slot, ctx);
-      void ctx.start();
+      ctx.start().catch((err: unknown) => ctx.crash(err));
       break;
     }
     case 'detach': contexts.get(m.slot)?.detach(); break;

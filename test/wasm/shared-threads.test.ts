@@ -7,9 +7,11 @@
  */
 import assert from 'node:assert/strict';
 import { once } from 'node:events';
+import { writeFileSync } from 'node:fs';
+import { join } from 'node:path';
 import { test } from 'node:test';
 import { configurePodThreads, drainWorkerPool, loadModule, PodCallError, PodInstance, PodStartError, podThreadCounts, podThreadSettings, type PodModule } from '../../src/wasm/index.ts';
-import { body, decode, get, snapshotBytes, wat } from './helpers.ts';
+import { body, decode, get, snapshotBytes, tempDir, wat } from './helpers.ts';
 
 configurePodThreads({ podsPerThread: 100 });
 
@@ -272,6 +274,20 @@ test('a start cancelled while the thread is busy never runs the pod\'s k32_init 
   assert.equal(await aCall, 1);
   assert.equal(await count(a), 2, 'the thread is not stuck in the cancelled pod\'s k32_init');
   assert.equal(a.exit, undefined);
+});
+
+test('a pod whose start fails on the thread (its fsDir cannot be made) fails alone', { timeout: 10_000 }, async (t) => {
+  const a = await start(t, 'a');
+  const dir = tempDir('dense-fs');
+  t.after(dir.remove);
+  const file = join(dir.dir, 'a-file');
+  writeFileSync(file, 'x');
+  await assert.rejects(
+    PodInstance.start({ module: await dense(), namespace: 'test', podName: 'bad-fs', containerName: 'c', fsDir: join(file, 'sub') }),
+    (e: unknown) => e instanceof PodStartError && e.reason === 'Error' && /^cannot start the pod: ENOTDIR/.test(e.message),
+  );
+  assert.equal(await count(a), 1);
+  assert.deepEqual(sharedThreads(), [1]);
 });
 
 test('an app pod gets a thread of its own even with dense pods', { timeout: 10_000 }, async (t) => {
