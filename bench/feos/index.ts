@@ -1,10 +1,12 @@
 // FeOS node benchmark (issue 8), one run, as root: a pod of 256 MiB's create-to-RUNNING, suspend and
 // resume times through feosd, against what QEMU itself takes to boot the same kernel and initramfs to the
 // guest agent's first word (the limit under this VMM), and the snapshot's write rate against dd to the
-// same disk. Prints ratios; asserts nothing.
+// same disk; then its hibernation into a local-directory object store and its restore, against the
+// suspend and the resume. Prints ratios; asserts nothing.
 //   node bench/feos/index.ts
 import { execFileSync, spawn } from 'node:child_process';
-import { mkdtempSync, rmSync, statSync } from 'node:fs';
+import { mkdtempSync, readdirSync, rmSync, statSync } from 'node:fs';
+import { pathToFileURL } from 'node:url';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { GuestClient } from '../../src/feos/guest/index.ts';
@@ -50,7 +52,8 @@ try {
   qemu.kill('SIGKILL');
 
   // 2. Through feosd.
-  const feosd = await startFeosd(join(work, 'feosd'), { guestDir: GUEST_DIR });
+  const storeDir = join(work, 'store');
+  const feosd = await startFeosd(join(work, 'feosd'), { guestDir: GUEST_DIR, extra: ['--object-store', pathToFileURL(storeDir).href] });
   process.on('exit', () => feosd.child.kill('SIGKILL'));
   const id = 'benchpqd0aa';
   const c0 = performance.now();
@@ -65,6 +68,16 @@ try {
   const r0 = performance.now();
   await feosd.pods.resumePod({ id });
   const resume = ms(r0);
+  // 2b. Hibernate into the store (suspend, put memory and disk with their SHA-256s, manifest, release)
+  // and restore on the same node (copy and check both, rebase, resume).
+  const h0 = performance.now();
+  const hibernated = await feosd.pods.hibernatePod({ id });
+  const hibernate = ms(h0);
+  const ck = join(storeDir, 'pods', id, hibernated.pod!.checkpoint);
+  const storedBytes = readdirSync(ck).reduce((n, f) => n + statSync(join(ck, f)).size, 0);
+  const x0 = performance.now();
+  await feosd.pods.restorePod({ id });
+  const restore = ms(x0);
   await feosd.pods.deletePod({ id });
   await feosd.stop();
 
@@ -80,6 +93,8 @@ try {
   console.log(`  feosd create to RUNNING                          ${(createToRunning / 1000).toFixed(1)} s   ratio ${(createToRunning / rawBoot).toFixed(2)}`);
   console.log(`  suspend                                          ${(suspend / 1000).toFixed(2)} s   ratio to the boot ${(suspend / rawBoot).toFixed(3)}`);
   console.log(`  resume                                           ${(resume / 1000).toFixed(2)} s   ratio to the boot ${(resume / rawBoot).toFixed(3)}`);
+  console.log(`  hibernate (suspend + ${(storedBytes / 2 ** 20).toFixed(0)} MiB into the store)    ${(hibernate / 1000).toFixed(2)} s   ratio to the suspend ${(hibernate / suspend).toFixed(2)}`);
+  console.log(`  restore (copy, check, resume)                    ${(restore / 1000).toFixed(2)} s   ratio to the resume ${(restore / resume).toFixed(2)}`);
   console.log(`  snapshot ${mib} MiB in the suspend: ${rate(snapshotBytes, suspend).toFixed(0)} MiB/s; dd: ${rate(mib * 2 ** 20, dd).toFixed(0)} MiB/s; ratio ${(rate(snapshotBytes, suspend) / rate(mib * 2 ** 20, dd)).toFixed(2)}`);
 } finally {
   rmSync(work, { recursive: true, force: true });
