@@ -13,7 +13,7 @@
  */
 import { MessageChannel, type MessagePort, Worker } from 'node:worker_threads';
 import { errorMessage } from './errors.ts';
-import { podThreadSettings } from './pod-threads-config.ts';
+import { onPodThreadsChange, podThreadSettings } from './pod-threads-config.ts';
 import type { FromThread, FromWorker, ToThread, ToWorker, WorkerInit } from './protocol.ts';
 import { nowAbsMs, ThreadStatus } from './thread-status.ts';
 
@@ -88,6 +88,8 @@ class PodThread {
   readonly booted: Promise<void>;
   /** Most pods on it: 0 while spare, 1 for a thread of one pod, N when shared. */
   capacity = 0;
+  /** The setting it was booted for (its heap limits follow it). */
+  readonly bootedFor: number;
   /** Slots ever given, so that a new pod never meets an old one's status. */
   #nextSlot = 1;
   readonly tenants = new Map<number, Tenant>();
@@ -98,6 +100,7 @@ class PodThread {
   #terminated: Promise<void> = Promise.resolve();
 
   constructor(podsPerThread: number) {
+    this.bootedFor = podsPerThread;
     const w = new Worker(WORKER_URL, { resourceLimits: resourceLimits(podsPerThread), workerData: { status: this.status.buffer } });
     this.worker = w;
     w.unref();
@@ -231,6 +234,17 @@ function removeThread(t: PodThread): void {
 function takeSpare(): PodThread {
   return spare.shift() ?? new PodThread(podThreadSettings().podsPerThread);
 }
+
+// A spare booted for another setting has other heap limits: boot it again for the new one.
+onPodThreadsChange((n) => {
+  const stale = spare.filter((t) => t.bootedFor !== n);
+  if (stale.length === 0) return;
+  for (const t of stale) {
+    removeThread(t);
+    void t.worker.terminate();
+  }
+  replenishWorkerPool();
+});
 
 /**
  * Attaches a pod to a thread by the current {@link configurePodThreads} setting: a thread of its

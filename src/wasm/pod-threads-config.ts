@@ -5,6 +5,13 @@
 
 /** The current setting; read by the thread pool when a pod starts. */
 let podsPerThread = 1;
+/** Called when the setting changes (the thread pool replaces its spare, booted for the old one). */
+const listeners: Array<(podsPerThread: number) => void> = [];
+
+/** Runs `f` with the new setting each time {@link configurePodThreads} changes it. Internal to src/wasm. */
+export function onPodThreadsChange(f: (podsPerThread: number) => void): void {
+  listeners.push(f);
+}
 
 /** Options of {@link configurePodThreads}. */
 export interface PodThreadOptions {
@@ -31,7 +38,9 @@ export function configurePodThreads(opts: PodThreadOptions): void {
   if (!Number.isInteger(n) || n < 1 || n > 10_000) {
     throw new RangeError(`podsPerThread must be an integer from 1 to 10000: current value is ${JSON.stringify(n)}`);
   }
+  if (n === podsPerThread) return;
   podsPerThread = n;
+  for (const f of listeners) f(n);
 }
 
 /** The current setting of {@link configurePodThreads}. */
