@@ -11,6 +11,12 @@
  * The seed measured 3.2 s and 7.5 s between ESP32 boards. Targets: under 100 ms at p50 for 32 KB, and the
  * control plane adding less than 3x the bare snapshot-and-restore time.
  *
+ * Then the timeline of a move, step by step (p50 over the moves of each size, ms from the freeze request):
+ * the controller's steps (its `checkpoint step` debug lines, see src/controllers/checkpoint/timeline.ts)
+ * and the kubelets' (the source's freeze and streamed snapshot, the target's pod bound, data requested and
+ * answered, instance restored), read from the JSON log lines of each process; every process runs on this
+ * machine, so their clocks agree.
+ *
  * Prints figures and ratios; asserts nothing about time. Run: `node bench/moves/index.ts` (or
  * `npm run bench moves`); `BENCH_MOVES=10 BENCH_SIZES=32k,1m` for a shorter run. Needs wat2wasm.
  */
@@ -18,9 +24,11 @@ import { execFileSync, spawn } from 'node:child_process';
 import { mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
+import { createInterface } from 'node:readline';
 import { Readable } from 'node:stream';
 import type { V1Pod } from '@kubernetes/client-node';
 import { pino } from 'pino';
+import { MOVE_STEP_MESSAGE } from '../../src/controllers/checkpoint/timeline.ts';
 import { startControllers } from '../../src/controllers/index.ts';
 import { KubeRest } from '../../src/controllers/runtime/rest.ts';
 import type { Checkpoint } from '../../src/controllers/runtime/types.ts';
@@ -35,20 +43,87 @@ function percentile(xs: number[], p: number): number {
   return s[Math.min(s.length - 1, Math.ceil((p / 100) * s.length) - 1)]!;
 }
 
-async function until<T>(what: string, fn: () => Promise<T | undefined | false>, ms = 60_000): Promise<T> {
+async function until<T>(what: string | (() => string), fn: () => Promise<T | undefined | false>, ms = 60_000): Promise<T> {
   const deadline = Date.now() + ms;
   for (;;) {
     const v = await fn().catch(() => undefined);
     if (v !== undefined && v !== false) return v as T;
-    if (Date.now() > deadline) throw new Error(`timed out waiting for ${what}`);
+    if (Date.now() > deadline) throw new Error(`timed out waiting for ${typeof what === 'string' ? what : what()}`);
     await new Promise((r) => setTimeout(r, 5)); // polling a condition with a deadline
   }
+}
+
+/** The order of the timeline's steps. */
+const STEP_ORDER = [
+  'created', 'seen', 'saving', 'freeze-requested', 'source: pod frozen', 'snapshot-answered', 'source: snapshot streamed', 'data-stored',
+  'replaced', 'target: pod seen', 'moving', 'target: data requested', 'target: data answered', 'target: instance restored', 'target: status Running written', 'running-seen', 'completed',
+];
+
+/**
+ * The p50 time of each step from the move's freeze request, over the moves: `windows` holds each move's start
+ * (ms since the epoch), and a mark belongs to the move whose window it falls in (the moves run one at a time).
+ */
+function timeline(windows: number[], all: Mark[]): [string, number][] {
+  const offsets = new Map<string, number[]>();
+  windows.forEach((start, i) => {
+    const end = windows[i + 1] ?? Number.POSITIVE_INFINITY;
+    const inWindow = all.filter((m) => m.time >= start && m.time < end);
+    const zero = inWindow.find((m) => m.step === 'freeze-requested')?.time;
+    if (zero === undefined) return;
+    // The source is the worker that froze the pod, the target the one that saw the replacement.
+    const source = inWindow.find((m) => m.step === 'pod frozen')?.worker;
+    const target = inWindow.find((m) => m.step === 'pod seen')?.worker;
+    const mine = inWindow.flatMap((m) => {
+      if (m.worker === undefined) return [m];
+      const role = m.worker === source && m.step !== 'pod seen' ? 'source' : m.worker === target ? 'target' : undefined;
+      return role ? [{ ...m, step: `${role}: ${m.step}` }] : [];
+    });
+    for (const step of new Set(mine.map((m) => m.step))) {
+      const first = mine.find((m) => m.step === step)!;
+      offsets.set(step, [...(offsets.get(step) ?? []), first.time - zero]);
+    }
+  });
+  return STEP_ORDER.filter((s) => offsets.has(s))
+    .map((s) => [s, percentile(offsets.get(s)!, 50)] as [string, number])
+    .sort((a, b) => a[1] - b[1]);
 }
 
 const tmp = mkdtempSync(join(tmpdir(), 'k32-bench-moves-'));
 const api = await startApiServer(undefined, { args: ['--checkpoint-data-bytes', '96Mi'] });
 const children: ReturnType<typeof spawn>[] = [];
-const log = pino({ level: process.env.LOG_LEVEL ?? 'error' }, pino.destination({ dest: 2, sync: true }));
+/** A step of a move as some process logged it: its time (ms since the epoch) and where. */
+interface Mark {
+  time: number;
+  step: string;
+  /** The kube32-sim worker that logged it (undefined: the controllers or the bench). */
+  worker?: string;
+}
+const marks: Mark[] = [];
+/** The kubelets' log lines that mark a step of a move, by message, with the name the timeline gives them. */
+const KUBELET_STEPS: Record<string, string> = {
+  'checkpoint: pod frozen': 'pod frozen',
+  'checkpoint served': 'snapshot streamed',
+  'pod bound to the node: starting it': 'pod seen',
+  'restore: requesting the data': 'data requested',
+  'restore: data answered': 'data answered',
+  'container restored': 'instance restored',
+  'pod status written': 'status Running written',
+};
+/** Keeps a JSON log line's step, if it marks one; passes warnings and errors on to standard error. */
+function readLogLine(line: string, worker?: string): void {
+  if (!line.startsWith('{')) return;
+  let o: Record<string, unknown>;
+  try {
+    o = JSON.parse(line) as Record<string, unknown>;
+  } catch {
+    return;
+  }
+  if (o.msg === MOVE_STEP_MESSAGE) marks.push({ time: Number(o.time), step: String(o.step) });
+  else if (worker && typeof o.msg === 'string' && KUBELET_STEPS[o.msg]) {
+    if (o.msg !== 'pod status written' || o.phase === 'Running') marks.push({ time: Number(o.time), step: KUBELET_STEPS[o.msg]!, worker });
+  } else if (Number(o.level) >= 40) process.stderr.write(`${line}\n`);
+}
+const log = pino({ level: 'debug' }, { write: (s: string) => readLogLine(s.trimEnd()) });
 const controllers = await startControllers({ kubeConfig: api.kubeConfig, log });
 const rest = new KubeRest(api.kubeConfig);
 let cleaned = false;
@@ -86,8 +161,9 @@ try {
     r.body.resume();
   }
   const startWorker = async (name: string, address: string) => {
-    const proc = spawn(process.execPath, [join(ROOT, 'bin/kube32-sim.js'), '--kubeconfig', api.nodeKubeconfig(name), '--name', name, '--address', address, '--kubelet-port', '0', '--data-dir', join(tmp, name), '--interp-mops', '1000', '--heap', '256Mi'], { stdio: ['ignore', 'pipe', 'inherit'], env: { ...process.env, LOG_LEVEL: 'warn' } });
+    const proc = spawn(process.execPath, [join(ROOT, 'bin/kube32-sim.js'), '--kubeconfig', api.nodeKubeconfig(name), '--name', name, '--address', address, '--kubelet-port', '0', '--data-dir', join(tmp, name), '--interp-mops', '1000', '--heap', '256Mi'], { stdio: ['ignore', 'pipe', 'pipe'], env: { ...process.env, LOG_LEVEL: 'debug' } });
     children.push(proc);
+    createInterface({ input: proc.stderr! }).on('line', (line) => readLogLine(line, name));
     let out = '';
     proc.stdout!.on('data', (d: Buffer) => {
       out += d.toString();
@@ -100,6 +176,7 @@ try {
   console.log(`freeze to Running of a move between two kube32-sim workers (${MOVES} moves each), and the bare snapshot + restore in one process`);
   console.log('pod      snapshot bytes   p50 ms   p99 ms   bare p50 ms   p50/bare   create->Completed p50 ms');
   let port = 19000;
+  const timelines: { label: string; steps: [string, number][] }[] = [];
   for (const s of sizes) {
     const podName = `${s.module}-pod`;
     const pod: V1Pod = {
@@ -110,15 +187,21 @@ try {
     };
     await rest.json({ method: 'POST', path: '/api/v1/namespaces/default/pods', body: pod });
     await until(`${podName} Running`, async () => (await rest.json<V1Pod>({ method: 'GET', path: `/api/v1/namespaces/default/pods/${podName}` })).status?.phase === 'Running');
+    const windows: number[] = [];
+    marks.length = 0;
     const reported: number[] = [];
     const observed: number[] = [];
     let size = 0;
     for (let i = 0; i < MOVES; i++) {
       const name = `${podName}-m${i}`;
+      windows.push(Date.now());
+      marks.push({ time: Date.now(), step: 'created' });
       const t0 = performance.now();
       await rest.json({ method: 'POST', path: '/apis/kube32.io/v1/namespaces/default/checkpoints', body: { apiVersion: 'kube32.io/v1', kind: 'Checkpoint', metadata: { name }, spec: { podName, action: 'Move' } } });
-      const ck = await until(`move ${name}`, async () => {
+      let last: Checkpoint | undefined;
+      const ck = await until(() => `move ${name} (last seen: ${JSON.stringify(last?.status)})`, async () => {
         const c = await rest.json<Checkpoint>({ method: 'GET', path: `/apis/kube32.io/v1/namespaces/default/checkpoints/${name}` });
+        last = c;
         if (c.status?.phase === 'Failed') throw new Error(`move ${name} failed: ${c.status.message}`);
         return c.status?.phase === 'Completed' ? c : undefined;
       });
@@ -155,6 +238,15 @@ try {
     );
     const del = await rest.request({ method: 'DELETE', path: `/api/v1/namespaces/default/pods/${podName}?gracePeriodSeconds=0` });
     del.body.resume();
+    timelines.push({ label: s.label, steps: timeline(windows, marks) });
+  }
+  for (const t of timelines) {
+    console.log(`\ntimeline of a move, ${t.label}: p50 over the moves, ms from the freeze request (step: at, since the step before)`);
+    let prev: number | undefined;
+    for (const [step, at] of t.steps) {
+      console.log(`  ${step.padEnd(28)}${at.toFixed(0).padStart(7)}${prev === undefined ? '' : `   +${(at - prev).toFixed(0)}`}`);
+      prev = at;
+    }
   }
   console.log('(seed, between ESP32 boards: 3.2 s Cardputer to devkit, 7.5 s devkit to Cardputer; targets: 32 KB p50 < 100 ms, p50/bare < 3)');
 } finally {

@@ -4,7 +4,7 @@
  * that client-node itself uses. Streaming bodies (module bytes, checkpoint data) stay streams.
  */
 import { type HttpMethod, type KubeConfig, RequestContext } from '@kubernetes/client-node';
-import { fetch, type Response } from 'undici';
+import { type Dispatcher, fetch, type Response } from 'undici';
 
 /** A failed API call: the HTTP status and the `metav1.Status` reason and message the server sent. */
 export class ApiError extends Error {
@@ -49,6 +49,13 @@ export function errorMessage(err: unknown): string {
 export class ControlPlane {
   readonly kubeConfig: KubeConfig;
   readonly server: string;
+  /**
+   * The connection pool of every request, kept from the first one: client-node makes a new undici `Agent`
+   * each time it applies the kubeconfig, and a new agent is a new TCP connection and TLS handshake per call
+   * (a checkpoint's data, each status write). Idle connections do not keep the process alive.
+   */
+  #dispatcher: Dispatcher | undefined;
+  #dispatcherSet = false;
   constructor(kubeConfig: KubeConfig) {
     const cluster = kubeConfig.getCurrentCluster();
     if (!cluster) throw new RangeError('the kubeconfig has no current cluster');
@@ -65,6 +72,10 @@ export class ControlPlane {
     for (const [k, v] of Object.entries(opts.query ?? {})) if (v !== undefined) url.searchParams.set(k, String(v));
     const ctx = new RequestContext(url.toString(), method as HttpMethod);
     await this.kubeConfig.applySecurityAuthentication(ctx);
+    if (!this.#dispatcherSet) {
+      this.#dispatcher = ctx.getDispatcher() as Dispatcher | undefined;
+      this.#dispatcherSet = true;
+    }
     const headers: Record<string, string> = { ...(ctx.getHeaders() as Record<string, string>), accept: 'application/json, */*' };
     let body: string | Uint8Array | undefined;
     if (opts.body !== undefined) {
@@ -73,7 +84,7 @@ export class ControlPlane {
       headers['content-type'] = opts.contentType ?? 'application/json';
     }
     try {
-      return await fetch(url, { method, headers, body, dispatcher: ctx.getDispatcher(), signal: opts.signal });
+      return await fetch(url, { method, headers, body, dispatcher: this.#dispatcher, signal: opts.signal });
     } catch (err: unknown) {
       throw new ApiError(`${method} ${path}: ${errorMessage(err)}`, 0, '', { cause: err });
     }

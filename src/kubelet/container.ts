@@ -198,10 +198,16 @@ export class ContainerRunner {
     }
   }
 
-  async #restoreStream(name: string): Promise<AsyncIterable<Uint8Array>> {
+  /**
+   * Requests the Checkpoint's data and answers its body once the response has begun.
+   * @param signal cancels the request (the runner's stop cancels it too)
+   * @throws PodStartError `RestoreError` when the control plane cannot be reached or has no data
+   */
+  async #restoreStream(name: string, signal: AbortSignal): Promise<AsyncIterable<Uint8Array>> {
     const ns = this.#pod.metadata?.namespace ?? 'default';
     const path = `/apis/kube32.io/v1/namespaces/${ns}/checkpoints/${encodeURIComponent(name)}/data`;
-    const res = await this.#ctx.cp.request('GET', path, { signal: this.#stop.signal }).catch((err: unknown) => {
+    this.#ctx.log.debug({ container: this.spec.name, checkpoint: name }, 'restore: requesting the data');
+    const res = await this.#ctx.cp.request('GET', path, { signal: AbortSignal.any([this.#stop.signal, signal]) }).catch((err: unknown) => {
       throw new PodStartError('RestoreError', `cannot restore the snapshot: Checkpoint ${name}: ${errorMessage(err)}`);
     });
     if (res.status !== 200 || !res.body) {
@@ -213,6 +219,7 @@ export class ContainerRunner {
       const why = res.status === 404 ? `Checkpoint ${name} has no data` : `Checkpoint ${name}: the control plane answered ${res.status}: ${detail}`;
       throw new PodStartError('RestoreError', `cannot restore the snapshot: ${why}`);
     }
+    this.#ctx.log.debug({ container: this.spec.name, checkpoint: name, bytes: Number(res.headers.get('content-length')) }, 'restore: data answered');
     return res.body as AsyncIterable<Uint8Array>;
   }
 
@@ -223,7 +230,13 @@ export class ContainerRunner {
     const ns = this.#pod.metadata?.namespace ?? 'default';
     const podName = this.#pod.metadata?.name ?? '';
     while (!signal.aborted) {
+      // A restore asks for the Checkpoint's data at once, while the module and the config are prepared:
+      // the data's round trip to the control plane then overlaps theirs.
+      const fetching = new AbortController();
+      const data = restore ? this.#restoreStream(restore, fetching.signal) : undefined;
+      data?.catch(() => {}); // awaited below, where a failure ends the start with RestoreError
       const prepared = await this.#prepare();
+      if (signal.aborted || typeof prepared === 'string') fetching.abort();
       if (signal.aborted) return;
       if (prepared === 'never') return;
       if (prepared === 'retry') continue;
@@ -235,7 +248,7 @@ export class ContainerRunner {
       let exit: PodExit;
       try {
         this.#ctx.record('Normal', 'Created', restore ? `Created container ${this.spec.name} from Checkpoint ${restore}` : `Created container ${this.spec.name}`);
-        const restoreFrom = restore ? await this.#restoreStream(restore) : undefined;
+        const restoreFrom = data ? await data : undefined;
         const inst = await PodInstance.start({
           module,
           namespace: ns,

@@ -188,6 +188,7 @@ export class PodWorker {
           });
           if (pod?.metadata?.uid === this.uid && !this.#stopped) this.#pod = { ...this.#pod, status: pod.status };
           this.#lastWritten = text;
+          this.#log.debug({ phase: status.phase }, 'pod status written');
         } catch (err: unknown) {
           if (isApiError(err, 404, 409)) return; // gone or replaced: the informer will tell
           this.#log.warn({ err: errorMessage(err) }, 'pod status update failed; retrying');

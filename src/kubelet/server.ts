@@ -123,6 +123,7 @@ export function createKubeletServer(opts: KubeletServerOptions): Server {
         throw err;
       }
     }
+    opts.log.debug({ pod: `${ns}/${pod}`, container, leave }, 'checkpoint: pod frozen');
     let snapshot: Awaited<ReturnType<PodInstance['snapshot']>>;
     try {
       snapshot = await inst.snapshot({ digest: true });

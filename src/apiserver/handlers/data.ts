@@ -1,19 +1,28 @@
 /**
  * Binary subresources: a Checkpoint's snapshot (`checkpoints/<name>/data`, seed 002 "Checkpoint
  * objects and data": PUT checked while it streams, 422 when not K32S, 413 over the whole space;
- * GET the bytes or 404) and blobs by digest
+ * GET the bytes or 404; POST takes the snapshot from the pod's node into the data, see {@link captureFromNode})
+ * and blobs by digest
  * (`/apis/kube32.io/v1/blobs/<sha256>`). With several API servers the data is copied to every live
  * peer and a GET of data held only elsewhere is proxied (`../checkpoint-data-peers.ts`, docs/etcd.md).
  */
-import type { ServerResponse } from 'node:http';
+import { type IncomingMessage, request as httpRequest, type ServerResponse } from 'node:http';
 import { pipeline } from 'node:stream/promises';
 import { checkpointDataPeers, DATA_HOLDER_ANNOTATION, fetchFromHolder, formatDataHolders, HOLDER_INSTANCE_HEADER, parseDataHolders, REPLICA_HEADER, replicateToPeers } from '../checkpoint-data-peers.ts';
 import { ApiError, badRequest, notFound } from '../errors.ts';
 import { checkpoints } from '../registry/checkpoints/index.ts';
+import { nodes } from '../registry/nodes/index.ts';
 import { K32SError, SnapshotDecoder, type DecodedSnapshot, toHex } from '../../k32s/index.ts';
 import { rec } from '../registry/util.ts';
 import type { RequestScope, ServerContext } from './context.ts';
 import { mediaType, sendJson } from './http.ts';
+import { kubeletAddress } from './proxy.ts';
+
+/**
+ * Header of an answer to `POST .../checkpoints/<name>/data` that is the kubelet's own (it sent no snapshot):
+ * the kubelet's status code. Without it an error is the API server's.
+ */
+export const NODE_STATUS_HEADER = 'X-Kube32-Node-Status';
 
 /** Default limit of a module's bytes: 64 MiB. */
 export const DEFAULT_MAX_MODULE_BYTES = 64 * 1024 * 1024;
@@ -74,50 +83,13 @@ export async function serveCheckpointData(scope: RequestScope): Promise<void> {
     if (!bytes) throw noData();
     return sendBytes(res, bytes, headers);
   }
+  if (req.method === 'POST') return captureFromNode(scope);
   if (req.method !== 'PUT') throw new ApiError('MethodNotAllowed', `${req.method} is not supported on checkpoints/data`);
   const length = requireOctetStream(scope);
   const ckpt = reg.get(checkpoints, ns, name);
   ctx.checkpointData.checkSize(length);
-  const buf = Buffer.allocUnsafe(length);
-  let off = 0;
-  const fail = (message: string) => {
-    return new ApiError('Invalid', `Checkpoint.kube32.io "${name}" is invalid: data: ${message}`, {
-      name,
-      group: 'kube32.io',
-      kind: 'Checkpoint',
-      causes: [{ reason: 'FieldValueInvalid', message, field: 'data' }],
-    });
-  };
-  // The K32S reader checks magic, version, sections and trailer as the bytes arrive; memory is hashed, not kept twice.
   // A failure stops the checks but the body is still read to its end (breaking a for-await would reset the connection).
-  let snap: DecodedSnapshot | undefined;
-  let failure: unknown;
-  const decoder = new SnapshotDecoder({ memory: 'discard' });
-  for await (const c of req) {
-    const chunk = c as Buffer;
-    if (failure) continue;
-    try {
-      if (off + chunk.length > length) throw fail(`the body is longer than its Content-Length (${length} bytes)`);
-      decoder.push(chunk);
-      chunk.copy(buf, off);
-      off += chunk.length;
-    } catch (err: unknown) {
-      failure = err;
-    }
-  }
-  if (!failure) {
-    try {
-      if (off !== length) throw fail(`the body ended after ${off} of ${length} bytes`);
-      snap = decoder.end();
-    } catch (err: unknown) {
-      failure = err;
-    }
-  }
-  if (failure || !snap) {
-    if (failure instanceof K32SError) throw fail(failure.message);
-    throw failure;
-  }
-  const facts = { sizeBytes: length, snapshotSha256: toHex(snap.snapshotSha256), imageSha256: toHex(snap.header.imageSha256), podTimeMs: Number(snap.header.podTimeMs) };
+  const { buf, facts } = await readSnapshot(req, length, name, { drain: true });
   const peers = checkpointDataPeers(ctx);
   const replicaOf = req.headers[REPLICA_HEADER];
   if (peers && replicaOf !== undefined) {
@@ -128,15 +100,91 @@ export async function serveCheckpointData(scope: RequestScope): Promise<void> {
     sendJson(res, 200, ckpt);
     return;
   }
+  sendJson(res, 200, await storeSnapshot(scope, ckpt, buf, facts));
+}
+
+/** The facts of a stored snapshot that go into the Checkpoint's status. */
+interface SnapshotFacts {
+  sizeBytes: number;
+  snapshotSha256: string;
+  imageSha256: string;
+  podTimeMs: number;
+}
+
+function invalidData(name: string, message: string): ApiError {
+  return new ApiError('Invalid', `Checkpoint.kube32.io "${name}" is invalid: data: ${message}`, {
+    name,
+    group: 'kube32.io',
+    kind: 'Checkpoint',
+    causes: [{ reason: 'FieldValueInvalid', message, field: 'data' }],
+  });
+}
+
+/**
+ * Reads a K32S snapshot of `length` bytes into one buffer, checking magic, version, sections and trailer as
+ * the bytes arrive (memory is hashed, not kept twice).
+ * @param opts.drain on a failure, read the body to its end anyway (a client's request: breaking a for-await
+ *   would reset its connection); otherwise stop at once
+ * @throws ApiError Invalid (422) naming the cause when the bytes are not a whole K32S snapshot of that length
+ */
+async function readSnapshot(body: AsyncIterable<unknown>, length: number, name: string, opts: { drain: boolean }): Promise<{ buf: Buffer; facts: SnapshotFacts }> {
+  const buf = Buffer.allocUnsafe(length);
+  let off = 0;
+  let snap: DecodedSnapshot | undefined;
+  let failure: unknown;
+  const decoder = new SnapshotDecoder({ memory: 'discard' });
+  for await (const c of body) {
+    const chunk = c as Buffer;
+    if (failure) continue;
+    try {
+      if (off + chunk.length > length) throw invalidData(name, `the body is longer than its Content-Length (${length} bytes)`);
+      decoder.push(chunk);
+      chunk.copy(buf, off);
+      off += chunk.length;
+    } catch (err: unknown) {
+      failure = err;
+      if (!opts.drain) break;
+    }
+  }
+  if (!failure) {
+    try {
+      if (off !== length) throw invalidData(name, `the body ended after ${off} of ${length} bytes`);
+      snap = decoder.end();
+    } catch (err: unknown) {
+      failure = err;
+    }
+  }
+  if (failure || !snap) {
+    if (failure instanceof K32SError) throw invalidData(name, failure.message);
+    throw failure;
+  }
+  return {
+    buf,
+    facts: { sizeBytes: length, snapshotSha256: toHex(snap.snapshotSha256), imageSha256: toHex(snap.header.imageSha256), podTimeMs: Number(snap.header.podTimeMs) },
+  };
+}
+
+/**
+ * Keeps `buf` as the data of `ckpt` (dropping the oldest other snapshots to make room), copies it to the live
+ * peers when there are several API servers, and writes the facts into the Checkpoint's status.
+ * @returns the Checkpoint as written
+ * @throws ApiError NotFound when the Checkpoint went (or was replaced) meanwhile: its data is then dropped
+ */
+async function storeSnapshot(scope: RequestScope, ckpt: ReturnType<ServerContext['registry']['get']>, buf: Buffer, facts: SnapshotFacts): Promise<unknown> {
+  const { ctx } = scope;
+  const reg = ctx.registry;
+  const ns = scope.info.namespace ?? '';
+  const name = scope.info.name!;
+  const key = `${ns}/${name}`;
+  const peers = checkpointDataPeers(ctx);
   const dropped = ctx.checkpointData.put(key, ckpt.metadata.uid!, buf);
   if (dropped.length) ctx.log.info({ dropped, stored: key }, 'checkpoint data: dropped the oldest snapshots to make room');
   const holders = peers ? [{ url: peers.selfUrl, instance: peers.instance }, ...(await replicateToPeers(ctx, scope.url.pathname, ckpt.metadata.uid!, buf))] : [];
-  let updated: ReturnType<typeof reg.serverUpdate>;
   try {
-    updated = reg.serverUpdate(checkpoints, ns, name, (o) => {
+    return reg.serverUpdate(checkpoints, ns, name, (o) => {
       if (o.metadata.uid !== ckpt.metadata.uid) throw notFound('checkpoints', 'kube32.io', name);
       if (peers) o.metadata.annotations = { ...o.metadata.annotations, [DATA_HOLDER_ANNOTATION]: formatDataHolders(holders) };
-      o.status = { ...rec(o.status), sizeBytes: facts.sizeBytes, snapshotSha256: facts.snapshotSha256, imageSha256: facts.imageSha256, podTimeMs: facts.podTimeMs };
+      o.status = { ...rec(o.status), ...facts };
       return o;
     });
   } catch (err: unknown) {
@@ -144,7 +192,67 @@ export async function serveCheckpointData(scope: RequestScope): Promise<void> {
     ctx.checkpointData.delete(key);
     throw err;
   }
-  sendJson(res, 200, updated);
+}
+
+/**
+ * `POST .../checkpoints/<name>/data?node=<node>&container=<container>&leave=running|frozen&timeoutMs=<ms>`:
+ * the API server takes the snapshot of the Checkpoint's pod (`spec.podName`) from the kubelet of `node`
+ * (its `POST /checkpoint/...`, seed "Kubelet endpoints", the way the node proxy reaches it) and stores it as
+ * the Checkpoint's data, as a PUT of the same bytes would. The bytes cross one hop instead of three (kubelet
+ * → node proxy → client → PUT), which is what a move's freeze-to-Running time is made of for large pods.
+ *
+ * Answers: 200 and the Checkpoint with its data facts; the kubelet's own answer when it does not send a
+ * snapshot (404, 409 `NotMovable`, 504 `Timeout`, ...: status and body as the kubelet sent them), marked with
+ * the header {@link NODE_STATUS_HEADER}; 503 when the node cannot be reached; 422 or 413 as for a PUT when the
+ * snapshot is not a whole K32S one or does not fit (the pod is then frozen if `leave=frozen`: the caller thaws).
+ */
+async function captureFromNode(scope: RequestScope): Promise<void> {
+  const { req, res, ctx, info, url } = scope;
+  const reg = ctx.registry;
+  const ns = info.namespace ?? '';
+  const name = info.name!;
+  const q = url.searchParams;
+  const nodeName = q.get('node') ?? '';
+  const container = q.get('container') ?? '';
+  if (!nodeName) throw badRequest('node is required: the node whose kubelet takes the snapshot');
+  if (!container) throw badRequest('container is required: the container of the pod to snapshot');
+  const leave = q.get('leave') ?? 'running';
+  if (leave !== 'running' && leave !== 'frozen') throw badRequest(`leave must be "running" or "frozen": current value is "${leave}"`);
+  const timeout = q.get('timeoutMs') ?? '10000';
+  if (!/^\d+$/.test(timeout) || Number(timeout) < 1 || Number(timeout) > 60_000) throw badRequest(`timeoutMs must be a whole number of ms from 1 to 60000: current value is "${timeout}"`);
+  const ckpt = reg.get(checkpoints, ns, name);
+  const podName = rec(ckpt.spec).podName;
+  if (typeof podName !== 'string' || !podName) throw invalidData(name, 'the Checkpoint has no spec.podName to take the snapshot of');
+  const target = kubeletAddress(reg.get(nodes, '', nodeName));
+  const path = `/checkpoint/${encodeURIComponent(ns)}/${encodeURIComponent(podName)}/${encodeURIComponent(container)}?leave=${leave}&timeoutMs=${timeout}`;
+  req.resume();
+  const up = await new Promise<IncomingMessage>((resolve, reject) => {
+    const r = httpRequest({ host: target.host, port: target.port, method: 'POST', path, headers: { authorization: `Bearer ${ctx.kubeletToken}` } });
+    r.on('response', resolve);
+    r.on('error', (err) => reject(new ApiError('ServiceUnavailable', `error trying to reach the kubelet of node "${nodeName}": ${err.message}`)));
+    res.on('close', () => {
+      if (!res.writableFinished) r.destroy();
+    });
+    r.end();
+  });
+  if (up.statusCode !== 200) {
+    // The node's refusal, as it sent it (a `metav1.Status` with `blockers`).
+    const headers: Record<string, string> = { [NODE_STATUS_HEADER]: String(up.statusCode ?? 502) };
+    if (up.headers['content-type']) headers['Content-Type'] = up.headers['content-type'];
+    if (up.headers['content-length']) headers['Content-Length'] = up.headers['content-length'];
+    res.writeHead(up.statusCode ?? 502, headers);
+    await pipeline(up, res);
+    return;
+  }
+  const len = up.headers['content-length'];
+  try {
+    if (len === undefined || !/^\d+$/.test(len)) throw new ApiError('InternalError', `the kubelet of node "${nodeName}" sent the snapshot without a Content-Length`);
+    ctx.checkpointData.checkSize(Number(len));
+    const { buf, facts } = await readSnapshot(up, Number(len), name, { drain: false });
+    sendJson(res, 200, await storeSnapshot(scope, ckpt, buf, facts));
+  } finally {
+    up.destroy();
+  }
 }
 
 /** Serves `GET /apis/kube32.io/v1/blobs/<sha256>`. */

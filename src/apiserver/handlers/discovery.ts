@@ -48,7 +48,8 @@ function subresourceInfo(def: ResourceDef, sub: Subresource): SubInfo {
     case 'replace':
       return { group: def.group, version: def.version, kind: def.kind, verbs: ['create'] };
     case 'data':
-      return { group: def.group, version: def.version, kind: def.kind, verbs: ['get', 'update'] };
+      // A Checkpoint's data is also created from the pod's node (POST, see data.ts).
+      return { group: def.group, version: def.version, kind: def.kind, verbs: def.kind === 'Checkpoint' ? ['create', 'get', 'update'] : ['get', 'update'] };
   }
 }
 

@@ -17,6 +17,7 @@ import { errorMessage, isConflict, isNotFound } from '../runtime/errors.ts';
 import { isPodRunning, nodeReadyStatus, restoreFailure } from '../runtime/pods.ts';
 import { ANNOTATIONS, type Checkpoint, type CheckpointStatus } from '../runtime/types.ts';
 import { ckKey, failCheckpoint, writeStatus } from './status.ts';
+import { logStep } from './timeline.ts';
 
 /**
  * The replacement pod for `pod`: what the seed says carries over, and `nodeName` (undefined: the scheduler
@@ -90,11 +91,13 @@ export async function replaceForMove(
     await failCheckpoint(ctx, ck, { message: 'the pod was deleted or replaced during the move', pod, beforeReplacement: true });
     return undefined;
   }
+  logStep(ctx, ck, 'replaced');
   ctx.state.frozenAt.set(key, frozenAt);
   ctx.state.replacedAt.set(key, ctx.clock.now());
   // A 409 here (the Checkpoint changed meanwhile) ends the reconcile: the next one finds the pod replaced
   // and writes `Moving`, with its event, then (see `saving`).
   await writeStatus(ctx, ck, { ...facts, phase: 'Moving', targetNode: target, newPodName: replaced.metadata?.name });
+  logStep(ctx, ck, 'moving');
   ctx.log.info(
     { checkpoint: key, pod: pod.metadata?.name, from: ck.status?.nodeName, to: target, sinceFreezeMs: ctx.clock.now() - frozenAt },
     'replacement bound to the target',
@@ -175,10 +178,12 @@ export async function watchMove(ctx: ControllerContext, ck: Checkpoint): Promise
 async function complete(ctx: ControllerContext, ck: Checkpoint, pod: V1Pod, annotated: boolean): Promise<undefined> {
   const key = ckKey(ck);
   const ms = moveMs(ctx, ck);
+  logStep(ctx, ck, 'running-seen');
   // The annotation goes first, so that `Completed` means the pod no longer names the Checkpoint (a later
   // restart of its container starts afresh). A crash in between completes again, without the annotation.
   if (annotated) await removeRestoreAnnotation(ctx, pod);
   await writeStatus(ctx, ck, { phase: 'Completed', message: ms !== undefined ? `moved in ${ms} ms from the freeze` : 'moved' });
+  logStep(ctx, ck, 'completed');
   ctx.state.frozenAt.delete(key);
   ctx.state.replacedAt.delete(key);
   ctx.log.info({ checkpoint: key, ms }, 'move completed');

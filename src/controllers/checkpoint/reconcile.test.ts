@@ -18,25 +18,24 @@ function twoNodes() {
   return t;
 }
 
-test('a Move snapshots the frozen pod, stores it, and replaces the pod in one write on the target', { timeout: 5000 }, async () => {
+test('a Move has the API server store the frozen pod snapshot from its node, and replaces the pod in one write on the target', { timeout: 5000 }, async () => {
   const { ctx, cache, fake } = twoNodes();
   cache.checkpoints.set(ckpt('m1', { podName: 'counter', action: 'Move' }));
   const res = await reconcileCheckpoint('default/m1', ctx);
   assert.deepEqual(res, { requeueAfterMs: 60_000 });
   assert.deepEqual(
     fake.writes.map((c) => c.op),
-    ['patchCheckpointStatus', 'takeSnapshot', 'putCheckpointData', 'replacePod', 'patchCheckpointStatus'],
+    ['patchCheckpointStatus', 'captureCheckpointData', 'replacePod', 'patchCheckpointStatus'],
   );
   assert.deepEqual(fake.writes[0]!.args[2], { status: { phase: 'Saving', nodeName: 'a', targetNode: 'b' } });
-  assert.deepEqual(fake.writes[1]!.args, ['a', 'default', 'counter', 'app', 'frozen', 10_000]);
-  assert.deepEqual(fake.writes[2]!.args, ['default', 'm1', '<stream>', 18]);
-  const replacement = fake.writes[3]!.args[2] as V1Pod;
+  assert.deepEqual(fake.writes[1]!.args, ['default', 'm1', 'a', 'app', 'frozen', 10_000]);
+  const replacement = fake.writes[2]!.args[2] as V1Pod;
   assert.equal(replacement.metadata?.uid, 'old-uid', 'the current uid is the precondition');
   assert.equal(replacement.spec?.nodeName, 'b');
   assert.equal(replacement.metadata?.annotations?.['kube32.io/restore-from'], 'm1');
   assert.deepEqual(replacement.metadata?.labels, { app: 'counter' });
   assert.equal(replacement.metadata?.ownerReferences?.[0]?.name, 'counter-5d9');
-  const moving = (fake.writes[4]!.args[2] as { status: Record<string, unknown> }).status;
+  const moving = (fake.writes[3]!.args[2] as { status: Record<string, unknown> }).status;
   assert.equal(moving.phase, 'Moving');
   assert.equal(moving.targetNode, 'b');
   assert.equal(moving.newPodName, 'counter');
@@ -73,7 +72,7 @@ test('the node refusing (409 NotMovable) fails the move with its blockers and le
   cache.checkpoints.set(ckpt('m3', { podName: 'counter', action: 'Move' }));
   await reconcileCheckpoint('default/m3', ctx);
   const ops = fake.writes.map((c) => c.op);
-  assert.deepEqual(ops, ['patchCheckpointStatus', 'takeSnapshot', 'patchCheckpointStatus']);
+  assert.deepEqual(ops, ['patchCheckpointStatus', 'captureCheckpointData', 'patchCheckpointStatus']);
   const status = (fake.writes[2]!.args[2] as { status: { phase: string; blockers: string[]; message: string } }).status;
   assert.equal(status.phase, 'Failed');
   assert.deepEqual(status.blockers, ['open file /data/log (descriptor 3)']);
@@ -82,16 +81,41 @@ test('the node refusing (409 NotMovable) fails the move with its blockers and le
 
 test('data that cannot be stored thaws the pod; an eviction then deletes the pod so the drain completes', { timeout: 5000 }, async () => {
   const { ctx, cache, fake } = twoNodes();
-  fake.failures.set('putCheckpointData', new ApiCallError('put data', 413, 'RequestEntityTooLarge', 'too large'));
+  fake.failures.set('captureCheckpointData', new ApiCallError('capture data', 413, 'RequestEntityTooLarge', 'too large'));
   cache.checkpoints.set(ckpt('counter-evict-old', { podName: 'counter', action: 'Move' }, undefined, { 'kube32.io/trigger': 'eviction' }));
   await reconcileCheckpoint('default/counter-evict-old', ctx);
   assert.deepEqual(
     fake.writes.map((c) => c.op),
-    ['patchCheckpointStatus', 'takeSnapshot', 'putCheckpointData', 'thaw', 'deletePod', 'patchCheckpointStatus'],
+    ['patchCheckpointStatus', 'captureCheckpointData', 'thaw', 'deletePod', 'patchCheckpointStatus'],
   );
-  assert.deepEqual(fake.writes[3]!.args, ['a', 'default', 'counter', 'app']);
-  assert.deepEqual(fake.writes[4]!.args, ['default', 'counter', { uid: 'old-uid' }]);
-  assert.equal((fake.writes[5]!.args[2] as { status: { phase: string } }).status.phase, 'Failed');
+  assert.deepEqual(fake.writes[2]!.args, ['a', 'default', 'counter', 'app']);
+  assert.deepEqual(fake.writes[3]!.args, ['default', 'counter', { uid: 'old-uid' }]);
+  assert.equal((fake.writes[4]!.args[2] as { status: { phase: string } }).status.phase, 'Failed');
+});
+
+test('an API server that cannot take the snapshot itself (405) gets the bytes relayed: node proxy, then a PUT of the data', { timeout: 5000 }, async () => {
+  const { ctx, cache, fake } = twoNodes();
+  fake.failures.set('captureCheckpointData', new ApiCallError('capture data', 405, 'MethodNotAllowed', 'POST is not supported on checkpoints/data'));
+  cache.checkpoints.set(ckpt('m12', { podName: 'counter', action: 'Move' }));
+  await reconcileCheckpoint('default/m12', ctx);
+  assert.deepEqual(
+    fake.writes.map((c) => c.op),
+    ['patchCheckpointStatus', 'captureCheckpointData', 'takeSnapshot', 'putCheckpointData', 'replacePod', 'patchCheckpointStatus'],
+  );
+  assert.deepEqual(fake.writes[2]!.args, ['a', 'default', 'counter', 'app', 'frozen', 10_000]);
+  assert.deepEqual(fake.writes[3]!.args, ['default', 'm12', '<stream>', 18]);
+  assert.equal((fake.writes[5]!.args[2] as { status: { podTimeMs: number } }).status.podTimeMs, 1234);
+});
+
+test('an API server error while taking the snapshot (not a refusal of the node) thaws the pod and fails the move', { timeout: 5000 }, async () => {
+  const { ctx, cache, fake } = twoNodes();
+  fake.failures.set('captureCheckpointData', new ApiCallError('capture data', 422, 'Invalid', 'data: the trailer does not match'));
+  cache.checkpoints.set(ckpt('m13', { podName: 'counter', action: 'Move' }));
+  await reconcileCheckpoint('default/m13', ctx);
+  assert.deepEqual(fake.writes.map((c) => c.op), ['patchCheckpointStatus', 'captureCheckpointData', 'thaw', 'patchCheckpointStatus']);
+  const status = (fake.writes[3]!.args[2] as { status: { phase: string; message: string } }).status;
+  assert.equal(status.phase, 'Failed');
+  assert.match(status.message, /trailer does not match/);
 });
 
 test('without a node that fits, the move fails with the scheduler reason and never picks the own node', { timeout: 5000 }, async () => {
@@ -108,9 +132,9 @@ test('a Save leaves the pod running and ends Saved with a Checkpointed event', {
   const { ctx, cache, fake } = twoNodes();
   cache.checkpoints.set(ckpt('s1', { podName: 'counter' }));
   await reconcileCheckpoint('default/s1', ctx);
-  assert.deepEqual(fake.writes.map((c) => c.op), ['patchCheckpointStatus', 'takeSnapshot', 'putCheckpointData', 'patchCheckpointStatus']);
+  assert.deepEqual(fake.writes.map((c) => c.op), ['patchCheckpointStatus', 'captureCheckpointData', 'patchCheckpointStatus']);
   assert.equal(fake.writes[1]!.args[4], 'running');
-  assert.equal((fake.writes[3]!.args[2] as { status: { phase: string } }).status.phase, 'Saved');
+  assert.equal((fake.writes[2]!.args[2] as { status: { phase: string } }).status.phase, 'Saved');
   assert.deepEqual(fake.eventReasons, ['Checkpointed']);
 });
 
@@ -283,9 +307,9 @@ test('a Save on a stale cache takes no second snapshot and records one Checkpoin
   t.cache.checkpoints.set(ck);
   await reconcileCheckpoint('default/s2', t.ctx);
   await reconcileCheckpoint('default/s2', t.ctx);
-  assert.deepEqual(t.fake.writes.map((c) => c.op), ['patchCheckpointStatus', 'takeSnapshot', 'putCheckpointData', 'patchCheckpointStatus', 'patchCheckpointStatus']);
-  const saved = t.fake.writes[3]!.args[2] as { metadata?: { resourceVersion?: string } };
-  assert.equal(saved.metadata?.resourceVersion, '102', 'the Saved write follows the version the data PUT answered');
+  assert.deepEqual(t.fake.writes.map((c) => c.op), ['patchCheckpointStatus', 'captureCheckpointData', 'patchCheckpointStatus', 'patchCheckpointStatus']);
+  const saved = t.fake.writes[2]!.args[2] as { metadata?: { resourceVersion?: string } };
+  assert.equal(saved.metadata?.resourceVersion, '102', 'the Saved write follows the version the data capture answered');
   assert.deepEqual(t.fake.eventReasons, ['Checkpointed']);
 });
 

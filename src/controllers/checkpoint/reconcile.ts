@@ -22,6 +22,7 @@ import { replaceForMove, thawQuietly, watchMove } from './move.ts';
 import { retain } from './retention.ts';
 import { snapshotAndStore } from './save.ts';
 import { actionOf, ckKey, failCheckpoint, withResourceVersion, writeStatus } from './status.ts';
+import { logStep } from './timeline.ts';
 
 /** Reconciles the Checkpoint `namespace/name`. */
 export async function reconcileCheckpoint(key: string, ctx: ControllerContext): Promise<ReconcileResult | undefined> {
@@ -97,6 +98,7 @@ export function chooseTarget(ctx: ControllerContext, ck: Checkpoint, pod: V1Pod)
 async function start(ctx: ControllerContext, ck: Checkpoint): Promise<ReconcileResult | undefined> {
   const ns = ck.metadata?.namespace ?? 'default';
   const action = actionOf(ck);
+  logStep(ctx, ck, 'seen');
   if (action !== 'Save' && action !== 'Move') {
     await failCheckpoint(ctx, ck, { message: `spec.action must be Save or Move, not ${JSON.stringify(action)}` });
     return undefined;
@@ -148,6 +150,7 @@ async function start(ctx: ControllerContext, ck: Checkpoint): Promise<ReconcileR
     targetNode = target.node;
   }
   const next = await writeStatus(ctx, ck, { phase: 'Saving', nodeName: pod.spec.nodeName, targetNode });
+  logStep(ctx, ck, 'saving');
   return saving(ctx, next, pod);
 }
 

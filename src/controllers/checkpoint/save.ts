@@ -1,7 +1,10 @@
 /**
- * The snapshot step of a Save or a Move (seed "Moves", step 2): ask the pod's kubelet, through the node
- * proxy, for a snapshot (`leave=running` for a Save, `leave=frozen` for a Move) and stream it into the
- * Checkpoint's data. One snapshot at a time in the whole control plane (seed "Limits").
+ * The snapshot step of a Save or a Move (seed "Moves", step 2): ask the pod's kubelet for a snapshot
+ * (`leave=running` for a Save, `leave=frozen` for a Move) stored as the Checkpoint's data. The API server
+ * takes it from the node straight into the data (`POST .../checkpoints/<name>/data?node=...`), so the bytes
+ * cross one hop; an API server without that call (405) gets the bytes relayed through this process (the node
+ * proxy's answer streamed into a PUT of the data). One snapshot at a time in the whole control plane (seed
+ * "Limits").
  *
  * Prerequisites: the Checkpoint is `Saving` with `status.nodeName` the pod's node.
  * Effects on success: the data is stored; the answer carries the snapshot's facts and the freeze time.
@@ -11,8 +14,10 @@
 import { Readable } from 'node:stream';
 import type { V1Pod } from '@kubernetes/client-node';
 import type { ControllerContext } from '../runtime/context.ts';
-import { errorMessage } from '../runtime/errors.ts';
+import type { SnapshotAnswer } from '../runtime/api.ts';
+import { errorMessage, hasCode } from '../runtime/errors.ts';
 import type { Checkpoint, CheckpointStatus } from '../runtime/types.ts';
+import { logStep } from './timeline.ts';
 
 /** Snapshots above this are refused before buffering when the kubelet sends no Content-Length. */
 const MAX_UNSIZED_SNAPSHOT_BYTES = 256 * 1024 * 1024;
@@ -53,55 +58,101 @@ export async function snapshotAndStore(
   const podName = pod.metadata?.name ?? '';
   return ctx.state.snapshotLock.run(async () => {
     const frozenAt = ctx.clock.now();
-    let answer: Awaited<ReturnType<typeof ctx.api.takeSnapshot>>;
+    logStep(ctx, ck, 'freeze-requested');
+    let captured: Awaited<ReturnType<typeof ctx.api.captureCheckpointData>> | undefined;
     try {
-      answer = await ctx.api.takeSnapshot(node, ns, podName, container, leave, ctx.timings.freezeTimeoutMs);
+      captured = await ctx.api.captureCheckpointData(ns, ck.metadata?.name ?? '', node, container, leave, ctx.timings.freezeTimeoutMs);
     } catch (err: unknown) {
-      return { ok: false, message: `snapshot on node ${node}: ${errorMessage(err)}`, mayBeFrozen: true };
+      // 405: an API server that cannot take the snapshot itself; the bytes then come through here.
+      if (!hasCode(err, 405)) return { ok: false, message: `snapshot of node ${node} into the Checkpoint's data: ${errorMessage(err)}`, mayBeFrozen: true };
+      ctx.log.debug({ checkpoint: `${ns}/${ck.metadata?.name}` }, 'the API server cannot take snapshots from nodes: relaying the bytes');
     }
-    if (answer.kind === 'refused') {
-      const blockers = answer.blockers;
-      let message: string;
-      if (answer.code === 409 || answer.code === 504) {
-        message = blockers.length > 0 ? `the pod cannot move: ${blockers.join('; ')}` : answer.message;
-      } else if (answer.code === 404) {
-        message = `node ${node} has no pod ${ns}/${podName} container ${container}: ${answer.message}`;
-      } else {
-        message = `snapshot on node ${node}: ${answer.message}`;
-      }
-      return { ok: false, message, blockers: blockers.length > 0 ? blockers : undefined, mayBeFrozen: answer.code >= 500 && answer.code !== 504 };
-    }
-    let body: Readable = answer.body;
-    let size = answer.sizeBytes;
-    try {
-      if (!Number.isFinite(size)) {
-        // No Content-Length: buffer (bounded) so that the PUT can send one.
-        const chunks: Buffer[] = [];
-        let total = 0;
-        for await (const c of body) {
-          total += (c as Buffer).length;
-          if (total > MAX_UNSIZED_SNAPSHOT_BYTES) throw new Error(`snapshot larger than ${MAX_UNSIZED_SNAPSHOT_BYTES} bytes`);
-          chunks.push(c as Buffer);
-        }
-        const all = Buffer.concat(chunks);
-        size = all.length;
-        body = Readable.from([all]);
-      }
-      const stored = await ctx.api.putCheckpointData(ns, ck.metadata?.name ?? '', body, size);
-      const s = stored?.status ?? {};
+    if (captured?.kind === 'refused') return refusal(captured, node, ns, podName, container);
+    if (captured) {
+      logStep(ctx, ck, 'data-stored');
+      const s = captured.checkpoint.status ?? {};
       const facts: CheckpointStatus = {
         takenAt: new Date(frozenAt).toISOString(),
         nodeName: node,
-        sizeBytes: s.sizeBytes ?? size,
-        snapshotSha256: s.snapshotSha256 ?? answer.snapshotSha256,
-        imageSha256: s.imageSha256 ?? answer.imageSha256,
-        podTimeMs: s.podTimeMs ?? answer.podTimeMs,
+        sizeBytes: s.sizeBytes,
+        snapshotSha256: s.snapshotSha256,
+        imageSha256: s.imageSha256,
+        podTimeMs: s.podTimeMs,
       };
-      ctx.log.debug({ checkpoint: `${ns}/${ck.metadata?.name}`, sizeBytes: size, ms: ctx.clock.now() - frozenAt }, 'snapshot stored');
-      return { ok: true, frozenAt, facts, resourceVersion: stored?.metadata?.resourceVersion };
-    } catch (err: unknown) {
-      body.destroy();
-      return { ok: false, message: `storing the snapshot: ${errorMessage(err)}`, mayBeFrozen: true };
+      return { ok: true, frozenAt, facts, resourceVersion: captured.checkpoint.metadata?.resourceVersion };
     }
+    return relay(ctx, ck, pod, container, node, leave, frozenAt);
   });
+}
+
+/** A node's refusal of a snapshot (its 404, 409 `NotMovable`, 504 `Timeout`, ...) as a failure. */
+function refusal(answer: Extract<SnapshotAnswer, { kind: 'refused' }>, node: string, ns: string, podName: string, container: string): SnapshotFailure {
+  const blockers = answer.blockers;
+  let message: string;
+  if (answer.code === 409 || answer.code === 504) {
+    message = blockers.length > 0 ? `the pod cannot move: ${blockers.join('; ')}` : answer.message;
+  } else if (answer.code === 404) {
+    message = `node ${node} has no pod ${ns}/${podName} container ${container}: ${answer.message}`;
+  } else {
+    message = `snapshot on node ${node}: ${answer.message}`;
+  }
+  return { ok: false, message, blockers: blockers.length > 0 ? blockers : undefined, mayBeFrozen: answer.code >= 500 && answer.code !== 504 };
+}
+
+/**
+ * The snapshot through this process, for an API server that cannot take it from the node: the node proxy's
+ * answer streamed into a PUT of the data.
+ */
+async function relay(
+  ctx: ControllerContext,
+  ck: Checkpoint,
+  pod: V1Pod,
+  container: string,
+  node: string,
+  leave: 'running' | 'frozen',
+  frozenAt: number,
+): Promise<StoredSnapshot | SnapshotFailure> {
+  const ns = pod.metadata?.namespace ?? 'default';
+  const podName = pod.metadata?.name ?? '';
+  let answer: SnapshotAnswer;
+  try {
+    answer = await ctx.api.takeSnapshot(node, ns, podName, container, leave, ctx.timings.freezeTimeoutMs);
+  } catch (err: unknown) {
+    return { ok: false, message: `snapshot on node ${node}: ${errorMessage(err)}`, mayBeFrozen: true };
+  }
+  if (answer.kind === 'refused') return refusal(answer, node, ns, podName, container);
+  logStep(ctx, ck, 'snapshot-answered');
+  let body: Readable = answer.body;
+  let size = answer.sizeBytes;
+  try {
+    if (!Number.isFinite(size)) {
+      // No Content-Length: buffer (bounded) so that the PUT can send one.
+      const chunks: Buffer[] = [];
+      let total = 0;
+      for await (const c of body) {
+        total += (c as Buffer).length;
+        if (total > MAX_UNSIZED_SNAPSHOT_BYTES) throw new Error(`snapshot larger than ${MAX_UNSIZED_SNAPSHOT_BYTES} bytes`);
+        chunks.push(c as Buffer);
+      }
+      const all = Buffer.concat(chunks);
+      size = all.length;
+      body = Readable.from([all]);
+    }
+    const stored = await ctx.api.putCheckpointData(ns, ck.metadata?.name ?? '', body, size);
+    logStep(ctx, ck, 'data-stored');
+    const s = stored?.status ?? {};
+    const facts: CheckpointStatus = {
+      takenAt: new Date(frozenAt).toISOString(),
+      nodeName: node,
+      sizeBytes: s.sizeBytes ?? size,
+      snapshotSha256: s.snapshotSha256 ?? answer.snapshotSha256,
+      imageSha256: s.imageSha256 ?? answer.imageSha256,
+      podTimeMs: s.podTimeMs ?? answer.podTimeMs,
+    };
+    ctx.log.debug({ checkpoint: `${ns}/${ck.metadata?.name}`, sizeBytes: size, ms: ctx.clock.now() - frozenAt }, 'snapshot stored');
+    return { ok: true, frozenAt, facts, resourceVersion: stored?.metadata?.resourceVersion };
+  } catch (err: unknown) {
+    body.destroy();
+    return { ok: false, message: `storing the snapshot: ${errorMessage(err)}`, mayBeFrozen: true };
+  }
 }

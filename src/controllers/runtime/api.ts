@@ -42,6 +42,25 @@ export type SnapshotAnswer =
       blockers: string[];
     };
 
+/**
+ * The answer of `POST .../checkpoints/<name>/data?node=...` (the API server takes the snapshot from the
+ * node's kubelet into the Checkpoint's data): the Checkpoint with its data facts, or the kubelet's refusal.
+ */
+export type CaptureAnswer =
+  | {
+      kind: 'stored';
+      /** The Checkpoint as the API server wrote it: `status.sizeBytes`, `snapshotSha256`, `imageSha256`, `podTimeMs`. */
+      checkpoint: Checkpoint;
+    }
+  | {
+      /** The kubelet's own answer: 404 (no such pod or container), 409 `NotMovable`, 504 `Timeout`, ... */
+      kind: 'refused';
+      code: number;
+      reason: string;
+      message: string;
+      blockers: string[];
+    };
+
 /** Options of a pod deletion. */
 export interface DeletePodOptions {
   /** Precondition: delete only this uid (409 otherwise). */
@@ -89,6 +108,19 @@ export interface ClusterApi {
   deleteCheckpoint(namespace: string, name: string): Promise<void>;
   /** `PUT .../checkpoints/<name>/data` with the snapshot; answers the Checkpoint with its data facts. */
   putCheckpointData(namespace: string, name: string, body: Readable, sizeBytes: number): Promise<Checkpoint>;
+  /**
+   * `POST .../checkpoints/<name>/data?node=<node>&container=<c>&leave=...&timeoutMs=...`: the API server takes
+   * the snapshot of the Checkpoint's pod from the node's kubelet and stores it as the data, in one hop.
+   * @throws ApiCallError for the API server's own errors (405 from an API server without it, 413, 422, 503 ...)
+   */
+  captureCheckpointData(
+    namespace: string,
+    name: string,
+    node: string,
+    container: string,
+    leave: 'running' | 'frozen',
+    timeoutMs: number,
+  ): Promise<CaptureAnswer>;
   // The kubelet, through the node proxy
   /** `POST /api/v1/nodes/<node>/proxy/checkpoint/<ns>/<pod>/<container>?leave=...&timeoutMs=...`. */
   takeSnapshot(

@@ -17,13 +17,15 @@ import type {
   V1Pod,
   V1ReplicaSet,
 } from '@kubernetes/client-node';
-import type { ClusterApi, DeletePodOptions, MergePatch, SnapshotAnswer } from './api.ts';
+import type { CaptureAnswer, ClusterApi, DeletePodOptions, MergePatch, SnapshotAnswer } from './api.ts';
 import { ApiCallError, errorMessage } from './errors.ts';
 import { errorFromAnswer, KubeRest, readText, type RestRequest } from './rest.ts';
 import { CHECKPOINT_PLURAL, type Checkpoint, KUBE32_GROUP, KUBE32_VERSION } from './types.ts';
 
 const MERGE = 'application/merge-patch+json';
 const seg = encodeURIComponent;
+/** Header (lower case, as Node reads it) marking an answer of the checkpoint data POST as the kubelet's own. */
+const NODE_STATUS_HEADER = 'x-kube32-node-status';
 const CORE = '/api/v1';
 const APPS = '/apis/apps/v1';
 const CHECKPOINTS = `/apis/${KUBE32_GROUP}/${KUBE32_VERSION}`;
@@ -207,6 +209,26 @@ export class KubeClusterApi implements ClusterApi {
       contentLength: sizeBytes,
       timeoutMs: 120_000,
     });
+  }
+
+  async captureCheckpointData(
+    namespace: string,
+    name: string,
+    node: string,
+    container: string,
+    leave: 'running' | 'frozen',
+    timeoutMs: number,
+  ): Promise<CaptureAnswer> {
+    const q = new URLSearchParams({ node, container, leave, timeoutMs: String(timeoutMs) });
+    const path = `/apis/${KUBE32_GROUP}/${KUBE32_VERSION}/namespaces/${seg(namespace)}/${CHECKPOINT_PLURAL}/${seg(name)}/data?${q}`;
+    const res = await this.rest.request({ method: 'POST', path, timeoutMs: timeoutMs + 120_000 });
+    const text = await readText(res.body);
+    if (res.status === 200) return { kind: 'stored', checkpoint: JSON.parse(text) as Checkpoint };
+    const err = errorFromAnswer(`checkpoint ${namespace}/${name} from node ${node}`, res.status, text);
+    if (res.headers[NODE_STATUS_HEADER] === undefined) throw err;
+    const body = (typeof err.body === 'object' && err.body !== null ? err.body : {}) as { blockers?: unknown };
+    const blockers = Array.isArray(body.blockers) ? body.blockers.map(String) : [];
+    return { kind: 'refused', code: res.status, reason: err.reason, message: err.message, blockers };
   }
 
   async takeSnapshot(

@@ -129,6 +129,13 @@ export class FakeApi {
         }
         case 'takeSnapshot':
           return this.snapshot();
+        case 'captureCheckpointData': {
+          const answer = this.snapshot();
+          if (answer.kind === 'refused') return answer;
+          answer.body.destroy();
+          const status = { sizeBytes: answer.sizeBytes, snapshotSha256: answer.snapshotSha256, imageSha256: answer.imageSha256, podTimeMs: answer.podTimeMs };
+          return { kind: 'stored', checkpoint: { metadata: { resourceVersion: this.#versioned('checkpoints', args[0], args[1], undefined) }, status } };
+        }
         case 'putCheckpointData': {
           const body = args[2] as Readable;
           for await (const _ of body) {
