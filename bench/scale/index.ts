@@ -275,6 +275,8 @@ async function main(): Promise<void> {
   for (const p of pods.values()) if (p.spec.nodeName) perNode.set(p.spec.nodeName, [...(perNode.get(p.spec.nodeName) ?? []), p]);
   const [node, onNode] = [...perNode.entries()].sort((a, b) => b[1].length - a[1].length)[0]!;
   const drainedNames = new Set(onNode.map((p) => p.metadata.name));
+  const dCpu0 = cpuAt();
+  const dApi0 = await scrapeApi(kc);
   const d0 = performance.now();
   const drain = await run('kubectl', ['--kubeconfig', kc, 'drain', node, '--ignore-daemonsets', '--timeout', `${TIMEOUT_MS / 1000}s`], { timeoutMs: TIMEOUT_MS + 20_000 });
   const drainCmdS = (performance.now() - d0) / 1000;
@@ -282,6 +284,10 @@ async function main(): Promise<void> {
   await eventually('every pod Ready elsewhere', TIMEOUT_MS, async () => [...pods.values()].filter((p) => isReady(p) && p.spec.nodeName !== node).length, (n) => n >= PODS);
   const drainS = (performance.now() - d0) / 1000;
   const moved = [...pods.values()].filter((p) => drainedNames.has(p.metadata.name)).length;
+  const dCpu1 = cpuAt();
+  const dApi1 = await scrapeApi(kc);
+  const dRequests = delta(dApi1.requests, dApi0.requests);
+  const dHandling = delta(dApi1.seconds, dApi0.seconds);
 
   const ms = (x: number) => `${x.toFixed(0)} ms`;
   const s = (x: number) => `${(x / 1000).toFixed(1)} s`;
@@ -302,6 +308,7 @@ async function main(): Promise<void> {
   console.log(`| kubectl create configmap after, p50 / p99 (kubectl's own start ~ kubectl version: ${ms(pct(ver, 50))}) | ${ms(pct(mut, 50))} / ${ms(pct(mut, 99))} |`);
   console.log(`| kubectl get pods -A (${PODS} pods; ${listSamples} lists), p50 / p99 | ${ms(pct(lists, 50))} / ${ms(pct(lists, 99))} |`);
   console.log(`| drain of ${node} (${onNode.length} pods) → all ${PODS} Ready elsewhere (kubectl drain returned after ${drainCmdS.toFixed(1)} s) | ${drainS.toFixed(1)} s; ${moved} moved (same name), ${onNode.length - moved} recreated |`);
+  console.log(`| during the drain: CPU seconds control plane / etcd / kube32-sim / bench; API requests, the most; API server handling summed | ${(dCpu1.cp - dCpu0.cp).toFixed(0)} / ${(dCpu1.etcd - dCpu0.etcd).toFixed(0)} / ${(dCpu1.sims - dCpu0.sims).toFixed(0)} / ${(dCpu1.bench - dCpu0.bench).toFixed(0)}; ${dRequests.slice(0, 8).map(([k, v]) => `${k} ${v}`).join(', ')}; ${dHandling.reduce((a, [, v]) => a + v, 0).toFixed(1)} s: ${dHandling.slice(0, 5).map(([k, v]) => `${k} ${v.toFixed(1)} s`).join(', ')} |`);
   console.log(`| control plane RSS (API server, controllers, etcd client) / etcd RSS | ${cpRss.toFixed(0)} / ${etcdRss.toFixed(0)} MiB |`);
   console.log(`| kube32-sim RSS: total / per process mean / max / per pod | ${simTotal.toFixed(0)} / ${(simTotal / simRss.length).toFixed(0)} / ${Math.max(...simRss).toFixed(0)} MiB / ${((simTotal * 1024) / PODS).toFixed(0)} KiB |`);
 }
