@@ -205,9 +205,13 @@ test('suspend on stop, then hibernate on one feosd and restore on another throug
     }
   });
 
-  await step('a disk-only restore boots it anew on its disk', async () => {
-    const h = await b!.pods.hibernatePod({ id: ID });
+  await step('a second HibernatePod joins the one in flight; a disk-only restore boots it anew on its disk', async () => {
+    const whole = () => readdirSync(join(storeDir, 'pods', ID)).filter((c) => existsSync(join(storeDir, 'pods', ID, c, 'manifest.json'))).length;
+    const before = whole();
+    const [h, joined] = await Promise.all([b!.pods.hibernatePod({ id: ID }), b!.pods.hibernatePod({ id: ID })]);
     assert.equal(h.pod!.state, PodState.HIBERNATED);
+    assert.equal(joined.pod!.checkpoint, h.pod!.checkpoint, 'one hibernation, one checkpoint');
+    assert.equal(whole(), before + 1, 'one new checkpoint in the store');
     const out = await feosctl(b!.socket, ['pod', 'restore', ID, '--disk-only', '-o', 'json'], BOOT_MS);
     assert.equal(out.code, 0, out.stderr);
     assert.equal(JSON.parse(out.stdout).state, 'POD_STATE_RUNNING', out.stdout);
