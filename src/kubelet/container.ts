@@ -50,6 +50,12 @@ export interface RunnerContext {
   record(type: 'Normal' | 'Warning', reason: string, message: string): void;
 }
 
+/**
+ * How long a frozen container waits before its freeze is reported in the pod's status (`Ready` False): 500 ms,
+ * well within the seed's 2 s ("Kubelet endpoints"). A thaw or a replacement before then writes nothing.
+ */
+export const FROZEN_REPORT_DELAY_MS = 500;
+
 /** Sleeps `ms`, or until the signal aborts; never rejects. */
 function pause(ms: number, signal: AbortSignal): Promise<void> {
   return new Promise((resolve) => {
@@ -164,11 +170,19 @@ export class ContainerRunner {
       this.#imageID = `sha256:${digest}`;
       const limit = memoryLimitBytes(this.spec);
       const image = this.spec.image ?? '';
-      const pulling = !this.module;
+      const first = !this.module;
+      // As the kubelet with an image already on the node: one Pulled event, "already present on machine".
+      const present = this.#ctx.modules.has(digest, limit);
       const t0 = performance.now();
-      if (pulling) this.#ctx.record('Normal', 'Pulling', `Pulling image "${image}"`);
+      if (first && !present) this.#ctx.record('Normal', 'Pulling', `Pulling image "${image}"`);
       const module = await this.#ctx.modules.get(digest, limit);
-      if (pulling) this.#ctx.record('Normal', 'Pulled', `Successfully pulled image "${image}" (sha256:${digest}) in ${Math.round(performance.now() - t0)}ms`);
+      if (first) {
+        this.#ctx.record(
+          'Normal',
+          'Pulled',
+          present ? `Container image "${image}" already present on machine` : `Successfully pulled image "${image}" (sha256:${digest}) in ${Math.round(performance.now() - t0)}ms`,
+        );
+      }
       const config = await resolveContainerConfig(this.#ctx.cp, this.#pod, this.spec, this.#ctx.address);
       return { module, config };
     } catch (err: unknown) {
@@ -272,7 +286,13 @@ export class ContainerRunner {
         this.previous = this.current;
         this.current = inst;
         this.instance = inst;
-        inst.on('frozen', () => this.#ctx.onChange());
+        // A freeze is reported after FROZEN_REPORT_DELAY_MS: a Save thaws and a move replaces the pod before
+        // then, and neither needs a status write (the API server's writes are a move's critical path).
+        inst.on('frozen', () => {
+          setTimeout(() => {
+            if (this.instance === inst && inst.frozen) this.#ctx.onChange();
+          }, FROZEN_REPORT_DELAY_MS).unref();
+        });
         inst.on('thawed', () => this.#ctx.onChange());
         this.#set({ kind: 'running', startedAt });
         this.#ctx.record('Normal', 'Started', `Started container ${this.spec.name}`);

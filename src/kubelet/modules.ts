@@ -135,6 +135,11 @@ export class LoadedModules {
   constructor(modules: ModuleCache) {
     this.#modules = modules;
   }
+  /** Whether the module of `digest` is loaded (or loading) for `memoryLimitBytes` on this node. */
+  has(digest: string, memoryLimitBytes: number): boolean {
+    return this.#loaded.has(`${digest}/${memoryLimitBytes}`);
+  }
+
   /**
    * The module of `digest` loaded for `memoryLimitBytes`.
    * @throws ImagePullError when the bytes cannot be had; ModuleError when the module cannot run as a pod

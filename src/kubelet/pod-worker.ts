@@ -2,7 +2,8 @@
  * One pod on this node: its containers (see `container.ts`), its HTTP listeners on each
  * `containerPort` at the node's address (a frozen or absent container answers 503 with
  * `Retry-After: 1`), its files under `<data-dir>/pods/<uid>`, and its status, written to the API
- * server whenever it changes (a freeze turns `Ready` False at once, well within the seed's 2 s).
+ * server whenever it changes (a freeze turns `Ready` False after 500 ms unless thawed or replaced by then,
+ * well within the seed's 2 s: see `FROZEN_REPORT_DELAY_MS` in container.ts).
  */
 import { createServer, type Server } from 'node:http';
 import { mkdir, rm } from 'node:fs/promises';
