@@ -282,7 +282,11 @@ export async function startFeosd(opts: FeosdOptions, signal?: AbortSignal): Prom
       },
       listVolumes: async () => ({ volumes: volumes.list() }),
       deleteVolume: async (req) => {
-        await volumes.delete(req.id);
+        const gone = await volumes.delete(req.id);
+        // A CHECKPOINTED volume's data leave the object store with it.
+        if (gone.checkpointKey && objectStore) {
+          await objectStore.delete(gone.checkpointKey).catch((err: unknown) => log.warn({ volume: gone.id, err: errorMessage(err) }, 'delete volume: its checkpoint was not removed'));
+        }
         return {};
       },
     },

@@ -10,7 +10,9 @@ import { promisify } from 'node:util';
 import { join } from 'node:path';
 import { type PodInfo, PodState } from '../gen/feos/pod/v1/pod_pb.js';
 import { MicroVmState } from '../gen/feos/microvm/v1/microvm_pb.js';
-import { errorMessage } from '../api/index.ts';
+import { errorMessage, FeosError } from '../api/index.ts';
+import { VolumeState } from '../gen/feos/volume/v1/volume_pb.js';
+import { fetchVerified } from './checkpoint.ts';
 import { registryEndpoints } from '../microvm/index.ts';
 import type { PodNetworkAttachment } from './network.ts';
 import { guestVersions } from './guests.ts';
@@ -82,6 +84,9 @@ export async function bringUp(core: PodCore, pod: PodInfo, signal: AbortSignal):
       await o.vms.delete(id);
       vm = undefined;
     }
+    step = 'volumes: open from their checkpoint';
+    await openCheckpointedVolumes(core, pod);
+    step = 'microVM';
     if (!vm) await createMicroVm(core, pod, net);
     else for (const v of pod.spec!.volumes) await o.volumes!.ensureDisk(v.volumeId);
     if (o.vms.get(id)!.state !== MicroVmState.RUNNING) await o.vms.start(id);
@@ -139,6 +144,28 @@ export async function createMicroVm(core: PodCore, pod: PodInfo, net: PodNetwork
     volumes: volumeDisks,
     registryForwards: net ? undefined : o.registryForwards,
   });
+}
+
+/**
+ * Opens the pod's CHECKPOINTED volumes from the object store (seed "Volumes": the next boot of a pod
+ * with one opens it from its checkpoint): each disk is copied and checked against the record's size
+ * and SHA-256, then the volume is ATTACHED again.
+ * @throws FeosError FAILED_PRECONDITION without an object store, DATA_LOSS when the object is missing or
+ *   differs, UNAVAILABLE when the store fails
+ */
+async function openCheckpointedVolumes(core: PodCore, pod: PodInfo): Promise<void> {
+  const o = core.o;
+  for (const v of pod.spec!.volumes) {
+    const rec = o.volumes!.get(v.volumeId);
+    if (rec?.state !== VolumeState.CHECKPOINTED) continue;
+    if (!o.objectStore) throw new FeosError('FAILED_PRECONDITION', `volume ${v.volumeId} is CHECKPOINTED and feosd has no object store (--object-store)`);
+    const disk = o.volumes!.diskPath(v.volumeId);
+    await fetchVerified(o.objectStore, { key: rec.checkpointKey, sizeBytes: Number(rec.checkpointSizeBytes), sha256: rec.checkpointSha256 }, `${disk}.restore`, `volume ${v.volumeId}`);
+    await rename(`${disk}.restore`, disk);
+    await o.volumes!.opened(v.volumeId, pod.id);
+    await o.objectStore.delete(rec.checkpointKey).catch((err: unknown) => core.log.warn({ volume: v.volumeId, err: errorMessage(err) }, 'volume: its checkpoint was not removed'));
+    core.log.info({ id: pod.id, volume: v.volumeId, from: rec.checkpointKey }, 'volume opened from its checkpoint');
+  }
 }
 
 /** MountVolumes with each volume's name, ID, drive, size and whether to format it; records the mounted as formatted. */

@@ -3,13 +3,18 @@
  * `pods/<pod ID>/<checkpoint>/` the memory (QEMU's migration stream, when the pod hibernated with it),
  * the disk (`disk.qcow2`, the pod's overlay), and `manifest.json`, written last: a checkpoint without
  * its manifest is a half upload and never taken for a whole one. A restore writes `restored` (a claim
- * that only one restore wins): a checkpoint is restored once.
+ * that only one restore wins): a checkpoint is restored once. The pod's volumes go beside, under
+ * `volumes/<volume ID>/<checkpoint>/disk.qcow2`, so that a CHECKPOINTED volume outlives its pod's
+ * checkpoint (seed "Volumes": a checkpointed volume whose pod was deleted stays checkpointed).
  *
  * ```json
  * { "version": 1, "podId": "abcdefghjkm", "checkpoint": "20261129T162100Z-1a2b", "createdAt": "...",
  *   "node": "host", "guestVersion": "2026...", "memory": true, "spec": { PodSpec as protobuf JSON },
  *   "files": [{ "name": "memory", "sizeBytes": 179306496, "sha256": "..." },
- *             { "name": "disk.qcow2", "sizeBytes": 1966080, "sha256": "..." }] }
+ *             { "name": "disk.qcow2", "sizeBytes": 1966080, "sha256": "..." }],
+ *   "volumes": [{ "name": "data", "volumeId": "<uuid>", "sizeBytes": "67108864", "labels": {},
+ *                 "formatted": true, "key": "volumes/<uuid>/<checkpoint>/disk.qcow2",
+ *                 "fileSizeBytes": 1245184, "sha256": "..." }] }
  * ```
  */
 import { createHash, randomBytes } from 'node:crypto';
@@ -36,6 +41,22 @@ export interface CheckpointFile {
   sha256: string;
 }
 
+/** A volume of the pod, as its checkpoint holds it. */
+export interface CheckpointVolume {
+  /** The pod's name for it. */
+  name: string;
+  volumeId: string;
+  /** The volume's size (bytes), as a decimal string (protobuf JSON's uint64). */
+  sizeBytes: string;
+  labels: Record<string, string>;
+  formatted: boolean;
+  /** The object holding its disk. */
+  key: string;
+  /** The object's size (bytes) and SHA-256. */
+  fileSizeBytes: number;
+  sha256: string;
+}
+
 /** What `manifest.json` holds. */
 export interface CheckpointManifest {
   version: typeof MANIFEST_VERSION;
@@ -51,6 +72,8 @@ export interface CheckpointManifest {
   memory: boolean;
   spec: PodSpec;
   files: CheckpointFile[];
+  /** The pod's volumes (none: absent). */
+  volumes: CheckpointVolume[];
 }
 
 /** A new checkpoint name: the UTC time to the second and random hex, so names sort by time. */
@@ -62,6 +85,11 @@ export function newCheckpointName(now = new Date()): string {
 export function parseCheckpointName(name: string): string {
   if (!CHECKPOINT_NAME.test(name)) throw new FeosError('INVALID_ARGUMENT', `checkpoint ${JSON.stringify(name)}: want a name such as 20261129T162100Z-1a2b`);
   return name;
+}
+
+/** The key of a volume's disk in a checkpoint. */
+export function volumeKey(volumeId: string, checkpoint: string): string {
+  return `volumes/${volumeId}/${checkpoint}/disk.qcow2`;
 }
 
 /** The key of a checkpoint's file. */
@@ -116,6 +144,34 @@ export async function readManifest(store: ObjectStore, podId: string, checkpoint
     }
     files.push({ name: f.name, sizeBytes: f.sizeBytes as number, sha256: f.sha256 });
   }
+  const volumes: CheckpointVolume[] = [];
+  if (doc.volumes !== undefined && !Array.isArray(doc.volumes)) throw bad('volumes: want a list');
+  for (const v of (doc.volumes ?? []) as Array<Record<string, unknown>>) {
+    const ok =
+      v &&
+      typeof v.name === 'string' &&
+      typeof v.volumeId === 'string' &&
+      /^[0-9a-f-]{36}$/.test(v.volumeId) &&
+      typeof v.sizeBytes === 'string' &&
+      /^\d+$/.test(v.sizeBytes) &&
+      typeof v.formatted === 'boolean' &&
+      v.key === volumeKey(v.volumeId, checkpoint) &&
+      Number.isSafeInteger(v.fileSizeBytes) &&
+      typeof v.sha256 === 'string' &&
+      /^[0-9a-f]{64}$/.test(v.sha256) &&
+      (v.labels === undefined || (typeof v.labels === 'object' && !Array.isArray(v.labels)));
+    if (!ok) throw bad(`volumes: ${JSON.stringify(v)} is not {name, volumeId, sizeBytes, labels, formatted, key, fileSizeBytes, sha256}`);
+    volumes.push({
+      name: v.name as string,
+      volumeId: v.volumeId as string,
+      sizeBytes: v.sizeBytes as string,
+      labels: Object.fromEntries(Object.entries((v.labels ?? {}) as Record<string, unknown>).map(([k, x]) => [k, String(x)])),
+      formatted: v.formatted as boolean,
+      key: v.key as string,
+      fileSizeBytes: v.fileSizeBytes as number,
+      sha256: v.sha256 as string,
+    });
+  }
   const names = new Set(files.map((f) => f.name));
   if (!names.has(DISK_FILE)) throw bad(`files: no ${DISK_FILE}`);
   if (doc.memory && !names.has(MEMORY_FILE)) throw bad(`files: memory is true but there is no ${MEMORY_FILE}`);
@@ -129,6 +185,7 @@ export async function readManifest(store: ObjectStore, podId: string, checkpoint
     memory: doc.memory,
     spec,
     files,
+    volumes,
   };
 }
 
@@ -137,26 +194,33 @@ export async function* fileChunks(path: string, signal?: AbortSignal): AsyncIter
   for await (const chunk of createReadStream(path, { highWaterMark: 1024 * 1024, signal })) yield chunk as Buffer;
 }
 
+/** An object a restore copies: its key, and what its manifest says of it. */
+export interface ExpectedObject {
+  key: string;
+  sizeBytes: number;
+  sha256: string;
+}
+
 /**
- * Copies a checkpoint's file from the store to `path` (made anew, fsynced), checking its size and
- * SHA-256 against the manifest; a file that differs is removed.
- * @throws FeosError DATA_LOSS naming the file, what the manifest says and what was read; NOT_FOUND when
- *   the object is missing (also DATA_LOSS: the manifest names it); UNAVAILABLE when the store fails
+ * Copies an object from the store to `path` (made anew, fsynced), checking its size and SHA-256
+ * against what the manifest says; a file that differs is removed.
+ * @param what names the checkpoint in messages ("checkpoint C of pod P")
+ * @throws FeosError DATA_LOSS naming the object, what the manifest says and what was read (also when
+ *   the object is missing: the manifest names it); UNAVAILABLE when the store fails
  */
-export async function fetchVerified(store: ObjectStore, podId: string, checkpoint: string, file: CheckpointFile, path: string, signal?: AbortSignal): Promise<void> {
-  const key = checkpointKey(podId, checkpoint, file.name);
+export async function fetchVerified(store: ObjectStore, want: ExpectedObject, path: string, what: string, signal?: AbortSignal): Promise<void> {
   const hash = createHash('sha256');
   let size = 0;
   const fh = await open(path, 'w', 0o600);
   try {
     try {
-      for await (const chunk of store.get(key, { signal })) {
+      for await (const chunk of store.get(want.key, { signal })) {
         hash.update(chunk);
         size += chunk.byteLength;
         await fh.write(chunk);
       }
     } catch (err: unknown) {
-      if (err instanceof ObjectNotFoundError) throw new FeosError('DATA_LOSS', `checkpoint ${checkpoint} of pod ${podId}: ${key}, which its manifest names, is missing; nothing was restored`);
+      if (err instanceof ObjectNotFoundError) throw new FeosError('DATA_LOSS', `${what}: ${want.key}, which its manifest names, is missing; nothing was restored`);
       throw new FeosError('UNAVAILABLE', `object store: ${errorMessage(err)}`, { cause: err });
     }
     await fh.sync();
@@ -167,12 +231,9 @@ export async function fetchVerified(store: ObjectStore, podId: string, checkpoin
   }
   await fh.close();
   const sha256 = hash.digest('hex');
-  if (size !== file.sizeBytes || sha256 !== file.sha256) {
+  if (size !== want.sizeBytes || sha256 !== want.sha256) {
     await rm(path, { force: true });
-    throw new FeosError(
-      'DATA_LOSS',
-      `checkpoint ${checkpoint} of pod ${podId}: ${key} is ${size} bytes with SHA-256 ${sha256}; its manifest says ${file.sizeBytes} bytes with ${file.sha256}; nothing was restored`,
-    );
+    throw new FeosError('DATA_LOSS', `${what}: ${want.key} is ${size} bytes with SHA-256 ${sha256}; its manifest says ${want.sizeBytes} bytes with ${want.sha256}; nothing was restored`);
   }
 }
 

@@ -2,7 +2,8 @@
  * HibernatePod (seed 000, "A pod": Hibernate and Restore; "Addresses": hibernating takes the pod off
  * the network as a delete does). A hibernation suspends a running pod as SuspendPod does, puts its
  * memory and disk into the object store under its ID with a manifest written last, and then lets go of
- * its local files and its network place: the pod is HIBERNATED, its record naming the checkpoint.
+ * its local files and its network place: the pod is HIBERNATED, its record naming the checkpoint. Its
+ * volumes' disks go into the store beside it and the volumes are CHECKPOINTED (seed "Volumes").
  *
  * It runs in a task of its own holding the pod's lock: a caller that goes away leaves it running, a
  * second HibernatePod joins it and gets its answer, GetPod shows it in `PodInfo.hibernation`, and a
@@ -14,11 +15,11 @@ import { hostname } from 'node:os';
 import { existsSync } from 'node:fs';
 import { rm, stat } from 'node:fs/promises';
 import { create } from '@bufbuild/protobuf';
-import { HibernationStatusSchema, type HibernationStatus, type PodInfo, PodState } from '../gen/feos/pod/v1/pod_pb.js';
+import { HibernationStatusSchema, type HibernationStatus, type PodInfo, PodState, type PodVolume } from '../gen/feos/pod/v1/pod_pb.js';
 import { errorMessage, FeosError } from '../api/index.ts';
 import { vmPaths } from '../microvm/index.ts';
 import { podDiskPath } from './bring-up.ts';
-import { checkpointKey, DISK_FILE, fileChunks, manifestBytes, MEMORY_FILE, newCheckpointName, type CheckpointFile } from './checkpoint.ts';
+import { checkpointKey, DISK_FILE, fileChunks, manifestBytes, MEMORY_FILE, newCheckpointName, volumeKey, type CheckpointFile, type CheckpointVolume } from './checkpoint.ts';
 import type { PodCore } from './core.ts';
 import { suspendLocked } from './lifecycle.ts';
 
@@ -62,7 +63,7 @@ export function abandonable(h: Hibernation): boolean {
 
 /**
  * HibernatePod: starts the pod's hibernation in a task of its own, or joins the one in flight.
- * @throws FeosError FAILED_PRECONDITION (no object store; a state or volumes that do not hibernate),
+ * @throws FeosError FAILED_PRECONDITION (no object store; a state that does not hibernate),
  *   NOT_FOUND, ABORTED (a ResumePod abandoned it), UNAVAILABLE (busy; the store failed: the pod stays
  *   SUSPENDED or as it was, its uploads removed)
  */
@@ -77,9 +78,6 @@ export function hibernatePod(core: PodCore, id: string, noAbandon: boolean): Pro
     return entry.hibernation.done;
   }
   if (pod0.state === PodState.HIBERNATED) return Promise.resolve(pod0);
-  if (pod0.spec!.volumes.length > 0) {
-    return Promise.reject(new FeosError('FAILED_PRECONDITION', `pod ${id} has volumes: a pod with volumes does not hibernate on this node yet (docs/feos/departures.md)`));
-  }
   const h: Hibernation = {
     checkpoint: newCheckpointName(),
     step: 'waiting',
@@ -122,27 +120,46 @@ async function hibernateLocked(core: PodCore, pod: PodInfo, h: Hibernation): Pro
   }
   const disk = podDiskPath(core, id);
   if (!existsSync(disk)) throw new FeosError('FAILED_PRECONDITION', `pod ${id} has no disk yet (it never booted): nothing to hibernate`);
-  const files: Array<{ name: string; path: string }> = [];
-  if (h.memory) files.push({ name: MEMORY_FILE, path: vmPaths(o.vms.dir(id)).vmstate });
-  files.push({ name: DISK_FILE, path: disk });
+  // The pod's files, then its volumes' disks (made when a boot never made them: an empty volume).
+  const files: Array<{ name: string; key: string; path: string; volume?: PodVolume }> = [];
+  if (h.memory) files.push({ name: MEMORY_FILE, key: checkpointKey(id, h.checkpoint, MEMORY_FILE), path: vmPaths(o.vms.dir(id)).vmstate });
+  files.push({ name: DISK_FILE, key: checkpointKey(id, h.checkpoint, DISK_FILE), path: disk });
+  for (const v of pod.spec!.volumes) {
+    files.push({ name: `volume ${v.name}`, key: volumeKey(v.volumeId, h.checkpoint), path: await o.volumes!.ensureDisk(v.volumeId), volume: v });
+  }
   for (const f of files) h.bytesTotal += (await stat(f.path)).size;
   h.step = 'upload';
   const written: CheckpointFile[] = [];
+  const volumes: CheckpointVolume[] = [];
   const removeUploads = async () => {
-    for (const f of files) await store.delete(checkpointKey(id, h.checkpoint, f.name)).catch(() => {});
+    for (const f of files) await store.delete(f.key).catch(() => {});
   };
   try {
     let before = 0;
     for (const f of files) {
       if (h.abandon.signal.aborted) throw abandoned(id);
-      const put = await store.put(checkpointKey(id, h.checkpoint, f.name), fileChunks(f.path, h.abandon.signal), {
+      const put = await store.put(f.key, fileChunks(f.path, h.abandon.signal), {
         signal: h.abandon.signal,
         onProgress: (n) => {
           h.bytesDone = before + n;
         },
       });
       before += put.sizeBytes;
-      written.push({ name: f.name, ...put });
+      if (!f.volume) {
+        written.push({ name: f.name, ...put });
+        continue;
+      }
+      const rec = o.volumes!.get(f.volume.volumeId)!;
+      volumes.push({
+        name: f.volume.name,
+        volumeId: rec.id,
+        sizeBytes: String(rec.sizeBytes),
+        labels: { ...rec.labels },
+        formatted: rec.formatted,
+        key: f.key,
+        fileSizeBytes: put.sizeBytes,
+        sha256: put.sha256,
+      });
     }
     if (h.abandon.signal.aborted) throw abandoned(id);
   } catch (err: unknown) {
@@ -165,16 +182,19 @@ async function hibernateLocked(core: PodCore, pod: PodInfo, h: Hibernation): Pro
         memory: h.memory,
         spec: pod.spec!,
         files: written,
+        volumes,
       }),
     );
   } catch (err: unknown) {
     await removeUploads();
     throw new FeosError('UNAVAILABLE', `hibernate pod ${id}: manifest: ${errorMessage(err)}; the pod stays ${PodState[pod.state]} on the node`, { cause: err });
   }
-  // Its local files and its network place go (seed "Addresses": as a delete does).
+  // Its local files and its network place go (seed "Addresses": as a delete does); its volumes are
+  // CHECKPOINTED, their data in the store alone (seed "Volumes").
   h.step = 'release';
   await o.vms.delete(id);
   await rm(disk, { force: true });
+  for (const v of volumes) await o.volumes!.checkpointed(v.volumeId, id, { key: v.key, sizeBytes: v.fileSizeBytes, sha256: v.sha256 });
   if (pod.spec!.network) {
     await o.network.tearDown(pod).catch((err: unknown) => o.log.warn({ id, err: errorMessage(err) }, 'hibernate: network tear-down failed'));
   }

@@ -4,10 +4,11 @@
  * with the same store, with its memory (a resume: its guest's uptime goes on) or, when asked or when
  * the checkpoint has none, on its disk alone (a fresh boot).
  *
- * Steps: the manifest is read and checked; the disk (and memory) are copied and checked against its
+ * Steps: the manifest is read and checked; the disk (and memory, and the volumes' disks) are copied and checked against its
  * sizes and SHA-256s; the checkpoint is claimed (`restored`, which one restore alone wins: a snapshot
  * is resumed once); the disk is rebased on the local guest version's blank data volume; the pod is
- * recorded; its microVM is made, given the memory and resumed, or its bring-up boots it. Until the
+ * recorded, its volumes ATTACHED to it again (recorded anew on a node that did not have them); its
+ * microVM is made, given the memory and resumed, or its bring-up boots it. Until the
  * claim, a failure leaves nothing behind: no local file, the record (if any) HIBERNATED as it was,
  * the store untouched. After it, a failure leaves the pod FAILED with its disk, which StartPod boots.
  */
@@ -20,6 +21,7 @@ import { promisify } from 'node:util';
 import { create } from '@bufbuild/protobuf';
 import { timestampNow } from '@bufbuild/protobuf/wkt';
 import { type PodInfo, PodInfoSchema, PodState } from '../gen/feos/pod/v1/pod_pb.js';
+import { VolumeState } from '../gen/feos/volume/v1/volume_pb.js';
 import { errorMessage, FeosError } from '../api/index.ts';
 import { normalizeSpec } from './spec.ts';
 import { POD_RECORD_VERSION } from './records.ts';
@@ -108,7 +110,14 @@ async function restoreLocked(core: PodCore, id: string, existing: PodInfo | unde
   if (!existsSync(join(guestDir, 'data.qcow2'))) {
     throw new FeosError('FAILED_PRECONDITION', `checkpoint ${checkpoint} of pod ${id} needs guest version ${m.guestVersion}, which is not installed in ${o.guestDir}`);
   }
-  if (spec!.volumes.length > 0) throw new FeosError('FAILED_PRECONDITION', `pod ${id} has volumes: a pod with volumes does not restore on this node yet`);
+  // Its volumes come back from the checkpoint: each must be this pod's CHECKPOINTED one, or not on the node.
+  for (const v of m.volumes) {
+    const rec = o.volumes?.get(v.volumeId);
+    if (!o.volumes) throw new FeosError('FAILED_PRECONDITION', `volume ${v.volumeId}: this node has no volumes`);
+    if (rec && !(rec.state === VolumeState.CHECKPOINTED && rec.podId === id)) {
+      throw new FeosError('FAILED_PRECONDITION', `volume ${v.volumeId} of checkpoint ${checkpoint} is on this node already (${VolumeState[rec.state]}${rec.podId ? `, pod ${rec.podId}` : ''})`);
+    }
+  }
   if (spec!.network) {
     const why = o.network.check(spec!.network);
     if (why) throw new FeosError('FAILED_PRECONDITION', why);
@@ -117,11 +126,17 @@ async function restoreLocked(core: PodCore, id: string, existing: PodInfo | unde
   const disk = podDiskPath(core, id);
   const tmpDisk = `${disk}.restore`;
   const tmpMemory = join(o.disksDir, `.${id}.memory.restore`);
-  const file = (name: string) => m.files.find((f) => f.name === name)!;
+  const file = (name: string) => {
+    const f = m.files.find((x) => x.name === name)!;
+    return { key: checkpointKey(id, checkpoint, name), sizeBytes: f.sizeBytes, sha256: f.sha256 };
+  };
+  const what = `checkpoint ${checkpoint} of pod ${id}`;
+  const tmpVolume = (vid: string) => `${o.volumes!.diskPath(vid)}.restore`;
   await mkdir(o.disksDir, { recursive: true });
   try {
-    await fetchVerified(store, id, checkpoint, file(DISK_FILE), tmpDisk);
-    if (memory) await fetchVerified(store, id, checkpoint, file(MEMORY_FILE), tmpMemory);
+    await fetchVerified(store, file(DISK_FILE), tmpDisk, what);
+    if (memory) await fetchVerified(store, file(MEMORY_FILE), tmpMemory, what);
+    for (const v of m.volumes) await fetchVerified(store, { key: v.key, sizeBytes: v.fileSizeBytes, sha256: v.sha256 }, tmpVolume(v.volumeId), what);
     const claim = new TextEncoder().encode(`${JSON.stringify({ node: hostname(), at: new Date().toISOString(), memory })}\n`);
     let won: boolean;
     try {
@@ -133,9 +148,15 @@ async function restoreLocked(core: PodCore, id: string, existing: PodInfo | unde
     // The disk names its backing file by path: this node's copy of the guest version's blank volume.
     await run('qemu-img', ['rebase', '-u', '-F', 'qcow2', '-b', join(guestDir, 'data.qcow2'), tmpDisk]);
     await rename(tmpDisk, disk);
+    for (const v of m.volumes) {
+      await rename(tmpVolume(v.volumeId), o.volumes!.diskPath(v.volumeId));
+      if (o.volumes!.get(v.volumeId)) await o.volumes!.opened(v.volumeId, id);
+      else await o.volumes!.adopt({ id: v.volumeId, sizeBytes: BigInt(v.sizeBytes), labels: v.labels, formatted: v.formatted }, id);
+    }
   } catch (err: unknown) {
     await rm(tmpDisk, { force: true });
     await rm(tmpMemory, { force: true });
+    for (const v of m.volumes) await rm(tmpVolume(v.volumeId), { force: true });
     if (err instanceof FeosError) throw err;
     throw new FeosError('INTERNAL', `restore pod ${id}: ${errorMessage(err)}; nothing was restored`, { cause: err });
   }
@@ -174,8 +195,8 @@ async function restoreLocked(core: PodCore, id: string, existing: PodInfo | unde
     throw err instanceof FeosError ? err : new FeosError('INTERNAL', `restore pod ${id}: ${errorMessage(err)}; the pod is FAILED with its disk`, { cause: err });
   } finally {
     // The claimed checkpoint's data are this node's now; its manifest and claim stay as its history.
-    for (const name of [MEMORY_FILE, DISK_FILE]) {
-      await store.delete(checkpointKey(id, checkpoint, name)).catch((err: unknown) => core.log.warn({ id, checkpoint, err: errorMessage(err) }, 'restore: a checkpoint file was not removed'));
+    for (const key of [checkpointKey(id, checkpoint, MEMORY_FILE), checkpointKey(id, checkpoint, DISK_FILE), ...m.volumes.map((v) => v.key)]) {
+      await store.delete(key).catch((err: unknown) => core.log.warn({ id, checkpoint, key, err: errorMessage(err) }, 'restore: a checkpoint file was not removed'));
     }
   }
   return o.records.get(id)!;

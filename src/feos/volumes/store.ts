@@ -2,7 +2,10 @@
  * Volumes (seed 000, "Volumes"; feos.volume.v1): disks that outlive the pods they are attached to. A
  * volume's record is `<state-dir>/volumes/<id>.pb` (a feos.volume.v1.Volume, written whole), its disk
  * `<state-dir>/volumes/<id>.qcow2`, made at its first boot. Claims by CreatePod are all or none; a pod's
- * delete leaves its volumes AVAILABLE. Changes are serialised on one queue: a change is seen once kept.
+ * delete leaves its volumes AVAILABLE. A hibernation makes them CHECKPOINTED: their data in the object
+ * store alone (the record names the object), until the next boot of a pod with one opens it, or a
+ * restore brings it back, ATTACHED; a CHECKPOINTED volume whose pod was deleted stays CHECKPOINTED.
+ * Changes are serialised on one queue: a change is seen once kept.
  */
 import { existsSync } from 'node:fs';
 import { rename, rm } from 'node:fs/promises';
@@ -110,17 +113,19 @@ export class VolumeStore {
 
   /**
    * DeleteVolume: the record and the disk.
+   * @returns the volume as it was (a CHECKPOINTED one's `checkpointKey` is for the caller to remove)
    * @throws FeosError NOT_FOUND, FAILED_PRECONDITION while a pod has it
    */
-  delete(id: string): Promise<void> {
+  delete(id: string): Promise<Volume> {
     parseVolumeId(id);
     return this.#serial(async () => {
       const v = this.#vols.get(id);
       if (!v) throw new FeosError('NOT_FOUND', `volume ${id} not found`);
-      if (v.podId) throw new FeosError('FAILED_PRECONDITION', `volume ${id} is attached to pod ${v.podId}`);
+      if (v.podId) throw new FeosError('FAILED_PRECONDITION', `volume ${id} is ${v.state === VolumeState.CHECKPOINTED ? 'checkpointed with' : 'attached to'} pod ${v.podId}`);
       await rm(join(this.dir, `${id}.pb`), { force: true });
       await rm(this.diskPath(id), { force: true });
       this.#vols.delete(id);
+      return clone(VolumeSchema, v);
     });
   }
 
@@ -137,24 +142,74 @@ export class VolumeStore {
       }
       for (const id of ids) {
         const v = clone(VolumeSchema, this.#vols.get(id)!);
-        if (v.podId === podId && v.state === VolumeState.ATTACHED) continue;
+        if (v.podId === podId && v.state !== VolumeState.AVAILABLE) continue;
         v.podId = podId;
-        v.state = VolumeState.ATTACHED;
+        // A CHECKPOINTED volume stays so until the pod's boot opens it from the store.
+        if (v.state !== VolumeState.CHECKPOINTED) v.state = VolumeState.ATTACHED;
         await this.#save(v);
       }
     });
   }
 
-  /** Lets go of a pod's volumes: AVAILABLE. */
+  /** Lets go of a pod's volumes: AVAILABLE, or CHECKPOINTED with no pod (their data stay in the store). */
   release(podId: string): Promise<void> {
     return this.#serial(async () => {
       for (const v of this.#vols.values()) {
         if (v.podId !== podId) continue;
         const c = clone(VolumeSchema, v);
         c.podId = '';
-        c.state = VolumeState.AVAILABLE;
+        if (c.state !== VolumeState.CHECKPOINTED) c.state = VolumeState.AVAILABLE;
         await this.#save(c);
       }
+    });
+  }
+
+  /**
+   * A hibernation put the volume's disk into the object store: CHECKPOINTED, the record naming the
+   * object, and the local disk removed.
+   */
+  checkpointed(id: string, podId: string, data: { key: string; sizeBytes: number; sha256: string }): Promise<void> {
+    return this.#serial(async () => {
+      const v = this.#vols.get(id);
+      if (!v) throw new FeosError('FAILED_PRECONDITION', `volume ${id} is not on the node`);
+      const c = clone(VolumeSchema, v);
+      c.state = VolumeState.CHECKPOINTED;
+      c.podId = podId;
+      c.checkpointKey = data.key;
+      c.checkpointSizeBytes = BigInt(data.sizeBytes);
+      c.checkpointSha256 = data.sha256;
+      await this.#save(c);
+      await rm(this.diskPath(id), { force: true });
+    });
+  }
+
+  /** A CHECKPOINTED volume's disk is back in place (a boot or a restore opened it): ATTACHED to `podId`. */
+  opened(id: string, podId: string): Promise<void> {
+    return this.#serial(async () => {
+      const v = this.#vols.get(id);
+      if (!v) throw new FeosError('FAILED_PRECONDITION', `volume ${id} is not on the node`);
+      const c = clone(VolumeSchema, v);
+      c.state = VolumeState.ATTACHED;
+      c.podId = podId;
+      c.checkpointKey = '';
+      c.checkpointSizeBytes = 0n;
+      c.checkpointSha256 = '';
+      await this.#save(c);
+    });
+  }
+
+  /**
+   * A restore brought a volume the node does not have (from another node's hibernation): recorded
+   * ATTACHED to `podId`, its disk already in place.
+   * @throws FeosError FAILED_PRECONDITION when the node has a volume of the ID that is not this pod's checkpoint
+   */
+  adopt(v: { id: string; sizeBytes: bigint; labels: Record<string, string>; formatted: boolean }, podId: string): Promise<void> {
+    parseVolumeId(v.id);
+    return this.#serial(async () => {
+      if (this.#vols.has(v.id)) throw new FeosError('FAILED_PRECONDITION', `volume ${v.id} is on the node already`);
+      await this.#save(
+        create(VolumeSchema, { id: v.id, sizeBytes: v.sizeBytes, labels: v.labels, formatted: v.formatted, state: VolumeState.ATTACHED, podId, createdAt: timestampNow() }),
+      );
     });
   }
 
@@ -171,10 +226,15 @@ export class VolumeStore {
     });
   }
 
-  /** Makes a volume's disk (an empty qcow2 of its size) when it has none: at its first boot. */
+  /**
+   * Makes a volume's disk (an empty qcow2 of its size) when it has none: at its first boot.
+   * @throws FeosError FAILED_PRECONDITION when the volume is missing or CHECKPOINTED (open it from the store first)
+   */
   async ensureDisk(id: string): Promise<string> {
     const v = this.#vols.get(id);
     if (!v) throw new FeosError('FAILED_PRECONDITION', `volume ${id} is not on the node`);
+    // An empty disk would take the place of a checkpointed volume's data.
+    if (v.state === VolumeState.CHECKPOINTED) throw new FeosError('FAILED_PRECONDITION', `volume ${id} is CHECKPOINTED: its data are in the object store (${v.checkpointKey})`);
     const disk = this.diskPath(id);
     if (!existsSync(disk)) {
       await run('qemu-img', ['create', '-q', '-f', 'qcow2', `${disk}.tmp`, String(v.sizeBytes)]);

@@ -1,8 +1,8 @@
 // Suspend on stop and hibernation with a real microVM (QEMU, TCG here), as root, one pod booted once:
 // feosd --suspend-on-stop ended by SIGTERM suspends it and records it; the next feosd resumes it (its
 // guest's uptime goes on) and removes the record; it hibernates into a local-directory object store and
-// another feosd (another state dir, the same store) restores it with its memory; a checkpoint restores
-// once; a corrupt manifest is DATA_LOSS with nothing lost; a ResumePod during a hibernation abandons it
+// another feosd (another state dir, the same store) restores it with its memory and its volume (which
+// was CHECKPOINTED meanwhile); a checkpoint restores once; a corrupt manifest is DATA_LOSS with nothing lost; a ResumePod during a hibernation abandons it
 // or restores after it; and a disk-only restore boots it anew.
 import assert from 'node:assert/strict';
 import { test } from 'node:test';
@@ -13,12 +13,25 @@ import { pathToFileURL } from 'node:url';
 import { fromBinary } from '@bufbuild/protobuf';
 import { status } from '@grpc/grpc-js';
 import { MicroVmSchema, MicroVmState } from '../../../src/feos/gen/feos/microvm/v1/microvm_pb.js';
+import { VolumeService, VolumeState } from '../../../src/feos/gen/feos/volume/v1/volume_pb.js';
+import { makeClient } from '../../../src/feos/api/index.ts';
 import { feosctl, PodState, startFeosd, tempDir, until, waitForPod, type FeosdProcess } from '../../feos/harness.ts';
 
 const REPO = new URL('../../../', import.meta.url).pathname;
 const GUEST_DIR = join(REPO, 'build/guest');
 const ID = 'mkhbtest0aa';
 const BOOT_MS = 300_000;
+const VOLUME = 'eeeeeeee-2222-4333-8444-555555555555';
+
+/** A volume as a feosd has it. */
+async function volumeOf(f: FeosdProcess) {
+  const c = makeClient(VolumeService, `unix:${f.socket}`);
+  try {
+    return (await c.getVolume({ id: VOLUME })).volume!;
+  } finally {
+    c.grpc.close();
+  }
+}
 
 function microVm(stateDir: string) {
   return fromBinary(MicroVmSchema, readFileSync(join(stateDir, 'vms', ID, 'microvm.pb')));
@@ -97,13 +110,17 @@ test('suspend on stop, then hibernate on one feosd and restore on another throug
     uptime = got.guest!.uptimeMs;
   };
 
-  await step('a pod boots RUNNING on feosd A', async () => {
-    await a.pods.createPod({ id: ID, spec: { vcpus: 1, memoryBytes: 256n * 1024n * 1024n } });
+  await step('a pod with a volume boots RUNNING on feosd A', async () => {
+    const v = makeClient(VolumeService, `unix:${a.socket}`);
+    await v.createVolume({ id: VOLUME, sizeBytes: 64n * 1024n * 1024n, labels: { role: 'data' } });
+    v.grpc.close();
+    await a.pods.createPod({ id: ID, spec: { vcpus: 1, memoryBytes: 256n * 1024n * 1024n, volumes: [{ name: 'data', volumeId: VOLUME }] } });
     const pod = await waitForPod(a, ID, (p) => p.state !== PodState.PENDING, BOOT_MS);
     assert.equal(pod.state, PodState.RUNNING, pod.reason);
     const got = await guestAnswers(a);
     bootId = got.guest!.bootId;
     uptime = got.guest!.uptimeMs;
+    assert.equal((await volumeOf(a)).formatted, true, 'the guest formatted and mounted the volume');
   });
 
   await step('SIGTERM with --suspend-on-stop suspends it, records it in suspended-for-stop.json, and exits 0', async () => {
@@ -140,6 +157,15 @@ test('suspend on stop, then hibernate on one feosd and restore on another throug
     assert.equal(manifest.podId, ID);
     assert.equal(manifest.memory, true);
     assert.deepEqual(manifest.files.map((f: { name: string }) => f.name).sort(), ['disk.qcow2', 'memory']);
+    assert.deepEqual(
+      manifest.volumes.map((v: { name: string; volumeId: string; key: string }) => [v.name, v.volumeId, v.key]),
+      [['data', VOLUME, `volumes/${VOLUME}/${checkpoint}/disk.qcow2`]],
+    );
+    assert.ok(existsSync(join(storeDir, 'volumes', VOLUME, checkpoint, 'disk.qcow2')));
+    const vol = await volumeOf(a);
+    assert.equal(vol.state, VolumeState.CHECKPOINTED, 'its data in the store alone');
+    assert.equal(vol.podId, ID);
+    assert.equal(existsSync(join(a.stateDir, 'volumes', `${VOLUME}.qcow2`)), false, "the volume's disk is released");
     assert.ok(manifest.files.every((f: { sizeBytes: number; sha256: string }) => f.sizeBytes > 0 && /^[0-9a-f]{64}$/.test(f.sha256)));
     assert.equal(existsSync(join(a.stateDir, 'vms', ID)), false, "the microVM's directory is released");
     assert.equal(existsSync(join(a.stateDir, 'disks', `${ID}.qcow2`)), false, 'the disk is released');
@@ -155,6 +181,11 @@ test('suspend on stop, then hibernate on one feosd and restore on another throug
     assert.equal(out.code, 0, out.stderr);
     assert.equal(JSON.parse(out.stdout).state, 'POD_STATE_RUNNING', out.stdout);
     await sameBootLater(b, 'restored on feosd B');
+    const vol = await volumeOf(b);
+    assert.equal(vol.state, VolumeState.ATTACHED, 'the volume came with it');
+    assert.equal(vol.podId, ID);
+    assert.equal(vol.formatted, true);
+    assert.deepEqual(vol.labels, { role: 'data' });
     await assert.rejects(a.pods.resumePod({ id: ID }), (e) => code(e) === status.FAILED_PRECONDITION && /restored already/.test(details(e)));
     assert.equal((await a.pods.getPod({ id: ID })).pod!.state, PodState.HIBERNATED, "A's record stays as it was");
     assert.equal(existsSync(join(storeDir, 'pods', ID, checkpoint, 'memory')), false, "the claimed checkpoint's data are B's now");
@@ -217,5 +248,7 @@ test('suspend on stop, then hibernate on one feosd and restore on another throug
     assert.equal(JSON.parse(out.stdout).state, 'POD_STATE_RUNNING', out.stdout);
     const got = await guestAnswers(b!);
     assert.notEqual(got.guest!.bootId, bootId, 'a new boot');
+    // RUNNING after a boot: the volume, opened from the checkpoint, mounted without a format.
+    assert.equal((await volumeOf(b!)).state, VolumeState.ATTACHED);
   });
 });
