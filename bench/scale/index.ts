@@ -242,6 +242,15 @@ async function main(): Promise<void> {
   const boundToReady = uids.filter((uid) => boundAt.has(uid)).map((uid) => readyAt.get(uid)! - boundAt.get(uid)!);
   const rate = (ms: number) => PODS / ((ms - t0) / 1000);
 
+  // The events recorded so far, by reason (they are a large share of the writes).
+  const reasons = new Map<string, number>();
+  let cont: string | undefined;
+  do {
+    const page = await core.listEventForAllNamespaces({ limit: 500, ...(cont ? { _continue: cont } : {}) });
+    for (const e of page.items) reasons.set(e.reason ?? '', (reasons.get(e.reason ?? '') ?? 0) + (e.count ?? 1));
+    cont = page.metadata?._continue || undefined;
+  } while (cont);
+
   // The API once every pod runs: mutating and list latency as kubectl sees them.
   const mut: number[] = [];
   const lists: number[] = [];
@@ -303,6 +312,7 @@ async function main(): Promise<void> {
   console.log(`| of which bound → Ready, p50 / p99 | ${ms(pct(boundToReady, 50))} / ${ms(pct(boundToReady, 99))} |`);
   console.log(`| CPU seconds during the rollout (${allReadyS.toFixed(0)} s × 2 cores): control plane / etcd / kube32-sim (all) / bench | ${cpuUsed('cp')} / ${cpuUsed('etcd')} / ${cpuUsed('sims')} / ${cpuUsed('bench')} |`);
   console.log(`| API writes during the rollout: total (a second), the largest | ${writeTotal} (${(writeTotal / allReadyS).toFixed(0)}/s): ${writes.slice(0, 8).map(([k, v]) => `${k} ${v}`).join(', ')} |`);
+  console.log(`| events recorded by the end of the rollout, by reason (count summed) | ${[...reasons].sort((a, b) => b[1] - a[1]).map(([k, v]) => `${k} ${v}`).join(', ')} |`);
   console.log(`| API server request handling summed over the rollout (its thread's busy time), the largest | ${handlingTotal.toFixed(1)} s of ${allReadyS.toFixed(1)} s: ${handling.slice(0, 6).map(([k, v]) => `${k} ${v.toFixed(1)} s`).join(', ')} |`);
   console.log(`| ConfigMap create during the rollout (client-node, ${rolloutMut.length} calls, ${rolloutFailed.length} failed${rolloutFailed.length ? `: ${rolloutFailed[0]}` : ''}), p50 / p99 / max | ${ms(pct(rolloutMut, 50))} / ${ms(pct(rolloutMut, 99))} / ${ms(Math.max(...rolloutMut))} |`);
   console.log(`| kubectl create configmap after, p50 / p99 (kubectl's own start ~ kubectl version: ${ms(pct(ver, 50))}) | ${ms(pct(mut, 50))} / ${ms(pct(mut, 99))} |`);
