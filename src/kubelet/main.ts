@@ -121,9 +121,10 @@ interface SimFlags {
 
 /**
  * Runs kube32-sim with `argv` as `process.argv` gives it. Resolves once the nodes have started;
- * the process then lives until a signal drains and stops them. Exit status: 2 for a usage error, 1
- * when a node cannot start (none is left running) or a second signal cut the drain short, 0 after a
- * drain.
+ * the process then lives until a signal drains and stops them. Exit status: 1 for a flag commander
+ * refuses (as before), 2 for flags that cannot make the nodes (no kubeconfig, `--kubeconfig` with
+ * several nodes, an address that cannot be counted from), 1 when a node cannot start (none is left
+ * running) or a second signal cut the drain short, 0 after a drain.
  */
 export async function main(argv: string[]): Promise<void> {
   const cmd = buildCommand();
