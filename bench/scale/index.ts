@@ -94,6 +94,27 @@ async function scrapeApi(kc: string): Promise<ApiMetrics> {
   return m;
 }
 
+/** etcd's own counters (its `/metrics`): operations, bytes on its client gRPC, WAL fsyncs. */
+async function scrapeEtcd(url: string): Promise<Record<string, number>> {
+  const text = await (await fetch(`${url}/metrics`, { signal: AbortSignal.timeout(10_000) })).text();
+  const out: Record<string, number> = {};
+  for (const name of ['etcd_mvcc_range_total', 'etcd_mvcc_put_total', 'etcd_mvcc_txn_total', 'etcd_mvcc_delete_total',
+    'etcd_network_client_grpc_received_bytes_total', 'etcd_network_client_grpc_sent_bytes_total',
+    'etcd_disk_wal_fsync_duration_seconds_count', 'etcd_disk_wal_fsync_duration_seconds_sum', 'etcd_mvcc_db_total_size_in_bytes']) {
+    out[name] = Number(new RegExp(`^${name} (\\S+)$`, 'm').exec(text)?.[1] ?? Number.NaN);
+  }
+  return out;
+}
+
+/** etcd's work between two scrapes, as one table cell. */
+function etcdWork(a: Record<string, number>, b: Record<string, number>): string {
+  const d = (k: string) => (b[k] ?? 0) - (a[k] ?? 0);
+  const fsyncs = d('etcd_disk_wal_fsync_duration_seconds_count');
+  return `${d('etcd_mvcc_range_total')} ranges, ${d('etcd_mvcc_txn_total')} txns, ${d('etcd_mvcc_put_total')} puts, ${d('etcd_mvcc_delete_total')} deletes; `
+    + `${(d('etcd_network_client_grpc_received_bytes_total') / 2 ** 20).toFixed(0)} MiB in, ${(d('etcd_network_client_grpc_sent_bytes_total') / 2 ** 20).toFixed(0)} MiB out; `
+    + `${fsyncs} WAL fsyncs, mean ${((1000 * d('etcd_disk_wal_fsync_duration_seconds_sum')) / Math.max(1, fsyncs)).toFixed(1)} ms; db ${(b.etcd_mvcc_db_total_size_in_bytes! / 2 ** 20).toFixed(0)} MiB`;
+}
+
 /** What changed between two scrapes, largest first. */
 function delta(after: Map<string, number>, before: Map<string, number>): [string, number][] {
   return [...after].map(([k, v]): [string, number] => [k, v - (before.get(k) ?? 0)]).filter(([, v]) => v > 0).sort((a, b) => b[1] - a[1]);
@@ -195,6 +216,7 @@ async function main(): Promise<void> {
   const cpuAt = () => ({ cp: cpuSeconds(pids.cp), etcd: cpuSeconds(pids.etcd), sims: pids.sims.reduce((a, pid) => a + cpuSeconds(pid), 0), bench: process.cpuUsage().user / 1e6 + process.cpuUsage().system / 1e6 });
   const cpu0 = cpuAt();
   const api0 = await scrapeApi(kc);
+  const etcd0 = await scrapeEtcd(etcd.url);
 
   // A client's mutating calls while the pods roll out: a ConfigMap every 500 ms.
   const rolloutMut: number[] = [];
@@ -229,6 +251,7 @@ async function main(): Promise<void> {
   await probe;
   const cpu1 = cpuAt();
   const api1 = await scrapeApi(kc);
+  const etcd1 = await scrapeEtcd(etcd.url);
   const requests = delta(api1.requests, api0.requests);
   const writes = requests.filter(([k]) => WRITE_VERBS.test(k));
   const writeTotal = writes.reduce((a, [, v]) => a + v, 0);
@@ -286,6 +309,7 @@ async function main(): Promise<void> {
   const drainedNames = new Set(onNode.map((p) => p.metadata.name));
   const dCpu0 = cpuAt();
   const dApi0 = await scrapeApi(kc);
+  const dEtcd0 = await scrapeEtcd(etcd.url);
   const d0 = performance.now();
   const drain = await run('kubectl', ['--kubeconfig', kc, 'drain', node, '--ignore-daemonsets', '--timeout', `${TIMEOUT_MS / 1000}s`], { timeoutMs: TIMEOUT_MS + 20_000 });
   const drainCmdS = (performance.now() - d0) / 1000;
@@ -295,6 +319,7 @@ async function main(): Promise<void> {
   const moved = [...pods.values()].filter((p) => drainedNames.has(p.metadata.name)).length;
   const dCpu1 = cpuAt();
   const dApi1 = await scrapeApi(kc);
+  const dEtcd1 = await scrapeEtcd(etcd.url);
   const dRequests = delta(dApi1.requests, dApi0.requests);
   const dHandling = delta(dApi1.seconds, dApi0.seconds);
 
@@ -314,11 +339,13 @@ async function main(): Promise<void> {
   console.log(`| API writes during the rollout: total (a second), the largest | ${writeTotal} (${(writeTotal / allReadyS).toFixed(0)}/s): ${writes.slice(0, 8).map(([k, v]) => `${k} ${v}`).join(', ')} |`);
   console.log(`| events recorded by the end of the rollout, by reason (count summed) | ${[...reasons].sort((a, b) => b[1] - a[1]).map(([k, v]) => `${k} ${v}`).join(', ')} |`);
   console.log(`| API server request handling summed over the rollout (its thread's busy time), the largest | ${handlingTotal.toFixed(1)} s of ${allReadyS.toFixed(1)} s: ${handling.slice(0, 6).map(([k, v]) => `${k} ${v.toFixed(1)} s`).join(', ')} |`);
+  console.log(`| etcd's work during the rollout | ${etcdWork(etcd0, etcd1)} |`);
   console.log(`| ConfigMap create during the rollout (client-node, ${rolloutMut.length} calls, ${rolloutFailed.length} failed${rolloutFailed.length ? `: ${rolloutFailed[0]}` : ''}), p50 / p99 / max | ${ms(pct(rolloutMut, 50))} / ${ms(pct(rolloutMut, 99))} / ${ms(Math.max(...rolloutMut))} |`);
   console.log(`| kubectl create configmap after, p50 / p99 (kubectl's own start ~ kubectl version: ${ms(pct(ver, 50))}) | ${ms(pct(mut, 50))} / ${ms(pct(mut, 99))} |`);
   console.log(`| kubectl get pods -A (${PODS} pods; ${listSamples} lists), p50 / p99 | ${ms(pct(lists, 50))} / ${ms(pct(lists, 99))} |`);
   console.log(`| drain of ${node} (${onNode.length} pods) → all ${PODS} Ready elsewhere (kubectl drain returned after ${drainCmdS.toFixed(1)} s) | ${drainS.toFixed(1)} s; ${moved} moved (same name), ${onNode.length - moved} recreated |`);
   console.log(`| during the drain: CPU seconds control plane / etcd / kube32-sim / bench; API requests, the most; API server handling summed | ${(dCpu1.cp - dCpu0.cp).toFixed(0)} / ${(dCpu1.etcd - dCpu0.etcd).toFixed(0)} / ${(dCpu1.sims - dCpu0.sims).toFixed(0)} / ${(dCpu1.bench - dCpu0.bench).toFixed(0)}; ${dRequests.slice(0, 8).map(([k, v]) => `${k} ${v}`).join(', ')}; ${dHandling.reduce((a, [, v]) => a + v, 0).toFixed(1)} s: ${dHandling.slice(0, 5).map(([k, v]) => `${k} ${v.toFixed(1)} s`).join(', ')} |`);
+  console.log(`| etcd's work during the drain | ${etcdWork(dEtcd0, dEtcd1)} |`);
   console.log(`| control plane RSS (API server, controllers, etcd client) / etcd RSS | ${cpRss.toFixed(0)} / ${etcdRss.toFixed(0)} MiB |`);
   console.log(`| kube32-sim RSS: total / per process mean / max / per pod | ${simTotal.toFixed(0)} / ${(simTotal / simRss.length).toFixed(0)} / ${Math.max(...simRss).toFixed(0)} MiB / ${((simTotal * 1024) / PODS).toFixed(0)} KiB |`);
 }
