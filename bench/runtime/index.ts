@@ -3,23 +3,26 @@
  *  1. requests per second through k32_handle of `echo` (HTTP, serveHttp) against a plain Node.js
  *     HTTP server answering the same bytes (target ≥ 0.5×);
  *  2. freeze + snapshot + restore of a pod with 64 KiB, 1 MiB and 16 MiB of memory, against copying
- *     and hashing those bytes (target within 2× for 1 MiB and more), with absolute times;
+ *     and hashing those bytes (target within 2× for 1 MiB and more), by phase, with absolute times
+ *     (snapshots.ts: interleaved repetitions, the ratio taken per repetition);
  *  3. memory per idle pod: RSS growth for 100 idle `echo` pods, and how many a 24 GiB machine holds;
  *     3b. dense pods (configurePodThreads, issue 11): RSS and start time per idle `counter` pod, 100
  *     pods one a thread against 1000 pods 100 a shared thread, as ratios;
  *  4. kube32.io/interp-mops, measured three times (the seed: stable within 10% on an idle machine).
- * Run: node --expose-gc bench/runtime/index.ts   (or npm run bench runtime)
+ * Run: node --expose-gc bench/runtime/index.ts [PARTS] [--runtime path/to/wasm/index.ts]   (or npm run bench runtime)
+ * PARTS is a comma-separated list of 1, 2, 3, 4 (all by default); --runtime measures another copy of
+ * the runtime (an older commit's src/, copied out with `git archive`), for before/after figures.
  */
-import { execFileSync, spawnSync } from 'node:child_process';
-import { createHash } from 'node:crypto';
-import { existsSync, mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
+import { spawnSync } from 'node:child_process';
+import { existsSync, readFileSync } from 'node:fs';
 import { Agent, createServer, request, type Server } from 'node:http';
-import { tmpdir } from 'node:os';
-import { join } from 'node:path';
-import { loadModule, measureInterpMops, PodInstance, serveHttp, warmWorkerPool, type PodModule } from '../../src/wasm/index.ts';
+import { join, resolve } from 'node:path';
+import { pathToFileURL } from 'node:url';
+import type * as Runtime from '../../src/wasm/index.ts';
+import type { PodModule } from '../../src/wasm/index.ts';
+import { benchSnapshots } from './snapshots.ts';
 
 const ROOT = new URL('../../', import.meta.url).pathname;
-const gc = (globalThis as { gc?: () => void }).gc ?? (() => {});
 
 function echoBytes(): Uint8Array {
   const file = join(ROOT, 'build/examples/echo.wasm');
@@ -28,17 +31,6 @@ function echoBytes(): Uint8Array {
     if (r.status !== 0) throw new Error('build-examples failed');
   }
   return readFileSync(file);
-}
-
-function wat(text: string): Uint8Array {
-  const dir = mkdtempSync(join(tmpdir(), 'k32-bench-'));
-  try {
-    writeFileSync(join(dir, 'm.wat'), text);
-    execFileSync('wat2wasm', [join(dir, 'm.wat'), '-o', join(dir, 'm.wasm')]);
-    return readFileSync(join(dir, 'm.wasm'));
-  } finally {
-    rmSync(dir, { recursive: true, force: true });
-  }
 }
 
 async function listen(server: Server): Promise<number> {
@@ -76,9 +68,9 @@ async function load(port: number, ms: number, concurrency: number): Promise<numb
   return done / s;
 }
 
-async function benchRequests(echo: PodModule): Promise<void> {
-  const pod = await PodInstance.start({ module: echo, namespace: 'bench', podName: 'echo', containerName: 'echo' });
-  const podServer = createServer(serveHttp(() => pod));
+async function benchRequests(rt: typeof Runtime, echo: PodModule): Promise<void> {
+  const pod = await rt.PodInstance.start({ module: echo, namespace: 'bench', podName: 'echo', containerName: 'echo' });
+  const podServer = createServer(rt.serveHttp(() => pod));
   const podPort = await listen(podServer);
   // The plain server answers exactly the bytes echo answers for the same request.
   const sample = await fetch(`http://127.0.0.1:${podPort}/bench?x=1`);
@@ -121,70 +113,6 @@ async function benchRequests(echo: PodModule): Promise<void> {
   await pod.terminate();
 }
 
-/** A pod whose k32_init fills `pages` pages of memory with pseudo-random bytes. */
-function filler(pages: number): Uint8Array {
-  return wat(`(module (memory (export "memory") ${pages})
-    (func (export "k32_init") (local $i i32) (local $x i32)
-      (local.set $x (i32.const 1))
-      (loop $l
-        (local.set $x (i32.add (i32.mul (local.get $x) (i32.const 1103515245)) (i32.const 12345)))
-        (i32.store (local.get $i) (local.get $x))
-        (br_if $l (i32.lt_u (local.tee $i (i32.add (local.get $i) (i32.const 4))) (i32.const ${pages * 65536})))))
-    (func (export "k32_tick")))`);
-}
-
-function median(xs: number[]): number {
-  const s = [...xs].sort((a, b) => a - b);
-  return s[Math.floor(s.length / 2)]!;
-}
-
-async function benchSnapshots(): Promise<void> {
-  console.log('\n2. freeze + snapshot + restore, against copy + SHA-256 of the same bytes (medians of 5)');
-  console.log('   memory   copy+hash   freeze+snapshot   restore(start incl.)   fresh start   total    total/copy+hash   (total-fresh start)/copy+hash');
-  for (const [label, pages] of [['64 KiB', 1], ['1 MiB', 16], ['16 MiB', 256]] as const) {
-    const mod = await loadModule(filler(pages), { memoryLimitBytes: pages * 65536 });
-    const base: number[] = [];
-    const snaps: number[] = [];
-    const restores: number[] = [];
-    const starts: number[] = [];
-    for (let r = 0; r < 5; r++) {
-      await warmWorkerPool();
-      const pod = await PodInstance.start({ module: mod, namespace: 'bench', podName: 'fill', containerName: 'fill' });
-      // Baseline: copy the bytes once and hash them (what moving them anywhere at least costs).
-      const data = new Uint8Array(pages * 65536);
-      for (let i = 0; i < data.length; i += 4096) data[i] = i & 0xff;
-      gc();
-      let t = performance.now();
-      const copy = new Uint8Array(data);
-      createHash('sha256').update(copy).digest();
-      base.push(performance.now() - t);
-      gc();
-      t = performance.now();
-      await pod.freeze();
-      const snap = await pod.snapshot();
-      const chunks: Uint8Array[] = [];
-      for await (const c of snap.chunks) chunks.push(c);
-      snaps.push(performance.now() - t);
-      await warmWorkerPool(); // the target node has a worker booted, as a node that runs a while has
-      t = performance.now();
-      const restored = await PodInstance.start({ module: mod, namespace: 'bench', podName: 'fill2', containerName: 'fill', restoreFrom: chunks.values() as unknown as AsyncIterable<Uint8Array> });
-      restores.push(performance.now() - t);
-      await warmWorkerPool();
-      t = performance.now();
-      const fresh = await PodInstance.start({ module: mod, namespace: 'bench', podName: 'fresh', containerName: 'fill' });
-      starts.push(performance.now() - t);
-      await Promise.all([pod.terminate(), restored.terminate(), fresh.terminate()]);
-    }
-    const b = median(base);
-    const s = median(snaps);
-    const rs = median(restores);
-    const st = median(starts);
-    const total = s + rs;
-    console.log(`   ${label.padEnd(8)} ${b.toFixed(2).padStart(7)} ms ${s.toFixed(2).padStart(12)} ms ${rs.toFixed(2).padStart(15)} ms ${st.toFixed(2).padStart(13)} ms ${total.toFixed(1).padStart(8)} ms ${(total / b).toFixed(1).padStart(10)}x ${((total - st) / b).toFixed(1).padStart(18)}x`);
-  }
-  console.log('   (restore includes handing the snapshot to a booted spare worker and instantiating the module; "fresh start" is that alone)');
-}
-
 /** Runs idle.ts in a fresh process: RSS per idle pod, start time per pod, threads used. */
 function idleRun(index: string, wasm: string, n: number, perThread: number): { perPodBytes: number; startMs: number; threads: number } | string {
   const r = spawnSync(process.execPath, ['--expose-gc', join(ROOT, 'bench/runtime/idle.ts'), index, wasm, String(n), String(perThread)], { encoding: 'utf8' });
@@ -194,12 +122,12 @@ function idleRun(index: string, wasm: string, n: number, perThread: number): { p
 
 const MiB = 2 ** 20;
 
-function benchIdleMemory(): void {
+function benchIdleMemory(runtimeIndex: string): void {
   const n = 100;
   console.log(`\n3. idle pods: ${n} echo pods, each in its own worker thread (RSS growth of a fresh process)`);
-  const variants: Array<[string, string]> = [['from source (.ts, Node strips types in each worker)', join(ROOT, 'src/wasm/index.ts')]];
+  const variants: Array<[string, string]> = [['from source (.ts, Node strips types in each worker)', runtimeIndex]];
   const dist = join(ROOT, 'dist/src/wasm/index.js');
-  if (existsSync(dist)) variants.push(['built (dist/, npm run build)', dist]);
+  if (existsSync(dist) && runtimeIndex === join(ROOT, 'src/wasm/index.ts')) variants.push(['built (dist/, npm run build)', dist]);
   else console.log('   (no dist/: run npm run build to measure the built runtime too)');
   for (const [label, index] of variants) {
     const r = idleRun(index, join(ROOT, 'build/examples/echo.wasm'), n, 1);
@@ -228,10 +156,18 @@ function benchIdleMemory(): void {
   console.log(`   ratios one-a-thread / dense: RSS per pod ${(one.perPodBytes / packed.perPodBytes).toFixed(1)}x, start per pod ${(one.startMs / packed.startMs).toFixed(1)}x   (target: dense well under 1 MiB a pod)`);
 }
 
-const echo = await loadModule(echoBytes(), { memoryLimitBytes: 16 << 20 });
-await benchRequests(echo);
-await benchSnapshots();
-benchIdleMemory();
-const mops = [await measureInterpMops(), await measureInterpMops(), await measureInterpMops()];
-const spread = (Math.max(...mops) - Math.min(...mops)) / Math.max(...mops);
-console.log(`\n4. kube32.io/interp-mops, three runs: ${mops.join(', ')} MOPS; spread ${(spread * 100).toFixed(1)}% (target < 10% on an idle machine; load average now ${(await import('node:os')).loadavg()[0]!.toFixed(1)})`);
+const args = process.argv.slice(2);
+const at = args.indexOf('--runtime');
+const runtimeIndex = at >= 0 ? resolve(args.splice(at, 2)[1]!) : join(ROOT, 'src/wasm/index.ts');
+const parts = new Set((args[0] ?? '1,2,3,4').split(','));
+const rt = (await import(pathToFileURL(runtimeIndex).href)) as typeof Runtime;
+console.log(`runtime: ${runtimeIndex}; load average ${(await import('node:os')).loadavg()[0]!.toFixed(1)} on ${(await import('node:os')).availableParallelism()} cores`);
+if (parts.has('1')) await benchRequests(rt, await rt.loadModule(echoBytes(), { memoryLimitBytes: 16 << 20 }));
+if (parts.has('2')) await benchSnapshots(rt);
+if (parts.has('3')) benchIdleMemory(runtimeIndex);
+if (parts.has('4')) {
+  const mops = [await rt.measureInterpMops(), await rt.measureInterpMops(), await rt.measureInterpMops()];
+  const spread = (Math.max(...mops) - Math.min(...mops)) / Math.max(...mops);
+  console.log(`\n4. kube32.io/interp-mops, three runs: ${mops.join(', ')} MOPS; spread ${(spread * 100).toFixed(1)}% (target < 10% on an idle machine; load average now ${(await import('node:os')).loadavg()[0]!.toFixed(1)})`);
+}
+process.exit(0);

@@ -139,21 +139,29 @@ export function snapshotByteLength(state: SnapshotState): number {
  * be empty is left out (a table is always written). The chunks are: the header with the MEMORY
  * section's header; the linear memory as views of `state.memory` of at most
  * `chunkBytes` each (never copied); the other sections with the trailer. The SHA-256 is computed as
- * the chunks go. `state.memory` must not change until the last chunk has been consumed (the pod
- * stays frozen), and a consumer that keeps chunks must copy the memory views.
+ * the chunks go (or, with `opts.sha256`, taken as given: no pass over the bytes). `state.memory`
+ * must not change until the last chunk has been consumed (the pod stays frozen), and a consumer that
+ * keeps chunks must copy the memory views.
  *
  * `state` is checked when this function is called, before the first chunk. The generator throws an
  * `Error` if the memory's buffer is detached (the memory grew) while it runs.
  * @returns a generator of the snapshot's bytes, {@link snapshotByteLength} in all.
  * @throws {RangeError} when `state` is not writable: a digest not 32 bytes, memory length that does
  * not agree with `memoryPages`, a value out of its field's range, a duplicate global, table or
- * channel handle, a channel name of 0 or over 128 bytes, an event topic of 0 or over 65535 bytes.
+ * channel handle, a channel name of 0 or over 128 bytes, an event topic of 0 or over 65535 bytes;
+ * `opts.sha256` not 32 bytes.
  * @example
  * for (const chunk of encodeSnapshot(state)) res.write(chunk);
+ * @example
+ * // The digest first (one hashing pass), then the bytes without hashing them again:
+ * const sha256 = snapshotSha256(state);
+ * for (const chunk of encodeSnapshot(state, { sha256 })) res.write(chunk);
  */
 export function encodeSnapshot(state: SnapshotState, opts: EncodeOptions = {}): Generator<Uint8Array, void, undefined> {
   const chunkBytes = opts.chunkBytes ?? 1 << 20;
   if (!Number.isInteger(chunkBytes) || chunkBytes < 1) throw new RangeError(`chunkBytes must be a positive integer, got ${chunkBytes}`);
+  const known = opts.sha256;
+  if (known !== undefined && (!(known instanceof Uint8Array) || known.length !== TRAILER_BYTES)) throw new RangeError(`sha256 must be ${TRAILER_BYTES} bytes`);
   // The lists are taken now, so that the sizes measured here hold for the bytes written later.
   const taken: SnapshotState = {
     ...state,
@@ -163,11 +171,17 @@ export function encodeSnapshot(state: SnapshotState, opts: EncodeOptions = {}): 
     events: state.events.map((e) => ({ ...e })),
   };
   const l = layout(taken);
-  return writeChunks(taken, l, chunkBytes);
+  return writeChunks(taken, l, chunkBytes, known ? Uint8Array.from(known) : undefined);
 }
 
-function* writeChunks(state: SnapshotState, l: Layout, chunkBytes: number): Generator<Uint8Array, void, undefined> {
-  const hash = createHash('sha256');
+/** Hashes what it is given, unless the digest is known already (then it is given back at the end). */
+function trailerHash(known: Uint8Array | undefined): { update(b: Uint8Array): void; digest(): Uint8Array } {
+  if (known) return { update: () => {}, digest: () => known };
+  return createHash('sha256');
+}
+
+function* writeChunks(state: SnapshotState, l: Layout, chunkBytes: number, known: Uint8Array | undefined): Generator<Uint8Array, void, undefined> {
+  const hash = trailerHash(known);
   const memory = state.memory;
 
   const head = new Uint8Array(HEADER_BYTES + (memory.length > 0 ? SECTION_HEADER_BYTES : 0));

@@ -214,4 +214,11 @@ export interface DecodedSnapshot {
 export interface EncodeOptions {
   /** The most bytes of linear memory in one chunk; each is a view of `state.memory`. @default 1 MiB */
   chunkBytes?: number;
+  /**
+   * The snapshot's SHA-256 (32 bytes), already computed for this very state by
+   * {@link snapshotSha256} or an earlier encode of it (a frozen pod's memory does not change): the
+   * writer then does not hash the bytes again and writes these as the trailer. A digest of another
+   * state gives a snapshot whose trailer the reader refuses (`TrailerMismatch`).
+   */
+  sha256?: Uint8Array;
 }

@@ -13,7 +13,7 @@ import { LogRing } from './log-ring.ts';
 import { checkStartOptions, moduleForLimit, StartSequence, workerInit } from './pod-start.ts';
 import { attachPod, replenishWorkerPool, type PodLink } from './pod-thread.ts';
 import type { CallKind, FromWorker, OpenFile, ToWorker } from './protocol.ts';
-import { SNAPSHOT_CHUNK_BYTES, snapshotChunks, type ChunkMessage } from './snapshot-stream.ts';
+import { ChunkInbox, SNAPSHOT_CHUNK_BYTES, SNAPSHOT_WINDOW, snapshotChunks, type ChunkMessage } from './snapshot-stream.ts';
 import type { ExitReason, LogEntry, LogReadOptions, PodExit, PodModule, PodSnapshot, PodStartOptions, RunningCall } from './types.ts';
 
 /** Events queued (not frozen) beyond which new ones are dropped. */
@@ -79,7 +79,6 @@ export class PodInstance extends EventEmitter {
   #nextId = 1;
   readonly #pending = new Map<number, (m: FromWorker) => void>();
   readonly #idle = new Set<() => void>();
-  #cachedDigest: string | undefined;
   /** The freeze in progress (waiting for the current call), shared by concurrent callers. */
   #freezing: Promise<void> | undefined;
   #activeSnapshots = new Set<number>();
@@ -440,7 +439,6 @@ export class PodInstance extends EventEmitter {
     }
     const r = await this.#request<Extract<FromWorker, { op: 'done' }>>({ op: 'freeze', id: this.#nextId++ });
     this.#podTimeMs = r.podTimeMs ?? this.#podTimeMs;
-    this.#cachedDigest = undefined;
     this.emit('frozen');
   }
 
@@ -466,11 +464,11 @@ export class PodInstance extends EventEmitter {
     for (const id of this.#activeSnapshots) {
       this.#link.post({ op: 'snapshotCancel', id } satisfies ToWorker);
       this.#pending.get(id)?.({ op: 'snapshotChunk', id, error: 'the pod was thawed during the snapshot' });
+      this.#pending.delete(id);
     }
     this.#activeSnapshots.clear();
     await this.#request({ op: 'thaw', id: this.#nextId++ });
     this.#frozen = false;
-    this.#cachedDigest = undefined;
     this.#requeueHeld();
     this.emit('thawed');
     this.#pump();
@@ -545,12 +543,15 @@ export class PodInstance extends EventEmitter {
   /**
    * A K32S v1 snapshot of the frozen pod (seed, "Snapshot format"): linear memory, every mutable
    * global, every table, the clock at the freeze, the channels and the held events. The memory is
-   * streamed out of the worker in chunks of at most 1 MiB, never copied whole. The same frozen pod
-   * gives the same bytes every time.
+   * streamed out of the pod's thread in chunks of at most 1 MiB, never copied whole; the thread sends
+   * the first 4 with the answer, the rest as the consumer reads (at most 4 MiB wait for a consumer
+   * that does not read, until the pod is thawed or ends). The same frozen pod gives the same bytes
+   * every time.
    *
    * @param opts.digest compute the trailer first, so that `snapshotSha256` is known before the
-   *   bytes (one more read of the memory); it is also known without this once a stream of the same
-   *   freeze has completed
+   *   bytes: one hashing pass over memory, after which the bytes are streamed without hashing them
+   *   again. It is known without this, and costs nothing, once a snapshot of the same freeze (with the
+   *   same held events) has been hashed or read to its end.
    * @throws PodStateError `NotFrozen` (freeze first), `NotMovable` with the blockers, `NotRunning`
    */
   async snapshot(opts: { digest?: boolean } = {}): Promise<PodSnapshot> {
@@ -560,40 +561,43 @@ export class PodInstance extends EventEmitter {
     const blockers = this.blockers();
     if (blockers.length > 0) throw new PodStateError('NotMovable', `the pod cannot move: ${blockers.join('; ')}`, blockers);
     const id = this.#nextId++;
-    const info = await this.#request<Extract<FromWorker, { op: 'snapshotInfo' }>>({
-      op: 'snapshot',
-      id,
-      events: this.#held.map((h) => ({ topic: h.topic, payload: h.payload })),
-      digest: Boolean(opts.digest) && this.#cachedDigest === undefined,
-      chunkBytes: SNAPSHOT_CHUNK_BYTES,
+    const inbox = new ChunkInbox();
+    const info = await new Promise<Extract<FromWorker, { op: 'snapshotInfo' }>>((resolve, reject) => {
+      // The answer first; the chunks sent right behind it wait in the inbox for the consumer.
+      this.#pending.set(id, (m) => {
+        if (m.op === 'snapshotInfo') resolve(m);
+        else if (m.op === 'snapshotChunk' && m.id === -1) reject(new PodStateError('NotRunning', m.error ?? 'the pod has ended'));
+        else if (m.op === 'snapshotChunk') inbox.push(m);
+      });
+      this.#link.post({
+        op: 'snapshot',
+        id,
+        events: this.#held.map((h) => ({ topic: h.topic, payload: h.payload })),
+        digest: Boolean(opts.digest),
+        chunkBytes: SNAPSHOT_CHUNK_BYTES,
+        credit: SNAPSHOT_WINDOW,
+      } satisfies ToWorker);
     });
-    if (info.error) throw new PodStateError('NotMovable', `the pod's state cannot be written: ${info.error}`, [info.error]);
-    if (info.snapshotSha256) this.#cachedDigest = info.snapshotSha256;
+    if (info.error) {
+      this.#pending.delete(id);
+      throw new PodStateError('NotMovable', `the pod's state cannot be written: ${info.error}`, [info.error]);
+    }
+    this.#pending.set(id, (m) => inbox.push(m as ChunkMessage));
     this.#activeSnapshots.add(id);
-    const chunks = this.#chunks(id);
     return {
       byteLength: info.byteLength,
       imageSha256: this.module.imageSha256,
-      ...(this.#cachedDigest ? { snapshotSha256: this.#cachedDigest } : {}),
+      ...(info.snapshotSha256 ? { snapshotSha256: info.snapshotSha256 } : {}),
       podTimeMs: info.podTimeMs,
-      chunks,
+      chunks: snapshotChunks(id, inbox, {
+        post: (m) => this.#link.post(m),
+        ended: () => this.#exit?.reason,
+        release: (sid) => {
+          this.#pending.delete(sid);
+          return this.#activeSnapshots.delete(sid);
+        },
+      }),
     };
-  }
-
-  #chunks(id: number): AsyncGenerator<Uint8Array, void, undefined> {
-    return snapshotChunks(id, {
-      post: (m) => this.#link.post(m),
-      listen: (sid, handler) => this.#pending.set(sid, (m) => handler(m as ChunkMessage)),
-      ended: () => this.#exit?.reason,
-      frozen: () => this.#frozen,
-      onDigest: (hex) => {
-        this.#cachedDigest = hex;
-      },
-      release: (sid) => {
-        this.#pending.delete(sid);
-        return this.#activeSnapshots.delete(sid);
-      },
-    });
   }
 
   /**

@@ -8,7 +8,7 @@ import type { MessagePort } from 'node:worker_threads';
 import type { SnapshotDecoder } from '../k32s/index.ts';
 import { INSTR } from './abi.ts';
 import { HostState, makeImports, PodClock } from './host.ts';
-import { beginSnapshot, PodStateIO, type SnapshotStream, type TopicEvent } from './pod-state.ts';
+import { beginSnapshot, type KnownDigest, PodStateIO, sameEvents, type SnapshotStream, type TopicEvent } from './pod-state.ts';
 import type { FromWorker, ToWorker, WorkerInit } from './protocol.ts';
 import type { ThreadStatus } from './thread-status.ts';
 import { WA, type WasmInstance, type WasmMemory } from './wasm-api.ts';
@@ -49,6 +49,8 @@ export class PodContext {
   #restoring: { decoder: SnapshotDecoder; done: (err?: unknown, events?: TopicEvent[]) => void } | undefined;
   /** Active snapshot streams by id. */
   readonly #streams = new Map<number, SnapshotStream>();
+  /** The snapshot SHA-256 of this freeze, once hashed (a digest pass, or a stream read to its end). */
+  #digest: KnownDigest | undefined;
 
   /**
    * @param slot the pod's slot on the thread (what {@link ThreadStatus} records while its code runs)
@@ -232,7 +234,9 @@ export class PodContext {
     try {
       if (m.op === 'restoreChunk') {
         r.decoder.push(m.chunk);
-        this.#post({ op: 'restoreAck' });
+        // The reader keeps nothing of a chunk: its buffer goes back for the next bytes.
+        const whole = m.chunk.byteOffset === 0 && m.chunk.byteLength === m.chunk.buffer.byteLength;
+        this.#post({ op: 'restoreAck', ...(whole ? { chunk: m.chunk } : {}) }, whole ? [m.chunk.buffer as ArrayBuffer] : []);
       } else if (m.op === 'restoreAbort') {
         throw new Error(m.message);
       } else if (m.op === 'restoreEnd') {
@@ -313,37 +317,55 @@ export class PodContext {
     }
   }
 
+  /**
+   * Begins a snapshot stream: answers its length (and digest), then sends its first `m.credit` chunks
+   * at once, without waiting for the main thread to ask (one round trip less).
+   */
   #snapshot(m: Extract<ToWorker, { op: 'snapshot' }>): void {
     try {
       const at = this.#frozenAt ?? { podTimeMs: this.#clock.now(), unixTimeMs: Date.now() };
       const state = this.#state!.snapshotState(at, [...this.#host.channelsByHandle].map(([handle, name]) => ({ handle, name })), m.events);
-      const { byteLength, snapshotSha256, stream } = beginSnapshot(state, { digest: m.digest, chunkBytes: m.chunkBytes });
+      const known = this.#frozenAt && this.#digest && sameEvents(this.#digest.events, m.events) ? this.#digest.sha256 : undefined;
+      const { byteLength, snapshotSha256, stream } = beginSnapshot(state, { digest: m.digest, chunkBytes: m.chunkBytes, ...(known ? { known } : {}) });
+      if (snapshotSha256 && this.#frozenAt) this.#digest = { events: m.events, sha256: snapshotSha256 };
       this.#streams.set(m.id, stream);
-      this.#post({ op: 'snapshotInfo', id: m.id, byteLength, podTimeMs: Number(state.podTimeMs), ...(snapshotSha256 ? { snapshotSha256 } : {}) });
+      const sha = snapshotSha256 ? { snapshotSha256: Buffer.from(snapshotSha256).toString('hex') } : {};
+      this.#post({ op: 'snapshotInfo', id: m.id, byteLength, podTimeMs: Number(state.podTimeMs), ...sha });
     } catch (err: unknown) {
       this.#post({ op: 'snapshotInfo', id: m.id, byteLength: 0, podTimeMs: 0, error: trapMessage(err) });
+      return;
     }
+    this.#snapshotNext(m.id, m.credit);
   }
 
   /** Sends chunks of a stream while the main thread has room for them (it grants credit as it consumes). */
   #snapshotNext(id: number, credit: number): void {
     const s = this.#streams.get(id);
-    if (!s) {
-      this.#post({ op: 'snapshotChunk', id, error: 'no such snapshot stream' });
-      return;
-    }
+    // Ended (its end or error already sent), cancelled, or dropped by a thaw (the main thread ends it then).
+    if (!s) return;
     s.credit += credit;
+    const live = this.#memory?.buffer;
     try {
       while (s.credit > 0) {
         const r = s.gen.next();
         if (r.done) {
           this.#streams.delete(id);
+          // The stream was read to its end: its trailer is this freeze's digest (for these events).
+          if (s.trailer && this.#frozenAt) this.#digest = { events: s.events, sha256: s.trailer };
           this.#post({ op: 'snapshotChunk', id, end: true });
           return;
         }
-        // One bounded copy out of the live memory, then transferred (not copied again).
-        const chunk = r.value.slice();
-        this.#post({ op: 'snapshotChunk', id, chunk }, [chunk.buffer]);
+        const v = r.value;
+        let chunk: Uint8Array;
+        if (v.buffer === live) {
+          // A view of the live memory: one bounded copy, then transferred (not copied again).
+          chunk = v.slice();
+        } else {
+          // The writer's own buffer (header, the small sections and the trailer): transferred as it is.
+          chunk = v.byteOffset === 0 && v.byteLength === v.buffer.byteLength ? v : v.slice();
+          if (chunk.length >= 32) s.trailer = chunk.slice(chunk.length - 32);
+        }
+        this.#post({ op: 'snapshotChunk', id, chunk }, [chunk.buffer as ArrayBuffer]);
         s.credit--;
       }
     } catch (err: unknown) {
@@ -358,10 +380,12 @@ export class PodContext {
       case 'call': this.#call(m); break;
       case 'freeze':
         this.#frozenAt = { podTimeMs: this.#clock.now(), unixTimeMs: Date.now() };
+        this.#digest = undefined;
         this.#post({ op: 'done', id: m.id, podTimeMs: this.#frozenAt.podTimeMs });
         break;
       case 'thaw':
         this.#frozenAt = undefined;
+        this.#digest = undefined;
         this.#streams.clear();
         this.#post({ op: 'done', id: m.id });
         break;

@@ -13,8 +13,10 @@ import type { FromWorker, ToWorker, WorkerInit } from './protocol.ts';
 import type { PodModule, PodStartOptions } from './types.ts';
 import type { ValType } from '../k32s/index.ts';
 
-/** Chunks of a restore in flight to the thread at once. */
+/** Messages of a restore in flight to the thread at once. */
 const RESTORE_WINDOW = 4;
+/** Bytes a restore gathers into one message from a source's smaller chunks (a larger chunk goes as it is). */
+const RESTORE_CHUNK_BYTES = 1 << 20;
 
 /** The `ready` message: the pod's clock and the held events of its snapshot. */
 export type ReadyMessage = Extract<FromWorker, { op: 'ready' }>;
@@ -96,6 +98,8 @@ export class StartSequence {
   #timer: NodeJS.Timeout | undefined;
   #acked = 0;
   #ackWaiter: (() => void) | undefined;
+  /** The restore's buffers the thread has given back, to copy the next bytes into. */
+  readonly #returned: Uint8Array[] = [];
   /** The bounded step the thread runs now, as a blocker text; undefined between steps. */
   step: string | undefined;
   /** True once the pod is ready (or the start has failed): its messages are the running pod's. */
@@ -126,7 +130,11 @@ export class StartSequence {
       }
       case 'ready': this.#ready.resolve(m); return true;
       case 'startFailed': this.step = undefined; this.#ready.reject(new PodStartError(m.reason, m.message)); return true;
-      case 'restoreAck': this.#acked++; this.#ackWaiter?.(); return true;
+      case 'restoreAck':
+        this.#acked++;
+        if (m.chunk?.byteLength === RESTORE_CHUNK_BYTES) this.#returned.push(m.chunk);
+        this.#ackWaiter?.();
+        return true;
       default: return false;
     }
   }
@@ -164,20 +172,42 @@ export class StartSequence {
   }
 
   /**
-   * Streams the snapshot in, a few chunks ahead of the thread's acknowledgements. When the pod ends
-   * (a refused snapshot), the loop stops and the source is closed (for-await calls return()).
+   * Streams the snapshot in, a few messages ahead of the thread's acknowledgements. The source's
+   * bytes are copied (the source keeps its buffers) into messages of {@link RESTORE_CHUNK_BYTES}
+   * (an HTTP body comes in pieces of 16 to 64 KiB: the thread is woken once a MiB, not once a piece),
+   * and the thread gives each buffer back with its acknowledgement, so the copies go into the same
+   * few buffers, already in memory, instead of fresh ones. When the pod ends (a refused snapshot),
+   * the loop stops and the source is closed (for-await calls return()).
    */
   async #streamRestore(link: PodLink, source: AsyncIterable<Uint8Array>, over: () => boolean): Promise<void> {
     let sent = 0;
+    let gather: Uint8Array | undefined;
+    let filled = 0;
+    const send = async (own: Uint8Array): Promise<boolean> => {
+      while (sent - this.#acked >= RESTORE_WINDOW && !over()) await new Promise<void>((r) => { this.#ackWaiter = r; });
+      if (over()) return false;
+      link.post({ op: 'restoreChunk', chunk: own } satisfies ToWorker, [own.buffer as ArrayBuffer]);
+      sent++;
+      return true;
+    };
     try {
       for await (const chunk of source) {
         if (over()) return;
-        while (sent - this.#acked >= RESTORE_WINDOW && !over()) await new Promise<void>((r) => { this.#ackWaiter = r; });
-        if (over()) return;
-        const own = new Uint8Array(chunk); // a copy of exactly these bytes (Buffer#slice would be a view)
-        link.post({ op: 'restoreChunk', chunk: own } satisfies ToWorker, [own.buffer]);
-        sent++;
+        for (let at = 0; at < chunk.length;) {
+          gather ??= this.#returned.pop() ?? new Uint8Array(RESTORE_CHUNK_BYTES);
+          const n = Math.min(RESTORE_CHUNK_BYTES - filled, chunk.length - at);
+          gather.set(chunk.subarray(at, at + n), filled);
+          filled += n;
+          at += n;
+          if (filled === RESTORE_CHUNK_BYTES) {
+            const full = gather;
+            gather = undefined;
+            filled = 0;
+            if (!(await send(full))) return;
+          }
+        }
       }
+      if (filled > 0 && !(await send(gather!.subarray(0, filled)))) return;
       link.post({ op: 'restoreEnd' } satisfies ToWorker);
     } catch (err: unknown) {
       link.post({ op: 'restoreAbort', message: `reading the snapshot failed: ${errorMessage(err)}` } satisfies ToWorker);

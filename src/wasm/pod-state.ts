@@ -5,7 +5,7 @@
  * snapshot goes out in bounded chunks (copied once each and transferred), a restore comes in the
  * same way and is written straight into the instance's memory by the K32S reader.
  */
-import { encodeSnapshot, K32SError, NULL_FUNCREF, SnapshotDecoder, snapshotByteLength, type SnapshotGlobal, type SnapshotState, type SnapshotTable, type ValType } from '../k32s/index.ts';
+import { encodeSnapshot, K32SError, NULL_FUNCREF, SnapshotDecoder, snapshotByteLength, snapshotSha256, type SnapshotGlobal, type SnapshotState, type SnapshotTable, type ValType } from '../k32s/index.ts';
 import { INSTR, PAGE } from './abi.ts';
 import type { WorkerInit } from './protocol.ts';
 import type { WasmGlobal, WasmInstance, WasmMemory, WasmTable } from './wasm-api.ts';
@@ -174,17 +174,36 @@ export class PodStateIO {
 export interface SnapshotStream {
   gen: Generator<Uint8Array, void, undefined>;
   credit: number;
+  /** The held events it writes (a later snapshot of the same freeze with the same events has the same bytes). */
+  events: TopicEvent[];
+  /** The last 32 bytes of the last chunk sent that was not a view of memory: the trailer, once the stream ends. */
+  trailer?: Uint8Array;
 }
 
-/** Begins a snapshot: its length, its digest when asked (one more pass over memory), and its stream. */
-export function beginSnapshot(state: SnapshotState, opts: { digest: boolean; chunkBytes: number }): { byteLength: number; snapshotSha256?: string; stream: SnapshotStream } {
+/** A snapshot's SHA-256 known for a freeze, and the held events it was computed with. */
+export interface KnownDigest {
+  events: TopicEvent[];
+  sha256: Uint8Array;
+}
+
+/** True when two lists of held events are the same (topics and payload bytes, in order). */
+export function sameEvents(a: TopicEvent[], b: TopicEvent[]): boolean {
+  return a.length === b.length && a.every((e, i) => e.topic === b[i]!.topic && Buffer.compare(e.payload, b[i]!.payload) === 0);
+}
+
+/**
+ * Begins a snapshot: its length, its digest, and its stream. The digest is `known` when a snapshot of
+ * the same freeze and events has been hashed before; else, with `digest`, it is computed now by one
+ * hashing pass over memory (no copy). Either way the stream then writes the bytes without hashing
+ * them again (the frozen pod's state does not change); without a digest, the stream hashes as it
+ * goes, as the K32S writer does.
+ */
+export function beginSnapshot(
+  state: SnapshotState,
+  opts: { digest: boolean; chunkBytes: number; known?: Uint8Array },
+): { byteLength: number; snapshotSha256?: Uint8Array; stream: SnapshotStream } {
   const byteLength = snapshotByteLength(state);
-  let snapshotSha256: string | undefined;
-  if (opts.digest) {
-    let last: Uint8Array | undefined;
-    for (const c of encodeSnapshot(state, { chunkBytes: 1 << 24 })) last = c;
-    const d = last!.subarray(last!.length - 32);
-    snapshotSha256 = Buffer.from(d.buffer, d.byteOffset, d.byteLength).toString('hex');
-  }
-  return { byteLength, ...(snapshotSha256 ? { snapshotSha256 } : {}), stream: { gen: encodeSnapshot(state, { chunkBytes: opts.chunkBytes }), credit: 0 } };
+  const sha256 = opts.known ?? (opts.digest ? snapshotSha256(state) : undefined);
+  const gen = encodeSnapshot(state, { chunkBytes: opts.chunkBytes, ...(sha256 ? { sha256 } : {}) });
+  return { byteLength, ...(sha256 ? { snapshotSha256: sha256 } : {}), stream: { gen, credit: 0, events: state.events } };
 }

@@ -67,7 +67,8 @@ export type ToWorker =
   | { op: 'restoreAbort'; message: string }
   | { op: 'freeze'; id: number }
   | { op: 'thaw'; id: number }
-  | { op: 'snapshot'; id: number; events: Array<{ topic: string; payload: Uint8Array }>; digest: boolean; chunkBytes: number }
+  /** Begins a snapshot stream: `snapshotInfo`, then up to `credit` chunks at once (more as `snapshotNext` grants). */
+  | { op: 'snapshot'; id: number; events: Array<{ topic: string; payload: Uint8Array }>; digest: boolean; chunkBytes: number; credit: number }
   | { op: 'snapshotNext'; id: number; credit: number }
   | { op: 'snapshotCancel'; id: number };
 
@@ -77,7 +78,8 @@ export type FromWorker =
   | { op: 'startCall'; name?: 'start' | 'k32_init' | 'k32_restored' }
   | { op: 'ready'; podTimeMs: number; events: Array<{ topic: string; payload: Uint8Array }> }
   | { op: 'startFailed'; reason: 'RestoreError' | 'Trap' | 'Error'; message: string }
-  | { op: 'restoreAck' }
+  /** A restore chunk was read: its buffer comes back (transferred) for the next bytes. */
+  | { op: 'restoreAck'; chunk?: Uint8Array }
   | { op: 'result'; id: number; response?: Uint8Array; error?: { code: 'NoMemory' | 'Trap' | 'BadResponse' | 'NotHandled'; message: string }; openFiles: OpenFile[] }
   | { op: 'done'; id: number; podTimeMs?: number }
   | { op: 'snapshotInfo'; id: number; byteLength: number; podTimeMs: number; snapshotSha256?: string; error?: string }
