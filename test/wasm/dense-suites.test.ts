@@ -11,7 +11,7 @@ import { test } from 'node:test';
 import { ROOT } from './helpers.ts';
 
 /** The suites that start pods (dev-cli's run in processes of their own; interp-mops starts none). */
-const SUITES = ['examples', 'http', 'robustness', 'runtime'].map((n) => join(ROOT, 'test/wasm', `${n}.test.ts`));
+const SUITES = ['examples', 'http', 'robustness', 'runtime', 'snapshot-stream'].map((n) => join(ROOT, 'test/wasm', `${n}.test.ts`));
 
 test('the runtime suites pass with 8 pods a shared thread (K32_PODS_PER_THREAD=8)', { timeout: 300_000 }, async (t) => {
   const env: NodeJS.ProcessEnv = { ...process.env, K32_PODS_PER_THREAD: '8' };
