@@ -7,7 +7,7 @@
  * one node cannot start leaves none running.
  */
 import { type ChildProcess, execFile, spawn } from 'node:child_process';
-import { copyFileSync, existsSync } from 'node:fs';
+import { copyFileSync, existsSync, readFileSync, writeFileSync } from 'node:fs';
 import { dirname, join } from 'node:path';
 import { test, type TestContext } from 'node:test';
 import assert from 'node:assert/strict';
@@ -45,7 +45,7 @@ async function portFreeOnAll(addrs: string[]): Promise<number> {
 function startSim(t: TestContext, args: string[]): Sim {
   const proc = spawn(process.execPath, [join(ROOT, 'bin/kube32-sim.js'), ...args], {
     stdio: ['ignore', 'pipe', 'pipe'],
-    env: { ...process.env, LOG_LEVEL: process.env.LOG_LEVEL ?? 'warn' },
+    env: { ...process.env, LOG_LEVEL: process.env.LOG_LEVEL ?? 'info' },
   });
   let out = '';
   let err = '';
@@ -190,4 +190,25 @@ test('kube32-sim --nodes 3 with one node that cannot start leaves none running a
     const node = await c.admin.json<V1Node>('GET', `/api/v1/nodes/${name}`).catch(() => undefined);
     assert.notEqual(ready(node), 'True', `${name} is not left Ready`);
   }
+});
+
+test('kube32-sim --nodes 2 waiting for its API server: a signal during the start is held for the drain, a second one stops at once', { timeout: 60_000 }, async (t) => {
+  const c = await startCluster(t, { controllers: false });
+  const dir = await issueAll(c, ['s-1', 's-2']);
+  // The nodes' kubeconfigs name a port where no API server listens: the start waits, retrying.
+  const closed = await freePort('127.0.0.1');
+  for (const n of ['s-1', 's-2']) {
+    const path = join(dir, `${n}.kubeconfig`);
+    writeFileSync(path, readFileSync(path, 'utf8').replace(/server: \S+/, `server: https://127.0.0.1:${closed}`));
+  }
+  const sim = startSim(t, ['--nodes', '2', '--name', 's', '--address', addresses()[0]!, '--kubelet-port', '0', '--kubeconfig-dir', dir,
+    '--data-dir', join(c.tmp, 'sim'), '--interp-mops', '1000']);
+  await c.until('the nodes to retry their registration', () => sim.stderr().includes('the API server is not reachable; retrying'), 30_000);
+  sim.proc.kill('SIGTERM');
+  await c.until('the signal to be held', () => sim.stderr().includes('signal during the start'), 10_000);
+  assert.equal(sim.proc.exitCode, null, 'the first signal does not end the start');
+  sim.proc.kill('SIGTERM');
+  assert.equal(await sim.exited, 1);
+  assert.match(sim.stderr(), /second signal: stopping without waiting for the drain/);
+  assert.doesNotMatch(sim.stdout(), /ready:/);
 });
