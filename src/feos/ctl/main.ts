@@ -276,7 +276,7 @@ export async function main(argv: string[]): Promise<void> {
     ['start', 'brings a STOPPED or FAILED pod up anew on its disk'],
     ['stop', 'shuts a pod down (its disk stays)'],
     ['suspend', "writes a RUNNING pod's microVM into its snapshot"],
-    ['resume', 'resumes a SUSPENDED pod'],
+    ['resume', 'resumes a SUSPENDED pod, or restores a HIBERNATED one from its checkpoint'],
   ] as const) {
     const cmd = pod.command(`${name} <id>`).description(desc).addOption(output());
     if (name === 'start') {

@@ -303,24 +303,31 @@ export class MicroVmService extends EventEmitter<{ exit: [MicroVmExit] }> {
     if (rt.record.state === MicroVmState.RUNNING) return rt.record;
     if (rt.record.state !== MicroVmState.SUSPENDED) throw new FeosError('FAILED_PRECONDITION', `microVM ${id} is not suspended`);
     const p = vmPaths(this.dir(id));
-    await this.#spawn(rt, p.vmstate);
-    const qmp = rt.qmp!;
-    const deadline = performance.now() + loadTimeoutMs;
-    for (;;) {
-      const st = await qmp.execute<{ status: string }>('query-status');
-      if (st.status !== 'inmigrate') break;
-      if (performance.now() > deadline) {
-        await this.#backToSuspended(rt, 'the snapshot did not load in time');
-        throw new FeosError('INTERNAL', `resume: the snapshot did not load within ${loadTimeoutMs} ms`);
+    // Until the vCPUs run, an end of QEMU (such as on a stream it cannot load) is the resume's failure,
+    // not a crash: the microVM goes back to SUSPENDED with its snapshot.
+    rt.expectingExit = true;
+    try {
+      await this.#spawn(rt, p.vmstate);
+      const qmp = rt.qmp!;
+      const deadline = performance.now() + loadTimeoutMs;
+      for (;;) {
+        const st = await qmp.execute<{ status: string }>('query-status');
+        if (st.status !== 'inmigrate') break;
+        if (performance.now() > deadline) throw new FeosError('INTERNAL', `resume: the snapshot did not load within ${loadTimeoutMs} ms`);
+        await new Promise((r) => setTimeout(r, 25));
       }
-      await new Promise((r) => setTimeout(r, 25));
+      const mig = await qmp.execute<{ status?: string }>('query-migrate');
+      if (mig.status === 'failed') throw new FeosError('INTERNAL', 'resume: the snapshot failed to load (see qemu.log)');
+      await qmp.execute('cont');
+    } catch (err: unknown) {
+      // (#spawn recorded it RUNNING once QMP answered.)
+      if ((rt.record.state as MicroVmState) === MicroVmState.RUNNING) await this.#backToSuspended(rt, errorMessage(err));
+      rt.expectingExit = false;
+      if (err instanceof FeosError) throw err;
+      const log = await readFile(p.qemuLog, 'utf8').catch(() => '');
+      throw new FeosError('INTERNAL', `resume: ${errorMessage(err)}; qemu.log: ${log.trim().split('\n').slice(-2).join(' | ')}`, { cause: err });
     }
-    const mig = await qmp.execute<{ status?: string }>('query-migrate');
-    if (mig.status === 'failed') {
-      await this.#backToSuspended(rt, 'the snapshot failed to load');
-      throw new FeosError('INTERNAL', 'resume: the snapshot failed to load (see qemu.log)');
-    }
-    await qmp.execute('cont');
+    rt.expectingExit = false;
     await rm(p.vmstate, { force: true });
     rt.record.snapshotBytes = 0n;
     await this.#write(rt);

@@ -3,7 +3,8 @@
 // guest's uptime goes on) and removes the record; it hibernates into a local-directory object store and
 // another feosd (another state dir, the same store) restores it with its memory and its volume (which
 // was CHECKPOINTED meanwhile); a checkpoint restores once; a corrupt manifest is DATA_LOSS with nothing lost; a ResumePod during a hibernation abandons it
-// or restores after it; and a disk-only restore boots it anew.
+// or restores after it; a disk-only restore boots it anew; and a recorded pod whose snapshot does not
+// load stays SUSPENDED with it.
 import assert from 'node:assert/strict';
 import { test } from 'node:test';
 import { execFileSync } from 'node:child_process';
@@ -250,5 +251,28 @@ test('suspend on stop, then hibernate on one feosd and restore on another throug
     assert.notEqual(got.guest!.bootId, bootId, 'a new boot');
     // RUNNING after a boot: the volume, opened from the checkpoint, mounted without a format.
     assert.equal((await volumeOf(b!)).state, VolumeState.ATTACHED);
+    bootId = got.guest!.bootId;
+    uptime = got.guest!.uptimeMs;
+  });
+
+  await step('a recorded pod whose snapshot does not load stays SUSPENDED with it; the record goes; the snapshot put back, it resumes', async () => {
+    assert.equal((await b!.pods.suspendPod({ id: ID })).pod!.state, PodState.SUSPENDED);
+    await b!.stop('SIGTERM');
+    const vmstate = join(b!.stateDir, 'vms', ID, 'snapshot', 'vmstate');
+    const whole = readFileSync(vmstate);
+    writeFileSync(vmstate, whole.subarray(0, Math.floor(whole.length / 2)));
+    const record = join(b!.stateDir, 'suspended-for-stop.json');
+    writeFileSync(record, JSON.stringify({ version: 1, stoppedAt: new Date().toISOString(), pods: [ID] }));
+    b = await startFeosd(baseB, { guestDir: GUEST_DIR, extra: flags });
+    await until('the record is removed', async () => (existsSync(record) ? undefined : true), 120_000);
+    assert.match(b.stderr(), /the resume failed; the pod stays suspended/);
+    const pod = (await b.pods.getPod({ id: ID })).pod!;
+    assert.equal(pod.state, PodState.SUSPENDED, pod.reason);
+    assert.equal(microVm(b.stateDir).state, MicroVmState.SUSPENDED, 'the microVM is SUSPENDED again, not crashed');
+    assert.ok(existsSync(vmstate), 'its snapshot stays');
+    writeFileSync(vmstate, whole);
+    const r = await b.pods.resumePod({ id: ID });
+    assert.equal(r.pod!.state, PodState.RUNNING, r.pod!.reason);
+    await sameBootLater(b, 'resumed from the snapshot put back');
   });
 });
