@@ -1,13 +1,15 @@
 // A pod with a network, as root, in a network namespace of the test's own: feosd runs the pods' network
 // (src/feos/network) with --pod-prefix; the pod boots with its TAP device, its guest is pushed its
-// addresses, and answers the node's neighbor discovery and ARP for them with its MAC address; delete
-// takes the TAP device away.
+// addresses, and answers the node's neighbor discovery and ARP for them with its MAC address; a
+// hibernation takes it off the network (TAP device and addresses released, seed "Addresses"), and its
+// restore gives it new addresses, which its resumed guest answers for; delete takes the TAP device away.
 import assert from 'node:assert/strict';
 import { test } from 'node:test';
 import { execFileSync } from 'node:child_process';
 import { randomBytes } from 'node:crypto';
 import { readFileSync } from 'node:fs';
 import { join } from 'node:path';
+import { pathToFileURL } from 'node:url';
 import { fromBinary } from '@bufbuild/protobuf';
 import { MicroVmSchema } from '../../../src/feos/gen/feos/microvm/v1/microvm_pb.js';
 import { feosctl, PodState, startFeosd, tempDir, until, waitForPod } from '../../feos/harness.ts';
@@ -30,7 +32,7 @@ test('a pod with a network boots and its guest answers for its addresses on its 
   const ns = `feos-t-${randomBytes(3).toString('hex')}`;
   execFileSync('ip', ['netns', 'add', ns]);
   const { dir, cleanup } = tempDir('feos-net-');
-  const feosd = await startFeosd(dir, { guestDir: GUEST_DIR, netns: ns, extra: ['--pod-prefix', '2001:db8:6::/64'] });
+  const feosd = await startFeosd(dir, { guestDir: GUEST_DIR, netns: ns, extra: ['--pod-prefix', '2001:db8:6::/64', '--object-store', pathToFileURL(join(dir, 'store')).href] });
   t.after(async () => {
     await feosd.stop('SIGKILL');
     try {
@@ -52,17 +54,32 @@ test('a pod with a network boots and its guest answers for its addresses on its 
   // ping's neighbor solicitation (IPv6) and ARP request (IPv4) are answered with the pod's MAC address.
   const mac = fromBinary(MicroVmSchema, readFileSync(join(feosd.stateDir, 'vms', ID, 'microvm.pb'))).macAddress;
   assert.match(mac, /^06:00:/);
-  for (const [family, address] of [['-6', pod.ipv6Address], ['-4', pod.ipv4Address]] as const) {
-    await until(
-      `the guest answers for ${address}`,
-      async () => {
-        inNs(ns, ['busybox', family === '-6' ? 'ping6' : 'ping', '-c', '1', '-W', '1', address]);
-        const neigh = inNs(ns, ['ip', family, 'neigh', 'show', address, 'dev', `pod-${ID}`]).out;
-        return neigh.includes(`lladdr ${mac}`) ? neigh : undefined;
-      },
-      60_000,
-    );
-  }
+  const answersFor = async (ipv6: string, ipv4: string) => {
+    for (const [family, address] of [['-6', ipv6], ['-4', ipv4]] as const) {
+      await until(
+        `the guest answers for ${address}`,
+        async () => {
+          inNs(ns, ['busybox', family === '-6' ? 'ping6' : 'ping', '-c', '1', '-W', '1', address]);
+          const neigh = inNs(ns, ['ip', family, 'neigh', 'show', address, 'dev', `pod-${ID}`]).out;
+          return neigh.includes(`lladdr ${mac}`) ? neigh : undefined;
+        },
+        60_000,
+      );
+    }
+  };
+  await answersFor(pod.ipv6Address, pod.ipv4Address);
+
+  const hibernated = (await feosd.pods.hibernatePod({ id: ID })).pod!;
+  assert.equal(hibernated.state, PodState.HIBERNATED);
+  assert.equal(hibernated.ipv6Address, '', 'its addresses are released');
+  assert.equal(hibernated.ipv4Address, '');
+  assert.equal(inNs(ns, ['ip', 'link', 'show', `pod-${ID}`]).ok, false, 'its TAP device is gone');
+  const restored = (await feosd.pods.restorePod({ id: ID })).pod!;
+  assert.equal(restored.state, PodState.RUNNING, restored.reason);
+  assert.match(restored.ipv6Address, /^2001:db8:6:/);
+  assert.notEqual(restored.ipv6Address, pod.ipv6Address, 'a restored pod has new addresses (an IPv6 address is never handed out twice)');
+  assert.ok(inNs(ns, ['ip', 'link', 'show', `pod-${ID}`]).ok, 'its TAP device is back');
+  await answersFor(restored.ipv6Address, restored.ipv4Address);
   const del = await feosctl(feosd.socket, ['pod', 'delete', ID]);
   assert.equal(del.code, 0, del.stderr);
   assert.equal(inNs(ns, ['ip', 'link', 'show', `pod-${ID}`]).ok, false, 'the TAP device is gone');
