@@ -53,6 +53,19 @@ async function until<T>(what: string | (() => string), fn: () => Promise<T | und
   }
 }
 
+/** Runs `fn`, or throws naming `what` once `ms` have passed (a bench that hangs says where). */
+async function bounded<T>(what: string, ms: number, fn: () => Promise<T>): Promise<T> {
+  let timer: NodeJS.Timeout | undefined;
+  const late = new Promise<never>((_, reject) => {
+    timer = setTimeout(() => reject(new Error(`${what}: no answer within ${ms} ms`)), ms);
+  });
+  try {
+    return await Promise.race([fn(), late]);
+  } finally {
+    clearTimeout(timer);
+  }
+}
+
 /** The order of the timeline's steps. */
 const STEP_ORDER = [
   'created', 'seen', 'saving', 'freeze-requested', 'source: pod frozen', 'snapshot-answered', 'source: snapshot streamed', 'data-stored',
@@ -222,14 +235,16 @@ try {
     const mod = await loadModule(new Uint8Array(s.bytes), { memoryLimitBytes: s.limit });
     const bare: number[] = [];
     for (let i = 0; i < Math.min(MOVES, 20); i++) {
-      const src = await PodInstance.start({ module: mod, namespace: 'default', podName: 'bare', containerName: 'c' });
-      const t0 = performance.now();
-      await src.freeze(10_000);
-      const snap = await src.snapshot();
-      const dst = await PodInstance.start({ module: mod, namespace: 'default', podName: 'bare', containerName: 'c', restoreFrom: snap.chunks });
-      bare.push(performance.now() - t0);
-      await src.terminate();
-      await dst.terminate();
+      await bounded(`bare snapshot + restore ${i}`, 60_000, async () => {
+        const src = await PodInstance.start({ module: mod, namespace: 'default', podName: 'bare', containerName: 'c' });
+        const t0 = performance.now();
+        await src.freeze(10_000);
+        const snap = await src.snapshot();
+        const dst = await PodInstance.start({ module: mod, namespace: 'default', podName: 'bare', containerName: 'c', restoreFrom: snap.chunks });
+        bare.push(performance.now() - t0);
+        await src.terminate();
+        await dst.terminate();
+      });
     }
     const p50 = percentile(reported, 50);
     const b50 = percentile(bare, 50);

@@ -328,3 +328,11 @@ test('Saving while the pod is being replaced (the pods watch behind) waits inste
   assert.deepEqual(await reconcileCheckpoint('default/m11', t.ctx), { requeueAfterMs: 100 });
   assert.equal(t.fake.calls.length, 0);
 });
+
+test('a finished Checkpoint deleted before its finished-at annotation is written is done with, not retried', { timeout: 5000 }, async () => {
+  const t = twoNodes();
+  t.cache.checkpoints.set(ckpt('m14', { podName: 'counter', action: 'Move' }, { phase: 'Completed', nodeName: 'a', targetNode: 'b' }));
+  t.fake.failures.set('patchCheckpoint', new ApiCallError('patch checkpoint default/m14', 404, 'NotFound', 'checkpoints.kube32.io "m14" not found'));
+  assert.equal(await reconcileCheckpoint('default/m14', t.ctx), undefined);
+  assert.deepEqual(t.fake.writes.map((c) => c.op), ['patchCheckpoint']);
+});

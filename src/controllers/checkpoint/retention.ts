@@ -56,9 +56,15 @@ export async function retain(ctx: ControllerContext, ck: Checkpoint): Promise<Re
   const finishedText = ck.metadata?.annotations?.[ANNOTATIONS.finishedAt];
   let finished = Date.parse(finishedText ?? '');
   if (!Number.isFinite(finished)) {
-    await ctx.api.patchCheckpoint(ns, ck.metadata?.name ?? '', {
-      metadata: { annotations: { [ANNOTATIONS.finishedAt]: new Date(now).toISOString() } },
-    });
+    try {
+      await ctx.api.patchCheckpoint(ns, ck.metadata?.name ?? '', {
+        metadata: { annotations: { [ANNOTATIONS.finishedAt]: new Date(now).toISOString() } },
+      });
+    } catch (err: unknown) {
+      // Deleted already (often just after it finished); the cache has not seen it go yet. Nothing to retain.
+      if (isNotFound(err)) return undefined;
+      throw err;
+    }
     finished = now;
   }
   if (ck.status?.phase === 'Completed') {
