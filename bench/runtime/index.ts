@@ -163,7 +163,7 @@ const parts = new Set((args[0] ?? '1,2,3,4').split(','));
 const rt = (await import(pathToFileURL(runtimeIndex).href)) as typeof Runtime;
 console.log(`runtime: ${runtimeIndex}; load average ${(await import('node:os')).loadavg()[0]!.toFixed(1)} on ${(await import('node:os')).availableParallelism()} cores`);
 if (parts.has('1')) await benchRequests(rt, await rt.loadModule(echoBytes(), { memoryLimitBytes: 16 << 20 }));
-if (parts.has('2')) await benchSnapshots(rt);
+if (parts.has('2')) await benchSnapshots([['this', rt]]);
 if (parts.has('3')) benchIdleMemory(runtimeIndex);
 if (parts.has('4')) {
   const mops = [await rt.measureInterpMops(), await rt.measureInterpMops(), await rt.measureInterpMops()];

@@ -9,6 +9,7 @@ import { PodContext } from './pod-context.ts';
 import { errorMessage } from './errors.ts';
 import type { FromThread, FromWorker, ToThread } from './protocol.ts';
 import { ThreadStatus } from './thread-status.ts';
+import { warmUpSnapshotCode } from './warm-up.ts';
 
 const port = parentPort!;
 const status = new ThreadStatus((workerData as { status: SharedArrayBuffer }).status);
@@ -33,4 +34,6 @@ port.on('message', (m: ToThread) => {
     case 'detach': contexts.get(m.slot)?.detach(); break;
   }
 });
+// Compiled now, while the thread waits as a spare, not during a pod's first snapshot or its restore.
+warmUpSnapshotCode();
 port.postMessage({ op: 'booted' } satisfies FromThread);
