@@ -123,6 +123,9 @@ export class ContainerRunner {
   #imageID = '';
   #backoffMs = 0;
   #done: Promise<void> | undefined;
+  /** Events held while a restore starts (see `#record`). */
+  readonly #held: Array<[type: 'Normal' | 'Warning', reason: string, message: string]> = [];
+  #holding = false;
 
   /**
    * @param restoreFrom the Checkpoint to restore the first start from (annotation `kube32.io/restore-from`)
@@ -183,6 +186,22 @@ export class ContainerRunner {
     await this.#done;
   }
 
+  /**
+   * Records an event, or holds it while a restore starts: `Pulled` and `Created` then go out with `Started`
+   * (or `Failed`), in the same order, after the status write that says the container runs, so that they do
+   * not queue before the restore's data and that write at the API server (a move's critical path).
+   */
+  #record(type: 'Normal' | 'Warning', reason: string, message: string): void {
+    if (this.#holding) this.#held.push([type, reason, message]);
+    else this.#ctx.record(type, reason, message);
+  }
+
+  /** Records the held events, in order, and stops holding. */
+  #release(): void {
+    this.#holding = false;
+    for (const [type, reason, message] of this.#held.splice(0)) this.#ctx.record(type, reason, message);
+  }
+
   #set(state: ContainerPhase): void {
     this.#state = state;
     this.#ctx.onChange();
@@ -205,10 +224,10 @@ export class ContainerRunner {
       // As the kubelet with an image already on the node: one Pulled event, "already present on machine".
       const present = this.#ctx.modules.has(digest, limit);
       const t0 = performance.now();
-      if (first && !present) this.#ctx.record('Normal', 'Pulling', `Pulling image "${image}"`);
+      if (first && !present) this.#record('Normal', 'Pulling', `Pulling image "${image}"`);
       const module = await this.#ctx.modules.get(digest, limit);
       if (first) {
-        this.#ctx.record(
+        this.#record(
           'Normal',
           'Pulled',
           present ? `Container image "${image}" already present on machine` : `Successfully pulled image "${image}" (sha256:${digest}) in ${Math.round(performance.now() - t0)}ms`,
@@ -218,6 +237,7 @@ export class ContainerRunner {
       return { module, config };
     } catch (err: unknown) {
       const message = errorMessage(err);
+      this.#release();
       this.#ctx.log.warn({ container: this.spec.name, err: message }, 'container cannot be created');
       this.#ctx.record('Warning', 'Failed', `Error: ${message}`);
       if (err instanceof ImagePullError && err.reason === 'InvalidImageName') {
@@ -275,6 +295,7 @@ export class ContainerRunner {
     const ns = this.#pod.metadata?.namespace ?? 'default';
     const podName = this.#pod.metadata?.name ?? '';
     while (!signal.aborted) {
+      this.#holding = restore !== undefined;
       // A restore asks for the Checkpoint's data at once, while the module and the config are prepared:
       // the data's round trip to the control plane then overlaps theirs.
       const fetching = new AbortController();
@@ -282,7 +303,10 @@ export class ContainerRunner {
       data?.catch(() => {}); // awaited below, where a failure ends the start with RestoreError
       const prepared = await this.#prepare();
       if (signal.aborted || typeof prepared === 'string') fetching.abort();
-      if (signal.aborted) return;
+      if (signal.aborted) {
+        this.#release();
+        return;
+      }
       if (prepared === 'never') return;
       if (prepared === 'retry') continue;
       const { module, config } = prepared;
@@ -292,7 +316,7 @@ export class ContainerRunner {
       let startedAt = Date.now();
       let exit: PodExit;
       try {
-        this.#ctx.record('Normal', 'Created', restore ? `Created container ${this.spec.name} from Checkpoint ${restore}` : `Created container ${this.spec.name}`);
+        this.#record('Normal', 'Created', restore ? `Created container ${this.spec.name} from Checkpoint ${restore}` : `Created container ${this.spec.name}`);
         const restoreFrom = data ? await data : undefined;
         const inst = await PodInstance.start({
           module,
@@ -309,6 +333,7 @@ export class ContainerRunner {
           ...(restoreFrom ? { restoreFrom } : {}),
         });
         if (signal.aborted) {
+          this.#release();
           await inst.terminate().catch(() => {});
           return;
         }
@@ -326,12 +351,14 @@ export class ContainerRunner {
         });
         inst.on('thawed', () => this.#ctx.onChange());
         this.#set({ kind: 'running', startedAt });
+        this.#release();
         this.#ctx.record('Normal', 'Started', `Started container ${this.spec.name}`);
         exit = await inst.exited;
       } catch (err: unknown) {
         exit = err instanceof PodStartError
           ? { reason: err.reason, message: err.message, exitCode: 1, finishedAt: Date.now() }
           : { reason: 'Error', message: errorMessage(err), exitCode: 1, finishedAt: Date.now() };
+        this.#release();
         if (!signal.aborted) this.#ctx.record('Warning', 'Failed', `Error: ${exit.message}`);
       }
       restore = undefined;
