@@ -122,7 +122,39 @@ export async function configureNetwork(req: MessageShape<typeof ConfigureNetwork
       throw new GrpcError(GrpcCode.INTERNAL, `ip ${args.join(' ')}: ${(err as { stderr?: string }).stderr?.trim() || String(err)}`);
     }
   }
+  await removeStaleAddresses([req.ipv6Address && `${req.ipv6Address}/128`, req.ipv4Address && `${req.ipv4Address}/32`].filter((a) => a !== ''));
   if (req.nameservers.length > 0) {
     fs.writeFileSync('/etc/resolv.conf', req.nameservers.map((n) => `nameserver ${n}\n`).join(''));
+  }
+}
+
+/** An address with its prefix length, in one spelling (IPv6 compressed in lowercase). */
+function canonical(cidr: string): string {
+  const [addr, len] = cidr.split('/');
+  return addr.includes(':') ? `${new URL(`http://[${addr}]`).hostname}/${len}` : cidr;
+}
+
+/**
+ * Removes eth0's global addresses that the push did not give: a pod restored from a checkpoint has new
+ * addresses on this node (seed "Addresses"), and its memory still holds the old ones, which the node
+ * neither routes nor lets out (its prerouting drops a source not routed back to the TAP).
+ */
+async function removeStaleAddresses(keep: string[]): Promise<void> {
+  if (keep.length === 0) return;
+  const wanted = new Set(keep.map(canonical));
+  let shown: string;
+  try {
+    shown = (await run('/bin/ip', ['addr', 'show', 'dev', 'eth0'], { timeout: 5000 })).stdout;
+  } catch (err: unknown) {
+    throw new GrpcError(GrpcCode.INTERNAL, `ip addr show dev eth0: ${(err as { stderr?: string }).stderr?.trim() || String(err)}`);
+  }
+  for (const m of shown.matchAll(/^\s*(inet6?) (\S+) .*scope global/gm)) {
+    if (wanted.has(canonical(m[2]))) continue;
+    const args = [...(m[1] === 'inet6' ? ['-6'] : []), 'addr', 'del', m[2], 'dev', 'eth0'];
+    try {
+      await run('/bin/ip', args, { timeout: 5000 });
+    } catch (err: unknown) {
+      throw new GrpcError(GrpcCode.INTERNAL, `ip ${args.join(' ')}: ${(err as { stderr?: string }).stderr?.trim() || String(err)}`);
+    }
   }
 }

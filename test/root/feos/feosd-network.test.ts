@@ -80,6 +80,14 @@ test('a pod with a network boots and its guest answers for its addresses on its 
   assert.notEqual(restored.ipv6Address, pod.ipv6Address, 'a restored pod has new addresses (an IPv6 address is never handed out twice)');
   assert.ok(inNs(ns, ['ip', 'link', 'show', `pod-${ID}`]).ok, 'its TAP device is back');
   await answersFor(restored.ipv6Address, restored.ipv4Address);
+  // Its old addresses, still in its memory, are removed by the push (IPv6 ones go with eth0's down and
+  // up already; an IPv4 address stays on a link that goes down): asked for its old IPv4 address over its
+  // TAP device (a route the test adds), the guest no longer answers.
+  assert.notEqual(restored.ipv4Address, pod.ipv4Address);
+  inNs(ns, ['ip', 'route', 'replace', `${pod.ipv4Address}/32`, 'dev', `pod-${ID}`]);
+  inNs(ns, ['busybox', 'ping', '-c', '2', '-W', '2', pod.ipv4Address]);
+  const old = inNs(ns, ['ip', '-4', 'neigh', 'show', pod.ipv4Address, 'dev', `pod-${ID}`]).out;
+  assert.doesNotMatch(old, new RegExp(`lladdr ${mac}`), `the guest still answers for its old address: ${old}`);
   const del = await feosctl(feosd.socket, ['pod', 'delete', ID]);
   assert.equal(del.code, 0, del.stderr);
   assert.equal(inNs(ns, ['ip', 'link', 'show', `pod-${ID}`]).ok, false, 'the TAP device is gone');
