@@ -9,7 +9,7 @@ import { PodContext } from './pod-context.ts';
 import { errorMessage } from './errors.ts';
 import type { FromThread, FromWorker, ToThread } from './protocol.ts';
 import { ThreadStatus } from './thread-status.ts';
-import { warmUpSnapshotCode } from './warm-up.ts';
+import { warmUpPodCode, warmUpSnapshotCode } from './warm-up.ts';
 
 const port = parentPort!;
 const status = new ThreadStatus((workerData as { status: SharedArrayBuffer }).status);
@@ -34,6 +34,12 @@ port.on('message', (m: ToThread) => {
     case 'detach': contexts.get(m.slot)?.detach(); break;
   }
 });
-// Compiled now, while the thread waits as a spare, not during a pod's first snapshot or its restore.
-warmUpSnapshotCode();
+// Compiled now, while the thread waits as a spare, not during a pod's start, its first snapshot or a
+// restore. Only a speed-up: a failure is reported, and the thread serves its pods all the same.
+try {
+  warmUpSnapshotCode();
+  await warmUpPodCode();
+} catch (err: unknown) {
+  process.emitWarning(`pod thread warm-up failed: ${errorMessage(err)}`);
+}
 port.postMessage({ op: 'booted' } satisfies FromThread);
