@@ -22,6 +22,7 @@ import type { Controller, ControllerLog } from './runtime/controller.ts';
 import { type ControllerContext, type ControllerTimings, DEFAULT_TIMINGS, newSharedState } from './runtime/context.ts';
 import { KubeClusterApi } from './runtime/kube-api.ts';
 import { LeaderElector, type LeaderElectionOptions } from './runtime/leader.ts';
+import { PodsByOwner } from './runtime/owner-index.ts';
 import { newScheduler } from './scheduler/controller.ts';
 import { newWorkloadControllers } from './workloads/controller.ts';
 
@@ -117,6 +118,10 @@ async function startWith(
   elector: LeaderElector | undefined,
   onLostLeadership: (() => void) | undefined,
 ): Promise<RunningControllers> {
+  // Indexed first, so that every controller's handler finds the index up to date.
+  const podsByOwner = new PodsByOwner();
+  ctx.state.podsByOwner = podsByOwner;
+  informers.on('pods', (verb, pod) => podsByOwner.observe(verb, pod));
   const all: Controller[] = [
     newScheduler(ctx, informers),
     newCheckpointController(ctx, informers),

@@ -245,13 +245,19 @@ export class Registry {
     if (opts.managedFields) m.managedFields = opts.managedFields;
     if (def.hasStatus) delete obj.status;
     normalizeMeta(obj);
-    def.prepareForCreate?.(obj, this.ctx());
-    this.hooks.admitCreate?.(def, obj);
-    const causes = def.validate?.(obj) ?? [];
-    if (causes.length) throw invalid(def.kind, def.group, m.name ?? m.generateName ?? '', causes);
-    delete obj.apiVersion;
-    delete obj.kind;
+    // Defaults, admission and validation, in this order; done inside the write's transaction below, so
+    // that what admission reads (the Module a pod names) is read with it: on etcd that read then costs no
+    // round trip of its own and the commit checks it (docs/control-plane-performance.md).
+    const admit = (target: KubeObject): void => {
+      def.prepareForCreate?.(target, this.ctx());
+      this.hooks.admitCreate?.(def, target);
+      const causes = def.validate?.(target) ?? [];
+      if (causes.length) throw invalid(def.kind, def.group, m.name ?? m.generateName ?? '', causes);
+      delete target.apiVersion;
+      delete target.kind;
+    };
     if (opts.dryRun) {
+      admit(obj);
       this.checkNamespace(def, namespace);
       if (this.storage.get(keyOf(def, namespace, m.name!))) throw alreadyExists(def.plural, def.group, m.name!);
       const allocated = def.allocate?.(obj, this.ctx()) ?? [];
@@ -260,9 +266,11 @@ export class Registry {
     }
     try {
       const stored = this.storage.transaction(() => {
+        // A fresh copy at each attempt (a transaction may run again).
+        const toStore = structuredClone(obj);
+        admit(toStore);
         this.checkNamespace(def, namespace);
         // Allocations read and write in the same transaction: two API servers never hand out one value.
-        const toStore = def.allocate ? structuredClone(obj) : obj;
         const allocated = def.allocate?.(toStore, this.ctx()) ?? [];
         if (allocated.length) throw invalid(def.kind, def.group, m.name!, allocated);
         return this.storage.create(keyOf(def, namespace, m.name!), toStore);

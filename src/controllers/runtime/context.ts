@@ -9,6 +9,7 @@ import type { ClusterApi } from './api.ts';
 import type { Caches } from './cache.ts';
 import type { ControllerLog } from './controller.ts';
 import { errorMessage, isNotFound } from './errors.ts';
+import type { PodsByOwner } from './owner-index.ts';
 import type { CheckpointEventReason } from './types.ts';
 
 /** Timings of the controllers, all in ms; the defaults are the seed's and Kubernetes'. */
@@ -117,6 +118,11 @@ export interface SharedState {
   events: RecordedEvents;
   /** The rate limit of events per source and object ({@link recordEvent}). */
   eventSpam: EventSpamFilter;
+  /**
+   * The pod cache indexed by controller uid, kept from the pod informer (`startControllers` sets it;
+   * without it, as in unit tests, owners' pods are found by walking the cache).
+   */
+  podsByOwner?: PodsByOwner;
   /** `namespace/name` of a pod → its uid and the annotation warnings already recorded for that uid. */
   annotationWarnings: Map<string, { uid: string; warned: Set<string> }>;
 }

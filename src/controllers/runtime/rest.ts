@@ -11,7 +11,7 @@ import type { KubeConfig } from '@kubernetes/client-node';
 import { ApiCallError } from './errors.ts';
 
 /** Connections to the API server kept open at most (requests beyond wait for one). */
-export const MAX_SOCKETS = 32;
+export const MAX_SOCKETS = 8;
 
 /** A raw request. */
 export interface RestRequest {

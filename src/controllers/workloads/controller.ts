@@ -7,11 +7,29 @@ import type { V1DaemonSet, V1Deployment, V1Pod, V1ReplicaSet } from '@kubernetes
 import type { Informers } from '../runtime/cache.ts';
 import { Controller, keyOf } from '../runtime/controller.ts';
 import type { ControllerContext } from '../runtime/context.ts';
-import { controllerOf } from '../runtime/pods.ts';
+import { controllerOf, isPodReady } from '../runtime/pods.ts';
+import { ANNOTATIONS } from '../runtime/types.ts';
 import { matchLabelSelector } from '../runtime/selectors.ts';
 import { reconcileDaemonSet } from './daemonset.ts';
 import { reconcileDeployment } from './deployment.ts';
 import { Expectations, reconcileReplicaSet } from './replicaset.ts';
+
+/**
+ * The fields of a pod that a ReplicaSet's sync reads (whether it counts, is ready, is labelled, is being
+ * restored, and whose it is), as one string to compare between events.
+ */
+function replicaSetView(pod: V1Pod): string {
+  const m = pod.metadata;
+  return [
+    m?.uid,
+    pod.status?.phase,
+    m?.deletionTimestamp ?? '',
+    isPodReady(pod) ? 'ready' : '',
+    controllerOf(pod)?.uid ?? '',
+    m?.annotations?.[ANNOTATIONS.restoreFrom] ?? '',
+    JSON.stringify(m?.labels ?? {}),
+  ].join('\u0000');
+}
 
 /** Builds the ReplicaSet, Deployment and DaemonSet controllers and subscribes them. */
 export function newWorkloadControllers(ctx: ControllerContext, informers: Informers): Controller[] {
@@ -47,12 +65,24 @@ export function newWorkloadControllers(ctx: ControllerContext, informers: Inform
   informers.on('daemonSets', (verb, obj: V1DaemonSet) => {
     if (verb !== 'delete') ds.enqueue(keyOf(obj));
   });
+  // What a ReplicaSet's sync reads of each of its pods; an update that changes none of it (a bind, a status
+  // heartbeat) does not bring the ReplicaSet back: at 10 000 pods each sync walks 10 000 pods.
+  const seenForRs = new Map<string, string>();
   informers.on('pods', (verb, pod: V1Pod) => {
     const ns = pod.metadata?.namespace ?? 'default';
-    if (verb === 'add') ctx.state.replacements.end(`${ns}/${pod.metadata?.name}`);
+    const podKey = `${ns}/${pod.metadata?.name}`;
+    if (verb === 'add') ctx.state.replacements.end(podKey);
     const owner = controllerOf(pod);
-    if (owner?.kind === 'ReplicaSet') rs.enqueue(`${ns}/${owner.name}`);
-    else if (owner?.kind === 'DaemonSet') ds.enqueue(`${ns}/${owner.name}`);
+    if (owner?.kind === 'ReplicaSet') {
+      const sig = replicaSetView(pod);
+      const unchanged = verb === 'update' && seenForRs.get(podKey) === sig;
+      if (verb === 'delete') seenForRs.delete(podKey);
+      else seenForRs.set(podKey, sig);
+      if (!unchanged) rs.enqueue(`${ns}/${owner.name}`);
+      return;
+    }
+    seenForRs.delete(podKey);
+    if (owner?.kind === 'DaemonSet') ds.enqueue(`${ns}/${owner.name}`);
     else if (!owner) {
       for (const r of ctx.cache.replicaSets.list(ns)) if (matchLabelSelector(r.spec?.selector, pod.metadata?.labels)) rs.enqueue(keyOf(r));
     }

@@ -43,10 +43,11 @@ export class Expectations {
   readonly #deletes = new Map<string, Map<string, number>>();
   /** Forget what the cache shows (or what is older than 30 s). */
   observe(ownerKey: string, pods: readonly V1Pod[], now: number): void {
-    const uids = new Set(pods.map((p) => p.metadata?.uid ?? ''));
     const c = this.#creates.get(ownerKey);
-    for (const [uid, at] of c ?? []) if (uids.has(uid) || at + 30_000 < now) c!.delete(uid);
     const d = this.#deletes.get(ownerKey);
+    if (!c?.size && !d?.size) return; // nothing expected: no need to look at the pods
+    const uids = new Set(pods.map((p) => p.metadata?.uid ?? ''));
+    for (const [uid, at] of c ?? []) if (uids.has(uid) || at + 30_000 < now) c!.delete(uid);
     for (const [uid, at] of d ?? []) if (!uids.has(uid) || at + 30_000 < now) d!.delete(uid);
   }
   /** A pod created with `uid` (the API's answer), not yet in the cache. */
@@ -74,9 +75,18 @@ export function countsForOwner(pod: V1Pod): boolean {
   return pod.status?.phase === 'Failed' && !pod.metadata?.deletionTimestamp && pod.metadata?.annotations?.[ANNOTATIONS.restoreFrom] !== undefined;
 }
 
-/** The pods an owner controls (by controller reference uid). */
+/** The pods an owner controls (by controller reference uid), from the owner index when there is one. */
 export function ownedPods(ctx: ControllerContext, namespace: string, ownerUid: string | undefined): V1Pod[] {
+  const index = ctx.state.podsByOwner;
+  if (index && ownerUid) return index.owned(ownerUid).filter((p) => p.metadata?.namespace === namespace);
   return ctx.cache.pods.list(namespace).filter((p) => controllerOf(p)?.uid === ownerUid);
+}
+
+/** The pods of `namespace` with no controller, from the owner index when there is one. */
+function orphanPods(ctx: ControllerContext, namespace: string): V1Pod[] {
+  const index = ctx.state.podsByOwner;
+  if (index) return index.orphans(namespace);
+  return ctx.cache.pods.list(namespace).filter((p) => !controllerOf(p));
 }
 
 /** The pod a ReplicaSet creates from its template. */
@@ -118,8 +128,8 @@ export async function reconcileReplicaSet(key: string, ctx: ControllerContext, e
   const uid = rs.metadata?.uid ?? '';
   const now = ctx.clock.now();
   // Adopt orphans that match (as Kubernetes does), so that a pod recreated by hand is counted.
-  for (const p of ctx.cache.pods.list(namespace)) {
-    if (!controllerOf(p) && isPodActive(p) && matchLabelSelector(rs.spec?.selector, p.metadata?.labels)) {
+  for (const p of orphanPods(ctx, namespace)) {
+    if (isPodActive(p) && matchLabelSelector(rs.spec?.selector, p.metadata?.labels)) {
       try {
         await ctx.api.patchPod(namespace, p.metadata?.name ?? '', {
           metadata: {
@@ -137,8 +147,9 @@ export async function reconcileReplicaSet(key: string, ctx: ControllerContext, e
   const owned = ownedPods(ctx, namespace, uid);
   exp.observe(key, owned, now);
   const active = owned.filter((p) => countsForOwner(p) && !exp.isDeleting(key, p.metadata?.uid ?? ''));
-  const present = new Set(owned.map((p) => `${namespace}/${p.metadata?.name}`));
-  const ghosts = ctx.state.replacements.ownedBy(uid).filter((k) => !present.has(k)).length;
+  const replacing = ctx.state.replacements.ownedBy(uid);
+  const present = replacing.length === 0 ? undefined : new Set(owned.map((p) => `${namespace}/${p.metadata?.name}`));
+  const ghosts = replacing.filter((k) => !present?.has(k)).length;
   const want = rs.spec?.replicas ?? 1;
   const have = active.length + ghosts + exp.pendingCreates(key);
   let createError: unknown;
@@ -220,12 +231,12 @@ function sameConditions(a: V1ReplicaSetCondition[] | undefined, b: V1ReplicaSetC
 }
 
 async function writeReplicaSetStatus(ctx: ControllerContext, rs: V1ReplicaSet, active: V1Pod[], failure: string | undefined): Promise<void> {
-  const labels = rs.spec?.template?.metadata?.labels ?? {};
+  const wanted = Object.entries(rs.spec?.template?.metadata?.labels ?? {});
   const ready = active.filter((p) => isPodReady(p)).length;
   const conditions = replicaFailureConditions(rs, failure, ctx.clock.now());
   const status = {
     replicas: active.length,
-    fullyLabeledReplicas: active.filter((p) => Object.entries(labels).every(([k, v]) => p.metadata?.labels?.[k] === v)).length,
+    fullyLabeledReplicas: active.filter((p) => wanted.every(([k, v]) => p.metadata?.labels?.[k] === v)).length,
     readyReplicas: ready,
     availableReplicas: ready,
     observedGeneration: rs.metadata?.generation ?? 1,
