@@ -9,17 +9,19 @@
  *     3b. dense pods (configurePodThreads, issue 11): RSS and start time per idle `counter` pod, 100
  *     pods one a thread against 1000 pods 100 a shared thread, as ratios;
  *  4. kube32.io/interp-mops, measured three times (the seed: stable within 10% on an idle machine).
- * Run: node --expose-gc bench/runtime/index.ts [PARTS] [--runtime path/to/wasm/index.ts]   (or npm run bench runtime)
- * PARTS is a comma-separated list of 1, 2, 3, 4 (all by default); --runtime measures another copy of
- * the runtime (an older commit's src/, copied out with `git archive`), for before/after figures.
+ * Run: node --expose-gc bench/runtime/index.ts [PARTS] [--runtime PATH] [--compare [LABEL=]PATH]   (or npm run bench runtime)
+ * PARTS is a comma-separated list of 1, 2, 3, 4 (all by default); PATH is another copy of the
+ * runtime's index.ts (an older commit's src/, copied out with `git archive HEAD~5 src | tar -x -C /tmp/old`):
+ * --runtime measures it instead, --compare measures it beside this one in the same process, round by
+ * round (parts 1 and 2), for before/after figures that the machine's load affects alike.
  */
 import { spawnSync } from 'node:child_process';
 import { existsSync, readFileSync } from 'node:fs';
 import { Agent, createServer, request, type Server } from 'node:http';
+import { availableParallelism, loadavg } from 'node:os';
 import { join, resolve } from 'node:path';
 import { pathToFileURL } from 'node:url';
 import type * as Runtime from '../../src/wasm/index.ts';
-import type { PodModule } from '../../src/wasm/index.ts';
 import { benchSnapshots } from './snapshots.ts';
 
 const ROOT = new URL('../../', import.meta.url).pathname;
@@ -68,12 +70,20 @@ async function load(port: number, ms: number, concurrency: number): Promise<numb
   return done / s;
 }
 
-async function benchRequests(rt: typeof Runtime, echo: PodModule): Promise<void> {
-  const pod = await rt.PodInstance.start({ module: echo, namespace: 'bench', podName: 'echo', containerName: 'echo' });
-  const podServer = createServer(rt.serveHttp(() => pod));
-  const podPort = await listen(podServer);
+/**
+ * Part 1 for each runtime (before/after runs share the process): an echo pod behind serveHttp per
+ * runtime and one plain server, loaded in rounds that alternate between them (the order turns each
+ * round); the ratios are medians of each round's own ratio.
+ */
+async function benchRequests(runtimes: Array<[string, typeof Runtime]>): Promise<void> {
+  const pods = await Promise.all(runtimes.map(async ([, rt]) => {
+    const echo = await rt.loadModule(echoBytes(), { memoryLimitBytes: 16 << 20 });
+    const pod = await rt.PodInstance.start({ module: echo, namespace: 'bench', podName: 'echo', containerName: 'echo' });
+    const server = createServer(rt.serveHttp(() => pod));
+    return { pod, server, port: await listen(server) };
+  }));
   // The plain server answers exactly the bytes echo answers for the same request.
-  const sample = await fetch(`http://127.0.0.1:${podPort}/bench?x=1`);
+  const sample = await fetch(`http://127.0.0.1:${pods[0]!.port}/bench?x=1`);
   const sampleBody = Buffer.from(await sample.arrayBuffer());
   const plain = createServer((req, res) => {
     req.on('data', () => {});
@@ -83,18 +93,28 @@ async function benchRequests(rt: typeof Runtime, echo: PodModule): Promise<void>
     });
   });
   const plainPort = await listen(plain);
-  await load(podPort, 500, 16);
-  await load(plainPort, 500, 16);
-  const rounds = 3;
-  let podRps = 0;
-  let plainRps = 0;
-  for (let i = 0; i < rounds; i++) {
-    podRps += await load(podPort, 1500, 16);
-    plainRps += await load(plainPort, 1500, 16);
+  const ports = [plainPort, ...pods.map((p) => p.port)];
+  for (const port of ports) await load(port, 400, 16);
+  const rounds = 5;
+  const rps: number[][] = ports.map(() => []);
+  for (let r = 0; r < rounds; r++) {
+    for (let k = 0; k < ports.length; k++) {
+      const i = (k + r) % ports.length;
+      rps[i]!.push(await load(ports[i]!, 1000, 16));
+    }
   }
-  podRps /= rounds;
-  plainRps /= rounds;
-  // Calls straight into k32_handle, without HTTP, one at a time.
+  const avg = (xs: number[]): number => xs.reduce((a, b) => a + b, 0) / xs.length;
+  console.log(`1. requests through k32_handle of echo (HTTP/1.1 keep-alive, 16 connections, same process; ${rounds} alternating rounds of 1 s)`);
+  console.log(`   plain Node HTTP server:   ${avg(rps[0]!).toFixed(0)} req/s`);
+  runtimes.forEach(([label], i) => {
+    const ratio = median(rps[i + 1]!.map((x, r) => x / rps[0]![r]!));
+    console.log(`   pod via serveHttp (${label}): ${avg(rps[i + 1]!).toFixed(0)} req/s, ratio pod/plain ${ratio.toFixed(2)}x   (target >= 0.5x)`);
+  });
+  for (let i = 1; i < runtimes.length; i++) {
+    console.log(`   ${runtimes[i]![0]} / ${runtimes[0]![0]}, round by round: ${median(rps[i + 1]!.map((x, r) => x / rps[1]![r]!)).toFixed(2)}x`);
+  }
+  // Calls straight into k32_handle, without HTTP, of the last runtime's pod.
+  const pod = pods.at(-1)!.pod;
   const raw = new TextEncoder().encode('GET /bench?x=1 HTTP/1.1\r\nhost: bench\r\n\r\n');
   const n = 20_000;
   let t = performance.now();
@@ -103,14 +123,17 @@ async function benchRequests(rt: typeof Runtime, echo: PodModule): Promise<void>
   t = performance.now();
   for (let i = 0; i < n; i += 500) await Promise.all(Array.from({ length: 500 }, () => pod.handle(raw)));
   const pipelined = n / ((performance.now() - t) / 1000);
-  console.log('1. requests through k32_handle of echo (HTTP/1.1 keep-alive, 16 connections, same process)');
-  console.log(`   pod via serveHttp:        ${podRps.toFixed(0)} req/s`);
-  console.log(`   plain Node HTTP server:   ${plainRps.toFixed(0)} req/s`);
-  console.log(`   ratio pod/plain:          ${(podRps / plainRps).toFixed(2)}x   (target >= 0.5x)`);
-  console.log(`   pod.handle() without HTTP: ${direct.toFixed(0)} calls/s one at a time, ${pipelined.toFixed(0)} calls/s queued`);
-  podServer.close();
+  console.log(`   pod.handle() without HTTP (${runtimes.at(-1)![0]}): ${direct.toFixed(0)} calls/s one at a time, ${pipelined.toFixed(0)} calls/s queued`);
   plain.close();
-  await pod.terminate();
+  for (const p of pods) {
+    p.server.close();
+    await p.pod.terminate();
+  }
+}
+
+function median(xs: number[]): number {
+  const s = [...xs].sort((a, b) => a - b);
+  return s[Math.floor(s.length / 2)]!;
 }
 
 /** Runs idle.ts in a fresh process: RSS per idle pod, start time per pod, threads used. */
@@ -159,15 +182,22 @@ function benchIdleMemory(runtimeIndex: string): void {
 const args = process.argv.slice(2);
 const at = args.indexOf('--runtime');
 const runtimeIndex = at >= 0 ? resolve(args.splice(at, 2)[1]!) : join(ROOT, 'src/wasm/index.ts');
+const cmp = args.indexOf('--compare');
+const compare = cmp >= 0 ? args.splice(cmp, 2)[1]! : undefined;
 const parts = new Set((args[0] ?? '1,2,3,4').split(','));
 const rt = (await import(pathToFileURL(runtimeIndex).href)) as typeof Runtime;
-console.log(`runtime: ${runtimeIndex}; load average ${(await import('node:os')).loadavg()[0]!.toFixed(1)} on ${(await import('node:os')).availableParallelism()} cores`);
-if (parts.has('1')) await benchRequests(rt, await rt.loadModule(echoBytes(), { memoryLimitBytes: 16 << 20 }));
-if (parts.has('2')) await benchSnapshots([['this', rt]]);
+const runtimes: Array<[string, typeof Runtime]> = [['this', rt]];
+if (compare) {
+  const [label, path] = compare.includes('=') ? [compare.slice(0, compare.indexOf('=')), compare.slice(compare.indexOf('=') + 1)] : ['other', compare];
+  runtimes.unshift([label, (await import(pathToFileURL(resolve(path)).href)) as typeof Runtime]);
+}
+console.log(`runtime: ${runtimeIndex}${compare ? `, compared with ${compare} (parts 1 and 2)` : ''}; load average ${loadavg()[0]!.toFixed(1)} on ${availableParallelism()} cores`);
+if (parts.has('1')) await benchRequests(runtimes);
+if (parts.has('2')) await benchSnapshots(runtimes);
 if (parts.has('3')) benchIdleMemory(runtimeIndex);
 if (parts.has('4')) {
   const mops = [await rt.measureInterpMops(), await rt.measureInterpMops(), await rt.measureInterpMops()];
   const spread = (Math.max(...mops) - Math.min(...mops)) / Math.max(...mops);
-  console.log(`\n4. kube32.io/interp-mops, three runs: ${mops.join(', ')} MOPS; spread ${(spread * 100).toFixed(1)}% (target < 10% on an idle machine; load average now ${(await import('node:os')).loadavg()[0]!.toFixed(1)})`);
+  console.log(`\n4. kube32.io/interp-mops, three runs: ${mops.join(', ')} MOPS; spread ${(spread * 100).toFixed(1)}% (target < 10% on an idle machine; load average now ${loadavg()[0]!.toFixed(1)})`);
 }
 process.exit(0);

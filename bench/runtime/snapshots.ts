@@ -143,7 +143,7 @@ export async function benchSnapshots(runtimes: Array<[label: string, rt: typeof 
   console.log('   medians of interleaved repetitions, in ms; ratios are medians of each repetition\'s own ratio');
   const wide = Math.max(...runtimes.map(([l]) => l.length), 6);
   console.log(`   memory  ${'runtime'.padEnd(wide)} reps  copy+hash  freeze  snapshot()  read chunks  restore  fresh start | sequential  ratio | streamed  ratio | no digest  ratio | (seq - fresh) ratio`);
-  for (const [label, pages, reps] of [['64 KiB', 1, 9], ['1 MiB', 16, 9], ['16 MiB', 256, 7]] as const) {
+  for (const [label, pages, reps] of [['64 KiB', 1, 15], ['1 MiB', 16, 15], ['16 MiB', 256, 11]] as const) {
     const bytes = filler(pages);
     const mods = await Promise.all(runtimes.map(([, rt]) => rt.loadModule(bytes, { memoryLimitBytes: pages * 65536 })));
     const data = new Uint8Array(pages * 65536);
