@@ -55,7 +55,8 @@ export type ToThread =
   | { op: 'detach'; slot: number };
 
 /** A pod thread → main, on the thread's own port. */
-export type FromThread = { op: 'booted' };
+/** `booted` once the thread is ready for pods; `warmUpError` when its warm-up failed (it serves pods all the same). */
+export type FromThread = { op: 'booted'; warmUpError?: string };
 
 /** Main → a pod's context, on the pod's port. */
 export type ToWorker =

@@ -36,10 +36,12 @@ port.on('message', (m: ToThread) => {
 });
 // Compiled now, while the thread waits as a spare, not during a pod's start, its first snapshot or a
 // restore. Only a speed-up: a failure is reported, and the thread serves its pods all the same.
+let warmUpError: string | undefined;
 try {
   warmUpSnapshotCode();
   await warmUpPodCode();
 } catch (err: unknown) {
-  process.emitWarning(`pod thread warm-up failed: ${errorMessage(err)}`);
+  warmUpError = errorMessage(err);
+  process.emitWarning(`pod thread warm-up failed: ${warmUpError}`);
 }
-port.postMessage({ op: 'booted' } satisfies FromThread);
+port.postMessage({ op: 'booted', ...(warmUpError !== undefined ? { warmUpError } : {}) } satisfies FromThread);
