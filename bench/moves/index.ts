@@ -5,8 +5,8 @@
  * Checkpoint's message): from the request that freezes the pod to the replacement seen Running. It is set
  * against the bare cost of the same pod's snapshot and restore in one process (freeze, K32S snapshot
  * streamed straight into a new instance's restore, until it runs), measured in the same run: the ratio is
- * what the control plane adds (node proxy, data store, the one-write replacement, the target kubelet's
- * watch, start and status).
+ * what the control plane adds (the API server taking the snapshot into its data store, the one-write
+ * replacement, the target kubelet's watch, data request, start and status).
  *
  * The seed measured 3.2 s and 7.5 s between ESP32 boards. Targets: under 100 ms at p50 for 32 KB, and the
  * control plane adding less than 3x the bare snapshot-and-restore time.
