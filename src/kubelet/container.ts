@@ -56,37 +56,6 @@ export interface RunnerContext {
  */
 export const FROZEN_REPORT_DELAY_MS = 500;
 
-/**
- * The size of the pieces a restore's data is handed to the pod runtime in: 1 MiB, as the runtime streams
- * snapshots out. The response arrives in pieces of a TLS record (16 KiB), and each piece handed over is one
- * message to the pod's thread and one acknowledgement back: 1 024 round trips for 16 MiB instead of 16.
- */
-export const RESTORE_PIECE_BYTES = 1 << 20;
-
-/**
- * The bytes of `source` in pieces of `bytes` (the last one shorter), each a fresh buffer: a bounded staging
- * buffer, never the whole snapshot.
- */
-export async function* inPiecesOf(source: AsyncIterable<Uint8Array>, bytes: number): AsyncGenerator<Uint8Array, void, undefined> {
-  let piece = new Uint8Array(bytes);
-  let filled = 0;
-  for await (const chunk of source) {
-    let off = 0;
-    while (off < chunk.length) {
-      const take = Math.min(bytes - filled, chunk.length - off);
-      piece.set(chunk.subarray(off, off + take), filled);
-      filled += take;
-      off += take;
-      if (filled === bytes) {
-        yield piece;
-        piece = new Uint8Array(bytes);
-        filled = 0;
-      }
-    }
-  }
-  if (filled > 0) yield piece.subarray(0, filled);
-}
-
 /** Sleeps `ms`, or until the signal aborts; never rejects. */
 function pause(ms: number, signal: AbortSignal): Promise<void> {
   return new Promise((resolve) => {
@@ -285,7 +254,8 @@ export class ContainerRunner {
       throw new PodStartError('RestoreError', `cannot restore the snapshot: ${why}`);
     }
     this.#ctx.log.debug({ container: this.spec.name, checkpoint: name, bytes: Number(res.headers.get('content-length')) }, 'restore: data answered');
-    return inPiecesOf(res.body as AsyncIterable<Uint8Array>, RESTORE_PIECE_BYTES);
+    // The runtime gathers the body's 16 KiB pieces into 1 MiB messages to the pod's thread.
+    return res.body as AsyncIterable<Uint8Array>;
   }
 
   async #run(): Promise<void> {
