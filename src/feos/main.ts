@@ -12,6 +12,11 @@ import { errorMessage } from './api/index.ts';
 import { startFeosd } from './daemon.ts';
 import { FEOSD_VERSION } from './host/index.ts';
 import { openObjectStore } from './store/index.ts';
+import { STOP_MARGIN_MS } from './pods/index.ts';
+import { existsSync, statSync } from 'node:fs';
+
+/** The longest `--stop-grace` (s): Node.js's timers hold at most 2^31 - 1 ms (24.8 days). */
+export const MAX_STOP_GRACE_S = Math.floor((2 ** 31 - 1) / 1000);
 
 function positive(name: string) {
   return (v: string) => {
@@ -44,11 +49,15 @@ export async function main(argv: string[]): Promise<void> {
     .option('--stop-grace <seconds>', 'how long a stop may take; the calls in flight get a tenth of it, 30 s at most', positive('--stop-grace'), 300)
     .option('--suspend-on-stop', 'on SIGTERM, suspend the running pods for the next feosd (suspended-for-stop.json)', false)
     .option('--object-store <url>', 'where pods hibernate: file:///absolute/path', (v: string) => {
+      let store: ReturnType<typeof openObjectStore>;
       try {
-        openObjectStore(v);
+        store = openObjectStore(v);
       } catch (err: unknown) {
         throw new InvalidArgumentError(errorMessage(err));
       }
+      // A local directory's path that exists must be a directory (one that does not exist is made).
+      const root = (store as { root?: string }).root;
+      if (root !== undefined && existsSync(root) && !statSync(root).isDirectory()) throw new InvalidArgumentError(`${root} exists and is not a directory`);
       return v;
     })
     .option('--guest-attach-timeout <seconds>', "how long a boot's guest has to attach (default 60, 180 under TCG)", positive('--guest-attach-timeout'))
@@ -77,6 +86,14 @@ export async function main(argv: string[]): Promise<void> {
     denyPrefix?: string[];
     registryForward?: string[];
   }>();
+  if (opts.stopGrace > MAX_STOP_GRACE_S) {
+    program.error(`error: option '--stop-grace <seconds>' argument '${opts.stopGrace}' is invalid. at most ${MAX_STOP_GRACE_S} s (24.8 days, the longest timer Node.js keeps)`);
+  }
+  if (opts.suspendOnStop && opts.stopGrace * 1000 <= STOP_MARGIN_MS) {
+    program.error(
+      `error: --stop-grace ${opts.stopGrace} with --suspend-on-stop: the suspends end ${STOP_MARGIN_MS / 1000} s before the grace does, so none would be made; give more than ${STOP_MARGIN_MS / 1000} s (the default is 300)`,
+    );
+  }
   const log = createLogger('feosd');
   const ac = new AbortController();
   let feosd: Awaited<ReturnType<typeof startFeosd>> | undefined;

@@ -51,8 +51,11 @@ export class StopRecordKeeper {
       try {
         record = await readStopRecord(this.#path);
       } catch (err: unknown) {
-        await setStopRecordAside(this.#path);
-        this.#log.error({ err: errorMessage(err) }, 'suspend on stop: the record is not one; moved to .bad, nothing resumed');
+        const aside = await setStopRecordAside(this.#path);
+        this.#log.error(
+          { err: errorMessage(err) },
+          aside.moved ? `suspend on stop: the record is not one; moved to ${aside.to}, nothing resumed` : `suspend on stop: the record is not one and could not be moved to ${aside.to} (${aside.why}); nothing resumed`,
+        );
         return;
       }
       if (!record) return;
@@ -87,6 +90,17 @@ export class StopRecordKeeper {
       log: this.#log,
       record: async (id) => {
         recorded.push(id);
+        try {
+          await keep();
+        } catch (err: unknown) {
+          recorded.splice(recorded.lastIndexOf(id), 1);
+          throw err;
+        }
+      },
+      unrecord: async (id) => {
+        const i = recorded.lastIndexOf(id);
+        if (i < kept) return;
+        recorded.splice(i, 1);
         await keep();
       },
     });

@@ -69,24 +69,61 @@ test('suspendForStop suspends the running pods four at a time, records each, ret
     retryMs: 10,
     log,
     record: async (id) => {
+      // Recorded before its suspend starts: a stop killed mid-suspend keeps it.
+      assert.equal(fake.pods.get(id)!.state, PodState.RUNNING, `${id} is recorded before it is suspended`);
+      assert.ok(!fake.calls.includes(`suspend ${id}`));
       recorded.push(id);
+    },
+    unrecord: async (id) => {
+      recorded.splice(recorded.indexOf(id), 1);
     },
   });
   assert.equal(fake.maxInFlight(), 4, 'four at a time');
   assert.deepEqual(result.failed, ['aaaaaaaaaa5']);
   assert.deepEqual(result.busy, []);
-  assert.deepEqual(recorded, result.suspended);
+  assert.deepEqual([...recorded].sort(), [...result.suspended].sort());
   assert.deepEqual([...recorded].sort(), ids.filter((id) => id !== 'aaaaaaaaaa5' && id !== 'aaaaaaaaaa6'), 'a pod that hibernated meanwhile is neither recorded nor failed');
-  assert.equal(recorded.at(-1), 'aaaaaaaaaa2', 'the busy pod comes after the first pass');
+  assert.equal(result.suspended.at(-1), 'aaaaaaaaaa2', 'the busy pod comes after the first pass');
   assert.equal(fake.calls.filter((c) => c === 'suspend aaaaaaaaaa2').length, 3);
   assert.ok(!fake.calls.includes('suspend bbbbbbbbbbb'), 'a pod suspended before the stop is not the stop\'s');
+});
+
+test('suspendForStop suspends no pod whose record cannot be written: it runs on', { timeout: 20_000 }, async () => {
+  const fake = fakePods(['eeeeeeeeee1', 'eeeeeeeeee2']);
+  const recorded: string[] = [];
+  const result = await suspendForStop(fake, {
+    deadline: Date.now() + 15_000,
+    retryMs: 10,
+    log,
+    record: async (id) => {
+      if (id === 'eeeeeeeeee1') throw new Error('suspended-for-stop.json: open failed: EISDIR: illegal operation on a directory');
+      recorded.push(id);
+    },
+  });
+  assert.deepEqual(result.failed, ['eeeeeeeeee1']);
+  assert.deepEqual(result.suspended, ['eeeeeeeeee2']);
+  assert.deepEqual(recorded, ['eeeeeeeeee2']);
+  assert.ok(!fake.calls.includes('suspend eeeeeeeeee1'), 'never suspended');
+  assert.equal(fake.pods.get('eeeeeeeeee1')!.state, PodState.RUNNING);
 });
 
 test('suspendForStop gives up on a pod still busy at its deadline', { timeout: 20_000 }, async () => {
   const fake = fakePods(['ccccccccccc'], { ccccccccccc: { busyTimes: 1_000_000 } });
   const t0 = Date.now();
-  const result = await suspendForStop(fake, { deadline: Date.now() + 300, retryMs: 20, log, record: async () => {} });
+  const recorded = new Set<string>();
+  const result = await suspendForStop(fake, {
+    deadline: Date.now() + 300,
+    retryMs: 20,
+    log,
+    record: async (id) => {
+      recorded.add(id);
+    },
+    unrecord: async (id) => {
+      recorded.delete(id);
+    },
+  });
   assert.deepEqual(result.busy, ['ccccccccccc']);
+  assert.equal(recorded.size, 0, 'a pod busy to the end runs on: taken out of the record');
   assert.deepEqual(result.suspended, []);
   assert.ok(Date.now() - t0 < 2_000, 'it ends by its deadline');
 });
@@ -160,6 +197,19 @@ test('feosd moves a bad stop record aside and serves on', { timeout: 60_000 }, a
   t.after(() => feosd.stop('SIGKILL'));
   await until('the bad record is moved aside', async () => (existsSync(`${record}.bad`) ? true : undefined), 20_000);
   assert.equal(readFileSync(`${record}.bad`, 'utf8'), 'not json', 'kept for a look');
-  assert.match(feosd.stderr(), /the record is not one; moved to \.bad/);
+  assert.match(feosd.stderr(), /the record is not one; moved to \S+suspended-for-stop\.json\.bad/);
   assert.equal((await feosd.pods.listPods({})).pods.length, 0);
+});
+
+test('feosd moves a stop record that is a directory aside too, and says so truly', { timeout: 60_000 }, async (t) => {
+  const { dir, cleanup } = tempDir('feos-sosdir-');
+  t.after(cleanup);
+  const record = join(dir, 'state', 'suspended-for-stop.json');
+  mkdirSync(record, { recursive: true });
+  const feosd = await startFeosd(dir);
+  t.after(() => feosd.stop('SIGKILL'));
+  await until('the record is moved aside', async () => (/the record is not one/.test(feosd.stderr()) ? true : undefined), 20_000);
+  assert.equal(existsSync(record), false, 'it is gone from its place');
+  assert.ok(existsSync(`${record}.bad`));
+  assert.match(feosd.stderr(), /moved to \S+\.bad/);
 });

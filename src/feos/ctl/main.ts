@@ -139,6 +139,15 @@ function specFromFile(file: string, text: string) {
   }
 }
 
+/**
+ * Whether an UNAVAILABLE's details are grpc-js's own failure to reach feosd ("No connection
+ * established. Last error: connect ENOENT ..."), as opposed to an UNAVAILABLE that feosd answered
+ * (a store that failed with ENOENT, say), which feosctl shows as it is.
+ */
+export function isConnectFailure(details: string): boolean {
+  return /^No connection established\b/.test(details) || /^(?:connect )?(?:ENOENT|ECONNREFUSED)\b/.test(details);
+}
+
 /** Runs feosctl with `argv` (process.argv). Exits the process with its status. */
 export async function main(argv: string[]): Promise<void> {
   // Whether commander printed its error itself (its parse errors); errors thrown by an action it does not print.
@@ -175,7 +184,9 @@ export async function main(argv: string[]): Promise<void> {
       // grpc-js's words for a feosd that is not there ("No connection established. Last error: ...
       // Resolution note: ") say the same in the operator's terms.
       const o = program.opts<{ socket: string; tcp?: string }>();
-      if (e.code === 14 && /No connection established|ENOENT|ECONNREFUSED/.test(e.details ?? '')) {
+      // Only grpc-js's own failure to connect: feosd's UNAVAILABLE answers (a store that failed with
+      // ENOENT, say) are shown as they are.
+      if (e.code === 14 && isConnectFailure(e.details ?? '')) {
         const where = o.tcp
           ? `nothing answers at ${o.tcp}; pass --tcp`
           : /ENOENT/.test(e.details ?? '')

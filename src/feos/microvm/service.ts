@@ -144,7 +144,8 @@ export class MicroVmService extends EventEmitter<{ exit: [MicroVmExit] }> {
         try {
           await this.#attachQmp(rt);
           this.#watchAdopted(rt);
-          this.#opts.log.info({ id, pid: record.pid }, 'microVM taken over');
+          const state = await this.#settleTakenOver(rt);
+          this.#opts.log.info({ id, pid: record.pid, state: MicroVmState[state] }, 'microVM taken over');
           continue;
         } catch (err: unknown) {
           this.#opts.log.warn({ id, pid: record.pid, err: errorMessage(err) }, 'microVM: QMP unreachable; ending it');
@@ -153,6 +154,59 @@ export class MicroVmService extends EventEmitter<{ exit: [MicroVmExit] }> {
       }
       await this.#setState(rt, MicroVmState.CRASHED, 'QEMU ended while feosd was away');
     }
+  }
+
+  /**
+   * A QEMU taken over whose vCPUs do not run (a feosd killed during a suspend or a resume leaves it
+   * so): a migration still writing is waited for; a whole snapshot (the migration completed, the
+   * stream on disk: QEMU in `postmigrate`, or `paused` after loading one) makes the microVM SUSPENDED
+   * (QEMU quits, the snapshot is kept); paused without one, its vCPUs run again (`cont`). Never RUNNING
+   * while the vCPUs do not run.
+   * @returns the microVM's state after it
+   */
+  async #settleTakenOver(rt: Runtime, loadTimeoutMs = 120_000): Promise<MicroVmState> {
+    const qmp = rt.qmp!;
+    const id = rt.record.id;
+    const p = vmPaths(this.dir(id));
+    const deadline = performance.now() + loadTimeoutMs;
+    let st = await qmp.execute<{ status: string; running: boolean }>('query-status');
+    let mig = await qmp.execute<{ status?: string }>('query-migrate');
+    // A migration (out to the snapshot, or in from it) still running ends first.
+    while (!st.running && (st.status === 'inmigrate' || st.status === 'finish-migrate' || ['setup', 'active', 'device', 'pre-switchover'].includes(mig.status ?? ''))) {
+      if (performance.now() > deadline) {
+        await qmp.execute('migrate_cancel').catch(() => {});
+        break;
+      }
+      await new Promise((r) => setTimeout(r, 50));
+      st = await qmp.execute('query-status');
+      mig = await qmp.execute('query-migrate');
+    }
+    if (st.running) return MicroVmState.RUNNING;
+    if ((st.status === 'postmigrate' || mig.status === 'completed') && existsSync(p.vmstate)) {
+      rt.expectingExit = true;
+      await qmp.execute('quit').catch(() => {});
+      const ended = await Promise.race([rt.exited, new Promise((r) => setTimeout(() => r(undefined), 5000))]);
+      if (ended === undefined) {
+        killPid(rt.record.pid);
+        await rt.exited;
+      }
+      rt.expectingExit = false;
+      const fh = await open(p.vmstate, 'r');
+      await fh.sync();
+      await fh.close();
+      await run('fallocate', ['--dig-holes', p.vmstate]).catch(() => {});
+      rt.record.snapshotBytes = BigInt((await stat(p.vmstate)).size);
+      await this.#setState(rt, MicroVmState.SUSPENDED, `suspended (its snapshot was whole when feosd took it over, QEMU ${st.status})`);
+      this.#opts.log.warn({ id, qemu: st.status }, 'taken over: QEMU was paused with a whole snapshot; the microVM is SUSPENDED');
+      return MicroVmState.SUSPENDED;
+    }
+    // Paused with no whole snapshot: nothing was handed over; the vCPUs run on.
+    await qmp.execute('cont');
+    await rm(p.vmstate, { force: true });
+    rt.record.snapshotBytes = 0n;
+    await this.#write(rt);
+    this.#opts.log.warn({ id, qemu: st.status, migration: mig.status ?? 'none' }, 'taken over: QEMU was paused without a whole snapshot; its vCPUs run again');
+    return MicroVmState.RUNNING;
   }
 
   /**

@@ -201,12 +201,29 @@ export interface ExpectedObject {
   sha256: string;
 }
 
+/** A write to the node's own disk that failed while an object was copied (the store is not to blame). */
+class LocalWriteError extends Error {
+  readonly path: string;
+  constructor(path: string, cause: unknown) {
+    super(`${path}: ${errorMessage(cause)}`, { cause });
+    this.path = path;
+  }
+  /** UNAVAILABLE naming the node's file and whether its disk is full, not the store. */
+  toFeos(): FeosError {
+    const code = (this.cause as NodeJS.ErrnoException).code;
+    const why = code === 'ENOSPC' || code === 'EDQUOT' ? "this node's state dir is full (the object store is not)" : "this node's state dir failed";
+    return new FeosError('UNAVAILABLE', `${why}: writing ${this.message}; nothing was restored`, { cause: this.cause });
+  }
+}
+
 /**
  * Copies an object from the store to `path` (made anew, fsynced), checking its size and SHA-256
  * against what the manifest says; a file that differs is removed.
  * @param what names the checkpoint in messages ("checkpoint C of pod P")
  * @throws FeosError DATA_LOSS naming the object, what the manifest says and what was read (also when
- *   the object is missing: the manifest names it); UNAVAILABLE when the store fails
+ *   the object is missing: the manifest names it); UNAVAILABLE when the store fails ("object store
+ *   URL: ...") or the node's disk does ("this node's state dir is full (the object store is not):
+ *   writing PATH: ENOSPC ..." or "this node's state dir failed: ...")
  */
 export async function fetchVerified(store: ObjectStore, want: ExpectedObject, path: string, what: string, signal?: AbortSignal): Promise<void> {
   const hash = createHash('sha256');
@@ -217,13 +234,22 @@ export async function fetchVerified(store: ObjectStore, want: ExpectedObject, pa
       for await (const chunk of store.get(want.key, { signal })) {
         hash.update(chunk);
         size += chunk.byteLength;
-        await fh.write(chunk);
+        try {
+          await fh.write(chunk);
+        } catch (err: unknown) {
+          throw new LocalWriteError(path, err);
+        }
       }
     } catch (err: unknown) {
+      if (err instanceof LocalWriteError) throw err.toFeos();
       if (err instanceof ObjectNotFoundError) throw new FeosError('DATA_LOSS', `${what}: ${want.key}, which its manifest names, is missing; nothing was restored`);
-      throw new FeosError('UNAVAILABLE', `object store: ${errorMessage(err)}`, { cause: err });
+      throw new FeosError('UNAVAILABLE', `object store ${store.url}: ${errorMessage(err)}`, { cause: err });
     }
-    await fh.sync();
+    try {
+      await fh.sync();
+    } catch (err: unknown) {
+      throw new LocalWriteError(path, err).toFeos();
+    }
   } catch (err: unknown) {
     await fh.close().catch(() => {});
     await rm(path, { force: true });

@@ -22,6 +22,13 @@ import { podDiskPath } from './bring-up.ts';
 import { checkpointKey, DISK_FILE, fileChunks, manifestBytes, MEMORY_FILE, newCheckpointName, volumeKey, type CheckpointFile, type CheckpointVolume } from './checkpoint.ts';
 import type { PodCore } from './core.ts';
 import { suspendLocked } from './lifecycle.ts';
+import { removeInFlight, writeInFlight } from './in-flight.ts';
+import { dirname } from 'node:path';
+
+/** The node's state dir (the pods' records are its `pods/`). */
+export function stateDirOf(core: PodCore): string {
+  return dirname(core.o.records.dir);
+}
 
 /** The steps of a hibernation, in order; a ResumePod abandons one before `manifest`. */
 export type HibernationStep = 'waiting' | 'suspend' | 'upload' | 'manifest' | 'release';
@@ -128,11 +135,20 @@ async function hibernateLocked(core: PodCore, pod: PodInfo, h: Hibernation): Pro
     files.push({ name: `volume ${v.name}`, key: volumeKey(v.volumeId, h.checkpoint), path: await o.volumes!.ensureDisk(v.volumeId), volume: v });
   }
   for (const f of files) h.bytesTotal += (await stat(f.path)).size;
+  // A kill from here on is found by the next feosd: with the manifest in the store it finishes the
+  // release, without it it withdraws the uploads (src/feos/pods/recovery.ts).
+  try {
+    await writeInFlight(stateDirOf(core), { id, kind: 'hibernate', checkpoint: h.checkpoint, token: '' });
+  } catch (err: unknown) {
+    throw new FeosError('UNAVAILABLE', `hibernate pod ${id}: the node's state dir: ${errorMessage(err)}; nothing was uploaded, the pod stays ${PodState[pod.state]} on the node`, { cause: err });
+  }
   h.step = 'upload';
   const written: CheckpointFile[] = [];
   const volumes: CheckpointVolume[] = [];
   const removeUploads = async () => {
     for (const f of files) await store.delete(f.key).catch(() => {});
+    // Half-written objects and the checkpoint's directories go too.
+    for (const f of files) await store.deleteLeftovers?.(f.key.slice(0, f.key.lastIndexOf('/'))).catch(() => {});
   };
   try {
     let before = 0;
@@ -164,6 +180,7 @@ async function hibernateLocked(core: PodCore, pod: PodInfo, h: Hibernation): Pro
     if (h.abandon.signal.aborted) throw abandoned(id);
   } catch (err: unknown) {
     await removeUploads();
+    await removeInFlight(stateDirOf(core), id, 'hibernate').catch(() => {});
     if (h.abandon.signal.aborted) throw abandoned(id);
     throw new FeosError('UNAVAILABLE', `hibernate pod ${id}: upload: ${errorMessage(err)}; the pod stays ${PodState[pod.state]} on the node`, { cause: err });
   }
@@ -187,21 +204,34 @@ async function hibernateLocked(core: PodCore, pod: PodInfo, h: Hibernation): Pro
     );
   } catch (err: unknown) {
     await removeUploads();
+    await removeInFlight(stateDirOf(core), id, 'hibernate').catch(() => {});
     throw new FeosError('UNAVAILABLE', `hibernate pod ${id}: manifest: ${errorMessage(err)}; the pod stays ${PodState[pod.state]} on the node`, { cause: err });
   }
-  // Its local files and its network place go (seed "Addresses": as a delete does); its volumes are
-  // CHECKPOINTED, their data in the store alone (seed "Volumes").
   h.step = 'release';
+  return releaseHibernated(core, pod, h.checkpoint, h.memory, volumes);
+}
+
+/**
+ * The release that ends a hibernation whose manifest is in the store (the commit point): the pod's
+ * local files and its network place go (seed "Addresses": as a delete does), its volumes are
+ * CHECKPOINTED, their data in the store alone (seed "Volumes"), the pod is HIBERNATED naming the
+ * checkpoint, and its in-flight marker goes. Idempotent: each step finds its work done or does it, so
+ * the next feosd runs it again after a kill (src/feos/pods/recovery.ts).
+ */
+export async function releaseHibernated(core: PodCore, pod: PodInfo, checkpoint: string, memory: boolean, volumes: CheckpointVolume[]): Promise<PodInfo> {
+  const o = core.o;
+  const id = pod.id;
   await o.vms.delete(id);
-  await rm(disk, { force: true });
+  await rm(podDiskPath(core, id), { force: true });
   for (const v of volumes) await o.volumes!.checkpointed(v.volumeId, id, { key: v.key, sizeBytes: v.fileSizeBytes, sha256: v.sha256 });
   if (pod.spec!.network) {
     await o.network.tearDown(pod).catch((err: unknown) => o.log.warn({ id, err: errorMessage(err) }, 'hibernate: network tear-down failed'));
   }
   pod.ipv6Address = '';
   pod.ipv4Address = '';
-  pod.checkpoint = h.checkpoint;
-  await core.setState(pod, PodState.HIBERNATED, `hibernated to checkpoint ${h.checkpoint}${h.memory ? '' : ' (its disk alone)'}`);
+  pod.checkpoint = checkpoint;
+  await core.setState(pod, PodState.HIBERNATED, `hibernated to checkpoint ${checkpoint}${memory ? '' : ' (its disk alone)'}`);
+  await removeInFlight(stateDirOf(core), id, 'hibernate');
   return o.records.get(id)!;
 }
 
@@ -215,7 +245,31 @@ export async function dropCheckpoint(core: PodCore, pod: PodInfo): Promise<void>
   try {
     if (await store.exists(checkpointKey(pod.id, pod.checkpoint, 'restored'))) return;
     for (const k of await store.list(`pods/${pod.id}/${pod.checkpoint}`)) await store.delete(k);
+    await store.deleteLeftovers?.(`pods/${pod.id}/${pod.checkpoint}`);
   } catch (err: unknown) {
     core.log.warn({ id: pod.id, checkpoint: pod.checkpoint, err: errorMessage(err) }, 'delete: the checkpoint was not removed from the object store');
+  }
+}
+
+/**
+ * A deleted pod's claimed checkpoints leave the store: their data went with the restore, and their
+ * manifest and claim (`restored`) were kept as history while the pod lived. The manifest goes first, so
+ * no restore ever sees a manifest without its claim. A pod HIBERNATED here keeps its own checkpoint's
+ * history (another node runs it). Failures are logged.
+ */
+export async function dropClaimedCheckpoints(core: PodCore, pod: PodInfo): Promise<void> {
+  const store = core.o.objectStore;
+  if (!store || pod.state === PodState.HIBERNATED) return;
+  try {
+    const keys = await store.list(`pods/${pod.id}`);
+    for (const k of keys) {
+      const m = /^(pods\/[^/]+\/[^/]+)\/restored$/.exec(k);
+      if (!m) continue;
+      for (const other of keys.filter((x) => x.startsWith(`${m[1]}/`) && x !== k)) await store.delete(other);
+      await store.delete(k);
+      await store.deleteLeftovers?.(m[1]);
+    }
+  } catch (err: unknown) {
+    core.log.warn({ id: pod.id, err: errorMessage(err) }, 'delete: its claimed checkpoints were not removed from the object store');
   }
 }

@@ -11,7 +11,7 @@ import { snapshotTimeoutMs, suspendBudgetMs } from './budget.ts';
 import { PUSH_MS, RESUME_PING_MS, SHUTDOWN_WAIT_MS } from './actions.ts';
 import { podDiskPath } from './bring-up.ts';
 import type { PodCore } from './core.ts';
-import { dropCheckpoint } from './hibernate.ts';
+import { dropCheckpoint, dropClaimedCheckpoints } from './hibernate.ts';
 
 /** StopPod: ends a bring-up, shuts the microVM down (or kills it), discards a snapshot: STOPPED. */
 export async function stopPod(core: PodCore, id: string): Promise<PodInfo> {
@@ -52,6 +52,7 @@ export async function deletePod(core: PodCore, id: string): Promise<void> {
     await rm(podDiskPath(core, id), { force: true });
     if (pod.spec!.network && pod.state !== PodState.HIBERNATED) await o.network.tearDown(pod);
     if (pod.state === PodState.HIBERNATED) await dropCheckpoint(core, pod);
+    else await dropClaimedCheckpoints(core, pod);
     await o.volumes?.release(id);
     if (core.entries.get(id) === entry) core.entries.delete(id);
     core.pullTokens.delete(id);

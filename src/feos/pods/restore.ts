@@ -27,7 +27,10 @@ import { normalizeSpec } from './spec.ts';
 import { POD_RECORD_VERSION } from './records.ts';
 import type { PodNetworkAttachment } from './network.ts';
 import { createMicroVm, podDiskPath, startBringUp } from './bring-up.ts';
-import { checkpointKey, DISK_FILE, fetchVerified, listCheckpoints, MEMORY_FILE, parseCheckpointName, readManifest } from './checkpoint.ts';
+import { type CheckpointManifest, checkpointKey, DISK_FILE, fetchVerified, listCheckpoints, MEMORY_FILE, parseCheckpointName, readManifest } from './checkpoint.ts';
+import { stateDirOf } from './hibernate.ts';
+import { removeInFlight, writeInFlight } from './in-flight.ts';
+import { randomBytes } from 'node:crypto';
 import type { PodCore } from './core.ts';
 import { resumeLocked } from './lifecycle.ts';
 
@@ -115,7 +118,11 @@ async function restoreLocked(core: PodCore, id: string, existing: PodInfo | unde
     const rec = o.volumes?.get(v.volumeId);
     if (!o.volumes) throw new FeosError('FAILED_PRECONDITION', `volume ${v.volumeId}: this node has no volumes`);
     if (rec && !(rec.state === VolumeState.CHECKPOINTED && rec.podId === id)) {
-      throw new FeosError('FAILED_PRECONDITION', `volume ${v.volumeId} of checkpoint ${checkpoint} is on this node already (${VolumeState[rec.state]}${rec.podId ? `, pod ${rec.podId}` : ''})`);
+      const hint =
+        rec.state === VolumeState.CHECKPOINTED
+          ? `: its record names an older checkpoint (${rec.checkpointKey}), which a restore elsewhere took; remove the stale record with \`feosctl volume delete ${v.volumeId}\` and restore again`
+          : ': detach it from its pod, or delete it, first';
+      throw new FeosError('FAILED_PRECONDITION', `volume ${v.volumeId} of checkpoint ${checkpoint} is on this node already (${VolumeState[rec.state]}${rec.podId ? `, pod ${rec.podId}` : ''})${hint}`);
     }
   }
   if (spec!.network) {
@@ -133,32 +140,46 @@ async function restoreLocked(core: PodCore, id: string, existing: PodInfo | unde
   const what = `checkpoint ${checkpoint} of pod ${id}`;
   const tmpVolume = (vid: string) => `${o.volumes!.diskPath(vid)}.restore`;
   await mkdir(o.disksDir, { recursive: true });
+  const stateDir = stateDirOf(core);
+  const token = randomBytes(8).toString('hex');
+  let won = false;
   try {
     await fetchVerified(store, file(DISK_FILE), tmpDisk, what);
     if (memory) await fetchVerified(store, file(MEMORY_FILE), tmpMemory, what);
     for (const v of m.volumes) await fetchVerified(store, { key: v.key, sizeBytes: v.fileSizeBytes, sha256: v.sha256 }, tmpVolume(v.volumeId), what);
-    const claim = new TextEncoder().encode(`${JSON.stringify({ node: hostname(), at: new Date().toISOString(), memory })}\n`);
-    let won: boolean;
+    // A kill after the claim is found by the next feosd, which finishes the restore (recovery.ts).
+    try {
+      await writeInFlight(stateDir, { id, kind: 'restore', checkpoint, token });
+    } catch (err: unknown) {
+      throw new FeosError('UNAVAILABLE', `this node's state dir: ${errorMessage(err)}; nothing was restored`, { cause: err });
+    }
+    const claim = new TextEncoder().encode(`${JSON.stringify({ node: hostname(), stateDir, token, at: new Date().toISOString(), memory })}\n`);
     try {
       won = await store.putIfAbsent(claimKey, claim);
     } catch (err: unknown) {
-      throw new FeosError('UNAVAILABLE', `object store: ${errorMessage(err)}`, { cause: err });
+      throw new FeosError('UNAVAILABLE', `object store ${store.url}: ${errorMessage(err)}`, { cause: err });
     }
     if (!won) throw await restoredAlready();
-    // The disk names its backing file by path: this node's copy of the guest version's blank volume.
-    await run('qemu-img', ['rebase', '-u', '-F', 'qcow2', '-b', join(guestDir, 'data.qcow2'), tmpDisk]);
-    await rename(tmpDisk, disk);
-    for (const v of m.volumes) {
-      await rename(tmpVolume(v.volumeId), o.volumes!.diskPath(v.volumeId));
-      if (o.volumes!.get(v.volumeId)) await o.volumes!.opened(v.volumeId, id);
-      else await o.volumes!.adopt({ id: v.volumeId, sizeBytes: BigInt(v.sizeBytes), labels: v.labels, formatted: v.formatted }, id);
-    }
+    await placeRestoredFiles(core, id, m, guestDir);
   } catch (err: unknown) {
-    await rm(tmpDisk, { force: true });
+    if (!won) {
+      await rm(tmpDisk, { force: true });
+      await rm(tmpMemory, { force: true });
+      for (const v of m.volumes) await rm(tmpVolume(v.volumeId), { force: true });
+      await removeInFlight(stateDir, id, 'restore').catch(() => {});
+      core.log.warn({ id, checkpoint, err: errorMessage(err) }, 'restore: refused; nothing was restored');
+      if (err instanceof FeosError) throw err;
+      throw new FeosError('INTERNAL', `restore pod ${id}: ${errorMessage(err)}; nothing was restored`, { cause: err });
+    }
+    // The checkpoint is this node's now: the pod is recorded FAILED with what it has, never lost.
+    const pod = existing ?? create(PodInfoSchema, { id, spec, state: PodState.STOPPED, createdAt: timestampNow(), stateChangedAt: timestampNow(), recordVersion: POD_RECORD_VERSION });
+    pod.guestVersion = m.guestVersion;
+    pod.checkpoint = '';
     await rm(tmpMemory, { force: true });
-    for (const v of m.volumes) await rm(tmpVolume(v.volumeId), { force: true });
-    if (err instanceof FeosError) throw err;
-    throw new FeosError('INTERNAL', `restore pod ${id}: ${errorMessage(err)}; nothing was restored`, { cause: err });
+    await core.setState(pod, PodState.FAILED, `restore of checkpoint ${checkpoint}: ${errorMessage(err)}`);
+    await removeInFlight(stateDir, id, 'restore').catch(() => {});
+    await dropClaimedData(core, id, checkpoint, m);
+    throw new FeosError('INTERNAL', `restore pod ${id}: ${errorMessage(err)}; the checkpoint is claimed: the pod is FAILED on this node`, { cause: err });
   }
   const now = timestampNow();
   const pod =
@@ -194,10 +215,51 @@ async function restoreLocked(core: PodCore, id: string, existing: PodInfo | unde
     if (p.state !== PodState.FAILED) await core.setState(p, PodState.FAILED, `restore: ${errorMessage(err)}`);
     throw err instanceof FeosError ? err : new FeosError('INTERNAL', `restore pod ${id}: ${errorMessage(err)}; the pod is FAILED with its disk`, { cause: err });
   } finally {
-    // The claimed checkpoint's data are this node's now; its manifest and claim stay as its history.
-    for (const key of [checkpointKey(id, checkpoint, MEMORY_FILE), checkpointKey(id, checkpoint, DISK_FILE), ...m.volumes.map((v) => v.key)]) {
-      await store.delete(key).catch((err: unknown) => core.log.warn({ id, checkpoint, key, err: errorMessage(err) }, 'restore: a checkpoint file was not removed'));
-    }
+    await removeInFlight(stateDir, id, 'restore').catch((err: unknown) => core.log.warn({ id, err: errorMessage(err) }, 'restore: its in-flight marker was not removed'));
+    await dropClaimedData(core, id, checkpoint, m);
   }
   return o.records.get(id)!;
+}
+
+/**
+ * Removes a claimed checkpoint's data from the store (they are this node's now); its manifest and
+ * claim stay as its history until the pod is deleted. Failures are logged.
+ */
+export async function dropClaimedData(core: PodCore, id: string, checkpoint: string, m: CheckpointManifest): Promise<void> {
+  const store = core.o.objectStore!;
+  for (const key of [checkpointKey(id, checkpoint, MEMORY_FILE), checkpointKey(id, checkpoint, DISK_FILE), ...m.volumes.map((v) => v.key)]) {
+    await store.delete(key).catch((err: unknown) => core.log.warn({ id, checkpoint, key, err: errorMessage(err) }, 'restore: a checkpoint file was not removed'));
+  }
+}
+
+/** Where a restore copies a pod's disk, memory and a volume's disk before they take their places. */
+export function restoreTempPaths(core: PodCore, id: string): { disk: string; memory: string; volume: (volumeId: string) => string } {
+  return {
+    disk: `${podDiskPath(core, id)}.restore`,
+    memory: join(core.o.disksDir, `.${id}.memory.restore`),
+    volume: (vid) => `${core.o.volumes!.diskPath(vid)}.restore`,
+  };
+}
+
+/**
+ * After the claim: the copied disk is rebased on this node's blank data volume of the guest version and
+ * takes its place, and the volumes' disks take theirs, ATTACHED to the pod (recorded anew on a node that
+ * did not have them). Idempotent: a file already in place is left (the next feosd runs it again after a
+ * kill, recovery.ts).
+ */
+export async function placeRestoredFiles(core: PodCore, id: string, m: CheckpointManifest, guestDir: string): Promise<void> {
+  const o = core.o;
+  const tmp = restoreTempPaths(core, id);
+  if (existsSync(tmp.disk)) {
+    // The disk names its backing file by path: this node's copy of the guest version's blank volume.
+    await run('qemu-img', ['rebase', '-u', '-F', 'qcow2', '-b', join(guestDir, 'data.qcow2'), tmp.disk]);
+    await rename(tmp.disk, podDiskPath(core, id));
+  }
+  for (const v of m.volumes) {
+    if (existsSync(tmp.volume(v.volumeId))) await rename(tmp.volume(v.volumeId), o.volumes!.diskPath(v.volumeId));
+    const rec = o.volumes!.get(v.volumeId);
+    if (rec?.state === VolumeState.ATTACHED && rec.podId === id) continue;
+    if (rec) await o.volumes!.opened(v.volumeId, id);
+    else await o.volumes!.adopt({ id: v.volumeId, sizeBytes: BigInt(v.sizeBytes), labels: v.labels, formatted: v.formatted }, id);
+  }
 }

@@ -11,6 +11,7 @@
  * restore.ts; this file dispatches them and answers the reads.
  */
 import { EventEmitter } from 'node:events';
+import { existsSync } from 'node:fs';
 import { create, equals } from '@bufbuild/protobuf';
 import { timestampNow } from '@bufbuild/protobuf/wkt';
 import { ContainerStatusSchema, GuestStatusSchema, type PodEvent, type PodInfo, PodInfoSchema, PodSpecSchema, type PodSpec, PodState } from '../gen/feos/pod/v1/pod_pb.js';
@@ -23,7 +24,8 @@ import { POD_RECORD_VERSION } from './records.ts';
 import { ClockKeeper } from './clock.ts';
 import { GUEST_CALL_MS, type PodAction, RESUME_PING_MS } from './actions.ts';
 import { PodCore, type PodServiceOptions } from './core.ts';
-import { startBringUp } from './bring-up.ts';
+import { podDiskPath, startBringUp } from './bring-up.ts';
+import { recoverInFlight } from './recovery.ts';
 import { deletePod, resumeLocked, stopPod, suspendPod } from './lifecycle.ts';
 import { abandonable, hibernatePod, hibernationStatus } from './hibernate.ts';
 import { restorePod } from './restore.ts';
@@ -52,6 +54,9 @@ export class PodService extends EventEmitter<{ event: [PodEvent] }> {
     const o = core.o;
     o.vms.on('exit', (exit) => void this.#onVmExit(exit));
     await o.volumes?.recover(o.records.list().map((p) => ({ id: p.id, volumeIds: p.spec?.volumes.map((v) => v.volumeId) ?? [] })));
+    // Hibernations and restores a kill cut are settled first: no pod resumes on the node while its
+    // whole checkpoint waits in the store.
+    await recoverInFlight(core);
     for (const pod of o.records.list()) {
       const entry = core.entry(pod.id);
       const vm = o.vms.get(pod.id);
@@ -59,12 +64,24 @@ export class PodService extends EventEmitter<{ event: [PodEvent] }> {
         void startBringUp(core, pod.id, entry);
         continue;
       }
-      if (!vm) continue;
+      if (!vm) {
+        if (pod.state === PodState.SUSPENDED || pod.state === PodState.RUNNING) {
+          await core.setState(pod, PodState.FAILED, `its microVM is gone${existsSync(podDiskPath(core, pod.id)) ? '; StartPod boots its disk' : ' and so is its disk: delete the pod, or restore it from a checkpoint'}`);
+        }
+        continue;
+      }
       void entry.lock.run(async () => {
         const p = o.records.get(pod.id);
         if (!p) return;
         if (p.state === PodState.RUNNING && vm.state === MicroVmState.RUNNING) {
           await core.pushAfterAttach(p, RESUME_PING_MS).catch((err: unknown) => o.log.warn({ id: p.id, err: errorMessage(err) }, 'taken over: the guest did not answer'));
+        } else if ((p.state === PodState.SUSPENDED || p.state === PodState.STOPPED) && vm.state === MicroVmState.RUNNING) {
+          // A kill between the microVM's resume and the pod's record: its QEMU runs (seen at takeover).
+          await core.setState(p, PodState.RUNNING, 'its microVM runs (taken over after a restart)');
+          await core.pushAfterAttach(p, RESUME_PING_MS).catch((err: unknown) => o.log.warn({ id: p.id, err: errorMessage(err) }, 'taken over: the guest did not answer'));
+        } else if (p.state === PodState.SUSPENDED && vm.state !== MicroVmState.SUSPENDED) {
+          // Never SUSPENDED without a snapshot: neither ResumePod nor RestorePod could bring it back.
+          await core.setState(p, PodState.FAILED, `its microVM holds no snapshot (${MicroVmState[vm.state]}: ${vm.reason}); StartPod boots its disk`);
         } else if (p.state === PodState.RUNNING && vm.state === MicroVmState.SUSPENDED) {
           await core.setState(p, PodState.SUSPENDED, 'its microVM was suspended');
         } else if ((p.state === PodState.RUNNING || p.state === PodState.SUSPENDED) && vm.state === MicroVmState.CRASHED) {

@@ -86,7 +86,18 @@ export async function removeStopRecord(path: string): Promise<void> {
   await rm(path, { force: true });
 }
 
-/** Moves a bad record aside to `<file>.bad`, where it is kept for a look and never taken again. */
-export async function setStopRecordAside(path: string): Promise<void> {
-  await rename(path, `${path}.bad`).catch(() => {});
+/**
+ * Moves a bad record aside to `<file>.bad`, where it is kept for a look and never taken again (one
+ * there already is replaced; a directory there is removed first).
+ * @returns whether it moved, where to, and why not
+ */
+export async function setStopRecordAside(path: string): Promise<{ moved: boolean; to: string; why?: string }> {
+  const to = `${path}.bad`;
+  try {
+    await rm(to, { recursive: true, force: true });
+    await rename(path, to);
+    return { moved: true, to };
+  } catch (err: unknown) {
+    return { moved: false, to, why: errorMessage(err) };
+  }
 }

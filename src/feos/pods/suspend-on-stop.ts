@@ -34,8 +34,14 @@ export interface SuspendForStopOptions {
    * end later is cancelled at it, and the pod runs on, as on a crash of feosd.
    */
   deadline: number;
-  /** Records a suspended pod (the whole record is written again); awaited before the next is recorded. */
+  /**
+   * Records a pod before its suspend starts (the whole record is written again; one write at a time),
+   * so that a stop killed mid-suspend keeps it for the next feosd. A pod whose record cannot be written
+   * is not suspended: it runs on (a suspended pod that no record names would never be resumed).
+   */
   record(id: string): Promise<void>;
+  /** Takes a recorded pod out of the record again: its suspend failed, or it was busy to the end. */
+  unrecord?(id: string): Promise<void>;
   log: Logger;
   /** @default STOP_CONCURRENCY */
   concurrency?: number;
@@ -74,7 +80,8 @@ function until<T, U>(p: Promise<T>, deadline: number, timedOut: U): Promise<T | 
 
 /**
  * Suspends every RUNNING pod for the next feosd (seed "Suspend on stop", step 3): four at a time, each
- * recorded as soon as it is suspended. A pod whose microVM is busy (UNAVAILABLE with VmBusy) is tried
+ * recorded before its suspend starts (a pod whose record cannot be written is not suspended; one whose
+ * suspend fails is taken out of the record again). A pod whose microVM is busy (UNAVAILABLE with VmBusy) is tried
  * again every 5 s after the first pass, holding none of the four places meanwhile, until it is
  * suspended or found suspended (both recorded), or until `deadline`. A pod whose suspend fails, or that
  * is still busy then, is logged and left running. It waits for the hibernations in flight, until the
@@ -84,13 +91,28 @@ export async function suspendForStop(pods: StopPods, o: SuspendForStopOptions): 
   const concurrency = o.concurrency ?? STOP_CONCURRENCY;
   const retryMs = o.retryMs ?? BUSY_RETRY_MS;
   const result: SuspendForStopResult = { suspended: [], failed: [], busy: [] };
-  let records = Promise.resolve();
-  const record = (id: string) => {
-    result.suspended.push(id);
-    records = records.then(() =>
-      o.record(id).catch((err: unknown) => o.log.error({ id, err: errorMessage(err) }, 'suspend on stop: the record was not written')),
-    );
-    return records;
+  // The record's writes, one at a time, in order.
+  let records: Promise<unknown> = Promise.resolve();
+  const serial = (fn: () => Promise<void>): Promise<void> => {
+    const p = records.then(fn);
+    records = p.catch(() => {});
+    return p;
+  };
+  const recorded = new Set<string>();
+  const record = async (id: string): Promise<boolean> => {
+    if (recorded.has(id)) return true;
+    try {
+      await serial(() => o.record(id));
+    } catch (err: unknown) {
+      o.log.error({ id, err: errorMessage(err) }, 'suspend on stop: the record cannot be written; the pod is not suspended and runs on');
+      return false;
+    }
+    recorded.add(id);
+    return true;
+  };
+  const unrecord = async (id: string) => {
+    if (!recorded.delete(id) || !o.unrecord) return;
+    await serial(() => o.unrecord!(id)).catch((err: unknown) => o.log.error({ id, err: errorMessage(err) }, 'suspend on stop: the pod was not taken out of the record (the next feosd skips it: it is not suspended)'));
   };
   const hibernations = pods.hibernationsDone ? until(pods.hibernationsDone(), o.deadline, undefined) : Promise.resolve();
   const running = pods
@@ -99,7 +121,13 @@ export async function suspendForStop(pods: StopPods, o: SuspendForStopOptions): 
     .map((p) => p.id);
   o.log.info({ pods: running, deadlineInMs: o.deadline - Date.now() }, 'suspend on stop: suspending the running pods');
   let busy: string[] = [];
+  /** Pods whose suspend was still running at the deadline. */
+  const late = new Set<string>();
   const attempt = async (id: string) => {
+    if (!(await record(id))) {
+      result.failed.push(id);
+      return;
+    }
     const out = await until(
       pods.act(id, { kind: 'suspend', deadline: o.deadline }).then(
         (pod) => ({ pod, err: undefined as unknown }),
@@ -109,18 +137,21 @@ export async function suspendForStop(pods: StopPods, o: SuspendForStopOptions): 
       'late' as const,
     );
     if (out === 'late') {
+      late.add(id);
       busy.push(id);
       return;
     }
     if (out.pod?.state === PodState.SUSPENDED) {
-      await record(id);
+      result.suspended.push(id);
       o.log.info({ id }, 'suspend on stop: suspended');
     } else if (out.err instanceof FeosError && out.err.busy) {
       busy.push(id);
     } else if (pods.list().find((p) => p.id === id)?.state !== PodState.RUNNING) {
       // Gone, stopped or hibernated meanwhile (a hibernation in flight ends so): not the stop's to suspend.
+      await unrecord(id);
       o.log.info({ id, err: errorMessage(out.err) }, 'suspend on stop: the pod does not run any more; skipped');
     } else {
+      await unrecord(id);
       result.failed.push(id);
       o.log.error({ id, err: out.err === undefined ? `the pod is ${PodState[out.pod?.state ?? 0]}` : errorMessage(out.err) }, 'suspend on stop: the suspend failed; the pod ends with feosd');
     }
@@ -136,7 +167,9 @@ export async function suspendForStop(pods: StopPods, o: SuspendForStopOptions): 
     busy.push(...(await pool(again, concurrency, () => Date.now() < o.deadline, attempt)));
   }
   result.busy = busy;
-  if (busy.length > 0) o.log.error({ pods: busy }, 'suspend on stop: still busy at the end of the grace; these pods end with feosd');
+  if (busy.length > 0) o.log.error({ pods: busy }, 'suspend on stop: still busy at the end of the grace; these pods run on after feosd ends');
+  // A pod whose suspend is still running at the deadline stays recorded: it may end suspended.
+  for (const id of busy) if (!late.has(id)) await unrecord(id);
   await hibernations;
   await records;
   return result;

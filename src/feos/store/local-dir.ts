@@ -6,8 +6,8 @@
  * one host (or on hosts sharing the directory) can use one store.
  */
 import { createHash, randomBytes } from 'node:crypto';
-import { createReadStream, type Dirent } from 'node:fs';
-import { link, mkdir, open, readdir, readFile, rename, rm, stat } from 'node:fs/promises';
+import { createReadStream, type Dirent, existsSync } from 'node:fs';
+import { link, mkdir, open, readdir, readFile, rename, rm, rmdir, stat } from 'node:fs/promises';
 import { dirname, join } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { errorMessage } from '../api/index.ts';
@@ -19,6 +19,32 @@ async function syncDir(dir: string): Promise<void> {
     await fh.sync();
   } finally {
     await fh.close();
+  }
+}
+
+/**
+ * `mkdir -p` that names the real cause: Node's recursive mkdir reports ENOENT where a parent refuses
+ * new entries (a read-only file system, no write permission); each missing directory is then made on
+ * its own, and the first one's error (EROFS, EACCES, ENOSPC, ENOTDIR) is thrown.
+ */
+async function makeDirs(dir: string): Promise<void> {
+  try {
+    await mkdir(dir, { recursive: true });
+    return;
+  } catch (err: unknown) {
+    if ((err as NodeJS.ErrnoException).code !== 'ENOENT') throw err;
+  }
+  const missing: string[] = [];
+  for (let d = dir; !existsSync(d); d = dirname(d)) {
+    missing.push(d);
+    if (dirname(d) === d) break;
+  }
+  for (const d of missing.reverse()) {
+    try {
+      await mkdir(d);
+    } catch (err: unknown) {
+      if ((err as NodeJS.ErrnoException).code !== 'EEXIST') throw err;
+    }
   }
 }
 
@@ -52,7 +78,7 @@ export class LocalDirObjectStore implements ObjectStore {
     const tmp = join(dirname(path), `.${key.split('/').at(-1)}.${randomBytes(4).toString('hex')}.part`);
     let step = 'mkdir';
     try {
-      await mkdir(dirname(path), { recursive: true });
+      await makeDirs(dirname(path));
       step = 'open';
       const fh = await open(tmp, 'wx', 0o600);
       const hash = createHash('sha256');
@@ -89,7 +115,7 @@ export class LocalDirObjectStore implements ObjectStore {
     const path = this.#path(key);
     const tmp = join(dirname(path), `.${key.split('/').at(-1)}.${randomBytes(4).toString('hex')}.part`);
     try {
-      await mkdir(dirname(path), { recursive: true });
+      await makeDirs(dirname(path));
       const fh = await open(tmp, 'wx', 0o600);
       try {
         await fh.writeFile(body);
@@ -163,6 +189,22 @@ export class LocalDirObjectStore implements ObjectStore {
     const clean = prefix.replace(/\/+$/, '');
     await walk(clean ? this.#path(clean) : this.root, clean);
     return keys.sort();
+  }
+
+  /** Removes the `.part` files below `prefix`, then its directory and its parent when they are empty. */
+  async deleteLeftovers(prefix: string): Promise<void> {
+    const dir = this.#path(prefix.replace(/\/+$/, ''));
+    let entries: Dirent[];
+    try {
+      entries = await readdir(dir, { withFileTypes: true });
+    } catch {
+      return;
+    }
+    for (const e of entries) if (e.isFile() && e.name.startsWith('.') && e.name.endsWith('.part')) await rm(join(dir, e.name), { force: true });
+    for (const d of [dir, dirname(dir)]) {
+      if (d === this.root) break;
+      await rmdir(d).catch(() => {});
+    }
   }
 
   async delete(key: string): Promise<void> {

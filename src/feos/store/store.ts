@@ -46,6 +46,11 @@ export interface ObjectStore {
   list(prefix: string): Promise<string[]>;
   /** Removes an object; a key without one is fine. */
   delete(key: string): Promise<void>;
+  /**
+   * Removes what cut puts left below `prefix` (half-written objects, empty directories), where the
+   * store keeps such things; only for a prefix that no put of anyone writes to any more.
+   */
+  deleteLeftovers?(prefix: string): Promise<void>;
 }
 
 /** A store call that failed: the key and the step are named, the system's error is the cause. */
