@@ -1,0 +1,72 @@
+// The takeover of a microVM whose feosd was killed during a suspend (seed 000, "takeover" after a
+// restart; "Suspend on stop": a stop that is killed keeps what it did), without a VM: a stand-in QEMU
+// (fake-qemu.ts) answers QMP as QEMU does in `postmigrate` (the snapshot whole) or `paused` (none),
+// and a real feosd takes it over. Never RUNNING while its vCPUs do not run.
+import assert from 'node:assert/strict';
+import { spawn } from 'node:child_process';
+import { once } from 'node:events';
+import { existsSync, mkdirSync, readFileSync, writeFileSync } from 'node:fs';
+import { join } from 'node:path';
+import { test } from 'node:test';
+import { create, toBinary } from '@bufbuild/protobuf';
+import { timestampNow } from '@bufbuild/protobuf/wkt';
+import { MicroVmSchema, MicroVmState } from '../../src/feos/gen/feos/microvm/v1/microvm_pb.js';
+import { PodInfoSchema, PodState } from '../../src/feos/gen/feos/pod/v1/pod_pb.js';
+import { pidStartTicks } from '../../src/feos/microvm/proc.ts';
+import { startFeosd, tempDir, until } from './harness.ts';
+
+const FAKE = new URL('./fake-qemu.ts', import.meta.url).pathname;
+
+/** Lays out a RUNNING pod whose microVM is the stand-in QEMU, in `qemuStatus`/`migration`. */
+async function frozenPod(state: string, id: string, qemuStatus: string, migration: string, vmstate: boolean) {
+  const dir = join(state, 'vms', id);
+  mkdirSync(join(dir, 'snapshot'), { recursive: true });
+  if (vmstate) writeFileSync(join(dir, 'snapshot', 'vmstate'), Buffer.alloc(4096, 7));
+  const child = spawn(process.execPath, [FAKE, join(dir, 'qmp.sock'), qemuStatus, migration], { stdio: 'ignore' });
+  await until('the stand-in QEMU listens', async () => (existsSync(join(dir, 'qmp.sock')) ? true : undefined), 10_000);
+  const now = timestampNow();
+  const vm = create(MicroVmSchema, {
+    id,
+    recordVersion: 1,
+    state: MicroVmState.RUNNING,
+    vcpus: 1,
+    memoryBytes: 268435456n,
+    pid: child.pid!,
+    pidStartTicks: pidStartTicks(child.pid!)!,
+    bootId: readFileSync('/proc/sys/kernel/random/boot_id', 'utf8').trim(),
+    createdAt: now,
+    stateChangedAt: now,
+  });
+  writeFileSync(join(dir, 'microvm.pb'), toBinary(MicroVmSchema, vm));
+  mkdirSync(join(state, 'pods'), { recursive: true });
+  const pod = create(PodInfoSchema, { id, spec: { vcpus: 1, memoryBytes: 268435456n }, state: PodState.RUNNING, createdAt: now, stateChangedAt: now, recordVersion: 1 });
+  writeFileSync(join(state, 'pods', `${id}.pb`), toBinary(PodInfoSchema, pod));
+  return child;
+}
+
+test('a QEMU left in postmigrate with its whole snapshot is SUSPENDED at takeover (it quits, the snapshot stays); one paused without a snapshot runs again', { timeout: 60_000 }, async (t) => {
+  const { dir, cleanup } = tempDir('feos-takeover-');
+  t.after(cleanup);
+  const state = join(dir, 'state');
+  const frozen = await frozenPod(state, 'tkvrpstmgr1', 'postmigrate', 'completed', true);
+  t.after(() => frozen.kill('SIGKILL'));
+  const paused = await frozenPod(state, 'tkvrpaxsd01', 'paused', 'none', false);
+  t.after(() => paused.kill('SIGKILL'));
+  const frozenExit = once(frozen, 'exit');
+
+  const feosd = await startFeosd(dir);
+  t.after(() => feosd.stop('SIGKILL'));
+  const p1 = await until('the frozen pod is settled', async () => {
+    const p = (await feosd.pods.getPod({ id: 'tkvrpstmgr1' })).pod!;
+    return p.state === PodState.RUNNING ? undefined : p;
+  }, 20_000);
+  assert.equal(PodState[p1.state], 'SUSPENDED', p1.reason);
+  await frozenExit;
+  assert.ok(existsSync(join(state, 'vms', 'tkvrpstmgr1', 'snapshot', 'vmstate')), 'the snapshot is kept for the resume');
+  assert.match(feosd.stderr(), /QEMU was paused with a whole snapshot; the microVM is SUSPENDED/);
+
+  const p2 = (await feosd.pods.getPod({ id: 'tkvrpaxsd01' })).pod!;
+  assert.equal(PodState[p2.state], 'RUNNING');
+  assert.match(feosd.stderr(), /QEMU was paused without a whole snapshot; its vCPUs run again/);
+  assert.equal(paused.exitCode, null, 'its QEMU runs on');
+});
