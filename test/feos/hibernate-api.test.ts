@@ -106,3 +106,13 @@ test('feosctl pod hibernate of a pod that never booted says why and changes noth
   assert.equal((await feosd.pods.getPod({ id: 'hbndxsk0001' })).pod!.state, PodState.FAILED, 'as it was');
   assert.deepEqual(existsSync(join(dir, 'store')) ? readdirSync(join(dir, 'store')) : [], [], 'nothing put');
 });
+
+test('ResumePod with disk_only on a pod that is not HIBERNATED is INVALID_ARGUMENT, not a resume that ignores it', { timeout: 60_000 }, async (t) => {
+  const { dir, cleanup } = tempDir('feos-hbdisk-');
+  t.after(cleanup);
+  const feosd = await startFeosd(dir, { extra: ['--object-store', pathToFileURL(join(dir, 'store')).href] });
+  t.after(() => feosd.stop('SIGKILL'));
+  await feosd.pods.createPod({ id: 'hbdskxnmy01', spec: {} });
+  await waitForPod(feosd, 'hbdskxnmy01', (p) => p.state === PodState.FAILED, 30_000);
+  await assert.rejects(feosd.pods.resumePod({ id: 'hbdskxnmy01', diskOnly: true }), (e) => code(e) === status.INVALID_ARGUMENT && /disk_only applies to a HIBERNATED pod/.test(details(e)));
+});

@@ -85,6 +85,9 @@ export function hibernatePod(core: PodCore, id: string, noAbandon: boolean): Pro
     return entry.hibernation.done;
   }
   if (pod0.state === PodState.HIBERNATED) return Promise.resolve(pod0);
+  if (pod0.state === PodState.PENDING) {
+    return Promise.reject(new FeosError('FAILED_PRECONDITION', `pod ${id} is PENDING: a RUNNING, SUSPENDED, STOPPED or FAILED pod hibernates; wait for its bring-up`));
+  }
   const h: Hibernation = {
     checkpoint: newCheckpointName(),
     step: 'waiting',

@@ -278,6 +278,7 @@ export class PodService extends EventEmitter<{ event: [PodEvent] }> {
   /**
    * ResumePod: a hibernation in flight is abandoned when it may be (the pod then resumes from its
    * snapshot on the node), else waited for; a HIBERNATED pod is restored from its checkpoint.
+   * @throws FeosError INVALID_ARGUMENT for `diskOnly` on a pod that is not HIBERNATED
    */
   async #resume(id: string, keepSuspendedOnFailure: boolean, diskOnly: boolean): Promise<PodInfo> {
     const core = this.#core;
@@ -289,7 +290,12 @@ export class PodService extends EventEmitter<{ event: [PodEvent] }> {
       }
       await h.done.catch(() => {});
     }
-    const resumed = await core.locked(id, async (pod) => (pod.state === PodState.HIBERNATED ? undefined : resumeLocked(core, pod, keepSuspendedOnFailure)));
+    const resumed = await core.locked(id, async (pod) => {
+      if (pod.state === PodState.HIBERNATED) return undefined;
+      // disk_only means a fresh boot from a checkpoint's disk: a pod on the node has its own memory.
+      if (diskOnly) throw new FeosError('INVALID_ARGUMENT', `pod ${id} is ${PodState[pod.state]}: disk_only applies to a HIBERNATED pod's restore; resume it without, or stop it and start it for a fresh boot`);
+      return resumeLocked(core, pod, keepSuspendedOnFailure);
+    });
     return resumed ?? restorePod(core, id, { diskOnly });
   }
 
