@@ -236,8 +236,10 @@ export class NodeAgent {
     const unchanged = JSON.stringify(status, (k, v: unknown) => (k === 'lastHeartbeatTime' ? undefined : v));
     const at = Date.now();
     if (opts.ifChanged && this.#posted?.status === unchanged && at - this.#posted.at < NODE_STATUS_REPORT_MS) {
-      await this.#cp.json('GET', `/api/v1/nodes/${encodeURIComponent(name)}`);
-      return;
+      const onServer = await this.#cp.json<V1Node>('GET', `/api/v1/nodes/${encodeURIComponent(name)}`);
+      // As the kubelet compares with the Node it read: a condition someone else changed (the node
+      // lifecycle controller's Ready=Unknown after a late Lease renewal) is put right at once.
+      if (sameConditions(onServer.status?.conditions, conditions)) return;
     }
     await this.#cp.json('PATCH', `/api/v1/nodes/${encodeURIComponent(name)}/status`, { body: { status }, contentType: 'application/merge-patch+json' });
     this.#posted = { status: unchanged, at };
@@ -272,4 +274,12 @@ export class NodeAgent {
       contentType: 'application/merge-patch+json',
     });
   }
+}
+
+/** Whether every condition the node posts has the same status and reason on the server's Node. */
+function sameConditions(onServer: V1NodeCondition[] | undefined, ours: V1NodeCondition[]): boolean {
+  return ours.every((c) => {
+    const s = onServer?.find((o) => o.type === c.type);
+    return s !== undefined && s.status === c.status && s.reason === c.reason;
+  });
 }

@@ -79,6 +79,19 @@ test('kube32-sim runs, serves, checkpoints and restores pods, and drains itself'
     assert.match(r.stdout, /w2\s+Ready/);
   });
 
+  await t.test('a Ready condition someone else changed (the node lifecycle controller) is put right at the next heartbeat', async () => {
+    const node = await c.admin.json<V1Node>('GET', '/api/v1/nodes/w1');
+    const conditions = (node.status?.conditions ?? []).map((x) =>
+      x.type === 'Ready' ? { ...x, status: 'Unknown', reason: 'NodeStatusUnknown', message: 'Kubelet stopped posting node status.' } : x);
+    await c.admin.json('PATCH', '/api/v1/nodes/w1/status', { body: { status: { conditions } }, contentType: 'application/merge-patch+json' });
+    const ready = await c.until('w1 Ready again', async () => {
+      const n = await c.admin.json<V1Node>('GET', '/api/v1/nodes/w1');
+      const r = n.status?.conditions?.find((x) => x.type === 'Ready');
+      return r?.status === 'True' ? r : undefined;
+    }, 30_000);
+    assert.equal(ready.reason, 'KubeletReady');
+  });
+
   const port1 = await freePort('127.0.0.2');
   let snapshot: Buffer | undefined;
   let countBefore = 0;
