@@ -147,6 +147,9 @@ export function createKubeletServer(opts: KubeletServerOptions): Server {
         if (!res.write(chunk)) await Promise.race([once(res, 'drain'), once(res, 'close')]);
       }
       if (!res.destroyed) {
+        // `leave=running` thaws before the answer ends: a caller that has the whole snapshot finds the pod
+        // serving again (its next request is not answered 503).
+        if (leave === 'running' && inst.frozen) await inst.thaw().catch(() => {});
         res.end();
         complete = true;
       }
