@@ -16,7 +16,10 @@
  * - memory (RSS): control plane, etcd, each kube32-sim process, and per pod.
  *
  *   node bench/scale/index.ts [--workers 10] [--pods 200] [--nodes-per-process 1] [--pods-per-thread 1]
- *                             [--max-pods N] [--timeout 1200]
+ *                             [--max-pods N] [--timeout 1200] [--drain-timeout 600]
+ *
+ * Everything measured before the drain is printed before the drain starts; a drain that does not end
+ * within --drain-timeout (seconds) is reported with how far it got.
  */
 import { type ChildProcess, spawn } from 'node:child_process';
 import { mkdirSync, readFileSync } from 'node:fs';
@@ -38,6 +41,7 @@ const { values } = parseArgs({
     'pods-per-thread': { type: 'string', default: '1' },
     'max-pods': { type: 'string' },
     timeout: { type: 'string', default: '1200' },
+    'drain-timeout': { type: 'string', default: '600' },
   },
 });
 const WORKERS = Number(values.workers);
@@ -48,7 +52,9 @@ const PODS_PER_THREAD = Number(values['pods-per-thread']);
 const MAX_PODS = Number(values['max-pods'] ?? Math.max(110, Math.ceil((2 * PODS) / WORKERS)));
 /** The longest any phase may take, ms. */
 const TIMEOUT_MS = Number(values.timeout) * 1000;
-for (const [flag, v] of Object.entries({ workers: WORKERS, pods: PODS, 'nodes-per-process': PER_PROCESS, 'pods-per-thread': PODS_PER_THREAD, 'max-pods': MAX_PODS, timeout: TIMEOUT_MS })) {
+/** How long the drain may take before the bench reports how far it got, ms. */
+const DRAIN_TIMEOUT_MS = Number(values['drain-timeout']) * 1000;
+for (const [flag, v] of Object.entries({ workers: WORKERS, pods: PODS, 'nodes-per-process': PER_PROCESS, 'pods-per-thread': PODS_PER_THREAD, 'max-pods': MAX_PODS, timeout: TIMEOUT_MS, 'drain-timeout': DRAIN_TIMEOUT_MS })) {
   if (!Number.isInteger(v) || v < 1) throw new RangeError(`--${flag} must be a whole number of 1 or more: current value is ${v}`);
 }
 
@@ -302,27 +308,6 @@ async function main(): Promise<void> {
   const simRss = pids.sims.map(rssMiB);
   const simTotal = simRss.reduce((a, b) => a + b, 0);
 
-  // Drain the fullest node.
-  const perNode = new Map<string, PodLite[]>();
-  for (const p of pods.values()) if (p.spec.nodeName) perNode.set(p.spec.nodeName, [...(perNode.get(p.spec.nodeName) ?? []), p]);
-  const [node, onNode] = [...perNode.entries()].sort((a, b) => b[1].length - a[1].length)[0]!;
-  const drainedNames = new Set(onNode.map((p) => p.metadata.name));
-  const dCpu0 = cpuAt();
-  const dApi0 = await scrapeApi(kc);
-  const dEtcd0 = await scrapeEtcd(etcd.url);
-  const d0 = performance.now();
-  const drain = await run('kubectl', ['--kubeconfig', kc, 'drain', node, '--ignore-daemonsets', '--timeout', `${TIMEOUT_MS / 1000}s`], { timeoutMs: TIMEOUT_MS + 20_000 });
-  const drainCmdS = (performance.now() - d0) / 1000;
-  if (drain.code !== 0) console.log(`kubectl drain exited ${drain.code}: ${drain.stderr.slice(-500)}`);
-  await eventually('every pod Ready elsewhere', TIMEOUT_MS, async () => [...pods.values()].filter((p) => isReady(p) && p.spec.nodeName !== node).length, (n) => n >= PODS);
-  const drainS = (performance.now() - d0) / 1000;
-  const moved = [...pods.values()].filter((p) => drainedNames.has(p.metadata.name)).length;
-  const dCpu1 = cpuAt();
-  const dApi1 = await scrapeApi(kc);
-  const dEtcd1 = await scrapeEtcd(etcd.url);
-  const dRequests = delta(dApi1.requests, dApi0.requests);
-  const dHandling = delta(dApi1.seconds, dApi0.seconds);
-
   const ms = (x: number) => `${x.toFixed(0)} ms`;
   const s = (x: number) => `${(x / 1000).toFixed(1)} s`;
   const cpuUsed = (k: keyof typeof cpu0) => (cpu1[k] - cpu0[k]).toFixed(0);
@@ -343,11 +328,45 @@ async function main(): Promise<void> {
   console.log(`| ConfigMap create during the rollout (client-node, ${rolloutMut.length} calls, ${rolloutFailed.length} failed${rolloutFailed.length ? `: ${rolloutFailed[0]}` : ''}), p50 / p99 / max | ${ms(pct(rolloutMut, 50))} / ${ms(pct(rolloutMut, 99))} / ${ms(Math.max(...rolloutMut))} |`);
   console.log(`| kubectl create configmap after, p50 / p99 (kubectl's own start ~ kubectl version: ${ms(pct(ver, 50))}) | ${ms(pct(mut, 50))} / ${ms(pct(mut, 99))} |`);
   console.log(`| kubectl get pods -A (${PODS} pods; ${listSamples} lists), p50 / p99 | ${ms(pct(lists, 50))} / ${ms(pct(lists, 99))} |`);
-  console.log(`| drain of ${node} (${onNode.length} pods) → all ${PODS} Ready elsewhere (kubectl drain returned after ${drainCmdS.toFixed(1)} s) | ${drainS.toFixed(1)} s; ${moved} moved (same name), ${onNode.length - moved} recreated |`);
-  console.log(`| during the drain: CPU seconds control plane / etcd / kube32-sim / bench; API requests, the most; API server handling summed | ${(dCpu1.cp - dCpu0.cp).toFixed(0)} / ${(dCpu1.etcd - dCpu0.etcd).toFixed(0)} / ${(dCpu1.sims - dCpu0.sims).toFixed(0)} / ${(dCpu1.bench - dCpu0.bench).toFixed(0)}; ${dRequests.slice(0, 8).map(([k, v]) => `${k} ${v}`).join(', ')}; ${dHandling.reduce((a, [, v]) => a + v, 0).toFixed(1)} s: ${dHandling.slice(0, 5).map(([k, v]) => `${k} ${v.toFixed(1)} s`).join(', ')} |`);
-  console.log(`| etcd's work during the drain | ${etcdWork(dEtcd0, dEtcd1)} |`);
   console.log(`| control plane RSS (API server, controllers, etcd client) / etcd RSS | ${cpRss.toFixed(0)} / ${etcdRss.toFixed(0)} MiB |`);
   console.log(`| kube32-sim RSS: total / per process mean / max / per pod | ${simTotal.toFixed(0)} / ${(simTotal / simRss.length).toFixed(0)} / ${Math.max(...simRss).toFixed(0)} MiB / ${((simTotal * 1024) / PODS).toFixed(0)} KiB |`);
+
+  // Drain the fullest node.
+  const perNode = new Map<string, PodLite[]>();
+  for (const p of pods.values()) if (p.spec.nodeName) perNode.set(p.spec.nodeName, [...(perNode.get(p.spec.nodeName) ?? []), p]);
+  const [node, onNode] = [...perNode.entries()].sort((a, b) => b[1].length - a[1].length)[0]!;
+  const drainedNames = new Set(onNode.map((p) => p.metadata.name));
+  const dCpu0 = cpuAt();
+  const dApi0 = await scrapeApi(kc);
+  const dEtcd0 = await scrapeEtcd(etcd.url);
+  const d0 = performance.now();
+  const drain = await run('kubectl', ['--kubeconfig', kc, 'drain', node, '--ignore-daemonsets', '--timeout', `${DRAIN_TIMEOUT_MS / 1000}s`], { timeoutMs: DRAIN_TIMEOUT_MS + 20_000 });
+  const drainCmdS = (performance.now() - d0) / 1000;
+  if (drain.code !== 0) console.log(`kubectl drain exited ${drain.code}: ${drain.stderr.slice(-500)}`);
+  const readyElsewhere = () => [...pods.values()].filter((p) => isReady(p) && p.spec.nodeName !== node).length;
+  let drainDone = true;
+  try {
+    await eventually('every pod Ready elsewhere', Math.max(1000, DRAIN_TIMEOUT_MS - (performance.now() - d0)), async () => readyElsewhere(), (n) => n >= PODS);
+  } catch {
+    drainDone = false; // reported below: how far it got
+  }
+  const drainS = (performance.now() - d0) / 1000;
+  const moved = [...pods.values()].filter((p) => drainedNames.has(p.metadata.name)).length;
+  const dCpu1 = cpuAt();
+  // A control plane still swamped by the drain may not answer: report what could be read.
+  const dApi1 = await scrapeApi(kc).catch((err: unknown): ApiMetrics => {
+    console.log(`the API server's /metrics after the drain: ${err instanceof Error ? err.message : String(err)}`);
+    return dApi0;
+  });
+  const dEtcd1 = await scrapeEtcd(etcd.url);
+  const dRequests = delta(dApi1.requests, dApi0.requests);
+  const dHandling = delta(dApi1.seconds, dApi0.seconds);
+  console.log(drainDone
+    ? `| drain of ${node} (${onNode.length} pods) → all ${PODS} Ready elsewhere (kubectl drain returned after ${drainCmdS.toFixed(1)} s) | ${drainS.toFixed(1)} s; ${moved} moved (same name), ${onNode.length - moved} recreated |`
+    : `| drain of ${node} (${onNode.length} pods): NOT DONE within --drain-timeout ${DRAIN_TIMEOUT_MS / 1000} s (kubectl drain exited ${drain.code} after ${drainCmdS.toFixed(1)} s) | ${PODS - readyElsewhere()} pods not Ready elsewhere after ${drainS.toFixed(1)} s; ${moved} kept their name |`);
+  console.log(`| during the drain: CPU seconds control plane / etcd / kube32-sim / bench; API requests, the most; API server handling summed | ${(dCpu1.cp - dCpu0.cp).toFixed(0)} / ${(dCpu1.etcd - dCpu0.etcd).toFixed(0)} / ${(dCpu1.sims - dCpu0.sims).toFixed(0)} / ${(dCpu1.bench - dCpu0.bench).toFixed(0)}; ${dRequests.slice(0, 8).map(([k, v]) => `${k} ${v}`).join(', ')}; ${dHandling.reduce((a, [, v]) => a + v, 0).toFixed(1)} s: ${dHandling.slice(0, 5).map(([k, v]) => `${k} ${v.toFixed(1)} s`).join(', ')} |`);
+  console.log(`| etcd's work during the drain | ${etcdWork(dEtcd0, dEtcd1)} |`);
+
 }
 
 try {
