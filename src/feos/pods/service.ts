@@ -206,7 +206,7 @@ export class PodService extends EventEmitter<{ event: [PodEvent] }> {
       case 'suspend':
         return suspendPod(core, id, action.deadline);
       case 'resume':
-        return this.#resume(id, action.keepSuspendedOnFailure ?? false, action.diskOnly ?? false);
+        return this.#resume(id, action.keepSuspendedOnFailure ?? false, action.diskOnly ?? false, action.keepSuspendedOnFailure ? 'resumed by feosd after its stop' : undefined);
       case 'hibernate':
         return hibernatePod(core, id, action.noAbandon ?? false);
       case 'restore':
@@ -280,7 +280,7 @@ export class PodService extends EventEmitter<{ event: [PodEvent] }> {
    * snapshot on the node), else waited for; a HIBERNATED pod is restored from its checkpoint.
    * @throws FeosError INVALID_ARGUMENT for `diskOnly` on a pod that is not HIBERNATED
    */
-  async #resume(id: string, keepSuspendedOnFailure: boolean, diskOnly: boolean): Promise<PodInfo> {
+  async #resume(id: string, keepSuspendedOnFailure: boolean, diskOnly: boolean, reason?: string): Promise<PodInfo> {
     const core = this.#core;
     const h = core.entries.get(id)?.hibernation;
     if (h) {
@@ -294,7 +294,7 @@ export class PodService extends EventEmitter<{ event: [PodEvent] }> {
       if (pod.state === PodState.HIBERNATED) return undefined;
       // disk_only means a fresh boot from a checkpoint's disk: a pod on the node has its own memory.
       if (diskOnly) throw new FeosError('INVALID_ARGUMENT', `pod ${id} is ${PodState[pod.state]}: disk_only applies to a HIBERNATED pod's restore; resume it without, or stop it and start it for a fresh boot`);
-      return resumeLocked(core, pod, keepSuspendedOnFailure);
+      return resumeLocked(core, pod, keepSuspendedOnFailure, reason);
     });
     return resumed ?? restorePod(core, id, { diskOnly });
   }
