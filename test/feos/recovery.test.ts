@@ -159,3 +159,30 @@ test("feosctl says 'is feosd running?' for a failure to connect only, never for 
   assert.ok(!isConnectFailure("hibernate pod x: upload: file:///s: put pods/x: mkdir failed: ENOENT: no such file or directory, mkdir '/s/pods'; the pod stays SUSPENDED on the node"));
   assert.ok(!isConnectFailure('object store file:///s: ECONNREFUSED'));
 });
+
+test('a cut hibernation whose store does not answer at the start keeps its marker and its pod does not start until a later start settles it', { timeout: 60_000 }, async (t) => {
+  const { dir, cleanup } = tempDir('feos-recov3-');
+  t.after(cleanup);
+  const state = join(dir, 'state');
+  const store = join(dir, 'store');
+  const id = 'rcvhbxnsd01';
+  writePod(state, id, PodState.SUSPENDED, 'suspended to hibernate');
+  mkdirSync(join(state, 'disks'), { recursive: true });
+  writeFileSync(join(state, 'disks', `${id}.qcow2`), 'disk');
+  // The manifest cannot be read (a directory: EISDIR), as a store that fails.
+  mkdirSync(join(store, 'pods', id, CK, 'manifest.json'), { recursive: true });
+  marker(state, id, 'hibernate');
+  let feosd = await startFeosd(dir, { extra: ['--object-store', pathToFileURL(store).href] });
+  t.after(() => feosd.stop('SIGKILL'));
+  assert.match(feosd.stderr(), /recovery: not settled; the marker is kept for the next start/);
+  assert.ok(existsSync(join(state, 'in-flight', `${id}.hibernate`)));
+  await assert.rejects(feosd.pods.startPod({ id }), (e: { code?: number; details?: string }) => e.code === 9 && /whether the checkpoint is whole is unknown; restart feosd once the store answers/.test(e.details ?? ''));
+  await feosd.stop('SIGKILL');
+  // The store answers again (no manifest: the hibernation did not commit): withdrawn, and the pod starts.
+  execFileSync('rm', ['-r', join(store, 'pods', id, CK, 'manifest.json')]);
+  feosd = await startFeosd(dir, { extra: ['--object-store', pathToFileURL(store).href] });
+  assert.equal(existsSync(join(state, 'in-flight', `${id}.hibernate`)), false);
+  const p = (await feosd.pods.getPod({ id })).pod!;
+  assert.equal(PodState[p.state], 'FAILED', p.reason);
+  assert.match(p.reason, /StartPod boots its disk/);
+});

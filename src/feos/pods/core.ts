@@ -63,6 +63,12 @@ export class PodCore {
    * a log or an error; the bring-up takes it, and a restart of feosd loses it.
    */
   readonly pullTokens = new Map<string, string>();
+  /**
+   * Pods whose hibernation a kill cut and whose store did not answer at feosd's start (pod ID → the
+   * checkpoint): whether the checkpoint is whole is unknown, so they do not resume on the node until a
+   * later start settles them (src/feos/pods/recovery.ts).
+   */
+  readonly unsettled = new Map<string, string>();
   readonly #emit: (ev: PodEvent) => void;
 
   constructor(opts: PodServiceOptions, emit: (ev: PodEvent) => void) {

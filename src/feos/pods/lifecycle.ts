@@ -13,6 +13,19 @@ import { podDiskPath } from './bring-up.ts';
 import type { PodCore } from './core.ts';
 import { dropCheckpoint, dropClaimedCheckpoints } from './hibernate.ts';
 
+/**
+ * Refuses to run a pod whose cut hibernation is not settled (its checkpoint may be whole in the store).
+ * @throws FeosError FAILED_PRECONDITION naming the checkpoint and what to do
+ */
+export function refuseUnsettled(core: PodCore, id: string): void {
+  const checkpoint = core.unsettled.get(id);
+  if (checkpoint === undefined) return;
+  throw new FeosError(
+    'FAILED_PRECONDITION',
+    `pod ${id}: its hibernation to checkpoint ${checkpoint} was cut by a kill of feosd and the object store did not answer at feosd's start, so whether the checkpoint is whole is unknown; restart feosd once the store answers (it then finishes or withdraws the hibernation)`,
+  );
+}
+
 /** StopPod: ends a bring-up, shuts the microVM down (or kills it), discards a snapshot: STOPPED. */
 export async function stopPod(core: PodCore, id: string): Promise<PodInfo> {
   const o = core.o;
@@ -129,6 +142,7 @@ export async function suspendPod(core: PodCore, id: string, deadline?: number): 
  *   or SUSPENDED with `keepSuspendedOnFailure`)
  */
 export async function resumeLocked(core: PodCore, pod: PodInfo, keepSuspendedOnFailure = false, reason = 'resumed by ResumePod'): Promise<PodInfo> {
+  refuseUnsettled(core, pod.id);
   const o = core.o;
   const id = pod.id;
   if (pod.state === PodState.RUNNING) return pod;

@@ -13,7 +13,9 @@
  *   leave the store. Without the claim, its copies are removed and the pod is as it was.
  * - Then every `*.restore` copy left in the disks' and volumes' dirs goes (no restore runs at start).
  *
- * A marker whose store does not answer is kept for the next start, and logged.
+ * A marker whose store does not answer is kept for the next start, and logged; such a hibernation's pod
+ * does not resume on the node meanwhile (`PodCore.unsettled`: ResumePod and StartPod are
+ * FAILED_PRECONDITION), since its checkpoint may be whole.
  */
 import { existsSync } from 'node:fs';
 import { readdir, rm } from 'node:fs/promises';
@@ -67,6 +69,7 @@ export async function recoverInFlight(core: PodCore): Promise<RecoveryOutcome[]>
       o.log.info({ id: m.id, kind: m.kind, checkpoint: m.checkpoint, outcome: r.outcome, state: state === undefined ? 'gone' : PodState[state] }, 'recovery: a cut hibernation or restore is settled');
     } catch (err: unknown) {
       out.push({ id: m.id, kind: m.kind, checkpoint: m.checkpoint, outcome: 'kept' });
+      if (m.kind === 'hibernate') core.unsettled.set(m.id, m.checkpoint);
       o.log.error({ id: m.id, kind: m.kind, checkpoint: m.checkpoint, err: errorMessage(err) }, 'recovery: not settled; the marker is kept for the next start');
     }
   }

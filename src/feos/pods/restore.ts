@@ -99,7 +99,8 @@ async function restoreLocked(core: PodCore, id: string, existing: PodInfo | unde
       (b) => new TextDecoder().decode(b).trim(),
       () => '',
     );
-    return new FeosError('FAILED_PRECONDITION', `checkpoint ${checkpoint} of pod ${id} was restored already${said ? ` (${said})` : ''}: a checkpoint is restored once`);
+    const stale = existing ? `; this node's HIBERNATED record of the pod is stale (the pod lives where it was restored): remove it with \`feosctl pod delete ${id}\`` : '';
+    return new FeosError('FAILED_PRECONDITION', `checkpoint ${checkpoint} of pod ${id} was restored already${said ? ` (${said})` : ''}: a checkpoint is restored once${stale}`);
   };
   if (await store.exists(claimKey)) throw await restoredAlready();
   let spec: PodInfo['spec'];

@@ -26,7 +26,7 @@ import { GUEST_CALL_MS, type PodAction, RESUME_PING_MS } from './actions.ts';
 import { PodCore, type PodServiceOptions } from './core.ts';
 import { podDiskPath, startBringUp } from './bring-up.ts';
 import { recoverInFlight } from './recovery.ts';
-import { deletePod, resumeLocked, stopPod, suspendPod } from './lifecycle.ts';
+import { deletePod, refuseUnsettled, resumeLocked, stopPod, suspendPod } from './lifecycle.ts';
 import { abandonable, hibernatePod, hibernationStatus } from './hibernate.ts';
 import { restorePod } from './restore.ts';
 
@@ -268,6 +268,7 @@ export class PodService extends EventEmitter<{ event: [PodEvent] }> {
       if (pod.state !== PodState.STOPPED && pod.state !== PodState.FAILED) {
         throw new FeosError('FAILED_PRECONDITION', `pod ${id} is ${PodState[pod.state]}: only a STOPPED or FAILED pod starts`);
       }
+      refuseUnsettled(core, id);
       if (pullToken) core.pullTokens.set(id, pullToken);
       await core.setState(pod, PodState.PENDING, 'started');
     });
