@@ -140,8 +140,10 @@ export class NodeAgent {
       this.#log.info({ rejoined: left }, 'updated the registered node');
     }
     this.#uid = node.metadata?.uid ?? '';
-    await this.postStatus();
+    // The Lease first: a node lifecycle controller that sees Ready=True beside a Lease a former run
+    // left (renewed before the node was lost) must not judge the node by that old renewal.
     await this.renewLease();
+    await this.postStatus();
     return node;
   }
 

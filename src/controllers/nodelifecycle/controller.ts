@@ -2,10 +2,21 @@
 import type { Informers } from '../runtime/cache.ts';
 import { Controller } from '../runtime/controller.ts';
 import type { ControllerContext } from '../runtime/context.ts';
-import { reconcileNode } from './reconcile.ts';
+import { LEASE_RENEW_INTERVAL_MS, reconcileNode } from './reconcile.ts';
 
-/** Builds the node lifecycle controller and subscribes it. */
+/**
+ * Builds the node lifecycle controller and subscribes it. A `nodeMonitorGracePeriodMs` at or below the
+ * kubelet's Lease renew interval ({@link LEASE_RENEW_INTERVAL_MS}) is not refused (short values serve tests of
+ * node loss) but logged as a warning at start: with it a healthy node turns Unknown between two renewals.
+ */
 export function newNodeLifecycleController(ctx: ControllerContext, informers: Informers): Controller {
+  const grace = ctx.timings.nodeMonitorGracePeriodMs;
+  if (grace <= LEASE_RENEW_INTERVAL_MS) {
+    ctx.log.warn(
+      { nodeMonitorGracePeriodMs: grace, leaseRenewIntervalMs: LEASE_RENEW_INTERVAL_MS },
+      `--node-monitor-grace-period ${grace / 1000}s is not longer than the kubelet's Lease renew interval (${LEASE_RENEW_INTERVAL_MS / 1000}s): healthy nodes will flap to NotReady between renewals; use more than ${LEASE_RENEW_INTERVAL_MS / 1000}s (default 40s)`,
+    );
+  }
   const c = new Controller('nodelifecycle', (k) => reconcileNode(k, ctx), { clock: ctx.clock, log: ctx.log, workers: 1 });
   informers.on('nodes', (verb, node) => {
     if (verb !== 'delete') c.enqueue(node.metadata?.name ?? '');

@@ -84,3 +84,17 @@ test('no evictions while most nodes look unhealthy at once', { timeout: 5000 }, 
   await reconcileNode('a', ctx);
   assert.deepEqual(fake.calls.filter((c) => c.op === 'deletePod' || c.op === 'replacePod'), []);
 });
+
+test('a node that comes back posting Ready=True beside its old Lease is alive: the later of renewal and heartbeat counts', { timeout: 5000 }, async () => {
+  const { ctx, fake, clock, cache } = setup();
+  await reconcileNode('a', ctx);
+  clock.advance(52_000);
+  // The node was lost (its Lease last renewed 52 s ago) and its kubelet has just posted Ready=True.
+  const n = cache.nodes.get('a')!;
+  n.status!.conditions = [{ type: 'Ready', status: 'True', lastHeartbeatTime: new Date(clock.now()).toISOString() as unknown as Date }];
+  assert.deepEqual(await reconcileNode('a', ctx), { requeueAfterMs: 40_000 });
+  assert.deepEqual(fake.calls, [], 'no Ready=Unknown, no unreachable taints');
+  clock.advance(40_000);
+  await reconcileNode('a', ctx);
+  assert.deepEqual(fake.calls.map((c) => c.op), ['patchNodeStatus', 'patchNode'], 'silent again for the grace period: Unknown');
+});

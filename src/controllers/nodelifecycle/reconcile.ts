@@ -23,14 +23,26 @@ import { isDaemonSetPod, isPodActive, migrationPolicy, nodeReadyStatus } from '.
 export const UNREACHABLE = 'node.kubernetes.io/unreachable';
 export const NOT_READY = 'node.kubernetes.io/not-ready';
 
-/** The node's liveness signal: its Lease's renew time, else its Ready heartbeat. */
+/**
+ * How often a kube32-sim kubelet renews its node Lease, in ms (10 s, as Kubernetes' kubelet). A
+ * `nodeMonitorGracePeriodMs` must be larger than this, or healthy nodes turn Unknown between renewals.
+ */
+export const LEASE_RENEW_INTERVAL_MS = 10_000;
+
+/**
+ * The node's liveness signal: its Lease's renew time together with its Ready condition's heartbeat.
+ * Either one changing counts as a probe (as Kubernetes' node lifecycle controller takes the later of the
+ * Lease's `renewTime` and Ready's `lastHeartbeatTime`): a node that comes back and posts Ready=True is alive
+ * even while its Lease still holds the renewal from before it was lost.
+ */
 function signal(ctx: ControllerContext, node: V1Node): string | undefined {
   const name = node.metadata?.name ?? '';
   const lease = ctx.cache.leases.get(name, 'kube-node-lease');
   const renew = lease?.spec?.renewTime;
-  if (renew !== undefined) return `${String(renew)}|${lease?.metadata?.resourceVersion ?? ''}`;
   const ready = node.status?.conditions?.find((c) => c.type === 'Ready');
-  return ready?.lastHeartbeatTime !== undefined ? String(ready.lastHeartbeatTime) : undefined;
+  const heartbeat = ready?.lastHeartbeatTime !== undefined ? String(ready.lastHeartbeatTime) : undefined;
+  if (renew === undefined && heartbeat === undefined) return undefined;
+  return `${renew === undefined ? '' : `${String(renew)}|${lease?.metadata?.resourceVersion ?? ''}`}#${heartbeat ?? ''}`;
 }
 
 /** How long the node has been silent, by this controller's clock. */
