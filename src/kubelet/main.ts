@@ -8,8 +8,8 @@ import { homedir, hostname } from 'node:os';
 import { join } from 'node:path';
 import { Command, CommanderError, InvalidArgumentError, Option } from 'commander';
 import { createLogger, parseBytes, parseDuration } from '../lib/index.ts';
-import { configurePodThreads } from '../wasm/index.ts';
-import { type NodeHost, type NodePlan, planNodes, startNodes } from './host.ts';
+import { configurePodThreads, MAX_PODS_PER_THREAD } from '../wasm/index.ts';
+import { MAX_NODES_PER_PROCESS, type NodeHost, type NodePlan, planNodes, startNodes } from './host.ts';
 
 function bytesOption(value: string): number {
   try {
@@ -69,10 +69,19 @@ function portOption(value: string): number {
   return n;
 }
 
-function positiveIntOption(value: string): number {
-  const n = intOption(value);
-  if (n < 1) throw new InvalidArgumentError(`expected a whole number of 1 or more: current value is "${value}"`);
-  return n;
+/**
+ * A parser of a whole number from 1 to `max` (`--nodes`, `--pods-per-thread`): one message for
+ * every value refused (not a number, a fraction, 0, negative, past `max`).
+ * @throws InvalidArgumentError `expected a whole number of 1 to <max>: current value is "<value>"`
+ */
+function rangeIntOption(max: number): (value: string) => number {
+  return (value) => {
+    const n = /^\s*\d+\s*$/.test(value) ? Number(value) : Number.NaN;
+    if (!(n >= 1 && n <= max)) {
+      throw new InvalidArgumentError(`expected a whole number of 1 to ${max}: current value is "${value}"`);
+    }
+    return n;
+  };
 }
 
 const SEVERAL_NODES_HELP = `
@@ -93,7 +102,7 @@ export function buildCommand(): Command {
     .option('--kubeconfig <file>', 'kubeconfig of the node\'s identity (default: $KUBECONFIG); one node only')
     .option('--kubeconfig-dir <dir>', 'directory holding <node>.kubeconfig for each node (instead of --kubeconfig)')
     .option('--name <node>', 'the Node\'s name; with --nodes N, the prefix of <name>-1 ... <name>-N', hostname().toLowerCase())
-    .addOption(new Option('--nodes <n>', 'how many simulated nodes this process runs (see below)').argParser(positiveIntOption).default(1))
+    .addOption(new Option('--nodes <n>', `how many simulated nodes this process runs, 1 to ${MAX_NODES_PER_PROCESS} (see below)`).argParser(rangeIntOption(MAX_NODES_PER_PROCESS)).default(1))
     .option('--address <ip>', 'address of the node and its pods (one per worker: 127.0.0.2, 127.0.0.3, ...); with --nodes N, the first of N consecutive', '127.0.0.1')
     .addOption(new Option('--kubelet-port <port>', 'port of the kubelet endpoint on the node\'s address (0: any free port)').argParser(portOption).default(10250))
     .addOption(new Option('--heap <bytes>', 'heap the pods may hold, at least 64Ki (capacity memory; MemoryPressure below 24Ki free); per node').argParser(heapOption).default(256 * 1024 * 1024, '256Mi'))
@@ -106,10 +115,11 @@ export function buildCommand(): Command {
       return n;
     })
     .addOption(new Option('--drain-timeout <duration>', 'how long the self-drain waits for pods to leave').argParser(durationOption).default(20_000, '20s'))
-    .addOption(new Option('--pods-per-thread <n>', 'pods packed on one worker thread (1: a thread of its own for each pod); shared by every node of the process').argParser(positiveIntOption).default(1))
+    .addOption(new Option('--pods-per-thread <n>', `pods packed on one worker thread, 1 to ${MAX_PODS_PER_THREAD} (1: a thread of its own for each pod); shared by every node of the process`).argParser(rangeIntOption(MAX_PODS_PER_THREAD)).default(1))
     .addHelpText('after', SEVERAL_NODES_HELP)
     .version('0.1.0')
-    .showHelpAfterError()
+    // A bad flag gets its one `error:` line and a pointer to the help, not the whole help (as feosd).
+    .showHelpAfterError('(kube32-sim --help lists the flags)')
     .exitOverride();
 }
 

@@ -22,7 +22,7 @@
 export { loadModule } from './module.ts';
 export { PodInstance } from './instance.ts';
 export { warmWorkerPool, drainWorkerPool, podThreadCounts } from './pod-thread.ts';
-export { configurePodThreads, podThreadSettings, type PodThreadOptions } from './pod-threads-config.ts';
+export { configurePodThreads, MAX_PODS_PER_THREAD, podThreadSettings, type PodThreadOptions } from './pod-threads-config.ts';
 export { serveHttp, parseHttpResponse, type HttpResponseParts } from './http.ts';
 export { measureInterpMops, interpKernelPath } from './interp-mops.ts';
 export { ModuleError, PodCallError, PodStateError, PodStartError } from './errors.ts';

@@ -3,6 +3,9 @@
  * machine": 10 000 idle pods on one node). See docs/wasm-runtime.md, "Dense pods".
  */
 
+/** Most pods one worker thread may hold: the upper bound of {@link configurePodThreads}'s `podsPerThread`. */
+export const MAX_PODS_PER_THREAD = 10_000;
+
 /** The current setting; read by the thread pool when a pod starts. */
 let podsPerThread = 1;
 /** Called when the setting changes (the thread pool replaces its spare, booted for the old one). */
@@ -35,8 +38,8 @@ export interface PodThreadOptions {
  */
 export function configurePodThreads(opts: PodThreadOptions): void {
   const n = opts?.podsPerThread;
-  if (!Number.isInteger(n) || n < 1 || n > 10_000) {
-    throw new RangeError(`podsPerThread must be an integer from 1 to 10000: current value is ${JSON.stringify(n)}`);
+  if (!Number.isInteger(n) || n < 1 || n > MAX_PODS_PER_THREAD) {
+    throw new RangeError(`podsPerThread must be an integer from 1 to ${MAX_PODS_PER_THREAD}: current value is ${JSON.stringify(n)}`);
   }
   if (n === podsPerThread) return;
   podsPerThread = n;

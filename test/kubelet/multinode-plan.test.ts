@@ -45,7 +45,7 @@ test('what cannot be planned is a RangeError naming the flag', () => {
   assert.throws(() => planNodes({ ...base, address: '::1', count: 2, kubeconfigDir: '/k' }), /--address must be an IPv4 address/);
 });
 
-test('kube32-sim exits 2 with the reason for flags that cannot make several nodes, before starting anything', { timeout: 60_000 }, () => {
+test('kube32-sim exits 2 with the reason for flags that cannot make several nodes, 1 with one line for a flag out of range, before starting anything', { timeout: 60_000 }, () => {
   const sim = (args: string[]) => spawnSync(process.execPath, [join(ROOT, 'bin/kube32-sim.js'), ...args], { encoding: 'utf8', timeout: 30_000, env: { ...process.env, KUBECONFIG: '' } });
   let r = sim(['--nodes', '2', '--kubeconfig', '/nonexistent/kubeconfig']);
   assert.equal(r.status, 2);
@@ -53,11 +53,18 @@ test('kube32-sim exits 2 with the reason for flags that cannot make several node
   r = sim(['--nodes', '2', '--address', 'fe80::1', '--kubeconfig-dir', '/nonexistent']);
   assert.equal(r.status, 2);
   assert.match(r.stderr, /--address must be an IPv4 address/);
-  r = sim(['--nodes', '0']);
-  assert.equal(r.status, 1, 'commander\'s usage error');
-  assert.match(r.stderr, /option '--nodes <n>' argument '0' is invalid/);
-  r = sim(['--pods-per-thread', '0']);
-  assert.match(r.stderr, /option '--pods-per-thread <n>' argument '0' is invalid/);
+  // Out of range is a flag error like any other: one `error:` line with the range, a pointer to the
+  // help (not the whole help), exit 1, and no stack trace.
+  const refused = (args: string[], flag: string, range: string) => {
+    const out = sim(args);
+    assert.equal(out.status, 1, `${args.join(' ')}: ${out.stderr}`);
+    const lines = out.stderr.trim().split('\n');
+    assert.match(lines[0]!, new RegExp(`^error: option '${flag} <n>' argument '${args[1]}' is invalid\\. expected a whole number of ${range}: current value is "${args[1]}"$`));
+    assert.deepEqual(lines.slice(1), ['(kube32-sim --help lists the flags)']);
+    assert.doesNotMatch(out.stderr, /RangeError|\bat /);
+  };
+  for (const v of ['-3', '1001', '1e3']) refused(['--nodes', v], '--nodes', '1 to 1000');
+  for (const v of ['10001', '99999999999']) refused(['--pods-per-thread', v], '--pods-per-thread', '1 to 10000');
   r = sim(['--help']);
   assert.equal(r.status, 0);
   assert.match(r.stdout, /names {10}<name>-1 \.\.\. <name>-N/);
