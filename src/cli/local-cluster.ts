@@ -30,6 +30,7 @@ import { join } from 'node:path';
 import { isProcessAlive } from '../lib/index.ts';
 import type { KubeConfig } from '@kubernetes/client-node';
 import { apiJson, rawRequest, serverUrl } from './api-client.ts';
+import { dataDirHolder, inUseMessage, UP_LOCK_FILE } from './data-dir-lock.ts';
 import { CliError } from './errors.ts';
 import { loadClusterTarget } from './kubeconfig.ts';
 import { issueWorkerKubeconfig } from './node-credentials.ts';
@@ -103,7 +104,7 @@ interface Child {
   exitCode: number | null;
 }
 
-const LOCK_FILE = 'up.lock';
+const LOCK_FILE = UP_LOCK_FILE;
 /** A worker drains for up to 20 s (seed "Drain and evictions"); give it that and a margin. */
 const WORKER_STOP_MS = 35_000;
 const CONTROL_PLANE_STOP_MS = 15_000;
@@ -345,6 +346,12 @@ export async function startLocalCluster(opts: LocalClusterOptions): Promise<Loca
   const logDir = join(dataDir, 'logs');
   mkdirSync(logDir, { recursive: true });
   const lockPath = acquireLock(dataDir, print);
+  // A `kube32-cli control-plane` of its own on this data dir (not a child of an earlier up: those are gone now).
+  const holder = dataDirHolder(dataDir);
+  if (holder) {
+    rmSync(lockPath, { force: true });
+    throw new CliError(inUseMessage(dataDir, holder));
+  }
   const children: Child[] = [];
   let stopping: Promise<void> | undefined;
 

@@ -3,11 +3,13 @@
  * command runs (its flags and help are in ../commands/control-plane.ts), so that `--help` and the other
  * commands load neither the API server, nor the controllers, nor the Kubernetes client.
  */
+import { existsSync, mkdirSync, rmSync } from 'node:fs';
 import { KubeConfig } from '@kubernetes/client-node';
 import { createApiServer } from '../../apiserver/index.ts';
 import { type ControllerTimings, startControllers } from '../../controllers/index.ts';
 import { parseBytes, parseDuration } from '../../lib/index.ts';
 import { type ApiServerClusterFlags, parseApiServerClusterFlags } from '../apiserver-flags.ts';
+import { lockControlPlaneDataDir } from '../data-dir-lock.ts';
 import { CliError } from '../errors.ts';
 import { serveUntilStopped } from '../serve-until-stopped.ts';
 
@@ -25,6 +27,7 @@ export interface ControlPlaneFlags extends ApiServerClusterFlags {
   checkpointRetention: string;
   listenFile?: string;
   certSan: string[];
+  /** `--leader-elect[=true|false]`; unset: true with `--storage etcd`, false with sqlite. */
   leaderElect?: boolean;
   leaderElectIdentity?: string;
 }
@@ -64,12 +67,38 @@ export async function controlPlane(flags: ControlPlaneFlags): Promise<void> {
     checkpointRetentionMs: duration('checkpoint-retention', flags.checkpointRetention),
   };
   const cluster = parseApiServerClusterFlags(flags);
+  const storage = flags.storage as 'sqlite' | 'etcd';
+  // Controllers of two control planes on one etcd must not both run: leader election unless opted out.
+  const leaderElect = flags.leaderElect ?? storage === 'etcd';
+  // Nothing in the data dir is touched before it is ours; a dir we created is removed if we refuse.
+  const dataDir = flags.dataDir;
+  let created = false;
+  let release = (): void => {};
+  if (dataDir) {
+    created = !existsSync(dataDir);
+    try {
+      mkdirSync(dataDir, { recursive: true, mode: 0o700 });
+    } catch (err: unknown) {
+      throw new CliError(`cannot create the data dir ${dataDir}: ${err instanceof Error ? err.message : String(err)}`, 1, { cause: err });
+    }
+    try {
+      release = lockControlPlaneDataDir(dataDir);
+    } catch (err: unknown) {
+      if (created) rmSync(dataDir, { recursive: true, force: true });
+      throw err;
+    }
+  }
+  /** Releases the data dir after a refused start; one this run created (all in it is ours) goes too. */
+  const giveUp = (): void => {
+    release();
+    if (dataDir && created) rmSync(dataDir, { recursive: true, force: true });
+  };
   let server: Awaited<ReturnType<typeof createApiServer>>;
   try {
     server = await createApiServer({
       ...cluster,
-      dataDir: flags.dataDir,
-      storage: flags.storage as 'sqlite' | 'etcd',
+      dataDir,
+      storage,
       etcdEndpoints: flags.etcdEndpoints?.split(',').filter(Boolean),
       port,
       bindAddress: flags.bind,
@@ -77,7 +106,8 @@ export async function controlPlane(flags: ControlPlaneFlags): Promise<void> {
       certificateSans: flags.certSan,
     });
   } catch (err: unknown) {
-    throw new CliError(err instanceof Error ? err.message : String(err), 1, { cause: err });
+    giveUp();
+    throw new CliError(stripResolutionNote(err instanceof Error ? err.message : String(err)), 1, { cause: err });
   }
   let controllers: Awaited<ReturnType<typeof startControllers>>;
   try {
@@ -87,7 +117,7 @@ export async function controlPlane(flags: ControlPlaneFlags): Promise<void> {
     controllers = await startControllers({
       kubeConfig: kc,
       timings,
-      leaderElection: flags.leaderElect ? { ...(flags.leaderElectIdentity ? { identity: flags.leaderElectIdentity } : {}) } : false,
+      leaderElection: leaderElect ? { ...(flags.leaderElectIdentity ? { identity: flags.leaderElectIdentity } : {}) } : false,
       onLostLeadership: () => {
         // As kube-controller-manager does: a control plane that lost the Lease exits; its supervisor restarts it.
         process.stderr.write('error: lost the controllers\' Lease; exiting\n');
@@ -96,12 +126,19 @@ export async function controlPlane(flags: ControlPlaneFlags): Promise<void> {
     });
   } catch (err: unknown) {
     await server.close();
+    release();
     throw new CliError(`starting the controllers: ${err instanceof Error ? err.message : String(err)}`, 1, { cause: err });
   }
   await serveUntilStopped(server, flags.listenFile, () =>
     controllers
       .stop()
       .catch(() => {})
-      .then(() => server.close()),
+      .then(() => server.close())
+      .finally(release),
   );
+}
+
+/** etcd3's "Resolution note: ..." appended to its errors says only what the message said already. */
+function stripResolutionNote(message: string): string {
+  return message.replace(/\s*Resolution note:[\s\S]*$/, '');
 }

@@ -5,7 +5,9 @@
  *
  * `kube32-cli control-plane --data-dir D [--port P|0] [--bind ADDR] [--advertise-address IP] [--checkpoint-data-bytes Q]
  *   [--node-monitor-grace-period 40s] [--pod-eviction-timeout 5m] [--move-timeout 60s]
- *   [--checkpoint-retention 1h] [--leader-elect [--leader-elect-identity NAME]] [--listen-file F]`
+ *   [--checkpoint-retention 1h] [--leader-elect[=true|false] [--leader-elect-identity NAME]] [--listen-file F]`
+ *
+ * `--leader-elect` defaults to true with `--storage etcd` (as kube-controller-manager's), false with sqlite.
  *
  * Once the API server listens and the controllers' caches have synced it prints one JSON line on standard
  * output, as `apiserver` does: `{"url":"https://127.0.0.1:PORT","port":PORT,"kubeconfig":"D/kubeconfig"}`.
@@ -14,9 +16,16 @@
  * This file holds the flags and help; the code, and the API server, the controllers and the Kubernetes
  * client with it, is loaded only when `control-plane` runs (../actions/control-plane.ts).
  */
-import { Option, type Command } from 'commander';
+import { InvalidArgumentError, Option, type Command } from 'commander';
 import { apiServerClusterOptions } from '../apiserver-flags.ts';
 import type { ControlPlaneFlags } from '../actions/control-plane.ts';
+
+/** `--leader-elect`'s value: absent (the flag alone) or `true` is true, `false` is false. */
+function parseBool(value: string | undefined): boolean {
+  if (value === undefined || value === 'true') return true;
+  if (value === 'false') return false;
+  throw new InvalidArgumentError(`must be true or false: current value is ${value}`);
+}
 
 /** Adds this file's commands to `program`. */
 export function register(program: Command): void {
@@ -37,7 +46,12 @@ export function register(program: Command): void {
     .addOption(new Option('--cert-san <name...>', 'extra DNS names or IP addresses for the serving certificate').default([]))
     .addOption(cluster[0]!)
     .addOption(cluster[1]!)
-    .addOption(new Option('--leader-elect', 'run the controllers only while holding the Lease kube-system/kube32-controllers (several control planes on one cluster)'))
+    .addOption(
+      new Option(
+        '--leader-elect [bool]',
+        'run the controllers only while holding the Lease kube-system/kube32-controllers (several control planes on one cluster); default true with --storage etcd, false with sqlite; --leader-elect=false opts out',
+      ).argParser(parseBool),
+    )
     .addOption(new Option('--leader-elect-identity <name>', 'this control plane\'s name in the Lease (default: host, pid and a random suffix)'))
     .addOption(new Option('--listen-file <file>', 'also write the JSON line with the URL and kubeconfig to this file'))
     .action(async (flags: ControlPlaneFlags) => {
