@@ -1,10 +1,10 @@
 /**
  * Who holds a data dir. `kube32-cli up` holds `D/up.lock` (./local-cluster.ts); a `kube32-cli
- * control-plane` holds `D/control-plane.lock`. Both name the holder's pid as the first JSON field
- * `"pid"` (up.lock) or as the file's whole text (control-plane.lock); a lock whose pid is no longer
- * alive is stale and is taken over.
+ * control-plane` or `apiserver` holds `D/control-plane.lock`. Both are JSON naming the holder's
+ * `pid` (control-plane.lock also its `command`); a lock whose pid is no longer alive is stale and is
+ * taken over.
  */
-import { closeSync, openSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
+import { closeSync, existsSync, mkdirSync, openSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { isProcessAlive } from '../lib/index.ts';
 import { CliError } from './errors.ts';
@@ -17,26 +17,27 @@ export const CONTROL_PLANE_LOCK_FILE = 'control-plane.lock';
 /** A live process that holds a data dir. */
 export interface DataDirHolder {
   pid: number;
-  /** What holds it: `kube32-cli up` or `kube32-cli control-plane`. */
+  /** What holds it: `kube32-cli up`, `kube32-cli control-plane` or `kube32-cli apiserver`. */
   what: string;
   /** The lock file. */
   lockPath: string;
 }
 
-/** The pid written in a lock file (`{"pid":N,...}` or `N`), or 0 when it names none. */
-function lockPid(path: string): number {
+/** The pid and command written in a lock file (`{"pid":N,...}` or `N`); pid 0 when it names none. */
+function lockRecord(path: string): { pid: number; command?: string } {
   let text: string;
   try {
     text = readFileSync(path, 'utf8').trim();
   } catch {
-    return 0;
+    return { pid: 0 };
   }
   try {
     const v: unknown = JSON.parse(text);
-    const pid = typeof v === 'number' ? v : (v as { pid?: unknown } | null)?.pid;
-    return typeof pid === 'number' && Number.isInteger(pid) && pid > 0 ? pid : 0;
+    const rec = (typeof v === 'number' ? { pid: v } : (v ?? {})) as { pid?: unknown; command?: unknown };
+    const pid = typeof rec.pid === 'number' && Number.isInteger(rec.pid) && rec.pid > 0 ? rec.pid : 0;
+    return typeof rec.command === 'string' ? { pid, command: rec.command } : { pid };
   } catch {
-    return 0; // half-written or foreign: stale
+    return { pid: 0 }; // half-written or foreign: stale
   }
 }
 
@@ -50,8 +51,8 @@ export function dataDirHolder(dataDir: string, except: number[] = []): DataDirHo
     [CONTROL_PLANE_LOCK_FILE, 'kube32-cli control-plane'],
   ] as const) {
     const lockPath = join(dataDir, file);
-    const pid = lockPid(lockPath);
-    if (pid > 0 && pid !== process.pid && !except.includes(pid) && isProcessAlive(pid)) return { pid, what, lockPath };
+    const { pid, command } = lockRecord(lockPath);
+    if (pid > 0 && pid !== process.pid && !except.includes(pid) && isProcessAlive(pid)) return { pid, what: command ?? what, lockPath };
   }
   return undefined;
 }
@@ -61,14 +62,46 @@ export function inUseMessage(dataDir: string, h: DataDirHolder): string {
   return `the data dir ${dataDir} is in use by ${h.pid} (${h.what}, ${h.lockPath}): stop it (Ctrl-C there, or kill ${h.pid}) or pass another --data-dir`;
 }
 
+/** A server's hold on its data dir. */
+export interface DataDirClaim {
+  /** Removes the lock (idempotent; also run when the process exits). */
+  release(): void;
+  /** After a refused start: releases, and removes the data dir when this run created it (all in it is ours). */
+  abandon(): void;
+}
+
 /**
- * Takes `dataDir` for a control plane: writes `D/control-plane.lock` with our pid, or refuses when a
- * live `up` (other than our parent: `up`'s own control-plane child runs inside its lock) or another
- * control plane holds it. A stale lock is taken over. `dataDir` must exist. Nothing else in it is touched.
- * @returns a function that releases the lock (idempotent; also run when the process exits)
- * @throws CliError "the data dir D is in use by PID (...)" (exit code 1), or when the dir is not writable
+ * Takes `dataDir` for a server command (`kube32-cli control-plane` or `apiserver`), creating it (0700)
+ * when missing: writes `D/control-plane.lock` (`{"pid":...,"command":...}`), or refuses when a live
+ * `up` (other than our parent: `up`'s own control-plane child runs inside its lock) or another server
+ * holds it. A stale lock is taken over. Nothing else in the data dir is touched.
+ * @throws CliError "the data dir D is in use by PID (...)" (exit code 1), or when the dir cannot be
+ *   created or written (a dir created here is removed again)
  */
-export function lockControlPlaneDataDir(dataDir: string): () => void {
+export function claimServerDataDir(dataDir: string, command: string): DataDirClaim {
+  const created = !existsSync(dataDir);
+  try {
+    mkdirSync(dataDir, { recursive: true, mode: 0o700 });
+  } catch (err: unknown) {
+    throw new CliError(`cannot create the data dir ${dataDir}: ${err instanceof Error ? err.message : String(err)}`, 1, { cause: err });
+  }
+  let release: () => void;
+  try {
+    release = lock(dataDir, command);
+  } catch (err: unknown) {
+    if (created) rmSync(dataDir, { recursive: true, force: true });
+    throw err;
+  }
+  return {
+    release,
+    abandon() {
+      release();
+      if (created) rmSync(dataDir, { recursive: true, force: true });
+    },
+  };
+}
+
+function lock(dataDir: string, command: string): () => void {
   const path = join(dataDir, CONTROL_PLANE_LOCK_FILE);
   const check = (): void => {
     const h = dataDirHolder(dataDir, [process.ppid]);
@@ -78,14 +111,14 @@ export function lockControlPlaneDataDir(dataDir: string): () => void {
   for (let attempt = 0; attempt < 2; attempt++) {
     try {
       const fd = openSync(path, 'wx', 0o644);
-      writeFileSync(fd, `${process.pid}\n`);
+      writeFileSync(fd, `${JSON.stringify({ pid: process.pid, command })}\n`);
       closeSync(fd);
       let held = true;
       const release = (): void => {
         if (!held) return;
         held = false;
         process.off('exit', release);
-        if (lockPid(path) === process.pid) rmSync(path, { force: true });
+        if (lockRecord(path).pid === process.pid) rmSync(path, { force: true });
       };
       process.on('exit', release);
       return release;

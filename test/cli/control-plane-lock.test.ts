@@ -1,6 +1,6 @@
 /**
  * `kube32-cli control-plane` as real processes: one data dir, one control plane. A second
- * control plane (or an `up`) on a data dir a control plane holds is refused at once (exit 1, "the data
+ * control plane (or an `apiserver`, or an `up`) on a data dir a control plane holds is refused at once (exit 1, "the data
  * dir D is in use by PID (...)") and leaves the kubeconfig as it was; a control plane on the data dir
  * of a running `up` is refused the same way. A control plane refused for an unreachable etcd removes
  * the data dir it created. With `--storage etcd`, leader election is on by default (its Lease exists)
@@ -99,19 +99,23 @@ async function closedPort(): Promise<number> {
   });
 }
 
-test('a second control-plane (or up) on a data dir a control-plane holds is refused and changes nothing', { timeout: 120_000 }, async (t) => {
+test('a second control-plane (or apiserver, or up) on a data dir a control-plane holds is refused and changes nothing', { timeout: 120_000 }, async (t) => {
   const dir = tempDir(t);
   const first = await startControlPlane(t, dir);
   const kubeconfig = readFileSync(first.kubeconfig, 'utf8');
-  const dbBefore = readFileSync(join(dir, 'control-plane.lock'), 'utf8');
-  assert.equal(dbBefore.trim(), String(first.proc.pid));
+  const lockBefore = readFileSync(join(dir, 'control-plane.lock'), 'utf8');
+  assert.deepEqual(JSON.parse(lockBefore), { pid: first.proc.pid, command: 'kube32-cli control-plane' });
 
   const second = await run(process.execPath, [CLI, 'control-plane', '--data-dir', dir, '--port', '0'], { timeoutMs: 30_000 });
   assert.equal(second.code, 1, second.stdout + second.stderr);
   assert.match(second.stderr, new RegExp(`^error: the data dir ${dir} is in use by ${first.proc.pid} \\(kube32-cli control-plane, `, 'm'));
   assert.equal(second.stdout, '', 'the refused one announced no server');
   assert.equal(readFileSync(first.kubeconfig, 'utf8'), kubeconfig, 'the kubeconfig still points at the running control plane');
-  assert.equal(readFileSync(join(dir, 'control-plane.lock'), 'utf8'), dbBefore, 'the lock is still the first one\'s');
+  assert.equal(readFileSync(join(dir, 'control-plane.lock'), 'utf8'), lockBefore, 'the lock is still the first one\'s');
+
+  const api = await run(process.execPath, [CLI, 'apiserver', '--data-dir', dir, '--port', '0'], { timeoutMs: 30_000 });
+  assert.equal(api.code, 1, api.stdout + api.stderr);
+  assert.match(api.stderr, new RegExp(`^error: the data dir ${dir} is in use by ${first.proc.pid} \\(kube32-cli control-plane, `, 'm'));
 
   const up = await run(process.execPath, [CLI, 'up', '--data-dir', dir, '--port', '0', '--workers', '0'], { timeoutMs: 30_000 });
   assert.equal(up.code, 1, up.stdout + up.stderr);

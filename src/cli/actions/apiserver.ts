@@ -5,6 +5,7 @@
 import { parseBytes, parseDuration } from '../../lib/index.ts';
 import { createApiServer, issueNodeKubeconfig } from '../../apiserver/index.ts';
 import { type ApiServerClusterFlags, parseApiServerClusterFlags } from '../apiserver-flags.ts';
+import { claimServerDataDir } from '../data-dir-lock.ts';
 import { CliError } from '../errors.ts';
 import { serveUntilStopped } from '../serve-until-stopped.ts';
 
@@ -55,6 +56,8 @@ export async function apiserver(flags: ApiServerFlags): Promise<void> {
     throw new CliError(err instanceof Error ? err.message : String(err));
   }
   const cluster = parseApiServerClusterFlags(flags);
+  // Nothing in the data dir is touched before it is ours; a dir this run created goes if it is refused.
+  const claim = flags.dataDir ? claimServerDataDir(flags.dataDir, 'kube32-cli apiserver') : undefined;
   let server: Awaited<ReturnType<typeof createApiServer>>;
   try {
     server = await createApiServer({
@@ -73,7 +76,8 @@ export async function apiserver(flags: ApiServerFlags): Promise<void> {
       eventTtlMs,
     });
   } catch (err: unknown) {
+    claim?.abandon();
     throw new CliError(err instanceof Error ? err.message : String(err), 1, { cause: err });
   }
-  await serveUntilStopped(server, flags.listenFile, () => server.close());
+  await serveUntilStopped(server, flags.listenFile, () => server.close().finally(() => claim?.release()));
 }

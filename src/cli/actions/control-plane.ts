@@ -3,13 +3,12 @@
  * command runs (its flags and help are in ../commands/control-plane.ts), so that `--help` and the other
  * commands load neither the API server, nor the controllers, nor the Kubernetes client.
  */
-import { existsSync, mkdirSync, rmSync } from 'node:fs';
 import { KubeConfig } from '@kubernetes/client-node';
 import { createApiServer } from '../../apiserver/index.ts';
 import { type ControllerTimings, startControllers } from '../../controllers/index.ts';
 import { parseBytes, parseDuration } from '../../lib/index.ts';
 import { type ApiServerClusterFlags, parseApiServerClusterFlags } from '../apiserver-flags.ts';
-import { lockControlPlaneDataDir } from '../data-dir-lock.ts';
+import { claimServerDataDir } from '../data-dir-lock.ts';
 import { CliError } from '../errors.ts';
 import { serveUntilStopped } from '../serve-until-stopped.ts';
 
@@ -70,29 +69,10 @@ export async function controlPlane(flags: ControlPlaneFlags): Promise<void> {
   const storage = flags.storage as 'sqlite' | 'etcd';
   // Controllers of two control planes on one etcd must not both run: leader election unless opted out.
   const leaderElect = flags.leaderElect ?? storage === 'etcd';
-  // Nothing in the data dir is touched before it is ours; a dir we created is removed if we refuse.
+  // Nothing in the data dir is touched before it is ours; a dir this run created goes if it is refused.
   const dataDir = flags.dataDir;
-  let created = false;
-  let release = (): void => {};
-  if (dataDir) {
-    created = !existsSync(dataDir);
-    try {
-      mkdirSync(dataDir, { recursive: true, mode: 0o700 });
-    } catch (err: unknown) {
-      throw new CliError(`cannot create the data dir ${dataDir}: ${err instanceof Error ? err.message : String(err)}`, 1, { cause: err });
-    }
-    try {
-      release = lockControlPlaneDataDir(dataDir);
-    } catch (err: unknown) {
-      if (created) rmSync(dataDir, { recursive: true, force: true });
-      throw err;
-    }
-  }
-  /** Releases the data dir after a refused start; one this run created (all in it is ours) goes too. */
-  const giveUp = (): void => {
-    release();
-    if (dataDir && created) rmSync(dataDir, { recursive: true, force: true });
-  };
+  const claim = dataDir ? claimServerDataDir(dataDir, 'kube32-cli control-plane') : undefined;
+  const release = (): void => claim?.release();
   let server: Awaited<ReturnType<typeof createApiServer>>;
   try {
     server = await createApiServer({
@@ -106,7 +86,7 @@ export async function controlPlane(flags: ControlPlaneFlags): Promise<void> {
       certificateSans: flags.certSan,
     });
   } catch (err: unknown) {
-    giveUp();
+    claim?.abandon();
     throw new CliError(stripResolutionNote(err instanceof Error ? err.message : String(err)), 1, { cause: err });
   }
   let controllers: Awaited<ReturnType<typeof startControllers>>;
