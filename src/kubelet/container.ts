@@ -324,6 +324,9 @@ export class ContainerRunner {
         this.#release();
         this.#ctx.record('Normal', 'Started', `Started container ${this.spec.name}`);
         exit = await inst.exited;
+        // Ended by the runtime with an error (a call past its deadline on a shared thread, the shared
+        // thread stopped or failed under it): a Warning naming the cause, as for a failed start.
+        if (exit.reason === 'Error' && !signal.aborted) this.#ctx.record('Warning', 'Failed', `Error: ${exit.message}`);
       } catch (err: unknown) {
         exit = err instanceof PodStartError
           ? { reason: err.reason, message: err.message, exitCode: 1, finishedAt: Date.now() }

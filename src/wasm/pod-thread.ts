@@ -9,7 +9,9 @@
  *   fullest shared thread that has room for it (at most N pods), or takes the spare when every thread
  *   is full; an app pod always takes a thread of its own. A pod's end detaches its context; an empty
  *   shared thread is ended. A pod whose code runs past its call deadline can only be stopped with its
- *   thread: the thread's other pods then end with reason `Error` and a message naming it.
+ *   thread: the thread's other pods then end with reason `Error` and a message naming it. While a
+ *   detached pod's code still runs on a shared thread, no new pod joins it (a pod restarted at once
+ *   would otherwise be stopped with it).
  */
 import { MessageChannel, type MessagePort, Worker } from 'node:worker_threads';
 import { errorMessage } from './errors.ts';
@@ -21,6 +23,12 @@ const WORKER_URL = new URL(import.meta.url.endsWith('.ts') ? './worker.ts' : './
 
 /** Spare threads kept booted. */
 const SPARE = 1;
+
+/**
+ * How often, in ms, a shared thread closed to new pods (a detached pod's code still runs on it)
+ * looks whether that run has returned, so that it takes pods again.
+ */
+const REOPEN_CHECK_MS = 50;
 
 /**
  * V8 heap limits of a pod thread: a pod's own state is its linear memory (outside the JS heap), so
@@ -96,6 +104,8 @@ class PodThread {
   /** Slots detached whose code still runs, each watched until its deadline. */
   readonly #watches = new Set<NodeJS.Timeout>();
   #ended = false;
+  /** True while a detached pod's code still runs on it: no new pod joins it (see {@link acceptsPods}). */
+  #closed = false;
   /** Resolves once the thread has been terminated. */
   #terminated: Promise<void> = Promise.resolve();
 
@@ -132,6 +142,11 @@ class PodThread {
 
   get ended(): boolean {
     return this.#ended;
+  }
+
+  /** True when a new pod may join it: not ended, and no detached pod's code still runs on it. */
+  get acceptsPods(): boolean {
+    return !this.#ended && !this.#closed && this.tenants.size < this.capacity;
   }
 
   /** Attaches a pod: a fresh channel, its far end transferred to the thread with the pod's init. */
@@ -180,13 +195,29 @@ class PodThread {
     const run = this.status.read();
     if (!run || run.slot !== tenant.slot) return Promise.resolve();
     // Its code still runs: the context is freed once it returns. If it has not returned by its
-    // deadline, it never gives the thread back: stop the thread.
-    const left = Math.max(0, run.sinceAbsMs + deadlineMs - nowAbsMs());
-    const timer = setTimeout(() => {
+    // deadline, it never gives the thread back: stop the thread. Until then no new pod joins the
+    // thread: a pod started now (the runaway pod restarted at once by its restart policy among
+    // them) would be stopped with it and end with the co-tenants' message.
+    this.#closed = true;
+    const deadline = run.sinceAbsMs + deadlineMs;
+    const watch = (): void => {
       this.#watches.delete(timer);
       const now = this.status.read();
-      if (now && now.slot === run.slot && now.seq === run.seq) this.stop(tenant.label, what);
-    }, left);
+      if (now && now.slot === run.slot && now.seq === run.seq) {
+        const left = deadline - nowAbsMs();
+        if (left <= 0) {
+          this.stop(tenant.label, what);
+          return;
+        }
+        // Looked at again soon, so that a run that returns early opens the thread again soon.
+        timer = setTimeout(watch, Math.min(left, REOPEN_CHECK_MS));
+        timer.unref();
+        this.#watches.add(timer);
+        return;
+      }
+      if (this.#watches.size === 0) this.#closed = false;
+    };
+    let timer = setTimeout(watch, Math.min(Math.max(0, deadline - nowAbsMs()), REOPEN_CHECK_MS));
     timer.unref();
     this.#watches.add(timer);
     return Promise.resolve();
@@ -260,7 +291,7 @@ export function attachPod(init: WorkerInit, label: PodLabel, handlers: PodLinkHa
   }
   let best: PodThread | undefined;
   for (const t of shared) {
-    if (t.tenants.size < t.capacity && (!best || t.tenants.size > best.tenants.size)) best = t;
+    if (t.acceptsPods && (!best || t.tenants.size > best.tenants.size)) best = t;
   }
   if (!best) {
     best = takeSpare();

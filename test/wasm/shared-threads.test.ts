@@ -163,6 +163,28 @@ test('a pod that runs past its call deadline stops its shared thread; its co-ten
   assert.deepEqual(sharedThreads(), [1]);
 });
 
+test('a pod restarted the moment its call ran past its deadline (as the kubelet does) starts on a new thread and keeps its own message; only the co-tenants get the stopped thread\'s', { timeout: 10_000 }, async (t) => {
+  const loop = await start(t, 'loop', { callDeadlineMs: 200 });
+  const b = await start(t, 'b');
+  assert.deepEqual(sharedThreads(), [2]);
+  // The kubelet's restart policy starts the container again as soon as its exit is reported: the
+  // new pod must not join the thread whose runaway code is about to be stopped with it.
+  const again = new Promise<PodInstance>((resolve, reject) => {
+    loop.once('exit', () => void start(t, 'loop').then(resolve, reject));
+  });
+  void loop.handle(get('/l')).catch(() => {});
+  const own = await loop.exited;
+  assert.match(own.message, /^call k32_handle still running after 200 ms: a pod on a shared thread cannot run past its call deadline/);
+  assert.ok(own.finishedAt >= Date.now() - 5_000);
+  const restarted = await again;
+  assert.equal(await count(restarted), 1, 'the restarted pod serves');
+  const exit = await b.exited;
+  assert.match(exit.message, /^the shared thread was stopped: pod test\/loop \(container c\) ran past its call deadline/);
+  assert.equal(restarted.exit, undefined, 'the restarted pod is not ended with the stopped thread');
+  assert.equal(await count(restarted), 2);
+  assert.deepEqual(sharedThreads(), [1]);
+});
+
 test('a k32_init that never returns fails its start as on a thread of its own and ends its co-tenants', { timeout: 10_000 }, async (t) => {
   const b = await start(t, 'b');
   const looping = await loadModule(wat(LOOP_INIT_WAT));
