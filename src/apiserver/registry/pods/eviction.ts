@@ -4,12 +4,20 @@
  * Running on a node, whose `kube32.io/migration` is not `Never` and that no DaemonSet owns, is
  * MOVED: a `kube32.io/v1` Checkpoint `<pod>-evict-<first 8 characters of the pod's uid>` with
  * `spec {podName, action: Move}` and label `kube32.io/trigger: eviction` is created (idempotently)
- * for the checkpoint controller. Any other pod, or one whose eviction Checkpoint has Failed, is
- * deleted gracefully, as Kubernetes' eviction deletes it.
+ * for the checkpoint controller, but only when some other node can take the pod now (the scheduler's
+ * {@link pickNode}, the pod's own node excluded): otherwise the eviction is refused with 429
+ * TooManyRequests, as a disruption budget refuses it ("Cannot evict pod as it would lose its state: no
+ * node can take it: 0/2 nodes are available: ..."), so `kubectl drain` retries it until its `--timeout`
+ * and the pod keeps running with its state. Any other pod, or one whose eviction Checkpoint has Failed
+ * (a move that failed after it was accepted: seed "When a move that an eviction asked for fails before
+ * the replacement, the pod is deleted"), is deleted gracefully, as Kubernetes' eviction deletes it.
  */
+import type { V1Node, V1Pod } from '@kubernetes/client-node';
+import { pickNode } from '../../../controllers/index.ts';
 import { ApiError, badRequest, type Status, successStatus } from '../../errors.ts';
 import type { KubeObject } from '../../storage/index.ts';
 import { checkpoints } from '../checkpoints/index.ts';
+import { nodes } from '../nodes/index.ts';
 import { poddisruptionbudgets } from '../policy/index.ts';
 import { labelSelectorFromObject } from '../selectors.ts';
 import type { DeleteOptions, Registry } from '../store.ts';
@@ -80,16 +88,39 @@ export function checkDisruptionBudgets(reg: Registry, pod: KubeObject): void {
       'TooManyRequests',
       "Cannot evict pod as it would violate the pod's disruption budget.",
       { causes: [{ reason: 'DisruptionBudget', message: `The disruption budget ${b.metadata.name} needs ${desired} healthy pods and has ${healthy} currently` }] },
-      { headers: { 'Retry-After': '5' } },
     );
   }
+}
+
+/**
+ * Checks that a pod an eviction would move has somewhere to go: the node the scheduler would pick for
+ * it among the other nodes (Ready, schedulable, untainted or tolerated, matching its `nodeSelector`,
+ * with its host ports free and its memory request).
+ * @throws ApiError TooManyRequests (429, cause reason `NoMoveTarget`) naming why no node can take it. As
+ *   Kubernetes' disruption budget refusal it carries no `Retry-After`: client-go would retry such an answer
+ *   itself, silently, and `kubectl drain` would print nothing while it waits; without it kubectl prints the
+ *   message and retries every 5 s.
+ */
+export function checkMoveTarget(reg: Registry, pod: KubeObject): void {
+  const source = String(rec(pod.spec).nodeName ?? '');
+  const allNodes = reg.list(nodes, undefined).items as unknown as V1Node[];
+  const allPods = reg.list(pods, undefined).items as unknown as V1Pod[];
+  const placement = pickNode(pod as unknown as V1Pod, allNodes, allPods, { exclude: new Map([[source, "node(s) were the pod's own node"]]) });
+  if (placement.nodeName !== undefined) return;
+  const why = `no node can take it: ${placement.message.replace(/\.$/, '')}`;
+  throw new ApiError(
+    'TooManyRequests',
+    `Cannot evict pod as it would lose its state: ${why}. It keeps running on ${source}; to let it go without its state, delete it or set ${MIGRATION_ANNOTATION}: Never.`,
+    { causes: [{ reason: 'NoMoveTarget', message: why }] },
+  );
 }
 
 /**
  * Evicts a pod.
  * @param body the Eviction (its name must be the pod's; `deleteOptions` are used for a deletion)
  * @returns the 201 Status of an accepted eviction
- * @throws ApiError NotFound, BadRequest, TooManyRequests
+ * @throws ApiError NotFound, BadRequest, TooManyRequests (a disruption budget; a pod that would move and that no
+ *   other node can take, see {@link checkMoveTarget})
  */
 export function evictPod(reg: Registry, namespace: string, name: string, body: unknown, opts: { dryRun?: boolean } = {}): Status {
   const ev = rec(body);
@@ -106,6 +137,7 @@ export function evictPod(reg: Registry, namespace: string, name: string, body: u
   const existing = reg.find(checkpoints, namespace, evictionCheckpointName(pod));
   const failed = rec(existing?.status).phase === 'Failed';
   if (evictionMoves(pod) && !failed) {
+    if (!existing) checkMoveTarget(reg, pod);
     const ckpt = {
       metadata: { name: evictionCheckpointName(pod), namespace, labels: { [TRIGGER_LABEL]: 'eviction' } },
       spec: { podName: name, action: 'Move' },
