@@ -5,7 +5,7 @@
  * of a running `up` is refused the same way. A control plane refused for an unreachable etcd removes
  * the data dir it created. With `--storage etcd`, leader election is on by default (its Lease exists)
  * and `/readyz` fails its `etcd` check (500, `[-]etcd failed: reason withheld`) once etcd is gone,
- * while `/livez` stays ok; it answers ok again once etcd is back.
+ * while `/livez` stays ok; it answers ok again once etcd is back. `up --storage etcd` elects too.
  */
 import assert from 'node:assert/strict';
 import { type ChildProcess, spawn } from 'node:child_process';
@@ -196,3 +196,12 @@ test(
     await until('/readyz answers ok again', 60_000, async () => (await get(cp.kubeconfig, '/readyz')).status === 200);
   },
 );
+
+test('up --storage etcd: its control plane elects a leader by default', { timeout: 180_000, skip: NO_ETCD }, async (t) => {
+  const cluster = await startCluster(t, { workers: 0, extraArgs: ['--storage', 'etcd'] });
+  await until('the controllers\' Lease is held', 60_000, async () => {
+    const l = await run(KUBECTL, ['--kubeconfig', cluster.kubeconfig, '-n', 'kube-system', 'get', 'lease', 'kube32-controllers', '-o', 'jsonpath={.spec.holderIdentity}'], { timeoutMs: 20_000 });
+    return l.code === 0 && l.stdout !== '';
+  });
+  assert.equal(await cluster.stop(), 0, cluster.output());
+});
