@@ -98,3 +98,20 @@ test('a node that comes back posting Ready=True beside its old Lease is alive: t
   await reconcileNode('a', ctx);
   assert.deepEqual(fake.calls.map((c) => c.op), ['patchNodeStatus', 'patchNode'], 'silent again for the grace period: Unknown');
 });
+
+test('a grace period at or below the 10 s Lease renew interval is warned about when the controller starts, a longer one is not', { timeout: 5000 }, async () => {
+  const { newNodeLifecycleController } = await import('./controller.ts');
+  const informers = { on: () => {} } as unknown as Parameters<typeof newNodeLifecycleController>[1];
+  const warned = (graceMs: number): string[] => {
+    const { ctx } = fakeContext({ nodeMonitorGracePeriodMs: graceMs });
+    const lines: string[] = [];
+    ctx.log = { ...ctx.log, warn: (_o: object, m?: string) => void lines.push(m ?? '') };
+    newNodeLifecycleController(ctx, informers);
+    return lines;
+  };
+  const at10 = warned(10_000);
+  assert.equal(at10.length, 1);
+  assert.match(at10[0]!, /--node-monitor-grace-period 10s is not longer than the kubelet's Lease renew interval \(10s\): healthy nodes will flap/);
+  assert.deepEqual(warned(11_000), []);
+  assert.deepEqual(warned(40_000), []);
+});
