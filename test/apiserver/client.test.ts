@@ -180,6 +180,9 @@ test('client-node and raw clients against the API server', { timeout: 240_000 },
       assert.equal(r.status, 200);
       return (await core.readNamespacedPod({ namespace: 'default', name })).metadata!.uid!;
     };
+    // Another Ready node for the move to go to: an eviction that no node could take is refused (429).
+    await core.createNode({ body: { metadata: { name: 'ev-target' } } });
+    assert.equal((await raw(api, 'PATCH', '/api/v1/nodes/ev-target/status', { status: { conditions: [{ type: 'Ready', status: 'True' }] } }, { type: 'application/merge-patch+json' })).status, 200);
     const uid = await mk('ev-move', { app: 'ev' });
     const eviction = (name: string) => raw(api, 'POST', `/api/v1/namespaces/default/pods/${name}/eviction`, { apiVersion: 'policy/v1', kind: 'Eviction', metadata: { name, namespace: 'default' } });
     let r = await eviction('ev-move');
