@@ -343,6 +343,10 @@ async function main(): Promise<void> {
   const drain = await run('kubectl', ['--kubeconfig', kc, 'drain', node, '--ignore-daemonsets', '--timeout', `${DRAIN_TIMEOUT_MS / 1000}s`], { timeoutMs: DRAIN_TIMEOUT_MS + 20_000 });
   const drainCmdS = (performance.now() - d0) / 1000;
   if (drain.code !== 0) console.log(`kubectl drain exited ${drain.code}: ${drain.stderr.slice(-500)}`);
+  // A control plane that ended under the drain says why in its own stderr (an out-of-memory abort, say).
+  if (cp.proc.exitCode !== null || cp.proc.signalCode !== null) {
+    console.log(`the control plane ended during the drain (exit ${cp.proc.exitCode ?? cp.proc.signalCode}); its stderr ended with:\n${cp.logs().slice(-3000)}`);
+  }
   const readyElsewhere = () => [...pods.values()].filter((p) => isReady(p) && p.spec.nodeName !== node).length;
   let drainDone = true;
   try {
