@@ -183,19 +183,7 @@ export class MicroVmService extends EventEmitter<{ exit: [MicroVmExit] }> {
     }
     if (st.running) return MicroVmState.RUNNING;
     if ((st.status === 'postmigrate' || mig.status === 'completed') && existsSync(p.vmstate)) {
-      rt.expectingExit = true;
-      await qmp.execute('quit').catch(() => {});
-      const ended = await Promise.race([rt.exited, new Promise((r) => setTimeout(() => r(undefined), 5000))]);
-      if (ended === undefined) {
-        killPid(rt.record.pid);
-        await rt.exited;
-      }
-      rt.expectingExit = false;
-      const fh = await open(p.vmstate, 'r');
-      await fh.sync();
-      await fh.close();
-      await run('fallocate', ['--dig-holes', p.vmstate]).catch(() => {});
-      rt.record.snapshotBytes = BigInt((await stat(p.vmstate)).size);
+      await this.#quitKeepingSnapshot(rt);
       await this.#setState(rt, MicroVmState.SUSPENDED, `suspended (its snapshot was whole when feosd took it over, QEMU ${st.status})`);
       this.#opts.log.warn({ id, qemu: st.status }, 'taken over: QEMU was paused with a whole snapshot; the microVM is SUSPENDED');
       return MicroVmState.SUSPENDED;
@@ -207,6 +195,29 @@ export class MicroVmService extends EventEmitter<{ exit: [MicroVmExit] }> {
     await this.#write(rt);
     this.#opts.log.warn({ id, qemu: st.status, migration: mig.status ?? 'none' }, 'taken over: QEMU was paused without a whole snapshot; its vCPUs run again');
     return MicroVmState.RUNNING;
+  }
+
+  /**
+   * Ends a QEMU whose snapshot is whole on disk (`quit`, killed after 5 s), then syncs the snapshot,
+   * punches its zero pages into holes and records its size (bytes). The state is the caller's to set.
+   */
+  async #quitKeepingSnapshot(rt: Runtime): Promise<void> {
+    const p = vmPaths(this.dir(rt.record.id));
+    rt.expectingExit = true;
+    await rt.qmp?.execute('quit').catch(() => {});
+    const ended = await Promise.race([rt.exited, new Promise((r) => setTimeout(() => r(undefined), 5000))]);
+    if (ended === undefined) {
+      killPid(rt.record.pid);
+      await rt.exited;
+    }
+    rt.expectingExit = false;
+    const fh = await open(p.vmstate, 'r');
+    await fh.sync();
+    await fh.close();
+    await run('fallocate', ['--dig-holes', p.vmstate]).catch((err: unknown) =>
+      this.#opts.log.warn({ id: rt.record.id, err: errorMessage(err) }, 'snapshot: punching zeroes failed'),
+    );
+    rt.record.snapshotBytes = BigInt((await stat(p.vmstate)).size);
   }
 
   /**
@@ -328,21 +339,7 @@ export class MicroVmService extends EventEmitter<{ exit: [MicroVmExit] }> {
       }
       await new Promise((r) => setTimeout(r, 25));
     }
-    rt.expectingExit = true;
-    await qmp.execute('quit').catch(() => {});
-    const ended = await Promise.race([rt.exited, new Promise((r) => setTimeout(() => r(undefined), 5000))]);
-    if (ended === undefined) {
-      killPid(rt.record.pid);
-      await rt.exited;
-    }
-    rt.expectingExit = false;
-    const fh = await open(p.vmstate, 'r');
-    await fh.sync();
-    await fh.close();
-    await run('fallocate', ['--dig-holes', p.vmstate]).catch((err: unknown) =>
-      this.#opts.log.warn({ id, err: errorMessage(err) }, 'snapshot: punching zeroes failed'),
-    );
-    rt.record.snapshotBytes = BigInt((await stat(p.vmstate)).size);
+    await this.#quitKeepingSnapshot(rt);
     await this.#setState(rt, MicroVmState.SUSPENDED, 'suspended');
     return rt.record;
   }
