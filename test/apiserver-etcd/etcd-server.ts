@@ -47,7 +47,7 @@ async function kill(proc: ChildProcess): Promise<void> {
  * Starts etcd and waits (at most 20 s) for it to be healthy.
  * @throws Error when it exits or is not healthy in time (with its last output)
  */
-export async function startEtcd(t: Cleanups, extraArgs: string[] = []): Promise<TestEtcd> {
+export async function startEtcd(t: Cleanups, extraArgs: string[] = [], attempt = 1): Promise<TestEtcd> {
   const dir = mkdtempSync(join(tmpdir(), 'kube32-etcd-'));
   const [client, peer] = [await freePort(), await freePort()];
   const url = `http://127.0.0.1:${client}`;
@@ -88,10 +88,18 @@ export async function startEtcd(t: Cleanups, extraArgs: string[] = []): Promise<
       etcd.proc = await launch();
     },
   };
+  try {
+    etcd.proc = await launch();
+  } catch (err: unknown) {
+    rmSync(dir, { recursive: true, force: true });
+    // The free ports were picked before etcd bound them: another test's process may have taken one
+    // in between. Pick others (a bounded number of times) rather than fail on that race.
+    if (attempt < 3 && /address already in use/.test(String(err))) return startEtcd(t, extraArgs, attempt + 1);
+    throw err;
+  }
   t.after(async () => {
     if (etcd.proc) await kill(etcd.proc);
     rmSync(dir, { recursive: true, force: true });
   });
-  etcd.proc = await launch();
   return etcd;
 }
