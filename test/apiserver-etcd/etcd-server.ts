@@ -4,6 +4,7 @@
  */
 import { type ChildProcess, spawn } from 'node:child_process';
 import { mkdtempSync, rmSync } from 'node:fs';
+import { randomBytes } from 'node:crypto';
 import { createServer } from 'node:net';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
@@ -24,15 +25,26 @@ export interface TestEtcd {
   restart(): Promise<void>;
 }
 
-async function freePort(): Promise<number> {
-  return new Promise((resolve, reject) => {
-    const s = createServer();
-    s.once('error', reject);
-    s.listen(0, '127.0.0.1', () => {
-      const port = (s.address() as { port: number }).port;
-      s.close(() => resolve(port));
+/**
+ * A TCP port on 127.0.0.1 that is free now, picked at random in 20000..32767: below Linux's
+ * ephemeral range (32768..60999), so no outgoing connection of another process can take it between
+ * the pick and etcd's bind, which a port the OS hands out for `listen(0)` could (a CI run lost
+ * that race). Another test picking the same port is caught by etcd's bind or by the identity check.
+ */
+async function freePort(taken: Set<number>): Promise<number> {
+  for (;;) {
+    const port = 20_000 + Math.floor(Math.random() * 12_768);
+    if (taken.has(port)) continue;
+    const free = await new Promise<boolean>((resolve) => {
+      const s = createServer();
+      s.once('error', () => resolve(false));
+      s.listen(port, '127.0.0.1', () => s.close(() => resolve(true)));
     });
-  });
+    if (free) {
+      taken.add(port);
+      return port;
+    }
+  }
 }
 
 async function kill(proc: ChildProcess): Promise<void> {
@@ -49,14 +61,17 @@ async function kill(proc: ChildProcess): Promise<void> {
  */
 export async function startEtcd(t: Cleanups, extraArgs: string[] = [], attempt = 1): Promise<TestEtcd> {
   const dir = mkdtempSync(join(tmpdir(), 'kube32-etcd-'));
-  const [client, peer] = [await freePort(), await freePort()];
+  const picked = new Set<number>();
+  const [client, peer] = [await freePort(picked), await freePort(picked)];
+  // A name of its own: the member list proves the etcd answering on `url` is this one.
+  const name = `test-${randomBytes(6).toString('hex')}`;
   const url = `http://127.0.0.1:${client}`;
   const peerUrl = `http://127.0.0.1:${peer}`;
   const args = [
-    '--name', 'test', '--data-dir', join(dir, 'data'),
+    '--name', name, '--data-dir', join(dir, 'data'),
     '--listen-client-urls', url, '--advertise-client-urls', url,
     '--listen-peer-urls', peerUrl, '--initial-advertise-peer-urls', peerUrl,
-    '--initial-cluster', `test=${peerUrl}`, '--log-level', 'warn',
+    '--initial-cluster', `${name}=${peerUrl}`, '--log-level', 'warn',
     ...extraArgs,
   ];
   let output = '';
@@ -71,11 +86,20 @@ export async function startEtcd(t: Cleanups, extraArgs: string[] = [], attempt =
       try {
         const r = await fetch(`${url}/health`, { signal: AbortSignal.timeout(1000) });
         const body = (await r.json()) as { health?: string };
-        if (body.health === 'true') return proc;
+        if (body.health === 'true') {
+          // Healthy, but is it ours? Another test's etcd may hold this port while ours failed to bind it.
+          const m = await fetch(`${url}/v3/cluster/member/list`, { method: 'POST', body: '{}', signal: AbortSignal.timeout(1000) });
+          const members = ((await m.json()) as { members?: { name?: string }[] }).members ?? [];
+          // If not, ours fails its bind and exits, which the check above reports.
+          if (members.some((x) => x.name === name) && proc.exitCode === null) return proc;
+        }
       } catch {
         // not up yet
       }
-      if (Date.now() > deadline) throw new Error(`etcd not healthy within 20 s: ${output}`);
+      if (Date.now() > deadline) {
+        await kill(proc);
+        throw new Error(`etcd not healthy within 20 s: ${output}`);
+      }
       await new Promise((r) => setTimeout(r, 50));
     }
   };

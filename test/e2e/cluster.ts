@@ -244,25 +244,40 @@ export interface CounterReply {
 }
 
 /** One GET to a pod's HTTP port, answering its status and body. */
-export function httpGet(host: string, port: number, path = '/'): Promise<{ status: number; body: string }> {
+export function httpGet(host: string, port: number, path = '/'): Promise<{ status: number; body: string; retryAfter?: number }> {
   return new Promise((resolve, reject) => {
     const req = http.get({ host, port, path, timeout: 10_000 }, (res) => {
       let body = '';
       res.on('data', (d: Buffer) => {
         body += d.toString();
       });
-      res.on('end', () => resolve({ status: res.statusCode ?? 0, body }));
+      res.on('end', () => {
+        const ra = Number(res.headers['retry-after']);
+        resolve({ status: res.statusCode ?? 0, body, ...(Number.isFinite(ra) && ra >= 0 && res.headers['retry-after'] !== undefined ? { retryAfter: ra } : {}) });
+      });
     });
     req.on('timeout', () => req.destroy(new Error(`GET http://${host}:${port}${path}: timed out`)));
     req.on('error', reject);
   });
 }
 
-/** Asks the counter pod at `host:port` once and decodes its JSON. */
+/**
+ * Asks the counter pod at `host:port` and decodes its JSON. A frozen pod answers 503 with
+ * Retry-After: 1 (seed: "A frozen pod gets no calls"), e.g. for the moment of a periodic
+ * checkpoint: like a client that honours Retry-After, the request is repeated after that delay,
+ * at most 5 times (a 503 never reached the pod, so counts are not changed by it).
+ * @throws Error for any other status, or a 503 still answered after the retries
+ */
 export async function askCounter(host: string, port: number): Promise<CounterReply> {
-  const res = await httpGet(host, port);
-  if (res.status !== 200) throw new Error(`counter at ${host}:${port} answered ${res.status}: ${res.body}`);
-  return JSON.parse(res.body) as CounterReply;
+  for (let attempt = 1; ; attempt++) {
+    const res = await httpGet(host, port);
+    if (res.status === 200) return JSON.parse(res.body) as CounterReply;
+    if (res.status === 503 && res.retryAfter !== undefined && attempt < 5) {
+      await new Promise<void>((r) => setTimeout(r, res.retryAfter! * 1000));
+      continue;
+    }
+    throw new Error(`counter at ${host}:${port} answered ${res.status}: ${res.body}`);
+  }
 }
 
 /** The counter example's manifests, and the names the tests need from them. */
