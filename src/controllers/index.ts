@@ -33,7 +33,8 @@ export { DEFAULT_TIMINGS } from './runtime/context.ts';
 export type { Checkpoint, CheckpointPhase, CheckpointSpec, CheckpointStatus } from './runtime/types.ts';
 export { ANNOTATIONS, LABELS } from './runtime/types.ts';
 export { podSpecBlockers } from './runtime/pods.ts';
-export { pickNode, type Placement } from './scheduler/fit.ts';
+export { type NodeUse, pickNode, type Placement } from './scheduler/fit.ts';
+export { NodeUsage } from './scheduler/usage.ts';
 
 /** The names of the controllers, for `disable`. */
 export const CONTROLLER_NAMES = [

@@ -23,6 +23,7 @@ import { labelSelectorFromObject } from '../selectors.ts';
 import type { DeleteOptions, Registry } from '../store.ts';
 import { arr, rec } from '../util.ts';
 import { pods } from './index.ts';
+import { nodeUsageOf } from './node-usage.ts';
 
 /** The annotation of a pod's migration policy. */
 export const MIGRATION_ANNOTATION = 'kube32.io/migration';
@@ -95,7 +96,8 @@ export function checkDisruptionBudgets(reg: Registry, pod: KubeObject): void {
 /**
  * Checks that a pod an eviction would move has somewhere to go: the node the scheduler would pick for
  * it among the other nodes (Ready, schedulable, untainted or tolerated, matching its `nodeSelector`,
- * with its host ports free and its memory request).
+ * with its host ports free and its memory request), from the per-node sums the API server keeps
+ * ({@link nodeUsageOf}).
  * @throws ApiError TooManyRequests (429, cause reason `NoMoveTarget`) naming why no node can take it. As
  *   Kubernetes' disruption budget refusal it carries no `Retry-After`: client-go would retry such an answer
  *   itself, silently, and `kubectl drain` would print nothing while it waits; without it kubectl prints the
@@ -104,8 +106,9 @@ export function checkDisruptionBudgets(reg: Registry, pod: KubeObject): void {
 export function checkMoveTarget(reg: Registry, pod: KubeObject): void {
   const source = String(rec(pod.spec).nodeName ?? '');
   const allNodes = reg.list(nodes, undefined).items as unknown as V1Node[];
-  const allPods = reg.list(pods, undefined).items as unknown as V1Pod[];
-  const placement = pickNode(pod as unknown as V1Pod, allNodes, allPods, { exclude: new Map([[source, "node(s) were the pod's own node"]]) });
+  // What each node's pods take, kept from the storage watch: O(nodes) a check, not a read of every pod.
+  const usage = nodeUsageOf(reg.storage);
+  const placement = pickNode(pod as unknown as V1Pod, allNodes, [], { usage, exclude: new Map([[source, "node(s) were the pod's own node"]]) });
   if (placement.nodeName !== undefined) return;
   const why = `no node can take it: ${placement.message.replace(/\.$/, '')}`;
   throw new ApiError(

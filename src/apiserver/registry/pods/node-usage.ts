@@ -1,0 +1,35 @@
+/**
+ * What the pods bound to each node take (memory requested, pod count, host ports), kept by the API
+ * server from its own storage watch, for the eviction's move-target check (seed 002 "Drain and
+ * evictions", {@link checkMoveTarget}). Summing every pod of the cluster for each eviction read all
+ * of them from storage: at 10 000 pods a drain of one node with 100 pods read and parsed a million
+ * pods on the API server's one thread. This is the scheduler's {@link NodeUsage}, fed by the storage
+ * watch instead of an informer (the API server may run without the scheduler: several API servers
+ * on one etcd, controllers elsewhere), so one check costs O(nodes).
+ *
+ * Started on the first use (one list of pods, then a watch from its resourceVersion), per storage.
+ * It may be a moment behind the latest write, as the scheduler's cache is: the check is the
+ * eviction's early answer; the checkpoint controller picks the move's target itself.
+ */
+import type { V1Pod } from '@kubernetes/client-node';
+import { type NodeUse, NodeUsage } from '../../../controllers/index.ts';
+import type { Storage } from '../../storage/index.ts';
+
+const byStorage = new WeakMap<Storage, NodeUsage>();
+
+/**
+ * The per-node sums of the pods in `storage`, by node name (no entry for a node without pods).
+ * The first call lists every pod once and starts a watch that keeps the sums; later calls read them.
+ */
+export function nodeUsageOf(storage: Storage): ReadonlyMap<string, NodeUse> {
+  let usage = byStorage.get(storage);
+  if (!usage) {
+    const u = new NodeUsage();
+    const { items, resourceVersion } = storage.list('pods');
+    for (const p of items) u.observe('add', p as unknown as V1Pod);
+    storage.watch('pods', resourceVersion, (e) => u.observe(e.type === 'DELETED' ? 'delete' : 'update', e.object as unknown as V1Pod));
+    byStorage.set(storage, u);
+    usage = u;
+  }
+  return usage.nodes;
+}
