@@ -17,6 +17,8 @@ import { RESOURCES, resourceByKey } from './catalog.ts';
 import { FINALIZER_FOREGROUND, FINALIZER_ORPHAN, type Registry } from './store.ts';
 import { type ResourceDef, storageKey } from './types.ts';
 
+const NONE: ReadonlySet<string> = new Set();
+
 type Task = { kind: 'owner'; resource: string; namespace: string; name: string; uid: string } | { kind: 'orphans'; namespace: string | undefined } | { kind: 'namespace'; name: string };
 
 /** Runs the garbage collector and namespace finalizer until `stop()`. */
@@ -42,6 +44,7 @@ export class GarbageCollector {
    * occurrence is older than that, once a minute (Kubernetes keeps events for 1 h).
    */
   start(eventTtlMs?: number): void {
+    this.reg.ownerIndex = this;
     if (eventTtlMs !== undefined && eventTtlMs > 0) {
       this.ttlTimer = setInterval(() => this.expireEvents(eventTtlMs), Math.min(60_000, eventTtlMs));
       this.ttlTimer.unref();
@@ -66,6 +69,7 @@ export class GarbageCollector {
   }
 
   stop(): void {
+    if (this.reg.ownerIndex === this) this.reg.ownerIndex = undefined;
     if (this.ttlTimer) clearInterval(this.ttlTimer);
     this.handle?.stop();
     this.queue.length = 0;
@@ -75,6 +79,11 @@ export class GarbageCollector {
   idle(): Promise<void> {
     if (this.queue.length === 0 && !this.scheduled) return Promise.resolve();
     return new Promise((r) => this.idleWaiters.push(r));
+  }
+
+  /** The keys (`resource/namespace/name`) of the objects whose ownerReferences name `uid`, as the store's events last showed them. */
+  dependentsOf(uid: string): ReadonlySet<string> {
+    return this.owned.get(uid) ?? NONE;
   }
 
   private index(resource: string, before: KubeObject | undefined, after: KubeObject | undefined): void {

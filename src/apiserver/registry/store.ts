@@ -95,6 +95,12 @@ export class Registry {
   now: () => Date = () => new Date();
   /** Uids of pods removed by a one-write replacement (a move), which the garbage collector leaves alone. */
   readonly replacedUids = new Set<string>();
+  /**
+   * Who names an owner uid in its ownerReferences (keys `resource/namespace/name`), kept from the
+   * store's events by the garbage collector (gc.ts), which sets it when it starts; undefined without
+   * one. Lets a move find the moved pod's dependents without reading every object of its namespace.
+   */
+  ownerIndex: { dependentsOf(uid: string): ReadonlySet<string> } | undefined;
 
   constructor(storage: Storage, hooks: RegistryHooks = {}) {
     this.storage = storage;

@@ -11,7 +11,7 @@
  */
 import { randomUUID } from 'node:crypto';
 import { ApiError, badRequest, conflict, invalid, notFound } from '../../errors.ts';
-import type { KubeObject } from '../../storage/index.ts';
+import type { KubeObject, ObjectKey } from '../../storage/index.ts';
 import { timestamp, withTypeMeta } from '../meta.ts';
 import { RESOURCES } from '../catalog.ts';
 import type { Registry } from '../store.ts';
@@ -75,14 +75,12 @@ export function replacePod(reg: Registry, namespace: string, name: string, body:
       reg.storage.delete(key, { uid: current.metadata.uid });
       const created = reg.storage.create(key, fresh);
       // Objects the old pod owned now name the replacement: the move keeps the pod, only its uid changes.
-      for (const def of RESOURCES) {
-        if (!def.namespaced || def.storedAs) continue;
-        for (const o of reg.storage.list(storageKey(def), namespace).items) {
-          const refs = o.metadata.ownerReferences ?? [];
-          if (!refs.some((r) => r.uid === current.metadata.uid)) continue;
-          o.metadata.ownerReferences = refs.map((r) => (r.uid === current.metadata.uid ? { ...r, uid: created.metadata.uid! } : r));
-          reg.storage.update({ resource: storageKey(def), namespace, name: o.metadata.name! }, o);
-        }
+      for (const k of dependentKeys(reg, namespace, current.metadata.uid!)) {
+        const o = reg.storage.get(k);
+        const refs = o?.metadata.ownerReferences ?? [];
+        if (!o || !refs.some((r) => r.uid === current.metadata.uid)) continue;
+        o.metadata.ownerReferences = refs.map((r) => (r.uid === current.metadata.uid ? { ...r, uid: created.metadata.uid! } : r));
+        reg.storage.update(k, o);
       }
       return withTypeMeta(pods, created);
     } catch (err: unknown) {
@@ -97,4 +95,29 @@ export function replacePod(reg: Registry, namespace: string, name: string, body:
 function sameImages(a: unknown, b: unknown): boolean {
   const images = (spec: unknown) => JSON.stringify([...arr(rec(spec).initContainers), ...arr(rec(spec).containers)].map((c) => c.image));
   return images(a) === images(b);
+}
+
+/**
+ * The keys of the objects in `namespace` that may name `uid` as an owner: from the garbage
+ * collector's owner index when the registry has one (a move at 10 000 pods and 40 000 events read
+ * every object of the namespace, ~100 MB from etcd, for the few a pod owns), else every namespaced
+ * object of the namespace. Candidates only: the caller reads each and checks its references.
+ */
+function dependentKeys(reg: Registry, namespace: string, uid: string): ObjectKey[] {
+  if (reg.ownerIndex) {
+    const out: ObjectKey[] = [];
+    for (const k of reg.ownerIndex.dependentsOf(uid)) {
+      const [resource, ns, name] = k.split('/');
+      if (ns === namespace && resource && name) out.push({ resource, namespace, name });
+    }
+    return out;
+  }
+  const out: ObjectKey[] = [];
+  for (const def of RESOURCES) {
+    if (!def.namespaced || def.storedAs) continue;
+    for (const o of reg.storage.list(storageKey(def), namespace).items) {
+      if ((o.metadata.ownerReferences ?? []).some((r) => r.uid === uid)) out.push({ resource: storageKey(def), namespace, name: o.metadata.name! });
+    }
+  }
+  return out;
 }
