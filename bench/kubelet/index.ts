@@ -17,10 +17,10 @@ import { existsSync, mkdtempSync, readFileSync, rmSync, writeFileSync } from 'no
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { createHash } from 'node:crypto';
-import { createServer } from 'node:net';
 import { HttpMethod, RequestContext, type V1Pod, type V1PodList } from '@kubernetes/client-node';
 import { fetch } from 'undici';
 import { startApiServer } from '../../test/helpers/apiserver.ts';
+import { claimLoopbackRange, unusedPort } from '../../test/helpers/ports.ts';
 import { ControlPlane } from '../../src/kubelet/client.ts';
 import { loadModule, PodInstance } from '../../src/wasm/index.ts';
 
@@ -34,16 +34,9 @@ function median(xs: number[]): number {
   return s[Math.floor(s.length / 2)]!;
 }
 
-function freePort(address: string): Promise<number> {
-  return new Promise((resolve, reject) => {
-    const s = createServer();
-    s.once('error', reject);
-    s.listen(0, address, () => {
-      const port = (s.address() as { port: number }).port;
-      s.close(() => resolve(port));
-    });
-  });
-}
+/** Ports handed to pods so far: each pod gets its own, below the ephemeral range (test/helpers/ports.ts). */
+const handedOut = new Set<number>();
+const freePort = (address: string): Promise<number> => unusedPort(address, handedOut);
 
 async function until<T>(what: string, fn: () => Promise<T | undefined | false>, ms = 60_000): Promise<T> {
   const deadline = Date.now() + ms;
@@ -62,6 +55,9 @@ function rssBytes(pid: number): number {
 
 const tmp = mkdtempSync(join(tmpdir(), 'k32-bench-kubelet-'));
 const api = await startApiServer();
+// Two workers on a loopback /24 of the benchmark's own: test suites running meanwhile use others.
+const prefix = await claimLoopbackRange();
+const [addr1, addr2] = [`${prefix}.2`, `${prefix}.3`];
 const children: ReturnType<typeof spawn>[] = [];
 try {
   const admin = new ControlPlane(api.kubeConfig);
@@ -96,16 +92,16 @@ try {
   });
 
   // 1. Freeze to snapshot bytes on the wire.
-  await startWorker('bench-w1', '127.0.0.2', ['--heap', '64Mi']);
+  await startWorker('bench-w1', addr1, ['--heap', '64Mi']);
   const node = await admin.json<{ status: { daemonEndpoints: { kubeletEndpoint: { Port: number } } } }>('GET', '/api/v1/nodes/bench-w1');
-  const kubeletUrl = `http://127.0.0.2:${node.status.daemonEndpoints.kubeletEndpoint.Port}`;
+  const kubeletUrl = `http://${addr1}:${node.status.daemonEndpoints.kubeletEndpoint.Port}`;
   const ctx = new RequestContext(api.url, HttpMethod.GET);
   await api.kubeConfig.applySecurityAuthentication(ctx);
   const authorization = (ctx.getHeaders() as Record<string, string>).Authorization ?? (ctx.getHeaders() as Record<string, string>).authorization ?? '';
   console.log(`freeze to snapshot bytes on the wire (median of ${ITER}; leave=running)`);
   console.log('pod     snapshot bytes   node proxy ms   kubelet ms   runtime ms   proxy/runtime   kubelet/runtime');
   for (const s of sizes) {
-    await admin.json('POST', '/api/v1/namespaces/default/pods', { body: pod(s.module, 'bench-w1', s.module, await freePort('127.0.0.2'), String(s.limit)) });
+    await admin.json('POST', '/api/v1/namespaces/default/pods', { body: pod(s.module, 'bench-w1', s.module, await freePort(addr1), String(s.limit)) });
     await until(`${s.module} Running`, async () => (await admin.json<V1Pod>('GET', `/api/v1/namespaces/default/pods/${s.module}`)).status?.phase === 'Running');
     const viaProxy: number[] = [];
     const direct: number[] = [];
@@ -141,11 +137,11 @@ try {
   console.log('(seed: 856 ms for a 32 KB pod on an ESP32-S3 Cardputer)');
 
   // 2. Idle echo pods in 4 GiB.
-  const w2 = await startWorker('bench-w2', '127.0.0.3', ['--heap', '4Gi', '--max-pods', '100000']);
+  const w2 = await startWorker('bench-w2', addr2, ['--heap', '4Gi', '--max-pods', '100000']);
   global.gc?.();
   const base = rssBytes(w2.pid!);
   for (let i = 0; i < IDLE_PODS; i++) {
-    await admin.json('POST', '/api/v1/namespaces/default/pods', { body: pod(`echo-${i}`, 'bench-w2', 'bench-echo', await freePort('127.0.0.3'), '64Ki') });
+    await admin.json('POST', '/api/v1/namespaces/default/pods', { body: pod(`echo-${i}`, 'bench-w2', 'bench-echo', await freePort(addr2), '64Ki') });
   }
   await until('idle pods Running', async () => {
     const list = await admin.json<V1PodList>('GET', '/api/v1/namespaces/default/pods', { query: { fieldSelector: 'spec.nodeName=bench-w2' } });

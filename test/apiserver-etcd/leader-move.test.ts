@@ -21,6 +21,7 @@ import { KubeConfig, Watch } from '@kubernetes/client-node';
 import { askCounter, COUNTER_WASM, type CounterReply, counterManifest, run, skipUnlessBuilt } from '../e2e/cluster.ts';
 import { type ControlPlaneProcess, CLI, eventually, kubectl, ROOT, startControlPlane } from './control-plane.ts';
 import { startEtcd } from './etcd-server.ts';
+import { claimLoopbackRange } from '../helpers/ports.ts';
 
 const SKIP = skipUnlessBuilt({ counter: true });
 
@@ -88,7 +89,8 @@ async function setUpMove(t: TestContext, controlPlaneArgs: string[] = []): Promi
     if (process.exitCode) console.error(`--- ${leader}\n${cps[leader].logs()}\n--- ${standbyName}\n${standby.logs()}`);
   });
 
-  const prefix = `127.${30 + Math.floor(Math.random() * 200)}.${1 + Math.floor(Math.random() * 250)}`;
+  // A /24 of its own: no suite running at the same time has a counter pod on these addresses' port.
+  const prefix = await claimLoopbackRange();
   const [w1, w2] = await Promise.all([startSim(t, standby, 'w1', `${prefix}.2`), startSim(t, standby, 'w2', `${prefix}.3`)]);
   const m = counterManifest();
   const push = await run(process.execPath, [CLI, 'push', COUNTER_WASM, '--name', m.moduleName], { env: { ...process.env, KUBECONFIG: kc } });

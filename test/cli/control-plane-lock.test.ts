@@ -10,12 +10,12 @@
 import assert from 'node:assert/strict';
 import { type ChildProcess, spawn } from 'node:child_process';
 import { existsSync, mkdtempSync, readFileSync, rmSync } from 'node:fs';
-import { createServer } from 'node:net';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { type TestContext, test } from 'node:test';
 import { CLI, KUBECTL, run, startCluster } from '../e2e/cluster.ts';
 import { startEtcd } from '../apiserver-etcd/etcd-server.ts';
+import { refusedPort } from '../helpers/ports.ts';
 import { loadClusterTarget } from '../../src/cli/kubeconfig.ts';
 import { rawRequest } from '../../src/cli/api-client.ts';
 
@@ -88,17 +88,6 @@ async function until(what: string, ms: number, fn: () => Promise<boolean>): Prom
   }
 }
 
-async function closedPort(): Promise<number> {
-  return new Promise((resolve, reject) => {
-    const s = createServer();
-    s.once('error', reject);
-    s.listen(0, '127.0.0.1', () => {
-      const { port } = s.address() as { port: number };
-      s.close(() => resolve(port));
-    });
-  });
-}
-
 test('a second control-plane (or apiserver, or up) on a data dir a control-plane holds is refused and changes nothing', { timeout: 120_000 }, async (t) => {
   const dir = tempDir(t);
   const first = await startControlPlane(t, dir);
@@ -147,7 +136,8 @@ test('a control-plane on the data dir of a running up is refused; up\'s own cont
 test('a control-plane refused for an unreachable etcd removes the data dir it created', { timeout: 90_000 }, async (t) => {
   const parent = tempDir(t);
   const dir = join(parent, 'new-data-dir');
-  const port = await closedPort();
+  // Nothing listens there: a port below the ephemeral range that no fixture hands to a server.
+  const port = await refusedPort('127.0.0.1');
   const r = await run(process.execPath, [CLI, 'control-plane', '--data-dir', dir, '--port', '0', '--storage', 'etcd', '--etcd-endpoints', `http://127.0.0.1:${port}`], {
     timeoutMs: 80_000,
   });

@@ -1,8 +1,8 @@
 /**
  * The controllers' end-to-end cluster: a real API server process (test/helpers/apiserver.ts), the
  * controllers in this process (`startControllers`, with short timings where a test needs them), and real
- * `kube32-sim` workers on loopback addresses of their own (127.<r>.<r>.2, .3, ...), the counter fixture
- * module pushed. Everything is stopped and removed in `t.after`.
+ * `kube32-sim` workers on loopback addresses of their own (127.A.B.2, .3, ... of a /24 claimed with
+ * test/helpers/ports.ts), the counter fixture module pushed. Everything is stopped and removed in `t.after`.
  */
 import { type ChildProcess, execFileSync, spawn } from 'node:child_process';
 import { mkdtempSync, readFileSync, rmSync } from 'node:fs';
@@ -17,6 +17,7 @@ import { startControllers, type ControllerTimings } from '../../src/controllers/
 import { KubeRest } from '../../src/controllers/runtime/rest.ts';
 import type { Checkpoint } from '../../src/controllers/runtime/types.ts';
 import { startApiServer, type TestApiServer } from '../helpers/apiserver.ts';
+import { claimLoopbackRange } from '../helpers/ports.ts';
 
 const ROOT = new URL('../../', import.meta.url).pathname;
 
@@ -46,11 +47,6 @@ export interface ControllersCluster {
   stopControllers(): Promise<void>;
 }
 
-/** A free-ish /24 on loopback per suite, so suites run side by side. */
-function loopbackPrefix(): string {
-  return `127.${20 + Math.floor(Math.random() * 200)}.${Math.floor(Math.random() * 250)}`;
-}
-
 /** Starts the API server, the controllers, and pushes the counter fixture as `counter-fixture`. */
 export async function startControllersCluster(
   t: TestContext,
@@ -60,7 +56,8 @@ export async function startControllersCluster(
   const api = await startApiServer(t, { args: opts.apiServerArgs });
   const tmp = mkdtempSync(join(tmpdir(), 'k32-controllers-'));
   const workers = new Map<string, Worker>();
-  const prefix = loopbackPrefix();
+  // A /24 of its own (claimed: no suite running at the same time shares it), so the pods' fixed ports are ours.
+  const prefix = await claimLoopbackRange();
   let next = 2;
   const rest = new KubeRest(api.kubeConfig);
   const log = pino({ level: process.env.LOG_LEVEL ?? 'error', base: { component: 'controllers' } }, pino.destination({ dest: 2, sync: true }));

@@ -6,6 +6,7 @@
 import assert from 'node:assert/strict';
 import { test } from 'node:test';
 import type { V1Pod } from '@kubernetes/client-node';
+import { readText } from '../../src/controllers/runtime/rest.ts';
 import type { Checkpoint } from '../../src/controllers/runtime/types.ts';
 import { type ControllersCluster, count, counterPod, runPod, startControllersCluster } from './cluster.ts';
 
@@ -66,7 +67,12 @@ test('refused moves, a Save, and drains of pods that cannot move', { timeout: 24
 
   await t.test('a call that outlasts the freeze timeout (504) fails the move; the pod keeps running', async () => {
     const pod = await runPod(c, counterPod('spinner', 18106));
+    // The pod logs "request" as each call starts: the Checkpoint is created once the spin call runs
+    // (created at once, its freeze could reach the pod first: the move would go through, the call 503).
+    const logLines = async () => (await readText((await c.rest.request({ method: 'GET', path: '/api/v1/namespaces/default/pods/spinner/log' })).body)).split('\n').length;
+    const before = await logLines();
     const spin = c.podGet(pod, 18106, '/spin'); // 3 s of pod time
+    await c.until('the spin call to run', async () => (await logLines()) > before);
     await c.createCheckpoint({ metadata: { name: 'spinner-move', namespace: 'default' }, spec: { podName: 'spinner', action: 'Move' } });
     const ck = await finished(c, 'spinner-move');
     assert.equal(ck.status?.phase, 'Failed');

@@ -12,6 +12,7 @@ import { join } from 'node:path';
 import type { TestContext } from 'node:test';
 import { fileURLToPath } from 'node:url';
 import { parseAllDocuments } from 'yaml';
+import { claimLoopbackRange } from '../helpers/ports.ts';
 
 export const ROOT = fileURLToPath(new URL('../../', import.meta.url));
 export const CLI = join(ROOT, 'bin/kube32-cli.js');
@@ -70,11 +71,12 @@ export function skipUnlessBuilt(needs: Needs = {}): string | false {
   return m.length > 0 ? `not built: ${m.join('; ')}` : false;
 }
 
-/** A loopback /24 of its own for one cluster's workers: 127.A.B.2, 127.A.B.3, ... */
-function randomFirstAddress(): string {
-  const a = 1 + Math.floor(Math.random() * 250);
-  const b = 1 + Math.floor(Math.random() * 250);
-  return `127.${a}.${b}.2`;
+/**
+ * A loopback /24 of its own for one cluster's workers: 127.A.B.2, 127.A.B.3, ... (claimed, so that no
+ * suite running at the same time puts its workers or its pods' ports on the same addresses).
+ */
+async function ownFirstAddress(): Promise<string> {
+  return `${await claimLoopbackRange()}.2`;
 }
 
 /** A running local cluster started by `kube32-cli up`. */
@@ -99,8 +101,9 @@ export interface TestCluster {
 /**
  * Starts `kube32-cli up` and waits for the last line it prints once ready ("Press Ctrl-C to stop ...").
  * @param opts.dataDir reuse a data dir (a second `up`); by default a new temp dir, removed at the end
- * @param opts.firstAddress worker-1's address; by default a random 127.A.B.2 (A, B ≥ 1), so that suites
- *   run side by side; null passes no `--first-address` (up picks a free range from 127.0.0.2)
+ * @param opts.firstAddress worker-1's address; by default 127.A.B.2 of a /24 claimed for this process
+ *   (test/helpers/ports.ts `claimLoopbackRange`), so that suites run side by side; null passes no
+ *   `--first-address` (up picks a free range from 127.0.0.2)
  * @throws Error with `up`'s output when it exits or is not ready within `readyTimeoutMs`
  */
 export async function startCluster(
@@ -111,7 +114,7 @@ export async function startCluster(
   if (!opts.dataDir) t.after(() => rmSync(dataDir, { recursive: true, force: true }));
   const cacheDir = mkdtempSync(join(tmpdir(), 'kube32-e2e-kubectl-'));
   t.after(() => rmSync(cacheDir, { recursive: true, force: true }));
-  const firstAddress = opts.firstAddress === null ? '' : (opts.firstAddress ?? randomFirstAddress());
+  const firstAddress = opts.firstAddress === null ? '' : (opts.firstAddress ?? (await ownFirstAddress()));
   const args = [
     CLI,
     'up',

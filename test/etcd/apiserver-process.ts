@@ -12,6 +12,7 @@ import { createInterface } from 'node:readline';
 import type { TestContext } from 'node:test';
 import { parse as parseYaml } from 'yaml';
 import { CLI } from '../apiserver-etcd/control-plane.ts';
+import { claimLoopbackRange } from '../helpers/ports.ts';
 
 /** A running API server process. */
 export interface ApiServerProcess {
@@ -28,9 +29,9 @@ export interface ApiServerProcess {
   logs(): string;
 }
 
-/** A random loopback /24 prefix (`127.X.Y`), so that parallel suites do not share addresses. */
-export function loopbackPrefix(): string {
-  return `127.${40 + Math.floor(Math.random() * 200)}.${1 + Math.floor(Math.random() * 250)}`;
+/** A loopback /24 prefix (`127.X.Y`) claimed for this process, so that parallel suites do not share addresses. */
+export function loopbackPrefix(): Promise<string> {
+  return claimLoopbackRange();
 }
 
 /**

@@ -39,7 +39,7 @@ function servingCertificate(url: string, caPem: string): Promise<PeerCertificate
 
 test('API servers started at once on one etcd share one identity; kubeconfigs, Endpoints and cluster IPs span them', { timeout: 120_000 }, async (t) => {
   const etcd = await startEtcd(t);
-  const prefix = loopbackPrefix();
+  const prefix = await loopbackPrefix();
   const args = ['--identity-lease-duration-seconds', String(LEASE_SECONDS)];
   const [a, b, c] = await Promise.all([2, 3, 4].map((i) => startApiServer(t, etcd.url, `${prefix}.${i}`, { extraArgs: args }))) as [ApiServerProcess, ApiServerProcess, ApiServerProcess];
   t.after(() => {
@@ -126,7 +126,7 @@ test('API servers started at once on one etcd share one identity; kubeconfigs, E
 
 test('the first API server brings its data dir\'s CA into etcd; a data dir of another cluster is refused and left as it was', { timeout: 60_000 }, async (t) => {
   const etcd = await startEtcd(t);
-  const prefix = loopbackPrefix();
+  const prefix = await loopbackPrefix();
   const seeded = async () => {
     const dir = mkdtempSync(join(tmpdir(), 'k32-identity-own-'));
     mkdirSync(join(dir, 'pki'), { mode: 0o700 });

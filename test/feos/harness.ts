@@ -75,9 +75,11 @@ export async function startFeosd(
   // Wait on feosd's own word that it serves, bounded.
   const deadline = Date.now() + 60_000;
   while (!err.includes('"feosd serving"')) {
-    if (child.exitCode !== null) throw new Error(`feosd exited ${child.exitCode}: ${err}`);
+    if (child.exitCode !== null || child.signalCode !== null) throw new Error(`feosd exited ${child.exitCode ?? child.signalCode}: ${err}`);
     if (Date.now() > deadline) throw new Error(`feosd did not serve within 60 s: ${err}`);
-    await once(child.stderr!, 'data');
+    // The next line, its exit (which writes nothing more: waiting on 'data' alone would hang), or the deadline.
+    const left = AbortSignal.timeout(Math.max(1, deadline - Date.now()));
+    await Promise.race([once(child.stderr!, 'data', { signal: left }).catch(() => undefined), exited]);
   }
   if (!existsSync(socket)) throw new Error(`feosd said it serves but ${socket} is missing`);
   return proc;

@@ -2,26 +2,15 @@
 // temporary root, an image built from the machine's busybox with umoci and pushed with skopeo, and a
 // token gate in front of it that asks a Bearer token for the repositories under `private/`.
 import { execFileSync, spawn, type ChildProcess } from 'node:child_process';
+import { randomBytes } from 'node:crypto';
 import { copyFileSync, mkdirSync, symlinkSync, writeFileSync } from 'node:fs';
 import http from 'node:http';
-import net from 'node:net';
+import type { AddressInfo } from 'node:net';
 import { join } from 'node:path';
-import { until } from './harness.ts';
+import { unusedPort } from '../helpers/ports.ts';
 
 /** The applets linked in the test image's /bin. */
 const APPLETS = ['sh', 'echo', 'cat', 'sleep', 'ls', 'env', 'printf', 'test', 'true', 'false', 'mkdir', 'date', 'hostname', 'wc', 'id', 'nc', 'tty', 'grep'];
-
-/** A free loopback port (asked of the OS). */
-export function freePort(): Promise<number> {
-  return new Promise((resolve, reject) => {
-    const s = net.createServer();
-    s.once('error', reject);
-    s.listen(0, '127.0.0.1', () => {
-      const { port } = s.address() as net.AddressInfo;
-      s.close(() => resolve(port));
-    });
-  });
-}
 
 /**
  * Builds an OCI layout `<dir>/layout` with the image `busybox` (tag 1): the machine's busybox at
@@ -57,30 +46,56 @@ export interface LocalRegistry {
 }
 
 /**
- * Starts docker-registry on a free loopback port with its root in `dir`, and the token gate.
+ * Starts docker-registry on a free loopback port with its root in `dir`, and the token gate. The port
+ * is below the ephemeral range (test/helpers/ports.ts), and the registry is ready when `/v2/` answers
+ * with the header its configuration names with a random value: an answer from another test's
+ * registry on that port is never taken for this one's. A port taken before the registry bound it
+ * is replaced by another (at most 3 tries).
  * @param token the Bearer token the gate takes for `private/*`
+ * @throws Error with the registry's standard error when it does not come up within 30 s
  */
 export async function startRegistry(dir: string, token: string): Promise<LocalRegistry> {
-  const port = await freePort();
+  for (let attempt = 1; ; attempt++) {
+    const started = await startDockerRegistry(dir, await unusedPort('127.0.0.1'));
+    if ('child' in started) return withGate(started.child, started.port, token);
+    if (!started.portTaken || attempt === 3) throw new Error(started.message);
+  }
+}
+
+/** docker-registry serving on `port`, or why it did not start (`portTaken`: its bind failed). */
+async function startDockerRegistry(dir: string, port: number): Promise<{ child: ChildProcess; port: number } | { portTaken: boolean; message: string }> {
+  const nonce = randomBytes(8).toString('hex');
   const cfg = join(dir, 'registry.yml');
   writeFileSync(
     cfg,
-    `version: 0.1\nlog:\n  level: error\nstorage:\n  filesystem:\n    rootdirectory: ${join(dir, 'registry')}\n  delete:\n    enabled: true\nhttp:\n  addr: 127.0.0.1:${port}\n`,
+    `version: 0.1\nlog:\n  level: error\nstorage:\n  filesystem:\n    rootdirectory: ${join(dir, 'registry')}\n  delete:\n    enabled: true\nhttp:\n  addr: 127.0.0.1:${port}\n  headers:\n    X-Feos-Test-Registry: [${nonce}]\n`,
   );
   const child: ChildProcess = spawn('docker-registry', ['serve', cfg], { stdio: ['ignore', 'ignore', 'pipe'] });
   let stderr = '';
   child.stderr?.on('data', (c: Buffer) => {
     stderr += c.toString();
   });
-  await until(
-    `docker-registry answers on ${port}`,
-    async () => {
-      if (child.exitCode !== null) throw new Error(`docker-registry ended: ${stderr}`);
-      const res = await fetch(`http://127.0.0.1:${port}/v2/`).catch(() => undefined);
-      return res?.ok ? true : undefined;
-    },
-    30_000,
-  );
+  const exited = new Promise<void>((r) => child.once('exit', () => r()));
+  const deadline = Date.now() + 30_000;
+  for (;;) {
+    if (child.exitCode !== null || child.signalCode !== null) {
+      return { portTaken: /address already in use/i.test(stderr), message: `docker-registry on 127.0.0.1:${port} ended (${child.exitCode ?? child.signalCode}): ${stderr}` };
+    }
+    const res = await fetch(`http://127.0.0.1:${port}/v2/`, { signal: AbortSignal.timeout(2000) }).catch(() => undefined);
+    await res?.body?.cancel();
+    // Ours: the header carries this start's value (another registry on the port would not).
+    if (res?.ok && res.headers.get('x-feos-test-registry') === nonce && child.exitCode === null) return { child, port };
+    if (Date.now() > deadline) {
+      child.kill('SIGKILL');
+      await exited;
+      return { portTaken: false, message: `docker-registry on 127.0.0.1:${port} did not answer /v2/ within 30 s: ${stderr}` };
+    }
+    await new Promise((r) => setTimeout(r, 100)); // poll interval of a readiness check with a deadline
+  }
+}
+
+/** The token gate in front of the registry on `port`, and the registry's handle. */
+async function withGate(child: ChildProcess, port: number, token: string): Promise<LocalRegistry> {
   const seenAuth: string[] = [];
   const gate = http.createServer((req, res) => {
     const auth = req.headers.authorization ?? '';
@@ -104,7 +119,7 @@ export async function startRegistry(dir: string, token: string): Promise<LocalRe
     req.pipe(up);
   });
   await new Promise<void>((r) => gate.listen(0, '127.0.0.1', r));
-  const gatePort = (gate.address() as net.AddressInfo).port;
+  const gatePort = (gate.address() as AddressInfo).port;
   return {
     direct: `127.0.0.1:${port}`,
     gated: `127.0.0.1:${gatePort}`,

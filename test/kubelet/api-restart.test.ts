@@ -13,6 +13,7 @@ import type { V1Node, V1Pod } from '@kubernetes/client-node';
 import { fetch } from 'undici';
 import { startApiServer } from '../helpers/apiserver.ts';
 import { ControlPlane } from '../../src/kubelet/client.ts';
+import { unusedPort } from '../helpers/ports.ts';
 import { buildWat, fixturePod, freePort } from './cluster.ts';
 
 const ROOT = new URL('../../', import.meta.url).pathname;
@@ -29,8 +30,12 @@ async function until<T>(what: string, fn: () => Promise<T | undefined | false>, 
 
 test('a worker waits for its API server, and survives the API server restarting', { timeout: 120_000 }, async (t) => {
   const tmp = mkdtempSync(join(tmpdir(), 'k32-kubelet-restart-'));
-  let api = await startApiServer(t);
-  const { dataDir, port } = api;
+  // The API server restarts on the port its kubeconfigs name: one below the ephemeral range, which no
+  // outgoing connection can take while the server is away (one from --port 0 could be, and the restart
+  // would then fail with EADDRINUSE).
+  const port = await unusedPort('127.0.0.1');
+  let api = await startApiServer(t, { args: ['--port', String(port)] });
+  const { dataDir } = api;
   const kubeconfig = api.nodeKubeconfig('r1');
   const admin = new ControlPlane(api.kubeConfig);
   await admin.json('PUT', '/apis/kube32.io/v1/modules/counter-fixture/data', { body: buildWat('counter', tmp), contentType: 'application/octet-stream' });

@@ -5,7 +5,6 @@
  */
 import { spawn, execFileSync, type ChildProcess } from 'node:child_process';
 import { mkdtempSync, readFileSync, rmSync } from 'node:fs';
-import { createServer } from 'node:net';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { createHash } from 'node:crypto';
@@ -14,6 +13,7 @@ import type { KubeConfig, V1Pod } from '@kubernetes/client-node';
 import { createInterface } from 'node:readline';
 import { KubeConfig as KubeConfigClass } from '@kubernetes/client-node';
 import { startApiServer } from '../helpers/apiserver.ts';
+import { unusedPort } from '../helpers/ports.ts';
 import { issueNodeKubeconfig } from '../../src/apiserver/index.ts';
 import { ControlPlane } from '../../src/kubelet/client.ts';
 
@@ -53,25 +53,16 @@ export function buildWat(name: string, dir: string): Uint8Array {
   return new Uint8Array(readFileSync(out));
 }
 
-/** Whether `port` can be listened on at `address` now. */
-export function isFree(address: string, port: number): Promise<boolean> {
-  return new Promise((resolve) => {
-    const s = createServer();
-    s.once('error', () => resolve(false));
-    s.listen(port, address, () => s.close(() => resolve(true)));
-  });
-}
+/** The ports `freePort` handed out in this process: never handed out twice (a pod may not have bound one yet). */
+const handedOut = new Set<number>();
 
-/** A free TCP port on `address` (asked of the OS). */
-export function freePort(address: string): Promise<number> {
-  return new Promise((resolve, reject) => {
-    const s = createServer();
-    s.once('error', reject);
-    s.listen(0, address, () => {
-      const port = (s.address() as { port: number }).port;
-      s.close(() => resolve(port));
-    });
-  });
+/**
+ * A TCP port for a pod's containerPort on `address` (or on each of several addresses, for a pod that
+ * moves between them): free now, below the ephemeral range (test/helpers/ports.ts `unusedPort`: no
+ * outgoing connection can take it before the pod binds it), and not one this process handed out before.
+ */
+export function freePort(address: string | string[]): Promise<number> {
+  return unusedPort(address, handedOut);
 }
 
 /**

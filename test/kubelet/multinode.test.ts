@@ -13,7 +13,8 @@ import { test, type TestContext } from 'node:test';
 import assert from 'node:assert/strict';
 import type { V1Lease, V1Node, V1Pod } from '@kubernetes/client-node';
 import { fetch } from 'undici';
-import { type Cluster, fixturePod, freePort, isFree, startCluster } from './cluster.ts';
+import { claimLoopbackRange, refusedPort, unusedPort } from '../helpers/ports.ts';
+import { type Cluster, fixturePod, startCluster } from './cluster.ts';
 
 const ROOT = new URL('../../', import.meta.url).pathname;
 
@@ -26,19 +27,10 @@ interface Sim {
   exited: Promise<number | null>;
 }
 
-/** Three consecutive loopback addresses of a random /24, so that suites run side by side. */
-function addresses(): string[] {
-  const prefix = `127.${40 + Math.floor(Math.random() * 200)}.${1 + Math.floor(Math.random() * 250)}`;
+/** Three consecutive loopback addresses of a /24 claimed for this process, so that suites run side by side. */
+async function addresses(): Promise<string[]> {
+  const prefix = await claimLoopbackRange();
   return [2, 3, 4].map((i) => `${prefix}.${i}`);
-}
-
-/** A TCP port free on every address. */
-async function portFreeOnAll(addrs: string[]): Promise<number> {
-  for (;;) {
-    const port = await freePort(addrs[0]!);
-    const free = await Promise.all(addrs.map((a) => isFree(a, port)));
-    if (free.every(Boolean)) return port;
-  }
 }
 
 /** Starts `kube32-sim --nodes N ...` with its output kept; killed in `t.after` if still running. */
@@ -88,7 +80,7 @@ const ready = (n: V1Node | undefined) => n?.status?.conditions?.find((x) => x.ty
 test('kube32-sim --nodes 3: three nodes in one process run pods, a drain moves a pod between them with its count, SIGTERM drains them all', { timeout: 150_000 }, async (t) => {
   const c = await startCluster(t, { controllers: true });
   const names = ['m-1', 'm-2', 'm-3'];
-  const addrs = addresses();
+  const addrs = await addresses();
   const dir = await issueAll(c, names);
   const sim = startSim(t, ['--nodes', '3', '--name', 'm', '--address', addrs[0]!, '--kubelet-port', '0', '--kubeconfig-dir', dir,
     '--data-dir', join(c.tmp, 'sim'), '--interp-mops', '1000', '--drain-timeout', '5s', '--pods-per-thread', '2']);
@@ -114,7 +106,7 @@ test('kube32-sim --nodes 3: three nodes in one process run pods, a drain moves a
   assert.equal(ports.size, 3, 'each node has a kubelet endpoint of its own');
 
   // A pod bound to each node serves at that node's address, all on one port.
-  const port = await portFreeOnAll(addrs);
+  const port = await unusedPort(addrs);
   for (const name of names) await c.admin.json('POST', '/api/v1/namespaces/default/pods', { body: fixturePod(`on-${name}`, name, port) });
   for (const [i, name] of names.entries()) {
     await c.until(`on-${name} Running`, async () => {
@@ -180,7 +172,7 @@ test('kube32-sim --nodes 3 with one node that cannot start leaves none running a
   const dir = await issueAll(c, names);
   // f-2's kubeconfig is f-1's identity: the API server refuses to let it register Node f-2.
   copyFileSync(join(dir, 'f-1.kubeconfig'), join(dir, 'f-2.kubeconfig'));
-  const addrs = addresses();
+  const addrs = await addresses();
   const sim = startSim(t, ['--nodes', '3', '--name', 'f', '--address', addrs[0]!, '--kubelet-port', '0', '--kubeconfig-dir', dir,
     '--data-dir', join(c.tmp, 'sim'), '--interp-mops', '1000']);
   assert.equal(await sim.exited, 1);
@@ -198,12 +190,12 @@ test('kube32-sim --nodes 2 waiting for its API server: a signal during the start
   const c = await startCluster(t, { controllers: false });
   const dir = await issueAll(c, ['s-1', 's-2']);
   // The nodes' kubeconfigs name a port where no API server listens: the start waits, retrying.
-  const closed = await freePort('127.0.0.1');
+  const closed = await refusedPort('127.0.0.1');
   for (const n of ['s-1', 's-2']) {
     const path = join(dir, `${n}.kubeconfig`);
     writeFileSync(path, readFileSync(path, 'utf8').replace(/server: \S+/, `server: https://127.0.0.1:${closed}`));
   }
-  const sim = startSim(t, ['--nodes', '2', '--name', 's', '--address', addresses()[0]!, '--kubelet-port', '0', '--kubeconfig-dir', dir,
+  const sim = startSim(t, ['--nodes', '2', '--name', 's', '--address', (await addresses())[0]!, '--kubelet-port', '0', '--kubeconfig-dir', dir,
     '--data-dir', join(c.tmp, 'sim'), '--interp-mops', '1000']);
   await c.until('the nodes to retry their registration', () => sim.stderr().includes('the API server is not reachable; retrying'), 30_000);
   sim.proc.kill('SIGTERM');

@@ -7,7 +7,7 @@ import { test } from 'node:test';
 import assert from 'node:assert/strict';
 import type { V1Node, V1Pod } from '@kubernetes/client-node';
 import { fetch } from 'undici';
-import { startCluster, fixturePod, freePort, isFree } from './cluster.ts';
+import { startCluster, fixturePod, freePort } from './cluster.ts';
 
 interface Count { count: number; restored: number }
 
@@ -22,8 +22,7 @@ test('a worker stopped with SIGTERM drains itself: its pod moves with its state,
   const w1 = await c.startWorker('d1', '127.0.0.4', ['--interp-mops', '1000']);
   await c.startWorker('d2', '127.0.0.5', ['--interp-mops', '1000']);
   // The same containerPort is free on both addresses: the pod keeps its port across the move.
-  let port = await freePort('127.0.0.4');
-  while (!(await isFree('127.0.0.5', port))) port = await freePort('127.0.0.4');
+  const port = await freePort(['127.0.0.4', '127.0.0.5']);
   await c.admin.json('POST', '/api/v1/namespaces/default/pods', { body: fixturePod('mover', 'd1', port) });
   const first = await c.until('mover Running on d1', async () => {
     const p = await c.getPod('mover');
