@@ -12,6 +12,7 @@ import { EtcdError, EtcdStorage, type EtcdStorageOptions } from '../../src/apise
 import { type KubeObject, type Storage, StorageError, type StorageEvent } from '../../src/apiserver/storage/index.ts';
 import { runStorageConformance } from '../apiserver/storage-conformance.ts';
 import { startEtcd } from './etcd-server.ts';
+import { stopProcess } from '../helpers/process-stop.ts';
 
 const urls = new WeakMap<Storage, string>();
 
@@ -173,8 +174,8 @@ test('calls are bounded: a stopped etcd gives EtcdError within the request timeo
   const e = await startEtcd(t);
   const s = open(t, e.url, { requestTimeoutMs: 800 });
   s.create(key('a'), obj('a'));
-  e.proc.kill('SIGSTOP');
   t.after(() => e.proc.kill('SIGCONT'));
+  await stopProcess(e.proc.pid!);
   const t0 = Date.now();
   assert.throws(() => s.get(key('a')), (err: unknown) => err instanceof EtcdError && /no answer within 800 ms|deadline/i.test(err.message));
   assert.ok(Date.now() - t0 < 3000, `bounded: ${Date.now() - t0} ms`);

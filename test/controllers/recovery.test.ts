@@ -9,6 +9,7 @@ import { test } from 'node:test';
 import type { V1Node } from '@kubernetes/client-node';
 import type { Checkpoint } from '../../src/controllers/runtime/types.ts';
 import { count, counterPod, runPod, startControllersCluster } from './cluster.ts';
+import { stopProcess } from '../helpers/process-stop.ts';
 
 test('a move that does not run in time rolls back; a lost node restores from the periodic checkpoint', { timeout: 240_000 }, async (t) => {
   const c = await startControllersCluster(t, {
@@ -26,7 +27,7 @@ test('a move that does not run in time rolls back; a lost node restores from the
     await count(c, pod, 18201);
     const second = await count(c, pod, 18201);
     assert.equal(second.count, 2);
-    w2.proc.kill('SIGSTOP'); // the target takes nothing in
+    await stopProcess(w2.proc.pid!); // the target takes nothing in
     try {
       await c.createCheckpoint({ metadata: { name: 'roller-move', namespace: 'default' }, spec: { podName: 'roller', action: 'Move', target: { nodeName: 'w2' } } });
       const ck = await c.until('the move to roll back', async () => {
@@ -102,7 +103,7 @@ test('a replacement that cannot restore (its data dropped) rolls back; the sourc
   const pod = await runPod(c, counterPod('fragile', 18211, { nodeName: 'w1' }));
   assert.equal((await count(c, pod, 18211)).count, 1);
   await runPod(c, counterPod('other', 18212, { nodeName: 'w1' }));
-  w2.proc.kill('SIGSTOP'); // the target takes the replacement in only once the data is gone
+  await stopProcess(w2.proc.pid!); // the target takes the replacement in only once the data is gone
   try {
     await c.createCheckpoint({ metadata: { name: 'fragile-move', namespace: 'default' }, spec: { podName: 'fragile', action: 'Move', target: { nodeName: 'w2' } } });
     await c.until('the replacement bound to w2', async () => (await c.getCheckpoint('fragile-move'))?.status?.phase === 'Moving', 30_000);
