@@ -312,7 +312,7 @@ async function until<T>(
       const end = tail(child.log);
       const hint =
         !NOT_WORKERS.has(child.name) && end.includes('EADDRINUSE')
-          ? '\n(its address is taken: another cluster on this computer? leave --first-address out to let up pick free addresses, or pass another range, e.g. --first-address 127.0.1.2)'
+          ? '\n(its address is taken: another cluster on this computer, maybe one started at the same moment that found the same addresses free? run up again to let it pick free addresses, or pass another range, e.g. --first-address 127.0.1.2)'
           : '';
       throw new CliError(`${child.name} exited with code ${child.exitCode} before ${what}; the end of ${child.log}:\n${end}${hint}`);
     }
