@@ -3,6 +3,7 @@
  * the eviction is refused with 429 TooManyRequests naming why, before any Checkpoint, so the pod keeps
  * running with its state and the real `kubectl drain` retries it, printing the reason, until its
  * `--timeout`; once a node can take it, the retried eviction moves it and its count carries over.
+ * `kubectl drain --dry-run=server` then evicts nothing: the pod stays, with its state.
  */
 import assert from 'node:assert/strict';
 import { spawn } from 'node:child_process';
@@ -65,4 +66,20 @@ test('kubectl drain refuses to evict a pod that cannot move (429, the reason pri
   }, 60_000) as V1Pod;
   assert.notEqual(moved.metadata?.uid, pod.metadata?.uid, 'a replacement (new uid), as kubectl drain waits for');
   assert.equal((await count(c, moved, PORT)).count, 4, 'the count carried over the move');
+
+  // kubectl drain --dry-run=server: kubectl says what it would evict and nothing moves (it sends the dry
+  // run inside the Eviction's deleteOptions, not on the URL). w1 can take the pod again once uncordoned.
+  assert.equal((await c.api.kubectl(['uncordon', 'w1'])).code, 0);
+  const before = (await c.rest.json<{ items: unknown[] }>({ method: 'GET', path: '/apis/kube32.io/v1/namespaces/default/checkpoints' })).items.length;
+  const dry = await c.api.kubectl(['drain', 'w2', '--ignore-daemonsets', '--force', '--dry-run=server', '--timeout=30s'], { timeoutMs: 60_000 });
+  assert.equal(dry.code, 0, JSON.stringify(dry));
+  assert.match(dry.stdout + dry.stderr, /evicting pod default\/pinned \(server dry run\)/);
+  const after = await c.getPod('pinned');
+  assert.equal(after?.metadata?.uid, moved.metadata?.uid, 'a server dry run moves nothing: the same pod');
+  assert.equal(after?.spec?.nodeName, 'w2');
+  const ckptsAfter = await c.rest.json<{ items: unknown[] }>({ method: 'GET', path: '/apis/kube32.io/v1/namespaces/default/checkpoints' });
+  assert.equal(ckptsAfter.items.length, before, 'no Checkpoint was created by a dry run');
+  const w2 = await c.api.kubectl(['get', 'node', 'w2', '-o', 'jsonpath={.spec.unschedulable}']);
+  assert.equal(w2.stdout.trim(), '', 'a server dry run does not cordon');
+  assert.equal((await count(c, moved, PORT)).count, 5, 'the pod kept running with its state');
 });

@@ -120,7 +120,11 @@ export async function serveSubresource(scope: RequestScope): Promise<void> {
     }
     case 'eviction': {
       if (method !== 'POST') throw notAllowed();
-      const status = evictPod(reg, namespace, name, await readObject(scope), { dryRun: url.searchParams.getAll('dryRun').includes('All') });
+      const body = await readObject(scope);
+      // kubectl drain --dry-run=server sends the dry run inside the Eviction (deleteOptions.dryRun), not on the URL.
+      const inBody = rec(rec(body).deleteOptions).dryRun;
+      const dryRun = url.searchParams.getAll('dryRun').includes('All') || (Array.isArray(inBody) && inBody.includes('All'));
+      const status = evictPod(reg, namespace, name, body, { dryRun });
       return sendJson(res, 201, status);
     }
     case 'binding': {
