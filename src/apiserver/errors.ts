@@ -94,6 +94,16 @@ export function notFound(resource: string, group: string, name: string): ApiErro
   return new ApiError('NotFound', `${qualifiedResource(resource, group)} "${name}" not found`, { name, group: group || undefined, kind: resource });
 }
 
+/**
+ * 404 NotFound for a path the server does not serve (an unknown resource, subresource or API
+ * document), with empty `details` as kube-apiserver answers it: clients tell it from a missing
+ * object by the empty `details.name` (kubectl debug then says "ephemeral containers are disabled for
+ * this cluster"; without `details` it crashed).
+ */
+export function resourceNotFound(): ApiError {
+  return new ApiError('NotFound', 'the server could not find the requested resource', {});
+}
+
 /** 409 AlreadyExists: `pods "web" already exists`. */
 export function alreadyExists(resource: string, group: string, name: string): ApiError {
   return new ApiError('AlreadyExists', `${qualifiedResource(resource, group)} "${name}" already exists`, { name, group: group || undefined, kind: resource });

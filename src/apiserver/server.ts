@@ -16,7 +16,7 @@ import { Counter, Gauge, Histogram, Registry as MetricsRegistry, collectDefaultM
 import { createLogger, type Logger, writeFileAtomicSync } from '../lib/index.ts';
 import { advertiseAddressOf, bootstrap, ensureDefaultServiceAccount, ensureKubernetesService } from './bootstrap.ts';
 import { joinClusterIdentity } from './cluster-identity.ts';
-import { ApiError } from './errors.ts';
+import { ApiError, resourceNotFound } from './errors.ts';
 import { authorize, bearerToken, verbOf } from './handlers/auth.ts';
 import { serveAccessReview, serveSelfSubjectReview, serveTokenReview } from './handlers/reviews.ts';
 import type { RequestScope, ServerContext, UserInfo } from './handlers/context.ts';
@@ -284,7 +284,7 @@ export async function createApiServer(opts: ApiServerOptions): Promise<ApiServer
         return serveBlob(ctx, res, blob[1]!);
       }
       const info = parseResourcePath(path);
-      if (!info?.def) throw new ApiError('NotFound', 'the server could not find the requested resource');
+      if (!info?.def) throw resourceNotFound();
       resource = info.plural;
       subresource = info.subresource ?? '';
       verb = verbOf(req.method ?? 'GET', info, url.searchParams.get('watch') === 'true');
@@ -389,14 +389,14 @@ function serveNonResource(req: IncomingMessage, res: ServerResponse, path: strin
   const g = /^\/apis\/([^/]+)$/.exec(p);
   if (g) {
     const doc = legacyGroup(g[1]!);
-    if (!doc) throw new ApiError('NotFound', 'the server could not find the requested resource');
+    if (!doc) throw resourceNotFound();
     sendJson(res, 200, doc);
     return true;
   }
   const gv = /^\/apis\/([^/]+)\/([^/]+)$/.exec(p);
   if (gv) {
     const doc = legacyResourceList(gv[1]!, gv[2]!);
-    if (!doc) throw new ApiError('NotFound', 'the server could not find the requested resource');
+    if (!doc) throw resourceNotFound();
     sendJson(res, 200, doc);
     return true;
   }
@@ -406,12 +406,12 @@ function serveNonResource(req: IncomingMessage, res: ServerResponse, path: strin
   }
   if (p.startsWith('/openapi/v3/')) {
     const doc = openApiDocument(p.slice('/openapi/v3/'.length));
-    if (!doc) throw new ApiError('NotFound', 'the server could not find the requested resource');
+    if (!doc) throw resourceNotFound();
     res.writeHead(200, { 'Content-Type': 'application/json', 'Content-Length': Buffer.byteLength(doc), 'Cache-Control': 'public, immutable' });
     res.end(doc);
     return true;
   }
-  if (p === '/openapi/v2' || p === '/swagger.json') throw new ApiError('NotFound', 'the server could not find the requested resource');
+  if (p === '/openapi/v2' || p === '/swagger.json') throw resourceNotFound();
   return false;
 }
 

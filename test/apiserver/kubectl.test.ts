@@ -327,6 +327,11 @@ test('kubectl works against the API server', { timeout: 240_000 }, async (t) => 
     assert.equal(r.code, 0, r.stderr);
     r = await api.kubectl(['get', 'ckpt', 'nope']);
     assert.match(r.stderr, /Error from server \(NotFound\): checkpoints\.kube32\.io "nope" not found/);
+    // No ephemeral containers: kubectl debug tells it from a missing pod by the 404's empty details (it crashed without them).
+    r = await api.kubectl(['debug', 'typo', '--image=busybox']);
+    assert.equal(r.code, 1, JSON.stringify(r));
+    assert.match(r.stderr, /ephemeral containers are disabled for this cluster/);
+    assert.doesNotMatch(r.stderr, /panic/);
   });
 
   await t.test('a restart keeps every object', async () => {

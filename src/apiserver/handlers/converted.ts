@@ -3,7 +3,7 @@
  * Events): every verb runs on the stored resource, with bodies converted on the way in and objects
  * on the way out. Selectors name the stored fields.
  */
-import { ApiError, badRequest, successStatus } from '../errors.ts';
+import { ApiError, badRequest, successStatus, resourceNotFound } from '../errors.ts';
 import { checkBodyShape, withTypeMeta } from '../registry/meta.ts';
 import { jsonPatch, mergePatch, strategicMergePatch } from '../registry/patch.ts';
 import { apiVersionOf } from '../registry/types.ts';
@@ -26,7 +26,7 @@ export async function serveConverted(scope: RequestScope): Promise<void> {
   const namespace = info.namespace ?? '';
   const out = (o: KubeObject) => withTypeMeta(def, conv.fromStored(o));
   const warnings: string[] = [];
-  if (info.subresource !== undefined) throw new ApiError('NotFound', 'the server could not find the requested resource');
+  if (info.subresource !== undefined) throw resourceNotFound();
   const include = (q.get('includeObject') ?? 'Metadata') as IncludeObject;
   if (method === 'GET' && q.get('watch') === 'true') {
     serveWatch(scope);

@@ -3,7 +3,7 @@
  * query options, encodes answers (objects, lists, Tables, PartialObjectMetadata) and hands the
  * subresources to their handlers.
  */
-import { ApiError, badRequest, successStatus } from '../errors.ts';
+import { ApiError, badRequest, successStatus, resourceNotFound } from '../errors.ts';
 import type { DeleteOptions, PatchType, WriteOptions } from '../registry/store.ts';
 import type { FieldValidation } from '../registry/meta.ts';
 import { apiVersionOf, storageKey } from '../registry/types.ts';
@@ -90,7 +90,7 @@ export async function serveResource(scope: RequestScope): Promise<void> {
   const method = req.method ?? 'GET';
   const namespace = def.namespaced ? (info.namespace ?? '') : '';
   if (def.namespaced && info.name !== undefined && !info.namespace) {
-    throw new ApiError('NotFound', 'the server could not find the requested resource');
+    throw resourceNotFound();
   }
   if (def.storedAs) {
     await serveConverted(scope);

@@ -3,7 +3,7 @@
  * nodes, services and pods, and the `data` of checkpoints and modules. Each is served only for
  * resources whose definition lists it.
  */
-import { ApiError, badRequest } from '../errors.ts';
+import { ApiError, badRequest, resourceNotFound } from '../errors.ts';
 import { bindPod } from '../registry/pods/binding.ts';
 import { evictPod } from '../registry/pods/eviction.ts';
 import { replacePod } from '../registry/pods/replace.ts';
@@ -72,8 +72,8 @@ export async function serveSubresource(scope: RequestScope): Promise<void> {
   const namespace = def.namespaced ? (info.namespace ?? '') : '';
   const name = info.name!;
   if (def.kind === 'Pod' && def.group === '' && STREAMING_SUBRESOURCES.has(info.subresource!)) throw streamingNotSupported(reg.get(def, namespace, name), info.subresource!);
-  if (!def.subresources.includes(sub)) throw new ApiError('NotFound', 'the server could not find the requested resource');
-  if (sub !== 'proxy' && info.subpath !== '') throw new ApiError('NotFound', 'the server could not find the requested resource');
+  if (!def.subresources.includes(sub)) throw resourceNotFound();
+  if (sub !== 'proxy' && info.subpath !== '') throw resourceNotFound();
   const warnings: string[] = [];
   const notAllowed = () => new ApiError('MethodNotAllowed', `${method} is not supported on ${def.plural}/${sub}`);
   switch (sub) {
@@ -147,6 +147,6 @@ export async function serveSubresource(scope: RequestScope): Promise<void> {
       if (def.kind === 'Node') return serveNodeProxy(scope);
       if (def.kind === 'Service') return serveServiceProxy(scope);
       if (def.kind === 'Pod') return servePodProxy(scope);
-      throw new ApiError('NotFound', 'the server could not find the requested resource');
+      throw resourceNotFound();
   }
 }
