@@ -327,6 +327,14 @@ test('kubectl works against the API server', { timeout: 240_000 }, async (t) => 
     assert.equal(r.code, 0, r.stderr);
     r = await api.kubectl(['get', 'ckpt', 'nope']);
     assert.match(r.stderr, /Error from server \(NotFound\): checkpoints\.kube32\.io "nope" not found/);
+    // Kubernetes' size bounds: 256 KiB of annotations on any object, 1 MiB of data in a ConfigMap.
+    r = await api.kubectl(['create', '-f', file(api, 'annotated.yaml', `apiVersion: v1\nkind: ConfigMap\nmetadata: {name: annotated, annotations: {big: ${'x'.repeat(300_000)}}}\n`)]);
+    assert.equal(r.code, 1, 'an annotation over 256 KiB is refused');
+    assert.match(r.stderr, /metadata\.annotations: Too long: must have at most 262144 bytes/);
+    r = await api.kubectl(['create', 'configmap', 'huge', `--from-file=blob=${file(api, 'blob.txt', 'y'.repeat(1_100_000))}`]);
+    assert.equal(r.code, 1, 'a ConfigMap over 1 MiB is refused');
+    assert.match(r.stderr, /Too long: must have at most 1048576 bytes/);
+    assert.equal((await api.kubectl(['create', 'configmap', 'fits', `--from-file=blob=${file(api, 'fits.txt', 'y'.repeat(1_000_000))}`])).code, 0, 'a 1 MB ConfigMap fits');
     // No ephemeral containers: kubectl debug tells it from a missing pod by the 404's empty details (it crashed without them).
     r = await api.kubectl(['debug', 'typo', '--image=busybox']);
     assert.equal(r.code, 1, JSON.stringify(r));

@@ -59,7 +59,19 @@ export function validateMetaMaps(obj: KubeObject): StatusCause[] {
     if (!validKey(k)) out.push({ reason: 'FieldValueInvalid', message: `Invalid value: "${k}": name part must consist of alphanumeric characters, '-', '_' or '.'`, field: 'metadata.annotations' });
     if (typeof v !== 'string') out.push({ reason: 'FieldValueInvalid', message: `Invalid value: annotation "${k}" must be a string`, field: 'metadata.annotations' });
   }
+  const annotationBytes = Object.entries(ann).reduce((n, [k, v]) => n + k.length + (typeof v === 'string' ? v.length : 0), 0);
+  if (annotationBytes > MAX_ANNOTATIONS_BYTES) out.push(tooLong('metadata.annotations', MAX_ANNOTATIONS_BYTES));
   return out;
+}
+
+/** Kubernetes' bound on all of an object's annotations, keys and values together (bytes). */
+export const MAX_ANNOTATIONS_BYTES = 256 * 1024;
+/** Kubernetes' bound on a ConfigMap's or a Secret's data (bytes). */
+export const MAX_DATA_BYTES = 1024 * 1024;
+
+/** A FieldValueTooLong cause: `Too long: must have at most N bytes`. */
+export function tooLong(field: string, max: number): StatusCause {
+  return { reason: 'FieldValueTooLong', message: `Too long: must have at most ${max} bytes`, field };
 }
 
 function validKey(k: string): boolean {

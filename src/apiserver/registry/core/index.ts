@@ -4,7 +4,7 @@
  */
 import type { KubeObject } from '../../storage/index.ts';
 import type { ResourceDef } from '../types.ts';
-import { AGE_COLUMN, NAME_COLUMN, age, arr, invalidValue, immutable, rec, required, validateLabel, validateMetaMaps, validateSubdomain } from '../util.ts';
+import { AGE_COLUMN, MAX_DATA_BYTES, NAME_COLUMN, age, arr, invalidValue, immutable, rec, required, tooLong, validateLabel, validateMetaMaps, validateSubdomain } from '../util.ts';
 
 const base = (obj: KubeObject) => [...validateSubdomain(obj.metadata.name, 'metadata.name'), ...validateMetaMaps(obj)];
 const BASE64 = /^[A-Za-z0-9+/]*={0,2}$/;
@@ -25,6 +25,11 @@ export const configmaps: ResourceDef = {
   validate(obj, old) {
     const out = base(obj);
     for (const [k, v] of Object.entries(rec(obj.data))) if (typeof v !== 'string') out.push(invalidValue(`data[${k}]`, v, 'must be a string'));
+    // As Kubernetes counts it: keys and values of data, keys and decoded values of binaryData.
+    let bytes = 0;
+    for (const [k, v] of Object.entries(rec(obj.data))) bytes += k.length + (typeof v === 'string' ? Buffer.byteLength(v) : 0);
+    for (const [k, v] of Object.entries(rec(obj.binaryData))) bytes += k.length + (typeof v === 'string' ? Buffer.from(v, 'base64').length : 0);
+    if (bytes > MAX_DATA_BYTES) out.push(tooLong('', MAX_DATA_BYTES));
     if (old?.immutable === true && JSON.stringify([obj.data, obj.binaryData]) !== JSON.stringify([old.data, old.binaryData])) out.push(immutable('data'));
     return out;
   },
@@ -66,9 +71,12 @@ export const secrets: ResourceDef = {
     for (const f of ['data', 'stringData']) {
       if (obj[f] !== undefined && (obj[f] === null || typeof obj[f] !== 'object' || Array.isArray(obj[f]))) out.push(invalidValue(f, '<secret contents redacted>', 'must be a map'));
     }
+    let bytes = 0;
     for (const [k, v] of Object.entries(rec(obj.data))) {
       if (typeof v !== 'string' || !BASE64.test(v)) out.push(invalidValue(`data[${k}]`, '<secret contents redacted>', 'must be base64-encoded'));
+      else bytes += Buffer.from(v, 'base64').length;
     }
+    if (bytes > MAX_DATA_BYTES) out.push(tooLong('data', MAX_DATA_BYTES));
     if (old && old.type !== obj.type) out.push(immutable('type'));
     return out;
   },
