@@ -342,6 +342,13 @@ test('kubectl works against the API server', { timeout: 240_000 }, async (t) => 
     assert.doesNotMatch(r.stderr, /panic/);
   });
 
+  await t.test('a container limit without a request makes the request, as Kubernetes defaults it', async () => {
+    const r = await api.kubectl(['create', '-f', file(api, 'limited.yaml', 'apiVersion: v1\nkind: Pod\nmetadata: {name: limited}\nspec: {containers: [{name: c, image: x, resources: {limits: {memory: 64Mi}}}, {name: d, image: x, resources: {requests: {memory: 8Mi}, limits: {memory: 16Mi}}}]}\n')]);
+    assert.equal(r.code, 0, r.stderr);
+    const got = await api.kubectl(['get', 'pod', 'limited', '-o', 'jsonpath={.spec.containers[*].resources.requests.memory}']);
+    assert.equal(got.stdout.trim(), '64Mi 8Mi', 'a request given stays; a missing one is the limit');
+  });
+
   await t.test('a restart keeps every object', async () => {
     const before = await api.kubectl(['get', 'pods,ckpt,nodes', '-A', '-o', 'name']);
     await api.stop({ keepData: true });

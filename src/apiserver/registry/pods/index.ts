@@ -41,6 +41,24 @@ function defaultContainer(c: Record<string, unknown>): void {
   }
 }
 
+/**
+ * A limit without a request of the same resource makes the request (Kubernetes' `SetDefaults_Pod`),
+ * so `kubectl describe node` counts it and the QoS class sees it. At create only: a pod's resources
+ * are immutable, and one stored before this defaulting keeps its spec.
+ */
+function defaultRequestsToLimits(spec: Record<string, unknown>): void {
+  for (const list of ['containers', 'initContainers']) {
+    for (const c of arr(spec[list])) {
+      const limits = rec(rec(c.resources).limits);
+      if (Object.keys(limits).length === 0) continue;
+      const resources = rec(c.resources);
+      const requests = { ...rec(resources.requests) };
+      for (const [k, v] of Object.entries(limits)) requests[k] ??= v;
+      resources.requests = requests;
+    }
+  }
+}
+
 /** The QoS class of a pod spec: Guaranteed, Burstable or BestEffort. */
 export function qosClass(spec: Record<string, unknown>): string {
   const containers = [...arr(spec.containers), ...arr(spec.initContainers)];
@@ -268,6 +286,7 @@ export const pods: ResourceDef = {
     const spec = rec(obj.spec);
     if (obj.spec === undefined) return;
     defaultPodSpec(spec);
+    defaultRequestsToLimits(spec);
     addDefaultTolerations(spec);
     spec.serviceAccountName ??= 'default';
     spec.serviceAccount ??= spec.serviceAccountName;
