@@ -9,6 +9,7 @@ import { networkInterfaces } from 'node:os';
 import type { Logger } from '../lib/index.ts';
 import { ApiError } from './errors.ts';
 import { KUBERNETES_SERVICE_IP, endpoints, serviceaccounts, services } from './registry/core/index.ts';
+import { setKubernetesEndpointSlice } from './registry/discovery/kubernetes-slice.ts';
 import { namespaces } from './registry/nodes/index.ts';
 import type { Registry } from './registry/store.ts';
 import { rec } from './registry/util.ts';
@@ -88,7 +89,8 @@ export function ensureKubernetesService(registry: Registry, address: string, por
 
 /**
  * Sets `default/kubernetes` Endpoints to `servers` (deduplicated, sorted; one subset per port, as
- * Endpoints group addresses that share their ports; none: no subsets). Every API server computes the
+ * Endpoints group addresses that share their ports; none: no subsets), and the `kubernetes` EndpointSlice
+ * beside it (registry/discovery/kubernetes-slice.ts). Every API server computes the
  * same object from the same Leases, and a write that changes nothing is skipped.
  */
 export function setKubernetesEndpoints(registry: Registry, servers: ApiServerEndpoint[]): void {
@@ -100,6 +102,7 @@ export function setKubernetesEndpoints(registry: Registry, servers: ApiServerEnd
   const subsets = [...byPort.entries()]
     .sort((a, b) => a[0] - b[0])
     .map(([port, ips]) => ({ addresses: [...ips].sort().map((ip) => ({ ip })), ports: [{ name: 'https', port, protocol: 'TCP' }] }));
+  setKubernetesEndpointSlice(registry, subsets);
   try {
     if (!registry.find(endpoints, 'default', 'kubernetes')) {
       registry.create(endpoints, 'default', { metadata: { name: 'kubernetes', labels: { 'endpointslice.kubernetes.io/skip-mirror': 'true' } }, subsets });

@@ -4,6 +4,7 @@
 import { deployments, replicasets, daemonsets } from './apps/index.ts';
 import { checkpoints } from './checkpoints/index.ts';
 import { configmaps, endpoints, events, leases, secrets, serviceaccounts, services } from './core/index.ts';
+import { endpointslices } from './discovery/index.ts';
 import { eventsV1 } from './events/index.ts';
 import { modules } from './modules/index.ts';
 import { namespaces, nodes } from './nodes/index.ts';
@@ -30,6 +31,7 @@ export const RESOURCES: readonly ResourceDef[] = [
   checkpoints,
   modules,
   eventsV1,
+  endpointslices,
 ];
 
 const byPath = new Map<string, ResourceDef>();

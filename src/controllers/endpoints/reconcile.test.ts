@@ -1,6 +1,6 @@
 import assert from 'node:assert/strict';
 import { test } from 'node:test';
-import type { V1Endpoints, V1Service } from '@kubernetes/client-node';
+import type { V1EndpointSlice, V1Endpoints, V1Service } from '@kubernetes/client-node';
 import { fakeContext, pod } from '../testing/fakes.ts';
 import { reconcileEndpoints } from './reconcile.ts';
 
@@ -19,13 +19,15 @@ test('a Service lists ready pods under addresses and a frozen (not Ready) one un
   cache.pods.set(frozen);
   cache.pods.set(pod('other', { nodeName: 'a', running: true, labels: { app: 'x' } }));
   await reconcileEndpoints('default/counter', ctx);
-  assert.equal(fake.writes[0]!.op, 'createEndpoints');
+  assert.deepEqual(fake.writes.map((w) => w.op), ['createEndpoints', 'createEndpointSlice']);
   const ep = fake.writes[0]!.args[1] as V1Endpoints;
   assert.deepEqual(ep.subsets?.[0]?.addresses?.map((a) => a.ip), ['127.0.0.2']);
   assert.deepEqual(ep.subsets?.[0]?.notReadyAddresses?.map((a) => a.ip), ['127.0.0.3']);
   assert.deepEqual(ep.subsets?.[0]?.ports, [{ name: 'http', port: 8080, protocol: 'TCP' }]);
   // Unchanged: no write.
   cache.endpoints.set({ ...ep, metadata: { name: 'counter', namespace: 'default', resourceVersion: '5' } });
+  const slice = fake.writes[1]!.args[1] as V1EndpointSlice;
+  cache.endpointSlices.set({ ...slice, metadata: { ...slice.metadata, resourceVersion: '6' } });
   fake.calls.length = 0;
   await reconcileEndpoints('default/counter', ctx);
   assert.deepEqual(fake.calls, []);

@@ -1,7 +1,9 @@
 /**
  * The endpoints controller: a Service with a selector gets an Endpoints object of the same name listing its
  * pods' addresses: ready pods under `addresses`, others (a frozen pod during a move is not Ready) under
- * `notReadyAddresses`, with the Service's ports resolved to the pods' container ports (by name or number).
+ * `notReadyAddresses`, with the Service's ports resolved to the pods' container ports (by name or number);
+ * and, with the same readiness, its `discovery.k8s.io/v1` EndpointSlices (slices.ts), which
+ * `kubectl describe service` reads.
  */
 import type { CoreV1EndpointPort as V1EndpointPort, V1EndpointAddress, V1EndpointSubset, V1Endpoints, V1Pod, V1Service, V1ServicePort } from '@kubernetes/client-node';
 import type { ReconcileResult } from '../runtime/controller.ts';
@@ -9,6 +11,7 @@ import { splitKey } from '../runtime/controller.ts';
 import type { ControllerContext } from '../runtime/context.ts';
 import { isAlreadyExists, isNotFound } from '../runtime/errors.ts';
 import { isPodActive, isPodReady } from '../runtime/pods.ts';
+import { reconcileSlices } from './slices.ts';
 
 function selects(svc: V1Service, pod: V1Pod): boolean {
   const sel = svc.spec?.selector;
@@ -52,11 +55,22 @@ export function endpointSubsets(svc: V1Service, pods: readonly V1Pod[]): V1Endpo
   }));
 }
 
-/** Reconciles the Endpoints of the Service `namespace/name`. */
-export async function reconcileEndpoints(key: string, ctx: ControllerContext): Promise<ReconcileResult | undefined> {
+/**
+ * Reconciles the Endpoints and the EndpointSlices of the Service `namespace/name`.
+ * @param opts.slices whether to write EndpointSlices too (false against an API server without them) @default true
+ * @throws ApiCallError for a write that failed (the worker retries with back-off)
+ */
+export async function reconcileEndpoints(key: string, ctx: ControllerContext, opts: { slices?: boolean } = {}): Promise<ReconcileResult | undefined> {
   const { namespace, name } = splitKey(key);
   const svc = ctx.cache.services.get(name, namespace);
-  if (!svc?.spec?.selector || Object.keys(svc.spec.selector).length === 0) return undefined; // the GC removes owned endpoints
+  const requeueEndpoints = await reconcileEndpointsObject(ctx, namespace, name, svc);
+  const { requeue } = opts.slices === false ? { requeue: false } : await reconcileSlices(ctx, namespace, name, svc);
+  return requeueEndpoints || requeue ? { requeueAfterMs: 200 } : undefined;
+}
+
+/** The Endpoints object of the Service; answers whether to look again shortly. */
+async function reconcileEndpointsObject(ctx: ControllerContext, namespace: string, name: string, svc: V1Service | undefined): Promise<boolean> {
+  if (!svc?.spec?.selector || Object.keys(svc.spec.selector).length === 0) return false; // the GC removes owned endpoints
   const subsets = endpointSubsets(svc, ctx.cache.pods.list(namespace));
   const existing = ctx.cache.endpoints.get(name, namespace);
   const body: V1Endpoints = {
@@ -70,16 +84,16 @@ export async function reconcileEndpoints(key: string, ctx: ControllerContext): P
       await ctx.api.createEndpoints(namespace, body);
     } catch (err: unknown) {
       if (!isAlreadyExists(err)) throw err;
-      return { requeueAfterMs: 200 };
+      return true;
     }
-    return undefined;
+    return false;
   }
-  if (JSON.stringify(existing.subsets ?? []) === JSON.stringify(subsets)) return undefined;
+  if (JSON.stringify(existing.subsets ?? []) === JSON.stringify(subsets)) return false;
   try {
     await ctx.api.replaceEndpoints(namespace, name, body);
   } catch (err: unknown) {
-    if (isNotFound(err)) return { requeueAfterMs: 200 };
+    if (isNotFound(err)) return true;
     throw err;
   }
-  return undefined;
+  return false;
 }

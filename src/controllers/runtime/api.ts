@@ -12,6 +12,7 @@ import type {
   V1DaemonSet,
   V1Deployment,
   V1Endpoints,
+  V1EndpointSlice,
   V1Node,
   V1Pod,
   V1ReplicaSet,
@@ -101,6 +102,10 @@ export interface ClusterApi {
   // Endpoints
   createEndpoints(namespace: string, endpoints: V1Endpoints): Promise<V1Endpoints>;
   replaceEndpoints(namespace: string, name: string, endpoints: V1Endpoints): Promise<V1Endpoints>;
+  // EndpointSlices (discovery.k8s.io/v1)
+  createEndpointSlice(namespace: string, slice: V1EndpointSlice): Promise<V1EndpointSlice>;
+  replaceEndpointSlice(namespace: string, name: string, slice: V1EndpointSlice): Promise<V1EndpointSlice>;
+  deleteEndpointSlice(namespace: string, name: string): Promise<void>;
   // Checkpoints
   createCheckpoint(namespace: string, checkpoint: Checkpoint): Promise<Checkpoint>;
   patchCheckpoint(namespace: string, name: string, patch: MergePatch): Promise<Checkpoint>;

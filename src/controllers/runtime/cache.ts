@@ -10,6 +10,7 @@ import {
   type V1DaemonSet,
   type V1Deployment,
   type V1Endpoints,
+  type V1EndpointSlice,
   type V1Lease,
   type V1Node,
   type V1Pod,
@@ -36,6 +37,8 @@ export interface Caches {
   daemonSets: Lister<V1DaemonSet>;
   services: Lister<V1Service>;
   endpoints: Lister<V1Endpoints>;
+  /** `discovery.k8s.io/v1` EndpointSlices (the endpoints controller's own, and others'). */
+  endpointSlices: Lister<V1EndpointSlice>;
   /** `kube32.io/v1` Modules (cluster-scoped): a push brings back the ReplicaSets that could not create pods. */
   modules: Lister<KubernetesObject>;
 }
@@ -51,6 +54,7 @@ export const RESOURCES = {
   daemonSets: { path: '/apis/apps/v1/daemonsets', optional: true },
   services: { path: '/api/v1/services', optional: true },
   endpoints: { path: '/api/v1/endpoints', optional: true },
+  endpointSlices: { path: '/apis/discovery.k8s.io/v1/endpointslices', optional: true },
   modules: { path: '/apis/kube32.io/v1/modules', optional: true },
 } as const;
 

@@ -13,6 +13,7 @@ import type {
   V1DaemonSet,
   V1Deployment,
   V1Endpoints,
+  V1EndpointSlice,
   V1Node,
   V1Pod,
   V1ReplicaSet,
@@ -28,6 +29,7 @@ const seg = encodeURIComponent;
 const NODE_STATUS_HEADER = 'x-kube32-node-status';
 const CORE = '/api/v1';
 const APPS = '/apis/apps/v1';
+const DISCOVERY = '/apis/discovery.k8s.io/v1';
 const CHECKPOINTS = `/apis/${KUBE32_GROUP}/${KUBE32_VERSION}`;
 
 /** The controllers' API client; one per control plane process. */
@@ -178,6 +180,26 @@ export class KubeClusterApi implements ClusterApi {
       path: this.#ns(namespace, 'endpoints', name),
       body: { apiVersion: 'v1', kind: 'Endpoints', ...endpoints },
     });
+  }
+
+  createEndpointSlice(namespace: string, slice: V1EndpointSlice): Promise<V1EndpointSlice> {
+    return this.#call(`create endpointslice ${namespace}/${slice.metadata?.name ?? slice.metadata?.generateName}`, {
+      method: 'POST',
+      path: this.#ns(namespace, 'endpointslices', undefined, undefined, DISCOVERY),
+      body: { ...slice, apiVersion: 'discovery.k8s.io/v1', kind: 'EndpointSlice' },
+    });
+  }
+
+  replaceEndpointSlice(namespace: string, name: string, slice: V1EndpointSlice): Promise<V1EndpointSlice> {
+    return this.#call(`update endpointslice ${namespace}/${name}`, {
+      method: 'PUT',
+      path: this.#ns(namespace, 'endpointslices', name, undefined, DISCOVERY),
+      body: { ...slice, apiVersion: 'discovery.k8s.io/v1', kind: 'EndpointSlice' },
+    });
+  }
+
+  async deleteEndpointSlice(namespace: string, name: string): Promise<void> {
+    await this.#call(`delete endpointslice ${namespace}/${name}`, { method: 'DELETE', path: this.#ns(namespace, 'endpointslices', name, undefined, DISCOVERY) });
   }
 
   createCheckpoint(namespace: string, checkpoint: Checkpoint): Promise<Checkpoint> {

@@ -42,6 +42,7 @@ export function fakeCaches(): FakeCaches {
     daemonSets: new FakeLister(),
     services: new FakeLister(),
     endpoints: new FakeLister(),
+    endpointSlices: new FakeLister(),
     modules: new FakeLister(),
   };
 }
