@@ -61,6 +61,15 @@ export async function buildProgram(args?: readonly string[]): Promise<Command> {
  * any error; commands that want another exit code throw a `CliError`.
  */
 export async function main(argv: string[]): Promise<void> {
+  // A reader that went away (`kube32-cli move ... -o json | head`): stop quietly, as a command line
+  // killed by SIGPIPE does, instead of an unhandled EPIPE with its stack. A command that keeps
+  // running without its output (`up`, see resilientPrinter) takes the error itself.
+  for (const stream of [process.stdout, process.stderr]) {
+    stream.on('error', (err: NodeJS.ErrnoException) => {
+      if (stream.listenerCount('error') > 1) return;
+      process.exit(err.code === 'EPIPE' ? Number(process.exitCode ?? 0) : 1);
+    });
+  }
   const program = await buildProgram(argv.slice(2));
   try {
     await program.parseAsync(argv);
