@@ -65,7 +65,11 @@ function validateEndpoints(endpoints: unknown, type: unknown): StatusCause[] {
     if (addresses !== undefined && !Array.isArray(addresses)) out.push(invalidValue(`${at}.addresses`, addresses, 'must be a list of strings'));
     else if (!addresses || addresses.length === 0) out.push({ reason: 'FieldValueRequired', message: 'Required value: must contain at least 1 address', field: `${at}.addresses` });
     else if (addresses.length > MAX_ADDRESSES) out.push(tooMany(`${at}.addresses`, addresses.length, MAX_ADDRESSES));
-    else addresses.forEach((a: unknown, j) => out.push(...addressProblems(a, type, `${at}.addresses[${j}]`)));
+    else {
+      addresses.forEach((a: unknown, j) => {
+        out.push(...addressProblems(a, type, `${at}.addresses[${j}]`));
+      });
+    }
     const conditions = ep.conditions;
     if (conditions !== undefined && conditions !== null) {
       if (typeof conditions !== 'object' || Array.isArray(conditions)) out.push(invalidValue(`${at}.conditions`, conditions, 'must be an object'));
