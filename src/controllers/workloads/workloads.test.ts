@@ -3,7 +3,7 @@ import { test } from 'node:test';
 import type { V1Deployment, V1Pod, V1ReplicaSet } from '@kubernetes/client-node';
 import { ApiCallError } from '../runtime/errors.ts';
 import { fakeContext, pod } from '../testing/fakes.ts';
-import { reconcileDeployment, templateHash } from './deployment.ts';
+import { newReplicaSetAnnotations, REVISION_HISTORY_ANNOTATION, reconcileDeployment, sameTemplate, templateHash } from './deployment.ts';
 import { Expectations, reconcileReplicaSet } from './replicaset.ts';
 
 function rs(name: string, replicas: number, uid = `uid-${name}`): V1ReplicaSet {
@@ -177,4 +177,87 @@ test('a Deployment shows the ReplicaFailure of its ReplicaSet, and loses it with
   await reconcileDeployment('default/counter', ctx);
   const next = (fake.writes.filter((c) => c.op === 'patchDeploymentStatus').at(-1)!.args[2] as { status: V1Deployment['status'] }).status!;
   assert.deepEqual(next.conditions?.map((c) => c.type), ['Available', 'Progressing']);
+});
+
+test('going back to an old template reuses its ReplicaSet with the next revision, the old one in revision-history', { timeout: 5000 }, async () => {
+  const { ctx, cache, fake } = fakeContext();
+  const a = ownedRs(deployment(2, 'wasm://v1'), 0, 0, '3');
+  a.metadata!.annotations![REVISION_HISTORY_ANNOTATION] = '1';
+  const b = ownedRs(deployment(2, 'wasm://v2'), 2, 2, '4');
+  const d = deployment(2, 'wasm://v1');
+  d.metadata!.annotations = { 'deployment.kubernetes.io/revision': '4', 'kubernetes.io/change-cause': 'back to v1', 'kubectl.kubernetes.io/last-applied-configuration': '{}' };
+  cache.deployments.set(d);
+  cache.replicaSets.set(a);
+  cache.replicaSets.set(b);
+  await reconcileDeployment('default/counter', ctx);
+  assert.equal(fake.writes.filter((c) => c.op === 'createReplicaSet').length, 0, 'no new ReplicaSet');
+  const raised = fake.writes.find((c) => c.op === 'patchReplicaSet' && c.args[1] === a.metadata!.name && (c.args[2] as { metadata?: unknown }).metadata)!;
+  assert.deepEqual((raised.args[2] as { metadata: { annotations: Record<string, string> } }).metadata.annotations, {
+    'deployment.kubernetes.io/revision': '5',
+    [REVISION_HISTORY_ANNOTATION]: '1,3',
+    'kubernetes.io/change-cause': 'back to v1',
+  });
+  const revision = fake.writes.find((c) => c.op === 'patchDeployment')!;
+  assert.deepEqual(revision.args[2], { metadata: { annotations: { 'deployment.kubernetes.io/revision': '5' } } });
+});
+
+test('revision-history keeps at most 2000 characters, dropping the oldest numbers; a revision already highest stays', () => {
+  const d = deployment(1);
+  const long = Array.from({ length: 400 }, (_, i) => String(1000 + i)).join(','); // 1999 characters
+  const out = newReplicaSetAnnotations(d, { 'deployment.kubernetes.io/revision': '1400', [REVISION_HISTORY_ANNOTATION]: long }, 1401);
+  const history = out[REVISION_HISTORY_ANNOTATION]!;
+  assert.ok(history.length <= 2000, `${history.length} characters`);
+  assert.ok(history.endsWith(',1400') && history.startsWith('1001,'), history.slice(0, 20));
+  assert.deepEqual(newReplicaSetAnnotations(d, { 'deployment.kubernetes.io/revision': '7' }, 5), { 'deployment.kubernetes.io/revision': '7' });
+  assert.deepEqual(newReplicaSetAnnotations(d, undefined, 1), { 'deployment.kubernetes.io/revision': '1' }, 'a first revision has no history');
+});
+
+test('templates equal but for null, {}, [] and the pod-template-hash label are the same template, and hash equal', () => {
+  const sent = { metadata: { labels: { app: 'web' } }, spec: { containers: [{ name: 'c', image: 'wasm://a', resources: {}, ports: [{ containerPort: 80 }] }] } };
+  const readBack = { metadata: { creationTimestamp: null, labels: { app: 'web', 'pod-template-hash': 'x' }, annotations: {} }, spec: { containers: [{ name: 'c', image: 'wasm://a', args: [], ports: [{ containerPort: 80 }] }] } };
+  assert.ok(sameTemplate(readBack as never, sent as never));
+  assert.equal(templateHash({ ...readBack, metadata: { ...readBack.metadata, labels: { app: 'web' } } }), templateHash(sent));
+  assert.ok(!sameTemplate(sent as never, { ...sent, spec: { containers: [{ ...sent.spec.containers[0], image: 'wasm://b' }] } } as never));
+  assert.notEqual(templateHash(sent, 1), templateHash(sent), 'a collision count changes the hash');
+});
+
+test('each scaling is a ScalingReplicaSet event on the Deployment, in v1.32 words', { timeout: 5000 }, async () => {
+  const { ctx, cache, fake } = fakeContext();
+  const d = deployment(3);
+  cache.deployments.set(d);
+  await reconcileDeployment('default/counter', ctx);
+  const name = `counter-${templateHash(d.spec!.template)}`;
+  assert.deepEqual(fake.events.map((e) => [e.reason, e.message, e.involvedObject.kind, e.involvedObject.name]), [
+    ['ScalingReplicaSet', `Scaled up replica set ${name} from 0 to 3`, 'Deployment', 'counter'],
+  ]);
+  assert.equal((fake.events[0] as unknown as { source: { component: string } }).source.component, 'deployment-controller');
+  // A rollout: the new one up by the surge, the old one down as its pods are not available.
+  const old = ownedRs(deployment(3, 'wasm://v1'), 3, 0, '1');
+  const fresh = ownedRs(d, 1, 0, '2');
+  d.metadata!.annotations = { 'deployment.kubernetes.io/revision': '2' };
+  cache.replicaSets.set(old);
+  cache.replicaSets.set(fresh);
+  fake.calls.length = 0;
+  await reconcileDeployment('default/counter', ctx);
+  assert.deepEqual(fake.events.map((e) => e.message), [`Scaled down replica set ${old.metadata!.name} from 3 to 0`]);
+  const patch = fake.writes.find((c) => c.op === 'patchReplicaSet')!.args[2] as { metadata: { annotations: Record<string, string> } };
+  assert.deepEqual(patch.metadata.annotations, { 'deployment.kubernetes.io/desired-replicas': '3', 'deployment.kubernetes.io/max-replicas': '4' });
+});
+
+test('a ReplicaSet of the new name with another template is a hash collision: collisionCount rises', { timeout: 5000 }, async () => {
+  const { ctx, cache, fake } = fakeContext();
+  const d = deployment(1, 'wasm://v2');
+  const squatter = ownedRs(deployment(1, 'wasm://v1'), 1, 1, '1');
+  squatter.metadata!.name = `counter-${templateHash(d.spec!.template)}`;
+  cache.deployments.set(d);
+  cache.replicaSets.set(squatter);
+  fake.failures.set('createReplicaSet', new ApiCallError('create replicaset', 409, 'AlreadyExists', 'already exists'));
+  await reconcileDeployment('default/counter', ctx);
+  const status = fake.writes.find((c) => c.op === 'patchDeploymentStatus')!;
+  assert.deepEqual(status.args[2], { status: { collisionCount: 1 } });
+  d.status = { collisionCount: 1 };
+  fake.calls.length = 0;
+  await reconcileDeployment('default/counter', ctx);
+  const created = fake.writes.find((c) => c.op === 'createReplicaSet')!.args[1] as V1ReplicaSet;
+  assert.equal(created.metadata?.name, `counter-${templateHash(d.spec!.template, 1)}`);
 });

@@ -11,12 +11,26 @@ import type { ResourceDef } from '../types.ts';
 import { AGE_COLUMN, NAME_COLUMN, age, arr, immutable, invalidValue, rec, required, selectorString, validateMetaMaps, validateSubdomain } from '../util.ts';
 import { parseLabelSelector, labelSelectorFromObject } from '../selectors.ts';
 
+/**
+ * Defaults a workload's pod template in place, and leaves out the zeros that mean "not set": a template's
+ * `metadata.generation: 0` and a port's `hostPort: 0`. Kubernetes' protobuf writes every non-pointer
+ * number, so `kubectl create deployment --port` sends both, where the same template as JSON (what
+ * `kubectl rollout undo` sends) has neither; stored alike, the same template is the same ReplicaSet.
+ */
 function defaultTemplate(spec: Record<string, unknown>): void {
   const tpl = rec(spec.template);
   spec.template = tpl;
   tpl.metadata ??= {};
+  const meta = rec(tpl.metadata);
+  if (meta.generation === 0) delete meta.generation;
   tpl.spec = rec(tpl.spec);
-  defaultPodSpec(tpl.spec as Record<string, unknown>);
+  const podSpec = tpl.spec as Record<string, unknown>;
+  for (const list of ['containers', 'initContainers']) {
+    for (const c of arr(podSpec[list])) {
+      for (const p of arr(c.ports)) if (p.hostPort === 0) delete p.hostPort;
+    }
+  }
+  defaultPodSpec(podSpec);
 }
 
 function validateWorkload(obj: KubeObject, old: KubeObject | undefined, withReplicas: boolean): StatusCause[] {
