@@ -8,7 +8,7 @@
  */
 import assert from 'node:assert/strict';
 import { test } from 'node:test';
-import type { V1EndpointSlice } from '@kubernetes/client-node';
+import type { V1EndpointSlice, V1Pod } from '@kubernetes/client-node';
 import { startApiServer } from '../helpers/apiserver.ts';
 import { counterPod, runPod, startControllersCluster } from './cluster.ts';
 
@@ -34,7 +34,7 @@ test('a Service over counter pods has an EndpointSlice that kubectl get and desc
   const resources = await kubectl(['api-resources', '--api-group=discovery.k8s.io']);
   assert.match(resources, /^endpointslices\s+discovery\.k8s\.io\/v1\s+true\s+EndpointSlice$/m);
 
-  const pods = [];
+  const pods: V1Pod[] = [];
   for (const [name, node] of [['counter-a', 'w1'], ['counter-b', 'w2']] as const) {
     const spec = counterPod(name, PORT, { labels: { app: 'counter' }, nodeName: node });
     spec.spec!.containers[0]!.ports = [{ name: 'web', containerPort: PORT }];
