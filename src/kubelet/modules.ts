@@ -44,7 +44,7 @@ export function imageDigest(pod: V1Pod, image: string): string {
   }
   const ann = pod.metadata?.annotations?.[IMAGE_SHA256_ANNOTATION]?.toLowerCase();
   if (ann && HEX64.test(ann)) return ann;
-  throw new ImagePullError('InvalidImageName', `image "${image}" has no digest: expected wasm://NAME resolved by the API server (annotation ${IMAGE_SHA256_ANNOTATION}) or ${DIGEST_IMAGE_PREFIX}<64 hex digits>`);
+  throw new ImagePullError('InvalidImageName', `image "${image}" has no digest: expected wasm://NAME or the NAME of a pushed module (kube32-cli push), resolved by the API server (annotation ${IMAGE_SHA256_ANNOTATION}), or ${DIGEST_IMAGE_PREFIX}<64 hex digits>`);
 }
 
 /** Fetches and caches module bytes by digest. Concurrent requests for one digest share one fetch. */

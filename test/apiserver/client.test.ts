@@ -302,6 +302,11 @@ test('client-node and raw clients against the API server', { timeout: 240_000 },
     assert.equal(pod.metadata!.annotations!['kube32.io/image-sha256'], sha);
     const byDigest = await core.createNamespacedPod({ namespace: 'default', body: { metadata: { name: 'digestpod' }, spec: { containers: [{ name: 'c', image: `kube32.io/wasm-sha256:${sha}` }] } } });
     assert.equal(byDigest.metadata!.annotations!['kube32.io/image-sha256'], sha);
+    // A bare module name (what `kubectl run --image=echo` sends) resolves as wasm://echo; an unknown one is left to the kubelet.
+    const bare = await core.createNamespacedPod({ namespace: 'default', body: { metadata: { name: 'barepod' }, spec: { containers: [{ name: 'c', image: 'echo' }] } } });
+    assert.equal(bare.metadata!.annotations?.['kube32.io/image-sha256'], sha);
+    const unknown = await core.createNamespacedPod({ namespace: 'default', body: { metadata: { name: 'unknownpod' }, spec: { containers: [{ name: 'c', image: 'nginx' }] } } });
+    assert.equal(unknown.metadata!.annotations?.['kube32.io/image-sha256'], undefined);
     r = await raw(api, 'POST', '/api/v1/namespaces/default/pods', { metadata: { name: 'nomod' }, spec: { containers: [{ name: 'c', image: 'wasm://missing' }] } });
     assert.equal(r.status, 422);
     assert.match(String(r.json().message), /no module "missing"/);

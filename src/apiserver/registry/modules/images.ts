@@ -14,8 +14,12 @@ const WASM_PREFIX = 'wasm://';
 const DIGEST_PREFIX = 'kube32.io/wasm-sha256:';
 const HEX64 = /^[0-9a-f]{64}$/;
 
+/** A module's name used as an image: a DNS subdomain, no registry, tag or scheme. */
+const BARE_NAME = /^[a-z0-9]([-a-z0-9.]{0,251}[a-z0-9])?$/;
+
 /**
- * Resolves the Wasm image of a new pod, in place.
+ * Resolves the Wasm image of a new pod, in place: `wasm://NAME`, a bare `NAME` of a pushed module,
+ * or `kube32.io/wasm-sha256:<hex>` set the pod's `kube32.io/image-sha256` annotation.
  * @throws ApiError Invalid when a `wasm://NAME` is not stored or a digest is malformed
  */
 export function resolvePodImage(storage: Storage, pod: KubeObject): void {
@@ -36,6 +40,11 @@ export function resolvePodImage(storage: Storage, pod: KubeObject): void {
       const hex = image.slice(DIGEST_PREFIX.length).toLowerCase();
       if (!HEX64.test(hex)) throw invalid('Pod', '', pod.metadata.name ?? '', [{ reason: 'FieldValueInvalid', message: `Invalid value: "${image}": the digest must be 64 hex digits`, field: f }]);
       sha = hex;
+    } else if (BARE_NAME.test(image)) {
+      // A bare name (`kubectl run c --image=counter`: kubectl refuses `wasm://` in --image) names a
+      // pushed module when one has that name; otherwise it is left for the kubelet to refuse.
+      const digest = rec(storage.get({ resource: 'modules.kube32.io', namespace: '', name: image })?.spec).sha256;
+      if (typeof digest === 'string') sha = digest;
     }
     if (sha) {
       pod.metadata.annotations = { ...(pod.metadata.annotations ?? {}), [IMAGE_SHA_ANNOTATION]: sha };
