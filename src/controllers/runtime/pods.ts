@@ -13,6 +13,16 @@ export function isPodActive(pod: V1Pod): boolean {
   return phase !== 'Succeeded' && phase !== 'Failed' && !pod.metadata?.deletionTimestamp;
 }
 
+/**
+ * Whether a pod bound to a node still takes its place there (memory, pod count, ports): until it is
+ * Succeeded or Failed, or gone. A pod being deleted still runs, and holds its port, until its node
+ * stops it: kube-scheduler, too, counts it until the deletion completes.
+ */
+export function podHoldsNode(pod: V1Pod): boolean {
+  const phase = pod.status?.phase;
+  return phase !== 'Succeeded' && phase !== 'Failed';
+}
+
 /** Whether the pod's `Ready` condition is `True`. */
 export function isPodReady(pod: V1Pod): boolean {
   return pod.status?.conditions?.some((c) => c.type === 'Ready' && c.status === 'True') ?? false;

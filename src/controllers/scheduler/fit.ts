@@ -18,7 +18,7 @@ import type {
   V1Toleration,
 } from '@kubernetes/client-node';
 import {
-  isPodActive,
+  podHoldsNode,
   nodeAllocatableMemory,
   nodeMops,
   nodeReadyStatus,
@@ -118,7 +118,7 @@ function usage(pods: readonly V1Pod[], self: V1Pod): Map<string, NodeUse> {
   const selfKey = `${self.metadata?.namespace}/${self.metadata?.name}`;
   for (const p of pods) {
     const n = p.spec?.nodeName;
-    if (!n || !isPodActive(p) || `${p.metadata?.namespace}/${p.metadata?.name}` === selfKey) continue;
+    if (!n || !podHoldsNode(p) || `${p.metadata?.namespace}/${p.metadata?.name}` === selfKey) continue;
     const u = out.get(n) ?? { memory: 0, pods: 0, ports: new Set<string>() };
     u.memory += podMemoryRequest(p);
     u.pods += 1;

@@ -60,6 +60,11 @@ test('pods share the node address: a second pod with the same containerPort goes
   assert.deepEqual(placement, { nodeName: 'b' });
   const none = pickNode(pod('web3', { ports: [8080] }), [a], [running]);
   assert.match(String((none as { message: string }).message), /free ports/);
+  // A pod being deleted still runs, holding its port, until its node stops it; a Succeeded one does not.
+  const terminating = { ...running, metadata: { ...running.metadata, deletionTimestamp: new Date() } };
+  assert.match(String((pickNode(pod('web4', { ports: [8080] }), [a], [terminating]) as { message: string }).message), /free ports/);
+  const done = { ...running, status: { ...running.status, phase: 'Succeeded' } };
+  assert.deepEqual(pickNode(pod('web5', { ports: [8080] }), [a], [done]), { nodeName: 'a' });
 });
 
 test('kube32.io/placement: fastest picks the highest interp-mops', () => {

@@ -2,7 +2,7 @@ import assert from 'node:assert/strict';
 import { test } from 'node:test';
 import type { V1Pod } from '@kubernetes/client-node';
 import fc from 'fast-check';
-import { isPodActive, podMemoryRequest } from '../runtime/pods.ts';
+import { podHoldsNode, podMemoryRequest } from '../runtime/pods.ts';
 import { fakeContext, node, pod } from '../testing/fakes.ts';
 import { podPorts } from './fit.ts';
 import { AssumedPods, reconcileSchedule } from './reconcile.ts';
@@ -20,7 +20,7 @@ function bruteForce(informed: Map<string, V1Pod>, assumed: Map<string, { pod: V1
   };
   for (const key of new Set([...informed.keys(), ...assumed.keys()])) {
     const p = informed.get(key);
-    if (p?.spec?.nodeName && isPodActive(p)) add(p, p.spec.nodeName);
+    if (p?.spec?.nodeName && podHoldsNode(p)) add(p, p.spec.nodeName);
     else if (assumed.has(key)) add(assumed.get(key)!.pod, assumed.get(key)!.node);
   }
   return out;

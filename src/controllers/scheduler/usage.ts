@@ -9,7 +9,7 @@
  * on its assumed node until the informer shows it, or until the assumption is dropped.
  */
 import type { V1Pod } from '@kubernetes/client-node';
-import { isPodActive, podMemoryRequest } from '../runtime/pods.ts';
+import { podHoldsNode, podMemoryRequest } from '../runtime/pods.ts';
 import { type NodeUse, podPorts } from './fit.ts';
 
 /** What one pod takes on one node. */
@@ -37,7 +37,7 @@ export class NodeUsage {
   observe(verb: 'add' | 'update' | 'delete', pod: V1Pod): void {
     const key = `${pod.metadata?.namespace ?? ''}/${pod.metadata?.name ?? ''}`;
     const node = pod.spec?.nodeName;
-    const informed = verb !== 'delete' && node && isPodActive(pod) ? shareOf(pod, node) : undefined;
+    const informed = verb !== 'delete' && node && podHoldsNode(pod) ? shareOf(pod, node) : undefined;
     this.#set(key, (e) => ({ ...e, informed }));
   }
 
