@@ -3,7 +3,7 @@
  * two kube32-sim workers): a Service over two counter pods gets one slice, labelled with the Service's name
  * and owned by it, listing both pods' addresses and the resolved port; `kubectl describe svc` prints them as
  * `Endpoints:`; `kubectl get endpointslices` prints kube-apiserver's columns; a deleted pod leaves the slice;
- * the deleted Service takes its slice with it (garbage collector). The `default/kubernetes` slice names the
+ * with no pod left one placeholder slice stays; the deleted Service takes its slice with it (garbage collector). The `default/kubernetes` slice names the
  * API server.
  */
 import assert from 'node:assert/strict';
@@ -82,6 +82,16 @@ test('a Service over counter pods has an EndpointSlice that kubectl get and desc
   });
   const after = await kubectl(['describe', 'svc', 'counter']);
   assert.match(after, new RegExp(`^Endpoints:\\s+${pods[1]!.status!.podIP!.replaceAll('.', '\\.')}:${PORT}$`, 'm'));
+
+  // No pod left: one placeholder slice without endpoints or ports, as Kubernetes keeps.
+  await kubectl(['delete', 'pod', 'counter-b', '--wait=true']);
+  const placeholder = await c.until('the placeholder slice', async () => {
+    const items = await slices();
+    return items.length === 1 && (items[0]?.endpoints ?? []).length === 0 ? items[0] : undefined;
+  });
+  assert.deepEqual(placeholder.ports ?? [], []);
+  const none = await kubectl(['describe', 'svc', 'counter']);
+  assert.match(none, /^Endpoints:\s*$/m, 'kubectl prints no endpoint (an empty line, as against kube-controller-manager)');
 
   // The Service deleted: the garbage collector deletes its slice.
   await kubectl(['delete', 'service', 'counter']);
