@@ -50,9 +50,16 @@ const NOT_COPIED = new Set([
 ]);
 
 /**
+ * Numbers that Go keeps in non-pointer `omitempty` fields, where 0 is "not set" (Kubernetes' protobuf sends
+ * them anyway; the API server leaves them out of new templates, but older stored ones may have them).
+ */
+const ZERO_IS_UNSET = new Set(['.metadata.generation', '.spec.containers[].ports[].hostPort', '.spec.initContainers[].ports[].hostPort']);
+
+/**
  * A pod template in the form two equal templates share: keys sorted; null, undefined, `{}` and `[]` left
- * out (Go's JSON omits them, and Kubernetes' semantic equality takes an empty map or list for none); with
- * `ignoreHash`, the `pod-template-hash` label left out too (a ReplicaSet's template carries it).
+ * out (Go's JSON omits them, and Kubernetes' semantic equality takes an empty map or list for none), and
+ * the zeros of {@link ZERO_IS_UNSET}; with `ignoreHash`, the `pod-template-hash` label left out too (a
+ * ReplicaSet's template carries it).
  */
 export function canonicalTemplate(template: unknown, ignoreHash = false): unknown {
   const canon = (v: unknown, path: string): unknown => {
@@ -60,7 +67,7 @@ export function canonicalTemplate(template: unknown, ignoreHash = false): unknow
       const items = v.map((x) => canon(x, `${path}[]`)).filter((x) => x !== undefined);
       return items.length ? items : undefined;
     }
-    if (v === null || v === undefined) return undefined;
+    if (v === null || v === undefined || (v === 0 && ZERO_IS_UNSET.has(path))) return undefined;
     if (typeof v !== 'object') return v;
     const out: Record<string, unknown> = {};
     for (const k of Object.keys(v).sort()) {

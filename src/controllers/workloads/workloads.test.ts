@@ -212,9 +212,9 @@ test('revision-history keeps at most 2000 characters, dropping the oldest number
   assert.deepEqual(newReplicaSetAnnotations(d, undefined, 1), { 'deployment.kubernetes.io/revision': '1' }, 'a first revision has no history');
 });
 
-test('templates equal but for null, {}, [] and the pod-template-hash label are the same template, and hash equal', () => {
+test('templates equal but for null, {}, [], zero generation and hostPort, and the pod-template-hash label are the same template, and hash equal', () => {
   const sent = { metadata: { labels: { app: 'web' } }, spec: { containers: [{ name: 'c', image: 'wasm://a', resources: {}, ports: [{ containerPort: 80 }] }] } };
-  const readBack = { metadata: { creationTimestamp: null, labels: { app: 'web', 'pod-template-hash': 'x' }, annotations: {} }, spec: { containers: [{ name: 'c', image: 'wasm://a', args: [], ports: [{ containerPort: 80 }] }] } };
+  const readBack = { metadata: { creationTimestamp: null, generation: 0, labels: { app: 'web', 'pod-template-hash': 'x' }, annotations: {} }, spec: { containers: [{ name: 'c', image: 'wasm://a', args: [], ports: [{ containerPort: 80, hostPort: 0 }] }] } };
   assert.ok(sameTemplate(readBack as never, sent as never));
   assert.equal(templateHash({ ...readBack, metadata: { ...readBack.metadata, labels: { app: 'web' } } }), templateHash(sent));
   assert.ok(!sameTemplate(sent as never, { ...sent, spec: { containers: [{ ...sent.spec.containers[0], image: 'wasm://b' }] } } as never));
