@@ -349,6 +349,15 @@ test('kubectl works against the API server', { timeout: 240_000 }, async (t) => 
     assert.equal(got.stdout.trim(), '64Mi 8Mi', 'a request given stays; a missing one is the limit');
   });
 
+  await t.test('cluster-info dump walks every namespace; a ReplicationController cannot be made', async () => {
+    const dump = await api.kubectl(['cluster-info', 'dump', '--all-namespaces']);
+    assert.equal(dump.code, 0, dump.stderr);
+    assert.match(dump.stdout, /"kind": "ReplicationControllerList"/);
+    const rc = await api.kubectl(['create', '-f', file(api, 'rc.yaml', 'apiVersion: v1\nkind: ReplicationController\nmetadata: {name: old}\nspec: {replicas: 1, selector: {app: a}, template: {metadata: {labels: {app: a}}, spec: {containers: [{name: c, image: x}]}}}\n')]);
+    assert.equal(rc.code, 1);
+    assert.match(rc.stderr, /does not run ReplicationControllers: use a Deployment/);
+  });
+
   await t.test('a restart keeps every object', async () => {
     const before = await api.kubectl(['get', 'pods,ckpt,nodes', '-A', '-o', 'name']);
     await api.stop({ keepData: true });

@@ -3,7 +3,7 @@
  */
 import { deployments, replicasets, daemonsets } from './apps/index.ts';
 import { checkpoints } from './checkpoints/index.ts';
-import { configmaps, endpoints, events, leases, secrets, serviceaccounts, services } from './core/index.ts';
+import { configmaps, endpoints, events, leases, replicationcontrollers, secrets, serviceaccounts, services } from './core/index.ts';
 import { endpointslices } from './discovery/index.ts';
 import { eventsV1 } from './events/index.ts';
 import { modules } from './modules/index.ts';
@@ -32,6 +32,7 @@ export const RESOURCES: readonly ResourceDef[] = [
   modules,
   eventsV1,
   endpointslices,
+  replicationcontrollers,
 ];
 
 const byPath = new Map<string, ResourceDef>();

@@ -236,6 +236,27 @@ export const endpoints: ResourceDef = {
   },
 };
 
+/**
+ * replication controllers: served so that lists of them answer (empty), as `kubectl cluster-info dump`
+ * and other clients walking the core group expect, but none can be made: no controller runs them.
+ */
+export const replicationcontrollers: ResourceDef = {
+  group: '',
+  version: 'v1',
+  kind: 'ReplicationController',
+  listKind: 'ReplicationControllerList',
+  plural: 'replicationcontrollers',
+  singular: 'replicationcontroller',
+  namespaced: true,
+  shortNames: ['rc'],
+  subresources: [],
+  hasStatus: false,
+  fields: ['spec'],
+  validate: () => [{ reason: 'FieldValueForbidden', message: 'Forbidden: Kube32 does not run ReplicationControllers: use a Deployment (apps/v1)', field: 'kind' }],
+  columns: [NAME_COLUMN, AGE_COLUMN],
+  cells: (o, now) => [o.metadata.name, age(o.metadata.creationTimestamp, now)],
+};
+
 function eventTime(o: KubeObject, which: 'first' | 'last'): unknown {
   const series = rec(o.series);
   if (which === 'last') return o.lastTimestamp ?? series.lastObservedTime ?? o.eventTime ?? o.firstTimestamp ?? o.metadata.creationTimestamp;
