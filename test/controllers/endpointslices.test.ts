@@ -2,7 +2,7 @@
  * `discovery.k8s.io/v1` EndpointSlices with the real kubectl against a real cluster (API server, controllers,
  * two kube32-sim workers): a Service over two counter pods gets one slice, labelled with the Service's name
  * and owned by it, listing both pods' addresses and the resolved port; `kubectl describe svc` prints them as
- * `Endpoints:`; `kubectl get endpointslices` prints kube-apiserver's columns; a deleted pod leaves the slice;
+ * `Endpoints:`; `kubectl get endpointslices` prints kube-apiserver's columns; a pod relabelled out of the selector or deleted leaves the slice;
  * with no pod left one placeholder slice stays; the deleted Service takes its slice with it (garbage collector). The `default/kubernetes` slice names the
  * API server.
  */
@@ -73,6 +73,15 @@ test('a Service over counter pods has an EndpointSlice that kubectl get and desc
   const table = await kubectl(['get', 'endpointslices', '-l', 'kubernetes.io/service-name=counter']);
   assert.match(table, /^NAME\s+ADDRESSTYPE\s+PORTS\s+ENDPOINTS\s+AGE$/m);
   assert.match(table, new RegExp(`^${ready.metadata?.name}\\s+IPv4\\s+${PORT}\\s+\\S+\\s+\\d+s$`, 'm'));
+
+  // A pod relabelled out of the selector leaves the slice, and comes back with its label.
+  await kubectl(['label', 'pod', 'counter-b', 'app=elsewhere', '--overwrite']);
+  await c.until('counter-b to leave the slice', async () => {
+    const eps = (await slices()).flatMap((s) => s.endpoints ?? []);
+    return eps.length === 1 && eps[0]?.targetRef?.name === 'counter-a';
+  });
+  await kubectl(['label', 'pod', 'counter-b', 'app=counter', '--overwrite']);
+  await c.until('counter-b to come back', async () => (await slices()).flatMap((s) => s.endpoints ?? []).length === 2);
 
   // A pod deleted: its address leaves the slice.
   await kubectl(['delete', 'pod', 'counter-a', '--wait=true']);

@@ -2,6 +2,7 @@ import assert from 'node:assert/strict';
 import { test } from 'node:test';
 import type { V1EndpointSlice, V1Pod, V1Service } from '@kubernetes/client-node';
 import { fakeContext, pod } from '../testing/fakes.ts';
+import { PodsInSlices } from './controller.ts';
 import { reconcileEndpoints } from './reconcile.ts';
 import { CONTROLLER_NAME, desiredSlices, LABEL_MANAGED_BY, LABEL_SERVICE_NAME, MAX_ENDPOINTS_PER_SLICE } from './slices.ts';
 
@@ -89,4 +90,16 @@ test('reconcile replaces a changed slice with its resourceVersion, deletes stale
   cache.endpointSlices.items = [];
   await reconcileEndpoints('default/counter', ctx, { slices: false });
   assert.deepEqual(fake.writes, []);
+});
+
+test('the pods listed in slices lead back to their Service (a pod relabelled out of its selector)', { timeout: 5000 }, () => {
+  const index = new PodsInSlices();
+  const [slice] = desiredSlices(service(), [counter('c1', '127.0.0.2'), counter('c2', '127.0.0.3')]);
+  index.set(slice!, false);
+  assert.deepEqual([...index.servicesOf('default', 'c1')], ['counter']);
+  index.set({ ...slice!, endpoints: slice!.endpoints!.slice(1) }, false);
+  assert.deepEqual([...index.servicesOf('default', 'c1')], []);
+  assert.deepEqual([...index.servicesOf('default', 'c2')], ['counter']);
+  index.set(slice!, true);
+  assert.deepEqual([...index.servicesOf('default', 'c2')], []);
 });
