@@ -74,6 +74,9 @@ test('a Service over counter pods has an EndpointSlice that kubectl get and desc
   assert.match(table, /^NAME\s+ADDRESSTYPE\s+PORTS\s+ENDPOINTS\s+AGE$/m);
   assert.match(table, new RegExp(`^${ready.metadata?.name}\\s+IPv4\\s+${PORT}\\s+\\S+\\s+\\d+s$`, 'm'));
 
+  // Nothing changed since: the controller wrote nothing more (its comparison sees the stored slice as equal).
+  assert.equal((await slices())[0]?.metadata?.resourceVersion, ready.metadata?.resourceVersion);
+
   // A pod relabelled out of the selector leaves the slice, and comes back with its label.
   await kubectl(['label', 'pod', 'counter-b', 'app=elsewhere', '--overwrite']);
   await c.until('counter-b to leave the slice', async () => {
