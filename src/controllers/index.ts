@@ -14,6 +14,7 @@ import { createLogger } from '../lib/index.ts';
 import { realClock, type TimerClock } from '../lib/workqueue.ts';
 import { newCheckpointController } from './checkpoint/controller.ts';
 import { newEndpointsController } from './endpoints/controller.ts';
+import { newJobController } from './jobs/controller.ts';
 import { newNodeLifecycleController } from './nodelifecycle/controller.ts';
 import { newPodLifecycleController } from './podlifecycle/controller.ts';
 import { newPolicyController } from './policy/controller.ts';
@@ -47,6 +48,7 @@ export const CONTROLLER_NAMES = [
   'endpoints',
   'nodelifecycle',
   'policy',
+  'job',
 ] as const;
 export type ControllerName = (typeof CONTROLLER_NAMES)[number];
 
@@ -109,7 +111,7 @@ export async function startControllers(options: StartControllersOptions): Promis
       identity: given.identity ?? `${hostname()}_${process.pid}_${randomBytes(4).toString('hex')}`,
     });
   }
-  return startWith(ctx, informers, options.disable ?? [], elector, options.onLostLeadership);
+  return startWith(ctx, informers, options.disable ?? [], elector, options.onLostLeadership, options.kubeConfig);
 }
 
 async function startWith(
@@ -118,6 +120,7 @@ async function startWith(
   disable: readonly ControllerName[],
   elector: LeaderElector | undefined,
   onLostLeadership: (() => void) | undefined,
+  kubeConfig: KubeConfig,
 ): Promise<RunningControllers> {
   // Indexed first, so that every controller's handler finds the index up to date.
   const podsByOwner = new PodsByOwner();
@@ -131,6 +134,7 @@ async function startWith(
     newEndpointsController(ctx, informers),
     newNodeLifecycleController(ctx, informers),
     newPolicyController(ctx, informers),
+    newJobController(ctx, informers, kubeConfig),
   ];
   const controllers = all.filter((c) => !disable.includes(c.name as ControllerName));
   try {

@@ -1,7 +1,7 @@
 /**
  * Decoding of the Kubernetes protobuf wire format (`application/vnd.kubernetes.protobuf`) for the
  * bodies kubectl's generator commands send (`kubectl create namespace|configmap|secret|
- * serviceaccount|service|deployment`, `kubectl auth can-i`): the `k8s\0` magic, the `runtime.Unknown` envelope, then the
+ * serviceaccount|service|deployment|job`, `kubectl auth can-i`): the `k8s\0` magic, the `runtime.Unknown` envelope, then the
  * object by its kind, with the field numbers of Kubernetes' `generated.proto`. Fields this server
  * does not know are skipped; a kind it does not know is refused (415).
  */
@@ -69,6 +69,18 @@ const DEPLOYMENT_SPEC: Msg = {
   7: ['paused', 'bool'],
   9: ['progressDeadlineSeconds', 'int'],
 };
+const JOB_SPEC: Msg = {
+  1: ['parallelism', 'int'],
+  2: ['completions', 'int'],
+  3: ['activeDeadlineSeconds', 'int'],
+  4: ['selector', LABEL_SELECTOR],
+  5: ['manualSelector', 'bool'],
+  6: ['template', POD_TEMPLATE],
+  7: ['backoffLimit', 'int'],
+  8: ['ttlSecondsAfterFinished', 'int'],
+  9: ['completionMode', 'string'],
+  10: ['suspend', 'bool'],
+};
 const SERVICE_PORT: Msg = { 1: ['name', 'string'], 2: ['protocol', 'string'], 3: ['port', 'int'], 4: ['targetPort', 'intstr'], 5: ['nodePort', 'int'], 6: ['appProtocol', 'string'] };
 const SERVICE_SPEC: Msg = {
   1: ['ports', SERVICE_PORT, true],
@@ -90,6 +102,7 @@ const KINDS: Record<string, Msg> = {
   'v1/Service': { 1: ['metadata', OBJECT_META], 2: ['spec', SERVICE_SPEC] },
   'v1/Pod': { 1: ['metadata', OBJECT_META], 2: ['spec', POD_SPEC] },
   'apps/v1/Deployment': { 1: ['metadata', OBJECT_META], 2: ['spec', DEPLOYMENT_SPEC] },
+  'batch/v1/Job': { 1: ['metadata', OBJECT_META], 2: ['spec', JOB_SPEC] },
   'authorization.k8s.io/v1/SelfSubjectAccessReview': {
     1: ['metadata', OBJECT_META],
     2: [

@@ -2,6 +2,7 @@
  * Every resource the server serves, and lookups by URL parts. Order here is discovery order.
  */
 import { deployments, replicasets, daemonsets } from './apps/index.ts';
+import { jobs } from './batch/index.ts';
 import { checkpoints } from './checkpoints/index.ts';
 import { configmaps, endpoints, events, leases, replicationcontrollers, secrets, serviceaccounts, services } from './core/index.ts';
 import { endpointslices } from './discovery/index.ts';
@@ -26,6 +27,7 @@ export const RESOURCES: readonly ResourceDef[] = [
   deployments,
   replicasets,
   daemonsets,
+  jobs,
   leases,
   poddisruptionbudgets,
   checkpoints,

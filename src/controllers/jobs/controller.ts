@@ -1,0 +1,102 @@
+/**
+ * The Job controller's wiring: its own informer over `batch/v1` Jobs (list, then watch), the shared pod
+ * informer (a pod controlled by a Job brings that Job back), and one work queue. The informer is started
+ * when the workers start and stopped with them; an API server that does not serve Jobs (404) leaves the
+ * controller idle. See `reconcile.ts` for what a sync does.
+ */
+import { type KubeConfig, type KubernetesObject, ListWatch, type V1Job, type V1Pod, Watch } from '@kubernetes/client-node';
+import type { Informers, Lister } from '../runtime/cache.ts';
+import { Controller, keyOf } from '../runtime/controller.ts';
+import type { ControllerContext } from '../runtime/context.ts';
+import { errorMessage } from '../runtime/errors.ts';
+import { controllerOf } from '../runtime/pods.ts';
+import { KubeRest } from '../runtime/rest.ts';
+import { Expectations } from '../workloads/replicaset.ts';
+import { type JobApi, reconcileJob } from './reconcile.ts';
+
+/** The list path of every Job. */
+export const JOBS_PATH = '/apis/batch/v1/jobs';
+
+/** The Job controller: a {@link Controller} whose Job informer runs while its workers do. */
+export class JobController extends Controller {
+  readonly #rest: KubeRest;
+  readonly #watch: ListWatch<KubernetesObject>;
+  readonly #log: ControllerContext['log'];
+  #stopped = false;
+  #retry: NodeJS.Timeout | undefined;
+  #delay = 500;
+
+  /**
+   * @param ctx the controllers' context (pods are created and deleted through `ctx.api`)
+   * @param informers the shared informers (the pod events)
+   * @param kubeConfig where the API server is, for the Job informer and the status writes
+   */
+  constructor(ctx: ControllerContext, informers: Informers, kubeConfig: KubeConfig) {
+    const rest = new KubeRest(kubeConfig);
+    const exp = new Expectations();
+    const api: JobApi = {
+      async patchJobStatus(namespace, name, patch) {
+        await rest.json({
+          method: 'PATCH',
+          path: `/apis/batch/v1/namespaces/${encodeURIComponent(namespace)}/jobs/${encodeURIComponent(name)}/status`,
+          body: patch,
+          contentType: 'application/merge-patch+json',
+        });
+      },
+    };
+    let lister: Lister<V1Job> = { get: () => undefined, list: () => [] };
+    super('job', (k) => reconcileJob(k, ctx, lister, api, exp), { clock: ctx.clock, log: ctx.log, workers: 2 });
+    this.#rest = rest;
+    this.#log = ctx.log;
+    const listFn = async () => {
+      const list = await rest.json<{ metadata?: { resourceVersion?: string }; items?: KubernetesObject[] }>({ method: 'GET', path: JOBS_PATH });
+      this.#delay = 500;
+      return { metadata: list.metadata ?? {}, items: list.items ?? [] };
+    };
+    this.#watch = new ListWatch<KubernetesObject>(JOBS_PATH, new Watch(kubeConfig), listFn, false);
+    const watch = this.#watch;
+    lister = { get: (n, ns) => watch.get(n, ns) as V1Job | undefined, list: (ns) => watch.list(ns) as V1Job[] };
+    for (const verb of ['add', 'update'] as const) watch.on(verb, (o) => this.enqueue(keyOf(o)));
+    watch.on('error', (err) => {
+      if (this.#stopped) return;
+      this.#log.warn({ resource: 'jobs', err: errorMessage(err), retryInMs: this.#delay }, 'watch failed; listing again');
+      this.#retry = setTimeout(() => {
+        if (!this.#stopped) void watch.start();
+      }, this.#delay);
+      this.#retry.unref();
+      this.#delay = Math.min(this.#delay * 2, 30_000);
+    });
+    informers.on('pods', (_verb, pod: V1Pod) => {
+      const owner = controllerOf(pod);
+      if (owner?.kind === 'Job') this.enqueue(`${pod.metadata?.namespace ?? 'default'}/${owner.name}`);
+    });
+  }
+
+  /** Lists the Jobs, then starts the workers (at once when the server does not serve Jobs). */
+  override start(): void {
+    void (async () => {
+      try {
+        await this.#rest.json({ method: 'GET', path: `${JOBS_PATH}?limit=1` });
+        await this.#watch.start();
+      } catch (err: unknown) {
+        this.#log.warn({ resource: 'jobs', err: errorMessage(err) }, 'cannot list Jobs; the Job controller idles');
+        return;
+      }
+      if (!this.#stopped) super.start();
+    })();
+  }
+
+  /** Stops the informer and the workers. */
+  override async stop(): Promise<void> {
+    this.#stopped = true;
+    if (this.#retry) clearTimeout(this.#retry);
+    await this.#watch.stop();
+    await super.stop();
+    this.#rest.close();
+  }
+}
+
+/** Builds the Job controller (`batch/v1` Jobs). */
+export function newJobController(ctx: ControllerContext, informers: Informers, kubeConfig: KubeConfig): JobController {
+  return new JobController(ctx, informers, kubeConfig);
+}

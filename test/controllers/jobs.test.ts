@@ -1,0 +1,163 @@
+/**
+ * `batch/v1` Jobs with the real kubectl against a real cluster (API server, controllers, one kube32-sim
+ * worker): app pods (a module whose `_start` returns, or traps) run to their end.
+ *
+ * - `kubectl create job` runs one pod to completion; `kubectl wait --for=condition=complete` succeeds;
+ * - an applied Job with completions 2, parallelism 1 runs two pods one after the other, named `<job>-xxxxx`,
+ *   owned by the Job; `kubectl get jobs` prints `Complete 2/2`; events SuccessfulCreate and Completed;
+ *   `kubectl logs job/NAME` prints the pod's log;
+ * - a module that traps with backoffLimit 1: two failed pods, then `Failed` with reason `BackoffLimitExceeded`;
+ * - a template with restartPolicy Always is refused with Kubernetes' message; the template is immutable;
+ * - deleting the Job deletes its pods (garbage collector).
+ */
+import assert from 'node:assert/strict';
+import { execFileSync } from 'node:child_process';
+import { mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { Readable } from 'node:stream';
+import { test } from 'node:test';
+import type { CoreV1Event, V1Job, V1Pod } from '@kubernetes/client-node';
+import { startControllersCluster } from './cluster.ts';
+
+/** An app pod that logs a line and returns from `_start` (exit 0). */
+const OK_WAT = `(module
+  (import "k32" "k32_log" (func $log (param i32 i32)))
+  (memory (export "memory") 1)
+  (data (i32.const 0) "job step done")
+  (func (export "_start") (call $log (i32.const 0) (i32.const 13))))`;
+
+/** An app pod that traps in `_start` (the pod ends Failed). */
+const FAIL_WAT = `(module
+  (memory (export "memory") 1)
+  (func (export "_start") unreachable))`;
+
+test('Jobs: kubectl create job, completions 2 one at a time, backoff limit, refusals, deletion with the pods', { timeout: 180_000 }, async (t) => {
+  const c = await startControllersCluster(t);
+  const tmp = mkdtempSync(join(tmpdir(), 'k32-jobs-'));
+  t.after(() => rmSync(tmp, { recursive: true, force: true }));
+  for (const [name, wat] of [['job-ok', OK_WAT], ['job-fail', FAIL_WAT]] as const) {
+    writeFileSync(join(tmp, `${name}.wat`), wat);
+    execFileSync('wat2wasm', [join(tmp, `${name}.wat`), '-o', join(tmp, `${name}.wasm`)]);
+    const bytes = readFileSync(join(tmp, `${name}.wasm`));
+    const res = await c.rest.request({ method: 'PUT', path: `/apis/kube32.io/v1/modules/${name}/data`, body: Readable.from([bytes]), contentType: 'application/octet-stream', contentLength: bytes.length });
+    res.body.resume();
+    assert.ok(res.status < 300, `pushing ${name}: ${res.status}`);
+  }
+  await c.startWorker('w1');
+
+  const run = (args: string[], input?: string) => c.api.kubectl(args, input === undefined ? {} : { input });
+  const kubectl = async (args: string[], input?: string) => {
+    const r = await run(args, input);
+    assert.equal(r.code, 0, `kubectl ${args.join(' ')}: ${r.stderr}`);
+    return r.stdout;
+  };
+  const getJob = async (name: string) => JSON.parse(await kubectl(['get', 'job', name, '-o', 'json'])) as V1Job;
+  const jobPods = async (name: string) =>
+    (JSON.parse(await kubectl(['get', 'pods', '-l', `batch.kubernetes.io/job-name=${name}`, '-o', 'json'])) as { items: V1Pod[] }).items;
+
+  // Discovery: kubectl finds jobs in batch/v1.
+  assert.match(await kubectl(['api-resources', '--api-group=batch']), /^jobs\s+batch\/v1\s+true\s+Job$/m);
+
+  // kubectl create job: one pod, restartPolicy Never, to completion.
+  await kubectl(['create', 'job', 'once', '--image=job-ok']);
+  await kubectl(['wait', '--for=condition=complete', 'job/once', '--timeout=60s']);
+  const once = await getJob('once');
+  assert.equal(once.status?.succeeded, 1);
+  assert.equal(once.spec?.template.spec?.restartPolicy, 'Never');
+  assert.equal(once.spec?.backoffLimit, 6);
+  assert.equal(once.spec?.completionMode, 'NonIndexed');
+  assert.deepEqual(once.spec?.selector?.matchLabels, { 'batch.kubernetes.io/controller-uid': once.metadata?.uid });
+  assert.equal(once.spec?.template.metadata?.labels?.['job-name'], 'once');
+  assert.equal(once.spec?.template.metadata?.labels?.['controller-uid'], once.metadata?.uid);
+
+  // An applied Job: completions 2, parallelism 1.
+  const manifest = `apiVersion: batch/v1
+kind: Job
+metadata:
+  name: twice
+spec:
+  completions: 2
+  parallelism: 1
+  template:
+    spec:
+      restartPolicy: Never
+      containers:
+      - name: step
+        image: job-ok
+`;
+  await kubectl(['apply', '-f', '-'], manifest);
+  await kubectl(['wait', '--for=condition=complete', 'job/twice', '--timeout=60s']);
+  const twice = await getJob('twice');
+  assert.equal(twice.status?.succeeded, 2);
+  assert.equal(twice.status?.active ?? 0, 0);
+  assert.ok(twice.status?.startTime && twice.status.completionTime, JSON.stringify(twice.status));
+  const types = (twice.status?.conditions ?? []).filter((x) => x.status === 'True').map((x) => [x.type, x.reason]);
+  assert.deepEqual(types, [['SuccessCriteriaMet', 'CompletionsReached'], ['Complete', 'CompletionsReached']]);
+  const pods = await jobPods('twice');
+  assert.equal(pods.length, 2);
+  for (const p of pods) {
+    assert.match(p.metadata?.name ?? '', /^twice-[a-z0-9]{5}$/);
+    assert.equal(p.status?.phase, 'Succeeded');
+    const ref = p.metadata?.ownerReferences?.[0];
+    assert.deepEqual([ref?.kind, ref?.name, ref?.uid, ref?.controller], ['Job', 'twice', twice.metadata?.uid, true]);
+  }
+  // parallelism 1: the second pod started after the first ended.
+  const [first, second] = [...pods].sort((a, b) => Date.parse(String(a.metadata?.creationTimestamp)) - Date.parse(String(b.metadata?.creationTimestamp)));
+  const firstEnded = first!.status?.containerStatuses?.[0]?.state?.terminated?.finishedAt;
+  assert.ok(firstEnded, JSON.stringify(first!.status));
+  assert.ok(Date.parse(String(second!.metadata?.creationTimestamp)) >= Math.floor(Date.parse(String(firstEnded)) / 1000) * 1000);
+
+  const table = await kubectl(['get', 'jobs']);
+  assert.match(table, /^NAME\s+STATUS\s+COMPLETIONS\s+DURATION\s+AGE$/m);
+  assert.match(table, /^twice\s+Complete\s+2\/2\s+\d+s\s+\d+s$/m);
+  assert.match(table, /^once\s+Complete\s+1\/1\s+\d+s\s+\d+s$/m);
+
+  const events = (JSON.parse(await kubectl(['get', 'events', '--field-selector', 'involvedObject.kind=Job,involvedObject.name=twice', '-o', 'json'])) as { items: CoreV1Event[] }).items;
+  const created = events.filter((e) => e.reason === 'SuccessfulCreate').map((e) => e.message).sort();
+  assert.deepEqual(created, pods.map((p) => `Created pod: ${p.metadata?.name}`).sort());
+  assert.ok(events.some((e) => e.reason === 'Completed' && e.message === 'Job completed'), JSON.stringify(events.map((e) => [e.reason, e.message])));
+
+  const logs = await kubectl(['logs', 'job/twice']);
+  assert.match(logs, /job step done/);
+
+  // A failing module with backoffLimit 1: two failed pods, then Failed BackoffLimitExceeded.
+  await kubectl(
+    ['apply', '-f', '-'],
+    `apiVersion: batch/v1
+kind: Job
+metadata:
+  name: broken
+spec:
+  backoffLimit: 1
+  template:
+    spec:
+      restartPolicy: Never
+      containers:
+      - name: step
+        image: job-fail
+`,
+  );
+  await kubectl(['wait', '--for=condition=failed', 'job/broken', '--timeout=60s']);
+  const broken = await getJob('broken');
+  const failedCond = broken.status?.conditions?.find((x) => x.type === 'Failed');
+  assert.equal(failedCond?.status, 'True');
+  assert.equal(failedCond?.reason, 'BackoffLimitExceeded');
+  assert.equal(failedCond?.message, 'Job has reached the specified backoff limit');
+  assert.equal(broken.status?.failed, 2);
+  assert.equal((await jobPods('broken')).length, 2);
+  assert.match(await kubectl(['get', 'job', 'broken']), /^broken\s+Failed\s+0\/1\s+/m);
+
+  // Refusals with Kubernetes' words.
+  const always = await run(['create', '-f', '-'], manifest.replace('name: twice', 'name: always').replace('restartPolicy: Never', 'restartPolicy: Always'));
+  assert.notEqual(always.code, 0);
+  assert.match(always.stderr, /spec\.template\.spec\.restartPolicy: Unsupported value: "Always": supported values: "OnFailure", "Never"/);
+  const changed = await run(['patch', 'job', 'twice', '--type=merge', '-p', '{"spec":{"template":{"spec":{"containers":[{"name":"step","image":"job-fail"}]}}}}']);
+  assert.notEqual(changed.code, 0);
+  assert.match(changed.stderr, /spec\.template: Invalid value: .*field is immutable|spec\.template: Invalid value: field is immutable/);
+
+  // Deleting the Job deletes its pods.
+  await kubectl(['delete', 'job', 'twice', '--wait=true']);
+  await c.until('the pods of job twice to be deleted', async () => (await jobPods('twice')).length === 0, 30_000);
+  assert.equal((await jobPods('once')).length, 1, 'the other Job keeps its pod');
+});
