@@ -1,2 +1,0 @@
-export const x = 1;
-//# sourceMappingURL=u.js.map
