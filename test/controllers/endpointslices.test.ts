@@ -146,6 +146,14 @@ test('the API server refuses an EndpointSlice a user writes wrong, naming each f
   assert.equal(r3.code, 0, r3.stderr);
   const got = await api.kubectl(['get', 'endpointslice', 'by-hand', '-o', 'jsonpath={.ports[0].protocol}']);
   assert.equal(got.stdout, 'TCP');
+  // kubectl apply of a changed slice replaces its ports and endpoints (atomic lists, as in Kubernetes).
+  const applied = { ...good, metadata: { name: 'by-hand', labels: { 'kubernetes.io/service-name': 'ext' } }, endpoints: [{ addresses: ['10.1.2.4'] }], ports: [{ name: 'http', port: 81, protocol: 'TCP' }] };
+  for (const body of [{ ...good, ports: [{ name: 'http', port: 80, protocol: 'TCP' }] }, applied]) {
+    const a = await api.kubectl(['apply', '-f', '-'], { input: JSON.stringify(body) });
+    assert.equal(a.code, 0, a.stderr);
+  }
+  const now = await api.kubectl(['get', 'endpointslice', 'by-hand', '-o', 'jsonpath={.endpoints[*].addresses[*]} {.ports[*].port}']);
+  assert.equal(now.stdout, '10.1.2.4 81');
   const r4 = await api.kubectl(['patch', 'endpointslice', 'by-hand', '--type=merge', '-p', '{"addressType":"FQDN","endpoints":[{"addresses":["a.example.com"]}]}']);
   assert.equal(r4.code, 1);
   assert.match(r4.stderr, /addressType: Invalid value: .*field is immutable/);

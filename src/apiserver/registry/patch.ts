@@ -136,7 +136,8 @@ export function mergeKeyOf(field: string, path: string[]): string | undefined {
     case 'initContainerStatuses':
       return 'name';
     case 'ports':
-      // Service ports merge by port; container ports by containerPort.
+      // Service ports merge by port; container ports by containerPort; an EndpointSlice's (top level) are atomic.
+      if (path.length === 1) return undefined;
       return path.includes('containers') || path.includes('initContainers') ? 'containerPort' : 'port';
     case 'volumeMounts':
       return 'mountPath';
