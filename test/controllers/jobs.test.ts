@@ -8,6 +8,8 @@
  *   `kubectl logs job/NAME` prints the pod's log;
  * - a module that traps with backoffLimit 1: two failed pods, then `Failed` with reason `BackoffLimitExceeded`;
  * - a template with restartPolicy Always is refused with Kubernetes' message; the template is immutable;
+ * - `suspend: true` creates nothing until resumed; `activeDeadlineSeconds` fails the Job `DeadlineExceeded` and
+ *   stops its pod; `ttlSecondsAfterFinished` deletes the finished Job and its pods;
  * - deleting the Job deletes its pods (garbage collector).
  */
 import assert from 'node:assert/strict';
@@ -118,6 +120,13 @@ spec:
   assert.deepEqual(created, pods.map((p) => `Created pod: ${p.metadata?.name}`).sort());
   assert.ok(events.some((e) => e.reason === 'Completed' && e.message === 'Job completed'), JSON.stringify(events.map((e) => [e.reason, e.message])));
 
+  const wide = await kubectl(['get', 'jobs', 'twice', '-o', 'wide']);
+  assert.match(wide, /^NAME\s+STATUS\s+COMPLETIONS\s+DURATION\s+AGE\s+CONTAINERS\s+IMAGES\s+SELECTOR$/m);
+  assert.match(wide, new RegExp(`^twice\\s+Complete\\s+2/2\\s+\\S+\\s+\\S+\\s+step\\s+job-ok\\s+batch.kubernetes.io/controller-uid=${twice.metadata?.uid}$`, 'm'));
+  const described = await kubectl(['describe', 'job', 'twice']);
+  assert.match(described, /^Pods Statuses:\s+0 Active \(0 Ready\) \/ 2 Succeeded \/ 0 Failed$/m);
+  assert.match(described, /Normal\s+Completed\s+\S+\s+job-controller\s+Job completed/);
+
   const logs = await kubectl(['logs', 'job/twice']);
   assert.match(logs, /job step done/);
 
@@ -155,6 +164,52 @@ spec:
   const changed = await run(['patch', 'job', 'twice', '--type=merge', '-p', '{"spec":{"template":{"spec":{"containers":[{"name":"step","image":"job-fail"}]}}}}']);
   assert.notEqual(changed.code, 0);
   assert.match(changed.stderr, /spec\.template: Invalid value: .*field is immutable|spec\.template: Invalid value: field is immutable/);
+
+  // suspend: true creates nothing until resumed.
+  await kubectl(['apply', '-f', '-'], manifest.replace('name: twice', 'name: later').replace('completions: 2', 'completions: 1\n  suspend: true'));
+  const suspended = await c.until('job later to be Suspended', async () => {
+    const j = await getJob('later');
+    return j.status?.conditions?.some((x) => x.type === 'Suspended' && x.status === 'True' && x.reason === 'JobSuspended') ? j : undefined;
+  });
+  assert.equal(suspended.status?.startTime, undefined);
+  assert.equal((await jobPods('later')).length, 0);
+  assert.match(await kubectl(['get', 'job', 'later']), /^later\s+Suspended\s+0\/1\s+/m);
+  await kubectl(['patch', 'job', 'later', '--type=merge', '-p', '{"spec":{"suspend":false}}']);
+  await kubectl(['wait', '--for=condition=complete', 'job/later', '--timeout=60s']);
+  const resumed = (await getJob('later')).status?.conditions?.find((x) => x.type === 'Suspended');
+  assert.deepEqual([resumed?.status, resumed?.reason], ['False', 'JobResumed']);
+
+  // activeDeadlineSeconds: a pod that never ends (the counter request pod) is stopped, the Job Failed DeadlineExceeded.
+  await kubectl(
+    ['apply', '-f', '-'],
+    `apiVersion: batch/v1
+kind: Job
+metadata:
+  name: endless
+spec:
+  activeDeadlineSeconds: 2
+  template:
+    spec:
+      restartPolicy: OnFailure
+      containers:
+      - name: serve
+        image: counter-fixture
+`,
+  );
+  await kubectl(['wait', '--for=condition=failed', 'job/endless', '--timeout=60s']);
+  const endless = await getJob('endless');
+  const deadline = endless.status?.conditions?.find((x) => x.type === 'Failed');
+  assert.deepEqual([deadline?.reason, deadline?.message], ['DeadlineExceeded', 'Job was active longer than specified deadline']);
+  assert.equal(endless.status?.active ?? 0, 0);
+  await c.until('the pods of job endless to be gone', async () => (await jobPods('endless')).length === 0, 30_000);
+
+  // ttlSecondsAfterFinished: the finished Job goes, with its pods.
+  await kubectl(['apply', '-f', '-'], manifest.replace('name: twice', 'name: brief').replace('completions: 2', 'completions: 1\n  ttlSecondsAfterFinished: 1'));
+  await c.until('job brief to be deleted after it finished', async () => {
+    const r = await run(['get', 'job', 'brief']);
+    return r.code !== 0 && /NotFound|not found/.test(r.stderr);
+  }, 60_000);
+  await c.until('the pods of job brief to be gone', async () => (await jobPods('brief')).length === 0, 30_000);
 
   // Deleting the Job deletes its pods.
   await kubectl(['delete', 'job', 'twice', '--wait=true']);

@@ -43,6 +43,13 @@ export class JobController extends Controller {
           contentType: 'application/merge-patch+json',
         });
       },
+      async deleteJob(namespace, name, uid) {
+        await rest.json({
+          method: 'DELETE',
+          path: `/apis/batch/v1/namespaces/${encodeURIComponent(namespace)}/jobs/${encodeURIComponent(name)}`,
+          body: { apiVersion: 'v1', kind: 'DeleteOptions', propagationPolicy: 'Background', preconditions: { uid } },
+        });
+      },
     };
     let lister: Lister<V1Job> = { get: () => undefined, list: () => [] };
     super('job', (k) => reconcileJob(k, ctx, lister, api, exp), { clock: ctx.clock, log: ctx.log, workers: 2 });

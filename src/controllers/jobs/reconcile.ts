@@ -12,6 +12,8 @@
  *   the specified backoff limit"); `activeDeadlineSeconds` passed since `startTime`: reason
  *   `DeadlineExceeded` ("Job was active longer than specified deadline"). The active pods are deleted and
  *   the terminal condition waits until they are gone, as in Kubernetes 1.32;
+ * - `ttlSecondsAfterFinished`: that many seconds after it finished (`completionTime`, or the `Failed`
+ *   condition's time) the Job is deleted, and its pods with it (Kubernetes' TTL-after-finished controller);
  * - `suspend: true`: no pod, the active ones deleted, `Suspended` (reason `JobSuspended`), `startTime` cleared;
  *   resumed: `Suspended` False (reason `JobResumed`).
  *
@@ -35,6 +37,11 @@ import { BURST_REPLICAS, type Expectations, ownedPods, SLOW_START_INITIAL_BATCH 
 export interface JobApi {
   /** A JSON merge patch of `.../jobs/<name>/status`. @throws ApiCallError */
   patchJobStatus(namespace: string, name: string, patch: MergePatch): Promise<void>;
+  /**
+   * Deletes the Job with background propagation (the garbage collector then deletes its pods), only if its
+   * uid is still `uid`. @throws ApiCallError (404 and 409 included)
+   */
+  deleteJob(namespace: string, name: string, uid: string): Promise<void>;
 }
 
 /** The `source.component` of the Job controller's events, as Kubernetes names it. */
@@ -117,6 +124,18 @@ export async function reconcileJob(
   const job = jobs.get(name, namespace);
   if (!job || job.metadata?.deletionTimestamp) return undefined;
   const now = ctx.clock.now();
+  if (isJobFinished(job) && job.spec?.ttlSecondsAfterFinished !== undefined) {
+    const finished = finishTime(job);
+    const expires = finished + job.spec.ttlSecondsAfterFinished * 1000;
+    if (now < expires) return { requeueAfterMs: expires - now };
+    try {
+      await api.deleteJob(namespace, name, job.metadata?.uid ?? '');
+      ctx.log.info({ job: key, ttlSecondsAfterFinished: job.spec.ttlSecondsAfterFinished }, 'deleted finished job (ttlSecondsAfterFinished)');
+    } catch (err: unknown) {
+      if (!isNotFound(err) && !isConflict(err)) throw err;
+    }
+    return undefined;
+  }
   const nowTime = metaTime(now);
   const pods = ownedPods(ctx, namespace, job.metadata?.uid);
   exp.observe(key, pods, now);
@@ -193,6 +212,13 @@ export async function reconcileJob(
     conditions,
   });
   return requeueAfterMs === undefined ? undefined : { requeueAfterMs };
+}
+
+/** When a finished Job finished, ms since the epoch: `completionTime`, else its terminal condition's time. */
+function finishTime(job: V1Job): number {
+  const done = job.status?.completionTime ?? job.status?.conditions?.find((c) => (c.type === 'Complete' || c.type === 'Failed') && c.status === 'True')?.lastTransitionTime;
+  const t = Date.parse(String(done ?? ''));
+  return Number.isNaN(t) ? 0 : t;
 }
 
 /** Creates the pods missing (or deletes the extra ones) for `parallelism` and the completions still missing. */
