@@ -140,7 +140,10 @@ export async function reconcileJob(
   const pods = ownedPods(ctx, namespace, job.metadata?.uid);
   exp.observe(key, pods, now);
   const active = pods.filter((p) => isPodActive(p) && !exp.isDeleting(key, p.metadata?.uid ?? ''));
-  const terminating = pods.filter((p) => p.metadata?.deletionTimestamp && p.status?.phase !== 'Succeeded' && p.status?.phase !== 'Failed');
+  // Being deleted and not ended yet (or deleted by this controller and not shown so by the cache yet).
+  const terminating = pods.filter(
+    (p) => (p.metadata?.deletionTimestamp || exp.isDeleting(key, p.metadata?.uid ?? '')) && p.status?.phase !== 'Succeeded' && p.status?.phase !== 'Failed',
+  );
   const status = job.status ?? {};
   const succeeded = Math.max(status.succeeded ?? 0, pods.filter((p) => p.status?.phase === 'Succeeded').length);
   const failed = Math.max(status.failed ?? 0, pods.filter((p) => p.status?.phase === 'Failed').length);
@@ -149,9 +152,12 @@ export async function reconcileJob(
   let startTime = status.startTime as unknown as string | undefined;
   let completionTime = status.completionTime as unknown as string | undefined;
   let requeueAfterMs: number | undefined;
-  const deleteActive = async () => {
+  /** Deletes the active pods; answers whether none was left running (the terminal condition may be set). */
+  const deleteActive = async (): Promise<boolean> => {
+    const had = active.length;
     await Promise.all(active.map((p) => deleteJobPod(ctx, job, key, p, exp, now)));
     active.length = 0;
+    return had === 0 && terminating.length === 0;
   };
 
   if (!isJobFinished(job)) {
@@ -172,16 +178,14 @@ export async function reconcileJob(
     if (failure) {
       requeueAfterMs = undefined;
       setCondition(conditions, 'FailureTarget', 'True', failure, nowTime);
-      await deleteActive();
-      if (terminating.length === 0) {
+      if (await deleteActive()) {
         setCondition(conditions, 'Failed', 'True', failure, nowTime);
         await recordEvent(ctx, jobRef(job), 'Warning', failure.reason, failure.message, { component: JOB_COMPONENT });
       }
     } else if (success) {
       requeueAfterMs = undefined;
       setCondition(conditions, 'SuccessCriteriaMet', 'True', JOB_REASONS.completionsReached, nowTime);
-      await deleteActive();
-      if (terminating.length === 0) {
+      if (await deleteActive()) {
         setCondition(conditions, 'Complete', 'True', JOB_REASONS.completionsReached, nowTime);
         completionTime = nowTime;
         await recordEvent(ctx, jobRef(job), 'Normal', 'Completed', 'Job completed', { component: JOB_COMPONENT });
