@@ -27,7 +27,7 @@
 import { type ChildProcess, spawn } from 'node:child_process';
 import { closeSync, existsSync, mkdirSync, openSync, readFileSync, rmSync, statSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
-import { isProcessAlive } from '../lib/index.ts';
+import { isProcessAlive, unusedPort } from '../lib/index.ts';
 import type { KubeConfig } from '@kubernetes/client-node';
 import { apiJson, rawRequest, serverUrl } from './api-client.ts';
 import { dataDirHolder, inUseMessage, UP_LOCK_FILE } from './data-dir-lock.ts';
@@ -500,22 +500,10 @@ interface EtcdPorts {
   peer: number;
 }
 
-/** A free TCP port on 127.0.0.1, as the OS picks it. */
-async function freePort(): Promise<number> {
-  const { createServer } = await import('node:net');
-  return new Promise((resolve, reject) => {
-    const s = createServer();
-    s.once('error', reject);
-    s.listen(0, '127.0.0.1', () => {
-      const { port } = s.address() as { port: number };
-      s.close(() => resolve(port));
-    });
-  });
-}
-
 /**
  * The local etcd's ports: those of the last run (`<data-dir>/etcd-ports.json`) when both are still
- * free, so that the member keeps the peer URL its data records; else two the OS picks.
+ * free, so that the member keeps the peer URL its data records; else two unused ones below the
+ * ephemeral range ({@link unusedPort}).
  */
 async function etcdPorts(dataDir: string): Promise<EtcdPorts> {
   const path = join(dataDir, 'etcd-ports.json');
@@ -533,9 +521,10 @@ async function etcdPorts(dataDir: string): Promise<EtcdPorts> {
   } catch {
     // first run, or an unreadable record: new ports
   }
-  const client = await freePort();
-  let peer = await freePort();
-  while (peer === client) peer = await freePort();
+  // Below the ephemeral range, so that no outgoing connection takes them before etcd binds them.
+  const picked = new Set<number>();
+  const client = await unusedPort('127.0.0.1', picked);
+  const peer = await unusedPort('127.0.0.1', picked);
   writeFileSync(path, JSON.stringify({ client, peer } satisfies EtcdPorts));
   return { client, peer };
 }

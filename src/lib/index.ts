@@ -4,3 +4,4 @@ export { parseQuantity, parseBytes, formatBytes } from './quantity.ts';
 export { writeFileAtomic, writeFileAtomicSync } from './atomic-write.ts';
 export { createLogger, type Logger } from './log.ts';
 export { isProcessAlive } from './process.ts';
+export { canListen, ephemeralLow, unusedPort } from './ports.ts';

@@ -10,57 +10,13 @@
  * A child that can bind port 0 itself and report the port (`--port 0`, `--kubelet-port 0`) needs
  * none of this.
  */
-import { readFileSync } from 'node:fs';
 import { connect, createServer } from 'node:net';
+import { canListen, ephemeralLow, unusedPort } from '../../src/lib/ports.ts';
 
-/** The first port of the ephemeral range, read from the kernel (32768 when it cannot be read). */
-export function ephemeralLow(): number {
-  try {
-    const low = Number(readFileSync('/proc/sys/net/ipv4/ip_local_port_range', 'utf8').trim().split(/\s+/)[0]);
-    return Number.isInteger(low) && low > 1024 ? low : 32_768;
-  } catch {
-    return 32_768;
-  }
-}
+export { canListen, ephemeralLow, unusedPort };
 
-/** Where `unusedPort` picks: [20000, the ephemeral range). */
-const SERVER_PORTS = { low: 20_000 } as const;
-/** Where `refusedPort` picks: [15000, 20000), a range no helper hands to a server. */
+/** Where `refusedPort` picks: [15000, 20000), below the ports `unusedPort` hands to servers. */
 const REFUSED_PORTS = { low: 15_000, high: 20_000 } as const;
-
-/** Whether `port` can be listened on at `address` now (tried with an exclusive listen, then closed). */
-export function canListen(address: string, port: number): Promise<boolean> {
-  return new Promise((resolve, reject) => {
-    const s = createServer();
-    s.once('error', (err: NodeJS.ErrnoException) => (err.code === 'EADDRINUSE' || err.code === 'EACCES' ? resolve(false) : reject(err)));
-    s.listen({ host: address, port, exclusive: true }, () => s.close(() => resolve(true)));
-  });
-}
-
-/**
- * A TCP port, below the ephemeral range, that can be listened on at every one of `addresses` now:
- * for a child that must be told its port (a pod's containerPort, a registry's `addr`, an API server
- * restarted on the port its clients know). No outgoing connection can take it before the child binds
- * it; another fixture picking at random from the same range could, with odds of about one in 12 000,
- * so the child's readiness check must still make sure that the process answering is the one started.
- * @param addresses IPv4 addresses, e.g. `127.0.0.1` or a worker's `127.A.B.2`
- * @param taken ports not to answer (already handed out by the caller), updated with the answer
- * @throws Error from listen other than EADDRINUSE (e.g. EADDRNOTAVAIL for an address not on this computer)
- */
-export async function unusedPort(addresses: string | string[], taken: Set<number> = new Set()): Promise<number> {
-  const all = typeof addresses === 'string' ? [addresses] : addresses;
-  const high = ephemeralLow();
-  for (;;) {
-    const port = SERVER_PORTS.low + Math.floor(Math.random() * (high - SERVER_PORTS.low));
-    if (taken.has(port)) continue;
-    let free = true;
-    for (const a of all) free = free && (await canListen(a, port));
-    if (free) {
-      taken.add(port);
-      return port;
-    }
-  }
-}
 
 /**
  * A TCP port on `address` where nothing listens now (a connection is refused), in a range that no
