@@ -29,6 +29,8 @@ export interface ContainerView {
   restartCount: number;
   /** Frozen for a checkpoint: running but not ready. */
   frozen: boolean;
+  /** One of its containerPorts cannot be listened on yet (taken on the node): running but not ready. */
+  unserved?: boolean;
   /** No further restart will happen (restart policy, RestoreError). */
   final: boolean;
 }
@@ -79,7 +81,7 @@ export function buildPodStatus(pod: V1Pod, containers: ContainerView[], address:
     const lastTransitionTime = p && p.status === status && p.lastTransitionTime ? p.lastTransitionTime : now;
     return { type, status, lastTransitionTime, ...(reason ? { reason } : {}), ...(message ? { message } : {}) } as unknown as V1PodCondition;
   };
-  const unready = containers.filter((c) => !(c.state.kind === 'running' && !c.frozen)).map((c) => c.name);
+  const unready = containers.filter((c) => !(c.state.kind === 'running' && !c.frozen && !c.unserved)).map((c) => c.name);
   const terminal = phase === 'Succeeded' || phase === 'Failed';
   const ready = unready.length === 0 && !terminal;
   const why = terminal ? 'PodCompleted' : 'ContainersNotReady';
@@ -97,7 +99,7 @@ export function buildPodStatus(pod: V1Pod, containers: ContainerView[], address:
     image: c.image,
     imageID: c.imageID,
     ...(c.state.kind !== 'waiting' || c.restartCount > 0 ? { containerID: c.containerID } : {}),
-    ready: c.state.kind === 'running' && !c.frozen,
+    ready: c.state.kind === 'running' && !c.frozen && !c.unserved,
     started: c.state.kind === 'running',
     restartCount: c.restartCount,
     state: containerState(c.state, c.containerID),

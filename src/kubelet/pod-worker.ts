@@ -18,6 +18,9 @@ import type { LoadedModules } from './modules.ts';
 import { buildPodStatus } from './pod-status.ts';
 import { RESTORE_FROM_ANNOTATION, podTopics } from './pod-spec.ts';
 
+/** How often a containerPort taken on the node is tried again, ms. */
+const PORT_RETRY_MS = 2000;
+
 /** What a pod worker needs from its node. */
 export interface PodWorkerContext {
   cp: ControlPlane;
@@ -45,6 +48,8 @@ export class PodWorker {
   readonly #log: Logger;
   #pod: V1Pod;
   readonly #servers: Server[] = [];
+  /** `container/port` of containerPorts not listened on yet. */
+  readonly #unserved = new Set<string>();
   readonly #acceptedAt = Date.now();
   #lastWritten = '';
   #writing = false;
@@ -106,16 +111,36 @@ export class PodWorker {
         const server = createServer(serveHttp(() => (runner.instance && !runner.instance.exit ? runner.instance : undefined)));
         server.keepAliveTimeout = 5000;
         this.#servers.push(server);
+        // A port still held on the node (a pod being deleted holds it until it stops) is tried again
+        // every 2 s; meanwhile the container is not Ready, so no Service sends it requests.
+        const key = `${runner.spec.name}/${port.containerPort}`;
+        let told = false;
         await new Promise<void>((resolve) => {
-          server.once('error', (err) => {
-            this.#log.error({ port: port.containerPort, err: errorMessage(err) }, 'cannot serve the pod on its containerPort');
-            this.#ctx.events.record(
-              { apiVersion: 'v1', kind: 'Pod', name: this.#pod.metadata?.name, namespace: this.#pod.metadata?.namespace, uid: this.uid, fieldPath: `spec.containers{${runner.spec.name}}` },
-              'Warning', 'FailedToServe', `cannot serve containerPort ${port.containerPort} on ${this.#ctx.address}: ${errorMessage(err)}`,
-            );
+          server.on('listening', () => {
+            if (this.#unserved.delete(key)) {
+              this.#log.info({ port: port.containerPort }, 'serving the pod on its containerPort at last');
+              this.requestStatus();
+            }
             resolve();
           });
-          server.listen(port.containerPort, this.#ctx.address, () => resolve());
+          server.on('error', (err) => {
+            if (this.#stopped) return resolve();
+            if (!told) {
+              told = true;
+              this.#log.error({ port: port.containerPort, err: errorMessage(err) }, 'cannot serve the pod on its containerPort; trying again every 2 s');
+              this.#ctx.events.record(
+                { apiVersion: 'v1', kind: 'Pod', name: this.#pod.metadata?.name, namespace: this.#pod.metadata?.namespace, uid: this.uid, fieldPath: `spec.containers{${runner.spec.name}}` },
+                'Warning', 'FailedToServe', `cannot serve containerPort ${port.containerPort} on ${this.#ctx.address}: ${errorMessage(err)}; trying again every 2 s, not Ready until then`,
+              );
+            }
+            this.#unserved.add(key);
+            this.requestStatus();
+            setTimeout(() => {
+              if (!this.#stopped) server.listen(port.containerPort, this.#ctx.address);
+            }, PORT_RETRY_MS).unref();
+            resolve();
+          });
+          server.listen(port.containerPort, this.#ctx.address);
         });
       }
       runner.start();
@@ -178,7 +203,11 @@ export class PodWorker {
     try {
       while (this.#dirty && !this.#stopped) {
         this.#dirty = false;
-        const status = buildPodStatus(this.#pod, this.runners.map((r) => r.view()), this.#ctx.address, this.#acceptedAt);
+        const views = this.runners.map((r) => {
+          const v = r.view();
+          return [...this.#unserved].some((k) => k.startsWith(`${v.name}/`)) ? { ...v, unserved: true } : v;
+        });
+        const status = buildPodStatus(this.#pod, views, this.#ctx.address, this.#acceptedAt);
         const text = JSON.stringify(status, (k, v) => (k === 'lastTransitionTime' ? undefined : v));
         if (text === this.#lastWritten) continue;
         const { name, namespace } = this.#pod.metadata ?? {};

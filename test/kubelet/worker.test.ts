@@ -9,6 +9,7 @@ import assert from 'node:assert/strict';
 import { createHash } from 'node:crypto';
 import { spawn } from 'node:child_process';
 import { existsSync } from 'node:fs';
+import { createServer as createNetServer } from 'node:net';
 import { join } from 'node:path';
 import type { V1Lease, V1Node, V1Pod } from '@kubernetes/client-node';
 import { fetch } from 'undici';
@@ -374,6 +375,27 @@ test('kube32-sim runs, serves, checkpoints and restores pods, and drains itself'
     assert.equal(await c.getPod('c1'), undefined);
     assert.equal(existsSync(dir), false);
     await c.until('the pod port to close', async () => (await get(`http://127.0.0.2:${port1}/view`).then(() => false, () => true)));
+  });
+
+  await t.test('a containerPort taken on the node: the pod runs, not Ready, with FailedToServe; once freed it is served and Ready', async () => {
+    const port = await freePort('127.0.0.2');
+    const squatter = createNetServer();
+    await new Promise<void>((resolve) => squatter.listen(port, '127.0.0.2', resolve));
+    t.after(() => squatter.close());
+    await c.admin.json('POST', '/api/v1/namespaces/default/pods', { body: fixturePod('late', 'w1', port) });
+    const waiting = await c.until('late Running, not Ready, its port taken', async () => {
+      const p = await c.getPod('late');
+      return p?.status?.phase === 'Running' && cond(p, 'Ready') === 'False' ? p : undefined;
+    }, 20_000);
+    assert.equal(waiting.status?.containerStatuses?.[0]?.ready, false);
+    await c.until('a FailedToServe event', async () => {
+      const list = await c.admin.json<{ items: Array<{ reason?: string; message?: string; involvedObject?: { name?: string } }> }>('GET', '/api/v1/namespaces/default/events');
+      return list.items.some((e) => e.involvedObject?.name === 'late' && e.reason === 'FailedToServe' && /not Ready until then/.test(e.message ?? ''));
+    });
+    await new Promise<void>((resolve) => squatter.close(() => resolve()));
+    await runningPod(c, 'late');
+    assert.equal((await counter('127.0.0.2', port)).count, 1, 'the pod serves its port once it is free');
+    assert.equal((await c.kubectl(['delete', 'pod', 'late', '--wait=true', '--timeout=20s'])).code, 0);
   });
 
   await t.test('MemoryPressure when the free heap is below 24 KiB', async () => {
