@@ -302,11 +302,46 @@ test('kubectl works against the API server', { timeout: 240_000 }, async (t) => 
     assert.equal(r.stdout.trim(), 'yes');
   });
 
-  await t.test('explain describes checkpoints from OpenAPI v3', async () => {
-    const r = await api.kubectl(['explain', 'checkpoints.spec']);
+  await t.test('explain describes checkpoints and every field of the built-in kinds from OpenAPI v3', async () => {
+    let r = await api.kubectl(['explain', 'checkpoints.spec']);
     assert.equal(r.code, 0, r.stderr);
     assert.match(r.stdout, /KIND:\s+Checkpoint/);
     assert.match(r.stdout, /podName\s+<string> -required-/);
+    r = await api.kubectl(['explain', 'ckpt.spec']);
+    assert.equal(r.code, 0, r.stderr);
+    assert.match(r.stdout, /action\s+<string>\n\s+Save \(the default\) or Move\./);
+    // The built-in kinds in full, from client-node's models: types, required marks and descriptions.
+    r = await api.kubectl(['explain', 'pod.spec']);
+    assert.equal(r.code, 0, r.stderr);
+    assert.match(r.stdout, /KIND:\s+Pod\nVERSION:\s+v1/);
+    assert.match(r.stdout, /FIELD: spec <PodSpec>/);
+    assert.match(r.stdout, /containers\s+<\[\]Container> -required-\n\s+List of containers belonging to the pod\./);
+    assert.match(r.stdout, /nodeSelector\s+<map\[string\]string>/);
+    assert.match(r.stdout, /terminationGracePeriodSeconds\s+<integer>/);
+    r = await api.kubectl(['explain', 'deploy.spec.replicas']);
+    assert.equal(r.code, 0, r.stderr);
+    assert.match(r.stdout, /GROUP:\s+apps\nKIND:\s+Deployment\nVERSION:\s+v1/);
+    assert.match(r.stdout, /FIELD: replicas <integer>\n+DESCRIPTION:\n\s+Number of desired pods\./);
+    r = await api.kubectl(['explain', 'pod.spec.containers.resources.limits']);
+    assert.equal(r.code, 0, r.stderr);
+    assert.match(r.stdout, /FIELD: limits <map\[string\]Quantity>/);
+    assert.match(r.stdout, /Limits describes the maximum amount of compute resources allowed\./);
+    r = await api.kubectl(['explain', 'deploy.spec.strategy.rollingUpdate.maxSurge']);
+    assert.match(r.stdout, /FIELD: maxSurge <IntOrString>/);
+    r = await api.kubectl(['explain', 'pod.metadata.creationTimestamp']);
+    assert.match(r.stdout, /FIELD: creationTimestamp <string>/);
+    r = await api.kubectl(['explain', 'events.regarding', '--api-version=events.k8s.io/v1']);
+    assert.match(r.stdout, /GROUP:\s+events\.k8s\.io\nKIND:\s+Event\n[\s\S]*FIELD: regarding <ObjectReference>/);
+    r = await api.kubectl(['explain', 'pod.spec.nope']);
+    assert.equal(r.code, 1);
+    assert.match(r.stderr, /field "nope" does not exist/);
+    // The index names each document by a hash of its text, the same at every read.
+    const index = async () => JSON.parse((await api.kubectl(['get', '--raw', '/openapi/v3'])).stdout).paths['api/v1'].serverRelativeURL as string;
+    const url = await index();
+    assert.match(url, /^\/openapi\/v3\/api\/v1\?hash=[0-9A-F]{64}$/);
+    assert.equal(await index(), url);
+    const doc = JSON.parse((await api.kubectl(['get', '--raw', url])).stdout);
+    assert.deepEqual(doc.components.schemas['io.k8s.api.core.v1.Pod']['x-kubernetes-group-version-kind'], [{ group: '', version: 'v1', kind: 'Pod' }]);
   });
 
   await t.test('errors kubectl prints: Invalid, BadRequest (strict fields), NotFound', async () => {

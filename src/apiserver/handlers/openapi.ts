@@ -1,15 +1,18 @@
 /**
  * OpenAPI v3 (`/openapi/v3` and one document per group-version): every kind's PATCH operation
  * lists `fieldValidation`, so kubectl leaves validation to the server (kubectl-wire §1.5), and
- * `components.schemas` describe each kind for `kubectl explain` (the Checkpoint and Module in full,
- * the built-in kinds at their top level). `/openapi/v2` is not served (kubectl only reads it as
- * protobuf).
+ * `components.schemas` describe each kind in full for `kubectl explain`: the Checkpoint and Module
+ * here, the built-in kinds (and every type they reach) from `@kubernetes/client-node`'s models
+ * (openapi-models.ts). Documents are built on their first request, not at start, and kept.
+ * `/openapi/v2` is not served (kubectl only reads it as protobuf).
  */
 import { createHash } from 'node:crypto';
 import { RESOURCES, groupVersions } from '../registry/catalog.ts';
 import type { ResourceDef } from '../registry/types.ts';
+import { addKindSchemas, addObjectMetaSchemas, type Schema } from './openapi-models.ts';
 
-type Schema = Record<string, unknown>;
+/** Kube32's own group: its kinds are described here, the others from client-node's models. */
+const KUBE32_GROUP = 'kube32.io';
 
 const str = (description: string): Schema => ({ type: 'string', description });
 const int = (description: string): Schema => ({ type: 'integer', format: 'int64', description });
@@ -21,22 +24,6 @@ const obj = (description: string, properties?: Record<string, Schema>, required?
 };
 
 const OBJECT_META_REF = '#/components/schemas/io.k8s.apimachinery.pkg.apis.meta.v1.ObjectMeta';
-const OBJECT_META: Schema = obj('ObjectMeta is metadata that all persisted resources must have, which includes all objects users must create.', {
-  name: str('Name must be unique within a namespace.'),
-  generateName: str('GenerateName is an optional prefix, used by the server, to generate a unique name ONLY IF the Name field has not been provided.'),
-  namespace: str('Namespace defines the space within which each name must be unique.'),
-  uid: str('UID is the unique in time and space value for this object, set by the server on create.'),
-  resourceVersion: str('An opaque value that represents the internal version of this object, for optimistic concurrency and watch.'),
-  generation: int('A sequence number representing a specific generation of the desired state.'),
-  creationTimestamp: { type: 'string', format: 'date-time', description: 'The time this object was created, set by the server.' },
-  deletionTimestamp: { type: 'string', format: 'date-time', description: 'The time after which this resource will be deleted, set by the server when a graceful deletion is requested.' },
-  deletionGracePeriodSeconds: int('Seconds allowed for this object to gracefully terminate before it is removed.'),
-  labels: { type: 'object', additionalProperties: { type: 'string' }, description: 'Map of string keys and values that can be used to organize and categorize (scope and select) objects.' },
-  annotations: { type: 'object', additionalProperties: { type: 'string' }, description: 'An unstructured key value map stored with a resource.' },
-  ownerReferences: { type: 'array', items: { type: 'object' }, description: 'Objects this object depends on; when all owners are deleted, this object is garbage collected.' },
-  finalizers: { type: 'array', items: { type: 'string' }, description: 'Must be empty before the object is deleted from the registry.' },
-});
-
 const CHECKPOINT_SCHEMA = {
   spec: obj(
     'What to save or move.',
@@ -100,11 +87,27 @@ function gvPath(group: string, version: string): string {
   return group ? `apis/${group}/${version}` : `api/${version}`;
 }
 
-const docs = new Map<string, { body: string; hash: string }>();
-for (const { group, version } of groupVersions()) {
+/** One group-version's document: its JSON text and the hash the index names it by. */
+interface Document {
+  body: string;
+  hash: string;
+}
+
+/** The documents built so far, by path: each is built on its first request, none at start. */
+const built = new Map<string, Document>();
+
+/** The group-versions served, by document path (`api/v1`, `apis/apps/v1`). */
+function servedPaths(): Map<string, { group: string; version: string }> {
+  const out = new Map<string, { group: string; version: string }>();
+  for (const gv of groupVersions()) out.set(gvPath(gv.group, gv.version), gv);
+  return out;
+}
+
+/** Builds one group-version's document (kinds' schemas from client-node's models, see openapi-models.ts). */
+function buildDocument(group: string, version: string): Document {
   const defs = RESOURCES.filter((r) => r.group === group && r.version === version);
   const paths: Record<string, unknown> = {};
-  const schemas: Record<string, Schema> = { 'io.k8s.apimachinery.pkg.apis.meta.v1.ObjectMeta': OBJECT_META };
+  const schemas: Record<string, Schema> = {};
   for (const def of defs) {
     const base = `/${gvPath(group, version)}${def.namespaced ? '/namespaces/{namespace}' : ''}/${def.plural}/{name}`;
     const gvk = { group, version, kind: def.kind };
@@ -113,28 +116,56 @@ for (const { group, version } of groupVersions()) {
       { name: 'fieldManager', in: 'query', schema: { type: 'string', uniqueItems: true } },
       { name: 'fieldValidation', in: 'query', schema: { type: 'string', uniqueItems: true } },
     ];
-    const ref = { $ref: `#/components/schemas/${schemaName(def)}` };
+    let name = group === KUBE32_GROUP ? undefined : addKindSchemas(schemas, group, version, def.kind);
+    if (!name) {
+      // Checkpoint and Module (and any kind client-node has no model of): described here.
+      name = schemaName(def);
+      schemas[name] = kindSchema(def);
+      addObjectMetaSchemas(schemas);
+    }
+    const ref = { $ref: `#/components/schemas/${name}` };
+    // PATCH names no requestBody (no strategic-merge-patch content): kubectl apply and edit then build
+    // their strategic merge patches from kubectl's own types, since these schemas carry no patch merge keys.
     paths[base] = {
       get: { operationId: `read${def.kind}`, 'x-kubernetes-action': 'get', 'x-kubernetes-group-version-kind': gvk, responses: { '200': { content: { 'application/json': { schema: ref } } } } },
       put: { operationId: `replace${def.kind}`, 'x-kubernetes-action': 'put', 'x-kubernetes-group-version-kind': gvk, parameters: params, requestBody: { content: { '*/*': { schema: ref } } } },
       patch: { operationId: `patch${def.kind}`, 'x-kubernetes-action': 'patch', 'x-kubernetes-group-version-kind': gvk, parameters: [...params, { name: 'force', in: 'query', schema: { type: 'boolean' } }] },
       delete: { operationId: `delete${def.kind}`, 'x-kubernetes-action': 'delete', 'x-kubernetes-group-version-kind': gvk },
     };
-    schemas[schemaName(def)] = kindSchema(def);
   }
-  const doc = { openapi: '3.0.0', info: { title: 'Kubernetes', version: 'v1.32.0-kube32' }, paths, components: { schemas } };
+  const sorted: Record<string, Schema> = {};
+  for (const k of Object.keys(schemas).sort()) sorted[k] = schemas[k] as Schema;
+  const doc = { openapi: '3.0.0', info: { title: 'Kubernetes', version: 'v1.32.0-kube32' }, paths, components: { schemas: sorted } };
   const body = JSON.stringify(doc);
-  docs.set(gvPath(group, version), { body, hash: createHash('sha512').update(body).digest('hex').slice(0, 64).toUpperCase() });
+  return { body, hash: createHash('sha512').update(body).digest('hex').slice(0, 64).toUpperCase() };
 }
 
-/** The `/openapi/v3` index. */
+/** The document at `path`, built and kept on its first request; undefined when no such group-version is served. */
+function documentAt(path: string): Document | undefined {
+  const d = built.get(path);
+  if (d) return d;
+  const gv = servedPaths().get(path);
+  if (!gv) return undefined;
+  const doc = buildDocument(gv.group, gv.version);
+  built.set(path, doc);
+  return doc;
+}
+
+/**
+ * The `/openapi/v3` index: each group-version's document by `serverRelativeURL`, whose `hash` is
+ * the SHA-512 of the document's text (so kubectl may cache it for good). The first call builds
+ * every document (kept for later calls); the API server builds none at start.
+ */
 export function openApiIndex(): Record<string, unknown> {
-  const paths: Record<string, unknown> = {};
-  for (const [p, d] of docs) paths[p] = { serverRelativeURL: `/openapi/v3/${p}?hash=${d.hash}` };
-  return { paths };
+  const out: Record<string, unknown> = {};
+  for (const p of servedPaths().keys()) out[p] = { serverRelativeURL: `/openapi/v3/${p}?hash=${(documentAt(p) as Document).hash}` };
+  return { paths: out };
 }
 
-/** The v3 document of `api/v1` or `apis/<g>/<v>` (JSON text), or undefined. */
+/**
+ * The v3 document of `api/v1` or `apis/<g>/<v>` (JSON text), or undefined when no such
+ * group-version is served. Built on its first request and kept.
+ */
 export function openApiDocument(path: string): string | undefined {
-  return docs.get(path)?.body;
+  return documentAt(path)?.body;
 }
