@@ -144,7 +144,8 @@ test('kubectl works against the API server', { timeout: 240_000 }, async (t) => 
       ['create', 'secret', 'generic', 's1', '-n', 'gen', '--from-literal=a=b'],
       ['create', 'serviceaccount', 'sa1', '-n', 'gen'],
       ['create', 'service', 'clusterip', 'svc1', '-n', 'gen', '--tcp=80:8080'],
-      ['create', 'deployment', 'web', '-n', 'gen', '--image=nginx', '--replicas=2'],
+      ['create', 'deployment', 'web', '-n', 'gen', '--image=nginx', '--replicas=2', '--port=8080'],
+      ['run', 'runner', '-n', 'gen', '--image=nginx', '--port=8081'],
     ]) {
       const r = await api.kubectl(args);
       assert.equal(r.code, 0, `${args.join(' ')}: ${r.stderr}`);
@@ -159,6 +160,12 @@ test('kubectl works against the API server', { timeout: 240_000 }, async (t) => 
     assert.equal(Buffer.from(s.stdout, 'base64').toString(), 'b');
     const d = await api.kubectl(['get', 'deploy', 'web', '-n', 'gen', '-o', 'jsonpath={.spec.template.spec.containers[0].image} {.spec.selector.matchLabels.app}']);
     assert.equal(d.stdout, 'nginx web');
+    // Protobuf carries Go's non-pointer zeros (hostPort, generation); they are not stored, as JSON would omit them.
+    const tpl = JSON.parse((await api.kubectl(['get', 'deploy', 'web', '-n', 'gen', '-o', 'jsonpath={.spec.template}'])).stdout) as { metadata: Record<string, unknown>; spec: { containers: { ports: Record<string, unknown>[] }[] } };
+    assert.deepEqual(tpl.spec.containers[0]!.ports, [{ containerPort: 8080, protocol: 'TCP' }]);
+    assert.equal(tpl.metadata.generation, undefined);
+    const run = JSON.parse((await api.kubectl(['get', 'pod', 'runner', '-n', 'gen', '-o', 'jsonpath={.spec.containers[0].ports}'])).stdout);
+    assert.deepEqual(run, [{ containerPort: 8081, protocol: 'TCP' }]);
     const k = await api.kubectl(['get', 'svc', 'kubernetes', '-o', 'jsonpath={.spec.clusterIP}']);
     assert.equal(k.stdout, '10.96.0.1');
   });

@@ -7,7 +7,7 @@
  */
 import { ApiError, badRequest } from '../errors.ts';
 
-type Scalar = 'string' | 'int' | 'bool' | 'bytes' | 'time' | 'quantity' | 'intstr' | 'mapss' | 'mapsb' | 'mapsq';
+type Scalar = 'string' | 'int' | 'int0' | 'bool' | 'bytes' | 'time' | 'quantity' | 'intstr' | 'mapss' | 'mapsb' | 'mapsq';
 type Field = [name: string, kind: Scalar | Msg, repeated?: boolean];
 type Msg = { [num: number]: Field };
 
@@ -20,7 +20,7 @@ const OBJECT_META: Msg = {
   3: ['namespace', 'string'],
   5: ['uid', 'string'],
   6: ['resourceVersion', 'string'],
-  7: ['generation', 'int'],
+  7: ['generation', 'int0'],
   11: ['labels', 'mapss'],
   12: ['annotations', 'mapss'],
   13: ['ownerReferences', OWNER_REF, true],
@@ -30,7 +30,7 @@ const SELECTOR_REQ: Msg = { 1: ['key', 'string'], 2: ['operator', 'string'], 3: 
 const LABEL_SELECTOR: Msg = { 1: ['matchLabels', 'mapss'], 2: ['matchExpressions', SELECTOR_REQ, true] };
 const LOCAL_REF: Msg = { 1: ['name', 'string'] };
 const OBJECT_REF: Msg = { 1: ['kind', 'string'], 2: ['namespace', 'string'], 3: ['name', 'string'], 4: ['uid', 'string'], 5: ['apiVersion', 'string'] };
-const CONTAINER_PORT: Msg = { 1: ['name', 'string'], 2: ['hostPort', 'int'], 3: ['containerPort', 'int'], 4: ['protocol', 'string'], 5: ['hostIP', 'string'] };
+const CONTAINER_PORT: Msg = { 1: ['name', 'string'], 2: ['hostPort', 'int0'], 3: ['containerPort', 'int'], 4: ['protocol', 'string'], 5: ['hostIP', 'string'] };
 const ENV_VAR: Msg = { 1: ['name', 'string'], 2: ['value', 'string'] };
 const RESOURCES: Msg = { 1: ['limits', 'mapsq'], 2: ['requests', 'mapsq'] };
 const CONTAINER: Msg = {
@@ -64,7 +64,7 @@ const DEPLOYMENT_SPEC: Msg = {
   2: ['selector', LABEL_SELECTOR],
   3: ['template', POD_TEMPLATE],
   4: ['strategy', { 1: ['type', 'string'], 2: ['rollingUpdate', ROLLING_UPDATE] }],
-  5: ['minReadySeconds', 'int'],
+  5: ['minReadySeconds', 'int0'],
   6: ['revisionHistoryLimit', 'int'],
   7: ['paused', 'bool'],
   9: ['progressDeadlineSeconds', 'int'],
@@ -81,7 +81,7 @@ const JOB_SPEC: Msg = {
   9: ['completionMode', 'string'],
   10: ['suspend', 'bool'],
 };
-const SERVICE_PORT: Msg = { 1: ['name', 'string'], 2: ['protocol', 'string'], 3: ['port', 'int'], 4: ['targetPort', 'intstr'], 5: ['nodePort', 'int'], 6: ['appProtocol', 'string'] };
+const SERVICE_PORT: Msg = { 1: ['name', 'string'], 2: ['protocol', 'string'], 3: ['port', 'int'], 4: ['targetPort', 'intstr'], 5: ['nodePort', 'int0'], 6: ['appProtocol', 'string'] };
 const SERVICE_SPEC: Msg = {
   1: ['ports', SERVICE_PORT, true],
   2: ['selector', 'mapss'],
@@ -195,6 +195,12 @@ function decodeMsg(bytes: Uint8Array, schema: Msg): Record<string, unknown> {
     }
     else if (kind === 'bytes') value = r.bytes();
     else if (kind === 'int') value = Number(BigInt.asIntN(64, r.varint()));
+    else if (kind === 'int0') {
+      // A non-pointer Go number with omitempty: the wire always carries it, 0 included, where JSON
+      // would leave it out (a stored `hostPort: 0` would change a template's hash and a pod's port).
+      value = Number(BigInt.asIntN(64, r.varint()));
+      if (value === 0 && !repeated) continue;
+    }
     else if (kind === 'bool') value = r.varint() !== 0n;
     else if (kind === 'time') {
       const t = decodeMsg(r.bytes(), { 1: ['seconds', 'int'] });

@@ -101,7 +101,7 @@ export function matchesSelector(pod: V1Pod, node: V1Node, extra: Record<string, 
 export function podPorts(pod: V1Pod): string[] {
   const out: string[] = [];
   for (const c of pod.spec?.containers ?? []) {
-    for (const p of c.ports ?? []) out.push(`${p.hostPort ?? p.containerPort}/${p.protocol ?? 'TCP'}`);
+    for (const p of c.ports ?? []) out.push(`${p.hostPort || p.containerPort}/${p.protocol ?? 'TCP'}`);
   }
   return out;
 }
