@@ -6,11 +6,12 @@
  * comments — what `kubectl explain` prints (kubectl-wire §1.5).
  *
  * Each model class has a static `getAttributeTypeMap()` (`{ name, baseName, type, format }` a
- * field); its `.d.ts` file beside it carries the descriptions and which fields are required.
- * Nothing is read until a document is asked for.
+ * field), set as a JSON array in its generated `.js` file; its `.d.ts` file beside it carries the
+ * descriptions and which fields are required.
+ * Nothing is read until a document is asked for, and then only the models used, one file each
+ * (the package's entry point loads all ~900 of them and the HTTP client: over half a second).
  */
-import { readFileSync } from 'node:fs';
-import * as models from '@kubernetes/client-node';
+import { existsSync, readFileSync } from 'node:fs';
 
 /** One OpenAPI v3 schema object. */
 export type Schema = Record<string, unknown>;
@@ -21,10 +22,6 @@ interface Attribute {
   baseName: string;
   type: string;
   format: string;
-}
-
-interface ModelClass {
-  getAttributeTypeMap(): Attribute[];
 }
 
 const META = 'io.k8s.apimachinery.pkg.apis.meta.v1';
@@ -77,9 +74,24 @@ const quantityOf = (type: string): string => (type === 'string' ? 'Quantity' : t
 const modelsDir = new URL('./gen/models/', import.meta.resolve('@kubernetes/client-node'));
 const apisDir = new URL('./gen/apis/', import.meta.resolve('@kubernetes/client-node'));
 
-function modelClass(name: string): ModelClass | undefined {
-  const c = (models as unknown as Record<string, unknown>)[name];
-  return typeof c === 'function' && typeof (c as Partial<ModelClass>).getAttributeTypeMap === 'function' ? (c as unknown as ModelClass) : undefined;
+const attributeMaps = new Map<string, Attribute[] | null>();
+
+/**
+ * The fields of model `name` (`V1PodSpec`): the `attributeTypeMap` its generated `.js` file sets (a
+ * JSON array), read from that one file on first use; undefined when client-node has no such model.
+ */
+function attributesOf(name: string): Attribute[] | undefined {
+  let attrs = attributeMaps.get(name);
+  if (attrs === undefined) {
+    attrs = null;
+    const file = new URL(`${name}.js`, modelsDir);
+    if (/^[A-Z][A-Za-z0-9]*$/.test(name) && existsSync(file)) {
+      const m = new RegExp(`^${name}\\.attributeTypeMap = (\\[[\\s\\S]*?\\n\\]);`, 'm').exec(readFileSync(file, 'utf8'));
+      if (m?.[1]) attrs = JSON.parse(m[1]) as Attribute[];
+    }
+    attributeMaps.set(name, attrs);
+  }
+  return attrs ?? undefined;
 }
 
 const cap = (s: string): string => s.charAt(0).toUpperCase() + s.slice(1);
@@ -91,7 +103,7 @@ const groupPackage = (group: string): string => (group === '' ? 'core' : (group.
  * shared between groups, else `V1Pod`, `V1Deployment`, ...; undefined when client-node has none.
  */
 export function modelClassOf(group: string, version: string, kind: string): string | undefined {
-  for (const name of [`${cap(groupPackage(group))}${cap(version)}${kind}`, `${cap(version)}${kind}`]) if (modelClass(name)) return name;
+  for (const name of [`${cap(groupPackage(group))}${cap(version)}${kind}`, `${cap(version)}${kind}`]) if (attributesOf(name)) return name;
   return undefined;
 }
 
@@ -101,10 +113,10 @@ function reach(root: string, into: Set<string>): Set<string> {
   while (todo.length > 0) {
     const name = todo.pop() as string;
     if (into.has(name)) continue;
-    const c = modelClass(name);
-    if (!c) continue;
+    const attrs = attributesOf(name);
+    if (!attrs) continue;
     into.add(name);
-    for (const a of c.getAttributeTypeMap()) for (const m of a.type.matchAll(/[A-Za-z0-9]+/g)) if (modelClass(m[0])) todo.push(m[0]);
+    for (const a of attrs) for (const m of a.type.matchAll(/[A-Za-z0-9]+/g)) if (attributesOf(m[0])) todo.push(m[0]);
   }
   return into;
 }
@@ -133,7 +145,7 @@ function schemaNameOf(model: string, group: string): string {
   const version = ver.toLowerCase();
   if (prefix) return `io.k8s.api.${prefix.toLowerCase()}.${version}.${type}`;
   if (META_TYPES.has(type)) return `${META}.${type}`;
-  return `io.k8s.api.${core().has(model) ? 'core' : groupPackage(group)}.${version}.${type}`;
+  return `io.k8s.api.${group === '' || core().has(model) ? 'core' : groupPackage(group)}.${version}.${type}`;
 }
 
 interface Docs {
@@ -206,7 +218,7 @@ function addModels(schemas: Record<string, Schema>, root: string, group: string,
     const docs = readDocs(model);
     const properties: Record<string, Schema> = {};
     const required: string[] = [];
-    for (const a of (modelClass(model) as ModelClass).getAttributeTypeMap()) {
+    for (const a of attributesOf(model) as Attribute[]) {
       const d = docs.fields.get(a.name);
       const type = QUANTITY_FIELDS[model]?.includes(a.name) ? quantityOf(a.type) : a.type;
       properties[a.baseName] = fieldSchema(type, a.format, group, schemas, d?.description);
@@ -257,6 +269,6 @@ function typeSchema(type: string, format: string, group: string, schemas: Record
     case 'object':
       return { type: 'object' };
   }
-  if (modelClass(type)) return { allOf: [ref(schemaNameOf(type, group))] };
+  if (attributesOf(type)) return { allOf: [ref(schemaNameOf(type, group))] };
   return { type: 'object' };
 }
