@@ -180,7 +180,7 @@ export async function reconcileJob(
       setCondition(conditions, 'FailureTarget', 'True', failure, nowTime);
       if (await deleteActive()) {
         setCondition(conditions, 'Failed', 'True', failure, nowTime);
-        await recordEvent(ctx, jobRef(job), 'Warning', failure.reason, failure.message, { component: JOB_COMPONENT });
+        if (firstTime(job, 'Failed')) await recordEvent(ctx, jobRef(job), 'Warning', failure.reason, failure.message, { component: JOB_COMPONENT });
       }
     } else if (success) {
       requeueAfterMs = undefined;
@@ -188,7 +188,7 @@ export async function reconcileJob(
       if (await deleteActive()) {
         setCondition(conditions, 'Complete', 'True', JOB_REASONS.completionsReached, nowTime);
         completionTime = nowTime;
-        await recordEvent(ctx, jobRef(job), 'Normal', 'Completed', 'Job completed', { component: JOB_COMPONENT });
+        if (firstTime(job, 'Complete')) await recordEvent(ctx, jobRef(job), 'Normal', 'Completed', 'Job completed', { component: JOB_COMPONENT });
       }
     } else if (suspend) {
       await deleteActive();
@@ -283,6 +283,23 @@ interface JobStatusView {
 }
 
 /** Writes the status when it changed (a merge patch; `null` removes a field). */
+/** Job uid/condition pairs whose event was recorded here, oldest first (bounded). */
+const announced = new Set<string>();
+const ANNOUNCED_MAX = 10_000;
+
+/**
+ * Whether the Job's finishing event (`condition` Complete or Failed) is yet to be recorded: a second
+ * sync from a cache that does not show the condition yet would record it again (kubectl showed
+ * `Completed (x2)`).
+ */
+function firstTime(job: V1Job, condition: string): boolean {
+  const key = `${job.metadata?.uid}/${condition}`;
+  if (announced.has(key)) return false;
+  announced.add(key);
+  if (announced.size > ANNOUNCED_MAX) announced.delete(announced.values().next().value!);
+  return true;
+}
+
 async function writeStatus(api: JobApi, job: V1Job, next: JobStatusView): Promise<void> {
   const cur = job.status ?? {};
   const want: Record<string, unknown> = {
