@@ -195,7 +195,8 @@ test('feosd moves a bad stop record aside and serves on', { timeout: 60_000 }, a
   writeFileSync(record, 'not json');
   const feosd = await startFeosd(dir);
   t.after(() => feosd.stop('SIGKILL'));
-  await until('the bad record is moved aside', async () => (existsSync(`${record}.bad`) ? true : undefined), 20_000);
+  // The file is moved before the line that says so is logged: wait for both.
+  await until('the bad record is moved aside, and said so', async () => (existsSync(`${record}.bad`) && /the record is not one/.test(feosd.stderr()) ? true : undefined), 20_000);
   assert.equal(readFileSync(`${record}.bad`, 'utf8'), 'not json', 'kept for a look');
   assert.match(feosd.stderr(), /the record is not one; moved to \S+suspended-for-stop\.json\.bad/);
   assert.equal((await feosd.pods.listPods({})).pods.length, 0);
