@@ -63,10 +63,10 @@ test('a QEMU left in postmigrate with its whole snapshot is SUSPENDED at takeove
   assert.equal(PodState[p1.state], 'SUSPENDED', p1.reason);
   await frozenExit;
   assert.ok(existsSync(join(state, 'vms', 'tkvrpstmgr1', 'snapshot', 'vmstate')), 'the snapshot is kept for the resume');
-  assert.match(feosd.stderr(), /QEMU was paused with a whole snapshot; the microVM is SUSPENDED/);
+  await until('the takeover of the frozen QEMU is logged', async () => (/QEMU was paused with a whole snapshot; the microVM is SUSPENDED/.test(feosd.stderr()) ? true : undefined), 20_000);
 
   const p2 = (await feosd.pods.getPod({ id: 'tkvrpaxsd01' })).pod!;
   assert.equal(PodState[p2.state], 'RUNNING');
-  assert.match(feosd.stderr(), /QEMU was paused without a whole snapshot; its vCPUs run again/);
+  await until('the takeover of the paused QEMU is logged', async () => (/QEMU was paused without a whole snapshot; its vCPUs run again/.test(feosd.stderr()) ? true : undefined), 20_000);
   assert.equal(paused.exitCode, null, 'its QEMU runs on');
 });
