@@ -137,3 +137,18 @@ test('ttlSecondsAfterFinished: the finished Job is deleted once its time is up',
   await s.sync();
   assert.deepEqual(s.deleted, ['default/work/uid-work']);
 });
+
+test('a work queue (parallelism, no completions): after one pod succeeds the running ones are left to finish; it completes when none runs', { timeout: 5000 }, async () => {
+  const s = setup(job({ completions: undefined, parallelism: 3 }, { startTime: metaTime(1_699_999_990_000) as unknown as Date }));
+  s.cache.pods.set(jobPod('work-aaaaa', 'Succeeded'));
+  s.cache.pods.set(jobPod('work-bbbbb', 'Running'));
+  s.cache.pods.set(jobPod('work-ccccc', 'Running'));
+  await s.sync();
+  assert.deepEqual(s.fake.writes.filter((c) => c.op === 'createPod' || c.op === 'deletePod'), [], 'no pod created, none deleted');
+  assert.deepEqual(trueConditions(s.status()), []);
+  s.cache.pods.set(jobPod('work-bbbbb', 'Succeeded'));
+  s.cache.pods.set(jobPod('work-ccccc', 'Succeeded'));
+  await s.sync();
+  assert.deepEqual(trueConditions(s.status()), [['SuccessCriteriaMet', 'CompletionsReached'], ['Complete', 'CompletionsReached']]);
+  assert.equal(s.status().succeeded, 3);
+});

@@ -195,12 +195,12 @@ export async function reconcileJob(
       startTime = undefined;
       if (!isTrue(job, 'Suspended')) {
         setCondition(conditions, 'Suspended', 'True', JOB_REASONS.suspended, nowTime);
-        await recordEvent(ctx, jobRef(job), 'Normal', 'Suspended', JOB_REASONS.suspended.message, { component: JOB_COMPONENT });
+        if (firstTime(job, `Suspended/${job.metadata?.generation}`)) await recordEvent(ctx, jobRef(job), 'Normal', 'Suspended', JOB_REASONS.suspended.message, { component: JOB_COMPONENT });
       }
     } else {
       if (isTrue(job, 'Suspended')) {
         setCondition(conditions, 'Suspended', 'False', JOB_REASONS.resumed, nowTime);
-        await recordEvent(ctx, jobRef(job), 'Normal', 'Resumed', JOB_REASONS.resumed.message, { component: JOB_COMPONENT });
+        if (firstTime(job, `Resumed/${job.metadata?.generation}`)) await recordEvent(ctx, jobRef(job), 'Normal', 'Resumed', JOB_REASONS.resumed.message, { component: JOB_COMPONENT });
       }
       await manageActive(ctx, job, key, active, succeeded, exp, now);
     }
@@ -237,7 +237,9 @@ async function manageActive(
 ): Promise<void> {
   const parallelism = job.spec?.parallelism ?? 1;
   const completions = job.spec?.completions;
-  const want = completions !== undefined ? Math.max(0, Math.min(parallelism, completions - succeeded)) : succeeded > 0 ? 0 : parallelism;
+  // A work queue (no completions): once one pod succeeded no new one starts, and the running ones are
+  // left to finish their items (Kubernetes' manageJob: "leave whatever is running, running").
+  const want = completions !== undefined ? Math.max(0, Math.min(parallelism, completions - succeeded)) : succeeded > 0 ? Math.min(active.length, parallelism) : parallelism;
   const have = active.length + exp.pendingCreates(key);
   if (have < want) {
     const outcome = await slowStartBatch(Math.min(BURST_REPLICAS, want - have), SLOW_START_INITIAL_BATCH, async (i) => {
@@ -288,9 +290,9 @@ const announced = new Set<string>();
 const ANNOUNCED_MAX = 10_000;
 
 /**
- * Whether the Job's finishing event (`condition` Complete or Failed) is yet to be recorded: a second
- * sync from a cache that does not show the condition yet would record it again (kubectl showed
- * `Completed (x2)`).
+ * Whether the Job's event for `condition` (Complete, Failed; Suspended or Resumed with the spec's
+ * generation) is yet to be recorded: a second sync from a cache that does not show the condition yet
+ * would record it again (kubectl showed `Completed (x2)`).
  */
 function firstTime(job: V1Job, condition: string): boolean {
   const key = `${job.metadata?.uid}/${condition}`;
