@@ -389,6 +389,13 @@ test('kubectl works against the API server', { timeout: 240_000 }, async (t) => 
     assert.equal(r.code, 0, r.stderr);
     const got = await api.kubectl(['get', 'pod', 'limited', '-o', 'jsonpath={.spec.containers[*].resources.requests.memory}']);
     assert.equal(got.stdout.trim(), '64Mi 8Mi', 'a request given stays; a missing one is the limit');
+    const over = await api.kubectl(['create', '-f', file(api, 'over.yaml', 'apiVersion: v1\nkind: Pod\nmetadata: {name: over}\nspec: {containers: [{name: c, image: x, resources: {requests: {memory: 16Mi}, limits: {memory: 8Mi}}}]}\n')]);
+    assert.equal(over.code, 1);
+    assert.match(over.stderr, /spec\.containers\[0\]\.resources\.requests: Invalid value: "16Mi": must be less than or equal to memory limit of 8Mi/);
+    const bad = await api.kubectl(['create', '-f', file(api, 'badlimit.yaml', 'apiVersion: v1\nkind: Pod\nmetadata: {name: badlimit}\nspec: {containers: [{name: c, image: x, resources: {limits: {memory: abc}}}]}\n')]);
+    assert.equal(bad.code, 1);
+    assert.match(bad.stderr, /resources\.limits\[memory\]/);
+    assert.doesNotMatch(bad.stderr, /resources\.requests\[memory\]/, 'the limit is named, not a request made of it');
   });
 
   await t.test('cluster-info dump walks every namespace; a ReplicationController cannot be made', async () => {

@@ -53,9 +53,19 @@ function defaultRequestsToLimits(spec: Record<string, unknown>): void {
       if (Object.keys(limits).length === 0) continue;
       const resources = rec(c.resources);
       const requests = { ...rec(resources.requests) };
-      for (const [k, v] of Object.entries(limits)) requests[k] ??= v;
+      // A limit that is not a quantity is left for validation to name; it makes no request.
+      for (const [k, v] of Object.entries(limits)) if (quantityOrNaN(v) >= 0) requests[k] ??= v;
       resources.requests = requests;
     }
+  }
+}
+
+/** A quantity's value, or NaN when it is not one (so that comparisons with it are false). */
+function quantityOrNaN(q: unknown): number {
+  try {
+    return typeof q === 'string' || typeof q === 'number' ? parseQuantity(q) : Number.NaN;
+  } catch {
+    return Number.NaN;
   }
 }
 
@@ -111,6 +121,15 @@ function validateContainers(spec: Record<string, unknown>, list: string, require
           out.push(invalidValue(`${f}.resources.${kind}[${name}]`, q, "quantities must match the regular expression '^([+-]?[0-9.]+)([eEinumkKMGTP]*[-+]?[0-9]*)$'"));
         }
       }
+    }
+    // As Kubernetes: a request above its limit is refused.
+    const requests = rec(rec(c.resources).requests);
+    const limits = rec(rec(c.resources).limits);
+    for (const [name, lim] of Object.entries(limits)) {
+      const req = requests[name];
+      if (req === undefined) continue;
+      const [r, l] = [quantityOrNaN(req), quantityOrNaN(lim)];
+      if (r > l) out.push(invalidValue(`${f}.resources.requests`, req, `must be less than or equal to ${name} limit of ${String(lim)}`));
     }
     for (const list of ['ports', 'env', 'volumeMounts', 'command', 'args']) {
       if (c[list] !== undefined && !Array.isArray(c[list])) out.push(invalidValue(`${f}.${list}`, c[list], 'must be a list'));
