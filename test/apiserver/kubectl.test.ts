@@ -376,6 +376,9 @@ test('kubectl works against the API server', { timeout: 240_000 }, async (t) => 
     r = await api.kubectl(['create', 'configmap', 'huge', `--from-file=blob=${file(api, 'blob.txt', 'y'.repeat(1_100_000))}`]);
     assert.equal(r.code, 1, 'a ConfigMap over 1 MiB is refused');
     assert.match(r.stderr, /Too long: must have at most 1048576 bytes/);
+    r = await api.kubectl(['create', '-f', file(api, 'bigtemplate.yaml', `apiVersion: apps/v1\nkind: Deployment\nmetadata: {name: bigtemplate}\nspec: {selector: {matchLabels: {app: b}}, template: {metadata: {labels: {app: b}, annotations: {big: ${'x'.repeat(270_000)}}}, spec: {containers: [{name: c, image: x}]}}}\n`)]);
+    assert.equal(r.code, 1, 'a template whose pods could never be made is refused itself');
+    assert.match(r.stderr, /spec\.template\.metadata\.annotations: Too long: must have at most 262144 bytes/);
     assert.equal((await api.kubectl(['create', 'configmap', 'fits', `--from-file=blob=${file(api, 'fits.txt', 'y'.repeat(1_000_000))}`])).code, 0, 'a 1 MB ConfigMap fits');
     // No ephemeral containers: kubectl debug tells it from a missing pod by the 404's empty details (it crashed without them).
     r = await api.kubectl(['debug', 'typo', '--image=busybox']);

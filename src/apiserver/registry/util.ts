@@ -64,6 +64,16 @@ export function validateMetaMaps(obj: KubeObject): StatusCause[] {
   return out;
 }
 
+/**
+ * Problems of a workload's `spec.template.metadata` labels and annotations (their size bound included),
+ * named under `spec.template`: Kubernetes refuses such a Deployment or Job itself, where otherwise
+ * every pod made from it would be refused.
+ */
+export function validateTemplateMetaMaps(obj: KubeObject): StatusCause[] {
+  const meta = rec(rec(rec(obj.spec).template).metadata);
+  return validateMetaMaps({ metadata: meta } as KubeObject).map((c) => ({ ...c, field: c.field ? `spec.template.${c.field}` : c.field }));
+}
+
 /** Kubernetes' bound on all of an object's annotations, keys and values together (bytes). */
 export const MAX_ANNOTATIONS_BYTES = 256 * 1024;
 /** Kubernetes' bound on a ConfigMap's or a Secret's data (bytes). */

@@ -8,7 +8,7 @@ import type { StatusCause } from '../../errors.ts';
 import type { KubeObject } from '../../storage/index.ts';
 import { defaultPodSpec } from '../pods/index.ts';
 import type { ResourceDef } from '../types.ts';
-import { AGE_COLUMN, NAME_COLUMN, age, arr, immutable, invalidValue, rec, required, selectorString, validateMetaMaps, validateSubdomain } from '../util.ts';
+import { AGE_COLUMN, NAME_COLUMN, age, arr, immutable, invalidValue, rec, required, selectorString, validateMetaMaps, validateSubdomain, validateTemplateMetaMaps } from '../util.ts';
 import { parseLabelSelector, labelSelectorFromObject } from '../selectors.ts';
 
 /**
@@ -34,7 +34,7 @@ function defaultTemplate(spec: Record<string, unknown>): void {
 }
 
 function validateWorkload(obj: KubeObject, old: KubeObject | undefined, withReplicas: boolean): StatusCause[] {
-  const out = [...validateSubdomain(obj.metadata.name, 'metadata.name'), ...validateMetaMaps(obj)];
+  const out = [...validateSubdomain(obj.metadata.name, 'metadata.name'), ...validateMetaMaps(obj), ...validateTemplateMetaMaps(obj)];
   const spec = rec(obj.spec);
   if (obj.spec === undefined) return [...out, required('spec')];
   if (withReplicas && (typeof spec.replicas !== 'number' || !Number.isInteger(spec.replicas) || spec.replicas < 0)) {

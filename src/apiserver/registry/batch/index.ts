@@ -17,7 +17,7 @@ import type { KubeObject } from '../../storage/index.ts';
 import { defaultPodSpec } from '../pods/index.ts';
 import { labelSelectorFromObject } from '../selectors.ts';
 import type { ResourceDef } from '../types.ts';
-import { AGE_COLUMN, NAME_COLUMN, age, arr, immutable, invalidValue, rec, required, selectorString, validateMetaMaps, validateSubdomain } from '../util.ts';
+import { AGE_COLUMN, NAME_COLUMN, age, arr, immutable, invalidValue, rec, required, selectorString, validateMetaMaps, validateSubdomain, validateTemplateMetaMaps } from '../util.ts';
 
 /** The labels Kubernetes puts on a Job's template (and so its pods), and selects them by. */
 export const JOB_LABELS = {
@@ -79,7 +79,7 @@ const isCount = (v: unknown) => typeof v === 'number' && Number.isInteger(v) && 
 
 /** Problems of a Job (Kubernetes' `ValidateJob` / `ValidateJobUpdate`, the parts Kube32 serves). */
 export function validateJob(obj: KubeObject, old?: KubeObject): StatusCause[] {
-  const out = [...validateSubdomain(obj.metadata.name, 'metadata.name'), ...validateMetaMaps(obj)];
+  const out = [...validateSubdomain(obj.metadata.name, 'metadata.name'), ...validateMetaMaps(obj), ...validateTemplateMetaMaps(obj)];
   if (obj.spec === undefined) return [...out, required('spec')];
   const spec = rec(obj.spec);
   for (const f of ['parallelism', 'completions', 'backoffLimit', 'activeDeadlineSeconds', 'ttlSecondsAfterFinished'] as const) {
