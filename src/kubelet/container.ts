@@ -9,7 +9,7 @@ import type { V1Container, V1Pod } from '@kubernetes/client-node';
 import type { Logger } from '../lib/index.ts';
 import { ModuleError, PodInstance, PodStartError, type PodExit, type PodModule } from '../wasm/index.ts';
 import { type ControlPlane, errorMessage } from './client.ts';
-import { ImagePullError, imageDigest, type LoadedModules } from './modules.ts';
+import { ImagePullError, type LoadedModules, resolveImageDigest } from './modules.ts';
 import { ContainerConfigError, resolveContainerConfig, memoryLimitBytes } from './pod-spec.ts';
 import type { ContainerPhase, ContainerView } from './pod-status.ts';
 
@@ -185,7 +185,7 @@ export class ContainerRunner {
   async #prepare(): Promise<{ module: PodModule; config: Awaited<ReturnType<typeof resolveContainerConfig>> } | 'retry' | 'never'> {
     const signal = this.#stop.signal;
     try {
-      const digest = imageDigest(this.#pod, this.spec.image ?? '');
+      const digest = await resolveImageDigest(this.#ctx.cp, this.#pod, this.spec.image ?? '');
       this.#imageID = `sha256:${digest}`;
       const limit = memoryLimitBytes(this.spec);
       const image = this.spec.image ?? '';

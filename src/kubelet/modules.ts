@@ -8,7 +8,7 @@ import { mkdir, readFile, rm } from 'node:fs/promises';
 import { join } from 'node:path';
 import type { V1Pod } from '@kubernetes/client-node';
 import { writeFileAtomic, type Logger } from '../lib/index.ts';
-import type { ControlPlane } from './client.ts';
+import { type ControlPlane, errorMessage, isApiError } from './client.ts';
 import { loadModule, type PodModule } from '../wasm/index.ts';
 
 /** The pod annotation with the image digest, set by the API server when the pod is created. */
@@ -45,6 +45,35 @@ export function imageDigest(pod: V1Pod, image: string): string {
   const ann = pod.metadata?.annotations?.[IMAGE_SHA256_ANNOTATION]?.toLowerCase();
   if (ann && HEX64.test(ann)) return ann;
   throw new ImagePullError('InvalidImageName', `image "${image}" has no digest: expected wasm://NAME or the NAME of a pushed module (kube32-cli push), resolved by the API server (annotation ${IMAGE_SHA256_ANNOTATION}), or ${DIGEST_IMAGE_PREFIX}<64 hex digits>`);
+}
+
+/** A module's name used as an image: no scheme, registry, tag or digest (as the API server resolves it). */
+const BARE_NAME = /^[a-z0-9]([-a-z0-9.]{0,251}[a-z0-9])?$/;
+
+/**
+ * The digest of a container's image as {@link imageDigest} finds it, or else, for a bare module name
+ * the API server did not resolve at create (no module had that name then), the digest of the Module
+ * of that name now: a pod whose module is pushed after it was created starts once it is there, as a
+ * kubelet's pull is retried until the image exists.
+ * @returns 64 lower-case hex digits
+ * @throws ImagePullError `ErrImagePull` (retried with back-off) when no Module has that name yet;
+ *   `InvalidImageName` for an image that can name no module
+ */
+export async function resolveImageDigest(cp: ControlPlane, pod: V1Pod, image: string): Promise<string> {
+  try {
+    return imageDigest(pod, image);
+  } catch (err: unknown) {
+    if (!BARE_NAME.test(image)) throw err;
+  }
+  let mod: { spec?: { sha256?: string } } | undefined;
+  try {
+    mod = await cp.json<{ spec?: { sha256?: string } }>('GET', `/apis/kube32.io/v1/modules/${image}`);
+  } catch (err: unknown) {
+    if (!isApiError(err, 404)) throw new ImagePullError('ErrImagePull', `image "${image}": cannot look up module "${image}": ${errorMessage(err)}`, { cause: err });
+  }
+  const hex = mod?.spec?.sha256?.toLowerCase();
+  if (!hex || !HEX64.test(hex)) throw new ImagePullError('ErrImagePull', `image "${image}": no module "${image}" is stored: push it with kube32-cli push FILE.wasm --name ${image}`);
+  return hex;
 }
 
 /** Fetches and caches module bytes by digest. Concurrent requests for one digest share one fetch. */

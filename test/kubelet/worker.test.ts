@@ -180,6 +180,22 @@ test('kube32-sim runs, serves, checkpoints and restores pods, and drains itself'
     for (const name of ['nopull']) await c.admin.json('DELETE', `/api/v1/namespaces/default/pods/${name}`);
   });
 
+  await t.test('a bare module name no module had at create waits in ImagePullBackOff naming it, and starts once it is pushed', async () => {
+    const port = await freePort('127.0.0.2');
+    const late = fixturePod('latecomer', 'w1', port);
+    late.spec!.containers[0]!.image = 'latecomer';
+    await c.admin.json('POST', '/api/v1/namespaces/default/pods', { body: late });
+    const w = await c.until('ErrImagePull or ImagePullBackOff', async () => {
+      const s = (await c.getPod('latecomer'))?.status?.containerStatuses?.[0]?.state?.waiting;
+      return s && (s.reason === 'ErrImagePull' || s.reason === 'ImagePullBackOff') ? s : undefined;
+    });
+    assert.match(w.message ?? '', /no module "latecomer" is stored: push it with kube32-cli push/);
+    await c.admin.json('PUT', '/apis/kube32.io/v1/modules/latecomer/data', { body: buildWat('counter', c.tmp), contentType: 'application/octet-stream' });
+    await c.until('latecomer Running', async () => (await c.getPod('latecomer'))?.status?.phase === 'Running', 30_000);
+    assert.equal((await counter('127.0.0.2', port)).count, 1);
+    await c.admin.json('DELETE', '/api/v1/namespaces/default/pods/latecomer');
+  });
+
   await t.test('kubectl logs shows the pod log, with --tail, --timestamps and -f', async () => {
     const all = await c.kubectl(['logs', 'c1']);
     assert.equal(all.code, 0, all.stderr);
