@@ -27,7 +27,7 @@ import type { Lister } from '../runtime/cache.ts';
 import type { ReconcileResult } from '../runtime/controller.ts';
 import { splitKey } from '../runtime/controller.ts';
 import { type ControllerContext, recordEvent } from '../runtime/context.ts';
-import { errorMessage, isConflict, isNotFound } from '../runtime/errors.ts';
+import { errorMessage, isConflict, isNotFound, statusMessage } from '../runtime/errors.ts';
 import type { MergePatch } from '../runtime/api.ts';
 import { isPodActive, isPodReady } from '../runtime/pods.ts';
 import { slowStartBatch } from '../runtime/slow-start.ts';
@@ -250,7 +250,7 @@ async function manageActive(
     });
     if (outcome.error !== undefined) {
       ctx.log.warn({ job: key, err: errorMessage(outcome.error) }, 'cannot create pod');
-      await recordEvent(ctx, jobRef(job), 'Warning', 'FailedCreate', `Error creating: ${errorMessage(outcome.error)}`, { component: JOB_COMPONENT });
+      await recordEvent(ctx, jobRef(job), 'Warning', 'FailedCreate', `Error creating: ${statusMessage(outcome.error)}`, { component: JOB_COMPONENT });
       throw outcome.error;
     }
   } else if (active.length > want) {
