@@ -29,7 +29,7 @@ export const configmaps: ResourceDef = {
     let bytes = 0;
     for (const [k, v] of Object.entries(rec(obj.data))) bytes += k.length + (typeof v === 'string' ? Buffer.byteLength(v) : 0);
     for (const [k, v] of Object.entries(rec(obj.binaryData))) bytes += k.length + (typeof v === 'string' ? Buffer.from(v, 'base64').length : 0);
-    if (bytes > MAX_DATA_BYTES) out.push(tooLong('', MAX_DATA_BYTES));
+    if (bytes > MAX_DATA_BYTES) out.push(tooLong('data', MAX_DATA_BYTES));
     if (old?.immutable === true && JSON.stringify([obj.data, obj.binaryData]) !== JSON.stringify([old.data, old.binaryData])) out.push(immutable('data'));
     return out;
   },
