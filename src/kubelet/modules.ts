@@ -7,7 +7,7 @@ import { createHash } from 'node:crypto';
 import { mkdir, readFile, rm } from 'node:fs/promises';
 import { join } from 'node:path';
 import type { V1Pod } from '@kubernetes/client-node';
-import { writeFileAtomic, type Logger } from '../lib/index.ts';
+import { isBareModuleImage, writeFileAtomic, type Logger } from '../lib/index.ts';
 import { type ControlPlane, errorMessage, isApiError } from './client.ts';
 import { loadModule, type PodModule } from '../wasm/index.ts';
 
@@ -47,8 +47,6 @@ export function imageDigest(pod: V1Pod, image: string): string {
   throw new ImagePullError('InvalidImageName', `image "${image}" has no digest: expected wasm://NAME or the NAME of a pushed module (kube32-cli push), resolved by the API server (annotation ${IMAGE_SHA256_ANNOTATION}), or ${DIGEST_IMAGE_PREFIX}<64 hex digits>`);
 }
 
-/** A module's name used as an image: no scheme, registry, tag or digest (as the API server resolves it). */
-const BARE_NAME = /^[a-z0-9]([-a-z0-9.]{0,251}[a-z0-9])?$/;
 
 /**
  * The digest of a container's image as {@link imageDigest} finds it, or else, for a bare module name
@@ -63,7 +61,7 @@ export async function resolveImageDigest(cp: ControlPlane, pod: V1Pod, image: st
   try {
     return imageDigest(pod, image);
   } catch (err: unknown) {
-    if (!BARE_NAME.test(image)) throw err;
+    if (!isBareModuleImage(image)) throw err;
   }
   let mod: { spec?: { sha256?: string } } | undefined;
   try {

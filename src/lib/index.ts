@@ -5,3 +5,4 @@ export { writeFileAtomic, writeFileAtomicSync } from './atomic-write.ts';
 export { createLogger, type Logger } from './log.ts';
 export { isProcessAlive } from './process.ts';
 export { canListen, ephemeralLow, unusedPort } from './ports.ts';
+export { isBareModuleImage } from './images.ts';

@@ -4,6 +4,7 @@
  * digest; an image `kube32.io/wasm-sha256:<hex>` sets the same annotation from its digest. The
  * first container with a Wasm image decides.
  */
+import { isBareModuleImage } from '../../../lib/index.ts';
 import { invalid } from '../../errors.ts';
 import type { KubeObject, Storage } from '../../storage/index.ts';
 import { arr, rec } from '../util.ts';
@@ -13,9 +14,6 @@ export const IMAGE_SHA_ANNOTATION = 'kube32.io/image-sha256';
 const WASM_PREFIX = 'wasm://';
 const DIGEST_PREFIX = 'kube32.io/wasm-sha256:';
 const HEX64 = /^[0-9a-f]{64}$/;
-
-/** A module's name used as an image: a DNS subdomain, no registry, tag or scheme. */
-const BARE_NAME = /^[a-z0-9]([-a-z0-9.]{0,251}[a-z0-9])?$/;
 
 /**
  * Resolves the Wasm image of a new pod, in place: `wasm://NAME`, a bare `NAME` of a pushed module,
@@ -40,7 +38,7 @@ export function resolvePodImage(storage: Storage, pod: KubeObject): void {
       const hex = image.slice(DIGEST_PREFIX.length).toLowerCase();
       if (!HEX64.test(hex)) throw invalid('Pod', '', pod.metadata.name ?? '', [{ reason: 'FieldValueInvalid', message: `Invalid value: "${image}": the digest must be 64 hex digits`, field: f }]);
       sha = hex;
-    } else if (BARE_NAME.test(image)) {
+    } else if (isBareModuleImage(image)) {
       // A bare name (`kubectl run c --image=counter`: kubectl refuses `wasm://` in --image) names a
       // pushed module when one has that name; otherwise it is left for the kubelet to refuse.
       const digest = rec(storage.get({ resource: 'modules.kube32.io', namespace: '', name: image })?.spec).sha256;
