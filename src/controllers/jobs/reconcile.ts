@@ -29,7 +29,7 @@ import { splitKey } from '../runtime/controller.ts';
 import { type ControllerContext, recordEvent } from '../runtime/context.ts';
 import { errorMessage, isConflict, isNotFound, statusMessage } from '../runtime/errors.ts';
 import type { MergePatch } from '../runtime/api.ts';
-import { isPodActive, isPodReady } from '../runtime/pods.ts';
+import { isPodActive, isPodReady, podFromTemplate } from '../runtime/pods.ts';
 import { slowStartBatch } from '../runtime/slow-start.ts';
 import { BURST_REPLICAS, type Expectations, ownedPods, SLOW_START_INITIAL_BATCH } from '../workloads/replicaset.ts';
 
@@ -66,25 +66,6 @@ const isTrue = (job: V1Job, type: string) => job.status?.conditions?.some((c) =>
 /** Whether the Job has finished: `Complete` or `Failed` is True. */
 export function isJobFinished(job: V1Job): boolean {
   return isTrue(job, 'Complete') || isTrue(job, 'Failed');
-}
-
-/** The pod the Job creates from its template (Kubernetes' `GetPodFromTemplate`): `generateName: <job>-`. */
-export function podFromJob(job: V1Job): V1Pod {
-  const t = job.spec?.template;
-  return {
-    apiVersion: 'v1',
-    kind: 'Pod',
-    metadata: {
-      generateName: `${job.metadata?.name}-`,
-      namespace: job.metadata?.namespace,
-      labels: { ...(t?.metadata?.labels ?? {}) },
-      annotations: { ...(t?.metadata?.annotations ?? {}) },
-      ownerReferences: [
-        { apiVersion: 'batch/v1', kind: 'Job', name: job.metadata!.name!, uid: job.metadata!.uid!, controller: true, blockOwnerDeletion: true },
-      ],
-    },
-    spec: structuredClone(t?.spec ?? { containers: [] }),
-  };
 }
 
 function jobRef(job: V1Job) {
@@ -243,7 +224,7 @@ async function manageActive(
   const have = active.length + exp.pendingCreates(key);
   if (have < want) {
     const outcome = await slowStartBatch(Math.min(BURST_REPLICAS, want - have), SLOW_START_INITIAL_BATCH, async (i) => {
-      const created = await ctx.api.createPod(job.metadata?.namespace ?? 'default', podFromJob(job));
+      const created = await ctx.api.createPod(job.metadata?.namespace ?? 'default', podFromTemplate(job, { apiVersion: 'batch/v1', kind: 'Job' }));
       exp.created(key, created.metadata?.uid ?? `unknown-${now}-${i}`, now);
       ctx.log.info({ job: key, pod: created.metadata?.name }, 'created pod');
       await recordEvent(ctx, jobRef(job), 'Normal', 'SuccessfulCreate', `Created pod: ${created.metadata?.name}`, { component: JOB_COMPONENT });

@@ -2,10 +2,32 @@
  * Pure helpers about pods and nodes that several controllers need: activity, readiness, policies, the
  * blockers the control plane finds in a pod's spec (seed "What keeps a pod from moving"), memory requests.
  */
-import type { V1Node, V1Pod } from '@kubernetes/client-node';
+import type { V1Node, V1ObjectMeta, V1Pod, V1PodTemplateSpec } from '@kubernetes/client-node';
 import { podSpecBlockers as kubeletSpecBlockers } from '../../kubelet/index.ts';
 import { parseBytes } from '../../lib/index.ts';
 import { ANNOTATIONS, type MigrationPolicy } from './types.ts';
+
+/**
+ * The pod a workload creates from its template (Kubernetes' `GetPodFromTemplate`): `generateName:
+ * <owner>-`, the template's labels, annotations and spec (copied), and a controller `ownerReference` to
+ * the owner (so the garbage collector deletes the pod with it). Used by the ReplicaSet, DaemonSet and
+ * Job controllers.
+ */
+export function podFromTemplate(owner: { metadata?: V1ObjectMeta; spec?: { template?: V1PodTemplateSpec } }, ref: { apiVersion: string; kind: string }): V1Pod {
+  const t = owner.spec?.template;
+  return {
+    apiVersion: 'v1',
+    kind: 'Pod',
+    metadata: {
+      generateName: `${owner.metadata?.name}-`,
+      namespace: owner.metadata?.namespace,
+      labels: { ...(t?.metadata?.labels ?? {}) },
+      annotations: { ...(t?.metadata?.annotations ?? {}) },
+      ownerReferences: [{ ...ref, name: owner.metadata!.name!, uid: owner.metadata!.uid!, controller: true, blockOwnerDeletion: true }],
+    },
+    spec: structuredClone(t?.spec ?? { containers: [] }),
+  };
+}
 
 /** Whether a pod counts for its owner: not terminal, not being deleted. */
 export function isPodActive(pod: V1Pod): boolean {

@@ -24,7 +24,7 @@ export interface SlowStartOutcome {
  * @param fn one call; a rejection counts as a failure
  * @throws RangeError when `count` is not an integer >= 0 or `initialBatchSize` not an integer >= 1
  * @example
- * const { successes, error } = await slowStartBatch(diff, 1, () => api.createPod(ns, podFromTemplate(rs)));
+ * const { successes, error } = await slowStartBatch(diff, 1, () => api.createPod(ns, podFromTemplate(rs, { apiVersion: 'apps/v1', kind: 'ReplicaSet' })));
  */
 export async function slowStartBatch(count: number, initialBatchSize: number, fn: (index: number) => Promise<unknown>): Promise<SlowStartOutcome> {
   if (!Number.isInteger(count) || count < 0) throw new RangeError(`slowStartBatch: 'count' must be an integer >= 0: current value is ${count}`);

@@ -9,7 +9,7 @@ import type { ReconcileResult } from '../runtime/controller.ts';
 import { splitKey } from '../runtime/controller.ts';
 import type { ControllerContext } from '../runtime/context.ts';
 import { isConflict, isNotFound } from '../runtime/errors.ts';
-import { isPodActive, isPodReady, nodeReadyStatus } from '../runtime/pods.ts';
+import { isPodActive, isPodReady, nodeReadyStatus, podFromTemplate } from '../runtime/pods.ts';
 import { matchesSelector, tolerates } from '../scheduler/fit.ts';
 import type { Expectations } from './replicaset.ts';
 import { ownedPods } from './replicaset.ts';
@@ -38,19 +38,8 @@ export async function reconcileDaemonSet(key: string, ctx: ControllerContext, ex
   for (const n of wanted) {
     exp.observe(`${key}@${n}`, byNode.get(n) ?? [], now);
     if ((byNode.get(n)?.length ?? 0) > 0 || exp.pendingCreates(`${key}@${n}`) > 0) continue;
-    const t = ds.spec!.template;
-    const pod: V1Pod = {
-      apiVersion: 'v1',
-      kind: 'Pod',
-      metadata: {
-        generateName: `${name}-`,
-        namespace,
-        labels: { ...(t.metadata?.labels ?? {}) },
-        annotations: { ...(t.metadata?.annotations ?? {}) },
-        ownerReferences: [{ apiVersion: 'apps/v1', kind: 'DaemonSet', name, uid: ds.metadata!.uid!, controller: true, blockOwnerDeletion: true }],
-      },
-      spec: { ...structuredClone(t.spec!), nodeName: n },
-    };
+    const pod = podFromTemplate(ds, { apiVersion: 'apps/v1', kind: 'DaemonSet' });
+    pod.spec = { ...pod.spec!, nodeName: n };
     const created = await ctx.api.createPod(namespace, pod);
     exp.created(`${key}@${n}`, created.metadata?.uid ?? `unknown-${now}`, now);
   }

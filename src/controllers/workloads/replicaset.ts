@@ -23,7 +23,7 @@ import type { ReconcileResult } from '../runtime/controller.ts';
 import { splitKey } from '../runtime/controller.ts';
 import { type ControllerContext, recordEvent } from '../runtime/context.ts';
 import { errorMessage, isConflict, isNotFound, statusMessage } from '../runtime/errors.ts';
-import { controllerOf, isPodActive, isPodReady } from '../runtime/pods.ts';
+import { controllerOf, isPodActive, isPodReady, podFromTemplate } from '../runtime/pods.ts';
 import { matchLabelSelector } from '../runtime/selectors.ts';
 import { slowStartBatch } from '../runtime/slow-start.ts';
 import { ANNOTATIONS } from '../runtime/types.ts';
@@ -89,25 +89,6 @@ function orphanPods(ctx: ControllerContext, namespace: string): V1Pod[] {
   return ctx.cache.pods.list(namespace).filter((p) => !controllerOf(p));
 }
 
-/** The pod a ReplicaSet creates from its template. */
-export function podFromTemplate(rs: V1ReplicaSet): V1Pod {
-  const t = rs.spec?.template;
-  return {
-    apiVersion: 'v1',
-    kind: 'Pod',
-    metadata: {
-      generateName: `${rs.metadata?.name}-`,
-      namespace: rs.metadata?.namespace,
-      labels: { ...(t?.metadata?.labels ?? {}) },
-      annotations: { ...(t?.metadata?.annotations ?? {}) },
-      ownerReferences: [
-        { apiVersion: 'apps/v1', kind: 'ReplicaSet', name: rs.metadata!.name!, uid: rs.metadata!.uid!, controller: true, blockOwnerDeletion: true },
-      ],
-    },
-    spec: structuredClone(t?.spec ?? { containers: [] }),
-  };
-}
-
 /** Deletion order: unbound first, then not running, then not ready, then the newest; moving pods last. */
 function deletionRank(p: V1Pod): [number, number, number, number, number] {
   const moving = p.metadata?.annotations?.[ANNOTATIONS.restoreFrom] !== undefined ? 1 : 0;
@@ -155,7 +136,7 @@ export async function reconcileReplicaSet(key: string, ctx: ControllerContext, e
   let createError: unknown;
   if (have < want) {
     const outcome = await slowStartBatch(Math.min(BURST_REPLICAS, want - have), SLOW_START_INITIAL_BATCH, async (i) => {
-      const created = await ctx.api.createPod(namespace, podFromTemplate(rs));
+      const created = await ctx.api.createPod(namespace, podFromTemplate(rs, { apiVersion: 'apps/v1', kind: 'ReplicaSet' }));
       exp.created(key, created.metadata?.uid ?? `unknown-${now}-${i}`, now);
       ctx.log.info({ replicaset: key, pod: created.metadata?.name }, 'created pod');
       await recordEvent(ctx, rsRef(rs), 'Normal', 'SuccessfulCreate', `Created pod: ${created.metadata?.name}`, { component: COMPONENT });
