@@ -130,7 +130,11 @@ export async function startCluster(t: TestContext, opts: { controllers?: boolean
       } catch (err: unknown) {
         last = err;
       }
-      if (Date.now() > deadline) throw new Error(`timed out after ${ms} ms waiting for ${what}${last ? `: ${last instanceof Error ? last.message : String(last)}` : ''}`);
+      if (Date.now() > deadline) {
+        // What each worker said last, so that a timeout says why (a CI run timed out on a restore with nothing to go on).
+        const said = workers.map((w) => `--- ${w.name} (${w.proc.exitCode === null && w.proc.signalCode === null ? 'running' : `exited ${w.proc.exitCode ?? w.proc.signalCode}`}), the end of its output:\n${w.stdout().slice(-1500)}${w.stderr().slice(-1500)}`).join('\n');
+        throw new Error(`timed out after ${ms} ms waiting for ${what}${last ? `: ${last instanceof Error ? last.message : String(last)}` : ''}\n${said}`);
+      }
       await new Promise((r) => setImmediate(r));
       await new Promise((r) => setTimeout(r, 50)); // poll interval, not synchronisation
     }
