@@ -12,6 +12,7 @@
  * (the package's entry point loads all ~900 of them and the HTTP client: over half a second).
  */
 import { existsSync, readFileSync } from 'node:fs';
+import { FIELD_DOCS } from './openapi-field-docs.ts';
 
 /** One OpenAPI v3 schema object. */
 export type Schema = Record<string, unknown>;
@@ -32,6 +33,10 @@ const META_TYPES = new Set([
   'Preconditions', 'ServerAddressByClientCIDR', 'Status', 'StatusCause', 'StatusDetails', 'WatchEvent',
 ]);
 
+/** IntOrString's own description, which client-node's IntOrString fields carry in place of theirs. */
+const INT_OR_STRING_DOC =
+  'IntOrString is a type that can hold an int32 or a string.  When used in JSON or YAML marshalling and unmarshalling, it produces or consumes the inner type.  This allows you to have, for example, a JSON field that can accept a name or number.';
+
 /** Schemas of the scalar types kube-apiserver names, which client-node keeps as plain strings or Dates. */
 const NAMED_SCALARS: Record<string, Schema> = {
   [`${META}.Time`]: {
@@ -40,8 +45,11 @@ const NAMED_SCALARS: Record<string, Schema> = {
     description: 'Time is a wrapper around time.Time which supports correct marshaling to YAML and JSON. Wrappers are provided for many of the factory methods that the time package offers.',
   },
   [`${META}.MicroTime`]: { type: 'string', format: 'date-time', description: 'MicroTime is version of Time with microsecond level precision.' },
-  // Without a description: client-node's IntOrString fields carry this type's description as their own.
-  'io.k8s.apimachinery.pkg.util.intstr.IntOrString': { format: 'int-or-string', oneOf: [{ type: 'integer' }, { type: 'string' }] },
+  'io.k8s.apimachinery.pkg.util.intstr.IntOrString': {
+    format: 'int-or-string',
+    oneOf: [{ type: 'integer' }, { type: 'string' }],
+    description: INT_OR_STRING_DOC,
+  },
   'io.k8s.apimachinery.pkg.api.resource.Quantity': {
     oneOf: [{ type: 'string' }, { type: 'number' }],
     description:
@@ -202,6 +210,35 @@ export function addKindSchemas(schemas: Record<string, Schema>, group: string, v
 }
 
 /**
+ * The fields (`io.k8s.api.core.v1.Container#resources`) of a kind and of every model it reaches
+ * that client-node's models leave without a description of their own — those whose type is a model,
+ * IntOrString or Quantity (its generator drops the description of a `$ref` property, or puts the
+ * type's in its place) — and so need one from FIELD_DOCS; for openapi-field-docs-gen.ts, which
+ * writes that table. Empty when client-node has no model of the kind.
+ */
+export function fieldsWithoutDocs(group: string, version: string, kind: string): string[] {
+  const root = modelClassOf(group, version, kind);
+  const out: string[] = [];
+  if (!root) return out;
+  for (const model of reach(root, new Set())) {
+    const name = schemaNameOf(model, group);
+    const docs = readDocs(model);
+    for (const a of attributesOf(model) as Attribute[]) if (ownDoc(docs.fields.get(a.name)?.description, a.type) === undefined) out.push(`${name}#${a.baseName}`);
+  }
+  return out.sort();
+}
+
+/**
+ * A field's description from client-node's `.d.ts`, unless it is its type's description (which
+ * client-node puts on IntOrString fields, and which kubectl prints anyway after the field's own).
+ */
+function ownDoc(description: string | undefined, type: string): string | undefined {
+  if (description === undefined || description === '') return undefined;
+  if (type.trim() === 'IntOrString' && description === INT_OR_STRING_DOC) return undefined;
+  return description;
+}
+
+/**
  * Adds to `schemas` `io.k8s.apimachinery.pkg.apis.meta.v1.ObjectMeta` and the schemas it reaches,
  * for a document of kinds described by hand (Kube32's own).
  */
@@ -221,7 +258,10 @@ function addModels(schemas: Record<string, Schema>, root: string, group: string,
     for (const a of attributesOf(model) as Attribute[]) {
       const d = docs.fields.get(a.name);
       const type = QUANTITY_FIELDS[model]?.includes(a.name) ? quantityOf(a.type) : a.type;
-      properties[a.baseName] = fieldSchema(type, a.format, group, schemas, d?.description);
+      // kube-apiserver describes every field, a model-typed one too (beside its allOf $ref): where
+      // client-node's model has lost that description, it comes from FIELD_DOCS.
+      const description = ownDoc(d?.description, a.type) ?? FIELD_DOCS[`${name}#${a.baseName}`];
+      properties[a.baseName] = fieldSchema(type, a.format, group, schemas, description);
       if (d?.required) required.push(a.baseName);
     }
     const s: Schema = { type: 'object' };

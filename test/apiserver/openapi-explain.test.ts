@@ -1,0 +1,53 @@
+/**
+ * `kubectl explain` against the API server's OpenAPI v3: every field has kube-apiserver's own
+ * description, a field whose type is a model, IntOrString or Quantity too (client-node's models
+ * lose those; openapi-field-docs.ts has them), printed before its type's description as kubectl
+ * prints it against a real cluster.
+ */
+import assert from 'node:assert/strict';
+import { test } from 'node:test';
+import { startApiServer } from '../helpers/apiserver.ts';
+
+test('kubectl explain describes every field', { timeout: 120_000 }, async (t) => {
+  const api = await startApiServer(t);
+
+  await t.test('a field of a model type: its own description, then its type’s', async () => {
+    let r = await api.kubectl(['explain', 'pod.spec.containers.resources']);
+    assert.equal(r.code, 0, r.stderr);
+    assert.match(r.stdout, /FIELD: resources <ResourceRequirements>\n+DESCRIPTION:\n\s+Compute Resources required by this container\. Cannot be updated\.[\s\S]*\n\s+ResourceRequirements describes the compute resource requirements\./);
+    r = await api.kubectl(['explain', 'deployment.spec.strategy']);
+    assert.equal(r.code, 0, r.stderr);
+    assert.match(r.stdout, /DESCRIPTION:\n\s+The deployment strategy to use to replace existing pods with new ones\.\n\s+DeploymentStrategy describes/);
+    r = await api.kubectl(['explain', 'pod.status.containerStatuses.state']);
+    assert.match(r.stdout, /DESCRIPTION:\n\s+State holds details about the container's current condition\./);
+    r = await api.kubectl(['explain', 'pod.spec']);
+    assert.match(r.stdout, /affinity\s+<Affinity>\n\s+If specified, the pod's scheduling constraints/);
+    assert.doesNotMatch(r.stdout, /<no description>/);
+  });
+
+  await t.test('an IntOrString field: its own description, not only IntOrString’s', async () => {
+    const r = await api.kubectl(['explain', 'deploy.spec.strategy.rollingUpdate.maxSurge']);
+    assert.equal(r.code, 0, r.stderr);
+    assert.match(r.stdout, /FIELD: maxSurge <IntOrString>\n+DESCRIPTION:\n\s+The maximum number of pods that can be scheduled above the desired number of\s+pods\.[\s\S]*\n\s+IntOrString is a type that can hold an int32 or a string\./);
+  });
+
+  await t.test('a Quantity and a Time field keep theirs', async () => {
+    let r = await api.kubectl(['explain', 'pod.spec.overhead']);
+    assert.match(r.stdout, /DESCRIPTION:\n\s+Overhead represents the resource overhead associated with running a pod/);
+    r = await api.kubectl(['explain', 'pod.metadata.creationTimestamp']);
+    assert.match(r.stdout, /DESCRIPTION:\n\s+CreationTimestamp is a timestamp representing the server time/);
+  });
+
+  await t.test('no field of any served document is left without a description', async () => {
+    const index = JSON.parse((await api.kubectl(['get', '--raw', '/openapi/v3'])).stdout) as { paths: Record<string, { serverRelativeURL: string }> };
+    const undescribed: string[] = [];
+    for (const { serverRelativeURL } of Object.values(index.paths)) {
+      const r = await api.kubectl(['get', '--raw', serverRelativeURL]);
+      assert.equal(r.code, 0, r.stderr);
+      const doc = JSON.parse(r.stdout) as { components: { schemas: Record<string, { properties?: Record<string, { description?: string }> }> } };
+      for (const [name, s] of Object.entries(doc.components.schemas))
+        for (const [field, p] of Object.entries(s.properties ?? {})) if (!p.description) undescribed.push(`${name}#${field}`);
+    }
+    assert.deepEqual(undescribed, []);
+  });
+});
