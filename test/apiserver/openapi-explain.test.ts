@@ -6,7 +6,26 @@
  */
 import assert from 'node:assert/strict';
 import { test } from 'node:test';
+import { KUBE32_NOTES } from '../../src/apiserver/handlers/openapi-notes.ts';
 import { startApiServer } from '../helpers/apiserver.ts';
+
+/** A value of each Job field Kube32 refuses, as a user would write it. */
+const REFUSED_VALUES: Record<string, unknown> = {
+  completionMode: 'Indexed',
+  podFailurePolicy: { rules: [{ action: 'FailJob', onExitCodes: { operator: 'In', values: [42] } }] },
+  successPolicy: { rules: [{ succeededCount: 1 }] },
+  backoffLimitPerIndex: 1,
+  maxFailedIndexes: 1,
+  managedBy: 'example.com/other-controller',
+};
+
+const job = (name: string, extra: Record<string, unknown>): string =>
+  JSON.stringify({
+    apiVersion: 'batch/v1',
+    kind: 'Job',
+    metadata: { name },
+    spec: { completions: 1, template: { spec: { restartPolicy: 'Never', containers: [{ name: 'c', image: 'hello' }] } }, ...extra },
+  });
 
 test('kubectl explain describes every field', { timeout: 120_000 }, async (t) => {
   const api = await startApiServer(t);
@@ -36,6 +55,25 @@ test('kubectl explain describes every field', { timeout: 120_000 }, async (t) =>
     assert.match(r.stdout, /DESCRIPTION:\n\s+Overhead represents the resource overhead associated with running a pod/);
     r = await api.kubectl(['explain', 'pod.metadata.creationTimestamp']);
     assert.match(r.stdout, /DESCRIPTION:\n\s+CreationTimestamp is a timestamp representing the server time/);
+  });
+
+  await t.test('job.spec says which fields Kube32 refuses, and the API server refuses each', async () => {
+    const r = await api.kubectl(['explain', 'job.spec']);
+    assert.equal(r.code, 0, r.stderr);
+    const jobSpecNotes = Object.keys(KUBE32_NOTES).filter((k) => k.startsWith('io.k8s.api.batch.v1.JobSpec#'));
+    assert.deepEqual(jobSpecNotes.map((k) => k.split('#')[1]).sort(), Object.keys(REFUSED_VALUES).sort());
+    for (const field of Object.keys(REFUSED_VALUES)) {
+      const text = field === 'completionMode' ? 'Kube32 runs NonIndexed Jobs only' : 'Not supported by Kube32';
+      assert.match(r.stdout, new RegExp(`\\n  ${field}\\t<[^>]+>\\n\\s+${text}`), field);
+      const created = await api.kubectl(['create', '-f', '-'], { input: job(`refused-${field.toLowerCase()}`, { [field]: REFUSED_VALUES[field] }) });
+      assert.equal(created.code, 1, `${field}: ${created.stdout}`);
+      assert.match(created.stderr, new RegExp(`is invalid: spec\\.${field}: Invalid value: .*not supported by Kube32`), field);
+    }
+    const explained = await api.kubectl(['explain', 'job.spec.podFailurePolicy']);
+    assert.match(explained.stdout, /DESCRIPTION:\n\s+Not supported by Kube32: a Job \(or a CronJob's jobTemplate\) that sets it is\s+refused \(422 Invalid\)\. Every failed pod counts towards backoffLimit\.\n\s*\n\s+Specifies the policy of handling failed pods\./);
+    // A Job without them is served.
+    const ok = await api.kubectl(['create', '-f', '-'], { input: job('served', {}) });
+    assert.equal(ok.code, 0, ok.stderr);
   });
 
   await t.test('no field of any served document is left without a description', async () => {

@@ -13,6 +13,7 @@
  */
 import { existsSync, readFileSync } from 'node:fs';
 import { FIELD_DOCS } from './openapi-field-docs.ts';
+import { KUBE32_NOTES } from './openapi-notes.ts';
 
 /** One OpenAPI v3 schema object. */
 export type Schema = Record<string, unknown>;
@@ -260,7 +261,11 @@ function addModels(schemas: Record<string, Schema>, root: string, group: string,
       const type = QUANTITY_FIELDS[model]?.includes(a.name) ? quantityOf(a.type) : a.type;
       // kube-apiserver describes every field, a model-typed one too (beside its allOf $ref): where
       // client-node's model has lost that description, it comes from FIELD_DOCS.
-      const description = ownDoc(d?.description, a.type) ?? FIELD_DOCS[`${name}#${a.baseName}`];
+      const key = `${name}#${a.baseName}`;
+      const own = ownDoc(d?.description, a.type) ?? FIELD_DOCS[key];
+      // What Kube32 does differently (a field it refuses), first: see openapi-notes.ts.
+      const note = KUBE32_NOTES[key];
+      const description = note && own ? `${note}\n\n${own}` : (note ?? own);
       properties[a.baseName] = fieldSchema(type, a.format, group, schemas, description);
       if (d?.required) required.push(a.baseName);
     }

@@ -1,0 +1,25 @@
+/**
+ * What Kube32 does differently, said where a user looks first: at the head of a field's description
+ * in OpenAPI v3, so `kubectl explain job.spec` says it beside the field. The fields stay in the
+ * schema (kubectl validates a manifest against it, and kube-apiserver's clients send them), and the
+ * API server refuses them as it says here (registry/batch `validateJobSpec`); the test that reads
+ * these notes with kubectl also checks that each field is refused.
+ */
+
+/** Said of a field the API server refuses, for a user who sets it: what happens, and what to do instead. */
+const refused = (what: string): string => `Not supported by Kube32: a Job (or a CronJob's jobTemplate) that sets it is refused (422 Invalid). ${what}`;
+
+/**
+ * Kube32's note on a field, by `schema#field` (`io.k8s.api.batch.v1.JobSpec#podFailurePolicy`): put
+ * before kube-apiserver's description, a blank line between.
+ */
+export const KUBE32_NOTES: Readonly<Record<string, string>> = {
+  'io.k8s.api.batch.v1.JobSpec#completionMode': 'Kube32 runs NonIndexed Jobs only: a Job with completionMode Indexed is refused (422 Invalid).',
+  'io.k8s.api.batch.v1.JobSpec#podFailurePolicy': refused('Every failed pod counts towards backoffLimit.'),
+  'io.k8s.api.batch.v1.JobSpec#successPolicy': refused('A Job succeeds when `completions` of its pods have succeeded (or, without completions, one has).'),
+  'io.k8s.api.batch.v1.JobSpec#backoffLimitPerIndex': refused('Kube32 runs NonIndexed Jobs only: use backoffLimit.'),
+  'io.k8s.api.batch.v1.JobSpec#maxFailedIndexes': refused('Kube32 runs NonIndexed Jobs only: use backoffLimit.'),
+  'io.k8s.api.batch.v1.JobSpec#managedBy': refused("Kube32's own job controller manages every Job."),
+  'io.k8s.api.batch.v1.JobStatus#completedIndexes': 'Never set by Kube32, which runs NonIndexed Jobs only.',
+  'io.k8s.api.batch.v1.JobStatus#failedIndexes': 'Never set by Kube32, which runs NonIndexed Jobs only.',
+};
