@@ -13,6 +13,7 @@ import type { KubeConfig } from '@kubernetes/client-node';
 import { createLogger } from '../lib/index.ts';
 import { realClock, type TimerClock } from '../lib/workqueue.ts';
 import { newCheckpointController } from './checkpoint/controller.ts';
+import { newCronJobController } from './cronjobs/controller.ts';
 import { newEndpointsController } from './endpoints/controller.ts';
 import { newJobController } from './jobs/controller.ts';
 import { newNodeLifecycleController } from './nodelifecycle/controller.ts';
@@ -49,6 +50,7 @@ export const CONTROLLER_NAMES = [
   'nodelifecycle',
   'policy',
   'job',
+  'cronjob',
 ] as const;
 export type ControllerName = (typeof CONTROLLER_NAMES)[number];
 
@@ -135,6 +137,7 @@ async function startWith(
     newNodeLifecycleController(ctx, informers),
     newPolicyController(ctx, informers),
     newJobController(ctx, informers, kubeConfig),
+    newCronJobController(ctx, kubeConfig),
   ];
   const controllers = all.filter((c) => !disable.includes(c.name as ControllerName));
   try {

@@ -1,7 +1,7 @@
 /**
  * Decoding of the Kubernetes protobuf wire format (`application/vnd.kubernetes.protobuf`) for the
  * bodies kubectl's generator commands send (`kubectl create namespace|configmap|secret|
- * serviceaccount|service|deployment|job`, `kubectl auth can-i`): the `k8s\0` magic, the `runtime.Unknown` envelope, then the
+ * serviceaccount|service|deployment|job|cronjob`, `kubectl auth can-i`): the `k8s\0` magic, the `runtime.Unknown` envelope, then the
  * object by its kind, with the field numbers of Kubernetes' `generated.proto`. Fields this server
  * does not know are skipped; a kind it does not know is refused (415).
  */
@@ -81,6 +81,17 @@ const JOB_SPEC: Msg = {
   9: ['completionMode', 'string'],
   10: ['suspend', 'bool'],
 };
+const JOB_TEMPLATE: Msg = { 1: ['metadata', OBJECT_META], 2: ['spec', JOB_SPEC] };
+const CRONJOB_SPEC: Msg = {
+  1: ['schedule', 'string'],
+  2: ['startingDeadlineSeconds', 'int'],
+  3: ['concurrencyPolicy', 'string'],
+  4: ['suspend', 'bool'],
+  5: ['jobTemplate', JOB_TEMPLATE],
+  6: ['successfulJobsHistoryLimit', 'int'],
+  7: ['failedJobsHistoryLimit', 'int'],
+  8: ['timeZone', 'string'],
+};
 const SERVICE_PORT: Msg = { 1: ['name', 'string'], 2: ['protocol', 'string'], 3: ['port', 'int'], 4: ['targetPort', 'intstr'], 5: ['nodePort', 'int0'], 6: ['appProtocol', 'string'] };
 const SERVICE_SPEC: Msg = {
   1: ['ports', SERVICE_PORT, true],
@@ -103,6 +114,7 @@ const KINDS: Record<string, Msg> = {
   'v1/Pod': { 1: ['metadata', OBJECT_META], 2: ['spec', POD_SPEC] },
   'apps/v1/Deployment': { 1: ['metadata', OBJECT_META], 2: ['spec', DEPLOYMENT_SPEC] },
   'batch/v1/Job': { 1: ['metadata', OBJECT_META], 2: ['spec', JOB_SPEC] },
+  'batch/v1/CronJob': { 1: ['metadata', OBJECT_META], 2: ['spec', CRONJOB_SPEC] },
   'authorization.k8s.io/v1/SelfSubjectAccessReview': {
     1: ['metadata', OBJECT_META],
     2: [

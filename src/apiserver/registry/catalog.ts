@@ -2,6 +2,7 @@
  * Every resource the server serves, and lookups by URL parts. Order here is discovery order.
  */
 import { deployments, replicasets, daemonsets } from './apps/index.ts';
+import { cronjobs } from './batch/cronjobs.ts';
 import { jobs } from './batch/index.ts';
 import { checkpoints } from './checkpoints/index.ts';
 import { configmaps, endpoints, events, leases, replicationcontrollers, secrets, serviceaccounts, services } from './core/index.ts';
@@ -28,6 +29,7 @@ export const RESOURCES: readonly ResourceDef[] = [
   replicasets,
   daemonsets,
   jobs,
+  cronjobs,
   leases,
   poddisruptionbudgets,
   checkpoints,

@@ -77,35 +77,47 @@ const notSupported = (field: string, value: unknown, supported: string[]): Statu
 
 const isCount = (v: unknown) => typeof v === 'number' && Number.isInteger(v) && v >= 0;
 
+/**
+ * Problems of a Job's spec (Kubernetes' `validateJobSpec`, the parts Kube32 serves) under `path` (`spec` of a
+ * Job, `spec.jobTemplate.spec` of a CronJob). The selector is checked by the caller. A `template` spec (a
+ * CronJob's) has no defaults applied, so an unset `completionMode` is accepted there.
+ */
+export function validateJobSpec(spec: Record<string, unknown>, path: string, template: boolean): StatusCause[] {
+  const out: StatusCause[] = [];
+  for (const f of ['parallelism', 'completions', 'backoffLimit', 'activeDeadlineSeconds', 'ttlSecondsAfterFinished'] as const) {
+    if (spec[f] !== undefined && !isCount(spec[f])) out.push(invalidValue(`${path}.${f}`, spec[f], 'must be greater than or equal to 0'));
+  }
+  if (spec.activeDeadlineSeconds === 0) out.push(invalidValue(`${path}.activeDeadlineSeconds`, 0, 'must be greater than 0'));
+  if (spec.completionMode !== 'NonIndexed' && !(template && spec.completionMode === undefined)) {
+    out.push(
+      spec.completionMode === 'Indexed'
+        ? invalidValue(`${path}.completionMode`, 'Indexed', 'Indexed completion mode is not supported by Kube32')
+        : notSupported(`${path}.completionMode`, spec.completionMode, ['NonIndexed', 'Indexed']),
+    );
+  }
+  for (const f of ['podFailurePolicy', 'successPolicy', 'managedBy', 'backoffLimitPerIndex', 'maxFailedIndexes'] as const) {
+    if (spec[f] !== undefined && spec[f] !== null) out.push(invalidValue(`${path}.${f}`, spec[f], `${f} is not supported by Kube32`));
+  }
+  const tpl = rec(spec.template);
+  const podSpec = rec(tpl.spec);
+  const policy = podSpec.restartPolicy;
+  if (policy !== 'OnFailure' && policy !== 'Never') out.push(notSupported(`${path}.template.spec.restartPolicy`, policy, ['OnFailure', 'Never']));
+  const containers = arr(podSpec.containers);
+  if (containers.length === 0) out.push(required(`${path}.template.spec.containers`));
+  containers.forEach((c, i) => {
+    if (typeof c.image !== 'string' || !c.image) out.push(required(`${path}.template.spec.containers[${i}].image`));
+    if (typeof c.name !== 'string' || !c.name) out.push(required(`${path}.template.spec.containers[${i}].name`));
+  });
+  return out;
+}
+
 /** Problems of a Job (Kubernetes' `ValidateJob` / `ValidateJobUpdate`, the parts Kube32 serves). */
 export function validateJob(obj: KubeObject, old?: KubeObject): StatusCause[] {
   const out = [...validateSubdomain(obj.metadata.name, 'metadata.name'), ...validateMetaMaps(obj), ...validateTemplateMetaMaps(obj)];
   if (obj.spec === undefined) return [...out, required('spec')];
   const spec = rec(obj.spec);
-  for (const f of ['parallelism', 'completions', 'backoffLimit', 'activeDeadlineSeconds', 'ttlSecondsAfterFinished'] as const) {
-    if (spec[f] !== undefined && !isCount(spec[f])) out.push(invalidValue(`spec.${f}`, spec[f], 'must be greater than or equal to 0'));
-  }
-  if (spec.activeDeadlineSeconds === 0) out.push(invalidValue('spec.activeDeadlineSeconds', 0, 'must be greater than 0'));
-  if (spec.completionMode !== 'NonIndexed') {
-    out.push(
-      spec.completionMode === 'Indexed'
-        ? invalidValue('spec.completionMode', 'Indexed', 'Indexed completion mode is not supported by Kube32')
-        : notSupported('spec.completionMode', spec.completionMode, ['NonIndexed', 'Indexed']),
-    );
-  }
-  for (const f of ['podFailurePolicy', 'successPolicy', 'managedBy', 'backoffLimitPerIndex', 'maxFailedIndexes'] as const) {
-    if (spec[f] !== undefined && spec[f] !== null) out.push(invalidValue(`spec.${f}`, spec[f], `${f} is not supported by Kube32`));
-  }
+  out.push(...validateJobSpec(spec, 'spec', false));
   const tpl = rec(spec.template);
-  const podSpec = rec(tpl.spec);
-  const policy = podSpec.restartPolicy;
-  if (policy !== 'OnFailure' && policy !== 'Never') out.push(notSupported('spec.template.spec.restartPolicy', policy, ['OnFailure', 'Never']));
-  const containers = arr(podSpec.containers);
-  if (containers.length === 0) out.push(required('spec.template.spec.containers'));
-  containers.forEach((c, i) => {
-    if (typeof c.image !== 'string' || !c.image) out.push(required(`spec.template.spec.containers[${i}].image`));
-    if (typeof c.name !== 'string' || !c.name) out.push(required(`spec.template.spec.containers[${i}].name`));
-  });
   const sel = spec.selector;
   if (!sel || (Object.keys(rec(rec(sel).matchLabels)).length === 0 && arr(rec(sel).matchExpressions).length === 0)) {
     out.push(required('spec.selector'));
