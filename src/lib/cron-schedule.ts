@@ -35,6 +35,9 @@ const DESCRIPTORS: Record<string, string> = {
   '@hourly': '0 * * * *',
 };
 
+const MONTH_NAMES = ['jan', 'feb', 'mar', 'apr', 'may', 'jun', 'jul', 'aug', 'sep', 'oct', 'nov', 'dec'];
+const DOW_NAMES = ['sun', 'mon', 'tue', 'wed', 'thu', 'fri', 'sat'];
+
 /** One robfig field: digits, names, `*`, `?`, ranges, lists and steps. */
 const FIELD = /^[0-9A-Za-z*?/,-]+$/;
 
@@ -82,12 +85,12 @@ export function parseCronSchedule(spec: string, timeZone = 'UTC'): CronSchedule 
   }
   const fields = text.split(/\s+/).filter((f) => f !== '');
   if (fields.length !== 5) throw new CronScheduleError(`expected exactly 5 fields, found ${fields.length}: [${fields.join(' ')}]`);
-  for (const f of fields) {
-    if (!FIELD.test(f)) {
-      const bad = f.split(/[,/-]/).find((p) => !/^[0-9A-Za-z*?]*$/.test(p)) ?? f;
-      throw new CronScheduleError(`failed to parse int from ${bad}: strconv.Atoi: parsing "${bad}": invalid syntax`);
-    }
-  }
+  fields.forEach((f, i) => {
+    // Names only where robfig has them (months, days of the week); anything else must be a number.
+    const names = i === 3 ? MONTH_NAMES : i === 4 ? DOW_NAMES : [];
+    const bad = FIELD.test(f) ? f.split(/[,/-]/).find((p) => p !== '*' && p !== '?' && !/^\d+$/.test(p) && !names.includes(p.toLowerCase())) : f;
+    if (bad !== undefined) throw new CronScheduleError(`failed to parse int from ${bad}: strconv.Atoi: parsing "${bad}": invalid syntax`);
+  });
   const expr = fields.map((f) => f.replaceAll('?', '*')).join(' ');
   try {
     // Checked once here, so that a spec that cannot parse is refused at once rather than at first use.
