@@ -69,6 +69,30 @@ function withTypeMetaJson(def: ResourceDef, raw: string): string {
   return `{"apiVersion":"${apiVersionOf(def)}","kind":"${def.kind}",${raw.slice(1)}`;
 }
 
+/**
+ * The kinds kube-apiserver gives no `metadata.generation`, by `group/Kind`: their strategies'
+ * PrepareForCreate does not set it (objects without a spec a controller works towards: ConfigMap,
+ * Secret, ServiceAccount, Endpoints, both Events, Lease; and Service, Node and Namespace, whose
+ * strategies do not count their spec either). Every other kind has one (1 at create, one more at each
+ * change of what is neither metadata nor status): Deployment, ReplicaSet, DaemonSet, Job, CronJob,
+ * ReplicationController, PodDisruptionBudget, EndpointSlice, Pod (as Kubernetes 1.33+) and Kube32's own.
+ */
+const WITHOUT_GENERATION = new Set([
+  '/ConfigMap',
+  '/Secret',
+  '/ServiceAccount',
+  '/Endpoints',
+  '/Event',
+  'events.k8s.io/Event',
+  'coordination.k8s.io/Lease',
+  '/Service',
+  '/Node',
+  '/Namespace',
+]);
+
+/** Whether objects of `def` carry `metadata.generation` (see WITHOUT_GENERATION). */
+const hasGeneration = (def: ResourceDef): boolean => !WITHOUT_GENERATION.has(`${def.group}/${def.kind}`);
+
 function keyOf(def: ResourceDef, namespace: string, name: string): ObjectKey {
   return { resource: storageKey(def), namespace: def.namespaced ? namespace : '', name };
 }
@@ -223,7 +247,8 @@ export class Registry {
 
   /**
    * Creates an object (POST). Status is dropped (the strategy sets the initial one), the server sets
-   * uid, creationTimestamp, generation and resourceVersion; `generateName` gets a random suffix.
+   * uid, creationTimestamp, generation (1; none for the kinds kube-apiserver gives none, WITHOUT_GENERATION)
+   * and resourceVersion; `generateName` gets a random suffix.
    * @throws ApiError BadRequest (shape), Invalid, AlreadyExists, NotFound (namespace), Forbidden (namespace terminating)
    */
   create(def: ResourceDef, namespace: string, body: unknown, opts: WriteOptions = {}): KubeObject {
@@ -242,7 +267,8 @@ export class Registry {
     const now = this.now();
     m.uid = randomUUID();
     m.creationTimestamp = timestamp(now);
-    m.generation = 1;
+    if (hasGeneration(def)) m.generation = 1;
+    else delete m.generation;
     delete m.resourceVersion;
     delete m.deletionTimestamp;
     delete m.deletionGracePeriodSeconds;
@@ -335,7 +361,9 @@ export class Registry {
         if (added.length) throw invalid(def.kind, def.group, name, [{ reason: 'FieldValueForbidden', message: `Forbidden: no new finalizers can be added if the object is being deleted, found new finalizers ${JSON.stringify(added)}`, field: 'metadata.finalizers' }]);
       }
       const specOf = (o: KubeObject) => Object.fromEntries(Object.entries(o).filter(([k]) => k !== 'metadata' && k !== 'status' && k !== 'apiVersion' && k !== 'kind'));
-      if (!isDeepStrictEqual(specOf(next), specOf(current))) next.metadata.generation = (current.metadata.generation ?? 1) + 1;
+      // A kind without generation loses one stored before it had none (Kube32 before 2026-11 gave every object one).
+      if (!hasGeneration(def)) delete next.metadata.generation;
+      else if (!isDeepStrictEqual(specOf(next), specOf(current))) next.metadata.generation = (current.metadata.generation ?? 1) + 1;
     }
     delete next.apiVersion;
     delete next.kind;
