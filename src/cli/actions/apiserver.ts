@@ -5,6 +5,7 @@
 import { parseBytes, parseDuration } from '../../lib/index.ts';
 import { createApiServer, issueNodeKubeconfig } from '../../apiserver/index.ts';
 import { type ApiServerClusterFlags, parseApiServerClusterFlags } from '../apiserver-flags.ts';
+import { listenKeepingPort } from '../apiserver-port.ts';
 import { claimServerDataDir } from '../data-dir-lock.ts';
 import { CliError } from '../errors.ts';
 import { serveUntilStopped } from '../serve-until-stopped.ts';
@@ -60,21 +61,28 @@ export async function apiserver(flags: ApiServerFlags): Promise<void> {
   const claim = flags.dataDir ? claimServerDataDir(flags.dataDir, 'kube32-cli apiserver') : undefined;
   let server: Awaited<ReturnType<typeof createApiServer>>;
   try {
-    server = await createApiServer({
-      ...cluster,
-      dataDir: flags.dataDir,
+    // --port 0 keeps the port of this data dir's last run when it is free (apiserver-port.ts): node kubeconfigs name it.
+    server = await listenKeepingPort(
+      flags.dataDir,
       port,
-      bindAddress: flags.bind,
-      storage: flags.storage as 'sqlite' | 'memory' | 'etcd',
-      etcdEndpoints: flags.etcdEndpoints?.split(',').filter(Boolean),
-      insecureHttp: flags.insecureHttp === true,
-      checkpointDataBytes: sizes[0],
-      maxBodyBytes: sizes[1],
-      maxModuleBytes: sizes[2],
-      certificateSans: flags.certSan,
-      watchWindow,
-      eventTtlMs,
-    });
+      (p) =>
+        createApiServer({
+          ...cluster,
+          dataDir: flags.dataDir,
+          port: p,
+          bindAddress: flags.bind,
+          storage: flags.storage as 'sqlite' | 'memory' | 'etcd',
+          etcdEndpoints: flags.etcdEndpoints?.split(',').filter(Boolean),
+          insecureHttp: flags.insecureHttp === true,
+          checkpointDataBytes: sizes[0],
+          maxBodyBytes: sizes[1],
+          maxModuleBytes: sizes[2],
+          certificateSans: flags.certSan,
+          watchWindow,
+          eventTtlMs,
+        }),
+      (line) => process.stderr.write(`${line}\n`),
+    );
   } catch (err: unknown) {
     claim?.abandon();
     throw new CliError(err instanceof Error ? err.message : String(err), 1, { cause: err });

@@ -8,6 +8,7 @@ import { createApiServer } from '../../apiserver/index.ts';
 import { type ControllerTimings, startControllers } from '../../controllers/index.ts';
 import { parseBytes, parseDuration } from '../../lib/index.ts';
 import { type ApiServerClusterFlags, parseApiServerClusterFlags } from '../apiserver-flags.ts';
+import { listenKeepingPort } from '../apiserver-port.ts';
 import { claimServerDataDir } from '../data-dir-lock.ts';
 import { CliError } from '../errors.ts';
 import { serveUntilStopped } from '../serve-until-stopped.ts';
@@ -75,16 +76,23 @@ export async function controlPlane(flags: ControlPlaneFlags): Promise<void> {
   const release = (): void => claim?.release();
   let server: Awaited<ReturnType<typeof createApiServer>>;
   try {
-    server = await createApiServer({
-      ...cluster,
+    // --port 0 keeps the port of this data dir's last run when it is free (apiserver-port.ts): node kubeconfigs name it.
+    server = await listenKeepingPort(
       dataDir,
-      storage,
-      etcdEndpoints: flags.etcdEndpoints?.split(',').filter(Boolean),
       port,
-      bindAddress: flags.bind,
-      checkpointDataBytes: dataBytes,
-      certificateSans: flags.certSan,
-    });
+      (p) =>
+        createApiServer({
+          ...cluster,
+          dataDir,
+          storage,
+          etcdEndpoints: flags.etcdEndpoints?.split(',').filter(Boolean),
+          port: p,
+          bindAddress: flags.bind,
+          checkpointDataBytes: dataBytes,
+          certificateSans: flags.certSan,
+        }),
+      (line) => process.stderr.write(`${line}\n`),
+    );
   } catch (err: unknown) {
     claim?.abandon();
     throw new CliError(stripResolutionNote(err instanceof Error ? err.message : String(err)), 1, { cause: err });

@@ -36,7 +36,7 @@ export function register(program: Command): void {
     .addOption(new Option('--data-dir <dir>', 'directory of the database, the CA and the admin kubeconfig').makeOptionMandatory())
     .addOption(new Option('--storage <kind>', 'object store: sqlite (<data-dir>/kube32.db) or etcd (several control planes on one cluster)').choices(['sqlite', 'etcd']).default('sqlite'))
     .addOption(new Option('--etcd-endpoints <urls>', 'with --storage etcd: etcd client URLs, comma-separated (http://127.0.0.1:2379,...)'))
-    .addOption(new Option('--port <port>', 'TCP port of the API server; 0 picks a free one').default('6443'))
+    .addOption(new Option('--port <port>', 'TCP port of the API server; 0 picks a free one: the one this data dir had last, while it is free (node kubeconfigs name it)').default('6443'))
     .addOption(new Option('--bind <address>', 'address to listen on').default('127.0.0.1'))
     .addOption(new Option('--checkpoint-data-bytes <quantity>', 'memory for all checkpoint snapshots (e.g. 16Mi)').default('16Mi'))
     .addOption(new Option('--node-monitor-grace-period <duration>', 'a node that does not renew its Lease for this long turns NotReady (Unknown)').default('40s'))
