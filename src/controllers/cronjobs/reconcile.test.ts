@@ -257,3 +257,15 @@ test('a Job create refused by the API server: FailedCreate with its words, the e
   assert.equal(s.fake.eventMessage('FailedCreate'), 'Error creating job: jobs.batch "x" is forbidden: exceeded quota');
   assert.equal(s.status().lastScheduleTime, undefined);
 });
+
+test('a second sync from a cache that still lists the finished Job as active records SawCompletedJob once', { timeout: 5000 }, async () => {
+  const stale = cronJob({}, { active: [ref('tick-2')], lastScheduleTime: metaTime(CREATED) as unknown as Date });
+  stale.metadata!.uid = 'uid-tick-stale';
+  const job = ownedJob('tick-2', 'Complete', CREATED, CREATED + 3000);
+  job.metadata!.ownerReferences![0]!.uid = 'uid-tick-stale';
+  const s = setup(stale, [job]);
+  await s.sync();
+  s.cronJobs.set(stale);
+  await s.sync();
+  assert.deepEqual(s.fake.eventReasons, ['SawCompletedJob']);
+});

@@ -138,6 +138,21 @@ export async function reconcileCronJob(
 
 const timeText = (t: unknown): string | undefined => (t === undefined || t === null ? undefined : t instanceof Date ? metaTime(t.getTime()) : String(t));
 
+/** CronJob uid / Job uid pairs whose SawCompletedJob was recorded here, oldest first (bounded). */
+const announced = new Set<string>();
+const ANNOUNCED_MAX = 10_000;
+
+/**
+ * Whether the SawCompletedJob of this pair is yet to be recorded: a second sync from a cache that does not
+ * show the status write of the first yet still lists the Job as active (kubectl would show `(x2)`).
+ */
+function firstTime(key: string): boolean {
+  if (announced.has(key)) return false;
+  announced.add(key);
+  if (announced.size > ANNOUNCED_MAX) announced.delete(announced.values().next().value!);
+  return true;
+}
+
 /** Step 1: the active list against the Jobs that exist. Answers 'gone' when the CronJob no longer exists. */
 async function syncJobs(ctx: ControllerContext, s: SyncState, owned: V1Job[], api: CronJobApi): Promise<'gone' | undefined> {
   const { namespace = '', name = '' } = s.cj.metadata ?? {};
@@ -160,9 +175,11 @@ async function syncJobs(ctx: ControllerContext, s: SyncState, owned: V1Job[], ap
     } else if (found && isJobFinished(j)) {
       s.active = s.active.filter((r) => r.uid !== j.metadata?.uid);
       const condition = isTrue(j, 'Complete') ? 'Complete' : 'Failed';
-      await recordEvent(ctx, cronJobRef(s.cj), 'Normal', 'SawCompletedJob', `Saw completed job: ${j.metadata?.name}, condition: ${condition}`, {
-        component: CRONJOB_COMPONENT,
-      });
+      if (firstTime(`${s.cj.metadata?.uid}/${j.metadata?.uid}`)) {
+        await recordEvent(ctx, cronJobRef(s.cj), 'Normal', 'SawCompletedJob', `Saw completed job: ${j.metadata?.name}, condition: ${condition}`, {
+          component: CRONJOB_COMPONENT,
+        });
+      }
     }
     // A succeeded Job need not be listed for its completion to count (Kubernetes does this on the next sync).
     if (isTrue(j, 'Complete')) {
@@ -194,12 +211,12 @@ async function syncSchedule(ctx: ControllerContext, s: SyncState, api: CronJobAp
     return undefined;
   }
   if (spec.suspend === true) return undefined;
-  if (spec.schedule.includes('TZ')) {
+  if ((spec.schedule ?? '').includes('TZ')) {
     await event('Warning', 'UnsupportedSchedule', `CRON_TZ or TZ used in schedule "${spec.schedule}" is not officially supported, see https://kubernetes.io/docs/concepts/workloads/controllers/cron-jobs/ for more details`);
   }
   let schedule: ReturnType<typeof parseCronSchedule>;
   try {
-    schedule = parseCronSchedule(spec.schedule, tz ?? 'UTC');
+    schedule = parseCronSchedule(spec.schedule ?? '', tz ?? 'UTC');
   } catch (err: unknown) {
     await event('Warning', 'UnparseableSchedule', `unparseable schedule: "${spec.schedule}" : ${err instanceof CronScheduleError ? err.message : errorMessage(err)}`);
     return undefined;
