@@ -91,6 +91,7 @@ export function parseCronSchedule(spec: string, timeZone = 'UTC'): CronSchedule 
     const bad = FIELD.test(f) ? f.split(/[,/-]/).find((p) => p !== '*' && p !== '?' && !/^\d+$/.test(p) && !names.includes(p.toLowerCase())) : f;
     if (bad !== undefined) throw new CronScheduleError(`failed to parse int from ${bad}: strconv.Atoi: parsing "${bad}": invalid syntax`);
   });
+  fields.forEach((f, i) => checkRanges(f, BOUNDS[i]!, i === 3 ? MONTH_NAMES : i === 4 ? DOW_NAMES : []));
   const expr = fields.map((f) => f.replaceAll('?', '*')).join(' ');
   try {
     // Checked once here, so that a spec that cannot parse is refused at once rather than at first use.
@@ -111,6 +112,33 @@ export function parseCronSchedule(spec: string, timeZone = 'UTC'): CronSchedule 
       }
     },
   };
+}
+
+/** Each field's bounds, as robfig's (day of week 0-6: no 7). */
+const BOUNDS: readonly (readonly [number, number])[] = [
+  [0, 59],
+  [0, 23],
+  [1, 31],
+  [1, 12],
+  [0, 6],
+];
+
+/** robfig's `getRange` checks of each comma-separated part of a field, with its messages. */
+function checkRanges(field: string, [min, max]: readonly [number, number], names: readonly string[]): void {
+  const value = (t: string) => (/^\d+$/.test(t) ? Number(t) : names.indexOf(t.toLowerCase()) + (names.length === 12 ? 1 : 0));
+  for (const part of field.split(',')) {
+    const slash = part.split('/');
+    if (slash.length > 2) throw new CronScheduleError(`too many slashes: ${part}`);
+    const hyphen = slash[0]!.split('-');
+    if (hyphen.length > 2) throw new CronScheduleError(`too many hyphens: ${part}`);
+    const all = hyphen[0] === '*' || hyphen[0] === '?';
+    const start = all ? min : value(hyphen[0]!);
+    const end = all ? max : hyphen.length === 2 ? value(hyphen[1]!) : slash.length === 2 ? max : start;
+    if (start < min) throw new CronScheduleError(`beginning of range (${start}) below minimum (${min}): ${part}`);
+    if (end > max) throw new CronScheduleError(`end of range (${end}) above maximum (${max}): ${part}`);
+    if (start > end) throw new CronScheduleError(`beginning of range (${start}) beyond end of range (${end}): ${part}`);
+    if (slash.length === 2 && Number(slash[1]) === 0) throw new CronScheduleError(`step of range should be a positive number: ${part}`);
+  }
 }
 
 /** `@every <duration>`: robfig's ConstantDelaySchedule (at least 1 s, whole seconds, from the last run). */

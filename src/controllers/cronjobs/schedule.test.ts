@@ -38,7 +38,13 @@ test('parseCronSchedule refuses what robfig refuses, in its words', () => {
   assert.equal(refused('@every soon'), 'failed to parse duration @every soon: time: invalid duration "soon"');
   assert.equal(refused('0 0 L * *'), 'failed to parse int from L: strconv.Atoi: parsing "L": invalid syntax');
   assert.equal(refused('TZ=Mars/Olympus 0 * * * *'), 'provided bad location Mars/Olympus: unknown time zone Mars/Olympus');
-  assert.match(refused('61 * * * *'), /61/);
+  assert.equal(refused('61 * * * *'), 'end of range (61) above maximum (59): 61');
+  assert.equal(refused('0 0 0 * *'), 'beginning of range (0) below minimum (1): 0');
+  assert.equal(refused('0 0 * * 7'), 'end of range (7) above maximum (6): 7');
+  assert.equal(refused('0 0 * * FRI-MON'), 'beginning of range (5) beyond end of range (1): FRI-MON');
+  assert.equal(refused('*/0 * * * *'), 'step of range should be a positive number: */0');
+  assert.equal(refused('1-2-3 * * * *'), 'too many hyphens: 1-2-3');
+  assert.equal(refused('0 0 30 2 *'), 'Invalid explicit day of month definition', "robfig takes it; cron-parser's words");
 });
 
 function cj(created: string, status: V1CronJob['status'] = {}, startingDeadlineSeconds?: number): V1CronJob {
