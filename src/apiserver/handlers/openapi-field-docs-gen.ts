@@ -1,5 +1,5 @@
 /**
- * Writes openapi-field-docs.ts: the descriptions kube-apiserver gives the fields that
+ * Writes openapi-field-docs.json: the descriptions kube-apiserver gives the fields that
  * `@kubernetes/client-node`'s models leave without one (a field whose type is a model, IntOrString
  * or Quantity: client-node's generator drops the description beside a `$ref`, or puts the type's in
  * its place), so that `kubectl explain pod.spec.containers.resources` prints "Compute Resources
@@ -17,11 +17,13 @@
  * package does not describe either are listed on standard error and keep no description.
  */
 import { execFileSync } from 'node:child_process';
-import { mkdtempSync, readdirSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
+import { existsSync, mkdtempSync, readdirSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join, relative } from 'node:path';
 import { RESOURCES } from '../registry/catalog.ts';
-import { fieldsWithoutDocs } from './openapi-models.ts';
+
+/** The table written; openapi-models.ts imports it. */
+const TABLE = new URL('./openapi-field-docs.json', import.meta.url);
 
 /** The `kubernetes-models` release read: its models are of the same Kubernetes release as client-node 2's. */
 const MODELS_PACKAGE = 'kubernetes-models@5.1.0';
@@ -88,10 +90,13 @@ function fetchModels(tmp: string): string {
   return join(tmp, 'package');
 }
 
-function main(argv: string[]): void {
+async function main(argv: string[]): Promise<void> {
   const i = argv.indexOf('--models-dir');
   const tmp = i < 0 ? mkdtempSync(join(tmpdir(), 'kube32-openapi-docs-')) : undefined;
   try {
+    // openapi-models.ts imports the table: an empty one lets it load when there is none yet.
+    if (!existsSync(TABLE)) writeFileSync(TABLE, '{}\n');
+    const { fieldsWithoutDocs } = await import('./openapi-models.ts');
     const models = readModels(tmp ? fetchModels(tmp) : (argv[i + 1] as string));
     const wanted = new Set<string>();
     const kinds = [...RESOURCES, ...EXTRA_KINDS];
@@ -103,14 +108,10 @@ function main(argv: string[]): void {
       if (d) table[key] = d;
       else missing.push(key);
     }
-    const text = `/**
- * kube-apiserver's descriptions of the fields that client-node's models leave without one (a field
- * whose type is a model, IntOrString or Quantity), by \`schema#field\`: read by openapi-models.ts.
- * Written by openapi-field-docs-gen.ts from ${MODELS_PACKAGE}: do not edit by hand.
- */
-export const FIELD_DOCS: Readonly<Record<string, string>> = ${JSON.stringify(table, null, 2)};
-`;
-    writeFileSync(new URL('./openapi-field-docs.ts', import.meta.url), text);
+    // JSON, not TypeScript: read by the API server at start (an import), where parsing JSON costs well
+    // under a millisecond and stripping the types of a 60 KB .ts file tens of them.
+    const doc = { '//': `Written by openapi-field-docs-gen.ts from ${MODELS_PACKAGE}: do not edit by hand.`, ...table };
+    writeFileSync(TABLE, `${JSON.stringify(doc, null, 2)}\n`);
     process.stdout.write(`${Object.keys(table).length} descriptions written\n`);
     if (missing.length > 0) process.stderr.write(`no description in ${MODELS_PACKAGE} for:\n  ${missing.join('\n  ')}\n`);
   } finally {
@@ -118,4 +119,4 @@ export const FIELD_DOCS: Readonly<Record<string, string>> = ${JSON.stringify(tab
   }
 }
 
-main(process.argv.slice(2));
+await main(process.argv.slice(2));

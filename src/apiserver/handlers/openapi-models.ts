@@ -12,8 +12,14 @@
  * (the package's entry point loads all ~900 of them and the HTTP client: over half a second).
  */
 import { existsSync, readFileSync } from 'node:fs';
-import { FIELD_DOCS } from './openapi-field-docs.ts';
+import fieldDocs from './openapi-field-docs.json' with { type: 'json' };
 import { KUBE32_NOTES } from './openapi-notes.ts';
+
+/**
+ * kube-apiserver's descriptions of the fields client-node's models leave without one (a field whose
+ * type is a model, IntOrString or Quantity), by `schema#field`: written by openapi-field-docs-gen.ts.
+ */
+const FIELD_DOCS: Readonly<Record<string, string>> = fieldDocs;
 
 /** One OpenAPI v3 schema object. */
 export type Schema = Record<string, unknown>;
