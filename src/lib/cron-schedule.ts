@@ -91,7 +91,7 @@ export function parseCronSchedule(spec: string, timeZone = 'UTC'): CronSchedule 
     const bad = FIELD.test(f) ? f.split(/[,/-]/).find((p) => p !== '*' && p !== '?' && !/^\d+$/.test(p) && !names.includes(p.toLowerCase())) : f;
     if (bad !== undefined) throw new CronScheduleError(`failed to parse int from ${bad}: strconv.Atoi: parsing "${bad}": invalid syntax`);
   });
-  fields.forEach((f, i) => checkRanges(f, BOUNDS[i]!, i === 3 ? MONTH_NAMES : i === 4 ? DOW_NAMES : []));
+  for (const [i, f] of fields.entries()) checkRanges(f, BOUNDS[i]!, i === 3 ? MONTH_NAMES : i === 4 ? DOW_NAMES : []);
   const expr = fields.map((f) => f.replaceAll('?', '*')).join(' ');
   try {
     // Checked once here, so that a spec that cannot parse is refused at once rather than at first use.
