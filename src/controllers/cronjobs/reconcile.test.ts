@@ -269,3 +269,27 @@ test('a second sync from a cache that still lists the finished Job as active rec
   await s.sync();
   assert.deepEqual(s.fake.eventReasons, ['SawCompletedJob']);
 });
+
+test('a stored CronJob whose zone or schedule no longer reads starts nothing and says why (UnknownTimeZone, UnparseableSchedule)', { timeout: 5000 }, async () => {
+  const zone = setup(cronJob({ timeZone: 'Mars/Olympus' }));
+  zone.clock.advance(10 * MINUTE);
+  assert.equal(await zone.sync(), undefined);
+  assert.deepEqual(zone.calls, []);
+  assert.deepEqual(zone.fake.eventReasons, ['UnknownTimeZone']);
+  assert.equal(zone.fake.eventMessage('UnknownTimeZone'), 'invalid timeZone: "Mars/Olympus": unknown time zone Mars/Olympus');
+  const bad = setup(cronJob({ schedule: '* * *' }));
+  bad.clock.advance(10 * MINUTE);
+  assert.equal(await bad.sync(), undefined);
+  assert.deepEqual(bad.calls, []);
+  assert.equal(bad.fake.eventMessage('UnparseableSchedule'), 'unparseable schedule: "* * *" : expected exactly 5 fields, found 3: [* * *]');
+});
+
+test('a CronJob being deleted starts no new Job but still tidies its status', { timeout: 5000 }, async () => {
+  const cj = cronJob({}, { active: [ref('tick-1')] });
+  cj.metadata!.deletionTimestamp = new Date(CREATED + 1000);
+  const s = setup(cj, [ownedJob('tick-1', 'Failed', CREATED)]);
+  s.clock.advance(10 * MINUTE);
+  assert.equal(await s.sync(), undefined);
+  assert.deepEqual(s.calls, ['patchCronJobStatus tick']);
+  assert.equal(s.status().active, undefined);
+});
