@@ -77,7 +77,7 @@ test('feosd answers with the seed codes and records pods', { timeout: 120_000 },
     const bad = await feosctl(feosd.socket, ['pod', 'delete', 'Nope']);
     assert.equal(bad.code, 1);
     assert.match(bad.stderr, /INVALID_ARGUMENT/);
-    const minted = await feosctl(feosd.socket, ['pod', 'create', '--memory', '128Mi', '-o', 'json']);
+    const minted = await feosctl(feosd.socket, ['pod', 'create', '--memory', '192Mi', '-o', 'json']);
     assert.equal(minted.code, 0, minted.stderr);
     assert.match(JSON.parse(minted.stdout).id, /^[a-hjkmnp-tv-z][0-9a-hjkmnp-tv-z]{10}$/);
     const usage = await feosctl(feosd.socket, ['pod', 'create', '--vcpus', 'x']);

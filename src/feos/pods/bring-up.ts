@@ -13,7 +13,8 @@ import { MicroVmState } from '../gen/feos/microvm/v1/microvm_pb.js';
 import { errorMessage, FeosError } from '../api/index.ts';
 import { VolumeState } from '../gen/feos/volume/v1/volume_pb.js';
 import { fetchVerified } from './checkpoint.ts';
-import { registryEndpoints } from '../microvm/index.ts';
+import { registryEndpoints, vmPaths } from '../microvm/index.ts';
+import { attachFailureHint } from './console.ts';
 import type { PodNetworkAttachment } from './network.ts';
 import { guestVersions } from './guests.ts';
 import { CONTAINER_CREATE_MS, CONTAINER_START_MS, GUEST_ATTACH_MS } from './actions.ts';
@@ -118,7 +119,9 @@ export async function bringUp(core: PodCore, pod: PodInfo, signal: AbortSignal):
     await core.setState(pod, PodState.RUNNING, 'booted');
   } catch (err: unknown) {
     if (signal.aborted) return;
-    const reason = `${step}: ${errorMessage(err)}`;
+    let reason = `${step}: ${errorMessage(err)}`;
+    // A guest that did not attach says why on its console alone (the agent killed for lack of memory).
+    if (step === 'guest attach') reason += await attachFailureHint(vmPaths(o.vms.dir(id)).serialLog);
     await o.vms.kill(id, `bring-up failed: ${reason}`).catch(() => {});
     await core.detach(pod);
     await core.setState(pod, PodState.FAILED, reason);
