@@ -3,6 +3,7 @@
  *   feosctl [--socket PATH | --tcp ADDRESS] pod create|get|list|start|stop|delete|suspend|resume|hibernate|restore|events|exec|logs|port-forward ...
  *   feosctl [--socket PATH | --tcp ADDRESS] volume create|get|list|delete ...
  *   feosctl [--socket PATH | --tcp ADDRESS] host info
+ *   feosctl [--socket PATH | --tcp ADDRESS] security-group|name-table put|get|list|delete ... (./network.ts)
  * Every command prints a table, or with `-o json|yaml` the PodInfo (its `id` first). A gRPC error prints
  * as `feosctl: <CODE_NAME>: <message>` (with "(VmBusy)" when marked) and exits 1; bad usage exits 2.
  */
@@ -31,6 +32,8 @@ import { codeName, isVmBusy, makeClient } from '../api/index.ts';
 import { humanDuration, parseBytes } from '../../lib/index.ts';
 import { mintPodId } from '../pods/id.ts';
 import { MAX_MEMORY_BYTES, MAX_VCPUS, MIN_MEMORY_BYTES } from '../pods/spec.ts';
+import { MAX_VOLUME_BYTES, MIN_VOLUME_BYTES } from '../volumes/index.ts';
+import { addNetworkCommands } from './network.ts';
 
 type Output = 'table' | 'json' | 'yaml';
 
@@ -110,6 +113,21 @@ function memoryBytes(v: string): bigint {
   const mib = 1024 * 1024;
   if (!Number.isSafeInteger(n) || BigInt(n) < MIN_MEMORY_BYTES || BigInt(n) > MAX_MEMORY_BYTES || n % mib !== 0) {
     throw new InvalidArgumentError(`--memory ${JSON.stringify(v)}: want whole Mi from ${MIN_MEMORY_BYTES / BigInt(mib)}Mi to ${MAX_MEMORY_BYTES / BigInt(mib)}Mi`);
+  }
+  return BigInt(n);
+}
+
+/** `volume create --size`'s bytes: a quantity of whole MiB within a volume's bounds (seed 000, "Volumes"). */
+function volumeBytes(v: string): bigint {
+  let n: number;
+  try {
+    n = parseBytes(v);
+  } catch {
+    throw new InvalidArgumentError(`--size ${JSON.stringify(v)}: want a quantity such as 1Gi or 512Mi`);
+  }
+  const mib = 1024 * 1024;
+  if (!Number.isSafeInteger(n) || BigInt(n) < MIN_VOLUME_BYTES || BigInt(n) > MAX_VOLUME_BYTES || n % mib !== 0) {
+    throw new InvalidArgumentError(`--size ${JSON.stringify(v)}: want whole Mi from 64Mi to 16Ti`);
   }
   return BigInt(n);
 }
@@ -480,18 +498,21 @@ export async function main(argv: string[]): Promise<void> {
   volume
     .command('create <id>')
     .description('records a volume (a lowercase UUID), AVAILABLE')
-    .requiredOption('--size <quantity>', 'its size, such as 1Gi (64Mi to 16Ti in whole Mi)')
+    .requiredOption('--size <quantity>', 'its size, such as 1Gi (64Mi to 16Ti in whole Mi)', volumeBytes)
     .option('--label <key=value...>', 'labels')
     .addOption(output())
-    .action(async (id: string, o: { size: string; label?: string[]; output: Output }) => {
+    .action(async (id: string, o: { size: bigint; label?: string[]; output: Output }) => {
       const labels: Record<string, string> = {};
       for (const kv of o.label ?? []) {
         const at = kv.indexOf('=');
         if (at <= 0) throw new InvalidArgumentError(`--label ${JSON.stringify(kv)}: want key=value`);
-        labels[kv.slice(0, at)] = kv.slice(at + 1);
+        const key = kv.slice(0, at);
+        // Two values for one key: which one was meant is not feosctl's to guess.
+        if (key in labels) throw new InvalidArgumentError(`--label ${JSON.stringify(kv)}: label ${key} given twice`);
+        labels[key] = kv.slice(at + 1);
       }
       const c = makeClient(VolumeService, target());
-      const res = await call(() => c.createVolume({ id, sizeBytes: BigInt(parseBytes(o.size)), labels }, { deadline: deadline() }));
+      const res = await call(() => c.createVolume({ id, sizeBytes: o.size, labels }, { deadline: deadline() }));
       printVolumes([res.volume!], o.output, true);
       c.grpc.close();
     });
@@ -522,6 +543,7 @@ export async function main(argv: string[]): Promise<void> {
       process.stdout.write(`volume ${id} deleted\n`);
       c.grpc.close();
     });
+  addNetworkCommands(program, { target, deadline, call, output, table });
   program
     .command('host')
     .description('the node')
