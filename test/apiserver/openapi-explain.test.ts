@@ -76,6 +76,17 @@ test('kubectl explain describes every field', { timeout: 120_000 }, async (t) =>
     assert.equal(ok.code, 0, ok.stderr);
   });
 
+  await t.test('a CronJob\'s jobTemplate says the same, and is refused the same', async () => {
+    const r = await api.kubectl(['explain', 'cronjob.spec.jobTemplate.spec.podFailurePolicy']);
+    assert.equal(r.code, 0, r.stderr);
+    assert.match(r.stdout, /DESCRIPTION:\n\s+Not supported by Kube32: a Job \(or a CronJob's jobTemplate\) that sets it is/);
+    const { spec } = JSON.parse(job('x', { podFailurePolicy: REFUSED_VALUES.podFailurePolicy })) as { spec: unknown };
+    const cronJob = { apiVersion: 'batch/v1', kind: 'CronJob', metadata: { name: 'refused' }, spec: { schedule: '*/5 * * * *', jobTemplate: { spec } } };
+    const created = await api.kubectl(['create', '-f', '-'], { input: JSON.stringify(cronJob) });
+    assert.equal(created.code, 1, created.stdout);
+    assert.match(created.stderr, /is invalid: spec\.jobTemplate\.spec\.podFailurePolicy: Invalid value: .*not supported by Kube32/);
+  });
+
   await t.test('no field of any served document is left without a description', async () => {
     const index = JSON.parse((await api.kubectl(['get', '--raw', '/openapi/v3'])).stdout) as { paths: Record<string, { serverRelativeURL: string }> };
     const undescribed: string[] = [];

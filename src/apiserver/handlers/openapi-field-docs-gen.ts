@@ -17,19 +17,18 @@
  * package does not describe either are listed on standard error and keep no description.
  */
 import { execFileSync } from 'node:child_process';
-import { existsSync, mkdtempSync, readdirSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
+import { existsSync, mkdtempSync, readdirSync, readFileSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join, relative } from 'node:path';
+import { fileURLToPath } from 'node:url';
+import { writeFileAtomicSync } from '../../lib/index.ts';
 import { RESOURCES } from '../registry/catalog.ts';
 
 /** The table written; openapi-models.ts imports it. */
-const TABLE = new URL('./openapi-field-docs.json', import.meta.url);
+const TABLE = fileURLToPath(new URL('./openapi-field-docs.json', import.meta.url));
 
 /** The `kubernetes-models` release read: its models are of the same Kubernetes release as client-node 2's. */
 const MODELS_PACKAGE = 'kubernetes-models@5.1.0';
-
-/** Kinds described although not (yet) served, so the table need not be written again when they are. */
-const EXTRA_KINDS = [{ group: 'batch', version: 'v1', kind: 'CronJob' }];
 
 /**
  * kube-apiserver's schema name of a `kubernetes-models` file: `v1/Pod.d.ts` → `io.k8s.api.core.v1.Pod`,
@@ -95,12 +94,11 @@ async function main(argv: string[]): Promise<void> {
   const tmp = i < 0 ? mkdtempSync(join(tmpdir(), 'kube32-openapi-docs-')) : undefined;
   try {
     // openapi-models.ts imports the table: an empty one lets it load when there is none yet.
-    if (!existsSync(TABLE)) writeFileSync(TABLE, '{}\n');
+    if (!existsSync(TABLE)) writeFileAtomicSync(TABLE, '{}\n');
     const { fieldsWithoutDocs } = await import('./openapi-models.ts');
     const models = readModels(tmp ? fetchModels(tmp) : (argv[i + 1] as string));
     const wanted = new Set<string>();
-    const kinds = [...RESOURCES, ...EXTRA_KINDS];
-    for (const k of kinds) for (const f of fieldsWithoutDocs(k.group, k.version, k.kind)) wanted.add(f);
+    for (const k of RESOURCES) for (const f of fieldsWithoutDocs(k.group, k.version, k.kind)) wanted.add(f);
     const table: Record<string, string> = {};
     const missing: string[] = [];
     for (const key of [...wanted].sort()) {
@@ -111,7 +109,7 @@ async function main(argv: string[]): Promise<void> {
     // JSON, not TypeScript: read by the API server at start (an import), where parsing JSON costs well
     // under a millisecond and stripping the types of a 60 KB .ts file tens of them.
     const doc = { '//': `Written by openapi-field-docs-gen.ts from ${MODELS_PACKAGE}: do not edit by hand.`, ...table };
-    writeFileSync(TABLE, `${JSON.stringify(doc, null, 2)}\n`);
+    writeFileAtomicSync(TABLE, `${JSON.stringify(doc, null, 2)}\n`);
     process.stdout.write(`${Object.keys(table).length} descriptions written\n`);
     if (missing.length > 0) process.stderr.write(`no description in ${MODELS_PACKAGE} for:\n  ${missing.join('\n  ')}\n`);
   } finally {
