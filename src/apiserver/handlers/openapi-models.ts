@@ -3,7 +3,9 @@
  * classes it generates from kube-apiserver's own OpenAPI document): every field of a kind and of
  * every model it reaches, named as kube-apiserver names them (`io.k8s.api.core.v1.PodSpec`,
  * `io.k8s.apimachinery.pkg.apis.meta.v1.ObjectMeta`), with the descriptions of the models' `.d.ts`
- * comments — what `kubectl explain` prints (kubectl-wire §1.5).
+ * comments — what `kubectl explain` prints (kubectl-wire §1.5). The ~220 fields whose description
+ * client-node lost (a model, IntOrString or Quantity type) take theirs from openapi-field-docs.json,
+ * and a field Kube32 refuses gets Kube32's note first (openapi-notes.ts).
  *
  * Each model class has a static `getAttributeTypeMap()` (`{ name, baseName, type, format }` a
  * field), set as a JSON array in its generated `.js` file; its `.d.ts` file beside it carries the
