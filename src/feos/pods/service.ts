@@ -264,10 +264,17 @@ export class PodService extends EventEmitter<{ event: [PodEvent] }> {
   async #start(id: string, pullToken?: string): Promise<PodInfo> {
     const core = this.#core;
     const entry = core.entries.get(id);
+    const refuse = (pod: PodInfo) => {
+      if (pod.state === PodState.STOPPED || pod.state === PodState.FAILED) return;
+      const why = pod.state === PodState.PENDING ? ': its bring-up runs (wait for RUNNING or FAILED)' : '';
+      throw new FeosError('FAILED_PRECONDITION', `pod ${id} is ${PodState[pod.state]}${why}: only a STOPPED or FAILED pod starts`);
+    };
+    // The state the caller sees decides, before the lock: a start of a PENDING pod would wait for its
+    // whole bring-up (the lock's) and, were it FAILED then, bring it up a second time.
+    const seen = core.o.records.get(id);
+    if (seen) refuse(seen);
     await core.locked(id, async (pod) => {
-      if (pod.state !== PodState.STOPPED && pod.state !== PodState.FAILED) {
-        throw new FeosError('FAILED_PRECONDITION', `pod ${id} is ${PodState[pod.state]}: only a STOPPED or FAILED pod starts`);
-      }
+      refuse(pod);
       refuseUnsettled(core, id);
       if (pullToken) core.pullTokens.set(id, pullToken);
       await core.setState(pod, PodState.PENDING, 'started');
