@@ -210,6 +210,9 @@ export async function startFeosd(opts: FeosdOptions, signal?: AbortSignal): Prom
   const kernel = versions.length > 0 ? join(o.guestDir, versions.at(-1)!, 'vmlinuz') : undefined;
   const accelerator = await chooseAccelerator(o.accelerator, o.stateDir, o.qemu, kernel);
   log.info({ accelerator, guests: versions }, 'feosd starting');
+  if (versions.length === 0) {
+    log.warn({ guestDir: o.guestDir }, `no guest installed in ${o.guestDir}: every bring-up will fail until one is (scripts/build-guest.sh ${o.guestDir})`);
+  }
   const vms = new MicroVmService({ vmsDir: join(o.stateDir, 'vms'), qemu: o.qemu, accelerator, log, cgroup: o.vmsCgroup });
   await vms.init();
   const records = new PodRecords(join(o.stateDir, 'pods'), log);

@@ -14,6 +14,7 @@ import { FEOSD_VERSION } from './host/index.ts';
 import { openObjectStore } from './store/index.ts';
 import { STOP_MARGIN_MS } from './pods/index.ts';
 import { existsSync, statSync } from 'node:fs';
+import { join } from 'node:path';
 
 /** The longest `--stop-grace` (s): Node.js's timers hold at most 2^31 - 1 ms (24.8 days). */
 export const MAX_STOP_GRACE_S = Math.floor((2 ** 31 - 1) / 1000);
@@ -24,6 +25,32 @@ function positive(name: string) {
     if (!Number.isFinite(n) || n <= 0) throw new InvalidArgumentError(`${name}: want a positive number, got ${JSON.stringify(v)}`);
     return n;
   };
+}
+
+/**
+ * `--registry-forward`'s value: `host:port`, a host name or IPv4 address (QEMU's guestfwd connects to
+ * it) and a port from 1 to 65535.
+ * @throws InvalidArgumentError naming the flag and the value
+ */
+export function registryForward(v: string, prev: string[] = []): string[] {
+  const m = /^([A-Za-z0-9][A-Za-z0-9.-]*):(\d{1,5})$/.exec(v);
+  const port = m ? Number(m[2]) : 0;
+  if (!m || port < 1 || port > 65535) {
+    throw new InvalidArgumentError(`--registry-forward ${JSON.stringify(v)}: want host:port, a host name or IPv4 address and a port from 1 to 65535 (such as 127.0.0.1:5000)`);
+  }
+  return [...prev, v];
+}
+
+/**
+ * `--vms-cgroup`'s value: a cgroup v2 directory (it has `cgroup.controllers`), where each microVM gets
+ * `vms/<id>`; without one, each microVM only logged that it was not placed.
+ * @throws InvalidArgumentError naming the flag, the directory and what it lacks
+ */
+export function vmsCgroup(v: string): string {
+  if (!existsSync(join(v, 'cgroup.controllers'))) {
+    throw new InvalidArgumentError(`--vms-cgroup ${JSON.stringify(v)}: not a cgroup v2 directory (no cgroup.controllers there); leave it out for no cgroups`);
+  }
+  return v;
 }
 
 /** Runs feosd with `argv` (process.argv: node, script, flags...). */
@@ -38,7 +65,7 @@ export async function main(argv: string[]): Promise<void> {
     .option('--self-upgrade', 'allow HostService.UpgradeFeosBinary', false)
     .addOption(new Option('--accel <accel>', 'the VMM accelerator').choices(['auto', 'kvm', 'tcg']).default('auto'))
     .option('--qemu <path>', 'the QEMU binary', 'qemu-system-x86_64')
-    .option('--vms-cgroup <dir>', 'a cgroup v2 directory for the microVMs (vms/<id>)')
+    .option('--vms-cgroup <dir>', 'a cgroup v2 directory for the microVMs (vms/<id>)', vmsCgroup)
     .option('--clock-max-rtt <ms>', 'drop guest clock measurements whose round trip is longer', positive('--clock-max-rtt'), 10)
     .option('--pod-prefix <prefix>', "the IPv6 prefix routed to the node (runs the pods' network)")
     .option('--pod-ipv4-range <prefix>', "the pods' IPv4 addresses (default 169.254.16.0/20)")
@@ -61,7 +88,7 @@ export async function main(argv: string[]): Promise<void> {
       return v;
     })
     .option('--guest-attach-timeout <seconds>', "how long a boot's guest has to attach (default 60, 180 under TCG)", positive('--guest-attach-timeout'))
-    .option('--registry-forward <host:port>', 'a registry on the node that pods without a network reach (repeatable)', (v: string, prev: string[] = []) => [...prev, v])
+    .option('--registry-forward <host:port>', 'a registry on the node that pods without a network reach (repeatable)', registryForward)
     .allowExcessArguments(false);
   program.parse(argv);
   const opts = program.opts<{
