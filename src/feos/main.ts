@@ -15,6 +15,7 @@ import { openObjectStore } from './store/index.ts';
 import { STOP_MARGIN_MS } from './pods/index.ts';
 import { existsSync, statSync } from 'node:fs';
 import { join } from 'node:path';
+import { isIP } from 'node:net';
 
 /** The longest `--stop-grace` (s): Node.js's timers hold at most 2^31 - 1 ms (24.8 days). */
 export const MAX_STOP_GRACE_S = Math.floor((2 ** 31 - 1) / 1000);
@@ -28,15 +29,15 @@ function positive(name: string) {
 }
 
 /**
- * `--registry-forward`'s value: `host:port`, a host name or IPv4 address (QEMU's guestfwd connects to
- * it) and a port from 1 to 65535.
+ * `--registry-forward`'s value: `host:port` or `[IPv6]:port`, a host name or an address (each microVM's
+ * guestfwd runs `busybox nc host port`) and a port from 1 to 65535.
  * @throws InvalidArgumentError naming the flag and the value
  */
 export function registryForward(v: string, prev: string[] = []): string[] {
-  const m = /^([A-Za-z0-9][A-Za-z0-9.-]*):(\d{1,5})$/.exec(v);
-  const port = m ? Number(m[2]) : 0;
-  if (!m || port < 1 || port > 65535) {
-    throw new InvalidArgumentError(`--registry-forward ${JSON.stringify(v)}: want host:port, a host name or IPv4 address and a port from 1 to 65535 (such as 127.0.0.1:5000)`);
+  const m = /^(?:[A-Za-z0-9][A-Za-z0-9.-]*|\[[0-9A-Fa-f:.]+\]):(\d{1,5})$/.exec(v);
+  const port = m ? Number(m[1]) : 0;
+  if (!m || port < 1 || port > 65535 || (v.startsWith('[') && isIP(v.slice(1, v.lastIndexOf(']'))) !== 6)) {
+    throw new InvalidArgumentError(`--registry-forward ${JSON.stringify(v)}: want host:port or [IPv6]:port with a port from 1 to 65535 (such as 127.0.0.1:5000)`);
   }
   return [...prev, v];
 }

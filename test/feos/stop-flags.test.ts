@@ -33,10 +33,10 @@ test('feosd refuses --stop-grace of 10 s or less with --suspend-on-stop, a grace
 test('feosd refuses a --registry-forward that is not host:port and a --vms-cgroup that is not a cgroup v2 directory', { timeout: 60_000 }, (t) => {
   const { dir, cleanup } = tempDir('feos-flags-');
   t.after(cleanup);
-  for (const v of ['nonsense', '127.0.0.1:99999', '127.0.0.1:0', ':5000', '[::1]:5000']) {
+  for (const v of ['nonsense', '127.0.0.1:99999', '127.0.0.1:0', ':5000', '::1:5000', '[nope]:5000']) {
     const r = feosd(dir, ['--registry-forward', v]);
     assert.equal(r.status, 1, `${v}: ${r.stderr}`);
-    assert.match(r.stderr, new RegExp(`--registry-forward "${v.replace(/[[\]().]/g, '\\$&')}": want host:port, a host name or IPv4 address and a port from 1 to 65535`));
+    assert.match(r.stderr, new RegExp(`--registry-forward "${v.replace(/[[\]().]/g, '\\$&')}": want host:port or \\[IPv6\\]:port with a port from 1 to 65535`));
   }
   const cgroup = feosd(dir, ['--vms-cgroup', dir]);
   assert.equal(cgroup.status, 1);
