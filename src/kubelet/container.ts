@@ -3,6 +3,14 @@
  * Checkpoint, seed "Kubelet endpoints"), watches it end, and restarts it per the pod's
  * `restartPolicy` with Kubernetes' back-off (the first restart at once, then 10 s doubling to
  * 5 min; reset after 10 min of running). A `RestoreError` is never restarted.
+ *
+ * A restore is kept until it has run: a start from a Checkpoint that fails for any other reason (the
+ * control plane out of reach or busy, `k32_restored` trapping or running past its deadline, the pod's
+ * thread lost) is restarted as a restore again, with the same back-off. Only a restored pod that ran
+ * and then ended starts afresh. Starting afresh after a failed restore would throw the pod's state
+ * away without a word (a CI run on a loaded machine saw a pod restored from its periodic checkpoint
+ * answer count 1); the seed's afresh start after a failed restore is the controllers', with its
+ * `MoveFailed` event, and only for a `RestoreError`.
  */
 import { join } from 'node:path';
 import type { V1Container, V1Pod } from '@kubernetes/client-node';
@@ -235,14 +243,16 @@ export class ContainerRunner {
   /**
    * Requests the Checkpoint's data and answers its body once the response has begun.
    * @param signal cancels the request (the runner's stop cancels it too)
-   * @throws PodStartError `RestoreError` when the control plane cannot be reached or has no data
+   * @throws PodStartError `RestoreError` when the control plane answers that the data cannot be had
+   *   (404: none; 403, 400 ...); `Error` when it cannot be reached or answers 429 or 5xx, which may pass
+   *   (the container is then restarted as a restore, with the crash back-off)
    */
   async #restoreStream(name: string, signal: AbortSignal): Promise<AsyncIterable<Uint8Array>> {
     const ns = this.#pod.metadata?.namespace ?? 'default';
     const path = `/apis/kube32.io/v1/namespaces/${ns}/checkpoints/${encodeURIComponent(name)}/data`;
     this.#ctx.log.debug({ container: this.spec.name, checkpoint: name }, 'restore: requesting the data');
     const res = await this.#ctx.cp.request('GET', path, { signal: AbortSignal.any([this.#stop.signal, signal]) }).catch((err: unknown) => {
-      throw new PodStartError('RestoreError', `cannot restore the snapshot: Checkpoint ${name}: ${errorMessage(err)}`);
+      throw new PodStartError('Error', `cannot fetch the snapshot of Checkpoint ${name}: ${errorMessage(err)}`);
     });
     if (res.status !== 200 || !res.body) {
       const text = await res.text().catch(() => '');
@@ -251,6 +261,7 @@ export class ContainerRunner {
         detail = (JSON.parse(text) as { message?: string }).message ?? detail;
       } catch {}
       const why = res.status === 404 ? `Checkpoint ${name} has no data` : `Checkpoint ${name}: the control plane answered ${res.status}: ${detail}`;
+      if (res.status === 429 || res.status >= 500) throw new PodStartError('Error', `cannot fetch the snapshot: ${why}`);
       throw new PodStartError('RestoreError', `cannot restore the snapshot: ${why}`);
     }
     this.#ctx.log.debug({ container: this.spec.name, checkpoint: name, bytes: Number(res.headers.get('content-length')) }, 'restore: data answered');
@@ -284,6 +295,7 @@ export class ContainerRunner {
       if (count) this.#restartCount++;
       count = true;
       let startedAt = Date.now();
+      let ran = false;
       let exit: PodExit;
       try {
         this.#record('Normal', 'Created', restore ? `Created container ${this.spec.name} from Checkpoint ${restore}` : `Created container ${this.spec.name}`);
@@ -321,6 +333,7 @@ export class ContainerRunner {
         });
         inst.on('thawed', () => this.#ctx.onChange());
         this.#set({ kind: 'running', startedAt });
+        ran = true;
         this.#release();
         this.#ctx.record('Normal', 'Started', `Started container ${this.spec.name}`);
         exit = await inst.exited;
@@ -334,7 +347,7 @@ export class ContainerRunner {
         this.#release();
         if (!signal.aborted) this.#ctx.record('Warning', 'Failed', `Error: ${exit.message}`);
       }
-      restore = undefined;
+      if (ran) restore = undefined; // a restore that never ran is tried again (see the file's comment)
       this.instance = undefined;
       if (signal.aborted) return;
       this.#ctx.log.info({ container: this.spec.name, reason: exit.reason, exitCode: exit.exitCode, message: exit.message }, 'container ended');
