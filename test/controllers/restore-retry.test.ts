@@ -60,7 +60,7 @@ test('a restore whose k32_restored traps once is started again as a restore: the
     const x = await c.getCheckpoint('first-save');
     return x?.status?.phase === 'Saved' || x?.status?.phase === 'Failed' ? x : undefined;
   }, 30_000);
-  assert.equal(saved.status?.phase, 'Saved', saved.status?.message);
+  assert.equal(saved.status?.phase, 'Saved', String(saved.status?.message));
 
   const second = withImage(counterPod('second', 18222, { nodeName: 'w1', annotations: { 'kube32.io/restore-from': 'first-save' } }), 'wasm://restore-once');
   await c.rest.json({ method: 'POST', path: '/api/v1/namespaces/default/pods', body: second });
