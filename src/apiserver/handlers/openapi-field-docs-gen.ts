@@ -23,6 +23,9 @@ import { join, relative } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { writeFileAtomicSync } from '../../lib/index.ts';
 import { RESOURCES } from '../registry/catalog.ts';
+import type { documentedLines } from './openapi-models.ts';
+
+type DocumentedLines = typeof documentedLines;
 
 /** The table written; openapi-models.ts imports it. */
 const TABLE = fileURLToPath(new URL('./openapi-field-docs.json', import.meta.url));
@@ -42,8 +45,11 @@ function schemaNameOfFile(rel: string): string | undefined {
   return undefined;
 }
 
-/** Every field description of the package at `dir`, by `schema#field`, from each model's interface's comments. */
-function readModels(dir: string): Map<string, string> {
+/**
+ * Every field description of the package at `dir`, by `schema#field`, from each model's interface's comments.
+ * @param documentedLines openapi-models.ts's reader of a declaration file's comments (imported late: see `main`)
+ */
+function readModels(dir: string, documentedLines: DocumentedLines): Map<string, string> {
   const out = new Map<string, string>();
   const walk = (d: string): void => {
     for (const e of readdirSync(d, { withFileTypes: true })) {
@@ -56,25 +62,10 @@ function readModels(dir: string): Map<string, string> {
       const name = schemaNameOfFile(relative(dir, p));
       const body = name && /export interface I\w+[^{]*\{([\s\S]*?)\n\}/.exec(readFileSync(p, 'utf8'))?.[1];
       if (!name || !body) continue;
-      let comment: string[] | undefined;
-      let pending: string | undefined;
-      for (const line of body.split('\n')) {
-        const t = line.trim();
-        if (comment) {
-          if (t.startsWith('*/')) {
-            pending = comment.join('\n').trim();
-            comment = undefined;
-          } else comment.push(t.replace(/^\* ?/, ''));
-          continue;
-        }
-        if (t.startsWith('/**')) {
-          comment = [];
-          continue;
-        }
-        const field = /^"([^"]+)"\??:/.exec(t);
+      for (const { line, comment } of documentedLines(body, '\n')) {
+        const field = /^"([^"]+)"\??:/.exec(line);
         // The package escapes `*` and `/` in its comments (`'\*\/scale'`, so that no `*/` ends one early).
-        if (field?.[1] && pending) out.set(`${name}#${field[1]}`, pending.replace(/\\([*/])/g, '$1'));
-        pending = undefined;
+        if (field?.[1] && comment) out.set(`${name}#${field[1]}`, comment.replace(/\\([*/])/g, '$1'));
       }
     }
   };
@@ -95,8 +86,8 @@ async function main(argv: string[]): Promise<void> {
   try {
     // openapi-models.ts imports the table: an empty one lets it load when there is none yet.
     if (!existsSync(TABLE)) writeFileAtomicSync(TABLE, '{}\n');
-    const { fieldsWithoutDocs } = await import('./openapi-models.ts');
-    const models = readModels(tmp ? fetchModels(tmp) : (argv[i + 1] as string));
+    const { fieldsWithoutDocs, documentedLines } = await import('./openapi-models.ts');
+    const models = readModels(tmp ? fetchModels(tmp) : (argv[i + 1] as string), documentedLines);
     const wanted = new Set<string>();
     for (const k of RESOURCES) for (const f of fieldsWithoutDocs(k.group, k.version, k.kind)) wanted.add(f);
     const table: Record<string, string> = {};

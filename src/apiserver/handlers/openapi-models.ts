@@ -179,28 +179,40 @@ function readDocs(model: string): Docs {
   } catch {
     return docs;
   }
+  for (const { line: t, comment } of documentedLines(text)) {
+    const field = /^'([^']+)'(\?)?:/.exec(t);
+    if (field?.[1]) docs.fields.set(field[1], { description: comment && unescapeDoc(comment), required: !field[2] });
+    else if (t.startsWith('export declare class') && comment) docs.description = unescapeDoc(comment);
+  }
+  return docs;
+}
+
+/**
+ * The code lines of a declaration file (`.d.ts`), trimmed, each with the text of the JSDoc comment
+ * just before it (its lines without their `* `, joined by `joiner`; undefined when none). Blank
+ * lines are skipped; a comment belongs to the next code line only. Used here and by the generator
+ * of the field descriptions table (openapi-field-docs-gen.ts), which reads another package's.
+ */
+export function* documentedLines(text: string, joiner = ' '): Generator<{ line: string; comment: string | undefined }> {
   let comment: string[] | undefined;
   let pending: string | undefined;
-  for (const line of text.split('\n')) {
-    const t = line.trim();
+  for (const raw of text.split('\n')) {
+    const line = raw.trim();
     if (comment) {
-      if (t.startsWith('*/')) {
-        pending = comment.join(' ').trim();
+      if (line.startsWith('*/')) {
+        pending = comment.join(joiner).trim();
         comment = undefined;
-      } else comment.push(t.replace(/^\* ?/, ''));
+      } else comment.push(line.replace(/^\* ?/, ''));
       continue;
     }
-    if (t.startsWith('/**')) {
+    if (line.startsWith('/**')) {
       comment = [];
       continue;
     }
-    if (t === '') continue;
-    const field = /^'([^']+)'(\?)?:/.exec(t);
-    if (field?.[1]) docs.fields.set(field[1], { description: pending && unescapeDoc(pending), required: !field[2] });
-    else if (t.startsWith('export declare class') && pending) docs.description = unescapeDoc(pending);
+    if (line === '') continue;
+    yield { line, comment: pending };
     pending = undefined;
   }
-  return docs;
 }
 
 /** The generator's escapes (`\"`, `\'`) undone. */
