@@ -9,6 +9,7 @@ import type { ConfigureNetworkRequestSchema } from '../gen/feos/guest/v1/guest_p
 import { GrpcCode, GrpcError } from './grpc-wire.ts';
 import type { PullOptions } from './images.ts';
 import { readFileOr, run } from './agent-base.ts';
+import { mke2fsArgs, mke2fsTimeoutMs } from './volume-format.ts';
 
 const CLOCK_HELPER = '/usr/bin/feos-clock';
 
@@ -68,7 +69,7 @@ function diskBySerial(serial: string): string | undefined {
 /**
  * Mounts a volume at /volumes/<name> (seed 000, "Volumes"): drive N is the disk with serial
  * `feos-vol-N`; `format` makes a new file system first (busybox's mke2fs: ext2, which the ext4 driver
- * mounts). Mounting one that is mounted already is done.
+ * mounts; its inodes capped: ./volume-format.ts). Mounting one that is mounted already is done.
  */
 export async function mountVolume(name: string, drive: number, format: boolean): Promise<void> {
   if (!/^[a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?$/.test(name)) throw new Error(`bad volume name ${JSON.stringify(name)}`);
@@ -77,8 +78,10 @@ export async function mountVolume(name: string, drive: number, format: boolean):
   const target = `/volumes/${name}`;
   if (readFileOr('/proc/mounts', '').includes(`${dev} ${target} `)) return;
   if (format) {
+    // The device's size: /sys/block/<name>/size counts 512-byte sectors.
+    const sizeBytes = Number(readFileOr(`/sys/block/${dev.slice('/dev/'.length)}/size`, '0').trim()) * 512;
     try {
-      await run('/bin/mke2fs', ['-F', '-L', name.slice(0, 16), dev], { timeout: 120_000 });
+      await run('/bin/mke2fs', mke2fsArgs(name, dev, sizeBytes), { timeout: mke2fsTimeoutMs(sizeBytes) });
     } catch (err: unknown) {
       throw new Error(`${dev}: mke2fs: ${(err as { stderr?: string }).stderr?.trim() || String(err)}`);
     }

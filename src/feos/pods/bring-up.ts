@@ -15,6 +15,7 @@ import { VolumeState } from '../gen/feos/volume/v1/volume_pb.js';
 import { fetchVerified } from './checkpoint.ts';
 import { registryEndpoints, vmPaths } from '../microvm/index.ts';
 import { attachFailureHint } from './console.ts';
+import { mke2fsTimeoutMs } from '../guest/volume-format.ts';
 import type { PodNetworkAttachment } from './network.ts';
 import { guestVersions } from './guests.ts';
 import { CONTAINER_CREATE_MS, CONTAINER_START_MS, GUEST_ATTACH_MS } from './actions.ts';
@@ -179,7 +180,9 @@ async function mountVolumes(core: PodCore, pod: PodInfo): Promise<void> {
     if (!rec) throw new Error(`volume ${v.volumeId} is not on the node`);
     return { name: v.name, id: v.volumeId, drive: i + 1, sizeBytes: rec.sizeBytes, format: !rec.formatted };
   });
-  const res = await core.o.vms.guest(pod.id).call('MountVolumes', { volumes }, 180_000);
+  // The guest formats each new volume in turn: 180 s, and its format's time a TiB (volume-format.ts).
+  const formatMs = volumes.filter((v) => v.format).reduce((ms, v) => ms + mke2fsTimeoutMs(Number(v.sizeBytes)) - 120_000, 0);
+  const res = await core.o.vms.guest(pod.id).call('MountVolumes', { volumes }, 180_000 + formatMs);
   const mounted = new Set(res.mounted);
   await store.markFormatted(volumes.filter((v) => mounted.has(v.name)).map((v) => v.id));
   const failed = Object.entries(res.failed);
