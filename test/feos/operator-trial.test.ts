@@ -69,6 +69,12 @@ test('feosctl and CreatePod refuse what never boots or could never be put; nothi
     const made = await feosctl(feosd.socket, ['volume', 'create', id, '--size', '1.5Gi', '--label', 'a=b', '-o', 'json']);
     assert.equal(made.code, 0, made.stderr);
     assert.equal(JSON.parse(made.stdout).sizeBytes, String(1536n * MiB));
+    // Sizes print as kubectl prints quantities: the largest unit that divides them (a 16 TiB volume printed 16777216Mi).
+    const huge = await feosctl(feosd.socket, ['volume', 'create', '0e9c4f3e-1111-4222-8333-4444555566ff', '--size', '16Ti']);
+    assert.equal(huge.code, 0, huge.stderr);
+    assert.match(huge.stdout, /0e9c4f3e-1111-4222-8333-4444555566ff\s+AVAILABLE\s+16Ti\s+-\s+false\n$/);
+    const table = await feosctl(feosd.socket, ['volume', 'get', id]);
+    assert.match(table.stdout, /AVAILABLE\s+1536Mi\s/);
   });
 
   await t.test('security-group and name-table against a feosd without --pod-prefix say how to get a network', async () => {
@@ -88,6 +94,11 @@ test('feosctl and CreatePod refuse what never boots or could never be put; nothi
     const wrong = await feosctl(feosd.socket, ['sg', 'put', '-f', notGroup]);
     assert.equal(wrong.code, 2);
     assert.match(wrong.stderr, /pod\.yaml: not a SecurityGroup: key "vcpus" is unknown \(fields: id, version, ingress/);
+    for (const tcp of ['nothing', '127.0.0.1:99999', '127.0.0.1:0']) {
+      const r = await feosctl(feosd.socket, ['--tcp', tcp, 'pod', 'list']);
+      assert.equal(r.code, 2, r.stderr);
+      assert.match(r.stderr, /--tcp ".*": want host:port or \[IPv6\]:port with a port from 1 to 65535/);
+    }
     const badVersion = await feosctl(feosd.socket, ['sg', 'members', 'web', '--from', '-1', '--to', '2']);
     assert.equal(badVersion.code, 2);
     assert.match(badVersion.stderr, /--from "-1": want a whole number/);

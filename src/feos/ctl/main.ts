@@ -29,7 +29,7 @@ import {
 import { GetHostInfoResponseSchema, HostService } from '../gen/feos/host/v1/host_pb.js';
 import { type Volume, VolumeSchema, VolumeService, VolumeState } from '../gen/feos/volume/v1/volume_pb.js';
 import { codeName, isVmBusy, makeClient } from '../api/index.ts';
-import { humanDuration, parseBytes } from '../../lib/index.ts';
+import { formatBytes, humanDuration, parseBytes } from '../../lib/index.ts';
 import { mintPodId } from '../pods/id.ts';
 import { MAX_MEMORY_BYTES, MAX_VCPUS, MIN_MEMORY_BYTES } from '../pods/spec.ts';
 import { MAX_VOLUME_BYTES, MIN_VOLUME_BYTES } from '../volumes/index.ts';
@@ -173,7 +173,12 @@ export async function main(argv: string[]): Promise<void> {
   const program = new Command('feosctl')
     .description("FeOS's command line: the pods of one node's feosd")
     .option('--socket <path>', "feosd's API socket", '/run/feos/api.sock')
-    .option('--tcp <address>', "feosd's TCP address, host:port (instead of the socket)")
+    .option('--tcp <address>', "feosd's TCP address, host:port (instead of the socket)", (v: string) => {
+      // Checked before any lookup: `--tcp nothing` asked the resolver for "nothing".
+      const m = /^(?:\[[0-9A-Fa-f:.]+\]|[^:[\]\s]+):(\d{1,5})$/.exec(v);
+      if (!m || Number(m[1]) < 1 || Number(m[1]) > 65535) throw new InvalidArgumentError(`--tcp ${JSON.stringify(v)}: want host:port or [IPv6]:port with a port from 1 to 65535`);
+      return v;
+    })
     .option('--timeout <seconds>', 'deadline of each call', (v) => {
       const n = Number(v);
       if (!(n > 0)) throw new InvalidArgumentError(`want a positive number of seconds, got ${JSON.stringify(v)}`);
@@ -490,7 +495,7 @@ export async function main(argv: string[]): Promise<void> {
     else if (out === 'yaml') process.stdout.write(YAML.stringify(single ? json(vs[0]) : { volumes: vs.map(json) }));
     else {
       const rows = [['ID', 'STATE', 'SIZE', 'POD', 'FORMATTED']];
-      for (const v of vs) rows.push([v.id, VolumeState[v.state] ?? String(v.state), `${v.sizeBytes / (1024n * 1024n)}Mi`, v.podId || '-', String(v.formatted)]);
+      for (const v of vs) rows.push([v.id, VolumeState[v.state] ?? String(v.state), formatBytes(Number(v.sizeBytes)), v.podId || '-', String(v.formatted)]);
       process.stdout.write(table(rows));
     }
   };
