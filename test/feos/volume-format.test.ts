@@ -2,11 +2,12 @@
 // volume's format writes little into its qcow2 (a 16 TiB volume wrote 4.6 GiB and did not end within
 // its timeout), and the block count within ext2's 32 bits; the arguments run with busybox's mke2fs.
 import assert from 'node:assert/strict';
-import { execFileSync } from 'node:child_process';
+import { execFile, execFileSync } from 'node:child_process';
+import { promisify } from 'node:util';
 import { statSync, truncateSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { test } from 'node:test';
-import { MAX_VOLUME_BLOCKS, mke2fsArgs, mke2fsTimeoutMs } from '../../src/feos/guest/volume-format.ts';
+import { commandFailure, MAX_VOLUME_BLOCKS, mke2fsArgs, mke2fsTimeoutMs } from '../../src/feos/guest/volume-format.ts';
 import { tempDir } from './harness.ts';
 
 const MiB = 2 ** 20;
@@ -42,4 +43,13 @@ test("the arguments make a file system with busybox's mke2fs, writing a small pa
   const sb = execFileSync('dd', [`if=${img}`, 'bs=1024', 'skip=1', 'count=1', 'status=none']);
   assert.equal(sb.readUInt16LE(56), 0xef53);
   assert.equal(sb.readUInt32LE(4), (2 * GiB) / 4096);
+});
+
+test("a format's or mount's failure is one line: its stderr, or that it was ended at its timeout", async () => {
+  const run = promisify(execFile);
+  const killed = await run('sleep', ['5'], { timeout: 50 }).catch((e: unknown) => e);
+  assert.equal(commandFailure(killed, 50), 'did not end within 0.05 s (SIGTERM)');
+  const failed = await run('sh', ['-c', 'echo "mke2fs: bad\nsecond line" >&2; exit 1']).catch((e: unknown) => e);
+  assert.equal(commandFailure(failed, 1000), 'mke2fs: bad; second line');
+  assert.equal(commandFailure(new Error('Command failed: /bin/mke2fs -F /dev/vdc\n'), 1000), 'Command failed: /bin/mke2fs -F /dev/vdc');
 });

@@ -9,7 +9,7 @@ import type { ConfigureNetworkRequestSchema } from '../gen/feos/guest/v1/guest_p
 import { GrpcCode, GrpcError } from './grpc-wire.ts';
 import type { PullOptions } from './images.ts';
 import { readFileOr, run } from './agent-base.ts';
-import { mke2fsArgs, mke2fsTimeoutMs } from './volume-format.ts';
+import { commandFailure, mke2fsArgs, mke2fsTimeoutMs } from './volume-format.ts';
 
 const CLOCK_HELPER = '/usr/bin/feos-clock';
 
@@ -80,17 +80,18 @@ export async function mountVolume(name: string, drive: number, format: boolean):
   if (format) {
     // The device's size: /sys/block/<name>/size counts 512-byte sectors.
     const sizeBytes = Number(readFileOr(`/sys/block/${dev.slice('/dev/'.length)}/size`, '0').trim()) * 512;
+    const timeout = mke2fsTimeoutMs(sizeBytes);
     try {
-      await run('/bin/mke2fs', mke2fsArgs(name, dev, sizeBytes), { timeout: mke2fsTimeoutMs(sizeBytes) });
+      await run('/bin/mke2fs', mke2fsArgs(name, dev, sizeBytes), { timeout });
     } catch (err: unknown) {
-      throw new Error(`${dev}: mke2fs: ${(err as { stderr?: string }).stderr?.trim() || String(err)}`);
+      throw new Error(`${dev}: mke2fs: ${commandFailure(err, timeout)}`);
     }
   }
   fs.mkdirSync(target, { recursive: true });
   try {
     await run('/bin/mount', ['-t', 'ext4', '-o', 'noatime', dev, target], { timeout: 30_000 });
   } catch (err: unknown) {
-    throw new Error(`${dev}: mount ${target}: ${(err as { stderr?: string }).stderr?.trim() || String(err)}`);
+    throw new Error(`${dev}: mount ${target}: ${commandFailure(err, 30_000)}`);
   }
 }
 

@@ -39,3 +39,13 @@ export function mke2fsArgs(label: string, dev: string, sizeBytes: number): strin
 export function mke2fsTimeoutMs(sizeBytes: number): number {
   return 120_000 + Math.ceil((60_000 * sizeBytes) / 2 ** 40);
 }
+
+/**
+ * Why a command failed, in one line for a pod's reason: its stderr, or that it was ended at its timeout
+ * (execFile's error then says only "Command failed: <command>" and a newline).
+ */
+export function commandFailure(err: unknown, timeoutMs: number): string {
+  const e = err as { stderr?: string; killed?: boolean; signal?: string; message?: string };
+  if (e.killed) return `did not end within ${timeoutMs / 1000} s (${e.signal ?? 'killed'})`;
+  return (e.stderr?.trim() || e.message?.trim() || String(err).trim()).replace(/\s*\n\s*/g, '; ');
+}
