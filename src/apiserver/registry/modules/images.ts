@@ -1,8 +1,10 @@
 /**
  * Pod image resolution against the module store: on pod create, an image `wasm://NAME` must name a
  * stored Module (else 422 Invalid) and sets the pod's annotation `kube32.io/image-sha256` to its
- * digest; an image `kube32.io/wasm-sha256:<hex>` sets the same annotation from its digest. The
- * first container with a Wasm image decides.
+ * digest; an image `kube32.io/wasm-sha256:<hex>` sets the same annotation from its digest. A pod
+ * runs one module: the kubelet takes that one digest for every container whose image is not a digest,
+ * so a pod whose containers (init containers included) name different modules, or a module beside an
+ * image that names none, is refused (422 Invalid) rather than run with the wrong module.
  */
 import { isBareModuleImage } from '../../../lib/index.ts';
 import { invalid } from '../../errors.ts';
@@ -18,35 +20,56 @@ const HEX64 = /^[0-9a-f]{64}$/;
 /**
  * Resolves the Wasm image of a new pod, in place: `wasm://NAME`, a bare `NAME` of a pushed module,
  * or `kube32.io/wasm-sha256:<hex>` set the pod's `kube32.io/image-sha256` annotation.
- * @throws ApiError Invalid when a `wasm://NAME` is not stored or a digest is malformed
+ * @throws ApiError Invalid when a `wasm://NAME` is not stored, a digest is malformed, or the pod's
+ *   containers do not all name the same module (the annotation holds one digest for all of them)
  */
 export function resolvePodImage(storage: Storage, pod: KubeObject): void {
   const spec = rec(pod.spec);
   const containers = [...arr(spec.initContainers).map((c, i) => ({ c, f: `spec.initContainers[${i}].image` })), ...arr(spec.containers).map((c, i) => ({ c, f: `spec.containers[${i}].image` }))];
-  for (const { c, f } of containers) {
+  const resolved = containers.map(({ c, f }) => {
     const image = typeof c.image === 'string' ? c.image : '';
-    let sha: string | undefined;
-    if (image.startsWith(WASM_PREFIX)) {
-      const name = image.slice(WASM_PREFIX.length);
-      const mod = storage.get({ resource: 'modules.kube32.io', namespace: '', name });
-      const digest = rec(mod?.spec).sha256;
-      if (!mod || typeof digest !== 'string') {
-        throw invalid('Pod', '', pod.metadata.name ?? '', [{ reason: 'FieldValueNotFound', message: `Not found: "${image}": no module "${name}" is stored (push it with kube32-cli push)`, field: f }]);
-      }
-      sha = digest;
-    } else if (image.startsWith(DIGEST_PREFIX)) {
-      const hex = image.slice(DIGEST_PREFIX.length).toLowerCase();
-      if (!HEX64.test(hex)) throw invalid('Pod', '', pod.metadata.name ?? '', [{ reason: 'FieldValueInvalid', message: `Invalid value: "${image}": the digest must be 64 hex digits`, field: f }]);
-      sha = hex;
-    } else if (isBareModuleImage(image)) {
-      // A bare name (`kubectl run c --image=counter`: kubectl refuses `wasm://` in --image) names a
-      // pushed module when one has that name; otherwise it is left for the kubelet to refuse.
-      const digest = rec(storage.get({ resource: 'modules.kube32.io', namespace: '', name: image })?.spec).sha256;
-      if (typeof digest === 'string') sha = digest;
-    }
-    if (sha) {
-      pod.metadata.annotations = { ...(pod.metadata.annotations ?? {}), [IMAGE_SHA_ANNOTATION]: sha };
-      return;
-    }
+    return { image, f, sha: imageSha(storage, pod, image, f) };
+  });
+  const pinned = resolved.find((r) => r.sha !== undefined);
+  if (!pinned?.sha) return;
+  const other = resolved.find((r) => r.sha !== pinned.sha);
+  if (other) {
+    throw invalid('Pod', '', pod.metadata.name ?? '', [
+      {
+        reason: 'FieldValueInvalid',
+        message: `Invalid value: ${JSON.stringify(other.image)}: a Kube32 pod runs one module: every container's image must name the module of ${pinned.f} (${JSON.stringify(pinned.image)}, sha256:${pinned.sha.slice(0, 12)}); run the other module in a pod of its own`,
+        field: other.f,
+      },
+    ]);
   }
+  pod.metadata.annotations = { ...(pod.metadata.annotations ?? {}), [IMAGE_SHA_ANNOTATION]: pinned.sha };
+}
+
+/**
+ * The module digest an image names (64 hex digits), or undefined for an image that names no stored
+ * module (a bare name nobody pushed, left for the kubelet to refuse or to find once pushed).
+ * @throws ApiError Invalid when a `wasm://NAME` is not stored or a digest is malformed
+ */
+function imageSha(storage: Storage, pod: KubeObject, image: string, f: string): string | undefined {
+  if (image.startsWith(WASM_PREFIX)) {
+    const name = image.slice(WASM_PREFIX.length);
+    const mod = storage.get({ resource: 'modules.kube32.io', namespace: '', name });
+    const digest = rec(mod?.spec).sha256;
+    if (!mod || typeof digest !== 'string') {
+      throw invalid('Pod', '', pod.metadata.name ?? '', [{ reason: 'FieldValueNotFound', message: `Not found: "${image}": no module "${name}" is stored (push it with kube32-cli push)`, field: f }]);
+    }
+    return digest;
+  }
+  if (image.startsWith(DIGEST_PREFIX)) {
+    const hex = image.slice(DIGEST_PREFIX.length).toLowerCase();
+    if (!HEX64.test(hex)) throw invalid('Pod', '', pod.metadata.name ?? '', [{ reason: 'FieldValueInvalid', message: `Invalid value: "${image}": the digest must be 64 hex digits`, field: f }]);
+    return hex;
+  }
+  if (isBareModuleImage(image)) {
+    // A bare name (`kubectl run c --image=counter`: kubectl refuses `wasm://` in --image) names a
+    // pushed module when one has that name; otherwise it is left for the kubelet to refuse.
+    const digest = rec(storage.get({ resource: 'modules.kube32.io', namespace: '', name: image })?.spec).sha256;
+    if (typeof digest === 'string') return digest;
+  }
+  return undefined;
 }

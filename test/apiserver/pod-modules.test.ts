@@ -1,0 +1,59 @@
+/**
+ * A pod runs one module: the API server pins one digest a pod (`kube32.io/image-sha256`) and the kubelet
+ * takes it for every container whose image is not a digest. A pod whose containers name different
+ * modules (init containers included), or a module beside an image that names none, is refused with
+ * 422 Invalid naming the container, rather than created and run with the first container's module in
+ * every container (found by a user: `wasm://counter` beside an init container `step` ran `step`).
+ */
+import assert from 'node:assert/strict';
+import { execFile, execFileSync } from 'node:child_process';
+import { mkdtempSync, rmSync, writeFileSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { test } from 'node:test';
+import { startApiServer } from '../helpers/apiserver.ts';
+
+const CLI = new URL('../../bin/kube32-cli.js', import.meta.url).pathname;
+
+/** Pushes a minimal module named `name`; `n` makes its bytes (and digest) its own. Resolves to the digest. */
+function push(kubeconfig: string, dir: string, name: string, n: number): Promise<string> {
+  const wat = join(dir, `${name}.wat`);
+  writeFileSync(wat, `(module (memory (export "memory") 1) (global (mut i32) (i32.const ${n})) (func (export "k32_tick")))`);
+  execFileSync('wat2wasm', [wat, '-o', join(dir, `${name}.wasm`)]);
+  return new Promise((resolve, reject) => {
+    execFile(process.execPath, [CLI, 'push', join(dir, `${name}.wasm`), '--name', name, '--kubeconfig', kubeconfig], { timeout: 30_000 }, (err, stdout, stderr) =>
+      err ? reject(new Error(`push: ${stderr}`)) : resolve(/sha256:([0-9a-f]{64})/.exec(stdout)?.[1] ?? ''),
+    );
+  });
+}
+
+test('a pod whose containers name different modules is refused; one module in every container is pinned', { timeout: 90_000 }, async (t) => {
+  const api = await startApiServer(t);
+  const dir = mkdtempSync(join(tmpdir(), 'k32-pod-modules-'));
+  t.after(() => rmSync(dir, { recursive: true, force: true }));
+  const a = await push(api.kubeconfigPath, dir, 'mod-a', 1);
+  const b = await push(api.kubeconfigPath, dir, 'mod-b', 2);
+  assert.notEqual(a, b);
+  const create = (name: string, spec: unknown) => api.kubectl(['create', '-o', 'json', '-f', '-'], { input: JSON.stringify({ apiVersion: 'v1', kind: 'Pod', metadata: { name }, spec }) });
+
+  // An init container of one module and a container of another.
+  let r = await create('mixed-init', { initContainers: [{ name: 'init', image: 'mod-b' }], containers: [{ name: 'app', image: 'wasm://mod-a' }] });
+  assert.notEqual(r.code, 0, 'created a pod whose containers name two modules');
+  assert.match(r.stderr, /The Pod "mixed-init" is invalid: spec\.containers\[0\]\.image: Invalid value: "wasm:\/\/mod-a": a Kube32 pod runs one module: every container's image must name the module of spec\.initContainers\[0\]\.image \("mod-b", sha256:[0-9a-f]{12}\)/);
+  r = await api.kubectl(['get', 'pod', 'mixed-init']);
+  assert.match(r.stderr, /NotFound/, 'nothing was stored');
+
+  // Two containers of two modules, and a module beside an image that names none (it would run mod-a).
+  r = await create('mixed', { containers: [{ name: 'a', image: 'wasm://mod-a' }, { name: 'b', image: `kube32.io/wasm-sha256:${b}` }] });
+  assert.match(r.stderr, /spec\.containers\[1\]\.image: Invalid value: "kube32\.io\/wasm-sha256:[0-9a-f]{64}": a Kube32 pod runs one module/);
+  r = await create('beside', { containers: [{ name: 'a', image: 'wasm://mod-a' }, { name: 'web', image: 'nginx' }] });
+  assert.match(r.stderr, /spec\.containers\[1\]\.image: Invalid value: "nginx": a Kube32 pod runs one module/);
+
+  // The same module in every container, named three ways: created, pinned to it.
+  r = await create('same', { initContainers: [{ name: 'init', image: 'mod-a' }], containers: [{ name: 'a', image: 'wasm://mod-a' }, { name: 'b', image: `kube32.io/wasm-sha256:${a}` }] });
+  assert.equal(r.code, 0, r.stderr);
+  assert.equal((JSON.parse(r.stdout) as { metadata: { annotations: Record<string, string> } }).metadata.annotations['kube32.io/image-sha256'], a);
+  // An image that names no module, alone, is left to the kubelet as before.
+  r = await create('unknown', { containers: [{ name: 'c', image: 'not-pushed' }] });
+  assert.equal(r.code, 0, r.stderr);
+});
