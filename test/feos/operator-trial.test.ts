@@ -7,6 +7,9 @@ import { mkdirSync, readdirSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { test } from 'node:test';
 import { status } from '@grpc/grpc-js';
+import { create } from '@bufbuild/protobuf';
+import { PodInfoSchema } from '../../src/feos/gen/feos/pod/v1/pod_pb.js';
+import { unforwardedHint } from '../../src/feos/pods/bring-up.ts';
 import { attachFailureHint } from '../../src/feos/pods/console.ts';
 import { feosctl, startFeosd, tempDir } from './harness.ts';
 
@@ -45,6 +48,18 @@ test('feosctl and CreatePod refuse what never boots or could never be put; nothi
       return true;
     });
     assert.deepEqual(readdirSync(join(feosd.stateDir, 'pods')).filter((f) => f.startsWith('sg')), []);
+  });
+
+  await t.test("an image reference the guest could not parse is INVALID_ARGUMENT at create, not a pull's failure after a boot", async () => {
+    const file = join(dir, 'bad-image.yaml');
+    writeFileSync(file, 'containers:\n  - name: app\n    image: "Registry.example/App:1"\n');
+    const cli = await feosctl(feosd.socket, ['pod', 'create', '--id', 'kmgpqd0aaaa', '-f', file]);
+    assert.equal(cli.code, 1);
+    assert.equal(cli.stderr, 'feosctl: INVALID_ARGUMENT: spec: containers[0].image: "Registry.example/App:1": not a reference registry/repository[:tag][@digest]\n');
+    const ok = await feosctl(feosd.socket, ['pod', 'create', '--id', 'kmgpqd0aaab', '--image', '127.0.0.1:5000/busybox:1', '--image', `busybox@sha256:${'a'.repeat(64)}`, '-o', 'json']);
+    assert.equal(ok.code, 0, ok.stderr);
+    // Two images of one name are two containers (the second was "containers[1].name busybox: used twice").
+    assert.deepEqual(JSON.parse(ok.stdout).spec.containers.map((c: { name: string }) => c.name), ['busybox', 'busybox-2']);
   });
 
   await t.test('volume create: --size out of range, not a quantity, or too large to send, and a label given twice exit 2', async () => {
@@ -118,4 +133,18 @@ test("a guest that did not attach: the reason names its console, and the kernel'
   writeFileSync(log, boot(oom) + boot('[    9.0] nothing here\n'));
   assert.equal(await attachFailureHint(log), `; its console: ${log}`);
   assert.equal(await attachFailureHint(join(dir, 'none.log')), `; its console: ${join(dir, 'none.log')}`);
+});
+
+test("a container's create that failed in a pod without a network names the registries feosd forwards", () => {
+  const pod = create(PodInfoSchema, {
+    id: 'hxntpqd0aaa',
+    spec: { containers: [{ name: 'app', image: '127.0.0.1:5999/app:1' }, { name: 'web', image: '127.0.0.1:5000/web:1' }] },
+  });
+  assert.equal(
+    unforwardedHint(pod, 'container app: create', ['127.0.0.1:5000']),
+    '; a pod without a network reaches only the registries feosd forwards (--registry-forward: 127.0.0.1:5000), not 127.0.0.1:5999',
+  );
+  assert.equal(unforwardedHint(pod, 'container app: create', []), '; a pod without a network reaches only the registries feosd forwards (--registry-forward: none), not 127.0.0.1:5999');
+  assert.equal(unforwardedHint(pod, 'container web: create', ['127.0.0.1:5000']), '', 'a forwarded registry failed for its own reason');
+  assert.equal(unforwardedHint(pod, 'container app: start', []), '');
 });

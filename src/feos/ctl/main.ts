@@ -272,7 +272,10 @@ export async function main(argv: string[]): Promise<void> {
       if (o.vcpus !== undefined) spec.vcpus = o.vcpus;
       if (o.memory !== undefined) spec.memoryBytes = o.memory;
       for (const image of o.image ?? []) {
-        const name = (image.split('/').at(-1) ?? 'c').split(/[:@]/)[0].replace(/[^a-z0-9-]/g, '-').slice(0, 63) || 'c';
+        const base = (image.split('/').at(-1) ?? 'c').split(/[:@]/)[0].replace(/[^a-z0-9-]/g, '-').slice(0, 58) || 'c';
+        // Two images of one name (busybox:1 and busybox:2) are two containers: busybox, busybox-2.
+        let name = base;
+        for (let n = 2; spec.containers.some((c) => c.name === name); n++) name = `${base}-${n}`;
         spec.containers.push({ $typeName: 'feos.pod.v1.ContainerSpec', name, image, command: [], args: [], env: {}, volumeMounts: [] });
       }
       if (o.network && !spec.network) spec.network = { $typeName: 'feos.pod.v1.PodNetwork', securityGroups: [], nameTables: [], dnsUpstreams: [] };

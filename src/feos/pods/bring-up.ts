@@ -16,6 +16,7 @@ import { fetchVerified } from './checkpoint.ts';
 import { registryEndpoints, vmPaths } from '../microvm/index.ts';
 import { attachFailureHint } from './console.ts';
 import { mke2fsTimeoutMs } from '../guest/volume-format.ts';
+import { parseImageRef } from '../guest/images.ts';
 import type { PodNetworkAttachment } from './network.ts';
 import { guestVersions } from './guests.ts';
 import { CONTAINER_CREATE_MS, CONTAINER_START_MS, GUEST_ATTACH_MS } from './actions.ts';
@@ -123,10 +124,29 @@ export async function bringUp(core: PodCore, pod: PodInfo, signal: AbortSignal):
     let reason = `${step}: ${errorMessage(err)}`;
     // A guest that did not attach says why on its console alone (the agent killed for lack of memory).
     if (step === 'guest attach') reason += await attachFailureHint(vmPaths(o.vms.dir(id)).serialLog);
+    else if (step.endsWith(': create') && !pod.spec!.network) reason += unforwardedHint(pod, step, o.registryForwards ?? []);
     await o.vms.kill(id, `bring-up failed: ${reason}`).catch(() => {});
     await core.detach(pod);
     await core.setState(pod, PodState.FAILED, reason);
   }
+}
+
+/**
+ * For a container's create that failed in a pod without a network: when its image's registry is not one
+ * feosd forwards (`--registry-forward`), the guest could not reach it (the pull's own error names only
+ * an address inside the guest, such as `connect ECONNREFUSED 127.0.0.1:5999`). Else ''.
+ */
+export function unforwardedHint(pod: PodInfo, step: string, forwards: readonly string[]): string {
+  const c = pod.spec!.containers.find((x) => step === `container ${x.name}: create`);
+  if (!c) return '';
+  let registry: string;
+  try {
+    registry = parseImageRef(c.image).registry;
+  } catch {
+    return '';
+  }
+  if (forwards.includes(registry)) return '';
+  return `; a pod without a network reaches only the registries feosd forwards (--registry-forward: ${forwards.join(', ') || 'none'}), not ${registry}`;
 }
 
 /**

@@ -5,7 +5,8 @@
 import { isIP } from 'node:net';
 import { clone, create } from '@bufbuild/protobuf';
 import { type PodSpec, PodSpecSchema } from '../gen/feos/pod/v1/pod_pb.js';
-import { FeosError } from '../api/index.ts';
+import { errorMessage, FeosError } from '../api/index.ts';
+import { parseImageRef } from '../guest/images.ts';
 
 const MIB = 1024n * 1024n;
 /** Default memory of a pod: 256 MiB. */
@@ -48,6 +49,12 @@ export function normalizeSpec(input: PodSpec | undefined): PodSpec {
     if (names.has(c.name)) throw bad(`containers[${i}].name ${c.name}: used twice`);
     names.add(c.name);
     if (!c.image) throw bad(`containers[${i}].image: empty`);
+    // As the guest will parse it (Docker's rules): a bad reference would fail only after a whole boot.
+    try {
+      parseImageRef(c.image);
+    } catch (err: unknown) {
+      throw bad(`containers[${i}].image: ${errorMessage(err).replace(/^image /, '')}`);
+    }
     for (const m of c.volumeMounts) {
       if (!spec.volumes.some((v) => v.name === m.name)) throw bad(`containers[${i}].volume_mounts: no volume ${JSON.stringify(m.name)}`);
       if (!m.path.startsWith('/')) throw bad(`containers[${i}].volume_mounts: path ${JSON.stringify(m.path)} is not absolute`);
