@@ -58,6 +58,14 @@ test('the image store pulls from a local registry: gzip and zstd, by digest, joi
   const byDigest = await store.pull(`${reg.gated}/public/busybox@${a.image.digest}`);
   assert.equal(byDigest.image.digest, a.image.digest);
 
+  // An image the registry does not have says so (it said only "GET manifests/2: HTTP 404").
+  const missing = await store.pull(`${reg.gated}/public/busybox:2`).then(
+    () => undefined,
+    (err: unknown) => err,
+  );
+  assert.ok(missing instanceof PullError);
+  assert.match(missing.message, new RegExp(`GET manifests/2: HTTP 404: no such image ${reg.gated.replaceAll('.', '\\.')}/public/busybox:2 in the registry$`));
+
   // The gate: no token, a wrong one, the right one.
   const noToken = await store.pull(`${reg.gated}/private/busybox:1`).then(
     () => undefined,

@@ -160,7 +160,11 @@ class Registry {
     }
     if (!res.ok) {
       await res.body?.cancel();
-      throw new PullError(`${this.#ref.registry}/${this.#ref.repository}: GET ${path}: HTTP ${res.status}`);
+      // A manifest the registry does not have is an image that is not there: say so, as docker pull does.
+      const tagOrDigest = path.slice('manifests/'.length);
+      const image = `${this.#ref.registry}/${this.#ref.repository}${tagOrDigest.startsWith('sha256:') ? '@' : ':'}${tagOrDigest}`;
+      const missing = res.status === 404 && path.startsWith('manifests/') ? `: no such image ${image} in the registry` : '';
+      throw new PullError(`${this.#ref.registry}/${this.#ref.repository}: GET ${path}: HTTP ${res.status}${missing}`);
     }
     return res;
   }
