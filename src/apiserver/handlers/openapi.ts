@@ -31,7 +31,7 @@ const CHECKPOINT_SCHEMA = {
       podName: str('The pod, required.'),
       containerName: str('Its container. Default: the only container.'),
       action: str('Save (the default) or Move.'),
-      target: obj('For Move: nodeName or nodeSelector; none: the scheduler picks.', {
+      target: obj('For Move: nodeName or nodeSelector (not both: 422 Invalid); none: the scheduler picks.', {
         nodeName: str('The node to move to.'),
         nodeSelector: { type: 'object', additionalProperties: { type: 'string' }, description: "Labels the target must have, added to the pod's own." },
       }),

@@ -52,6 +52,10 @@ export const checkpoints: ResourceDef = {
       if (t.nodeSelector !== undefined && (typeof t.nodeSelector !== 'object' || Array.isArray(t.nodeSelector))) {
         out.push(invalidValue('spec.target.nodeSelector', t.nodeSelector, 'must be a map of labels'));
       }
+      // The controller goes to a named node without looking at a selector: both would ignore the selector.
+      if (t.nodeName !== undefined && t.nodeName !== null && t.nodeSelector !== undefined && t.nodeSelector !== null) {
+        out.push(invalidValue('spec.target', spec.target, 'nodeName and nodeSelector are exclusive: name the node, or give a selector for the scheduler to pick among'));
+      }
     }
     const phase = rec(obj.status).phase;
     if (phase !== undefined && !(CHECKPOINT_PHASES as readonly unknown[]).includes(phase)) {
