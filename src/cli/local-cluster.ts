@@ -446,8 +446,8 @@ export async function startLocalCluster(opts: LocalClusterOptions): Promise<Loca
       const args = ['--kubeconfig', nodeKubeconfig, '--name', name, '--address', workerAddress(i, firstAddress), '--data-dir', nodeDir];
       if (opts.workerHeap) args.push('--heap', opts.workerHeap);
       const w = startChild(name, sim, args, logDir);
-      w.proc.once('exit', (code) => {
-        if (!stopping) print(`${name} exited with code ${code ?? 'signal'} (log ${w.log})`);
+      w.proc.once('exit', (code, signal) => {
+        if (!stopping) print(`${name} ${exitText(code, signal)}; it stays down until up is started again (log ${w.log})`);
       });
       children.push(w);
       workers.push(name);
@@ -473,8 +473,8 @@ export async function startLocalCluster(opts: LocalClusterOptions): Promise<Loca
           );
         }),
     );
-    cp.proc.once('exit', (code) => {
-      if (!stopping) print(`control plane exited with code ${code ?? 'signal'}; the end of ${cp.log}:\n${tail(cp.log)}`);
+    cp.proc.once('exit', (code, signal) => {
+      if (!stopping) print(`control plane ${exitText(code, signal)}; the end of ${cp.log}:\n${tail(cp.log)}`);
     });
     return {
       server: server!,
@@ -490,6 +490,11 @@ export async function startLocalCluster(opts: LocalClusterOptions): Promise<Loca
     await stop().catch(() => kill());
     throw err;
   }
+}
+
+/** How a child ended, for the line `up` prints: `exited with code 1` or `was killed by SIGKILL`. */
+export function exitText(code: number | null, signal: NodeJS.Signals | null): string {
+  return signal ? `was killed by ${signal}` : `exited with code ${code ?? 'unknown'}`;
 }
 
 /** The etcd server `up` runs: Debian's etcd-server. */

@@ -13,7 +13,7 @@ import { type AddressInfo, createServer } from 'node:net';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { test } from 'node:test';
-import { CLI, run, startCluster } from '../e2e/cluster.ts';
+import { CLI, run, startCluster, waitFor } from '../e2e/cluster.ts';
 import { KUBELET_PORT, portFree } from '../../src/cli/worker-addresses.ts';
 import { isProcessAlive } from '../../src/lib/index.ts';
 
@@ -229,4 +229,12 @@ test('a closed standard output (up | head -2) does not end up: it goes on, print
   assert.equal(await closed, 0, err);
   assert.match(err, /cluster stopped/);
   assert.ok(!alive(cp), `the control plane (pid ${cp}) is stopped`);
+});
+
+test('a worker killed while up runs is reported with its signal, and as staying down', { timeout: 120_000 }, async (t) => {
+  const c = await startCluster(t, { workers: 1 });
+  process.kill(c.childPid('worker-1'), 'SIGKILL');
+  // It said "worker-1 exited with code signal": the signal's name was lost.
+  await waitFor('up reporting the killed worker', 30_000, async () => /worker-1 was killed by SIGKILL; it stays down until up is started again \(log /.test(c.output()));
+  assert.equal(await c.stop(), 0, c.output());
 });
