@@ -1,0 +1,50 @@
+// bin/feosd.js and bin/feosctl.js run dist/ only when it is not older than the sources of src/feos and
+// src/lib: after a `git pull` without `npm run build` they ran the code before the pull (a trial's
+// feosd lacked a fix its freshly built guest had). Checked on a copy of the layout with stand-in mains.
+import assert from 'node:assert/strict';
+import { spawnSync } from 'node:child_process';
+import { copyFileSync, mkdirSync, utimesSync, writeFileSync } from 'node:fs';
+import { join } from 'node:path';
+import { test } from 'node:test';
+import { tempDir } from './harness.ts';
+
+const REPO = new URL('../../', import.meta.url).pathname;
+
+test('the bins run dist/ when it is fresh and the sources when a source is newer', { timeout: 60_000 }, async (t) => {
+  const { dir, cleanup } = tempDir('feos-bin-');
+  t.after(cleanup);
+  for (const [bin, main] of [
+    ['feosd', 'main'],
+    ['feosctl', 'ctl/main'],
+  ] as const) {
+    const root = join(dir, bin);
+    mkdirSync(join(root, 'bin'), { recursive: true });
+    copyFileSync(join(REPO, 'bin', `${bin}.js`), join(root, 'bin', `${bin}.js`));
+    writeFileSync(join(root, 'package.json'), '{"type": "module"}\n');
+    const built = join(root, 'dist/src/feos', `${main}.js`);
+    const src = join(root, 'src/feos', `${main}.ts`);
+    const lib = join(root, 'src/lib/index.ts');
+    for (const f of [built, src, lib]) mkdirSync(join(f, '..'), { recursive: true });
+    writeFileSync(built, "export function main() { process.stdout.write('dist'); }\n");
+    writeFileSync(src, "export function main(): void { process.stdout.write('src'); }\n");
+    writeFileSync(lib, 'export {};\n');
+    let stderr = '';
+    const run = () => {
+      const r = spawnSync(process.execPath, [join(root, 'bin', `${bin}.js`)], { encoding: 'utf8', timeout: 20_000 });
+      assert.equal(r.status, 0, r.stderr);
+      stderr = r.stderr;
+      return r.stdout;
+    };
+    const at = (f: string, s: number) => utimesSync(f, s, s);
+    at(src, 1000);
+    at(lib, 1000);
+    at(built, 2000);
+    assert.equal(run(), 'dist', `${bin}: a fresh build runs`);
+    at(src, 3000);
+    assert.equal(run(), 'src', `${bin}: a source newer than the build runs from source`);
+    assert.equal(stderr, bin === 'feosd' ? 'feosd: dist/ is older than src/ (run npm run build); running the sources\n' : '', 'feosd says so; feosctl keeps quiet');
+    at(src, 1000);
+    at(lib, 3000);
+    assert.equal(run(), 'src', `${bin}: src/lib counts too`);
+  }
+});
