@@ -4,6 +4,7 @@
  * modules (init containers included), or a module beside an image that names none, is refused with
  * 422 Invalid naming the container, rather than created and run with the first container's module in
  * every container (found by a user: `wasm://counter` beside an init container `step` ran `step`).
+ * `kubectl explain pod.spec.containers` (and `initContainers`) says so.
  */
 import assert from 'node:assert/strict';
 import { execFile, execFileSync } from 'node:child_process';
@@ -56,4 +57,11 @@ test('a pod whose containers name different modules is refused; one module in ev
   // An image that names no module, alone, is left to the kubelet as before.
   r = await create('unknown', { containers: [{ name: 'c', image: 'not-pushed' }] });
   assert.equal(r.code, 0, r.stderr);
+
+  // kubectl explain says so beside the fields, before Kubernetes' description.
+  for (const field of ['containers', 'initContainers']) {
+    r = await api.kubectl(['explain', `pod.spec.${field}`]);
+    assert.equal(r.code, 0, r.stderr);
+    assert.match(r.stdout, /DESCRIPTION:\n\s+Kube32 runs one WebAssembly module a pod: every container's image, init\s+containers included, must name the same module/, r.stdout);
+  }
 });
