@@ -14,6 +14,8 @@
  * - the Table columns kubectl 1.32 prints: NAME, SCHEDULE, TIMEZONE, SUSPEND, ACTIVE, LAST SCHEDULE, AGE
  *   (`-o wide`: CONTAINERS, IMAGES, SELECTOR).
  */
+import { existsSync, statSync } from 'node:fs';
+import { join } from 'node:path';
 import { CronScheduleError, isTimeZone, parseCronSchedule } from '../../../lib/cron-schedule.ts';
 import type { StatusCause } from '../../errors.ts';
 import type { KubeObject } from '../../storage/index.ts';
@@ -86,8 +88,32 @@ function validateTimeZone(tz: unknown): StatusCause[] {
     if (part === '.' || part === '..' || part.startsWith('-') || !TZ_PART.test(part)) return [invalidValue('spec.timeZone', tz, `unknown time zone ${tz}`)];
   }
   if (tz.toLowerCase() === 'local') return [invalidValue('spec.timeZone', tz, 'timeZone must be an explicit time zone as defined in https://www.iana.org/time-zones')];
-  if (!isTimeZone(tz)) return [invalidValue('spec.timeZone', tz, `unknown time zone ${tz}`)];
+  if (!isTimeZone(tz) || !isExactZoneName(tz)) return [invalidValue('spec.timeZone', tz, `unknown time zone ${tz}`)];
   return [];
+}
+
+/** Where Go's `time.LoadLocation` looks first on Linux. */
+const ZONEINFO_DIR = '/usr/share/zoneinfo';
+const CANONICAL_ZONES = new Set(Intl.supportedValuesOf('timeZone'));
+
+/**
+ * Whether `tz`, a zone Intl knows, is spelled as the IANA database spells it. Intl takes zone names in
+ * any case (`utc`, `europe/paris`); kube-apiserver's `time.LoadLocation` reads the zoneinfo file of that
+ * exact name (then its embedded copy, as case-sensitive), so it refuses them. Accepted: `UTC`, a name
+ * Intl lists (canonical), one with a zoneinfo file of that exact name (aliases such as `US/Eastern`),
+ * and, on a host without zoneinfo files, any alias that is not a canonical name in another case.
+ */
+function isExactZoneName(tz: string): boolean {
+  if (tz === 'UTC' || CANONICAL_ZONES.has(tz)) return true;
+  if (existsSync(ZONEINFO_DIR)) {
+    try {
+      return statSync(join(ZONEINFO_DIR, tz)).isFile();
+    } catch {
+      return false;
+    }
+  }
+  const canonical = new Intl.DateTimeFormat('en-US', { timeZone: tz }).resolvedOptions().timeZone;
+  return canonical.toLowerCase() !== tz.toLowerCase();
 }
 
 const isCount = (v: unknown) => typeof v === 'number' && Number.isInteger(v) && v >= 0;
