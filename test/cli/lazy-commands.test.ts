@@ -82,7 +82,11 @@ test('a refused flag still ends each command with its message and exit code 1', 
     [['dev', join(dir, 'absent.wasm')], /^error: .*absent\.wasm: cannot read it: no such file\n$/],
     [['snapshot', 'inspect', join(dir, 'absent.k32s'), '-o', 'table'], /^error: unable to match a printer suitable for the output format "table", allowed formats are: json,yaml\n$/],
     [['snapshot', 'inspect', join(dir, 'absent.k32s')], /^error: .*absent\.k32s: no such file\n$/],
-    [['control-plane', '--data-dir', dir, '--port', '99999'], /^error: --port must be a TCP port \(0-65535\): current value is 99999\n$/],
+    [['control-plane', '--data-dir', dir, '--port', '99999'], /^error: --port must be a TCP port \(0-65535\): current value is "99999"\n$/],
+    // An empty port was 0 (Number('')): the control plane listened on a port picked at random.
+    [['control-plane', '--data-dir', dir, '--port', ''], /^error: --port must be a TCP port \(0-65535\): current value is ""\n$/],
+    [['apiserver', '--data-dir', dir, '--port', ' '], /^error: --port must be a TCP port \(0-65535\): current value is " "\n$/],
+    [['dev', join(dir, 'pod.wasm'), '--port', ''], /^error: --port must be 0 to 65535: got ""\n$/],
     [['control-plane', '--data-dir', dir, '--port', '0', '--move-timeout', '0s'], /^error: --move-timeout: must be positive\n$/],
   ];
   for (const [args, message] of cases) {

@@ -40,8 +40,9 @@ export async function apiserver(flags: ApiServerFlags): Promise<void> {
     process.stdout.write(`${issueNodeKubeconfig(flags.dataDir, flags.issueNodeKubeconfig, { path: flags.out })}\n`);
     return;
   }
-  const port = Number(flags.port);
-  if (!Number.isInteger(port) || port < 0 || port > 65535) throw new CliError(`--port must be a TCP port (0-65535): current value is ${flags.port}`);
+  // Digits only: Number('') and Number(' ') are 0, which would listen on a port picked at random.
+  const port = /^\d+$/.test(String(flags.port)) ? Number(flags.port) : Number.NaN;
+  if (!Number.isInteger(port) || port < 0 || port > 65535) throw new CliError(`--port must be a TCP port (0-65535): current value is ${JSON.stringify(flags.port)}`);
   const watchWindow = Number(flags.watchWindow);
   if (!Number.isInteger(watchWindow) || watchWindow < 1) throw new CliError(`--watch-window must be a positive number of events: current value is ${flags.watchWindow}`);
   let eventTtlMs: number;

@@ -52,8 +52,9 @@ function duration(flag: string, text: string): number {
  *   process with code 1
  */
 export async function controlPlane(flags: ControlPlaneFlags): Promise<void> {
-  const port = Number(flags.port);
-  if (!Number.isInteger(port) || port < 0 || port > 65535) throw new CliError(`--port must be a TCP port (0-65535): current value is ${flags.port}`);
+  // Digits only: Number('') and Number(' ') are 0, which would listen on a port picked at random.
+  const port = /^\d+$/.test(String(flags.port)) ? Number(flags.port) : Number.NaN;
+  if (!Number.isInteger(port) || port < 0 || port > 65535) throw new CliError(`--port must be a TCP port (0-65535): current value is ${JSON.stringify(flags.port)}`);
   let dataBytes: number;
   try {
     dataBytes = parseBytes(flags.checkpointDataBytes);

@@ -34,7 +34,8 @@ export interface DevFlags {
 }
 
 function parseFlags(file: string, flags: DevFlags) {
-  const port = Number(flags.port);
+  // Digits only: Number('') is 0, which would listen on a port picked at random.
+  const port = /^\d+$/.test(String(flags.port)) ? Number(flags.port) : Number.NaN;
   if (!Number.isInteger(port) || port < 0 || port > 65535) throw new CliError(`--port must be 0 to 65535: got ${JSON.stringify(flags.port)}`);
   const env: Record<string, string> = {};
   for (const kv of flags.env) {
