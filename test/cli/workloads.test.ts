@@ -186,7 +186,7 @@ test('kubeconfig: $KUBECONFIG merges files, the first wins; --context switches; 
   assert.equal(refused.stderr.trim(), 'The connection to the server 127.0.0.1:1 was refused - did you specify the right host or port?');
 });
 
-test('move refuses, before creating anything, what cannot move: a Pending pod, an unknown container, an empty --to, its own node', { timeout: 180_000 }, async (t) => {
+test('move refuses, before creating anything, what cannot move: a Pending pod, an unknown container, an empty --to, its own node, an empty pod name', { timeout: 180_000 }, async (t) => {
   const api = await startFakeApiServer(t, {
     'GET /api/v1/namespaces/default/pods/waiting': pod('default', 'waiting', '', 'Pending'),
     'GET /api/v1/namespaces/default/pods/done': pod('default', 'done', 'worker-1', 'Succeeded'),
@@ -204,6 +204,9 @@ test('move refuses, before creating anything, what cannot move: a Pending pod, a
     [['move', 'p', '--to', 'worker-1'], /^error: pod p already runs on node worker-1: a move goes to another node/],
     [['checkpoint', 'waiting'], /^error: pod waiting is Pending and not bound to a node yet: only a Running pod can be checkpointed/],
     [['checkpoint', 'p', '-c', 'nosuch'], /^error: container "nosuch" is not valid for pod p/],
+    // An empty name read the pods list as a pod: "pod  is Pending and not bound to a node yet".
+    [['move', ''], /^error: resource name may not be empty\n$/],
+    [['checkpoint', ' '], /^error: resource name may not be empty\n$/],
   ];
   for (const [args, message] of cases) {
     const r = await cli([...args, '--kubeconfig', kc]);

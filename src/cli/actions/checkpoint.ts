@@ -11,7 +11,7 @@ import { loadClusterTarget } from '../kubeconfig.ts';
 import { dnsSubdomainProblem } from '../names.ts';
 import { formatObject, formatSize, parseOutputFormat } from '../output.ts';
 import { parseWaitTimeout } from '../wait.ts';
-import { progress, runningPod } from './pods.ts';
+import { progress, requirePodName, runningPod } from './pods.ts';
 
 /** `checkpoint`'s flags as commander parses them. */
 export interface CheckpointFlags extends ClusterFlags {
@@ -29,6 +29,7 @@ export interface CheckpointFlags extends ClusterFlags {
  *   or the wait times out
  */
 export const checkpoint = kubectlAction(async function checkpoint(pod: string, flags: CheckpointFlags): Promise<void> {
+  requirePodName(pod);
   const format = parseOutputFormat(flags.output);
   const say = progress(format !== '');
   const timeoutMs = parseWaitTimeout(flags.timeout);

@@ -13,7 +13,7 @@ import type { ClusterFlags } from '../flags.ts';
 import { loadClusterTarget } from '../kubeconfig.ts';
 import { formatObject, parseOutputFormat } from '../output.ts';
 import { parseWaitTimeout } from '../wait.ts';
-import { progress, runningPod } from './pods.ts';
+import { progress, requirePodName, runningPod } from './pods.ts';
 
 /** `move`'s flags as commander parses them. */
 export interface MoveFlags extends ClusterFlags {
@@ -32,6 +32,7 @@ export interface MoveFlags extends ClusterFlags {
  *   times out
  */
 export const move = kubectlAction(async function move(pod: string, flags: MoveFlags): Promise<void> {
+  requirePodName(pod);
   const format = parseOutputFormat(flags.output);
   const say = progress(format !== '');
   const timeoutMs = parseWaitTimeout(flags.timeout);

@@ -23,6 +23,15 @@ export interface RunningPod {
 }
 
 /**
+ * Refuses an empty pod name as kubectl does (`resource name may not be empty`): the pod's URL would
+ * then be the pods list, read as a pod that is "Pending and not bound to a node yet".
+ * @throws CliError for a name that is empty or blank
+ */
+export function requirePodName(name: string): void {
+  if (name.trim() === '') throw new CliError('resource name may not be empty');
+}
+
+/**
  * Reads pod `name` in the target's namespace and checks that it is Running on a node, is not being
  * deleted, and has `container` when one is named.
  * @param verb what the caller is about to do, for the messages (`move`, `checkpoint`)
