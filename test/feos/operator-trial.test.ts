@@ -60,6 +60,9 @@ test('feosctl and CreatePod refuse what never boots or could never be put; nothi
     assert.equal(ok.code, 0, ok.stderr);
     // Two images of one name are two containers (the second was "containers[1].name busybox: used twice").
     assert.deepEqual(JSON.parse(ok.stdout).spec.containers.map((c: { name: string }) => c.name), ['busybox', 'busybox-2']);
+    // `pod get` shows them below the pod, with their states when the guest gave them ('-' here: no VM).
+    const got = await feosctl(feosd.socket, ['pod', 'get', 'kmgpqd0aaab']);
+    assert.match(got.stdout, /^ID\s+STATE.*\nkmgpqd0aaab\s.*\n\nCONTAINER\s+IMAGE\s+STATE\nbusybox\s+127\.0\.0\.1:5000\/busybox:1\s+-\nbusybox-2\s+busybox@sha256:a{64}\s+-\n$/);
   });
 
   await t.test('volume create: --size out of range, not a quantity, or too large to send, and a label given twice exit 2', async () => {

@@ -79,6 +79,17 @@ function printPods(pods: PodInfo[], output: Output, single: boolean): void {
       ]);
     }
     process.stdout.write(table(rows));
+    // One pod's containers below it (GetPod asks a RUNNING pod's guest for their states): an exited
+    // container is why an exec is refused.
+    const p = pods[0];
+    if (single && (p.spec?.containers.length ?? 0) > 0) {
+      const crows = [['CONTAINER', 'IMAGE', 'STATE']];
+      for (const c of p.spec!.containers) {
+        const st = p.containers.find((x) => x.name === c.name);
+        crows.push([c.name, c.image, st ? (st.state === 'exited' ? `exited (${st.exitCode})` : st.state) : '-']);
+      }
+      process.stdout.write(`\n${table(crows)}`);
+    }
   }
 }
 
