@@ -10,7 +10,7 @@
  *   once per pod uid, saying what is used instead (`annotations.ts`).
  * - A pod with `kube32.io/checkpoint-interval`: a Save Checkpoint labelled `kube32.io/trigger: periodic` at
  *   that interval (10 s at least), named after the interval's slot so that a retry after a crash does not
- *   make a second one.
+ *   make a second one; none while the pod's node is not Ready (the snapshot could not be taken).
  */
 import type { V1Pod } from '@kubernetes/client-node';
 import { parseDuration } from '../../lib/index.ts';
@@ -19,7 +19,7 @@ import type { ReconcileResult } from '../runtime/controller.ts';
 import { splitKey } from '../runtime/controller.ts';
 import { type ControllerContext, recordPodEvent } from '../runtime/context.ts';
 import { isAlreadyExists } from '../runtime/errors.ts';
-import { isPodRunning, migrationPolicy, podSpecBlockers, restoreFailure } from '../runtime/pods.ts';
+import { isPodRunning, migrationPolicy, nodeReadyStatus, podSpecBlockers, restoreFailure } from '../runtime/pods.ts';
 import { ANNOTATIONS, type Checkpoint, LABELS } from '../runtime/types.ts';
 import { forgetAnnotationWarnings, warnAboutAnnotations } from './annotations.ts';
 
@@ -93,6 +93,10 @@ async function periodic(ctx: ControllerContext, pod: V1Pod): Promise<ReconcileRe
   const interval = checkpointInterval(ctx, pod);
   if (interval === undefined || migrationPolicy(pod) === 'Never' || podSpecBlockers(pod).length > 0) return undefined;
   if (!isPodRunning(pod)) return undefined; // the pod's next update brings it back
+  // A node the control plane sees as not Ready (lost, or its kubelet down) cannot answer a snapshot: each
+  // try was a Failed Checkpoint and a CheckpointFailed warning, every interval until the pod was evicted.
+  const node = pod.spec?.nodeName ? ctx.cache.nodes.get(pod.spec.nodeName) : undefined;
+  if (node && nodeReadyStatus(node) !== 'True') return { requeueAfterMs: interval };
   const ns = pod.metadata?.namespace ?? 'default';
   const podName = pod.metadata?.name ?? '';
   const key = `${ns}/${podName}`;
