@@ -26,6 +26,8 @@ export const KUBE32_NOTES: Readonly<Record<string, string>> = {
   'io.k8s.api.batch.v1.JobSpec#backoffLimitPerIndex': refused('Kube32 runs NonIndexed Jobs only: use backoffLimit.'),
   'io.k8s.api.batch.v1.JobSpec#maxFailedIndexes': refused('Kube32 runs NonIndexed Jobs only: use backoffLimit.'),
   'io.k8s.api.batch.v1.JobSpec#managedBy': refused("Kube32's own job controller manages every Job."),
+  'io.k8s.api.batch.v1.CronJobSpec#timeZone':
+    "Without one, Kube32 reads the schedule in UTC (the controllers' zone is not used). The name must be spelled as the IANA database spells it (Europe/Paris, not europe/paris).",
   'io.k8s.api.batch.v1.JobStatus#completedIndexes': 'Never set by Kube32, which runs NonIndexed Jobs only.',
   'io.k8s.api.batch.v1.JobStatus#failedIndexes': 'Never set by Kube32, which runs NonIndexed Jobs only.',
 };
