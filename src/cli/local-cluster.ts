@@ -27,6 +27,7 @@
 import { type ChildProcess, spawn } from 'node:child_process';
 import { closeSync, existsSync, mkdirSync, openSync, readFileSync, rmSync, statSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
+import { constants as osConstants } from 'node:os';
 import { isProcessAlive, unusedPort } from '../lib/index.ts';
 import type { KubeConfig } from '@kubernetes/client-node';
 import { apiJson, rawRequest, serverUrl } from './api-client.ts';
@@ -268,7 +269,8 @@ function startChild(name: string, file: string, args: string[], logDir: string, 
   const child: Child = { name, proc, log, exitCode: null, exited: Promise.resolve(0) };
   child.exited = new Promise<number>((resolve) => {
     proc.once('exit', (code, sig) => {
-      child.exitCode = code ?? (sig ? 128 : 1);
+      // A signal is the shell's 128 + its number (SIGKILL: 137), so that exitText can name it again.
+      child.exitCode = code ?? (sig ? 128 + (osConstants.signals[sig] ?? 0) : 1);
       resolve(child.exitCode);
     });
     proc.once('error', () => {
@@ -495,6 +497,15 @@ export async function startLocalCluster(opts: LocalClusterOptions): Promise<Loca
 /** How a child ended, for the line `up` prints: `exited with code 1` or `was killed by SIGKILL`. */
 export function exitText(code: number | null, signal: NodeJS.Signals | null): string {
   return signal ? `was killed by ${signal}` : `exited with code ${code ?? 'unknown'}`;
+}
+
+/**
+ * {@link exitText} of a child's exit status as `Child.exited` resolves it (a signal is 128 + its number).
+ * @example exitStatusText(137) // 'was killed by SIGKILL'
+ */
+export function exitStatusText(status: number): string {
+  const signal = status > 128 ? Object.entries(osConstants.signals).find(([, n]) => n === status - 128)?.[0] : undefined;
+  return signal ? exitText(null, signal as NodeJS.Signals) : exitText(status, null);
 }
 
 /** The etcd server `up` runs: Debian's etcd-server. */

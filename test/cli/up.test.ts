@@ -238,3 +238,13 @@ test('a worker killed while up runs is reported with its signal, and as staying 
   await waitFor('up reporting the killed worker', 30_000, async () => /worker-1 was killed by SIGKILL; it stays down until up is started again \(log /.test(c.output()));
   assert.equal(await c.stop(), 0, c.output());
 });
+
+test('a control plane killed while up runs stops the cluster, and up says which signal killed it', { timeout: 120_000 }, async (t) => {
+  const c = await startCluster(t, { workers: 0 });
+  process.kill(c.childPid('control-plane'), 'SIGKILL');
+  // up exits on its own; stop() only waits for it then. It said "the control plane exited (code 128)".
+  await waitFor('up exiting', 60_000, async () => c.process.exitCode !== null);
+  assert.equal(await c.stop(), 1, c.output());
+  assert.match(c.output(), /control plane was killed by SIGKILL; the end of /);
+  assert.match(c.output(), /error: the control plane was killed by SIGKILL: the cluster is down/);
+});

@@ -120,7 +120,7 @@ export async function up(flags: UpFlags): Promise<void> {
   if (etcdEndpoints && storage !== 'etcd') throw new CliError('--etcd-endpoints needs --storage etcd');
   const dataDir = flags.dataDir;
   // Loaded once the flags are known to be good: it brings the Kubernetes client.
-  const { startLocalCluster } = await import('../local-cluster.ts');
+  const { exitStatusText, startLocalCluster } = await import('../local-cluster.ts');
   const { print, release } = resilientPrinter();
   print(`kube32: starting a local cluster in ${dataDir} (${workers} worker${workers === 1 ? '' : 's'})`);
 
@@ -182,7 +182,7 @@ export async function up(flags: UpFlags): Promise<void> {
       const cpExit = cluster.controlPlaneExited.then((code) => ({ code }));
       const outcome = await Promise.race([stopRequested.then(() => undefined), cpExit]);
       await cluster.stop();
-      if (outcome !== undefined) throw new CliError(`the control plane exited (code ${outcome.code}): the cluster is down`);
+      if (outcome !== undefined) throw new CliError(`the control plane ${exitStatusText(outcome.code)}: the cluster is down`);
     } else {
       await cluster.stop();
     }
