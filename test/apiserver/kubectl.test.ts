@@ -323,7 +323,7 @@ test('kubectl works against the API server', { timeout: 240_000 }, async (t) => 
     assert.match(r.stdout, /KIND:\s+Pod\nVERSION:\s+v1/);
     assert.match(r.stdout, /FIELD: spec <PodSpec>/);
     // Kube32's note (one module a pod) first, then Kubernetes' description.
-    assert.match(r.stdout, /containers\s+<\[\]Container> -required-\n\s+Kube32 runs one WebAssembly module a pod:[^]*?\n\s*\n\s+List of containers belonging to the pod\./);
+    assert.match(r.stdout, /containers\s+<\[\]Container> -required-\n\s+Kube32 runs one WebAssembly module a pod:[\s\S]*?\n\s*\n\s+List of containers belonging to the pod\./);
     assert.match(r.stdout, /nodeSelector\s+<map\[string\]string>/);
     assert.match(r.stdout, /terminationGracePeriodSeconds\s+<integer>/);
     r = await api.kubectl(['explain', 'deploy.spec.replicas']);
