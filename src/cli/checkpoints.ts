@@ -100,7 +100,8 @@ export async function followCheckpoint(
     return found;
   } catch (err: unknown) {
     if (signal.aborted && !(err instanceof CliError)) {
-      throw new CliError(`timed out waiting for checkpoint.kube32.io/${name} to finish (phase ${lastPhase || 'not started'})`, 1, {
+      // The Checkpoint is not cancelled: say so, and how to follow it.
+      throw new CliError(`timed out waiting for checkpoint.kube32.io/${name} to finish (phase ${lastPhase || 'not started'}); it goes on: kubectl get checkpoint ${name} -n ${namespace} -w`, 1, {
         cause: err,
       });
     }

@@ -231,3 +231,14 @@ test('checkpoint --name explains the naming rule, as push does, and sends nothin
   }
   assert.equal(api.seen.length, 0, 'nothing sent for a bad name');
 });
+
+test('a wait that times out says the Checkpoint goes on and how to follow it, and exits 1', { timeout: 120_000 }, async (t) => {
+  const api = await startFakeApiServer(t, {
+    'GET /api/v1/namespaces/default/pods/counter': pod('default', 'counter', 'worker-1'),
+    ...checkpointRoutes('default', { phase: 'Saving', nodeName: 'worker-1' }),
+  });
+  const r = await cli(['checkpoint', 'counter', '--name', 'slow', '--timeout', '1s', '--kubeconfig', api.kubeconfig()]);
+  assert.equal(r.code, 1, r.stdout);
+  // It said only "timed out waiting ... (phase Saving)", as if the Checkpoint had stopped.
+  assert.match(r.stderr, /^error: timed out waiting for checkpoint\.kube32\.io\/slow to finish \(phase Saving\); it goes on: kubectl get checkpoint slow -n default -w\n$/m);
+});
