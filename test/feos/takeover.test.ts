@@ -18,11 +18,11 @@ import { startFeosd, tempDir, until } from './harness.ts';
 const FAKE = new URL('./fake-qemu.ts', import.meta.url).pathname;
 
 /** Lays out a RUNNING pod whose microVM is the stand-in QEMU, in `qemuStatus`/`migration`. */
-async function frozenPod(state: string, id: string, qemuStatus: string, migration: string, vmstate: boolean) {
+async function frozenPod(state: string, id: string, qemuStatus: string, migration: string, vmstate: boolean, mode = '') {
   const dir = join(state, 'vms', id);
   mkdirSync(join(dir, 'snapshot'), { recursive: true });
   if (vmstate) writeFileSync(join(dir, 'snapshot', 'vmstate'), Buffer.alloc(4096, 7));
-  const child = spawn(process.execPath, [FAKE, join(dir, 'qmp.sock'), qemuStatus, migration], { stdio: 'ignore' });
+  const child = spawn(process.execPath, [FAKE, join(dir, 'qmp.sock'), qemuStatus, migration, ...(mode ? [mode] : [])], { stdio: 'ignore' });
   await until('the stand-in QEMU listens', async () => (existsSync(join(dir, 'qmp.sock')) ? true : undefined), 10_000);
   const now = timestampNow();
   const vm = create(MicroVmSchema, {
@@ -69,4 +69,28 @@ test('a QEMU left in postmigrate with its whole snapshot is SUSPENDED at takeove
   assert.equal(PodState[p2.state], 'RUNNING');
   await until('the takeover of the paused QEMU is logged', async () => (/QEMU was paused without a whole snapshot; its vCPUs run again/.test(feosd.stderr()) ? true : undefined), 20_000);
   assert.equal(paused.exitCode, null, 'its QEMU runs on');
+});
+
+test("a microVM that QEMU paused on a full disk: GetPod says so and how to go on, ResumePod lets it run (the pod stayed RUNNING and its guest silent, and nothing said why)", { timeout: 90_000 }, async (t) => {
+  const { dir, cleanup } = tempDir('feos-ioerror-');
+  t.after(cleanup);
+  const state = join(dir, 'state');
+  const qemu = await frozenPod(state, 'kxfzzpqd0ab', 'running', 'none', false, 'ioerror');
+  t.after(() => qemu.kill('SIGKILL'));
+  const feosd = await startFeosd(dir);
+  t.after(() => feosd.stop('SIGKILL'));
+  await until('the pause is logged', async () => (/"level":50.*microVM paused: QEMU paused it on a failed write of data: No space left on device \(the node's disk is full\)/.test(feosd.stderr()) ? true : undefined), 20_000);
+  const paused = (await feosd.pods.getPod({ id: 'kxfzzpqd0ab' })).pod!;
+  assert.equal(PodState[paused.state], 'RUNNING');
+  assert.equal(paused.guest?.answered, false);
+  assert.match(
+    paused.guest?.reason ?? '',
+    /; its microVM is paused: QEMU paused it on a failed write of data: No space left on device \(the node's disk is full\): free space on the node, then ResumePod \(feosctl pod resume kxfzzpqd0ab\) lets it run$/,
+  );
+  const resumed = (await feosd.pods.resumePod({ id: 'kxfzzpqd0ab' })).pod!;
+  assert.equal(PodState[resumed.state], 'RUNNING');
+  await until('the continue is logged', async () => (/microVM continued after its disk error/.test(feosd.stderr()) ? true : undefined), 20_000);
+  const after = (await feosd.pods.getPod({ id: 'kxfzzpqd0ab' })).pod!;
+  assert.doesNotMatch(after.guest?.reason ?? '', /paused/, 'QEMU sent RESUME: no longer paused');
+  assert.equal(qemu.exitCode, null, 'its QEMU runs on');
 });

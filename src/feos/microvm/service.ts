@@ -81,6 +81,8 @@ interface Runtime {
   /** Set while this layer ends QEMU itself (suspend, kill): the exit is the caller's. */
   expectingExit: boolean;
   guestShutdownSeen: boolean;
+  /** Why QEMU stopped the vCPUs on a disk's error (BLOCK_IO_ERROR, action stop), until they run again. */
+  ioError?: string;
   exited?: Promise<{ code: number | null; signal: string | null }>;
 }
 
@@ -108,6 +110,29 @@ export class MicroVmService extends EventEmitter<{ exit: [MicroVmExit] }> {
   /** The record of a microVM, as it is now; undefined when there is none. */
   get(id: string): MicroVm | undefined {
     return this.#vms.get(id)?.record;
+  }
+
+  /**
+   * Why QEMU paused a running microVM on a disk's error (a full file system on the node), or undefined:
+   * `QEMU paused it on a failed write of DRIVE: No space left on device (the node's disk is full)`.
+   */
+  pausedOnError(id: string): string | undefined {
+    return this.#vms.get(id)?.ioError;
+  }
+
+  /**
+   * Lets a microVM that QEMU paused on a disk's error run again (QMP `cont`), once the cause is gone; a
+   * write that fails again pauses it again.
+   * @throws FeosError NOT_FOUND without the microVM, FAILED_PRECONDITION when it is not paused on an error
+   */
+  async continueAfterError(id: string): Promise<void> {
+    const rt = this.#vms.get(id);
+    if (!rt) throw new FeosError('NOT_FOUND', `microVM ${id} not found`);
+    if (!rt.ioError || !rt.qmp) throw new FeosError('FAILED_PRECONDITION', `microVM ${id} is not paused on a disk's error`);
+    const why = rt.ioError;
+    rt.ioError = undefined;
+    await rt.qmp.execute('cont');
+    this.#opts.log.info({ id, after: why }, 'microVM continued after its disk error');
   }
 
   /** The guest client of a microVM (one per microVM, reconnecting). */
@@ -141,13 +166,21 @@ export class MicroVmService extends EventEmitter<{ exit: [MicroVmExit] }> {
       } catch {}
       if (record.state !== MicroVmState.RUNNING) continue;
       if (record.bootId === boot && isSameProcess(record.pid, record.pidStartTicks)) {
+        let attached = false;
         try {
           await this.#attachQmp(rt);
+          attached = true;
           this.#watchAdopted(rt);
           const state = await this.#settleTakenOver(rt);
           this.#opts.log.info({ id, pid: record.pid, state: MicroVmState[state] }, 'microVM taken over');
           continue;
         } catch (err: unknown) {
+          // A QEMU that answers QMP is not ended for what failed after (its record not written to a full
+          // state dir): feosd does not start, and the next start takes it over.
+          if (attached) {
+            rt.qmp?.close();
+            throw new Error(`microVM ${id}: its QEMU (pid ${record.pid}) answers but was not taken over: ${errorMessage(err)}; it runs on for the next start of feosd`);
+          }
           this.#opts.log.warn({ id, pid: record.pid, err: errorMessage(err) }, 'microVM: QMP unreachable; ending it');
           killPid(record.pid);
         }
@@ -524,6 +557,13 @@ export class MicroVmService extends EventEmitter<{ exit: [MicroVmExit] }> {
     rt.qmp = qmp;
     qmp.on('event', (ev: QmpEvent) => {
       if (ev.event === 'SHUTDOWN' && ev.data?.guest === true) rt.guestShutdownSeen = true;
+      // QEMU's default werror=enospc stops the vCPUs when a write to a disk's file finds the node's file
+      // system full: the guest then answers nothing, and nothing else says why.
+      if (ev.event === 'BLOCK_IO_ERROR' && ev.data?.action === 'stop' && !rt.ioError) {
+        rt.ioError = blockIoError(ev.data);
+        this.#opts.log.error({ id: rt.record.id, event: ev.data }, `microVM paused: ${rt.ioError}`);
+      }
+      if (ev.event === 'RESUME') rt.ioError = undefined;
     });
   }
 
@@ -559,4 +599,11 @@ export class MicroVmService extends EventEmitter<{ exit: [MicroVmExit] }> {
     );
     this.emit('exit', { id: rt.record.id, pid, state, reason });
   }
+}
+
+/** QMP's BLOCK_IO_ERROR data in words: the operation, the drive, QEMU's reason, and a full disk said so. */
+export function blockIoError(data: Record<string, unknown>): string {
+  const drive = String(data.device || data['node-name'] || 'a disk');
+  const full = data.nospace === true ? " (the node's disk is full)" : '';
+  return `QEMU paused it on a failed ${String(data.operation ?? 'access')} of ${drive}: ${String(data.reason ?? 'I/O error')}${full}`;
 }

@@ -148,7 +148,9 @@ export class PodService extends EventEmitter<{ event: [PodEvent] }> {
         pod.containers = listed.containers.map((c) => create(ContainerStatusSchema, { name: c.name, state: c.state, exitCode: c.exitCode }));
       }
     } catch (err: unknown) {
-      pod.guest = create(GuestStatusSchema, { reason: `the guest of pod ${pod.id} did not answer within 5s: ${errorMessage(err)}` });
+      const paused = this.#core.o.vms.pausedOnError(pod.id);
+      const why = paused ? `; its microVM is paused: ${paused}: free space on the node, then ResumePod (feosctl pod resume ${pod.id}) lets it run` : '';
+      pod.guest = create(GuestStatusSchema, { reason: `the guest of pod ${pod.id} did not answer within 5s: ${errorMessage(err)}${why}` });
     }
     return pod;
   }
@@ -302,6 +304,11 @@ export class PodService extends EventEmitter<{ event: [PodEvent] }> {
       if (pod.state === PodState.HIBERNATED) return undefined;
       // disk_only means a fresh boot from a checkpoint's disk: a pod on the node has its own memory.
       if (diskOnly) throw new FeosError('INVALID_ARGUMENT', `pod ${id} is ${PodState[pod.state]}: disk_only applies to a HIBERNATED pod's restore; resume it without, or stop it and start it for a fresh boot`);
+      // A RUNNING pod whose microVM QEMU paused on a disk's error (the node's disk was full) runs again.
+      if (pod.state === PodState.RUNNING && core.o.vms.pausedOnError(id)) {
+        await core.o.vms.continueAfterError(id);
+        return pod;
+      }
       return resumeLocked(core, pod, keepSuspendedOnFailure, reason);
     });
     return resumed ?? restorePod(core, id, { diskOnly });
