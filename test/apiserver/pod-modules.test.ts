@@ -4,7 +4,8 @@
  * modules (init containers included), or a module beside an image that names none, is refused with
  * 422 Invalid naming the container, rather than created and run with the first container's module in
  * every container (found by a user: `wasm://counter` beside an init container `step` ran `step`).
- * `kubectl explain pod.spec.containers` (and `initContainers`) says so.
+ * `kubectl explain pod.spec.containers` says so. A pod with init containers is refused: the kubelet never
+ * runs them (`kubectl explain pod.spec.initContainers` says so).
  */
 import assert from 'node:assert/strict';
 import { execFile, execFileSync } from 'node:child_process';
@@ -37,11 +38,11 @@ test('a pod whose containers name different modules is refused; one module in ev
   assert.notEqual(a, b);
   const create = (name: string, spec: unknown) => api.kubectl(['create', '-o', 'json', '-f', '-'], { input: JSON.stringify({ apiVersion: 'v1', kind: 'Pod', metadata: { name }, spec }) });
 
-  // An init container of one module and a container of another.
-  let r = await create('mixed-init', { initContainers: [{ name: 'init', image: 'mod-b' }], containers: [{ name: 'app', image: 'wasm://mod-a' }] });
+  // A container of one module and a container of another.
+  let r = await create('mixed-two', { containers: [{ name: 'first', image: 'mod-b' }, { name: 'app', image: 'wasm://mod-a' }] });
   assert.notEqual(r.code, 0, 'created a pod whose containers name two modules');
-  assert.match(r.stderr, /The Pod "mixed-init" is invalid: spec\.containers\[0\]\.image: Invalid value: "wasm:\/\/mod-a": a Kube32 pod runs one module: every container's image must name the module of spec\.initContainers\[0\]\.image \("mod-b", sha256:[0-9a-f]{12}\)/);
-  r = await api.kubectl(['get', 'pod', 'mixed-init']);
+  assert.match(r.stderr, /The Pod "mixed-two" is invalid: spec\.containers\[1\]\.image: Invalid value: "wasm:\/\/mod-a": a Kube32 pod runs one module: every container's image must name the module of spec\.containers\[0\]\.image \("mod-b", sha256:[0-9a-f]{12}\)/);
+  r = await api.kubectl(['get', 'pod', 'mixed-two']);
   assert.match(r.stderr, /NotFound/, 'nothing was stored');
 
   // Two containers of two modules, and a module beside an image that names none (it would run mod-a).
@@ -51,17 +52,28 @@ test('a pod whose containers name different modules is refused; one module in ev
   assert.match(r.stderr, /spec\.containers\[1\]\.image: Invalid value: "nginx": a Kube32 pod runs one module/);
 
   // The same module in every container, named three ways: created, pinned to it.
-  r = await create('same', { initContainers: [{ name: 'init', image: 'mod-a' }], containers: [{ name: 'a', image: 'wasm://mod-a' }, { name: 'b', image: `kube32.io/wasm-sha256:${a}` }] });
+  r = await create('same', { containers: [{ name: 'i', image: 'mod-a' }, { name: 'a', image: 'wasm://mod-a' }, { name: 'b', image: `kube32.io/wasm-sha256:${a}` }] });
   assert.equal(r.code, 0, r.stderr);
   assert.equal((JSON.parse(r.stdout) as { metadata: { annotations: Record<string, string> } }).metadata.annotations['kube32.io/image-sha256'], a);
   // An image that names no module, alone, is left to the kubelet as before.
   r = await create('unknown', { containers: [{ name: 'c', image: 'not-pushed' }] });
   assert.equal(r.code, 0, r.stderr);
 
-  // kubectl explain says so beside the fields, before Kubernetes' description.
-  for (const field of ['containers', 'initContainers']) {
-    r = await api.kubectl(['explain', `pod.spec.${field}`]);
-    assert.equal(r.code, 0, r.stderr);
-    assert.match(r.stdout, /DESCRIPTION:\n\s+Kube32 runs one WebAssembly module a pod: every container's image, init\s+containers included, must name the same module/, r.stdout);
-  }
+  // kubectl explain says so beside the field, before Kubernetes' description.
+  r = await api.kubectl(['explain', 'pod.spec.containers']);
+  assert.equal(r.code, 0, r.stderr);
+  assert.match(r.stdout, /DESCRIPTION:\n\s+Kube32 runs one WebAssembly module a pod: every container's image must name\s+the same module/, r.stdout);
+});
+
+test('a pod with init containers is refused (the kubelet never runs them); explain says so', { timeout: 60_000 }, async (t) => {
+  const api = await startApiServer(t);
+  // Found by a user: a pod with an init container ran its container alone, as if the init container had run.
+  const spec = { restartPolicy: 'Never', initContainers: [{ name: 'init', image: 'step' }], containers: [{ name: 'main', image: 'step' }] };
+  let r = await api.kubectl(['create', '-f', '-'], { input: JSON.stringify({ apiVersion: 'v1', kind: 'Pod', metadata: { name: 'withinit' }, spec }) });
+  assert.notEqual(r.code, 0, 'a pod with init containers was created');
+  assert.match(r.stderr, /The Pod "withinit" is invalid: spec\.initContainers: Forbidden: Kube32 does not run init containers: do that work in the module \(its k32_init runs once, when it starts\) or in a Job that runs first/);
+  r = await api.kubectl(['create', '-f', '-'], { input: JSON.stringify({ apiVersion: 'v1', kind: 'Pod', metadata: { name: 'noinit' }, spec: { ...spec, initContainers: [] } }) });
+  assert.equal(r.code, 0, r.stderr);
+  r = await api.kubectl(['explain', 'pod.spec.initContainers']);
+  assert.match(r.stdout, /DESCRIPTION:\n\s+Not supported by Kube32: a pod that has init containers is refused \(422\s+Invalid\), since they would not run\./, r.stdout);
 });

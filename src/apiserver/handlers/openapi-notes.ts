@@ -11,7 +11,7 @@ const refused = (what: string): string => `Not supported by Kube32: a Job (or a 
 
 /** Said of a pod's containers: the API server pins one module a pod (registry/modules/images.ts). */
 const ONE_MODULE =
-  "Kube32 runs one WebAssembly module a pod: every container's image, init containers included, must name the same module (wasm://NAME, a pushed NAME, or kube32.io/wasm-sha256:<hex>); a pod whose containers name two is refused (422 Invalid).";
+  "Kube32 runs one WebAssembly module a pod: every container's image must name the same module (wasm://NAME, a pushed NAME, or kube32.io/wasm-sha256:<hex>); a pod whose containers name two is refused (422 Invalid).";
 
 /**
  * Kube32's note on a field, by `schema#field` (`io.k8s.api.batch.v1.JobSpec#podFailurePolicy`): put
@@ -19,7 +19,8 @@ const ONE_MODULE =
  */
 export const KUBE32_NOTES: Readonly<Record<string, string>> = {
   'io.k8s.api.core.v1.PodSpec#containers': ONE_MODULE,
-  'io.k8s.api.core.v1.PodSpec#initContainers': ONE_MODULE,
+  'io.k8s.api.core.v1.PodSpec#initContainers':
+    'Not supported by Kube32: a pod that has init containers is refused (422 Invalid), since they would not run. Do that work in the module (its k32_init runs once, when it starts) or in a Job that runs first.',
   'io.k8s.api.batch.v1.JobSpec#completionMode': 'Kube32 runs NonIndexed Jobs only: a Job with completionMode Indexed is refused (422 Invalid).',
   'io.k8s.api.batch.v1.JobSpec#podFailurePolicy': refused('Every failed pod counts towards backoffLimit.'),
   'io.k8s.api.batch.v1.JobSpec#successPolicy': refused('A Job succeeds when `completions` of its pods have succeeded (or, without completions, one has).'),

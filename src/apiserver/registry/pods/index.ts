@@ -145,12 +145,20 @@ function validateContainers(spec: Record<string, unknown>, list: string, require
   return out;
 }
 
+/** Why a pod with init containers is refused (also said by `kubectl explain pod.spec.initContainers`). */
+export const INIT_CONTAINERS_REFUSED = 'Kube32 does not run init containers: do that work in the module (its k32_init runs once, when it starts) or in a Job that runs first';
+
 /** Problems of a pod. */
 export function validatePod(obj: KubeObject, old?: KubeObject): StatusCause[] {
   const out: StatusCause[] = [...validateSubdomain(obj.metadata.name, 'metadata.name'), ...validateMetaMaps(obj)];
   const spec = rec(obj.spec);
   if (obj.spec === undefined) return [...out, required('spec')];
   out.push(...validateContainers(spec, 'containers', true), ...validateContainers(spec, 'initContainers', false));
+  // The kubelet runs a pod's containers, never its init containers: a pod with some would start as if
+  // they had run (kept on an update of a pod stored with them before, which already runs).
+  if (Array.isArray(spec.initContainers) && spec.initContainers.length > 0 && !(old && Array.isArray(rec(old.spec).initContainers) && arr(rec(old.spec).initContainers).length > 0)) {
+    out.push({ reason: 'FieldValueForbidden', message: `Forbidden: ${INIT_CONTAINERS_REFUSED}`, field: 'spec.initContainers' });
+  }
   if (!['Always', 'OnFailure', 'Never'].includes(String(spec.restartPolicy))) {
     out.push({ reason: 'FieldValueNotSupported', message: `Unsupported value: "${String(spec.restartPolicy)}": supported values: "Always", "OnFailure", "Never"`, field: 'spec.restartPolicy' });
   }
