@@ -77,3 +77,19 @@ test('a pod with init containers is refused (the kubelet never runs them); expla
   r = await api.kubectl(['explain', 'pod.spec.initContainers']);
   assert.match(r.stdout, /DESCRIPTION:\n\s+Not supported by Kube32: a pod that has init containers is refused \(422\s+Invalid\), since they would not run\./, r.stdout);
 });
+
+test('kubectl explain says which container fields Kube32 keeps but does not run: probes, lifecycle hooks, command, args', { timeout: 60_000 }, async (t) => {
+  const api = await startApiServer(t);
+  // Found by a user: a readinessProbe on a path and port nothing serves, and a livenessProbe of `false`:
+  // the pod was 1/1 Running, with no word anywhere that probes are not run.
+  for (const field of ['livenessProbe', 'readinessProbe', 'startupProbe']) {
+    const r = await api.kubectl(['explain', `pod.spec.containers.${field}`]);
+    assert.match(r.stdout, /DESCRIPTION:\n\s+Kept but not run by Kube32: the kubelet runs no probes, and a container is\s+Ready while its module runs\./, `${field}: ${r.stdout}`);
+  }
+  let r = await api.kubectl(['explain', 'deployment.spec.template.spec.containers.lifecycle']);
+  assert.match(r.stdout, /DESCRIPTION:\n\s+Kept but not run by Kube32: the kubelet runs no postStart or preStop hooks/, r.stdout);
+  for (const field of ['command', 'args']) {
+    r = await api.kubectl(['explain', `job.spec.template.spec.containers.${field}`]);
+    assert.match(r.stdout, /DESCRIPTION:\n\s+Kept but not run by Kube32: a module has no processes and no command line\./, `${field}: ${r.stdout}`);
+  }
+});

@@ -3,7 +3,8 @@
  * in OpenAPI v3, so `kubectl explain job.spec` says it beside the field. The fields stay in the
  * schema (kubectl validates a manifest against it, and kube-apiserver's clients send them), and the
  * API server refuses them as it says here (registry/batch `validateJobSpec`); the test that reads
- * these notes with kubectl also checks that each field is refused.
+ * these notes with kubectl also checks that each field is refused. A container's probes, hooks,
+ * command and args are kept but not run: their notes say so (test/apiserver/pod-modules.test.ts).
  */
 
 /** Said of a field the API server refuses, for a user who sets it: what happens, and what to do instead. */
@@ -13,12 +14,24 @@ const refused = (what: string): string => `Not supported by Kube32: a Job (or a 
 const ONE_MODULE =
   "Kube32 runs one WebAssembly module a pod: every container's image must name the same module (wasm://NAME, a pushed NAME, or kube32.io/wasm-sha256:<hex>); a pod whose containers name two is refused (422 Invalid).";
 
+/** Said of a container's probes, which the kubelet keeps but never runs (src/kubelet has no prober). */
+const NO_PROBES = 'Kept but not run by Kube32: the kubelet runs no probes, and a container is Ready while its module runs.';
+
+/** Said of a container's command and args (docs/controllers.md, Jobs). */
+const NO_PROCESS = 'Kept but not run by Kube32: a module has no processes and no command line. Give it settings with env (k32_env) or a ConfigMap volume (k32_asset).';
+
 /**
  * Kube32's note on a field, by `schema#field` (`io.k8s.api.batch.v1.JobSpec#podFailurePolicy`): put
  * before kube-apiserver's description, a blank line between.
  */
 export const KUBE32_NOTES: Readonly<Record<string, string>> = {
   'io.k8s.api.core.v1.PodSpec#containers': ONE_MODULE,
+  'io.k8s.api.core.v1.Container#livenessProbe': NO_PROBES,
+  'io.k8s.api.core.v1.Container#readinessProbe': NO_PROBES,
+  'io.k8s.api.core.v1.Container#startupProbe': NO_PROBES,
+  'io.k8s.api.core.v1.Container#lifecycle': 'Kept but not run by Kube32: the kubelet runs no postStart or preStop hooks (a module has no processes to exec). A module may export k32_init, which runs once when it starts.',
+  'io.k8s.api.core.v1.Container#command': NO_PROCESS,
+  'io.k8s.api.core.v1.Container#args': NO_PROCESS,
   'io.k8s.api.core.v1.PodSpec#initContainers':
     'Not supported by Kube32: a pod that has init containers is refused (422 Invalid), since they would not run. Do that work in the module (its k32_init runs once, when it starts) or in a Job that runs first.',
   'io.k8s.api.batch.v1.JobSpec#completionMode': 'Kube32 runs NonIndexed Jobs only: a Job with completionMode Indexed is refused (422 Invalid).',
