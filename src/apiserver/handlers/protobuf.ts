@@ -1,7 +1,7 @@
 /**
  * Decoding of the Kubernetes protobuf wire format (`application/vnd.kubernetes.protobuf`) for the
  * bodies kubectl's generator commands send (`kubectl create namespace|configmap|secret|
- * serviceaccount|service|deployment|job|cronjob`, `kubectl auth can-i`): the `k8s\0` magic, the `runtime.Unknown` envelope, then the
+ * serviceaccount|service|deployment|job|cronjob|poddisruptionbudget`, `kubectl auth can-i`): the `k8s\0` magic, the `runtime.Unknown` envelope, then the
  * object by its kind, with the field numbers of Kubernetes' `generated.proto`. Fields this server
  * does not know are skipped; a kind it does not know is refused (415).
  */
@@ -104,6 +104,8 @@ const SERVICE_SPEC: Msg = {
   18: ['clusterIPs', 'string', true],
 };
 
+const PDB_SPEC: Msg = { 1: ['minAvailable', 'intstr'], 2: ['selector', LABEL_SELECTOR], 3: ['maxUnavailable', 'intstr'], 4: ['unhealthyPodEvictionPolicy', 'string'] };
+
 /** The kinds this server decodes, by `apiVersion/kind`. */
 const KINDS: Record<string, Msg> = {
   'v1/Namespace': { 1: ['metadata', OBJECT_META], 2: ['spec', { 1: ['finalizers', 'string', true] }] },
@@ -115,6 +117,7 @@ const KINDS: Record<string, Msg> = {
   'apps/v1/Deployment': { 1: ['metadata', OBJECT_META], 2: ['spec', DEPLOYMENT_SPEC] },
   'batch/v1/Job': { 1: ['metadata', OBJECT_META], 2: ['spec', JOB_SPEC] },
   'batch/v1/CronJob': { 1: ['metadata', OBJECT_META], 2: ['spec', CRONJOB_SPEC] },
+  'policy/v1/PodDisruptionBudget': { 1: ['metadata', OBJECT_META], 2: ['spec', PDB_SPEC] },
   'authorization.k8s.io/v1/SelfSubjectAccessReview': {
     1: ['metadata', OBJECT_META],
     2: [
