@@ -26,6 +26,9 @@ kver=${kernel##*/vmlinuz-}
 for tool in busybox cpio zstd qemu-img mkfs.ext4 modinfo strip clang crun; do
   command -v "$tool" >/dev/null || { echo "build-guest: $tool not found (see scripts/setup.sh)" >&2; exit 1; }
 done
+# The agent's protobuf code and runtime come from the project's npm packages: a fresh clone has none yet.
+[ -f "$repo/node_modules/@bufbuild/protobuf/package.json" ] && [ -x "$repo/node_modules/.bin/buf" ] || {
+  echo "build-guest: $repo/node_modules is missing or incomplete: run 'bash scripts/setup.sh' first (npm ci and the build)" >&2; exit 1; }
 [ -f "$repo/src/feos/gen/feos/guest/v1/guest_pb.js" ] || bash "$repo/scripts/build-proto.sh"
 
 # The modules the guest loads, each after what it depends on.
