@@ -72,7 +72,13 @@ export class PodManager {
   async start(): Promise<void> {
     const { cp, nodeName } = this.#o;
     const fieldSelector = `spec.nodeName=${nodeName}`;
-    const listFn = () => cp.json<V1PodList>('GET', '/api/v1/pods', { query: { fieldSelector } });
+    // The back-off ends once a list succeeds: the informer's 'connect' fires before it lists, so a reset
+    // there kept every retry at 500 ms while the API server was away (two warnings a second, for hours).
+    const listFn = async () => {
+      const list = await cp.json<V1PodList>('GET', '/api/v1/pods', { query: { fieldSelector } });
+      this.#retryMs = 0;
+      return list;
+    };
     const informer = new ListWatch<V1Pod>('/api/v1/pods', new Watch(cp.kubeConfig), listFn, false, undefined, fieldSelector);
     this.#informer = informer;
     informer.on('add', (pod) => this.#sync(pod));
@@ -80,9 +86,6 @@ export class PodManager {
     informer.on('delete', (pod) => this.#gone(pod));
     let started = false;
     let firstError: unknown;
-    informer.on('connect', () => {
-      this.#retryMs = 0;
-    });
     informer.on('error', (err: unknown) => {
       if (!started) {
         firstError = err;

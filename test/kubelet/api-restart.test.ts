@@ -1,7 +1,7 @@
 /**
  * kube32-sim and an API server that goes away: a worker started before its control plane waits
  * for it and registers; a worker whose control plane restarts keeps its pods running, watches
- * again, starts pods bound to it after the restart, and keeps its Node Ready.
+ * again (backing off while it is away), starts pods bound to it after the restart, and keeps its Node Ready.
  */
 import { test } from 'node:test';
 import assert from 'node:assert/strict';
@@ -79,6 +79,10 @@ test('a worker waits for its API server, and survives the API server restarting'
   await api.stop({ keepData: true });
   // The pod keeps serving while the control plane is away.
   assert.equal((await fetch(`http://127.0.0.6:${podPort}/count`)).status, 200);
+  // The pod watch retries with back-off (it retried every 500 ms: 'connect' reset it before each list).
+  const retries = () => [...`${out}${err}`.matchAll(/"retryMs":(\d+)[^\n]*"msg":"pod watch failed; listing again"/g)].map((m) => Number(m[1]));
+  await until('three pod watch retries', async () => retries().length >= 3, 20_000);
+  assert.deepEqual(retries().slice(0, 3), [500, 1000, 2000], 'the pod watch backs off while the API server is away');
   api = await startApiServer(t, { dataDir, args: ['--port', String(port)] });
   const port2 = await freePort('127.0.0.6');
   await admin.json('POST', '/api/v1/namespaces/default/pods', { body: fixturePod('after', 'r1', port2) });
