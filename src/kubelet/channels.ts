@@ -36,14 +36,22 @@ export class ChannelRouter {
 
   /** Starts watching the cluster's nodes (the fan-out list). */
   async start(): Promise<void> {
-    const listFn = () => this.#cp.json<V1NodeList>('GET', '/api/v1/nodes');
+    // Retries back off (0.5 s doubling to 10 s) while the API server is away, back to 0.5 s once a list
+    // succeeds: at a fixed 2 s the warning came every 2 s for as long as the control plane was down.
+    let retryMs = 0;
+    const listFn = async () => {
+      const list = await this.#cp.json<V1NodeList>('GET', '/api/v1/nodes');
+      retryMs = 0;
+      return list;
+    };
     const nodes = new ListWatch<V1Node>('/api/v1/nodes', new Watch(this.#cp.kubeConfig), listFn, false);
     nodes.on('error', (err: unknown) => {
       if (this.#stopped) return;
-      this.#log.warn({ err: errorMessage(err) }, 'node watch failed (channel fan-out); retrying');
+      retryMs = Math.min(retryMs ? retryMs * 2 : 500, 10_000);
+      this.#log.warn({ err: errorMessage(err), retryMs }, 'node watch failed (channel fan-out); retrying');
       setTimeout(() => {
         if (!this.#stopped) void nodes.start().catch(() => {});
-      }, 2000).unref();
+      }, retryMs).unref();
     });
     this.#nodes = nodes;
     await nodes.start();

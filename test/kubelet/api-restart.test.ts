@@ -83,6 +83,10 @@ test('a worker waits for its API server, and survives the API server restarting'
   const retries = () => [...`${out}${err}`.matchAll(/"retryMs":(\d+)[^\n]*"msg":"pod watch failed; listing again"/g)].map((m) => Number(m[1]));
   await until('three pod watch retries', async () => retries().length >= 3, 20_000);
   assert.deepEqual(retries().slice(0, 3), [500, 1000, 2000], 'the pod watch backs off while the API server is away');
+  // So does the node watch of the channel fan-out (it retried every 2 s, with no end).
+  const nodeRetries = () => [...`${out}${err}`.matchAll(/"retryMs":(\d+)[^\n]*"msg":"node watch failed \(channel fan-out\); retrying"/g)].map((m) => Number(m[1]));
+  await until('three node watch retries', async () => nodeRetries().length >= 3, 20_000);
+  assert.deepEqual(nodeRetries().slice(0, 3), [500, 1000, 2000], 'the node watch backs off while the API server is away');
   api = await startApiServer(t, { dataDir, args: ['--port', String(port)] });
   const port2 = await freePort('127.0.0.6');
   await admin.json('POST', '/api/v1/namespaces/default/pods', { body: fixturePod('after', 'r1', port2) });
