@@ -14,6 +14,7 @@ import { createLogger } from '../lib/index.ts';
 import { realClock, type TimerClock } from '../lib/workqueue.ts';
 import { newCheckpointController } from './checkpoint/controller.ts';
 import { newCronJobController } from './cronjobs/controller.ts';
+import { newDisruptionController } from './disruption/controller.ts';
 import { newEndpointsController } from './endpoints/controller.ts';
 import { newJobController } from './jobs/controller.ts';
 import { newNodeLifecycleController } from './nodelifecycle/controller.ts';
@@ -37,6 +38,7 @@ export { ANNOTATIONS, LABELS } from './runtime/types.ts';
 export { podSpecBlockers } from './runtime/pods.ts';
 export { type NodeUse, pickNode, type Placement } from './scheduler/fit.ts';
 export { NodeUsage } from './scheduler/usage.ts';
+export { budgetCounts, type BudgetCounts } from './disruption/budget.ts';
 
 /** The names of the controllers, for `disable`. */
 export const CONTROLLER_NAMES = [
@@ -51,6 +53,7 @@ export const CONTROLLER_NAMES = [
   'policy',
   'job',
   'cronjob',
+  'disruption',
 ] as const;
 export type ControllerName = (typeof CONTROLLER_NAMES)[number];
 
@@ -138,6 +141,7 @@ async function startWith(
     newPolicyController(ctx, informers),
     newJobController(ctx, informers, kubeConfig),
     newCronJobController(ctx, kubeConfig),
+    newDisruptionController(ctx, informers),
   ];
   const controllers = all.filter((c) => !disable.includes(c.name as ControllerName));
   try {
@@ -213,6 +217,9 @@ function primeQueues(ctx: ControllerContext, controllers: Controller[]): void {
       case 'policy':
         for (const o of ctx.cache.nodes.list()) c.enqueue(`node:${key(o)}`);
         for (const p of ctx.cache.pods.list()) c.enqueue(`pod:${key(p)}`);
+        break;
+      case 'disruption':
+        for (const o of ctx.cache.podDisruptionBudgets.list()) c.enqueue(key(o));
         break;
     }
   }

@@ -10,6 +10,7 @@ import type { Readable } from 'node:stream';
 import type {
   CoreV1Event,
   V1DaemonSet,
+  V1PodDisruptionBudget,
   V1Deployment,
   V1Endpoints,
   V1EndpointSlice,
@@ -99,6 +100,8 @@ export interface ClusterApi {
   patchDeployment(namespace: string, name: string, patch: MergePatch): Promise<V1Deployment>;
   patchDeploymentStatus(namespace: string, name: string, patch: MergePatch): Promise<V1Deployment>;
   patchDaemonSetStatus(namespace: string, name: string, patch: MergePatch): Promise<V1DaemonSet>;
+  /** Merge-patches a PodDisruptionBudget's status (`policy/v1`, the status subresource). */
+  patchPodDisruptionBudgetStatus(namespace: string, name: string, patch: MergePatch): Promise<V1PodDisruptionBudget>;
   // Endpoints
   createEndpoints(namespace: string, endpoints: V1Endpoints): Promise<V1Endpoints>;
   replaceEndpoints(namespace: string, name: string, endpoints: V1Endpoints): Promise<V1Endpoints>;

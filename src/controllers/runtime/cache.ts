@@ -14,6 +14,7 @@ import {
   type V1Lease,
   type V1Node,
   type V1Pod,
+  type V1PodDisruptionBudget,
   type V1ReplicaSet,
   type V1Service,
   Watch,
@@ -41,6 +42,8 @@ export interface Caches {
   endpointSlices: Lister<V1EndpointSlice>;
   /** `kube32.io/v1` Modules (cluster-scoped): a push brings back the ReplicaSets that could not create pods. */
   modules: Lister<KubernetesObject>;
+  /** `policy/v1` PodDisruptionBudgets (the disruption controller writes their status). */
+  podDisruptionBudgets: Lister<V1PodDisruptionBudget>;
 }
 
 /** The resources, their list paths, and whether the controllers can run without them. */
@@ -56,6 +59,7 @@ export const RESOURCES = {
   endpoints: { path: '/api/v1/endpoints', optional: true },
   endpointSlices: { path: '/apis/discovery.k8s.io/v1/endpointslices', optional: true },
   modules: { path: '/apis/kube32.io/v1/modules', optional: true },
+  podDisruptionBudgets: { path: '/apis/policy/v1/poddisruptionbudgets', optional: true },
 } as const;
 
 export type ResourceName = keyof typeof RESOURCES;

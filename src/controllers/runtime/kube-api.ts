@@ -11,6 +11,7 @@ import type {
   CoreV1Event,
   KubeConfig,
   V1DaemonSet,
+  V1PodDisruptionBudget,
   V1Deployment,
   V1Endpoints,
   V1EndpointSlice,
@@ -164,6 +165,10 @@ export class KubeClusterApi implements ClusterApi {
 
   patchDaemonSetStatus(namespace: string, name: string, patch: MergePatch): Promise<V1DaemonSet> {
     return this.#merge(`patch daemonset status ${namespace}/${name}`, this.#ns(namespace, 'daemonsets', name, 'status', APPS), patch);
+  }
+
+  patchPodDisruptionBudgetStatus(namespace: string, name: string, patch: MergePatch): Promise<V1PodDisruptionBudget> {
+    return this.#merge(`patch poddisruptionbudget status ${namespace}/${name}`, this.#ns(namespace, 'poddisruptionbudgets', name, 'status', '/apis/policy/v1'), patch);
   }
 
   createEndpoints(namespace: string, endpoints: V1Endpoints): Promise<V1Endpoints> {

@@ -44,6 +44,7 @@ export function fakeCaches(): FakeCaches {
     endpoints: new FakeLister(),
     endpointSlices: new FakeLister(),
     modules: new FakeLister(),
+    podDisruptionBudgets: new FakeLister(),
   };
 }
 

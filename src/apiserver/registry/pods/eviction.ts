@@ -13,7 +13,7 @@
  * the replacement, the pod is deleted"), is deleted gracefully, as Kubernetes' eviction deletes it.
  */
 import type { V1Node, V1Pod } from '@kubernetes/client-node';
-import { pickNode } from '../../../controllers/index.ts';
+import { budgetCounts, pickNode } from '../../../controllers/index.ts';
 import { ApiError, badRequest, type Status, successStatus } from '../../errors.ts';
 import type { KubeObject } from '../../storage/index.ts';
 import { checkpoints } from '../checkpoints/index.ts';
@@ -49,14 +49,6 @@ function isReady(pod: KubeObject): boolean {
   return arr(rec(pod.status).conditions).some((c) => c.type === 'Ready' && c.status === 'True') && !pod.metadata.deletionTimestamp;
 }
 
-function intOrPercent(v: unknown, total: number, roundUp: boolean): number {
-  if (typeof v === 'number') return v;
-  const m = /^(\d+)%$/.exec(String(v));
-  if (!m) return Number(v) || 0;
-  const x = (Number(m[1]) * total) / 100;
-  return roundUp ? Math.ceil(x) : Math.floor(x);
-}
-
 /**
  * Checks the PodDisruptionBudgets of `pod`.
  * @throws ApiError TooManyRequests (429) when the eviction would break a budget; InternalError for more than one budget
@@ -79,12 +71,9 @@ export function checkDisruptionBudgets(reg: Registry, pod: KubeObject): void {
   const b = budgets[0]!;
   const spec = rec(b.spec);
   const matching = reg.list(pods, ns).items.filter((p) => labelSelectorFromObject(spec.selector)(p.metadata.labels ?? {}));
-  const expected = matching.length;
-  const healthy = matching.filter(isReady).length;
-  let desired: number;
-  if (spec.maxUnavailable !== undefined) desired = expected - intOrPercent(spec.maxUnavailable, expected, true);
-  else desired = intOrPercent(spec.minAvailable ?? 1, expected, true);
-  if (healthy - 1 < desired) {
+  // The disruption controller writes the same counts into the budget's status (controllers/disruption).
+  const { currentHealthy: healthy, desiredHealthy: desired, disruptionsAllowed } = budgetCounts(spec, matching as unknown as Parameters<typeof budgetCounts>[1]);
+  if (disruptionsAllowed < 1) {
     throw new ApiError(
       'TooManyRequests',
       "Cannot evict pod as it would violate the pod's disruption budget.",
