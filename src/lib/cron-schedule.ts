@@ -146,7 +146,9 @@ function everySchedule(text: string): CronSchedule {
   const d = text.slice('@every '.length).trim();
   let ms: number;
   try {
-    ms = parseDuration(d);
+    // Go's time.ParseDuration takes a sign; robfig then raises anything under a second to one (`@every -5s`: 1 s).
+    const sign = /^[-+]/.exec(d)?.[0];
+    ms = parseDuration(sign ? d.slice(1) : d) * (sign === '-' ? -1 : 1);
   } catch {
     throw new CronScheduleError(`failed to parse duration ${text}: time: invalid duration "${d}"`);
   }

@@ -15,6 +15,8 @@ test('parseCronSchedule reads robfig standard specs: fields, names, ?, descripto
   assert.equal(iso(parseCronSchedule('@daily').next(from)), '2026-11-30T00:00:00.000Z');
   assert.equal(iso(parseCronSchedule('@every 90s').next(from)), '2026-11-29T22:12:00.000Z');
   assert.equal(iso(parseCronSchedule('@every 100ms').next(from)), '2026-11-29T22:10:31.000Z', 'at least one second');
+  assert.equal(iso(parseCronSchedule('@every -5s').next(from)), '2026-11-29T22:10:31.000Z', 'a negative duration runs every second, as robfig');
+  assert.equal(iso(parseCronSchedule('@every +90s').next(from)), '2026-11-29T22:12:00.000Z');
   assert.equal(iso(parseCronSchedule('0 9 * * *', 'Europe/Paris').next(from)), '2026-11-30T08:00:00.000Z');
   assert.equal(iso(parseCronSchedule('CRON_TZ=Asia/Tokyo 0 9 * * *').next(from)), '2026-11-30T00:00:00.000Z');
   // Strictly after: a time exactly on the schedule gives the next one.
