@@ -19,7 +19,7 @@ test('the bins run dist/ when it is fresh and the sources when a source is newer
   ] as const) {
     const root = join(dir, bin);
     mkdirSync(join(root, 'bin'), { recursive: true });
-    copyFileSync(join(REPO, 'bin', `${bin}.js`), join(root, 'bin', `${bin}.js`));
+    for (const f of [`${bin}.js`, 'fresh-entry.js']) copyFileSync(join(REPO, 'bin', f), join(root, 'bin', f));
     writeFileSync(join(root, 'package.json'), '{"type": "module"}\n');
     const built = join(root, 'dist/src/feos', `${main}.js`);
     const src = join(root, 'src/feos', `${main}.ts`);
