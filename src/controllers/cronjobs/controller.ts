@@ -5,12 +5,13 @@
  * not serve CronJobs (404) leaves the controller idle. See `reconcile.ts` for what a sync does, and
  * `schedule.ts` for the schedule arithmetic.
  */
-import { type KubeConfig, type KubernetesObject, ListWatch, type V1CronJob, type V1Job, Watch } from '@kubernetes/client-node';
+import type { KubeConfig, KubernetesObject, V1CronJob, V1Job } from '@kubernetes/client-node';
 import type { Lister } from '../runtime/cache.ts';
 import { Controller, keyOf } from '../runtime/controller.ts';
 import type { ControllerContext } from '../runtime/context.ts';
 import { errorMessage, isNotFound } from '../runtime/errors.ts';
 import { controllerOf } from '../runtime/pods.ts';
+import { ResourceInformer } from '../runtime/informer.ts';
 import { KubeRest } from '../runtime/rest.ts';
 import { type CronJobApi, reconcileCronJob } from './reconcile.ts';
 
@@ -22,47 +23,11 @@ const JOBS_PATH = '/apis/batch/v1/jobs';
 const nsPath = (namespace: string, plural: string, name?: string) =>
   `/apis/batch/v1/namespaces/${encodeURIComponent(namespace)}/${plural}${name === undefined ? '' : `/${encodeURIComponent(name)}`}`;
 
-/** One resource's informer, listed and watched again with back-off after a failure. */
-class Informer {
-  readonly watch: ListWatch<KubernetesObject>;
-  #retry: NodeJS.Timeout | undefined;
-  #delay = 500;
-  #stopped = false;
-
-  constructor(rest: KubeRest, kubeConfig: KubeConfig, path: string, log: ControllerContext['log']) {
-    const listFn = async () => {
-      const list = await rest.json<{ metadata?: { resourceVersion?: string }; items?: KubernetesObject[] }>({ method: 'GET', path });
-      this.#delay = 500;
-      return { metadata: list.metadata ?? {}, items: list.items ?? [] };
-    };
-    this.watch = new ListWatch<KubernetesObject>(path, new Watch(kubeConfig), listFn, false);
-    this.watch.on('error', (err) => {
-      if (this.#stopped) return;
-      log.warn({ resource: path, err: errorMessage(err), retryInMs: this.#delay }, 'watch failed; listing again');
-      this.#retry = setTimeout(() => {
-        if (!this.#stopped) void this.watch.start();
-      }, this.#delay);
-      this.#retry.unref();
-      this.#delay = Math.min(this.#delay * 2, 30_000);
-    });
-  }
-
-  lister<T>(): Lister<T> {
-    return { get: (n, ns) => this.watch.get(n, ns) as T | undefined, list: (ns) => this.watch.list(ns) as T[] };
-  }
-
-  async stop(): Promise<void> {
-    this.#stopped = true;
-    if (this.#retry) clearTimeout(this.#retry);
-    await this.watch.stop();
-  }
-}
-
 /** The CronJob controller: a {@link Controller} whose CronJob and Job informers run while its workers do. */
 export class CronJobController extends Controller {
   readonly #rest: KubeRest;
-  readonly #cronJobs: Informer;
-  readonly #jobs: Informer;
+  readonly #cronJobs: ResourceInformer;
+  readonly #jobs: ResourceInformer;
   readonly #log: ControllerContext['log'];
   #stopped = false;
 
@@ -100,8 +65,8 @@ export class CronJobController extends Controller {
     super('cronjob', (k) => reconcileCronJob(k, ctx, cronJobs, jobs, api), { clock: ctx.clock, log: ctx.log, workers: 2 });
     this.#rest = rest;
     this.#log = ctx.log;
-    this.#cronJobs = new Informer(rest, kubeConfig, CRONJOBS_PATH, ctx.log);
-    this.#jobs = new Informer(rest, kubeConfig, JOBS_PATH, ctx.log);
+    this.#cronJobs = new ResourceInformer(rest, kubeConfig, CRONJOBS_PATH, ctx.log);
+    this.#jobs = new ResourceInformer(rest, kubeConfig, JOBS_PATH, ctx.log);
     cronJobs = this.#cronJobs.lister<V1CronJob>();
     jobs = this.#jobs.lister<V1Job>();
     for (const verb of ['add', 'update'] as const) this.#cronJobs.watch.on(verb, (o) => this.enqueue(keyOf(o)));

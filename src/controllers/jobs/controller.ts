@@ -4,12 +4,13 @@
  * when the workers start and stopped with them; an API server that does not serve Jobs (404) leaves the
  * controller idle. See `reconcile.ts` for what a sync does.
  */
-import { type KubeConfig, type KubernetesObject, ListWatch, type V1Job, type V1Pod, Watch } from '@kubernetes/client-node';
+import type { KubeConfig, V1Job, V1Pod } from '@kubernetes/client-node';
 import type { Informers, Lister } from '../runtime/cache.ts';
 import { Controller, keyOf } from '../runtime/controller.ts';
 import type { ControllerContext } from '../runtime/context.ts';
 import { errorMessage } from '../runtime/errors.ts';
 import { controllerOf } from '../runtime/pods.ts';
+import { ResourceInformer } from '../runtime/informer.ts';
 import { KubeRest } from '../runtime/rest.ts';
 import { Expectations } from '../workloads/replicaset.ts';
 import { type JobApi, reconcileJob } from './reconcile.ts';
@@ -20,11 +21,9 @@ export const JOBS_PATH = '/apis/batch/v1/jobs';
 /** The Job controller: a {@link Controller} whose Job informer runs while its workers do. */
 export class JobController extends Controller {
   readonly #rest: KubeRest;
-  readonly #watch: ListWatch<KubernetesObject>;
+  readonly #jobs: ResourceInformer;
   readonly #log: ControllerContext['log'];
   #stopped = false;
-  #retry: NodeJS.Timeout | undefined;
-  #delay = 500;
 
   /**
    * @param ctx the controllers' context (pods are created and deleted through `ctx.api`)
@@ -55,24 +54,9 @@ export class JobController extends Controller {
     super('job', (k) => reconcileJob(k, ctx, lister, api, exp), { clock: ctx.clock, log: ctx.log, workers: 2 });
     this.#rest = rest;
     this.#log = ctx.log;
-    const listFn = async () => {
-      const list = await rest.json<{ metadata?: { resourceVersion?: string }; items?: KubernetesObject[] }>({ method: 'GET', path: JOBS_PATH });
-      this.#delay = 500;
-      return { metadata: list.metadata ?? {}, items: list.items ?? [] };
-    };
-    this.#watch = new ListWatch<KubernetesObject>(JOBS_PATH, new Watch(kubeConfig), listFn, false);
-    const watch = this.#watch;
-    lister = { get: (n, ns) => watch.get(n, ns) as V1Job | undefined, list: (ns) => watch.list(ns) as V1Job[] };
-    for (const verb of ['add', 'update'] as const) watch.on(verb, (o) => this.enqueue(keyOf(o)));
-    watch.on('error', (err) => {
-      if (this.#stopped) return;
-      this.#log.warn({ resource: 'jobs', err: errorMessage(err), retryInMs: this.#delay }, 'watch failed; listing again');
-      this.#retry = setTimeout(() => {
-        if (!this.#stopped) void watch.start();
-      }, this.#delay);
-      this.#retry.unref();
-      this.#delay = Math.min(this.#delay * 2, 30_000);
-    });
+    this.#jobs = new ResourceInformer(rest, kubeConfig, JOBS_PATH, ctx.log, 'jobs');
+    lister = this.#jobs.lister<V1Job>();
+    for (const verb of ['add', 'update'] as const) this.#jobs.watch.on(verb, (o) => this.enqueue(keyOf(o)));
     informers.on('pods', (_verb, pod: V1Pod) => {
       const owner = controllerOf(pod);
       if (owner?.kind === 'Job') this.enqueue(`${pod.metadata?.namespace ?? 'default'}/${owner.name}`);
@@ -84,7 +68,7 @@ export class JobController extends Controller {
     void (async () => {
       try {
         await this.#rest.json({ method: 'GET', path: `${JOBS_PATH}?limit=1` });
-        await this.#watch.start();
+        await this.#jobs.watch.start();
       } catch (err: unknown) {
         this.#log.warn({ resource: 'jobs', err: errorMessage(err) }, 'cannot list Jobs; the Job controller idles');
         return;
@@ -96,8 +80,7 @@ export class JobController extends Controller {
   /** Stops the informer and the workers. */
   override async stop(): Promise<void> {
     this.#stopped = true;
-    if (this.#retry) clearTimeout(this.#retry);
-    await this.#watch.stop();
+    await this.#jobs.stop();
     await super.stop();
     this.#rest.close();
   }
