@@ -105,10 +105,14 @@ spec:
     assert.deepEqual([ref?.kind, ref?.name, ref?.uid, ref?.controller], ['Job', 'twice', twice.metadata?.uid, true]);
   }
   // parallelism 1: the second pod started after the first ended.
-  const [first, second] = [...pods].sort((a, b) => Date.parse(String(a.metadata?.creationTimestamp)) - Date.parse(String(b.metadata?.creationTimestamp)));
-  const firstEnded = first!.status?.containerStatuses?.[0]?.state?.terminated?.finishedAt;
-  assert.ok(firstEnded, JSON.stringify(first!.status));
-  assert.ok(Date.parse(String(second!.metadata?.creationTimestamp)) >= Math.floor(Date.parse(String(firstEnded)) / 1000) * 1000);
+  // Timestamps are whole seconds and both pods may be created in one second, so the pods are ordered by when they
+  // ended (the creation order could tie and pick the later pod as "first"), and the comparison is to the second.
+  const ended = (p: V1Pod): number => Date.parse(String(p.status?.containerStatuses?.[0]?.state?.terminated?.finishedAt));
+  for (const p of pods) assert.ok(!Number.isNaN(ended(p)), JSON.stringify(p.status));
+  const [first, second] = [...pods].sort((a, b) => ended(a) - ended(b));
+  const secondCreated = Date.parse(String(second!.metadata?.creationTimestamp));
+  assert.ok(secondCreated >= Math.floor(ended(first!) / 1000) * 1000,
+    `the second pod (${second!.metadata?.name}, created ${second!.metadata?.creationTimestamp}) was created before the first (${first!.metadata?.name}) ended at ${first!.status?.containerStatuses?.[0]?.state?.terminated?.finishedAt}`);
 
   const table = await kubectl(['get', 'jobs']);
   assert.match(table, /^NAME\s+STATUS\s+COMPLETIONS\s+DURATION\s+AGE$/m);
