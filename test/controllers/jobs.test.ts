@@ -19,7 +19,7 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { Readable } from 'node:stream';
 import { test } from 'node:test';
-import type { CoreV1Event, V1Job, V1Pod } from '@kubernetes/client-node';
+import { type CoreV1Event, type V1Job, type V1Pod, Watch } from '@kubernetes/client-node';
 import { startControllersCluster } from './cluster.ts';
 
 /** An app pod that logs a line and returns from `_start` (exit 0). */
@@ -73,7 +73,28 @@ test('Jobs: kubectl create job, completions 2 one at a time, backoff limit, refu
   assert.equal(once.spec?.template.metadata?.labels?.['job-name'], 'once');
   assert.equal(once.spec?.template.metadata?.labels?.['controller-uid'], once.metadata?.uid);
 
-  // An applied Job: completions 2, parallelism 1.
+  // An applied Job: completions 2, parallelism 1. Its pods are watched from before it exists: at every event,
+  // at most one of them may be unfinished. (Their timestamps are whole seconds: two pods created, or ended,
+  // in one second tie, so no ordering of them by time can tell which ran first; the watch's order can.)
+  const unfinished = new Map<string, boolean>();
+  const twicePods = new Set<string>();
+  let mostAtOnce = 0;
+  let watchEnded: unknown;
+  const watching = await new Watch(c.api.kubeConfig).watch(
+    '/api/v1/namespaces/default/pods',
+    { labelSelector: 'batch.kubernetes.io/job-name=twice' },
+    (type: string, p: V1Pod) => {
+      const name = p.metadata?.name ?? '';
+      twicePods.add(name);
+      if (type === 'DELETED') unfinished.delete(name);
+      else unfinished.set(name, p.status?.phase !== 'Succeeded' && p.status?.phase !== 'Failed');
+      mostAtOnce = Math.max(mostAtOnce, [...unfinished.values()].filter(Boolean).length);
+    },
+    (err: unknown) => {
+      watchEnded = err ?? 'the watch ended';
+    },
+  );
+  t.after(() => watching.abort());
   const manifest = `apiVersion: batch/v1
 kind: Job
 metadata:
@@ -104,20 +125,17 @@ spec:
     const ref = p.metadata?.ownerReferences?.[0];
     assert.deepEqual([ref?.kind, ref?.name, ref?.uid, ref?.controller], ['Job', 'twice', twice.metadata?.uid, true]);
   }
-  // parallelism 1: the second pod started after the first ended.
-  // Timestamps are whole seconds and both pods may be created in one second, so the pods are ordered by when they
-  // ended (the creation order could tie and pick the later pod as "first"), and the comparison is to the second.
-  const ended = (p: V1Pod): number => Date.parse(String(p.status?.containerStatuses?.[0]?.state?.terminated?.finishedAt));
-  for (const p of pods) assert.ok(!Number.isNaN(ended(p)), JSON.stringify(p.status));
-  const [first, second] = [...pods].sort((a, b) => ended(a) - ended(b));
-  const secondCreated = Date.parse(String(second!.metadata?.creationTimestamp));
-  assert.ok(secondCreated >= Math.floor(ended(first!) / 1000) * 1000,
-    `the second pod (${second!.metadata?.name}, created ${second!.metadata?.creationTimestamp}) was created before the first (${first!.metadata?.name}) ended at ${first!.status?.containerStatuses?.[0]?.state?.terminated?.finishedAt}`);
+  // parallelism 1: the second pod was created only once the first had ended (the watch saw both, and never two unfinished).
+  for (const p of pods) assert.ok(!Number.isNaN(Date.parse(String(p.status?.containerStatuses?.[0]?.state?.terminated?.finishedAt))), JSON.stringify(p.status));
+  assert.equal(watchEnded, undefined, `the pods watch of job twice ended before the Job completed: ${String(watchEnded)}`);
+  assert.deepEqual([...twicePods].sort(), pods.map((p) => p.metadata?.name).sort(), 'the watch saw both pods');
+  assert.equal(mostAtOnce, 1, 'with parallelism 1 the second pod is created only after the first ended');
 
   const table = await kubectl(['get', 'jobs']);
   assert.match(table, /^NAME\s+STATUS\s+COMPLETIONS\s+DURATION\s+AGE$/m);
-  assert.match(table, /^twice\s+Complete\s+2\/2\s+\d+s\s+\d+s$/m);
-  assert.match(table, /^once\s+Complete\s+1\/1\s+\d+s\s+\d+s$/m);
+  // DURATION and AGE in kubectl's format: 59s, then 2m5s past two minutes (a loaded machine gets there).
+  assert.match(table, /^twice\s+Complete\s+2\/2\s+(?:\d+[smhd])+\s+(?:\d+[smhd])+$/m);
+  assert.match(table, /^once\s+Complete\s+1\/1\s+(?:\d+[smhd])+\s+(?:\d+[smhd])+$/m);
 
   const events = (JSON.parse(await kubectl(['get', 'events', '--field-selector', 'involvedObject.kind=Job,involvedObject.name=twice', '-o', 'json'])) as { items: CoreV1Event[] }).items;
   const created = events.filter((e) => e.reason === 'SuccessfulCreate').map((e) => e.message).sort();
