@@ -145,8 +145,11 @@ ${extra}  jobTemplate:
     return jobs.length === 1 ? jobs : undefined;
   });
   assert.equal(left[0]?.metadata?.name, 'manual', 'the newest finished Job stays');
-  const deleted = (await events('every')).filter((e) => e.reason === 'SuccessfulDelete').map((e) => e.message);
-  assert.ok(deleted.includes(`Deleted job ${first.metadata?.name}`), JSON.stringify(deleted));
+  // The event follows the delete (it is recorded once the DELETE has answered): wait for it.
+  await c.until(`the SuccessfulDelete event of ${first.metadata?.name}`, async () => {
+    const deleted = (await events('every')).filter((e) => e.reason === 'SuccessfulDelete').map((e) => e.message);
+    return deleted.includes(`Deleted job ${first.metadata?.name}`);
+  });
 
   // Deleting the CronJob deletes its Jobs (garbage collector).
   await kubectl(['delete', 'cronjob', 'every']);
