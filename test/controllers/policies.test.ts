@@ -27,7 +27,11 @@ test('Auto pods move on their own: to a faster node, and off a node under memory
       return p?.spec?.nodeName === 'fast' && p.status?.phase === 'Running' && !p.metadata?.annotations?.['kube32.io/restore-from'] ? p : undefined;
     }, 40_000);
     assert.equal((await count(c, moved, 18301)).count, 2);
-    const cks = await checkpointsOf(c, 'speedy');
+    // Completed is written after the pod's restore-from annotation is removed: wait for it.
+    const cks = await c.until('the placement Checkpoint to be Completed', async () => {
+      const list = await checkpointsOf(c, 'speedy');
+      return list.length > 0 && list.every((x) => x.status?.phase === 'Completed' || x.status?.phase === 'Failed') ? list : undefined;
+    });
     assert.deepEqual(cks.map((x) => [x.metadata?.labels?.['kube32.io/trigger'], x.spec.target?.nodeName, x.status?.phase]), [['placement', 'fast', 'Completed']]);
   });
 
