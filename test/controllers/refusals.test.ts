@@ -132,8 +132,12 @@ test('refused moves, a Save, and drains of pods that cannot move', { timeout: 24
     res.body.resume();
     assert.ok(res.status === 201 || res.status === 200, `eviction answered ${res.status}`);
     await c.until('the pod to be deleted', async () => (await c.getPod('stuck')) === undefined || (await c.getPod('stuck'))?.metadata?.uid !== pod.metadata?.uid, 30_000);
-    const list = await c.rest.json<{ items: Checkpoint[] }>({ method: 'GET', path: '/apis/kube32.io/v1/namespaces/default/checkpoints?labelSelector=kube32.io%2Ftrigger%3Deviction' });
-    const ck = list.items.find((x) => x.spec.podName === 'stuck');
+    // The pod is deleted before the Checkpoint's Failed status is written (failCheckpoint): wait for it.
+    const ck = await c.until('the eviction Checkpoint of stuck to finish', async () => {
+      const list = await c.rest.json<{ items: Checkpoint[] }>({ method: 'GET', path: '/apis/kube32.io/v1/namespaces/default/checkpoints?labelSelector=kube32.io%2Ftrigger%3Deviction' });
+      const x = list.items.find((y) => y.spec.podName === 'stuck');
+      return x?.status?.phase === 'Failed' || x?.status?.phase === 'Completed' ? x : undefined;
+    });
     assert.equal(ck?.status?.phase, 'Failed');
     assert.ok(ck?.status?.blockers?.some((b) => b.startsWith('open file ')), JSON.stringify(ck?.status));
   });
