@@ -92,20 +92,26 @@ test('the main job: a counter keeps counting across kubectl drain', { timeout: 3
   assert.equal(after.restores, (beforeDrain.restores ?? 0) + 1, 'restored once from the snapshot, not started afresh');
   assert.equal(after.node, other, 'NODE_NAME (spec.nodeName) is the new node');
 
-  // The Checkpoint of the eviction, Completed, with its target; the Moved event.
-  const ckpt = await c.kubectl(['get', 'ckpt', '-o', 'json']);
-  assert.equal(ckpt.code, 0, ckpt.stderr);
-  const ckpts = (JSON.parse(ckpt.stdout) as { items: { metadata: { labels?: Record<string, string> }; status?: Record<string, unknown> }[] }).items;
-  const evict = ckpts.find((k) => k.metadata.labels?.['kube32.io/trigger'] === 'eviction');
-  assert.ok(evict, `an eviction checkpoint: ${ckpt.stdout}`);
-  assert.equal(evict.status?.phase, 'Completed');
+  // The Checkpoint of the eviction, Completed, with its target; the Moved event. The controllers write
+  // Completed (and then record Moved) once the replacement runs and its restore-from annotation is removed,
+  // a moment after the pod reads Ready: wait for them.
+  type Ckpt = { metadata: { labels?: Record<string, string> }; status?: Record<string, unknown> };
+  const evict = await waitFor('the eviction Checkpoint to finish', 30_000, async () => {
+    const ckpt = await c.kubectl(['get', 'ckpt', '-o', 'json']);
+    if (ckpt.code !== 0) throw new Error(ckpt.stderr);
+    const k = (JSON.parse(ckpt.stdout) as { items: Ckpt[] }).items.find((x) => x.metadata.labels?.['kube32.io/trigger'] === 'eviction');
+    return k?.status?.phase === 'Completed' || k?.status?.phase === 'Failed' ? k : undefined;
+  });
+  assert.equal(evict.status?.phase, 'Completed', JSON.stringify(evict.status));
   assert.equal(evict.status?.targetNode, other);
   const wide = await c.kubectl(['get', 'ckpt', '-o', 'wide']);
   assert.match(wide.stdout.split('\n')[0]!, /NAME\s+POD\s+ACTION\s+PHASE\s+NODE\s+SIZE\s+AGE\s+TARGET\s+NEW POD\s+MESSAGE/);
   assert.match(wide.stdout, /Completed/);
-  const events = await c.kubectl(['get', 'events', '--field-selector', `involvedObject.name=${before.name}`]);
-  assert.equal(events.code, 0, events.stderr);
-  assert.match(events.stdout, /Moved/);
+  await waitFor('the Moved event', 30_000, async () => {
+    const events = await c.kubectl(['get', 'events', '--field-selector', `involvedObject.name=${before.name}`]);
+    if (events.code !== 0) throw new Error(events.stderr);
+    return /Moved/.test(events.stdout);
+  });
 
   // Ctrl-C (SIGTERM): the workers stop first, then the control plane; exit 0.
   const code = await c.stop();
