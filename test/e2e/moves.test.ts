@@ -127,8 +127,8 @@ test('kube32-cli move and checkpoint: a counter moves with its state; a pod that
   const [same] = await getPods(c, ['-l', 'test=stayer']);
   assert.equal(same!.metadata.uid, stay.metadata.uid);
   assert.ok(podReady(same));
-  const events = await c.kubectl(['get', 'events', '--field-selector', 'involvedObject.name=stayer']);
-  assert.match(events.stdout, /MoveFailed/);
+  // The MoveFailed event follows the Failed status that ended the command: wait for it.
+  await waitFor('the MoveFailed event of stayer', 30_000, async () => /MoveFailed/.test((await c.kubectl(['get', 'events', '--field-selector', 'involvedObject.name=stayer'])).stdout));
 });
 
 test('Auto under memory pressure: the pod leaves the node whose free heap runs short', { timeout: 300_000, skip: SKIP }, async (t) => {
@@ -155,10 +155,11 @@ test('Auto under memory pressure: the pod leaves the node whose free heap runs s
   assert.equal(uncordon.code, 0, uncordon.stderr);
   // The policy looks again at most a minute after it found no target (one move per node per minute).
   const moved = await movedTo(c, 'pressed', 'worker-2', pod.metadata.uid, 150_000);
-  const ck = (await checkpoints(c)).find(
-    (k) => k.metadata.labels?.['kube32.io/trigger'] === 'memory-pressure' && k.status?.phase === 'Completed',
+  // Completed is written once the replacement runs and its restore-from annotation is removed, a moment
+  // after the pod reads Ready: wait for it.
+  await waitFor('a Completed Checkpoint labelled kube32.io/trigger: memory-pressure', 30_000, async () =>
+    (await checkpoints(c)).find((k) => k.metadata.labels?.['kube32.io/trigger'] === 'memory-pressure' && k.status?.phase === 'Completed'),
   );
-  assert.ok(ck, 'a Completed Checkpoint labelled kube32.io/trigger: memory-pressure');
   assertCarried(before, await askCounter(moved.status.podIP!, port), 'after the memory-pressure move');
 });
 
@@ -179,9 +180,12 @@ test('a faster node joining: a placement: fastest pod moves to it', { timeout: 2
   // four times worker-1's (kube32-sim --interp-mops), as a faster computer would.
   await startWorker(t, c, { name: 'worker-2', address: nthAddress(c.firstAddress, 1), extraArgs: ['--interp-mops', String(slow * 4)] });
   const moved = await movedTo(c, 'racer', 'worker-2', pod.metadata.uid);
-  const ck = (await checkpoints(c)).find((k) => k.metadata.labels?.['kube32.io/trigger'] === 'placement');
-  assert.ok(ck, 'a Checkpoint labelled kube32.io/trigger: placement');
-  assert.equal(ck.status?.phase, 'Completed');
+  // Completed is written a moment after the pod reads Ready (see above): wait for the Checkpoint to finish.
+  const ck = await waitFor('the placement Checkpoint to finish', 30_000, async () => {
+    const k = (await checkpoints(c)).find((x) => x.metadata.labels?.['kube32.io/trigger'] === 'placement');
+    return k?.status?.phase === 'Completed' || k?.status?.phase === 'Failed' ? k : undefined;
+  });
+  assert.equal(ck.status?.phase, 'Completed', JSON.stringify(ck.status));
   assertCarried(before, await askCounter(moved.status.podIP!, port), 'after the move to the faster node');
 });
 
@@ -218,9 +222,12 @@ test('a lost node: a pod with periodic checkpoints comes back on another node fr
     .filter((k) => k.spec.podName === 'survivor' && k.metadata.labels?.['kube32.io/trigger'] === 'periodic')
     .map((k) => k.metadata.name);
   assert.ok(periodicNames.includes(periodic.metadata.name) || periodicNames.length > 0, 'the latest periodic checkpoint stays');
-  const events = await c.kubectl(['get', 'events', '--field-selector', 'involvedObject.name=survivor', '-o', 'json']);
-  const restored = (JSON.parse(events.stdout) as { items: { reason?: string; message?: string }[] }).items.find((e) => e.reason === 'Restored');
-  assert.ok(restored, 'a Restored event');
+  // The Restored event goes with the removal of the restore-from annotation, a moment after the pod reads Ready: wait for it.
+  const restored = await waitFor('a Restored event', 30_000, async () => {
+    const events = await c.kubectl(['get', 'events', '--field-selector', 'involvedObject.name=survivor', '-o', 'json']);
+    if (events.code !== 0) throw new Error(events.stderr);
+    return (JSON.parse(events.stdout) as { items: { reason?: string; message?: string }[] }).items.find((e) => e.reason === 'Restored');
+  });
   // It names a periodic checkpoint taken after the requests: one Saved as the node was lost, or one
   // Saved in the moment before the kill. (Once the pod runs again, newer periodic checkpoints replace it.)
   const candidates = [...new Set([...savedBeforeLoss, periodic.metadata.name, ...periodicNames])];
