@@ -32,7 +32,7 @@ test('a lost node that comes back stays Ready through its next Lease renewal (it
   const leaseAt = async () => (await c.rest.json<V1Lease>({ method: 'GET', path: '/apis/coordination.k8s.io/v1/namespaces/kube-node-lease/leases/w1' })).spec?.renewTime;
   const first = String(await leaseAt());
   const seen: string[] = [];
-  // Until the kubelet renews its Lease once more (10 s): every look at the Node finds it Ready, untainted.
+  // Until the kubelet renews its Lease once more (10 s): every look at the Node finds it Ready.
   await c.until('the next Lease renewal of w1', async () => {
     const n = await getNode();
     seen.push(`${ready(n)}${unreachable(n) ? '+unreachable' : ''}`);
@@ -40,5 +40,12 @@ test('a lost node that comes back stays Ready through its next Lease renewal (it
   }, 30_000);
   const n = await getNode();
   seen.push(`${ready(n)}${unreachable(n) ? '+unreachable' : ''}`);
-  assert.deepEqual([...new Set(seen)], ['True'], `the Node's Ready status each time it was read: ${[...new Set(seen)].join(', ')}`);
+  // The controller takes its unreachable taints off once it sees the kubelet's Ready=True, a moment after it
+  // was posted (startWorker returns on Ready=True): the first looks may still find them. From then on the
+  // Node stays Ready=True, untainted: never Unknown again (the old Lease), never tainted again.
+  const runs = seen.filter((s, i) => i === 0 || s !== seen[i - 1]);
+  assert.ok(
+    runs.join(',') === 'True' || runs.join(',') === 'True+unreachable,True',
+    `the Node's Ready status each time it was read, in order (repeats folded): ${runs.join(', ')}`,
+  );
 });
