@@ -19,7 +19,10 @@ test('only the Lease holder acts; a clean stop hands the Lease over', { timeout:
   const rest = new KubeRest(api.kubeConfig);
   t.after(() => rest.close());
   const log = pino({ level: process.env.LOG_LEVEL ?? 'error' }, pino.destination({ dest: 2, sync: true }));
-  const le = { leaseDurationMs: 3000, renewDeadlineMs: 2000, retryPeriodMs: 200 };
+  // A clean stop empties the holder, so the successor takes the Lease within a retry period whatever the
+  // duration; a long duration keeps cp-b from taking it while cp-a lives but its process (both run in this
+  // one) was held up for a few seconds by a loaded machine.
+  const le = { leaseDurationMs: 15_000, renewDeadlineMs: 10_000, retryPeriodMs: 200 };
   const a = await startControllers({ kubeConfig: api.kubeConfig, log, leaderElection: { ...le, identity: 'cp-a' } });
   t.after(() => a.stop());
   const until = async <T>(what: string, fn: () => Promise<T | undefined | false>, ms = 15_000): Promise<T> => {
@@ -82,7 +85,7 @@ test('a Lease whose holder stopped renewing is taken once it expires, by the can
   t.after(() => c.stop());
   let holder = '';
   let transitions = 0;
-  while (Date.now() - started < 10_000) {
+  while (Date.now() - started < 30_000) { // a bound on a hang: cp-c takes it about 2 s after its start
     const l = await rest.json<Lease>({ method: 'GET', path: `${leasePath}/kube32-controllers` });
     holder = l.spec?.holderIdentity ?? '';
     transitions = l.spec?.leaseTransitions ?? 0;
