@@ -119,9 +119,21 @@ test('pods run containers from a local registry, with and without pull tokens', 
     assert.equal(got.guest?.answered, true, got.guest?.reason ?? '');
     return got.containers.map((c) => `${c.name}=${c.state}:${c.exitCode}`);
   };
-  // The counter ends at once; GetPod asks the guest.
-  let s = await states();
-  for (let i = 0; i < 50 && s[1] !== 'counter=exited:11'; i++) s = await states();
+  /**
+   * The containers' states once the counter shows `counter` (GetPod asks the guest), within 60 s; past
+   * that, as they are. The counter ends soon after its start, but a shell under TCG on a loaded machine
+   * may take seconds, which 50 GetPods in a row (a second or two here) could miss.
+   */
+  const statesOnce = (counter: string) =>
+    until(
+      `the counter is ${counter}`,
+      async () => {
+        const now = await states();
+        return now[1] === counter ? now : undefined;
+      },
+      60_000,
+    ).catch(() => states());
+  let s = await statesOnce('counter=exited:11');
   const logs = async (c: string, more: string[] = []) => (await feosctl(feosd.socket, ['pod', 'logs', POD, '-c', c, ...more])).stdout;
   assert.deepEqual(s, ['web=running:0', 'counter=exited:11'], `web: ${await logs('web')}\ncounter: ${await logs('counter')}`);
   assert.match(serial(POD), /container web created/);
@@ -181,8 +193,7 @@ test('pods run containers from a local registry, with and without pull tokens', 
   assert.equal(stopped.pod?.state, PodState.STOPPED);
   const started = await feosd.pods.startPod({ id: POD });
   assert.equal(started.pod?.state, PodState.RUNNING, `${started.pod?.reason}${diag()}`);
-  s = await states();
-  for (let i = 0; i < 50 && s[1] !== 'counter=exited:22'; i++) s = await states();
+  s = await statesOnce('counter=exited:22');
   assert.deepEqual(s, ['web=running:0', 'counter=exited:22']);
   assert.match(serial(POD), /container counter adopted/);
 
