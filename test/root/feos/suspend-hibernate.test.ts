@@ -264,8 +264,9 @@ test('suspend on stop, then hibernate on one feosd and restore on another throug
     const record = join(b!.stateDir, 'suspended-for-stop.json');
     writeFileSync(record, JSON.stringify({ version: 1, stoppedAt: new Date().toISOString(), pods: [ID] }));
     b = await startFeosd(baseB, { guestDir: GUEST_DIR, extra: flags });
-    await until('the record is removed', async () => (existsSync(record) ? undefined : true), 120_000);
-    assert.match(b.stderr(), /the resume failed; the pod stays suspended/);
+    // The failure is logged before the record goes, but its line reaches this process through a pipe:
+    // a poll that finds the record gone may come before the line is read. Wait for both.
+    await until('the record is removed, and the failed resume said', async () => (!existsSync(record) && /the resume failed; the pod stays suspended/.test(b!.stderr()) ? true : undefined), 120_000);
     const pod = (await b.pods.getPod({ id: ID })).pod!;
     assert.equal(pod.state, PodState.SUSPENDED, pod.reason);
     assert.equal(microVm(b.stateDir).state, MicroVmState.SUSPENDED, 'the microVM is SUSPENDED again, not crashed');
