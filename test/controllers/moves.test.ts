@@ -64,6 +64,7 @@ test('a Deployment pod is scheduled, moves with its count and clock, and kubectl
   assert.notEqual(done.status?.targetNode, source);
   assert.ok((done.status?.sizeBytes ?? 0) > 0, 'the snapshot facts are in the status');
   const moved = (await c.getPod(name))!;
+  seen.add(moved.metadata?.uid ?? '');
   assert.equal(moved.spec?.nodeName, done.status?.targetNode);
   assert.notEqual(moved.metadata?.uid, running.metadata?.uid, 'a new uid');
   assert.equal(moved.metadata?.annotations?.['kube32.io/restore-from'], undefined, 'the annotation is removed once it runs');
@@ -89,6 +90,7 @@ test('a Deployment pod is scheduled, moves with its count and clock, and kubectl
     const p = await c.getPod(name);
     return p && p.spec?.nodeName !== target && p.status?.phase === 'Running' && !p.metadata?.annotations?.['kube32.io/restore-from'] ? p : undefined;
   }, 60_000);
+  seen.add(drained.metadata?.uid ?? ''); // a list may have missed it: it can come and run between a list and the get
   const afterDrain = await c.until('the drained counter to answer', async () => {
     const res = await c.podGet(drained, PORT, '/count');
     return res.status === 200 ? (JSON.parse(res.body) as Count) : undefined;
@@ -106,6 +108,7 @@ test('a Deployment pod is scheduled, moves with its count and clock, and kubectl
     const p = await c.getPod(name);
     return p && p.spec?.nodeName !== w.name && p.status?.phase === 'Running' && !p.metadata?.annotations?.['kube32.io/restore-from'] ? p : undefined;
   }, 60_000);
+  seen.add(final.metadata?.uid ?? '');
   const afterStop = await c.until('the counter to answer after the self-drain', async () => {
     const res = await c.podGet(final, PORT, '/count');
     return res.status === 200 ? (JSON.parse(res.body) as Count) : undefined;
