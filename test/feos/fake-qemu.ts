@@ -1,12 +1,16 @@
 // A stand-in for a QEMU that a killed feosd left behind, for the takeover suites: it serves QMP on the
 // socket given and answers query-status / query-migrate as told, `cont` (running then) and `quit`
-// (it exits). Usage: node fake-qemu.ts QMP_SOCKET STATUS MIGRATION ("none": no migration) [ioerror].
+// (it exits). Usage: node fake-qemu.ts QMP_SOCKET STATUS MIGRATION ("none": no migration) [ioerror|suspend].
 // With `ioerror`, 300 ms after a client connects it stops as QEMU's werror=enospc does on a full disk:
 // BLOCK_IO_ERROR (action stop, nospace) and status `io-error`; `cont` then sends RESUME.
+// With `suspend`, it takes a suspend as QEMU does: `stop` (paused), `migrate` to `exec:cat > 'FILE'`
+// writes a 64 KiB stream into FILE at once, and the migration is `completed` (status postmigrate).
+import { writeFileSync } from 'node:fs';
 import net from 'node:net';
 
 const [sockPath, initial, migration, mode] = process.argv.slice(2);
 let status = initial;
+let migrationNow = migration;
 const server = net.createServer((sock) => {
   sock.setEncoding('utf8');
   sock.write(`${JSON.stringify({ QMP: { version: { qemu: { major: 7, minor: 2, micro: 0 } }, capabilities: [] } })}\n`);
@@ -16,10 +20,18 @@ const server = net.createServer((sock) => {
     for (let nl = buf.indexOf('\n'); nl >= 0; nl = buf.indexOf('\n')) {
       const line = buf.slice(0, nl);
       buf = buf.slice(nl + 1);
-      const msg = JSON.parse(line) as { execute: string; id: number };
+      const msg = JSON.parse(line) as { execute: string; id: number; arguments?: { uri?: string } };
       let ret: unknown = {};
       if (msg.execute === 'query-status') ret = { status, running: status === 'running' };
-      if (msg.execute === 'query-migrate') ret = migration === 'none' ? {} : { status: migration };
+      if (msg.execute === 'query-migrate') ret = migrationNow === 'none' ? {} : { status: migrationNow };
+      if (mode === 'suspend' && msg.execute === 'stop') status = 'paused';
+      if (mode === 'suspend' && msg.execute === 'migrate') {
+        const file = /^exec:cat > '(.*)'$/.exec(msg.arguments?.uri ?? '')?.[1];
+        if (file === undefined) throw new Error(`migrate: a URI this stand-in does not take: ${msg.arguments?.uri}`);
+        writeFileSync(file, Buffer.alloc(64 * 1024, 5));
+        migrationNow = 'completed';
+        status = 'postmigrate';
+      }
       if (msg.execute === 'cont') {
         status = 'running';
         if (mode === 'ioerror') sock.write(`${JSON.stringify({ event: 'RESUME', data: {} })}\n`);

@@ -33,18 +33,20 @@ export function tempDir(prefix: string): { dir: string; cleanup: () => void } {
 
 /**
  * Starts feosd and waits until its socket answers (or `waitServing` false: returns at once).
- * @param extra more flags
+ * @param opts.extra more flags
+ * @param opts.env its environment @default process.env
  */
 export async function startFeosd(
   base: string,
-  opts: { guestDir?: string; extra?: string[]; waitServing?: boolean; runDir?: string; netns?: string } = {},
+  opts: { guestDir?: string; extra?: string[]; waitServing?: boolean; runDir?: string; netns?: string; env?: NodeJS.ProcessEnv } = {},
 ): Promise<FeosdProcess> {
   const stateDir = join(base, 'state');
   const runDir = opts.runDir ?? join(base, 'run');
   const args = [FEOSD, '--state-dir', stateDir, '--run-dir', runDir, '--guest-dir', opts.guestDir ?? join(base, 'guest'), '--accel', 'tcg', ...(opts.extra ?? [])];
+  const env = opts.env ?? process.env;
   const child = opts.netns
-    ? spawn('ip', ['netns', 'exec', opts.netns, process.execPath, ...args], { stdio: ['ignore', 'pipe', 'pipe'] })
-    : spawn(process.execPath, args, { stdio: ['ignore', 'pipe', 'pipe'] });
+    ? spawn('ip', ['netns', 'exec', opts.netns, process.execPath, ...args], { stdio: ['ignore', 'pipe', 'pipe'], env })
+    : spawn(process.execPath, args, { stdio: ['ignore', 'pipe', 'pipe'], env });
   let err = '';
   child.stderr!.setEncoding('utf8').on('data', (d: string) => {
     err += d;

@@ -8,7 +8,7 @@ import { once } from 'node:events';
 import { existsSync, mkdirSync, readFileSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { test } from 'node:test';
-import { create, toBinary } from '@bufbuild/protobuf';
+import { create, fromBinary, toBinary } from '@bufbuild/protobuf';
 import { timestampNow } from '@bufbuild/protobuf/wkt';
 import { MicroVmSchema, MicroVmState } from '../../src/feos/gen/feos/microvm/v1/microvm_pb.js';
 import { PodInfoSchema, PodState } from '../../src/feos/gen/feos/pod/v1/pod_pb.js';
@@ -93,4 +93,47 @@ test("a microVM that QEMU paused on a full disk: GetPod says so and how to go on
   const after = (await feosd.pods.getPod({ id: 'kxfzzpqd0ab' })).pod!;
   assert.doesNotMatch(after.guest?.reason ?? '', /paused/, 'QEMU sent RESUME: no longer paused');
   assert.equal(qemu.exitCode, null, 'its QEMU runs on');
+});
+
+test("a feosd killed after a suspend's QEMU wrote its whole snapshot and ended, before the record said so: the next start has the pod SUSPENDED with its snapshot (it was FAILED, 'QEMU ended while feosd was away', its memory lost)", { timeout: 60_000 }, async (t) => {
+  const { dir, cleanup } = tempDir('feos-quitkill-');
+  t.after(cleanup);
+  const state = join(dir, 'state');
+  const id = 'kxqtsnpshxt';
+  const qemu = await frozenPod(state, id, 'running', 'none', false, 'suspend');
+  t.after(() => qemu.kill('SIGKILL'));
+  const qemuExit = once(qemu, 'exit');
+  // A stand-in `fallocate` that never ends: feosd's suspend stops where it punches the snapshot's zero
+  // pages, after QEMU's end and before the microVM's record says SUSPENDED (a window of the real
+  // suspend's fsync and fallocate, which a SIGKILL may hit).
+  const bin = join(dir, 'bin');
+  mkdirSync(bin);
+  const punching = join(dir, 'fallocate.pid');
+  writeFileSync(join(bin, 'fallocate'), `#!/bin/sh\necho $$ > '${punching}'\nexec tail -f /dev/null\n`, { mode: 0o755 });
+  t.after(() => {
+    try {
+      process.kill(Number(readFileSync(punching, 'utf8')), 'SIGKILL');
+    } catch {}
+  });
+  let feosd = await startFeosd(dir, { env: { ...process.env, PATH: `${bin}:${process.env.PATH}` } });
+  t.after(() => feosd.stop('SIGKILL'));
+  await until('the pod is taken over RUNNING', async () => ((await feosd.pods.getPod({ id })).pod!.state === PodState.RUNNING ? true : undefined), 20_000);
+  const suspending = feosd.pods.suspendPod({ id }).catch((err: unknown) => err);
+  await until('the suspend punches the snapshot of the QEMU that ended', async () => (existsSync(punching) ? true : undefined), 30_000);
+  await qemuExit;
+  await feosd.stop('SIGKILL');
+  await suspending;
+  const vmRecord = () => fromBinary(MicroVmSchema, readFileSync(join(state, 'vms', id, 'microvm.pb')));
+  assert.equal(MicroVmState[vmRecord().state], 'RUNNING', 'the kill came before the record said SUSPENDED');
+
+  feosd = await startFeosd(dir);
+  const pod = await until('the pod is settled', async () => {
+    const p = (await feosd.pods.getPod({ id })).pod!;
+    return p.state === PodState.RUNNING ? undefined : p;
+  }, 20_000);
+  assert.equal(PodState[pod.state], 'SUSPENDED', pod.reason);
+  const vm = vmRecord();
+  assert.equal(MicroVmState[vm.state], 'SUSPENDED', vm.reason);
+  assert.equal(vm.snapshotBytes, 64n * 1024n);
+  assert.ok(existsSync(join(state, 'vms', id, 'snapshot', 'vmstate')), 'the snapshot is kept for the resume');
 });

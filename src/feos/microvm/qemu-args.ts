@@ -63,6 +63,8 @@ export function vmPaths(dir: string) {
     qemuLog: join(dir, 'qemu.log'),
     snapshotDir: join(dir, 'snapshot'),
     vmstate: join(dir, 'snapshot', 'vmstate'),
+    /** Written once the migration stream in `vmstate` is whole, before QEMU is ended: `{pid, pidStartTicks}` of that QEMU. */
+    vmstateWhole: join(dir, 'snapshot', 'whole.json'),
   };
 }
 

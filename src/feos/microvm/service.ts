@@ -185,7 +185,34 @@ export class MicroVmService extends EventEmitter<{ exit: [MicroVmExit] }> {
           killPid(record.pid);
         }
       }
+      // A feosd killed in a suspend after QEMU wrote its whole snapshot and was ended, before the record
+      // said SUSPENDED (the snapshot's sync and punching take seconds): the snapshot is the microVM's.
+      if (record.bootId === boot && (await this.#wholeSnapshotOf(rt))) {
+        try {
+          await this.#finishSnapshot(rt);
+          await this.#setState(rt, MicroVmState.SUSPENDED, 'suspended (its QEMU had written its whole snapshot and ended when feosd was killed)');
+          this.#opts.log.warn({ id, pid: record.pid }, 'taken over: QEMU ended after writing its whole snapshot; the microVM is SUSPENDED');
+          continue;
+        } catch (err: unknown) {
+          this.#opts.log.error({ id, err: errorMessage(err) }, 'microVM: its whole snapshot could not be kept');
+        }
+      }
       await this.#setState(rt, MicroVmState.CRASHED, 'QEMU ended while feosd was away');
+    }
+  }
+
+  /**
+   * Whether `snapshot/vmstate` is the whole snapshot of the QEMU the record names: `snapshot/whole.json`
+   * (written by {@link #quitKeepingSnapshot} before it ends QEMU) names that process, and the stream is there.
+   */
+  async #wholeSnapshotOf(rt: Runtime): Promise<boolean> {
+    const p = vmPaths(this.dir(rt.record.id));
+    try {
+      const whole = JSON.parse(await readFile(p.vmstateWhole, 'utf8')) as { pid?: unknown; pidStartTicks?: unknown };
+      if (rt.record.pid <= 0 || whole.pid !== rt.record.pid || whole.pidStartTicks !== String(rt.record.pidStartTicks)) return false;
+      return (await stat(p.vmstate)).size > 0;
+    } catch {
+      return false;
     }
   }
 
@@ -223,8 +250,7 @@ export class MicroVmService extends EventEmitter<{ exit: [MicroVmExit] }> {
     }
     // Paused with no whole snapshot: nothing was handed over; the vCPUs run on.
     await qmp.execute('cont');
-    await rm(p.vmstate, { force: true });
-    rt.record.snapshotBytes = 0n;
+    await this.#removeSnapshot(rt);
     await this.#write(rt);
     this.#opts.log.warn({ id, qemu: st.status, migration: mig.status ?? 'none' }, 'taken over: QEMU was paused without a whole snapshot; its vCPUs run again');
     return MicroVmState.RUNNING;
@@ -233,9 +259,13 @@ export class MicroVmService extends EventEmitter<{ exit: [MicroVmExit] }> {
   /**
    * Ends a QEMU whose snapshot is whole on disk (`quit`, killed after 5 s), then syncs the snapshot,
    * punches its zero pages into holes and records its size (bytes). The state is the caller's to set.
+   * `snapshot/whole.json` says first that the snapshot is this QEMU's whole one: a feosd killed after
+   * QEMU's end and before the caller's record finds by it at its next start that the microVM is
+   * SUSPENDED, not crashed ({@link init}).
    */
   async #quitKeepingSnapshot(rt: Runtime): Promise<void> {
     const p = vmPaths(this.dir(rt.record.id));
+    await writeFileAtomic(p.vmstateWhole, JSON.stringify({ pid: rt.record.pid, pidStartTicks: String(rt.record.pidStartTicks) }));
     rt.expectingExit = true;
     await rt.qmp?.execute('quit').catch(() => {});
     const ended = await Promise.race([rt.exited, new Promise((r) => setTimeout(() => r(undefined), 5000))]);
@@ -244,6 +274,12 @@ export class MicroVmService extends EventEmitter<{ exit: [MicroVmExit] }> {
       await rt.exited;
     }
     rt.expectingExit = false;
+    await this.#finishSnapshot(rt);
+  }
+
+  /** Syncs the snapshot of a QEMU that ended, punches its zero pages into holes and records its size (bytes). */
+  async #finishSnapshot(rt: Runtime): Promise<void> {
+    const p = vmPaths(this.dir(rt.record.id));
     const fh = await open(p.vmstate, 'r');
     await fh.sync();
     await fh.close();
@@ -353,7 +389,7 @@ export class MicroVmService extends EventEmitter<{ exit: [MicroVmExit] }> {
     const qmp = rt.qmp;
     rt.guest.close();
     await mkdir(p.snapshotDir, { recursive: true });
-    await rm(p.vmstate, { force: true });
+    await this.#removeSnapshot(rt);
     await qmp.execute('stop');
     await qmp.execute('migrate-set-parameters', { 'max-bandwidth': 8 * 1024 ** 3 });
     await qmp.execute('migrate', { uri: `exec:cat > '${p.vmstate.replaceAll("'", "'\\''")}'` });
@@ -412,8 +448,7 @@ export class MicroVmService extends EventEmitter<{ exit: [MicroVmExit] }> {
       throw new FeosError('INTERNAL', `resume: ${errorMessage(err)}; qemu.log: ${log.trim().split('\n').slice(-2).join(' | ')}`, { cause: err });
     }
     rt.expectingExit = false;
-    await rm(p.vmstate, { force: true });
-    rt.record.snapshotBytes = 0n;
+    await this.#removeSnapshot(rt);
     await this.#write(rt);
     return rt.record;
   }
@@ -443,6 +478,7 @@ export class MicroVmService extends EventEmitter<{ exit: [MicroVmExit] }> {
     }
     const p = vmPaths(this.dir(id));
     await mkdir(p.snapshotDir, { recursive: true });
+    await rm(p.vmstateWhole, { force: true });
     await rename(vmstate, p.vmstate);
     rt.record.snapshotBytes = BigInt((await stat(p.vmstate)).size);
     await this.#setState(rt, MicroVmState.SUSPENDED, 'restored from a checkpoint');
@@ -453,8 +489,7 @@ export class MicroVmService extends EventEmitter<{ exit: [MicroVmExit] }> {
   async discardSnapshot(id: string): Promise<void> {
     const rt = this.#must(id);
     if (rt.record.state !== MicroVmState.SUSPENDED) return;
-    await rm(vmPaths(this.dir(id)).vmstate, { force: true });
-    rt.record.snapshotBytes = 0n;
+    await this.#removeSnapshot(rt);
     await this.#setState(rt, MicroVmState.STOPPED, 'its snapshot was discarded');
   }
 
@@ -478,6 +513,14 @@ export class MicroVmService extends EventEmitter<{ exit: [MicroVmExit] }> {
       rt.guest.close();
       rt.child?.unref();
     }
+  }
+
+  /** Removes the snapshot and what said it was whole (its size in the record 0; the caller writes the record). */
+  async #removeSnapshot(rt: Runtime): Promise<void> {
+    const p = vmPaths(this.dir(rt.record.id));
+    await rm(p.vmstateWhole, { force: true });
+    await rm(p.vmstate, { force: true });
+    rt.record.snapshotBytes = 0n;
   }
 
   #must(id: string): Runtime {
