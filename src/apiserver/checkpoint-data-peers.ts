@@ -94,8 +94,18 @@ export function attachCheckpointDataPeers(ctx: ServerContext, storage: Storage, 
     if (stopped || opts.kubernetesEndpoints === false) return;
     clearTimeout(expiryTimer);
     try {
-      const live = liveApiServers(ctx);
-      setKubernetesEndpoints(ctx.registry, live.flatMap((s) => endpointOf(s.url) ?? []));
+      // The Leases read and the Endpoints written in one transaction: a server that stops (deleting
+      // its Lease, then writing the Endpoints without itself) between this read and this write makes
+      // the commit lose and run again. Else this write put the stopped server back, until the next
+      // renewal of some API server (a third of the Lease duration later).
+      const live = ctx.registry.storage.transaction(() => {
+        const servers = liveApiServers(ctx);
+        // A list's condition catches Leases changed or added since, not deleted ones (etcd compares
+        // the keys that exist): each Lease read by its key is a condition of its own.
+        for (const s of servers) ctx.registry.find(leases, 'kube-system', `apiserver-${s.instance}`);
+        setKubernetesEndpoints(ctx.registry, servers.flatMap((s) => endpointOf(s.url) ?? []));
+        return servers;
+      });
       const next = Math.min(...live.filter((s) => s.instance !== instance).map((s) => s.expiresAt));
       if (Number.isFinite(next)) {
         expiryTimer = setTimeout(reconcileEndpoints, Math.min(2 ** 31 - 1, Math.max(0, next - Date.now()) + 50));
