@@ -56,11 +56,12 @@ const LOOP_INIT_WAT = `(module (memory (export "memory") 1)
   (func (export "k32_init") (loop $l (br $l)))
   (func (export "k32_handle") (param i32 i32) (result i64) (i64.const 0)))`;
 
-/** An app pod whose entry point runs 1500 ms of its own clock, then returns. */
-const APP_WAT = `(module (import "k32" "k32_time_ms" (func $now (result i64)))
-  (func (export "_start") (local $t i64)
-    (local.set $t (call $now))
-    (loop $wait (br_if $wait (i64.lt_u (i64.sub (call $now) (local.get $t)) (i64.const 1500))))))`;
+/**
+ * An app pod whose entry point never returns: it runs until terminated, so a request pod that answers
+ * meanwhile cannot be on its thread, however slow the machine (an entry point of 1500 ms had returned
+ * before a loaded machine had started the request pod's thread).
+ */
+const APP_WAT = '(module (func (export "_start") (loop $forever (br $forever))))';
 
 let denseModule: Promise<PodModule> | undefined;
 function dense(): Promise<PodModule> {
@@ -321,5 +322,5 @@ test('an app pod gets a thread of its own even with dense pods', { timeout: 10_0
   assert.deepEqual(sharedThreads(), [1], 'the app pod is not on a shared thread');
   assert.equal(await count(b), 1);
   assert.equal(app.exit, undefined, 'b answered while the app\'s entry point still ran');
-  assert.equal((await app.exited).reason, 'Completed');
+  assert.equal((await app.terminate()).reason, 'Completed');
 });
