@@ -47,6 +47,9 @@ describe('the pods network in namespaces', { timeout: 240_000 }, () => {
   const ctl = (call: Record<string, unknown>) => control(join(dir, 'control.sock'), call);
   const sgClient = () => grpcClient(SecurityGroupService, join(dir, 'grpc.sock'));
   const ntClient = () => grpcClient(NameService, join(dir, 'grpc.sock'));
+  // A probe that must fail waits its timeout out (1.5 s: enough for a drop, which never answers); one that
+  // must connect is given REACHES_MS, which only a failure waits out (a loaded machine may be slow).
+  const REACHES_MS = 10_000;
   const probe = (pod: string, host: string, port: number, timeoutMs = 1_500, from?: string) =>
     sh(inNs(podNs[pod], process.execPath, PROBE, host, String(port), String(timeoutMs), ...(from ? [from] : [])));
   const nodeFlags = { podPrefix: PREFIX, dnsUpstreams: ['11.0.0.2'], denyPrefixes: ['11.0.0.128/25'], rulesIntervalMs: 3_600_000 };
@@ -217,8 +220,8 @@ describe('the pods network in namespaces', { timeout: 240_000 }, () => {
     assert.equal((await probe('a', addrs.b.ipv6!, 8080 + 0)).code, 1, 'nothing listens in pod b yet');
     const echo = await startInNs(podNs.b, INET_FIXTURE, [addrs.b.ipv6!, '::']).catch(async () => startInNs(podNs.b, INET_FIXTURE, ['::']));
     try {
-      assert.equal((await probe('a', addrs.b.ipv6!, 8080)).stdout.trim(), 'ok', 'web → web TCP 8080');
-      assert.equal((await sh(inNs(podNs.a, 'busybox', 'ping', '-6', '-c', '1', '-W', '2', addrs.b.ipv6!))).code, 0, 'web → web ICMPv6');
+      assert.equal((await probe('a', addrs.b.ipv6!, 8080, REACHES_MS)).stdout.trim(), 'ok', 'web → web TCP 8080');
+      assert.equal((await sh(inNs(podNs.a, 'busybox', 'ping', '-6', '-c', '1', '-W', '10', addrs.b.ipv6!))).code, 0, 'web → web ICMPv6');
       assert.equal((await probe('c', addrs.b.ipv6!, 8080)).code, 1, 'client → web: not a member of web');
       // A member delta lets c in, as a set-element update.
       const sg = sgClient();
@@ -235,9 +238,9 @@ describe('the pods network in namespaces', { timeout: 240_000 }, () => {
     } finally {
       await echo.stop();
     }
-    assert.equal((await probe('a', '11.0.0.2', 8080)).stdout.trim(), 'ok', 'out to the internet over IPv4, masqueraded');
-    assert.equal((await probe('a', '2600:1::2', 8080)).stdout.trim(), 'ok', 'out to the internet over IPv6');
-    assert.equal((await sh(inNs(podNs.a, 'busybox', 'ping', '-c', '1', '-W', '2', '11.0.0.2'))).code, 0, 'ICMP to the internet');
+    assert.equal((await probe('a', '11.0.0.2', 8080, REACHES_MS)).stdout.trim(), 'ok', 'out to the internet over IPv4, masqueraded');
+    assert.equal((await probe('a', '2600:1::2', 8080, REACHES_MS)).stdout.trim(), 'ok', 'out to the internet over IPv6');
+    assert.equal((await sh(inNs(podNs.a, 'busybox', 'ping', '-c', '1', '-W', '10', '11.0.0.2'))).code, 0, 'ICMP to the internet');
     assert.equal((await probe('a', '11.0.0.200', 8080)).code, 1, 'a denied prefix');
     assert.equal((await probe('a', '11.0.0.1', 8080, 800)).code, 1, "the node's own address");
     assert.equal((await probe('c', '11.0.0.2', 8080)).code, 1, 'client has no internet');
@@ -259,7 +262,7 @@ describe('the pods network in namespaces', { timeout: 240_000 }, () => {
   });
 
   it('answers name tables, forwards upstream and refuses strangers (dig)', async () => {
-    const dig = async (ns: string, ...args: string[]) => must(inNs(ns, 'dig', '@169.254.0.53', '+time=3', '+tries=1', ...args));
+    const dig = async (ns: string, ...args: string[]) => must(inNs(ns, 'dig', '@169.254.0.53', '+time=10', '+tries=1', ...args));
     const traffic = grpcStream<WatchTrafficResponse>(TrafficService, join(dir, 'grpc.sock'), 'WatchTraffic', { podIds: [ids.a] });
     const seen = (name: string) => traffic.messages.find((m) => m.record?.kind.case === 'dnsQuery' && m.record.kind.value.name === name)?.record;
     // The stream is open once a query's record arrives on it.
@@ -318,7 +321,7 @@ describe('the pods network in namespaces', { timeout: 240_000 }, () => {
   });
 
   it('takes a deleted pod off the network and out of connection tracking', async () => {
-    assert.equal((await probe('a', '11.0.0.2', 8080)).code, 0);
+    assert.equal((await probe('a', '11.0.0.2', 8080, REACHES_MS)).code, 0);
     const before = await sh(inNs(nodeNs, 'conntrack', '-L', '-s', addrs.a.ipv4!));
     assert.match(before.stdout, /dport=8080/);
     const r = await ctl({ method: 'removePod', id: ids.a });
@@ -340,7 +343,7 @@ describe('the pods network in namespaces', { timeout: 240_000 }, () => {
     // b's link stayed and it stays in the table; c's membership of web was kept.
     const echo = await startInNs(podNs.b, INET_FIXTURE, ['::']);
     try {
-      assert.equal((await probe('c', addrs.b.ipv6!, 8080)).code, 0);
+      assert.equal((await probe('c', addrs.b.ipv6!, 8080, REACHES_MS)).code, 0);
     } finally {
       await echo.stop();
     }
