@@ -73,7 +73,9 @@ test('k32_init runs once; k32_log lines reach the ring and onLog; logs read with
 });
 
 test('k32_time_ms counts from the start and never goes backward', { timeout: 10_000 }, async (t) => {
-  const pod = await startPod(await stateMod());
+  const mod = await stateMod();
+  const t0 = performance.now();
+  const pod = await startPod(mod);
   t.after(() => pod.terminate());
   let last = -1;
   for (let i = 0; i < 20; i++) {
@@ -81,7 +83,9 @@ test('k32_time_ms counts from the start and never goes backward', { timeout: 10_
     assert.ok(n.time >= last, `time went from ${last} to ${n.time}`);
     last = n.time;
   }
-  assert.ok(last >= 0 && last < 5000);
+  // From the start: at most the time since the start was asked, however slow the machine.
+  const sinceStartMs = performance.now() - t0;
+  assert.ok(last >= 0 && last <= sinceStartMs + 1, `pod time ${last} ms, ${sinceStartMs.toFixed(1)} ms after the start was asked`);
 });
 
 test('channels: the same name gives the same handle; sends go out through onChannelSend', { timeout: 10_000 }, async (t) => {
@@ -485,11 +489,17 @@ test('k32_log: long lines are cut, a flood is rate-limited and the dropped lines
   const lines: string[] = [];
   const pod = await startPod(mod, { onLog: (e) => lines.push(e.line) });
   t.after(() => pod.terminate());
-  await pod.handle(get('/'));
-  assert.match(lines[0]!, /… \(3616 more bytes cut\)$/);
-  assert.ok(lines.length < 1500, `${lines.length} of 5001 lines passed on`); // 1000 at once, then 1000 a second
-  // The next line let through after the flood reports how many were dropped.
   const dropped = (l: string): boolean => /^kube32: \d+ log lines dropped \(more than 1000 a second\)$/.test(l);
+  const t0 = performance.now();
+  await pod.handle(get('/'));
+  const callMs = performance.now() - t0;
+  assert.match(lines[0]!, /… \(3616 more bytes cut\)$/);
+  // A token bucket: 1000 at once, then 1000 a second for as long as the loop ran, at most the call's
+  // time. (A fixed bound of 1500 lines held only while the loop took under half a second: a loaded
+  // machine stretched it to 424 ms, and 1391 lines passed.)
+  const passed = lines.filter((l) => !dropped(l)).length;
+  assert.ok(passed <= 1000 + Math.ceil(callMs) + 1, `${passed} of 5001 lines passed on in a call of ${callMs.toFixed(0)} ms`);
+  // The next line let through after the flood reports how many were dropped.
   await until(async () => {
     await pod.handle(get('/'));
     return lines.some(dropped);
