@@ -3,9 +3,9 @@
  * and what runs on it), and the steps that keep a pod's record and talk to its guest. The actions live
  * in a file each (bring-up.ts, lifecycle.ts, hibernate.ts, restore.ts) and take a `PodCore`.
  */
-import { create } from '@bufbuild/protobuf';
+import { clone, create } from '@bufbuild/protobuf';
 import { timestampNow } from '@bufbuild/protobuf/wkt';
-import { type PodEvent, PodEventSchema, type PodInfo, PodState } from '../gen/feos/pod/v1/pod_pb.js';
+import { type PodEvent, PodEventSchema, type PodInfo, PodInfoSchema, PodState } from '../gen/feos/pod/v1/pod_pb.js';
 import type { Logger } from '../../lib/index.ts';
 import { FeosError, errorMessage } from '../api/index.ts';
 import type { MicroVmService } from '../microvm/index.ts';
@@ -104,12 +104,15 @@ export class PodCore {
     });
   }
 
-  /** Keeps the pod's record (its generation counted) and sends its event once kept. */
+  /**
+   * Keeps the pod's record (its generation counted) and sends its event once kept. The event carries a
+   * copy: the caller changes its pod on, and a watcher that reads slowly has its events serialized late.
+   */
   async save(pod: PodInfo): Promise<void> {
     pod.generation += 1n;
     pod.recordVersion = POD_RECORD_VERSION;
     await this.o.records.save(pod);
-    this.#emit(create(PodEventSchema, { podId: pod.id, pod, time: timestampNow() }));
+    this.#emit(create(PodEventSchema, { podId: pod.id, pod: clone(PodInfoSchema, pod), time: timestampNow() }));
   }
 
   /** Sends a pod's deleted event (its record is removed). */
