@@ -216,6 +216,12 @@ test('the leader killed during a move that must roll back (its target is gone): 
   assert.equal(s.most(), 1, 'never more than one pod of the Deployment at once');
   const list = JSON.parse((await kubectl(kc, ['get', 'pods', '-l', 'app=counter', '-o', 'json'])).stdout) as { items: PodLite[] };
   assert.deepEqual(list.items.map((p) => `${p.metadata.name} ${p.spec.nodeName}`), [`${first.metadata.name} ${source}`], 'one pod, on the source');
-  const events = await kubectl(kc, ['get', 'events', '--field-selector', `involvedObject.name=${first.metadata.name}`, '-o', 'jsonpath={range .items[*]}{.reason}{"\\n"}{end}']);
-  assert.match(events.stdout, /MoveFailed/, 'the rollback is recorded as MoveFailed on the pod');
+  // The event is written after the Failed status (a write of its own): waited for, not read once.
+  const reasons = await eventually(
+    'the MoveFailed event on the pod',
+    30_000,
+    async () => (await kubectl(kc, ['get', 'events', '--field-selector', `involvedObject.name=${first.metadata.name}`, '-o', 'jsonpath={range .items[*]}{.reason}{"\\n"}{end}'])).stdout,
+    (out) => /^MoveFailed$/m.test(out),
+  );
+  assert.match(reasons, /^MoveFailed$/m, 'the rollback is recorded as MoveFailed on the pod');
 });
