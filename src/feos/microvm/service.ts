@@ -188,10 +188,11 @@ export class MicroVmService extends EventEmitter<{ exit: [MicroVmExit] }> {
       // A feosd killed in a suspend after QEMU wrote its whole snapshot and was ended, before the record
       // said SUSPENDED (the snapshot's sync and punching take seconds): the snapshot is the microVM's.
       if (record.bootId === boot && (await this.#wholeSnapshotOf(rt))) {
+        const pid = record.pid;
         try {
           await this.#finishSnapshot(rt);
           await this.#setState(rt, MicroVmState.SUSPENDED, 'suspended (its QEMU had written its whole snapshot and ended when feosd was killed)');
-          this.#opts.log.warn({ id, pid: record.pid }, 'taken over: QEMU ended after writing its whole snapshot; the microVM is SUSPENDED');
+          this.#opts.log.warn({ id, pid }, 'taken over: QEMU ended after writing its whole snapshot; the microVM is SUSPENDED');
           continue;
         } catch (err: unknown) {
           this.#opts.log.error({ id, err: errorMessage(err) }, 'microVM: its whole snapshot could not be kept');

@@ -69,7 +69,12 @@ test('SIGKILL during a suspend on stop: the next feosd resumes the pod (same boo
   f = await startFeosd(base, { guestDir: GUEST_DIR, extra: flags });
   const back = await answers('the next feosd brings the pod back running');
   assert.equal(back.guest!.bootId, bootId, `the same boot (its memory kept)\n${f.stderr().split('\n').slice(-15).join('\n')}`);
-  t.diagnostic(/QEMU was paused with a whole snapshot/.test(f.stderr()) ? 'the kill found QEMU in postmigrate' : 'the kill found the suspend done or not begun');
+  const found = /QEMU was paused with a whole snapshot/.test(f.stderr())
+    ? 'QEMU in postmigrate'
+    : /QEMU ended after writing its whole snapshot/.test(f.stderr())
+      ? 'QEMU ended with its whole snapshot, before the record said SUSPENDED'
+      : 'the suspend done or not begun';
+  t.diagnostic(`the kill found ${found}`);
 
   // 2. HibernatePod, then SIGKILL as soon as its manifest is in the store.
   const hibernation = f.pods.hibernatePod({ id: ID }).catch(() => undefined);
