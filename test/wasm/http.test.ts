@@ -27,7 +27,7 @@ function chunkedPost(url: string, parts: string[]): Promise<{ status: number; bo
   });
 }
 
-test('a pod gets lower-case headers and a de-chunked body with content-length', { timeout: 15_000 }, async (t) => {
+test('a pod gets lower-case headers and a de-chunked body with content-length', { timeout: 30_000 }, async (t) => {
   const pod = await startPod(await loadModule(example('echo')));
   t.after(() => pod.terminate());
   const { server, url } = await listen(() => pod);
@@ -43,7 +43,7 @@ test('a pod gets lower-case headers and a de-chunked body with content-length', 
   assert.equal(echoed.headers['transfer-encoding'], undefined);
 });
 
-test('503 with Retry-After while frozen or absent; 502 on a trap and on a response that does not parse', { timeout: 15_000 }, async (t) => {
+test('503 with Retry-After while frozen or absent; 502 on a trap and on a response that does not parse', { timeout: 30_000 }, async (t) => {
   const pod = await startPod(await loadModule(example('echo')));
   t.after(() => pod.terminate());
   let current: PodInstance | undefined = pod;

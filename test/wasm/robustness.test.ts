@@ -41,7 +41,7 @@ test('damaged modules are refused with a ModuleError or load; nothing else escap
   );
 });
 
-test('a start function or k32_init that never returns fails the start after callDeadlineMs; the worker ends', { timeout: 20_000 }, async () => {
+test('a start function or k32_init that never returns fails the start after callDeadlineMs; the worker ends', { timeout: 30_000 }, async () => {
   const initLoop = await loadModule(wat(`(module ${BASE} (func (export "k32_init") (loop $l (br $l))))`));
   // A booted thread waits for the pod, so the time bounded is the start's own, not a thread's boot and
   // warm-up (1.9-2.7 s of the 5 s on a machine with four CPU burners; 0.3-0.65 s with a thread ready).
@@ -62,7 +62,7 @@ test('a start function or k32_init that never returns fails the start after call
   await ok.terminate();
 });
 
-test('a start cancelled through its signal ends the worker and rejects', { timeout: 10_000 }, async () => {
+test('a start cancelled through its signal ends the worker and rejects', { timeout: 30_000 }, async () => {
   const initLoop = await loadModule(wat(`(module ${BASE} (func (export "k32_init") (loop $l (br $l))))`));
   const ac = new AbortController();
   const started = startPod(initLoop, { signal: ac.signal });
@@ -71,7 +71,7 @@ test('a start cancelled through its signal ends the worker and rejects', { timeo
   await assert.rejects(startPod(initLoop, { signal: AbortSignal.abort() }), /the start was cancelled/);
 });
 
-test('a trap in k32_init, or a huge memory.grow, is contained', { timeout: 10_000 }, async (t) => {
+test('a trap in k32_init, or a huge memory.grow, is contained', { timeout: 30_000 }, async (t) => {
   const trap = await loadModule(wat(`(module ${BASE} (func (export "k32_init") unreachable))`));
   await assert.rejects(startPod(trap), (e: unknown) => e instanceof PodStartError && e.reason === 'Trap' && /k32_init: unreachable/.test(e.message));
   // memory.grow past the limit fails inside WebAssembly (-1); the pod keeps running.
@@ -91,7 +91,7 @@ test('a trap in k32_init, or a huge memory.grow, is contained', { timeout: 10_00
   assert.equal(pod.exit, undefined);
 });
 
-test('the pod clock starts at the pod\'s start, not when its worker was booted ahead of need', { timeout: 10_000 }, async (t) => {
+test('the pod clock starts at the pod\'s start, not when its worker was booted ahead of need', { timeout: 30_000 }, async (t) => {
   await warmWorkerPool();
   await delay(600); // the spare worker waits: this time must not count as the pod's
   const module = await loadModule(wat(`(module ${BASE})`));
@@ -104,7 +104,7 @@ test('the pod clock starts at the pod\'s start, not when its worker was booted a
   assert.ok(podTimeMs <= startMs + 1, `pod time at start: ${podTimeMs} ms, the start took ${startMs.toFixed(1)} ms (the 600 ms the worker waited do not count)`);
 });
 
-test('fsLimitBytes: a write past the pod\'s storage quota answers -ENOSPC and writes nothing; what was there counts', { timeout: 10_000 }, async (t) => {
+test('fsLimitBytes: a write past the pod\'s storage quota answers -ENOSPC and writes nothing; what was there counts', { timeout: 30_000 }, async (t) => {
   const tmp = tempDir('fs-quota');
   t.after(tmp.remove);
   // Each request appends 60000 bytes to "f" twice; the body says whether the first write was whole
@@ -138,7 +138,7 @@ test('fsLimitBytes: a write past the pod\'s storage quota answers -ENOSPC and wr
   await assert.rejects(startPod(mod, { fsDir: tmp.dir, fsLimitBytes: -1 }), RangeError);
 });
 
-test('a log flood followed by silence still reports every dropped line', { timeout: 10_000 }, async (t) => {
+test('a log flood followed by silence still reports every dropped line', { timeout: 30_000 }, async (t) => {
   const mod = await loadModule(wat(`(module (import "k32" "k32_log" (func $l (param i32 i32))) (memory (export "memory") 1)
     (func (export "k32_alloc") (param i32) (result i32) (i32.const 60000))
     (func (export "k32_handle") (param i32 i32) (result i64) (local $i i32)
@@ -162,7 +162,7 @@ test('a log flood followed by silence still reports every dropped line', { timeo
   assert.ok(dropped > 0);
 });
 
-test('tables are bounded: a module with millions of initial entries is refused, a table.grow past the bound fails inside WebAssembly', { timeout: 20_000 }, async (t) => {
+test('tables are bounded: a module with millions of initial entries is refused, a table.grow past the bound fails inside WebAssembly', { timeout: 30_000 }, async (t) => {
   await assert.rejects(loadModule(wat(`(module ${BASE} (table 10000000 funcref))`)), (e: unknown) => {
     assert.ok(e instanceof ModuleError);
     assert.equal(e.code, 'Unsupported');
@@ -182,7 +182,7 @@ test('tables are bounded: a module with millions of initial entries is refused, 
   assert.equal(pod.exit, undefined, 'the pod keeps running');
 });
 
-test('a module with more mutable globals than a pod may have is refused before it costs the node', { timeout: 20_000 }, async () => {
+test('a module with more mutable globals than a pod may have is refused before it costs the node', { timeout: 30_000 }, async () => {
   const globals = Array.from({ length: 65_537 }, () => '(global (mut i32) (i32.const 0))').join('');
   const bytes = wat(`(module ${BASE} ${globals})`);
   // The refusal's own time: wat2wasm building the 2 MB text (seconds on a loaded machine) is the test's.

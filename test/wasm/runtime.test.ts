@@ -30,7 +30,7 @@ async function until(f: () => Promise<boolean> | boolean, ms = 5000): Promise<vo
   }
 }
 
-test('k32_env and k32_asset copy values, -1 for what is not set', { timeout: 10_000 }, async (t) => {
+test('k32_env and k32_asset copy values, -1 for what is not set', { timeout: 30_000 }, async (t) => {
   const pod = await startPod(await stateMod(), { env: { NAME: 'hello' }, assets: { greeting: new TextEncoder().encode('hi there') } });
   t.after(() => pod.terminate());
   assert.equal(stateNumbers(await pod.handle(get('/e'))).result, 5n);
@@ -41,7 +41,7 @@ test('k32_env and k32_asset copy values, -1 for what is not set', { timeout: 10_
   assert.equal(stateNumbers(await bare.handle(get('/a'))).result, -1n);
 });
 
-test('k32_init runs once; k32_log lines reach the ring and onLog; logs read with tail, since and follow', { timeout: 10_000 }, async (t) => {
+test('k32_init runs once; k32_log lines reach the ring and onLog; logs read with tail, since and follow', { timeout: 30_000 }, async (t) => {
   const seen: LogEntry[] = [];
   const pod = await startPod(await stateMod(), { onLog: (e) => seen.push(e) });
   t.after(() => pod.terminate());
@@ -72,7 +72,7 @@ test('k32_init runs once; k32_log lines reach the ring and onLog; logs read with
   assert.equal((await pod.exited).reason, 'Completed');
 });
 
-test('k32_time_ms counts from the start and never goes backward', { timeout: 10_000 }, async (t) => {
+test('k32_time_ms counts from the start and never goes backward', { timeout: 30_000 }, async (t) => {
   const mod = await stateMod();
   const t0 = performance.now();
   const pod = await startPod(mod);
@@ -88,7 +88,7 @@ test('k32_time_ms counts from the start and never goes backward', { timeout: 10_
   assert.ok(last >= 0 && last <= sinceStartMs + 1, `pod time ${last} ms, ${sinceStartMs.toFixed(1)} ms after the start was asked`);
 });
 
-test('channels: the same name gives the same handle; sends go out through onChannelSend', { timeout: 10_000 }, async (t) => {
+test('channels: the same name gives the same handle; sends go out through onChannelSend', { timeout: 30_000 }, async (t) => {
   const sent: Array<[string, string]> = [];
   const pod = await startPod(await stateMod(), { onChannelSend: (topic, p) => sent.push([topic, Buffer.from(p).toString()]) });
   t.after(() => pod.terminate());
@@ -97,7 +97,7 @@ test('channels: the same name gives the same handle; sends go out through onChan
   assert.deepEqual(sent, [['chan-a', 'chan-a'], ['chan-a', 'chan-a']]);
 });
 
-test('k32_fs stays in the pod\'s directory, and an open descriptor blocks a move', { timeout: 10_000 }, async (t) => {
+test('k32_fs stays in the pod\'s directory, and an open descriptor blocks a move', { timeout: 30_000 }, async (t) => {
   const fs = tempDir('fs');
   t.after(fs.remove);
   const pod = await startPod(await stateMod(), { fsDir: fs.dir });
@@ -123,7 +123,7 @@ test('k32_fs stays in the pod\'s directory, and an open descriptor blocks a move
   assert.equal(stateNumbers(await pod.handle(get('/x'))).result, -9n, 'closing a closed descriptor is -EBADF');
 });
 
-test('a frozen pod answers Frozen, stops ticking, holds 8 events and drops the rest; thaw delivers them first', { timeout: 10_000 }, async (t) => {
+test('a frozen pod answers Frozen, stops ticking, holds 8 events and drops the rest; thaw delivers them first', { timeout: 30_000 }, async (t) => {
   const pod = await startPod(await stateMod(), { tickIntervalMs: 2 });
   t.after(() => pod.terminate());
   await until(async () => stateNumbers(await pod.handle(get('/x'))).ticks > 0n);
@@ -145,7 +145,7 @@ test('a frozen pod answers Frozen, stops ticking, holds 8 events and drops the r
   await assert.rejects(pod.thaw(), (e: unknown) => e instanceof PodStateError && e.code === 'NotFrozen');
 });
 
-test('snapshot and restore carry memory, globals of every type, tables, clock and channels', { timeout: 15_000 }, async (t) => {
+test('snapshot and restore carry memory, globals of every type, tables, clock and channels', { timeout: 30_000 }, async (t) => {
   const mod = await stateMod();
   const sent: string[] = [];
   const pod = await startPod(mod, { tickIntervalMs: 1, onChannelSend: (topic) => sent.push(topic) });
@@ -213,7 +213,7 @@ test('snapshot and restore carry memory, globals of every type, tables, clock an
   assert.deepEqual(sent2, ['chan-a']);
 });
 
-test('a restore refuses another module\'s snapshot, a damaged one, a truncated one, one over the memory limit', { timeout: 15_000 }, async (t) => {
+test('a restore refuses another module\'s snapshot, a damaged one, a truncated one, one over the memory limit', { timeout: 30_000 }, async (t) => {
   const mod = await stateMod();
   const pod = await startPod(mod);
   t.after(() => pod.terminate());
@@ -239,7 +239,7 @@ test('a restore refuses another module\'s snapshot, a damaged one, a truncated o
   await refuses(small, bytes, /memory limit/);
 });
 
-test('a trap ends the container with reason Trap and its message; the caller learns it', { timeout: 10_000 }, async (t) => {
+test('a trap ends the container with reason Trap and its message; the caller learns it', { timeout: 30_000 }, async (t) => {
   const pod = await startPod(await stateMod());
   t.after(() => pod.terminate());
   await assert.rejects(pod.handle(get('/u')), (e: unknown) => e instanceof PodCallError && e.code === 'Trap' && /k32_handle: unreachable/.test(e.message));
@@ -264,7 +264,7 @@ test('a trap ends the container with reason Trap and its message; the caller lea
 });
 
 test('a call past the freeze timeout is a blocker, the pod keeps running, terminate ends it', {
-  timeout: 10_000,
+  timeout: 30_000,
   skip: DENSE ? 'on a shared thread a call past its deadline ends the pod and stops the thread (shared-threads.test.ts)' : false,
 }, async (t) => {
   const pod = await startPod(await stateMod(), { callDeadlineMs: 100 });
@@ -288,7 +288,7 @@ test('a call past the freeze timeout is a blocker, the pod keeps running, termin
   assert.ok(err instanceof PodCallError && err.code === 'NotRunning');
 });
 
-test('memory never grows past the limit; below one page only the limit is backed', { timeout: 10_000 }, async (t) => {
+test('memory never grows past the limit; below one page only the limit is backed', { timeout: 30_000 }, async (t) => {
   const limited = await loadModule(STATE, { memoryLimitBytes: 2 * 65536 });
   const pod = await startPod(limited);
   t.after(() => pod.terminate());
@@ -324,7 +324,7 @@ test('memory never grows past the limit; below one page only the limit is backed
   assert.deepEqual(r.globals, s.globals);
 });
 
-test('blockers: an app pod\'s entry point, a table of externref', { timeout: 10_000 }, async (t) => {
+test('blockers: an app pod\'s entry point, a table of externref', { timeout: 30_000 }, async (t) => {
   const app = await loadModule(wat('(module (import "k32" "k32_log" (func $l (param i32 i32))) (memory (export "memory") 1) (data (i32.const 0) "app ran") (func (export "_start") (call $l (i32.const 0) (i32.const 7))))'));
   const pod = await startPod(app);
   t.after(() => pod.terminate());
@@ -351,7 +351,7 @@ test('blockers: an app pod\'s entry point, a table of externref', { timeout: 10_
   await assert.rejects(p2.snapshot(), (e: unknown) => e instanceof PodStateError && e.code === 'NotMovable');
 });
 
-test('snapshot of a running pod is refused; options are checked', { timeout: 10_000 }, async (t) => {
+test('snapshot of a running pod is refused; options are checked', { timeout: 30_000 }, async (t) => {
   const pod = await startPod(await stateMod());
   t.after(() => pod.terminate());
   await assert.rejects(pod.snapshot(), (e: unknown) => e instanceof PodStateError && e.code === 'NotFrozen');
@@ -397,7 +397,7 @@ const EDGES = `(module
     (i32.store (i32.const 1044) (call $fread (i32.const 77) (i32.const 300) (i32.const 1)))
     (i64.or (i64.const 1000) (i64.shl (i64.const 48) (i64.const 32)))))`;
 
-test('channel and file edge cases: names, payload size, handles, flags, append, errnos', { timeout: 10_000 }, async (t) => {
+test('channel and file edge cases: names, payload size, handles, flags, append, errnos', { timeout: 30_000 }, async (t) => {
   const fs = tempDir('edges');
   t.after(fs.remove);
   const sent: Array<[string, number]> = [];
@@ -433,7 +433,7 @@ test('channel and file edge cases: names, payload size, handles, flags, append, 
   assert.equal(r2i[10], -38);
 });
 
-test('a refused restore closes its source', { timeout: 10_000 }, async () => {
+test('a refused restore closes its source', { timeout: 30_000 }, async () => {
   const mod = await loadModule(STATE, { memoryLimitBytes: 1 << 20 });
   let closed = false;
   let pulled = 0;
@@ -453,7 +453,7 @@ test('a refused restore closes its source', { timeout: 10_000 }, async () => {
   assert.ok(pulled < 100, `the source was read on after the refusal: ${pulled} chunks`);
 });
 
-test('f32 and f64 globals keep every bit, NaN payloads included, through a snapshot and a restore', { timeout: 10_000 }, async (t) => {
+test('f32 and f64 globals keep every bit, NaN payloads included, through a snapshot and a restore', { timeout: 30_000 }, async (t) => {
   const mod = await loadModule(wat(`(module
     (global $a (mut f32) (f32.const nan:0x200001))
     (global $b (mut f64) (f64.const -nan:0x8000000000001))
@@ -479,7 +479,7 @@ test('f32 and f64 globals keep every bit, NaN payloads included, through a snaps
   assert.deepEqual((await decode(await snapshotBytes(restored))).globals, A.globals);
 });
 
-test('k32_log: long lines are cut, a flood is rate-limited and the dropped lines counted', { timeout: 10_000 }, async (t) => {
+test('k32_log: long lines are cut, a flood is rate-limited and the dropped lines counted', { timeout: 30_000 }, async (t) => {
   const mod = await loadModule(wat(`(module (import "k32" "k32_log" (func $l (param i32 i32))) (memory (export "memory") 1)
     (func (export "k32_alloc") (param i32) (result i32) (i32.const 60000))
     (func (export "k32_handle") (param i32 i32) (result i64) (local $i i32)

@@ -125,7 +125,7 @@ test('200 pods on 2 shared threads of 100 all answer, and each keeps its own sta
   assert.equal(await count(pods[199]!), 7);
 });
 
-test('a trap ends only its own pod; its co-tenants keep serving', { timeout: 10_000 }, async (t) => {
+test('a trap ends only its own pod; its co-tenants keep serving', { timeout: 30_000 }, async (t) => {
   const a = await start(t, 'a');
   const b = await start(t, 'b');
   const c = await start(t, 'c');
@@ -138,7 +138,7 @@ test('a trap ends only its own pod; its co-tenants keep serving', { timeout: 10_
   assert.equal(a.exit, undefined);
 });
 
-test('a pod that runs past its call deadline stops its shared thread; its co-tenants end with a message naming it', { timeout: 10_000 }, async (t) => {
+test('a pod that runs past its call deadline stops its shared thread; its co-tenants end with a message naming it', { timeout: 30_000 }, async (t) => {
   const loop = await start(t, 'loop', { callDeadlineMs: 200 });
   const b = await start(t, 'b');
   const c = await start(t, 'c');
@@ -164,7 +164,7 @@ test('a pod that runs past its call deadline stops its shared thread; its co-ten
   assert.deepEqual(sharedThreads(), [1]);
 });
 
-test('a pod restarted the moment its call ran past its deadline (as the kubelet does) starts on a new thread and keeps its own message; only the co-tenants get the stopped thread\'s', { timeout: 10_000 }, async (t) => {
+test('a pod restarted the moment its call ran past its deadline (as the kubelet does) starts on a new thread and keeps its own message; only the co-tenants get the stopped thread\'s', { timeout: 30_000 }, async (t) => {
   const loop = await start(t, 'loop', { callDeadlineMs: 200 });
   const b = await start(t, 'b');
   assert.deepEqual(sharedThreads(), [2]);
@@ -186,7 +186,7 @@ test('a pod restarted the moment its call ran past its deadline (as the kubelet 
   assert.deepEqual(sharedThreads(), [1]);
 });
 
-test('a k32_init that never returns fails its start as on a thread of its own and ends its co-tenants', { timeout: 10_000 }, async (t) => {
+test('a k32_init that never returns fails its start as on a thread of its own and ends its co-tenants', { timeout: 30_000 }, async (t) => {
   const b = await start(t, 'b');
   const looping = await loadModule(wat(LOOP_INIT_WAT));
   await assert.rejects(start(t, 'init-loop', { module: looping, callDeadlineMs: 200 }), (e: unknown) => {
@@ -200,7 +200,7 @@ test('a k32_init that never returns fails its start as on a thread of its own an
   assert.match(exit.message, /^the shared thread was stopped: pod test\/init-loop \(container c\) ran past its call deadline \(call k32_init still running after 200 ms\)/);
 });
 
-test('a call deadline counts the pod\'s own run, not the time its call waits behind a busy co-tenant', { timeout: 10_000 }, async (t) => {
+test('a call deadline counts the pod\'s own run, not the time its call waits behind a busy co-tenant', { timeout: 30_000 }, async (t) => {
   const busy = logged('busy');
   const a = await start(t, 'a', { onLog: busy.onLog });
   const b = await start(t, 'b', { callDeadlineMs: 100 });
@@ -220,7 +220,7 @@ test('a call deadline counts the pod\'s own run, not the time its call waits beh
   assert.equal(await count(b), 2);
 });
 
-test('freeze while a call is queued behind a co-tenant: the call answers, then the pod freezes; its snapshot restores on the shared thread field by field', { timeout: 15_000 }, async (t) => {
+test('freeze while a call is queued behind a co-tenant: the call answers, then the pod freezes; its snapshot restores on the shared thread field by field', { timeout: 30_000 }, async (t) => {
   const busy = logged('busy');
   const a = await start(t, 'a', { onLog: busy.onLog });
   const b = await start(t, 'b');
@@ -256,7 +256,7 @@ test('freeze while a call is queued behind a co-tenant: the call answers, then t
   assert.equal(await count(a), 2, 'the co-tenant was never touched');
 });
 
-test('terminating a pod in the middle of a call frees it without touching its co-tenants', { timeout: 10_000 }, async (t) => {
+test('terminating a pod in the middle of a call frees it without touching its co-tenants', { timeout: 30_000 }, async (t) => {
   const busy = logged('busy');
   const a = await start(t, 'a', { onLog: busy.onLog, callDeadlineMs: 2000 });
   const b = await start(t, 'b');
@@ -270,7 +270,7 @@ test('terminating a pod in the middle of a call frees it without touching its co
   assert.equal(b.exit, undefined);
 });
 
-test('a pod terminated while its looping call waits behind a co-tenant never runs it: the thread and its other pods go on', { timeout: 10_000 }, async (t) => {
+test('a pod terminated while its looping call waits behind a co-tenant never runs it: the thread and its other pods go on', { timeout: 30_000 }, async (t) => {
   const busy = logged('busy');
   const a = await start(t, 'a', { onLog: busy.onLog });
   const loop = await start(t, 'loop', { callDeadlineMs: 200 });
@@ -287,7 +287,7 @@ test('a pod terminated while its looping call waits behind a co-tenant never run
   assert.equal(c.exit, undefined);
 });
 
-test('a start cancelled while the thread is busy never runs the pod\'s k32_init (one that loops cannot take the thread)', { timeout: 10_000 }, async (t) => {
+test('a start cancelled while the thread is busy never runs the pod\'s k32_init (one that loops cannot take the thread)', { timeout: 30_000 }, async (t) => {
   const busy = logged('busy');
   const a = await start(t, 'a', { onLog: busy.onLog });
   const looping = await loadModule(wat(LOOP_INIT_WAT));
@@ -302,7 +302,7 @@ test('a start cancelled while the thread is busy never runs the pod\'s k32_init 
   assert.equal(a.exit, undefined);
 });
 
-test('a pod whose start fails on the thread (its fsDir cannot be made) fails alone', { timeout: 10_000 }, async (t) => {
+test('a pod whose start fails on the thread (its fsDir cannot be made) fails alone', { timeout: 30_000 }, async (t) => {
   const a = await start(t, 'a');
   const dir = tempDir('dense-fs');
   t.after(dir.remove);
@@ -316,7 +316,7 @@ test('a pod whose start fails on the thread (its fsDir cannot be made) fails alo
   assert.deepEqual(sharedThreads(), [1]);
 });
 
-test('an app pod gets a thread of its own even with dense pods', { timeout: 10_000 }, async (t) => {
+test('an app pod gets a thread of its own even with dense pods', { timeout: 30_000 }, async (t) => {
   const app = await start(t, 'app', { module: await loadModule(wat(APP_WAT)) });
   const b = await start(t, 'b');
   assert.deepEqual(sharedThreads(), [1], 'the app pod is not on a shared thread');

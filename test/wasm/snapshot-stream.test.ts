@@ -44,7 +44,7 @@ async function started(t: { after: (f: () => unknown) => void }, opts: Parameter
   return pod;
 }
 
-test('digest: true announces the trailer without changing a byte; the freeze remembers it until its held events change', { timeout: 20_000 }, async (t) => {
+test('digest: true announces the trailer without changing a byte; the freeze remembers it until its held events change', { timeout: 30_000 }, async (t) => {
   const pod = await started(t);
   await pod.freeze();
   const a = await pod.snapshot({ digest: true });
@@ -82,7 +82,7 @@ test('digest: true announces the trailer without changing a byte; the freeze rem
   assert.deepEqual(await read(f.chunks), bytesE);
 });
 
-test('chunks sent ahead wait for a reader that comes late; a thaw ends a stream not read', { timeout: 20_000 }, async (t) => {
+test('chunks sent ahead wait for a reader that comes late; a thaw ends a stream not read', { timeout: 30_000 }, async (t) => {
   const pod = await started(t);
   await pod.freeze();
   const late = await pod.snapshot();
