@@ -266,7 +266,11 @@ export class MicroVmService extends EventEmitter<{ exit: [MicroVmExit] }> {
    */
   async #quitKeepingSnapshot(rt: Runtime): Promise<void> {
     const p = vmPaths(this.dir(rt.record.id));
-    await writeFileAtomic(p.vmstateWhole, JSON.stringify({ pid: rt.record.pid, pidStartTicks: String(rt.record.pidStartTicks) }));
+    // Best effort: without it (a full state dir) the suspend goes on as before, and only a kill in the
+    // window below loses the snapshot.
+    await writeFileAtomic(p.vmstateWhole, JSON.stringify({ pid: rt.record.pid, pidStartTicks: String(rt.record.pidStartTicks) })).catch((err: unknown) =>
+      this.#opts.log.warn({ id: rt.record.id, err: errorMessage(err) }, 'snapshot: whole.json not written'),
+    );
     rt.expectingExit = true;
     await rt.qmp?.execute('quit').catch(() => {});
     const ended = await Promise.race([rt.exited, new Promise((r) => setTimeout(() => r(undefined), 5000))]);
