@@ -13,7 +13,7 @@ const template = { spec: { template: { spec: { restartPolicy: 'Never', container
 const cronJob = (name: string, spec: Record<string, unknown> = {}) =>
   JSON.stringify({ apiVersion: 'batch/v1', kind: 'CronJob', metadata: { name }, spec: { schedule: '*/5 * * * *', jobTemplate: template, ...spec } });
 
-test('batch/v1 spec values of the wrong Go type are 400 BadRequest with Go decoder words; right ones are stored', { timeout: 60_000 }, async (t) => {
+test('batch/v1 spec values of the wrong Go type are 400 BadRequest with Go decoder words; right ones are stored', { timeout: 120_000 }, async (t) => {
   const api = await startApiServer(t);
   const create = (body: string) => api.kubectl(['create', '-f', '-'], { input: body });
 

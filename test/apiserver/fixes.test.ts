@@ -193,7 +193,7 @@ test('Table watchers of one event each get the column definitions in their own f
   }
 });
 
-test('kube32-sim refuses a heap below one 64 KiB WebAssembly page, naming the flag and value', { timeout: 30_000 }, async () => {
+test('kube32-sim refuses a heap below one 64 KiB WebAssembly page, naming the flag and value', { timeout: 120_000 }, async () => {
   const run = (heap: string) =>
     new Promise<{ code: number; stderr: string }>((resolve) => {
       execFile(process.execPath, [join(ROOT, 'bin/kube32-sim.js'), '--heap', heap, '--kubeconfig', '/nonexistent/kubeconfig'], { timeout: 20_000 }, (err, _out, stderr) => {
