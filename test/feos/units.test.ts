@@ -10,6 +10,10 @@ import { keepClockOnce, mintPodId, normalizeSpec, parsePodId, snapshotTimeoutMs,
 import { GrpcCode, GrpcError } from '../../src/feos/guest/index.ts';
 import { GuestHandshake, HostHandshake, H2_PREFACE } from '../../src/feos/guest/channel.ts';
 import { qemuArgs, hostTscKhz } from '../../src/feos/microvm/qemu-args.ts';
+import { chooseAccelerator } from '../../src/feos/microvm/accel.ts';
+import { mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { delimiter, join } from 'node:path';
 
 const GiB = 1024n ** 3n;
 const MiB = 1024n ** 2n;
@@ -194,5 +198,29 @@ describe('the guest clock', () => {
     const { guest, sent } = fakeGuest(500, 30, 'ok');
     assert.equal(await keepClockOnce(guest, 10), 'dropped');
     assert.equal(sent.filter(([n]) => n !== 'GetTime').length, 0);
+  });
+});
+
+describe('the accelerator probe', () => {
+  test('its answer is kept per QEMU binary: a QEMU named without a path and upgraded on PATH is probed again', async (t) => {
+    const dir = mkdtempSync(join(tmpdir(), 'feos-accel-'));
+    t.after(() => rmSync(dir, { recursive: true, force: true }));
+    const bin = join(dir, 'bin');
+    const state = join(dir, 'state');
+    await import('node:fs/promises').then((fs) => Promise.all([fs.mkdir(bin), fs.mkdir(state)]));
+    const name = 'feos-test-qemu-system-x86_64';
+    writeFileSync(join(bin, name), '#!/bin/sh\nexit 1\n', { mode: 0o755 });
+    const path = process.env.PATH;
+    process.env.PATH = `${bin}${delimiter}${path ?? ''}`;
+    t.after(() => { process.env.PATH = path; });
+    // Without a kernel the probe answers TCG; the test then records KVM as if a probe had found it.
+    assert.equal(await chooseAccelerator('auto', state, name, undefined), 'tcg');
+    const cache = join(state, 'accelerator.json');
+    const kept = JSON.parse(readFileSync(cache, 'utf8')) as { accelerator: string; qemu: string };
+    assert.ok(kept.qemu.endsWith(join(bin, name)), kept.qemu);
+    writeFileSync(cache, JSON.stringify({ ...kept, accelerator: 'kvm' }));
+    assert.equal(await chooseAccelerator('auto', state, name, undefined), 'kvm', 'the same boot and binary take the kept answer');
+    writeFileSync(join(bin, name), '#!/bin/sh\n# upgraded\nexit 1\n', { mode: 0o755 });
+    assert.equal(await chooseAccelerator('auto', state, name, undefined), 'tcg', 'an upgraded QEMU is probed again');
   });
 });

@@ -7,7 +7,7 @@
 import { spawn } from 'node:child_process';
 import { existsSync, readFileSync, statSync } from 'node:fs';
 import { access, constants, readFile } from 'node:fs/promises';
-import { join } from 'node:path';
+import { delimiter, isAbsolute, join } from 'node:path';
 import { writeFileAtomic } from '../../lib/index.ts';
 
 /** How long the probe waits for the kernel's first serial byte (ms). */
@@ -46,6 +46,22 @@ export async function probeKvm(qemu: string, kernel: string, timeoutMs = KVM_PRO
 }
 
 /**
+ * What identifies a QEMU binary for the probe's cache: `size:mtimeMs:path` of the file `qemu` names, looked up on
+ * `PATH` as spawn does when it has no slash (a bare `qemu-system-x86_64` was stat'ed in the working directory, so an
+ * upgraded QEMU was never noticed). `''` when it is not found.
+ */
+export function binaryStamp(qemu: string, path = process.env.PATH ?? ''): string {
+  const candidates = qemu.includes('/') ? [qemu] : path.split(delimiter).filter((d) => isAbsolute(d)).map((d) => join(d, qemu));
+  for (const file of candidates) {
+    try {
+      const st = statSync(file);
+      if (st.isFile()) return `${st.size}:${st.mtimeMs}:${file}`;
+    } catch {}
+  }
+  return '';
+}
+
+/**
  * The accelerator microVMs boot with.
  * @param wanted `auto` probes (once per host boot and QEMU binary), `kvm` or `tcg` forces it
  */
@@ -57,11 +73,7 @@ export async function chooseAccelerator(
 ): Promise<'kvm' | 'tcg'> {
   if (wanted !== 'auto') return wanted;
   const bootId = (await readFile('/proc/sys/kernel/random/boot_id', 'utf8').catch(() => '')).trim();
-  let qemuStamp = '';
-  try {
-    const st = statSync(qemu);
-    qemuStamp = `${st.size}:${st.mtimeMs}`;
-  } catch {}
+  const qemuStamp = binaryStamp(qemu);
   const cache = join(stateDir, 'accelerator.json');
   if (existsSync(cache)) {
     try {
