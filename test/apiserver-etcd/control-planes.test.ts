@@ -9,7 +9,7 @@ import { test } from 'node:test';
 import { eventually, kubectl, startControlPlane } from './control-plane.ts';
 import { startEtcd } from './etcd-server.ts';
 
-test('two control planes on one etcd: one leads; killed, the other takes over and schedules', { timeout: 120_000 }, async (t) => {
+test('two control planes on one etcd: one leads; killed, the other takes over and schedules', { timeout: 240_000 }, async (t) => {
   const { url } = await startEtcd(t);
   const cps = { cp1: await startControlPlane(t, url, 'cp1'), cp2: await startControlPlane(t, url, 'cp2') };
   const holder = (kc: string) => async () => (await kubectl(kc, ['get', 'lease', 'kube32-controllers', '-n', 'kube-system', '-o', 'jsonpath={.spec.holderIdentity}'])).stdout;

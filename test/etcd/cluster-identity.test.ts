@@ -124,7 +124,7 @@ test('API servers started at once on one etcd share one identity; kubeconfigs, E
   t.diagnostic(`a SIGKILLed API server left the kubernetes Endpoints ${Date.now() - killedAt} ms after its death (identity Lease ${LEASE_SECONDS} s)`);
 });
 
-test('the first API server brings its data dir\'s CA into etcd; a data dir of another cluster is refused and left as it was', { timeout: 60_000 }, async (t) => {
+test('the first API server brings its data dir\'s CA into etcd; a data dir of another cluster is refused and left as it was', { timeout: 120_000 }, async (t) => {
   const etcd = await startEtcd(t);
   const prefix = await loopbackPrefix();
   const seeded = async () => {
