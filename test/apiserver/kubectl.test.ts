@@ -46,7 +46,7 @@ spec:
     ports: [{containerPort: 80}]
 `;
 
-test('kubectl works against the API server', { timeout: 240_000 }, async (t) => {
+test('kubectl works against the API server', { timeout: 480_000 }, async (t) => {
   const api = await startApiServer(t);
   const core = api.kubeConfig.makeApiClient(CoreV1Api);
 
