@@ -142,15 +142,20 @@ export function createKubeletServer(opts: KubeletServerOptions): Server {
         ...(snapshot.snapshotSha256 ? { 'x-kube32-snapshot-sha256': snapshot.snapshotSha256 } : {}),
         'x-kube32-pod-time-ms': String(snapshot.podTimeMs),
       });
+      // The last chunk is held back until the end: the answer has a content-length, so a caller holds the
+      // whole snapshot once its last byte arrives, before end(). `leave=running` thaws before that byte
+      // goes out, so a caller that has the whole snapshot finds the pod serving again (its next request is
+      // not answered 503; a thaw after the last write left a loaded node's pod frozen for it).
+      let last: Uint8Array | undefined;
       for await (const chunk of snapshot.chunks) {
         if (res.destroyed) break;
-        if (!res.write(chunk)) await Promise.race([once(res, 'drain'), once(res, 'close')]);
+        if (last !== undefined && !res.write(last)) await Promise.race([once(res, 'drain'), once(res, 'close')]);
+        last = chunk;
       }
       if (!res.destroyed) {
-        // `leave=running` thaws before the answer ends: a caller that has the whole snapshot finds the pod
-        // serving again (its next request is not answered 503).
         if (leave === 'running' && inst.frozen) await inst.thaw().catch(() => {});
-        res.end();
+        if (last === undefined) res.end();
+        else res.end(last);
         complete = true;
       }
     } finally {
