@@ -62,6 +62,8 @@ export class LeaderElector {
   #timer: unknown;
   #wake: (() => void) | undefined;
   #stopped = false;
+  /** The try to take or renew the Lease that is running, if any: {@link stop} waits for it before releasing. */
+  #inflight: Promise<boolean> | undefined;
 
   /** @throws RangeError when the timings are not `retryPeriod < renewDeadline < leaseDuration` */
   constructor(rest: KubeRest, clock: TimerClock, log: ControllerLog, opts: LeaderElectionOptions) {
@@ -148,10 +150,12 @@ export class LeaderElector {
   async run(onLost: () => void): Promise<void> {
     for (;;) {
       if (this.#stopped) return;
-      const ok = await this.tryAcquireOrRenew().catch((err: unknown) => {
+      const ok = await this.#track(this.tryAcquireOrRenew().catch((err: unknown) => {
         this.#log.warn({ err: errorMessage(err) }, 'leader election: cannot reach the Lease');
         return false;
-      });
+      }));
+      // Stopped while taking it: stop() releases a Lease this try took.
+      if (this.#stopped) return;
       if (ok) break;
       await new Promise<void>((resolve) => {
         this.#wake = resolve;
@@ -164,7 +168,8 @@ export class LeaderElector {
     this.#log.info({ identity: this.identity, lease: `${this.#ns}/${this.#name}` }, 'leader election: leading');
     const renew = async () => {
       if (this.#stopped) return;
-      const ok = await this.tryAcquireOrRenew().catch(() => false);
+      const ok = await this.#track(this.tryAcquireOrRenew().catch(() => false));
+      if (this.#stopped) return;
       const now = this.#clock.now();
       if (ok) this.#lastRenew = now;
       else if (now - this.#lastRenew >= this.#deadlineMs) {
@@ -178,23 +183,46 @@ export class LeaderElector {
     this.#timer = this.#clock.setTimer(() => void renew(), this.#retryMs);
   }
 
-  /** Stops trying; a leader releases the Lease (empty holder) so that a successor takes it at once. */
+  /** Remembers `attempt` as the try in flight until it settles. */
+  #track(attempt: Promise<boolean>): Promise<boolean> {
+    this.#inflight = attempt;
+    return attempt.finally(() => {
+      if (this.#inflight === attempt) this.#inflight = undefined;
+    });
+  }
+
+  /**
+   * Stops trying; a Lease this candidate holds is released (empty holder, duration 1 s) so that a successor
+   * takes it at once. It first waits for a try in flight: a renewal (or a take) that lands after the release's
+   * read made the release a 409, the Lease stayed held, and the successor waited out the whole duration.
+   * A release that meets a 409 reads the Lease again (up to 5 times). Never throws: a release that cannot be
+   * written is logged, and the successor takes the Lease once it expires.
+   */
   async stop(): Promise<void> {
     this.#stopped = true;
     this.#clock.clearTimer(this.#timer);
     this.#wake?.();
-    if (!this.#leading) return;
+    const attempt = this.#inflight;
+    if (attempt) await attempt.catch(() => false);
+    const wasLeading = this.#leading;
     this.#leading = false;
-    try {
-      const lease = await this.#rest.json<LeaseObject>({ method: 'GET', path: `${this.#path}/${this.#name}` });
-      if (lease.spec?.holderIdentity !== this.identity) return;
-      await this.#rest.json({
-        method: 'PUT',
-        path: `${this.#path}/${this.#name}`,
-        body: { apiVersion: 'coordination.k8s.io/v1', kind: 'Lease', metadata: { ...lease.metadata }, spec: { ...lease.spec, holderIdentity: '', leaseDurationSeconds: 1 } },
-      });
-    } catch (err: unknown) {
-      this.#log.warn({ err: errorMessage(err) }, 'leader election: cannot release the Lease');
+    if (!wasLeading && !attempt) return;
+    for (let i = 0; i < 5; i++) {
+      try {
+        const lease = await this.#rest.json<LeaseObject>({ method: 'GET', path: `${this.#path}/${this.#name}` });
+        if (lease.spec?.holderIdentity !== this.identity) return;
+        await this.#rest.json({
+          method: 'PUT',
+          path: `${this.#path}/${this.#name}`,
+          body: { apiVersion: 'coordination.k8s.io/v1', kind: 'Lease', metadata: { ...lease.metadata }, spec: { ...lease.spec, holderIdentity: '', leaseDurationSeconds: 1 } },
+        });
+        return;
+      } catch (err: unknown) {
+        if (isNotFound(err)) return;
+        if (isConflict(err) && i < 4) continue;
+        this.#log.warn({ err: errorMessage(err) }, 'leader election: cannot release the Lease');
+        return;
+      }
     }
   }
 }
