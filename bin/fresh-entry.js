@@ -1,7 +1,7 @@
-// The entry point of FeOS's thin executables (bin/feosd.js, bin/feosctl.js): the built module when
-// `npm run build` has made it and it is not older than the sources, else the TypeScript source
-// (Node.js 24 strips types). A dist/ older than a source of FeOS's (a `git pull` without a build)
-// would run the code before the pull, beside a guest built from the new sources.
+// The entry point of the thin executables (bin/*.js): the built module when `npm run build` has made it and
+// it is not older than the sources it is built from, else the TypeScript source (Node.js 24 strips types).
+// A dist/ older than a source (a `git pull` or an edit without a build) would run the code before it: feosd
+// beside a guest built from the new sources, kube32-sim and kube32-cli without the fix just pulled.
 import { existsSync, readdirSync, statSync } from 'node:fs';
 
 const root = new URL('../', import.meta.url);
@@ -10,15 +10,21 @@ const root = new URL('../', import.meta.url);
 const changedAfter = (dir, ms) =>
   existsSync(dir) && readdirSync(dir, { withFileTypes: true, recursive: true }).some((e) => e.isFile() && /\.[jt]s$/.test(e.name) && statSync(`${e.parentPath}/${e.name}`).mtimeMs > ms);
 
+/** The folders of src/ that FeOS's executables are built from. */
+export const FEOS_SOURCES = ['feos', 'lib'];
+/** The folders of src/ that Kube32's executables (kube32-cli, kube32-sim) are built from: all but FeOS's own. */
+export const KUBE32_SOURCES = ['apiserver', 'cli', 'controllers', 'k32s', 'kubelet', 'lib', 'wasm'];
+
 /**
  * @param {string} main the module below src/ without its extension, e.g. `feos/main`
- * @returns {{ entry: URL, stale: boolean }} what to import, and whether a dist/ was passed over as older than src/feos or src/lib
+ * @param {readonly string[]} sources the folders below src/ whose files count (a .ts or .js newer than the build)
+ * @returns {{ entry: URL, stale: boolean }} what to import, and whether a dist/ was passed over as older than a source
  */
-export function freshEntry(main) {
+export function freshEntry(main, sources = FEOS_SOURCES) {
   const built = new URL(`dist/src/${main}.js`, root);
   const source = new URL(`src/${main}.ts`, root);
   if (!existsSync(built)) return { entry: source, stale: false };
   const at = statSync(built).mtimeMs;
-  const stale = changedAfter(new URL('src/feos', root).pathname, at) || changedAfter(new URL('src/lib', root).pathname, at);
+  const stale = sources.some((dir) => changedAfter(new URL(`src/${dir}`, root).pathname, at));
   return { entry: stale ? source : built, stale };
 }

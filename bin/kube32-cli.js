@@ -1,8 +1,6 @@
 #!/usr/bin/env node
-// Thin executable: runs the built CLI when `npm run build` has made it, else the TypeScript sources
-// directly (Node.js 24 strips types).
-import { existsSync } from 'node:fs';
-const built = new URL('../dist/src/cli/main.js', import.meta.url);
-const entry = existsSync(built) ? built : new URL('../src/cli/main.ts', import.meta.url);
+// Thin executable: runs the CLI, built or from the sources (bin/fresh-entry.js says which).
+import { KUBE32_SOURCES, freshEntry } from './fresh-entry.js';
+const { entry } = freshEntry('cli/main', KUBE32_SOURCES);
 const { main } = await import(entry.href);
 await main(process.argv);

@@ -1,8 +1,7 @@
 #!/usr/bin/env node
-// Thin executable: runs the built kube32-sim when `npm run build` has made it, else the TypeScript sources
-// directly (Node.js 24 strips types).
-import { existsSync } from 'node:fs';
-const built = new URL('../dist/src/kubelet/main.js', import.meta.url);
-const entry = existsSync(built) ? built : new URL('../src/kubelet/main.ts', import.meta.url);
+// Thin executable: runs kube32-sim, built or from the sources (bin/fresh-entry.js says which).
+import { KUBE32_SOURCES, freshEntry } from './fresh-entry.js';
+const { entry, stale } = freshEntry('kubelet/main', KUBE32_SOURCES);
+if (stale) process.stderr.write('kube32-sim: dist/ is older than src/ (run npm run build); running the sources\n');
 const { main } = await import(entry.href);
 await main(process.argv);
