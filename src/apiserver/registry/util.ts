@@ -12,31 +12,32 @@ const DNS1123_SUBDOMAIN = /^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[
 /** Problems of `name` as an RFC 1123 subdomain (most objects' names), at `field`. */
 export function validateSubdomain(name: string | undefined, field: string): StatusCause[] {
   if (!name) return [{ reason: 'FieldValueRequired', message: 'Required value: name or generateName is required', field }];
-  if (name.length > 253 || !DNS1123_SUBDOMAIN.test(name)) {
-    return [
-      {
-        reason: 'FieldValueInvalid',
-        message: `Invalid value: "${name}": a lowercase RFC 1123 subdomain must consist of lower case alphanumeric characters, '-' or '.', and must start and end with an alphanumeric character (e.g. 'example.com', regex used for validation is '[a-z0-9]([-a-z0-9]*[a-z0-9])?(\\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*')`,
-        field,
-      },
-    ];
+  // As apimachinery's IsDNS1123Subdomain: the length and the form are two errors, each a cause of its own.
+  const causes: StatusCause[] = [];
+  if (name.length > 253) causes.push({ reason: 'FieldValueInvalid', message: `Invalid value: "${name}": must be no more than 253 characters`, field });
+  if (!DNS1123_SUBDOMAIN.test(name)) {
+    causes.push({
+      reason: 'FieldValueInvalid',
+      message: `Invalid value: "${name}": a lowercase RFC 1123 subdomain must consist of lower case alphanumeric characters, '-' or '.', and must start and end with an alphanumeric character (e.g. 'example.com', regex used for validation is '[a-z0-9]([-a-z0-9]*[a-z0-9])?(\\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*')`,
+      field,
+    });
   }
-  return [];
+  return causes;
 }
 
 /** Problems of `name` as an RFC 1123 label (namespaces, services, container names), at `field`. */
 export function validateLabel(name: string | undefined, field: string): StatusCause[] {
   if (!name) return [{ reason: 'FieldValueRequired', message: 'Required value', field }];
-  if (name.length > 63 || !DNS1123_LABEL.test(name)) {
-    return [
-      {
-        reason: 'FieldValueInvalid',
-        message: `Invalid value: "${name}": a lowercase RFC 1123 label must consist of lower case alphanumeric characters or '-', and must start and end with an alphanumeric character (e.g. 'my-name',  or '123-abc', regex used for validation is '[a-z0-9]([-a-z0-9]*[a-z0-9])?')`,
-        field,
-      },
-    ];
+  const causes: StatusCause[] = [];
+  if (name.length > 63) causes.push({ reason: 'FieldValueInvalid', message: `Invalid value: "${name}": must be no more than 63 characters`, field });
+  if (!DNS1123_LABEL.test(name)) {
+    causes.push({
+      reason: 'FieldValueInvalid',
+      message: `Invalid value: "${name}": a lowercase RFC 1123 label must consist of lower case alphanumeric characters or '-', and must start and end with an alphanumeric character (e.g. 'my-name',  or '123-abc', regex used for validation is '[a-z0-9]([-a-z0-9]*[a-z0-9])?')`,
+      field,
+    });
   }
-  return [];
+  return causes;
 }
 
 const LABEL_VALUE = /^(([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9])?$/;
