@@ -17,6 +17,7 @@ import { delimiter, join, resolve } from 'node:path';
 import { KubeConfig } from '@kubernetes/client-node';
 import { CliError } from './errors.ts';
 import type { ClusterFlags } from './flags.ts';
+import { defaultDataDir } from './paths.ts';
 
 export { addClusterFlags, type ClusterFlags } from './flags.ts';
 
@@ -74,8 +75,12 @@ export function loadClusterTarget(flags: ClusterFlags, env: NodeJS.ProcessEnv = 
     if (!merged.currentContext && one.currentContext) merged.currentContext = one.currentContext;
   }
   if (read.length === 0) {
+    // kubectl does not read `up`'s kubeconfig either; where one is, say how to use it.
+    const local = join(defaultDataDir(env), 'kubeconfig');
     throw new CliError(
-      `no kubeconfig found (looked at ${files.join(', ')}): pass --kubeconfig, set KUBECONFIG, or start a local cluster with "kube32-cli up"`,
+      existsSync(local)
+        ? `no kubeconfig found (looked at ${files.join(', ')}); "kube32-cli up" wrote one for its local cluster: export KUBECONFIG=${local} (or pass --kubeconfig ${local})`
+        : `no kubeconfig found (looked at ${files.join(', ')}): pass --kubeconfig, set KUBECONFIG, or start a local cluster with "kube32-cli up"`,
     );
   }
   const context = flags.context ?? merged.currentContext;

@@ -1,5 +1,6 @@
 /** Files of the kube32 package itself, found from this module whether it runs from `src/` or `dist/src/`. */
 import { existsSync } from 'node:fs';
+import { homedir } from 'node:os';
 import { dirname, join } from 'node:path';
 import { fileURLToPath } from 'node:url';
 
@@ -24,4 +25,9 @@ export function packageRoot(): string {
 /** The absolute path of `rel` inside the package, e.g. `repoFile('bin/kube32-sim.js')`. */
 export function repoFile(rel: string): string {
   return join(packageRoot(), rel);
+}
+
+/** The data dir `up` uses without `--data-dir`: `$KUBE32_DATA_DIR`, else `~/.kube32` (beside kubectl's `~/.kube`). */
+export function defaultDataDir(env: NodeJS.ProcessEnv = process.env): string {
+  return env.KUBE32_DATA_DIR || join(env.HOME || homedir(), '.kube32');
 }

@@ -5,7 +5,7 @@
  */
 import assert from 'node:assert/strict';
 import { createHash } from 'node:crypto';
-import { writeFileSync } from 'node:fs';
+import { copyFileSync, mkdirSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { test } from 'node:test';
 import { CLI, run } from '../e2e/cluster.ts';
@@ -181,6 +181,13 @@ test('kubeconfig: $KUBECONFIG merges files, the first wins; --context switches; 
   const none = await cli(['move', 'p']);
   assert.equal(none.code, 1);
   assert.match(none.stderr, /no kubeconfig found .*kube32-cli up/);
+  // A local cluster's kubeconfig (what `up` writes in its data dir, which kubectl's rules do not read) is named.
+  const dataDir = join(api.dir, 'kube32-data');
+  mkdirSync(dataDir);
+  copyFileSync(first, join(dataDir, 'kubeconfig'));
+  const local = await cli(['move', 'p'], { KUBE32_DATA_DIR: dataDir });
+  assert.equal(local.code, 1);
+  assert.equal(local.stderr.trim(), `error: no kubeconfig found (looked at /nonexistent/.kube/config); "kube32-cli up" wrote one for its local cluster: export KUBECONFIG=${dataDir}/kubeconfig (or pass --kubeconfig ${dataDir}/kubeconfig)`);
   const refused = await cli(['move', 'p', '--kubeconfig', api.kubeconfig({ server: 'http://127.0.0.1:1' })]);
   assert.equal(refused.code, 1);
   assert.equal(refused.stderr.trim(), 'The connection to the server 127.0.0.1:1 was refused - did you specify the right host or port?');
@@ -230,6 +237,12 @@ test('checkpoint --name explains the naming rule, as push does, and sends nothin
     assert.match(r.stderr, bad.length > 253 ? /must be no more than 253 characters/ : /lowercase RFC 1123 subdomain must consist of lower case alphanumeric characters, '-' or '\.'/);
   }
   assert.equal(api.seen.length, 0, 'nothing sent for a bad name');
+  // Without --name, a pod that does not exist is what is wrong, not the name made from it.
+  const missing = await cli(['checkpoint', 'Bad_Name!', '--kubeconfig', api.kubeconfig()]);
+  assert.equal(missing.code, 1);
+  assert.doesNotMatch(missing.stderr, /invalid checkpoint name/, missing.stderr);
+  assert.match(missing.stderr, /^Error from server \(NotFound\)/, missing.stderr);
+  assert.ok(!api.seen.some((s) => s.method === 'POST'), 'no Checkpoint created');
 });
 
 test('a wait that times out says the Checkpoint goes on and how to follow it, and exits 1', { timeout: 120_000 }, async (t) => {

@@ -33,12 +33,18 @@ export const checkpoint = kubectlAction(async function checkpoint(pod: string, f
   const format = parseOutputFormat(flags.output);
   const say = progress(format !== '');
   const timeoutMs = parseWaitTimeout(flags.timeout);
-  const name = flags.name ?? checkpointName(pod, 'save');
-  const problem = dnsSubdomainProblem(name);
-  if (problem) throw new CliError(`invalid checkpoint name "${name}": ${problem}`);
+  // A --name is checked before anything else; a name made from the pod's only once the pod is found (a pod
+  // that does not exist, such as "Bad_Name!", is reported as NotFound, not as a name the user never gave).
+  const nameProblem = (name: string) => {
+    const problem = dnsSubdomainProblem(name);
+    if (problem) throw new CliError(`invalid checkpoint name "${name}": ${problem}`);
+  };
+  if (flags.name !== undefined) nameProblem(flags.name);
   const target = loadClusterTarget(flags);
   const kc = target.kubeConfig;
   const { nodeName } = await runningPod(target, pod, 'be checkpointed', flags.container);
+  const name = flags.name ?? checkpointName(pod, 'save');
+  nameProblem(name);
   const body: Checkpoint = {
     apiVersion: 'kube32.io/v1',
     kind: 'Checkpoint',

@@ -5,15 +5,13 @@
  * (they drain), then the control plane; a second signal kills what is left at once. A second `up` on the
  * same data dir finds its objects again.
  */
-import { homedir } from 'node:os';
-import { join, resolve } from 'node:path';
+import { resolve } from 'node:path';
 import type { Command } from 'commander';
 import type { UpFlags } from '../actions/up.ts';
 
-/** The data dir `up` uses without `--data-dir`: `$KUBE32_DATA_DIR`, else `~/.kube32` (beside kubectl's `~/.kube`). */
-export function defaultDataDir(env: NodeJS.ProcessEnv = process.env): string {
-  return env.KUBE32_DATA_DIR || join(env.HOME || homedir(), '.kube32');
-}
+import { defaultDataDir } from '../paths.ts';
+
+export { defaultDataDir };
 
 /** `up`'s options as commander parses them (before the defaults that need the environment). */
 type UpOptions = Omit<UpFlags, 'dataDir'> & { dataDir?: string };
