@@ -157,6 +157,12 @@ test('push: PUTs the bytes as octet-stream to the module store and prints the di
   const badName = await cli(['push', file, '--name', 'Hello_World', '--kubeconfig', api.kubeconfig()]);
   assert.equal(badName.code, 1);
   assert.match(badName.stderr, /invalid module name "Hello_World"/);
+  const dir = await cli(['push', api.dir, '--name', 'm', '--kubeconfig', api.kubeconfig()]);
+  assert.equal(dir.code, 1);
+  assert.equal(dir.stderr.trim(), `error: ${api.dir} is a directory: pass the module's .wasm file`);
+  const emptyName = await cli(['push', file, '--name', '', '--kubeconfig', api.kubeconfig()]);
+  assert.equal(emptyName.code, 1);
+  assert.doesNotMatch(emptyName.stderr, /pass --name/, '--name was passed');
   assert.equal(api.seen.filter((s) => s.method === 'PUT').length, 1, 'nothing sent for bad input');
 });
 

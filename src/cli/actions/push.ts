@@ -40,13 +40,17 @@ export const push = kubectlAction(async function push(file: string, flags: PushF
   const format = parseOutputFormat(flags.output);
   const name = flags.name ?? basename(file).replace(/\.wasm$/, '');
   const problem = dnsSubdomainProblem(name);
-  if (problem) throw new CliError(`invalid module name "${name}": ${problem}${flags.name ? '' : ' (pass --name)'}`);
+  if (problem) throw new CliError(`invalid module name "${name}": ${problem}${flags.name !== undefined ? '' : ' (pass --name)'}`);
   let bytes: Buffer;
   try {
     bytes = await readFile(file);
   } catch (err: unknown) {
     const code = (err as { code?: string }).code;
-    throw new CliError(code === 'ENOENT' ? `the path "${file}" does not exist` : `${file}: ${(err as Error).message}`, 1, {
+    const why =
+      code === 'ENOENT' ? `the path "${file}" does not exist`
+      : code === 'EISDIR' ? `${file} is a directory: pass the module's .wasm file`
+      : `${file}: ${(err as Error).message}`;
+    throw new CliError(why, 1, {
       cause: err,
     });
   }
