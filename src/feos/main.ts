@@ -20,6 +20,19 @@ import { isIP } from 'node:net';
 /** The longest `--stop-grace` (s): Node.js's timers hold at most 2^31 - 1 ms (24.8 days). */
 export const MAX_STOP_GRACE_S = Math.floor((2 ** 31 - 1) / 1000);
 
+/**
+ * `--s3-endpoint`: an http(s) URL.
+ * @throws InvalidArgumentError naming the value and the form wanted
+ */
+function s3Endpoint(v: string): string {
+  let u: URL | undefined;
+  try {
+    u = new URL(v);
+  } catch {}
+  if (!u || (u.protocol !== 'http:' && u.protocol !== 'https:')) throw new InvalidArgumentError(`--s3-endpoint ${JSON.stringify(v)}: want an http:// or https:// URL (such as http://127.0.0.1:8080)`);
+  return v;
+}
+
 function positive(name: string) {
   return (v: string) => {
     const n = Number(v);
@@ -76,7 +89,7 @@ export async function main(argv: string[]): Promise<void> {
     .option('--deny-prefix <prefix>', 'what no pod reaches (repeatable)', (v: string, prev: string[] = []) => [...prev, v])
     .option('--stop-grace <seconds>', 'how long a stop may take; the calls in flight get a tenth of it, 30 s at most', positive('--stop-grace'), 300)
     .option('--suspend-on-stop', 'on SIGTERM, suspend the running pods for the next feosd (suspended-for-stop.json)', false)
-    .option('--object-store <url>', 'where pods hibernate: file:///absolute/path', (v: string) => {
+    .option('--object-store <url>', 'where pods hibernate: file:///absolute/path or s3://BUCKET/PREFIX', (v: string) => {
       let store: ReturnType<typeof openObjectStore>;
       try {
         store = openObjectStore(v);
@@ -88,6 +101,8 @@ export async function main(argv: string[]): Promise<void> {
       if (root !== undefined && existsSync(root) && !statSync(root).isDirectory()) throw new InvalidArgumentError(`${root} exists and is not a directory`);
       return v;
     })
+    .option('--s3-endpoint <url>', "the S3 server of an s3:// object store (default AWS's for the region)", s3Endpoint)
+    .option('--s3-region <region>', 'the region of an s3:// object store (default $AWS_REGION, else us-east-1)')
     .option('--guest-attach-timeout <seconds>', "how long a boot's guest has to attach (default 60, 180 under TCG)", positive('--guest-attach-timeout'))
     .option('--registry-forward <host:port>', 'a registry on the node that pods without a network reach (repeatable)', registryForward)
     .allowExcessArguments(false);
@@ -106,6 +121,8 @@ export async function main(argv: string[]): Promise<void> {
     stopGrace: number;
     suspendOnStop: boolean;
     objectStore?: string;
+    s3Endpoint?: string;
+    s3Region?: string;
     podPrefix?: string;
     podIpv4Range?: string;
     dnsAddress?: string;
@@ -162,7 +179,7 @@ export async function main(argv: string[]): Promise<void> {
           denyPrefixes: opts.denyPrefix,
         },
         registryForwards: opts.registryForward,
-        objectStore: opts.objectStore,
+        objectStore: opts.objectStore && openObjectStore(opts.objectStore, { endpoint: opts.s3Endpoint, region: opts.s3Region }),
         log,
       },
       ac.signal,

@@ -18,6 +18,7 @@ import { create } from '@bufbuild/protobuf';
 import { HibernationStatusSchema, type HibernationStatus, type PodInfo, PodState, type PodVolume } from '../gen/feos/pod/v1/pod_pb.js';
 import { errorMessage, FeosError } from '../api/index.ts';
 import { vmPaths } from '../microvm/index.ts';
+import { storeFailureCode } from '../store/index.ts';
 import { podDiskPath } from './bring-up.ts';
 import { checkpointKey, DISK_FILE, fileChunks, manifestBytes, MEMORY_FILE, newCheckpointName, volumeKey, type CheckpointFile, type CheckpointVolume } from './checkpoint.ts';
 import type { PodCore } from './core.ts';
@@ -185,7 +186,7 @@ async function hibernateLocked(core: PodCore, pod: PodInfo, h: Hibernation): Pro
     await removeUploads();
     await removeInFlight(stateDirOf(core), id, 'hibernate').catch(() => {});
     if (h.abandon.signal.aborted) throw abandoned(id);
-    throw new FeosError('UNAVAILABLE', `hibernate pod ${id}: upload: ${errorMessage(err)}; the pod stays ${PodState[pod.state]} on the node`, { cause: err });
+    throw new FeosError(storeFailureCode(err), `hibernate pod ${id}: upload: ${errorMessage(err)}; the pod stays ${PodState[pod.state]} on the node`, { cause: err });
   }
   // The manifest makes the checkpoint whole: from here on nothing abandons it.
   h.step = 'manifest';
@@ -208,7 +209,7 @@ async function hibernateLocked(core: PodCore, pod: PodInfo, h: Hibernation): Pro
   } catch (err: unknown) {
     await removeUploads();
     await removeInFlight(stateDirOf(core), id, 'hibernate').catch(() => {});
-    throw new FeosError('UNAVAILABLE', `hibernate pod ${id}: manifest: ${errorMessage(err)}; the pod stays ${PodState[pod.state]} on the node`, { cause: err });
+    throw new FeosError(storeFailureCode(err), `hibernate pod ${id}: manifest: ${errorMessage(err)}; the pod stays ${PodState[pod.state]} on the node`, { cause: err });
   }
   h.step = 'release';
   return releaseHibernated(core, pod, h.checkpoint, h.memory, volumes);

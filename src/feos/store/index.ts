@@ -1,15 +1,18 @@
 /** Where pods hibernate: the object store interface and its implementations. */
-export { type ObjectStore, type PutResult, type StoreCallOptions, ObjectStoreError, ObjectNotFoundError, checkKey } from './store.ts';
+export { type ObjectStore, type ObjectStoreFailure, type PutResult, type StoreCallOptions, ObjectStoreError, ObjectNotFoundError, checkKey, storeFailureCode } from './store.ts';
 export { LocalDirObjectStore } from './local-dir.ts';
+export { S3ObjectStore, type S3StoreOptions, parseS3Url, describeS3Error } from './s3.ts';
 import { LocalDirObjectStore } from './local-dir.ts';
+import { S3ObjectStore, type S3StoreOptions } from './s3.ts';
 import type { ObjectStore } from './store.ts';
 
 /**
  * The object store that `--object-store URL` names: `file:///absolute/path` (a local directory; made
- * when missing at the first put). S3 is not built here (docs/feos/departures.md).
+ * when missing at the first put) or `s3://BUCKET/PREFIX` (an S3 bucket, reached as `s3` says).
  * @throws RangeError naming the URL and the forms taken
  */
-export function openObjectStore(url: string): ObjectStore {
+export function openObjectStore(url: string, s3: S3StoreOptions = {}): ObjectStore {
   if (url.startsWith('file:')) return new LocalDirObjectStore(url);
-  throw new RangeError(`--object-store ${JSON.stringify(url)}: want file:///absolute/path (s3:// is not built on this node)`);
+  if (url.startsWith('s3:')) return new S3ObjectStore(url, s3);
+  throw new RangeError(`--object-store ${JSON.stringify(url)}: want file:///absolute/path or s3://BUCKET/PREFIX`);
 }

@@ -53,14 +53,30 @@ export interface ObjectStore {
   deleteLeftovers?(prefix: string): Promise<void>;
 }
 
+/**
+ * Why a store call failed, for the status it becomes (seed 000's codes): `unavailable`, the store did not
+ * answer or failed (UNAVAILABLE, worth another try); `refused`, the store is not usable as configured, such
+ * as a bucket that does not exist or credentials it refuses (FAILED_PRECONDITION, until the operator fixes
+ * it); `damaged`, the bytes are not what was put (DATA_LOSS).
+ */
+export type ObjectStoreFailure = 'unavailable' | 'refused' | 'damaged';
+
 /** A store call that failed: the key and the step are named, the system's error is the cause. */
 export class ObjectStoreError extends Error {
   readonly key: string;
-  constructor(key: string, message: string, options?: { cause?: unknown }) {
+  readonly failure: ObjectStoreFailure;
+  constructor(key: string, message: string, options?: { cause?: unknown; failure?: ObjectStoreFailure }) {
     super(message, options);
     this.name = 'ObjectStoreError';
     this.key = key;
+    this.failure = options?.failure ?? 'unavailable';
   }
+}
+
+/** The gRPC code a failed store call becomes: FAILED_PRECONDITION, DATA_LOSS or UNAVAILABLE (anything else). */
+export function storeFailureCode(err: unknown): 'FAILED_PRECONDITION' | 'DATA_LOSS' | 'UNAVAILABLE' {
+  const failure = err instanceof ObjectStoreError ? err.failure : undefined;
+  return failure === 'refused' ? 'FAILED_PRECONDITION' : failure === 'damaged' ? 'DATA_LOSS' : 'UNAVAILABLE';
 }
 
 /** The key has no object. */
