@@ -35,7 +35,9 @@ print_env() {
 
 stop_all() {
   local s pid
-  for s in "${SERVERS[@]}"; do
+  # The proxy first: a client then gets connection refused, not the proxy's answer for storage servers that
+  # are gone (s3api says NoSuchBucket when the container server does not answer).
+  for s in proxy object container account; do
     [ -f "$dir/run/$s.pid" ] || continue
     pid=$(cat "$dir/run/$s.pid")
     # The server's process group: swift's servers fork workers.

@@ -5,7 +5,7 @@
 // suspend and the resume. Prints ratios; asserts nothing.
 //   node bench/feos/index.ts
 import { execFileSync, spawn } from 'node:child_process';
-import { mkdtempSync, readdirSync, rmSync, statSync } from 'node:fs';
+import { mkdtempSync, readFileSync, rmSync, statSync } from 'node:fs';
 import { pathToFileURL } from 'node:url';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
@@ -74,7 +74,8 @@ try {
   const hibernated = await feosd.pods.hibernatePod({ id });
   const hibernate = ms(h0);
   const ck = join(storeDir, 'pods', id, hibernated.pod!.checkpoint);
-  const storedBytes = readdirSync(ck).reduce((n, f) => n + statSync(join(ck, f)).size, 0);
+  const m = JSON.parse(readFileSync(join(ck, 'manifest.json'), 'utf8')) as { files: Array<{ sizeBytes: number }> };
+  const storedBytes = m.files.reduce((n, f) => n + f.sizeBytes, 0);
   const x0 = performance.now();
   await feosd.pods.restorePod({ id });
   const restore = ms(x0);

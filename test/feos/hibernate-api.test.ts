@@ -24,9 +24,17 @@ test('without --object-store, HibernatePod and RestorePod are FAILED_PRECONDITIO
   await waitForPod(feosd, 'hbnxstxre01', (p) => p.state === PodState.FAILED, 30_000);
   await assert.rejects(feosd.pods.hibernatePod({ id: 'hbnxstxre01' }), (e) => code(e) === status.FAILED_PRECONDITION && /--object-store/.test(details(e)));
   await assert.rejects(feosd.pods.restorePod({ id: 'hbnxstxre02' }), (e) => code(e) === status.FAILED_PRECONDITION && /--object-store/.test(details(e)));
-  const bad = spawnSync(process.execPath, [FEOSD, '--state-dir', join(dir, 's2'), '--object-store', 's3://bucket'], { encoding: 'utf8', timeout: 30_000 });
-  assert.notEqual(bad.status, 0);
-  assert.match(bad.stderr, /s3:\/\/ is not built/);
+  for (const [url, why] of [
+    ['s3://B', /want s3:\/\/BUCKET\/PREFIX \(a bucket of 3 to 63 lowercase letters/],
+    ['ftp://host/x', /want file:\/\/\/absolute\/path or s3:\/\/BUCKET\/PREFIX/],
+  ] as const) {
+    const bad = spawnSync(process.execPath, [FEOSD, '--state-dir', join(dir, 's2'), '--object-store', url], { encoding: 'utf8', timeout: 30_000 });
+    assert.equal(bad.status, 1, `${url}: ${bad.stderr}`);
+    assert.match(bad.stderr, why);
+  }
+  const endpoint = spawnSync(process.execPath, [FEOSD, '--state-dir', join(dir, 's2'), '--object-store', 's3://bucket/x', '--s3-endpoint', 'localhost:8080'], { encoding: 'utf8', timeout: 30_000 });
+  assert.equal(endpoint.status, 1, endpoint.stderr);
+  assert.match(endpoint.stderr, /--s3-endpoint "localhost:8080": want an http:\/\/ or https:\/\/ URL/);
 });
 
 test('a restore refuses a missing checkpoint, a corrupt manifest, a file that differs and a missing guest version, and changes nothing', { timeout: 60_000 }, async (t) => {

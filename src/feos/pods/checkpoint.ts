@@ -1,8 +1,11 @@
 /**
- * A pod's checkpoint in the object store (seed 000, "A pod": Hibernate and Restore): under
- * `pods/<pod ID>/<checkpoint>/` the memory (QEMU's migration stream, when the pod hibernated with it),
- * the disk (`disk.qcow2`, the pod's overlay), and `manifest.json`, written last: a checkpoint without
- * its manifest is a half upload and never taken for a whole one. A restore writes `restored` (a claim
+ * A pod's checkpoint in the object store (seed 000, "A pod": Hibernate and Restore; docs/feos/object-store.md):
+ * the memory (QEMU's migration stream, when the pod hibernated with it) and the disk (`disk.qcow2`, the pod's
+ * overlay) as content-addressed chunks below `pods/<pod ID>/chunks/` (store/chunked.ts: a chunk the store has
+ * from an earlier checkpoint of the pod is not uploaded again), and `pods/<pod ID>/<checkpoint>/manifest.json`,
+ * written last, naming every chunk: a checkpoint without its manifest is a half upload and never taken for a
+ * whole one. (Manifests of version 1 named whole objects `pods/<pod ID>/<checkpoint>/<file>`; they are read
+ * still.) A restore writes `restored` (a claim
  * that only one restore wins): a checkpoint is restored once. The pod's volumes go beside, under
  * `volumes/<volume ID>/<checkpoint>/disk.qcow2`, so that a CHECKPOINTED volume outlives its pod's
  * checkpoint (seed "Volumes": a checkpointed volume whose pod was deleted stays checkpointed).
@@ -23,10 +26,10 @@ import { open, rm } from 'node:fs/promises';
 import { fromJson, type JsonValue, toJson } from '@bufbuild/protobuf';
 import { type PodSpec, PodSpecSchema } from '../gen/feos/pod/v1/pod_pb.js';
 import { errorMessage, FeosError } from '../api/index.ts';
-import { ObjectNotFoundError, type ObjectStore } from '../store/index.ts';
+import { type ChunkRef, getChunked, ObjectNotFoundError, type ObjectStore, pruneChunks, storeFailureCode } from '../store/index.ts';
 
-/** The manifest format this code writes and reads. */
-export const MANIFEST_VERSION = 1;
+/** The manifest format this code writes (and 1, whose files are whole objects, which it reads). */
+export const MANIFEST_VERSION = 2;
 /** The memory file's name in a checkpoint. */
 export const MEMORY_FILE = 'memory';
 /** The disk file's name in a checkpoint. */
@@ -39,6 +42,8 @@ export interface CheckpointFile {
   sizeBytes: number;
   /** Lowercase hex. */
   sha256: string;
+  /** Its chunks below `chunkPrefix(podId)`, in order (version 2); none: the whole object of version 1. */
+  chunks?: ChunkRef[];
 }
 
 /** A volume of the pod, as its checkpoint holds it. */
@@ -59,7 +64,7 @@ export interface CheckpointVolume {
 
 /** What `manifest.json` holds. */
 export interface CheckpointManifest {
-  version: typeof MANIFEST_VERSION;
+  version: 1 | 2;
   podId: string;
   checkpoint: string;
   /** When the manifest was written (ISO 8601). */
@@ -74,6 +79,8 @@ export interface CheckpointManifest {
   files: CheckpointFile[];
   /** The pod's volumes (none: absent). */
   volumes: CheckpointVolume[];
+  /** How many bytes the hibernation uploaded (of the files' sizes: the others' chunks were in the store). */
+  uploadedBytes?: number;
 }
 
 /** A new checkpoint name: the UTC time to the second and random hex, so names sort by time. */
@@ -90,6 +97,11 @@ export function parseCheckpointName(name: string): string {
 /** The key of a volume's disk in a checkpoint. */
 export function volumeKey(volumeId: string, checkpoint: string): string {
   return `volumes/${volumeId}/${checkpoint}/disk.qcow2`;
+}
+
+/** Where a pod's chunks are: `pods/<pod ID>/chunks`. */
+export function chunkPrefix(podId: string): string {
+  return `pods/${podId}/chunks`;
 }
 
 /** The key of a checkpoint's file. */
@@ -125,7 +137,7 @@ export async function readManifest(store: ObjectStore, podId: string, checkpoint
     throw bad(`not JSON (${errorMessage(err)})`);
   }
   if (!doc || typeof doc !== 'object' || Array.isArray(doc)) throw bad('not an object');
-  if (doc.version !== MANIFEST_VERSION) throw bad(`version ${JSON.stringify(doc.version)}, want ${MANIFEST_VERSION}`);
+  if (doc.version !== 1 && doc.version !== MANIFEST_VERSION) throw bad(`version ${JSON.stringify(doc.version)}, want 1 or ${MANIFEST_VERSION}`);
   if (doc.podId !== podId) throw bad(`it names pod ${JSON.stringify(doc.podId)}`);
   if (doc.checkpoint !== checkpoint) throw bad(`it names checkpoint ${JSON.stringify(doc.checkpoint)}`);
   if (typeof doc.guestVersion !== 'string' || !/^[A-Za-z0-9._-]+$/.test(doc.guestVersion)) throw bad(`guestVersion ${JSON.stringify(doc.guestVersion)}`);
@@ -142,7 +154,17 @@ export async function readManifest(store: ObjectStore, podId: string, checkpoint
     if (!f || typeof f.name !== 'string' || !Number.isSafeInteger(f.sizeBytes) || (f.sizeBytes as number) < 0 || typeof f.sha256 !== 'string' || !/^[0-9a-f]{64}$/.test(f.sha256)) {
       throw bad(`files: ${JSON.stringify(f)} is not {name, sizeBytes, sha256}`);
     }
-    files.push({ name: f.name, sizeBytes: f.sizeBytes as number, sha256: f.sha256 });
+    const file: CheckpointFile = { name: f.name, sizeBytes: f.sizeBytes as number, sha256: f.sha256 };
+    if (doc.version === 2) {
+      const ok =
+        Array.isArray(f.chunks) &&
+        (f.chunks as Array<Record<string, unknown>>).every((c) => c && typeof c.sha256 === 'string' && /^[0-9a-f]{64}$/.test(c.sha256) && Number.isSafeInteger(c.sizeBytes) && (c.sizeBytes as number) > 0);
+      if (!ok) throw bad(`files: ${f.name}: chunks: want a list of {sha256, sizeBytes}`);
+      file.chunks = (f.chunks as ChunkRef[]).map((c) => ({ sha256: c.sha256, sizeBytes: c.sizeBytes }));
+      const sum = file.chunks.reduce((n, c) => n + c.sizeBytes, 0);
+      if (sum !== file.sizeBytes) throw bad(`files: ${f.name}: its chunks hold ${sum} bytes, its sizeBytes says ${file.sizeBytes}`);
+    }
+    files.push(file);
   }
   const volumes: CheckpointVolume[] = [];
   if (doc.volumes !== undefined && !Array.isArray(doc.volumes)) throw bad('volumes: want a list');
@@ -176,7 +198,7 @@ export async function readManifest(store: ObjectStore, podId: string, checkpoint
   if (!names.has(DISK_FILE)) throw bad(`files: no ${DISK_FILE}`);
   if (doc.memory && !names.has(MEMORY_FILE)) throw bad(`files: memory is true but there is no ${MEMORY_FILE}`);
   return {
-    version: MANIFEST_VERSION,
+    version: doc.version,
     podId,
     checkpoint,
     createdAt: String(doc.createdAt ?? ''),
@@ -186,6 +208,7 @@ export async function readManifest(store: ObjectStore, podId: string, checkpoint
     spec,
     files,
     volumes,
+    uploadedBytes: Number.isSafeInteger(doc.uploadedBytes) ? (doc.uploadedBytes as number) : undefined,
   };
 }
 
@@ -194,11 +217,15 @@ export async function* fileChunks(path: string, signal?: AbortSignal): AsyncIter
   for await (const chunk of createReadStream(path, { highWaterMark: 1024 * 1024, signal })) yield chunk as Buffer;
 }
 
-/** An object a restore copies: its key, and what its manifest says of it. */
+/**
+ * An object a restore copies: its key, and what its manifest says of it; with `chunks`, the file is those
+ * chunks below `key` (a chunk prefix), in order.
+ */
 export interface ExpectedObject {
   key: string;
   sizeBytes: number;
   sha256: string;
+  chunks?: ChunkRef[];
 }
 
 /** A write to the node's own disk that failed while an object was copied (the store is not to blame). */
@@ -231,7 +258,8 @@ export async function fetchVerified(store: ObjectStore, want: ExpectedObject, pa
   const fh = await open(path, 'w', 0o600);
   try {
     try {
-      for await (const chunk of store.get(want.key, { signal })) {
+      const source = want.chunks ? getChunked(store, want.key, want.chunks, { signal }) : store.get(want.key, { signal });
+      for await (const chunk of source) {
         hash.update(chunk);
         size += chunk.byteLength;
         try {
@@ -242,8 +270,9 @@ export async function fetchVerified(store: ObjectStore, want: ExpectedObject, pa
       }
     } catch (err: unknown) {
       if (err instanceof LocalWriteError) throw err.toFeos();
-      if (err instanceof ObjectNotFoundError) throw new FeosError('DATA_LOSS', `${what}: ${want.key}, which its manifest names, is missing; nothing was restored`);
-      throw new FeosError('UNAVAILABLE', `object store ${store.url}: ${errorMessage(err)}`, { cause: err });
+      if (err instanceof ObjectNotFoundError) throw new FeosError('DATA_LOSS', `${what}: ${err.key}, which its manifest names, is missing; nothing was restored`);
+      const code = storeFailureCode(err);
+      throw new FeosError(code, `${code === 'DATA_LOSS' ? `${what}: ` : ''}object store ${store.url}: ${errorMessage(err)}${code === 'DATA_LOSS' ? '; nothing was restored' : ''}`, { cause: err });
     }
     try {
       await fh.sync();
@@ -272,4 +301,24 @@ export async function listCheckpoints(store: ObjectStore, podId: string): Promis
     if (m && CHECKPOINT_NAME.test(m[1])) names.add(m[1]);
   }
   return [...names].sort();
+}
+
+/**
+ * Removes the pod's chunks that no checkpoint needs: those of its checkpoints not restored yet (a restore
+ * may still take them) and of its newest checkpoint (the base of its next hibernation) stay, the rest go.
+ * Runs after a hibernation's manifest, a withdrawn hibernation and a pod's delete; only the node the pod
+ * lives on hibernates it, so nothing uploads the pod's chunks meanwhile.
+ * @returns how many chunks were removed
+ * @throws what the store throws (a manifest that does not read keeps every chunk: nothing is removed)
+ */
+export async function prunePodChunks(store: ObjectStore, podId: string): Promise<number> {
+  const all = await listCheckpoints(store, podId);
+  const keep = new Set<string>();
+  for (const [i, name] of all.entries()) {
+    const newest = i === all.length - 1;
+    if (!newest && (await store.exists(checkpointKey(podId, name, 'restored')))) continue;
+    const m = await readManifest(store, podId, name);
+    for (const f of m.files) for (const c of f.chunks ?? []) keep.add(c.sha256);
+  }
+  return pruneChunks(store, chunkPrefix(podId), keep);
 }

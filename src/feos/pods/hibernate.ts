@@ -18,9 +18,9 @@ import { create } from '@bufbuild/protobuf';
 import { HibernationStatusSchema, type HibernationStatus, type PodInfo, PodState, type PodVolume } from '../gen/feos/pod/v1/pod_pb.js';
 import { errorMessage, FeosError } from '../api/index.ts';
 import { vmPaths } from '../microvm/index.ts';
-import { storeFailureCode } from '../store/index.ts';
+import { listChunks, putChunked, storeFailureCode } from '../store/index.ts';
 import { podDiskPath } from './bring-up.ts';
-import { checkpointKey, DISK_FILE, fileChunks, manifestBytes, MEMORY_FILE, newCheckpointName, volumeKey, type CheckpointFile, type CheckpointVolume } from './checkpoint.ts';
+import { checkpointKey, chunkPrefix, DISK_FILE, fileChunks, MANIFEST_VERSION, manifestBytes, MEMORY_FILE, newCheckpointName, prunePodChunks, volumeKey, type CheckpointFile, type CheckpointVolume } from './checkpoint.ts';
 import type { PodCore } from './core.ts';
 import { suspendLocked } from './lifecycle.ts';
 import { removeInFlight, writeInFlight } from './in-flight.ts';
@@ -44,6 +44,8 @@ export interface Hibernation {
   memory: boolean;
   bytesDone: number;
   bytesTotal: number;
+  /** Of `bytesDone`, the bytes uploaded (chunks the store lacked). */
+  bytesUploaded: number;
   /** Aborted by a ResumePod that abandons it. */
   abandon: AbortController;
   /** The hibernation's answer, which every call that joined it gets. */
@@ -58,6 +60,7 @@ export function hibernationStatus(h: Hibernation): HibernationStatus {
     noAbandon: h.noAbandon,
     bytesDone: BigInt(h.bytesDone),
     bytesTotal: BigInt(h.bytesTotal),
+    bytesUploaded: BigInt(h.bytesUploaded),
   });
 }
 
@@ -96,6 +99,7 @@ export function hibernatePod(core: PodCore, id: string, noAbandon: boolean): Pro
     memory: pod0.state === PodState.RUNNING || pod0.state === PodState.SUSPENDED,
     bytesDone: 0,
     bytesTotal: 0,
+    bytesUploaded: 0,
     abandon: new AbortController(),
     done: Promise.resolve(pod0),
   };
@@ -149,26 +153,34 @@ async function hibernateLocked(core: PodCore, pod: PodInfo, h: Hibernation): Pro
   h.step = 'upload';
   const written: CheckpointFile[] = [];
   const volumes: CheckpointVolume[] = [];
+  const created: string[] = [];
+  const chunks = chunkPrefix(id);
   const removeUploads = async () => {
-    for (const f of files) await store.delete(f.key).catch(() => {});
-    // Half-written objects and the checkpoint's directories go too.
+    for (const f of files) if (f.volume) await store.delete(f.key).catch(() => {});
+    // The chunks this hibernation added (those of earlier checkpoints stay), half-written objects and the
+    // checkpoint's directories.
+    for (const k of created) await store.delete(k).catch(() => {});
     for (const f of files) await store.deleteLeftovers?.(f.key.slice(0, f.key.lastIndexOf('/'))).catch(() => {});
   };
   try {
     let before = 0;
+    const known = await listChunks(store, chunks);
     for (const f of files) {
       if (h.abandon.signal.aborted) throw abandoned(id);
-      const put = await store.put(f.key, fileChunks(f.path, h.abandon.signal), {
-        signal: h.abandon.signal,
-        onProgress: (n) => {
-          h.bytesDone = before + n;
-        },
-      });
-      before += put.sizeBytes;
+      const onProgress = (n: number) => {
+        h.bytesDone = before + n;
+      };
       if (!f.volume) {
-        written.push({ name: f.name, ...put });
+        const put = await putChunked(store, chunks, fileChunks(f.path, h.abandon.signal), { known, signal: h.abandon.signal, onProgress });
+        created.push(...put.created);
+        before += put.sizeBytes;
+        h.bytesUploaded += put.uploadedBytes;
+        written.push({ name: f.name, sizeBytes: put.sizeBytes, sha256: put.sha256, chunks: put.chunks });
         continue;
       }
+      const put = await store.put(f.key, fileChunks(f.path, h.abandon.signal), { signal: h.abandon.signal, onProgress });
+      before += put.sizeBytes;
+      h.bytesUploaded += put.sizeBytes;
       const rec = o.volumes!.get(f.volume.volumeId)!;
       volumes.push({
         name: f.volume.name,
@@ -194,7 +206,7 @@ async function hibernateLocked(core: PodCore, pod: PodInfo, h: Hibernation): Pro
     await store.put(
       checkpointKey(id, h.checkpoint, 'manifest.json'),
       manifestBytes({
-        version: 1,
+        version: MANIFEST_VERSION,
         podId: id,
         checkpoint: h.checkpoint,
         createdAt: new Date().toISOString(),
@@ -204,6 +216,7 @@ async function hibernateLocked(core: PodCore, pod: PodInfo, h: Hibernation): Pro
         spec: pod.spec!,
         files: written,
         volumes,
+        uploadedBytes: h.bytesUploaded,
       }),
     );
   } catch (err: unknown) {
@@ -212,7 +225,20 @@ async function hibernateLocked(core: PodCore, pod: PodInfo, h: Hibernation): Pro
     throw new FeosError(storeFailureCode(err), `hibernate pod ${id}: manifest: ${errorMessage(err)}; the pod stays ${PodState[pod.state]} on the node`, { cause: err });
   }
   h.step = 'release';
-  return releaseHibernated(core, pod, h.checkpoint, h.memory, volumes);
+  const released = await releaseHibernated(core, pod, h.checkpoint, h.memory, volumes);
+  await pruneAfter(core, id, 'hibernate');
+  core.log.info({ id, checkpoint: h.checkpoint, bytes: h.bytesDone, uploaded: h.bytesUploaded }, 'hibernated');
+  return released;
+}
+
+/** Prunes the pod's chunks that no checkpoint needs (checkpoint.ts); a failure is logged, the next prune retries. */
+export async function pruneAfter(core: PodCore, id: string, after: string): Promise<void> {
+  const store = core.o.objectStore;
+  if (!store) return;
+  await prunePodChunks(store, id).then(
+    (n) => n > 0 && core.log.info({ id, removed: n }, `${after}: chunks no checkpoint needs removed from the object store`),
+    (err: unknown) => core.log.warn({ id, err: errorMessage(err) }, `${after}: the pod's unneeded chunks were not removed from the object store`),
+  );
 }
 
 /**
@@ -252,7 +278,9 @@ export async function dropCheckpoint(core: PodCore, pod: PodInfo): Promise<void>
     await store.deleteLeftovers?.(`pods/${pod.id}/${pod.checkpoint}`);
   } catch (err: unknown) {
     core.log.warn({ id: pod.id, checkpoint: pod.checkpoint, err: errorMessage(err) }, 'delete: the checkpoint was not removed from the object store');
+    return;
   }
+  await pruneAfter(core, pod.id, 'delete');
 }
 
 /**
@@ -275,5 +303,7 @@ export async function dropClaimedCheckpoints(core: PodCore, pod: PodInfo): Promi
     }
   } catch (err: unknown) {
     core.log.warn({ id: pod.id, err: errorMessage(err) }, 'delete: its claimed checkpoints were not removed from the object store');
+    return;
   }
+  await pruneAfter(core, pod.id, 'delete');
 }

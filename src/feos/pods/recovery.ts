@@ -30,7 +30,7 @@ import { normalizeSpec } from './spec.ts';
 import { POD_RECORD_VERSION } from './records.ts';
 import { checkpointKey, readManifest, volumeKey, type CheckpointManifest } from './checkpoint.ts';
 import type { PodCore } from './core.ts';
-import { releaseHibernated, stateDirOf } from './hibernate.ts';
+import { pruneAfter, releaseHibernated, stateDirOf } from './hibernate.ts';
 import { type InFlight, readInFlight, removeInFlight } from './in-flight.ts';
 import { dropClaimedData, placeRestoredFiles, restoreTempPaths } from './restore.ts';
 
@@ -103,6 +103,8 @@ async function recoverHibernation(core: PodCore, m: InFlight): Promise<RecoveryO
     await store.deleteLeftovers?.(`volumes/${v.volumeId}/${m.checkpoint}`);
   }
   await removeInFlight(stateDirOf(core), m.id, 'hibernate');
+  // The chunks it uploaded that no checkpoint names.
+  await pruneAfter(core, m.id, 'withdrawn hibernation');
   return { ...base, outcome: 'withdrawn' };
 }
 

@@ -27,7 +27,7 @@ import { normalizeSpec } from './spec.ts';
 import { POD_RECORD_VERSION } from './records.ts';
 import type { PodNetworkAttachment } from './network.ts';
 import { createMicroVm, podDiskPath, startBringUp } from './bring-up.ts';
-import { type CheckpointManifest, checkpointKey, DISK_FILE, fetchVerified, listCheckpoints, MEMORY_FILE, parseCheckpointName, readManifest } from './checkpoint.ts';
+import { type CheckpointManifest, checkpointKey, chunkPrefix, DISK_FILE, fetchVerified, listCheckpoints, MEMORY_FILE, parseCheckpointName, readManifest } from './checkpoint.ts';
 import { stateDirOf } from './hibernate.ts';
 import { removeInFlight, writeInFlight } from './in-flight.ts';
 import { randomBytes } from 'node:crypto';
@@ -136,7 +136,7 @@ async function restoreLocked(core: PodCore, id: string, existing: PodInfo | unde
   const tmpMemory = join(o.disksDir, `.${id}.memory.restore`);
   const file = (name: string) => {
     const f = m.files.find((x) => x.name === name)!;
-    return { key: checkpointKey(id, checkpoint, name), sizeBytes: f.sizeBytes, sha256: f.sha256 };
+    return { key: f.chunks ? chunkPrefix(id) : checkpointKey(id, checkpoint, name), sizeBytes: f.sizeBytes, sha256: f.sha256, chunks: f.chunks };
   };
   const what = `checkpoint ${checkpoint} of pod ${id}`;
   const tmpVolume = (vid: string) => `${o.volumes!.diskPath(vid)}.restore`;
@@ -223,12 +223,15 @@ async function restoreLocked(core: PodCore, id: string, existing: PodInfo | unde
 }
 
 /**
- * Removes a claimed checkpoint's data from the store (they are this node's now); its manifest and
- * claim stay as its history until the pod is deleted. Failures are logged.
+ * Removes a claimed checkpoint's whole objects from the store (they are this node's now): its volumes' disks,
+ * and a version 1 checkpoint's memory and disk. Its chunks stay, the base the pod's next hibernation
+ * uploads only its changes against (pruned then); its manifest and claim stay as its history until the pod
+ * is deleted. Failures are logged.
  */
 export async function dropClaimedData(core: PodCore, id: string, checkpoint: string, m: CheckpointManifest): Promise<void> {
   const store = core.o.objectStore!;
-  for (const key of [checkpointKey(id, checkpoint, MEMORY_FILE), checkpointKey(id, checkpoint, DISK_FILE), ...m.volumes.map((v) => v.key)]) {
+  const whole = m.files.filter((f) => !f.chunks).map((f) => checkpointKey(id, checkpoint, f.name));
+  for (const key of [...whole, ...m.volumes.map((v) => v.key)]) {
     await store.delete(key).catch((err: unknown) => core.log.warn({ id, checkpoint, key, err: errorMessage(err) }, 'restore: a checkpoint file was not removed'));
   }
 }

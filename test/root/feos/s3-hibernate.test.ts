@@ -1,0 +1,193 @@
+// Hibernation through a real S3 server (OpenStack Swift's s3api on loopback, scripts/s3-server.sh) with a real microVM
+// (QEMU, TCG here), as root: a pod hibernates on feosd A into s3://BUCKET/PREFIX, feosd B (its own state dir) restores
+// it with its memory (its guest's uptime goes on), A's stale record cannot resume it, a second hibernation of the
+// unchanged pod uploads a small part of the first (content-addressed chunks), the chunks no checkpoint needs are
+// pruned, a disk-only restore on A boots it anew, and a store that stops mid-upload leaves the pod on its node,
+// suspended, to hibernate once the store is back.
+import assert from 'node:assert/strict';
+import { execFileSync } from 'node:child_process';
+import { mkdirSync, readFileSync } from 'node:fs';
+import { join } from 'node:path';
+import { test } from 'node:test';
+import { GetObjectCommand, ListObjectsV2Command } from '@aws-sdk/client-s3';
+import { fromBinary } from '@bufbuild/protobuf';
+import { status } from '@grpc/grpc-js';
+import { MicroVmSchema } from '../../../src/feos/gen/feos/microvm/v1/microvm_pb.js';
+import { startS3Server } from '../../helpers/s3-server.ts';
+import { feosctl, PodState, startFeosd, tempDir, until, waitForPod, type FeosdProcess } from '../../feos/harness.ts';
+
+const REPO = new URL('../../../', import.meta.url).pathname;
+const GUEST_DIR = join(REPO, 'build/guest');
+const ID = 'mks3test0aa';
+const BOOT_MS = 300_000;
+const BUCKET = 'feos-hibernate';
+const PREFIX = 'cluster-1';
+
+const code = (e: unknown) => (e as { code?: number }).code;
+const details = (e: unknown) => (e as { details?: string }).details ?? '';
+
+test('hibernate to S3 on one feosd, restore on another with its memory, dedup the next hibernation', { timeout: 1_500_000 }, async (t) => {
+  assert.equal(process.getuid?.(), 0, 'this suite runs as root');
+  execFileSync('bash', [join(REPO, 'scripts/build-guest.sh'), GUEST_DIR], { stdio: ['ignore', 'ignore', 'inherit'], timeout: 600_000 });
+  const s3 = await startS3Server();
+  t.after(() => s3.stop());
+  await s3.createBucket(BUCKET);
+  const client = s3.client();
+  t.after(() => client.destroy());
+  const { dir, cleanup } = tempDir('feos-s3-');
+  const baseA = join(dir, 'a');
+  const baseB = join(dir, 'b');
+  mkdirSync(baseA);
+  mkdirSync(baseB);
+  const flags = ['--object-store', `s3://${BUCKET}/${PREFIX}`, '--s3-endpoint', s3.endpoint, '--stop-grace', '120'];
+  const env = { ...process.env, ...s3.env };
+  const a: FeosdProcess = await startFeosd(baseA, { guestDir: GUEST_DIR, extra: flags, env });
+  const b: FeosdProcess = await startFeosd(baseB, { guestDir: GUEST_DIR, extra: flags, env });
+  t.after(async () => {
+    await a.stop('SIGKILL');
+    await b.stop('SIGKILL');
+    for (const base of [baseA, baseB]) {
+      try {
+        const vm = fromBinary(MicroVmSchema, readFileSync(join(base, 'state', 'vms', ID, 'microvm.pb')));
+        if (vm.pid > 0) process.kill(vm.pid, 'SIGKILL');
+      } catch {}
+    }
+    cleanup();
+  });
+  let broken = '';
+  const step = (name: string, fn: () => Promise<void>) =>
+    t.test(name, { skip: broken ? `an earlier step failed: ${broken}` : false }, async () => {
+      try {
+        await fn();
+      } catch (err: unknown) {
+        broken = name;
+        t.diagnostic(`feosd A's log:\n${a.stderr().split('\n').slice(-25).join('\n')}`);
+        t.diagnostic(`feosd B's log:\n${b.stderr().split('\n').slice(-25).join('\n')}`);
+        throw err;
+      }
+    });
+  const keys = async (below: string) => {
+    const out: string[] = [];
+    let token: string | undefined;
+    do {
+      const r = await client.send(new ListObjectsV2Command({ Bucket: BUCKET, Prefix: `${PREFIX}/${below}`, ContinuationToken: token }));
+      for (const o of r.Contents ?? []) out.push(o.Key!.slice(PREFIX.length + 1));
+      token = r.IsTruncated ? r.NextContinuationToken : undefined;
+    } while (token);
+    return out.sort();
+  };
+  const manifest = async (checkpoint: string) => {
+    const r = await client.send(new GetObjectCommand({ Bucket: BUCKET, Key: `${PREFIX}/pods/${ID}/${checkpoint}/manifest.json` }));
+    return JSON.parse(await r.Body!.transformToString()) as {
+      version: number;
+      memory: boolean;
+      uploadedBytes: number;
+      files: Array<{ name: string; sizeBytes: number; chunks: Array<{ sha256: string; sizeBytes: number }> }>;
+    };
+  };
+  const guestAnswers = (f: FeosdProcess) =>
+    until(
+      'the guest answers GetPod',
+      async () => {
+        const pod = (await f.pods.getPod({ id: ID })).pod!;
+        return pod.guest?.answered ? pod : undefined;
+      },
+      120_000,
+    );
+  let bootId = '';
+  let uptime = 0n;
+
+  await step('a pod boots RUNNING on feosd A', async () => {
+    await a.pods.createPod({ id: ID, spec: { vcpus: 1, memoryBytes: 256n * 1024n * 1024n } });
+    const pod = await waitForPod(a, ID, (p) => p.state !== PodState.PENDING, BOOT_MS);
+    assert.equal(pod.state, PodState.RUNNING, pod.reason);
+    const got = await guestAnswers(a);
+    bootId = got.guest!.bootId;
+    uptime = got.guest!.uptimeMs;
+  });
+
+  let first = '';
+  let firstTotal = 0;
+  await step('feosctl pod hibernate on A puts it into the bucket as chunks and a manifest, written last', async () => {
+    const out = await feosctl(a.socket, ['pod', 'hibernate', ID, '-o', 'json'], 600_000);
+    assert.equal(out.code, 0, out.stderr);
+    const pod = JSON.parse(out.stdout);
+    assert.equal(pod.state, 'POD_STATE_HIBERNATED');
+    first = pod.checkpoint;
+    const m = await manifest(first);
+    assert.equal(m.version, 2);
+    assert.equal(m.memory, true);
+    assert.deepEqual(m.files.map((f) => f.name).sort(), ['disk.qcow2', 'memory']);
+    firstTotal = m.files.reduce((n, f) => n + f.sizeBytes, 0);
+    const named = new Set(m.files.flatMap((f) => f.chunks.map((c) => c.sha256)));
+    const stored = (await keys(`pods/${ID}/chunks/`)).map((k) => k.split('/').at(-1));
+    assert.deepEqual(stored.sort(), [...named].sort(), 'the bucket holds the chunks the manifest names, once each');
+    assert.ok(m.uploadedBytes > 0 && m.uploadedBytes <= firstTotal, `${m.uploadedBytes} of ${firstTotal} bytes uploaded`);
+    t.diagnostic(`first hibernation: ${firstTotal} bytes in ${named.size} chunks, ${m.uploadedBytes} uploaded`);
+  });
+
+  await step('feosd B restores it from S3 with its memory: the same boot, its uptime goes on', async () => {
+    const out = await feosctl(b.socket, ['pod', 'restore', ID, '-o', 'json'], 600_000);
+    assert.equal(out.code, 0, out.stderr);
+    assert.equal(JSON.parse(out.stdout).state, 'POD_STATE_RUNNING', out.stdout);
+    const got = await guestAnswers(b);
+    assert.equal(got.guest!.bootId, bootId, 'the same boot');
+    assert.ok(got.guest!.uptimeMs > uptime, `uptime goes on: ${got.guest!.uptimeMs} > ${uptime}`);
+    uptime = got.guest!.uptimeMs;
+    await assert.rejects(a.pods.resumePod({ id: ID }), (e) => code(e) === status.FAILED_PRECONDITION && /restored already/.test(details(e)));
+    assert.equal((await a.pods.getPod({ id: ID })).pod!.state, PodState.HIBERNATED, "A's record stays as it was");
+    assert.ok((await keys(`pods/${ID}/${first}/`)).includes(`pods/${ID}/${first}/restored`), 'the claim is in the bucket');
+  });
+
+  await step('a second hibernation of the unchanged pod, from B, uploads a small part of the first; the unneeded chunks are pruned', async () => {
+    // A's stale HIBERNATED record goes first (its checkpoint was claimed: the delete leaves the bucket alone).
+    await a.pods.deletePod({ id: ID });
+    const h = await b.pods.hibernatePod({ id: ID, noAbandon: true });
+    assert.equal(h.pod!.state, PodState.HIBERNATED);
+    const second = h.pod!.checkpoint;
+    const m = await manifest(second);
+    const total = m.files.reduce((n, f) => n + f.sizeBytes, 0);
+    t.diagnostic(`second hibernation: ${total} bytes, ${m.uploadedBytes} uploaded (${((100 * m.uploadedBytes) / total).toFixed(1)} %)`);
+    assert.ok(m.uploadedBytes < total / 2, `the second hibernation uploaded ${m.uploadedBytes} of ${total} bytes: the chunks it shares with the first stay`);
+    const named = new Set(m.files.flatMap((f) => f.chunks.map((c) => c.sha256)));
+    const stored = (await keys(`pods/${ID}/chunks/`)).map((k) => k.split('/').at(-1));
+    assert.deepEqual(stored.sort(), [...named].sort(), 'only the chunks of the newest checkpoint stay (the first was restored)');
+  });
+
+  await step('feosd A restores it on its disk alone: a new boot', async () => {
+    const out = await feosctl(a.socket, ['pod', 'restore', ID, '--disk-only', '-o', 'json'], BOOT_MS);
+    assert.equal(out.code, 0, out.stderr);
+    assert.equal(JSON.parse(out.stdout).state, 'POD_STATE_RUNNING', out.stdout);
+    const got = await guestAnswers(a);
+    assert.notEqual(got.guest!.bootId, bootId, 'a new boot');
+  });
+
+  await step('a store that stops during a hibernation fails it UNAVAILABLE naming the store; the pod stays SUSPENDED on its node and hibernates once the store is back', async () => {
+    const hibernating = a.pods.hibernatePod({ id: ID }).then(
+      () => undefined,
+      (e: unknown) => e,
+    );
+    await until(
+      'the upload runs',
+      async () => {
+        const p = (await a.pods.getPod({ id: ID })).pod!;
+        return p.hibernation?.step === 'upload' || p.state === PodState.HIBERNATED ? true : undefined;
+      },
+      120_000,
+    );
+    await s3.pause();
+    const err = await hibernating;
+    await s3.resume();
+    if (err === undefined) {
+      t.diagnostic('the hibernation ended before the store stopped: nothing to check');
+      return;
+    }
+    assert.equal(code(err), status.UNAVAILABLE, details(err));
+    assert.match(details(err), new RegExp(`s3://${BUCKET}/${PREFIX}`));
+    assert.match(details(err), /the pod stays SUSPENDED on the node/);
+    const pod = (await a.pods.getPod({ id: ID })).pod!;
+    assert.equal(pod.state, PodState.SUSPENDED, pod.reason);
+    const again = await a.pods.hibernatePod({ id: ID });
+    assert.equal(again.pod!.state, PodState.HIBERNATED);
+  });
+});
