@@ -198,7 +198,7 @@ class Uplink {
 }
 
 /** The node's capacity and facts for the reports. */
-function nodeInfo(deps: FleetDeps, name: string) {
+function nodeInfo(deps: FleetDeps) {
   let bootId = '';
   try {
     bootId = readFileSync('/proc/sys/kernel/random/boot_id', 'utf8').trim();
@@ -209,7 +209,7 @@ function nodeInfo(deps: FleetDeps, name: string) {
     .map((a) => a!.address);
   const cpus = os.availableParallelism();
   return {
-    hostname: name,
+    hostname: os.hostname(),
     kernelRelease: os.release(),
     bootId,
     feosdVersion: deps.version,
@@ -450,7 +450,7 @@ export function startFleet(flags: FleetFlags, deps: FleetDeps): Fleet {
           'Report',
           ReportRequestSchema,
           ReportResponseSchema,
-          { startId, collectedAt: timestampFromDate(new Date()), node: nodeInfo(deps, nodeName), pods, podsStale: stale },
+          { startId, collectedAt: timestampFromDate(new Date()), node: nodeInfo(deps), pods, podsStale: stale },
           Math.max(interval, 3000),
         );
         once.clear('report');
@@ -527,7 +527,7 @@ export function startFleet(flags: FleetFlags, deps: FleetDeps): Fleet {
     }
   }
 
-  const life = (async () => {
+  void (async () => {
     if (deps.startAfter) {
       await Promise.race([deps.startAfter.catch(() => undefined), wait(120_000)]);
     }
@@ -565,9 +565,9 @@ export function startFleet(flags: FleetFlags, deps: FleetDeps): Fleet {
         }
         if (conns) await conns.stop(callsGraceMs);
       } finally {
+        // A join in flight is let go (it writes what it got, and nothing runs after it).
         up?.close();
         clearTimeout(flushTimer);
-        await life;
       }
     },
     async upgrading(path: string) {
