@@ -125,7 +125,7 @@ const services = [JoinService, NodeService];
  * Starts a stand-in on 127.0.0.1 with `cert` (sent with the CA's certificate after it, as the port for
  * nodes does) and the given handlers (method name -> handler; a handler throws Refuse to fail a call).
  */
-export async function startStandIn(ca: TestCa, cert: { certPem: string; keyPem: string }, handlers: Record<string, Handler>): Promise<StandIn> {
+export async function startStandIn(ca: TestCa, cert: { certPem: string; keyPem: string }, handlers: Record<string, Handler>, port = 0): Promise<StandIn> {
   const calls: RecordedCall[] = [];
   const connections: StandIn['connections'] = [];
   const nodeSessions: http2.ClientHttp2Session[] = [];
@@ -191,11 +191,11 @@ export async function startStandIn(ca: TestCa, cert: { certPem: string; keyPem: 
     },
   );
   server.on('tlsClientError', () => {});
-  await new Promise<void>((r) => server.listen(0, '127.0.0.1', () => r()));
-  const port = (server.address() as AddressInfo).port;
+  await new Promise<void>((r) => server.listen(port, '127.0.0.1', () => r()));
+  const bound = (server.address() as AddressInfo).port;
   return Object.assign(st, {
-    port,
-    address: `127.0.0.1:${port}`,
+    port: bound,
+    address: `127.0.0.1:${bound}`,
     close: async () => {
       for (const s of nodeSessions) s.destroy();
       for (const s of sockets) s.destroy();
