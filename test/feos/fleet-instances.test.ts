@@ -58,3 +58,11 @@ test('the uplink moves to the next instance when a call fails; a restarted insta
   assert.deepEqual(res.pods, []);
   assert.equal(a.calls.filter((c) => c.method === 'Join').length, 0, 'no new join');
 });
+
+test('SIGTERM with every instance gone: Stopping is given up after 3 s and feosd ends', { timeout: 60_000 }, async () => {
+  await a.close();
+  await b.close();
+  await feosd!.stop('SIGTERM');
+  assert.equal(feosd!.child.exitCode, 0);
+  assert.match(feosd!.stderr(), /Stopping was not acknowledged within 3 s/);
+});

@@ -152,7 +152,7 @@ class Uplink {
     this.#session = undefined;
   }
 
-  async #connect(): Promise<http2.ClientHttp2Session> {
+  async #connect(timeoutMs: number): Promise<http2.ClientHttp2Session> {
     if (this.#session && !this.#session.closed && !this.#session.destroyed) return this.#session;
     const address = this.#instances[this.#at]!;
     const socket = await dialControlPlane({
@@ -162,6 +162,7 @@ class Uplink {
       alpn: 'h2',
       trust: { bundlePem: this.#creds.bundlePem },
       client: { keyPem: this.#creds.keyPem, chainPem: this.#creds.chainPem },
+      timeoutMs,
     });
     const s = clientSession(socket, this.#name);
     this.#session = s;
@@ -177,10 +178,14 @@ class Uplink {
    */
   async call<I extends DescMessage, O extends DescMessage>(name: string, input: I, output: O, req: MessageInitShape<I>, timeoutMs: number): Promise<MessageShape<O>> {
     let last: unknown;
+    // `timeoutMs` bounds the call as a whole: the dials and the tries on every instance.
+    const deadline = Date.now() + timeoutMs;
     for (let tries = 0; tries < Math.max(1, this.#instances.length); tries++) {
+      const left = deadline - Date.now();
+      if (left <= 0) break;
       try {
-        const s = await this.#connect();
-        return await unaryCall(s, NodeService, name, input, output, req, timeoutMs);
+        const s = await this.#connect(Math.min(10_000, left));
+        return await unaryCall(s, NodeService, name, input, output, req, Math.max(1, deadline - Date.now()));
       } catch (err: unknown) {
         if (err instanceof GrpcCallError && err.code === Code.PERMISSION_DENIED) throw err;
         last = err;
@@ -188,7 +193,7 @@ class Uplink {
         this.#at = (this.#at + 1) % Math.max(1, this.#instances.length);
       }
     }
-    throw last;
+    throw last ?? new GrpcCallError(Code.DEADLINE_EXCEEDED, `${name}: no instance answered within ${timeoutMs} ms`);
   }
 
   close(): void {
