@@ -68,6 +68,19 @@ export function controlPlane(v: string): string {
   return v;
 }
 
+/**
+ * `--node-name`'s value, lowercased: a DNS-1123 subdomain (at most 253 characters of [a-z0-9.-], each
+ * label starting and ending with a letter or digit), as a Kubernetes Node's name.
+ * @throws InvalidArgumentError naming the flag and the value
+ */
+export function nodeName(v: string): string {
+  const n = v.toLowerCase();
+  if (n.length > 253 || !/^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$/.test(n)) {
+    throw new InvalidArgumentError(`--node-name ${JSON.stringify(v)}: want a DNS-1123 subdomain (letters, digits, '-' and '.', at most 253 characters, such as node-1)`);
+  }
+  return n;
+}
+
 /** Runs feosd with `argv` (process.argv: node, script, flags...). */
 export async function main(argv: string[]): Promise<void> {
   const program = new Command('feosd')
@@ -109,7 +122,7 @@ export async function main(argv: string[]): Promise<void> {
     .option('--trust-domain <name>', "the control plane's SPIFFE trust domain", 'feos.local')
     .option('--join-token-file <path>', 'the join token, feos-join-<secret>.<pin>, read while the node has not joined', '/etc/feos/join-token')
     .option('--node-dir <dir>', "the node's identity for the control plane", '/var/lib/feos/node')
-    .option('--node-name <name>', "the node's name in the cluster (default: the hostname, lowercased)")
+    .option('--node-name <name>', "the node's name in the cluster (default: the hostname, lowercased)", nodeName)
     .allowExcessArguments(false);
   program.parse(argv);
   const opts = program.opts<{

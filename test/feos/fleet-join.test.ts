@@ -103,3 +103,18 @@ test('a missing token file is logged with what to do; a corrupt node.json is reb
   assert.equal(fixed.spiffeId, rec.spiffeId);
   assert.equal(fixed.notAfter, rec.notAfter);
 });
+
+test('feosd refuses a --control-plane or --node-name it cannot use, saying what to give', { timeout: 60_000 }, async () => {
+  const { execFile } = await import('node:child_process');
+  const { FEOSD } = await import('./harness.ts');
+  const runFeosd = (args: string[]) =>
+    new Promise<{ code: number; stderr: string }>((resolve) =>
+      execFile(process.execPath, [FEOSD, '--state-dir', join(dir, 'flags'), ...args], { timeout: 30_000 }, (err, _o, stderr) => resolve({ code: err ? Number((err as { code?: number }).code ?? 1) : 0, stderr })),
+    );
+  const cp = await runFeosd(['--control-plane', 'cp.example.com']);
+  assert.notEqual(cp.code, 0);
+  assert.match(cp.stderr, /--control-plane "cp\.example\.com": want HOST:PORT/);
+  const nn = await runFeosd(['--control-plane', '127.0.0.1:7443', '--node-name', 'bad_name']);
+  assert.notEqual(nn.code, 0);
+  assert.match(nn.stderr, /--node-name "bad_name": want a DNS-1123 subdomain/);
+});
