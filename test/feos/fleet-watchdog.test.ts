@@ -1,7 +1,8 @@
 // The watchdog and the reports' pods (seed 000, "The control plane"): the fleet client (src/feos/fleet's
 // door, in this process) against a stand-in control plane, with a pod source that stops answering:
 // the reports carry the last pods as stale, stop once the pods have not answered for the watchdog's
-// time (90 s in feosd, 1.5 s here), and come back when the pods answer again.
+// time (90 s in feosd, 1.5 s here), and come back when the pods answer again; pod events become node
+// events; at most 16384 events are kept, the oldest dropped and counted.
 import { test, after } from 'node:test';
 import assert from 'node:assert/strict';
 import { EventEmitter } from 'node:events';
@@ -75,4 +76,29 @@ test('pod events go out as node events, numbered after Started', { timeout: 30_0
   assert.equal(podEv.event.value.podId, 'p1');
   assert.equal(podEv.sequence, 2n);
   assert.equal(fleet.startId.length, 36);
+});
+
+test('at most 16384 events are kept: the oldest are dropped and counted', { timeout: 60_000 }, async () => {
+  const cp2 = await startStandIn(ca, await serverCert(ca, { dns: ['cp.test'], ip: ['127.0.0.1'], uri: ['spiffe://feos.local/ferun'] }), joiningHandlers(ca, { secret: SECRET }));
+  const pods2 = new Pods();
+  const tokenFile = join(dir, 'token2');
+  // No token yet: the events wait in memory.
+  const f2 = startFleet(
+    { controlPlane: cp2.address, controlPlaneName: 'cp.test', trustDomain: 'feos.local', joinTokenFile: tokenFile, nodeDir: join(dir, 'node2'), nodeName: 'w2' },
+    { services: [], pods: pods2, accelerator: 'tcg', guestVersions: () => [], version: 'test', log: createLogger('fleet-test') },
+  );
+  try {
+    for (let i = 0; i < 16_400; i++) pods2.emit('event', create(PodEventSchema, { podId: `p${i}` }));
+    writeFileSync(tokenFile, joinToken(SECRET, ca));
+    const batches = () => cp2.calls.filter((c) => c.method === 'SendEvents').map((c) => c.request as { events: { sequence: bigint }[]; dropped: bigint });
+    await until('every event acknowledged', async () => (batches().reduce((n, b) => n + b.events.length, 0) >= 16_384 ? true : undefined), 30_000);
+    // Started (1) and the first 16 pod events (2..17) were dropped.
+    assert.equal(batches()[0]!.events[0]!.sequence, 18n);
+    assert.equal(batches()[0]!.dropped, 17n);
+    assert.equal(batches().at(-1)!.events.at(-1)!.sequence, 16_401n);
+    assert.ok(batches().every((b) => b.events.length <= 1000), 'in batches');
+  } finally {
+    await f2.stop(100);
+    await cp2.close();
+  }
 });
