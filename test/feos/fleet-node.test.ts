@@ -104,9 +104,13 @@ test("a node connection: the stand-in calls feosd's ListPods over it", { timeout
 
 test('the certificate is renewed at its renewal time; new connections use the new one', { timeout: 60_000 }, async () => {
   const before = leafSerial();
+  const old = cp.nodeSessions.filter((s) => !s.closed && !s.destroyed);
+  const drained = old.map((s) => new Promise<void>((r) => s.once('goaway', () => r())));
   await until('a renewal', async () => (calls('Renew').length > 0 && leafSerial() !== before ? true : undefined), 30_000);
   const now = leafSerial();
   await until('a node connection with the new certificate', async () => (cp.connections.some((c) => c.alpn === 'feos-node/1' && c.peerSerial === now) ? true : undefined), 30_000);
+  await Promise.all(drained);
+  assert.ok(old.length > 0, 'the old node connections drain (GOAWAY)');
   await until('a report with the new certificate', async () => (calls('Report').some((c) => c.peerSerial === now) ? true : undefined), 30_000);
   const rec = JSON.parse(readFileSync(join(nodeDir, 'node.json'), 'utf8'));
   assert.ok(Date.parse(rec.renewAt) > Date.now() - 5000);

@@ -166,9 +166,12 @@ class Uplink {
     });
     const s = clientSession(socket, this.#name);
     this.#session = s;
-    s.once('close', () => {
+    // A GOAWAY (the instance drains or restarts): the next call dials again.
+    const forget = () => {
       if (this.#session === s) this.#session = undefined;
-    });
+    };
+    s.once('close', forget);
+    s.once('goaway', forget);
     return s;
   }
 
