@@ -233,13 +233,12 @@ function nodeInfo(deps: FleetDeps) {
   };
 }
 
-
 /**
  * Starts the fleet client in the background (the join, then the connections and the uplink) and
  * returns at once.
  */
 export function startFleet(flags: FleetFlags, deps: FleetDeps): Fleet {
-  const log = deps.log.child({ component: 'fleet' });
+  const log = deps.log;
   const once = onceLogger(log);
   const startId = randomUUID();
   const cpName = flags.controlPlaneName || splitAddress(flags.controlPlane).host;
@@ -273,11 +272,15 @@ export function startFleet(flags: FleetFlags, deps: FleetDeps): Fleet {
   feosdEvent('Started', `feosd ${deps.version} started, pid ${process.pid}`);
 
   /** Sends the events kept, in batches, until all are acknowledged or a call fails. */
-  async function flush(timeoutMs: number): Promise<void> {
+  let flushRun: Promise<void> = Promise.resolve();
+  function flush(timeoutMs: number): Promise<void> {
     clearTimeout(flushTimer);
     flushTimer = undefined;
-    const up = uplink;
-    if (flushing || !up) return;
+    if (flushing || !uplink) return flushRun;
+    flushRun = flushNow(uplink, timeoutMs);
+    return flushRun;
+  }
+  async function flushNow(up: Uplink, timeoutMs: number): Promise<void> {
     flushing = true;
     try {
       while (events.length > 0) {
@@ -566,7 +569,8 @@ export function startFleet(flags: FleetFlags, deps: FleetDeps): Fleet {
       deps.pods.off('event', onPodEvent);
       try {
         if (up) {
-          await flush(1000).catch(() => undefined);
+          // The Stopping event goes out first: after a round in flight, within a second.
+          await Promise.race([flushRun.then(() => flush(1000)), sleep(1000)]).catch(() => undefined);
           await up
             .call('Stopping', StoppingRequestSchema, StoppingResponseSchema, { startId, message: 'SIGTERM' }, 3000)
             .catch((err: unknown) => log.warn({ err: (err as Error).message }, 'control plane: Stopping was not acknowledged within 3 s'));
