@@ -1,5 +1,5 @@
 // A stand-in of the control plane's port for nodes, for the fleet suites: TLS 1.3 with a CA made here,
-// ALPN h2 (feos.fleet.v1 served by a small gRPC server over node:http2 that records every call) and
+// ALPN h2 (feos.fleet.v1 served by grpc-js through a connection injector, every call recorded) and
 // feos-node/1 (the stand-in is the HTTP/2 client of feosd's API over the connection feosd dialed).
 import 'reflect-metadata';
 import { createHash, randomBytes, webcrypto, X509Certificate } from 'node:crypto';
@@ -9,7 +9,9 @@ import type { AddressInfo } from 'node:net';
 import * as x509 from '@peculiar/x509';
 import { create, fromBinary, toBinary, type DescMessage, type MessageInitShape, type MessageShape } from '@bufbuild/protobuf';
 import { timestampFromDate } from '@bufbuild/protobuf/wkt';
+import * as grpc from '@grpc/grpc-js';
 import { JoinService, NodeService } from '../../src/feos/gen/feos/fleet/v1/fleet_pb.js';
+import { serviceDefinition } from '../../src/feos/api/index.ts';
 
 x509.cryptoProvider.set(webcrypto as unknown as Crypto);
 const ALG = { name: 'ECDSA', namedCurve: 'P-256', hash: 'SHA-256' } as const;
@@ -130,42 +132,32 @@ export async function startStandIn(ca: TestCa, cert: { certPem: string; keyPem: 
   const connections: StandIn['connections'] = [];
   const nodeSessions: http2.ClientHttp2Session[] = [];
   const sockets = new Set<tls.TLSSocket>();
-  const h2 = http2.createServer();
+  // The uplink as the control plane serves it: grpc-js over the TLS connection (insecure credentials on
+  // top), the caller's certificate from the call's auth context.
+  const grpcServer = new grpc.Server();
   const st: Partial<StandIn> = { calls, connections, nodeSessions, handlers };
-  h2.on('stream', (stream: http2.ServerHttp2Stream, headers: http2.IncomingHttpHeaders) => {
-    const path = String(headers[':path']);
-    const [, svc, name] = path.split('/');
-    const service = services.find((s) => s.typeName === svc);
-    const method = service?.methods.find((m) => m.name === name);
-    const chunks: Buffer[] = [];
-    stream.on('data', (c: Buffer) => chunks.push(c));
-    stream.on('end', async () => {
-      const reply = (code: number, message: string, body?: Buffer) => {
-        if (stream.destroyed) return;
-        stream.respond({ ':status': 200, 'content-type': 'application/grpc' }, { waitForTrailers: true });
-        stream.on('wantTrailers', () => stream.sendTrailers({ 'grpc-status': String(code), 'grpc-message': encodeURIComponent(message) }));
-        stream.end(body);
+  for (const service of services) {
+    const impl: grpc.UntypedServiceImplementation = {};
+    for (const m of service.methods) {
+      impl[m.localName] = (call: grpc.ServerUnaryCall<unknown, unknown>, cb: grpc.sendUnaryData<unknown>) => {
+        const raw = (call.getAuthContext()?.sslPeerCertificate as tls.PeerCertificate | undefined)?.raw;
+        const peer = raw ? new X509Certificate(raw) : undefined;
+        calls.push({ method: m.name, request: call.request, peerSerial: peer?.serialNumber, at: Date.now() });
+        const h = st.handlers![m.name];
+        Promise.resolve()
+          .then(() => {
+            if (!h) throw new Refuse(12, `${m.name} not served by the stand-in`);
+            return h(call.request as never, peer);
+          })
+          .then(
+            (out) => cb(null, create(m.output, out as never)),
+            (err: unknown) => cb({ code: err instanceof Refuse ? err.code : 2, details: (err as Error).message } as grpc.ServiceError),
+          );
       };
-      if (!method) return reply(12, `unknown method ${path}`);
-      const data = Buffer.concat(chunks);
-      const req = fromBinary(method.input, data.subarray(5, 5 + data.readUInt32BE(1)));
-      const sock = stream.session?.socket as tls.TLSSocket | undefined;
-      const raw = sock?.getPeerCertificate?.()?.raw;
-      const peer = raw ? new X509Certificate(raw) : undefined;
-      calls.push({ method: name!, request: req, peerSerial: peer?.serialNumber, at: Date.now() });
-      const h = st.handlers![name!];
-      try {
-        if (!h) throw new Refuse(12, `${name} not served by the stand-in`);
-        const out = await h(req as never, peer);
-        const body = Buffer.from(toBinary(method.output, create(method.output, out as never)));
-        const frame = Buffer.alloc(5);
-        frame.writeUInt32BE(body.length, 1);
-        reply(0, '', Buffer.concat([frame, body]));
-      } catch (err: unknown) {
-        reply(err instanceof Refuse ? err.code : 2, (err as Error).message);
-      }
-    });
-  });
+    }
+    grpcServer.addService(serviceDefinition(service), impl);
+  }
+  const injector = grpcServer.createConnectionInjector(grpc.ServerCredentials.createInsecure());
   const server = tls.createServer(
     {
       key: cert.keyPem,
@@ -182,7 +174,7 @@ export async function startStandIn(ca: TestCa, cert: { certPem: string; keyPem: 
       socket.on('error', () => {});
       const raw = socket.getPeerCertificate()?.raw;
       connections.push({ alpn: String(socket.alpnProtocol), peerSerial: raw ? new X509Certificate(raw).serialNumber : undefined, at: Date.now() });
-      if (socket.alpnProtocol === 'h2') h2.emit('connection', socket);
+      if (socket.alpnProtocol === 'h2') injector.injectConnection(socket);
       else if (socket.alpnProtocol === 'feos-node/1') {
         const s = http2.connect('https://feos-node', { createConnection: () => socket });
         s.on('error', () => {});
@@ -199,6 +191,8 @@ export async function startStandIn(ca: TestCa, cert: { certPem: string; keyPem: 
     close: async () => {
       for (const s of nodeSessions) s.destroy();
       for (const s of sockets) s.destroy();
+      injector.destroy();
+      grpcServer.forceShutdown();
       await new Promise<void>((r) => server.close(() => r()));
     },
   }) as StandIn;

@@ -573,7 +573,7 @@ export function startFleet(flags: FleetFlags, deps: FleetDeps): Fleet {
           await Promise.race([flushRun.then(() => flush(1000)), sleep(1000)]).catch(() => undefined);
           await up
             .call('Stopping', StoppingRequestSchema, StoppingResponseSchema, { startId, message: 'SIGTERM' }, 3000)
-            .catch((err: unknown) => log.warn({ err: (err as Error).message }, 'control plane: Stopping was not acknowledged within 3 s'));
+            .catch((err: unknown) => log.warn({ err: (err as Error).message }, 'control plane: Stopping was not acknowledged (3 s at most); the node connections close all the same'));
         }
         if (conns) await conns.stop(callsGraceMs);
       } finally {
