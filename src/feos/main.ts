@@ -121,7 +121,7 @@ export async function main(argv: string[]): Promise<void> {
     .option('--control-plane-name <name>', "the DNS name the control plane's certificate is checked for (default: the host of --control-plane)")
     .option('--trust-domain <name>', "the control plane's SPIFFE trust domain", 'feos.local')
     .option('--join-token-file <path>', 'the join token, feos-join-<secret>.<pin>, read while the node has not joined', '/etc/feos/join-token')
-    .option('--node-dir <dir>', "the node's identity for the control plane", '/var/lib/feos/node')
+    .option('--node-dir <dir>', "the node's identity for the control plane (default: STATE-DIR/node, /var/lib/feos/node)")
     .option('--node-name <name>', "the node's name in the cluster (default: the hostname, lowercased)", nodeName)
     .allowExcessArguments(false);
   program.parse(argv);
@@ -150,7 +150,7 @@ export async function main(argv: string[]): Promise<void> {
     controlPlaneName?: string;
     trustDomain: string;
     joinTokenFile: string;
-    nodeDir: string;
+    nodeDir?: string;
     nodeName?: string;
   }>();
   if (opts.stopGrace > MAX_STOP_GRACE_S) {
@@ -203,7 +203,7 @@ export async function main(argv: string[]): Promise<void> {
         registryForwards: opts.registryForward,
         objectStore: opts.objectStore,
         fleet: opts.controlPlane
-          ? { controlPlane: opts.controlPlane, controlPlaneName: opts.controlPlaneName, trustDomain: opts.trustDomain, joinTokenFile: opts.joinTokenFile, nodeDir: opts.nodeDir, nodeName: opts.nodeName }
+          ? { controlPlane: opts.controlPlane, controlPlaneName: opts.controlPlaneName, trustDomain: opts.trustDomain, joinTokenFile: opts.joinTokenFile, nodeDir: opts.nodeDir ?? join(opts.stateDir, 'node'), nodeName: opts.nodeName }
           : undefined,
         log,
       },

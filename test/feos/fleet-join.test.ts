@@ -25,18 +25,19 @@ after(async () => {
 });
 
 /** A stand-in with `sans` from `issuer`, and a feosd joining it with a token for `ca` in `name`/. */
-async function run(name: string, issuer: TestCa, sans: Parameters<typeof serverCert>[1], token = joinToken(SECRET, ca)) {
+async function run(name: string, issuer: TestCa, sans: Parameters<typeof serverCert>[1], token = joinToken(SECRET, ca), defaultNodeDir = false) {
   const cp = await startStandIn(issuer, await serverCert(issuer, sans), joiningHandlers(issuer, { secret: SECRET }));
   const base = join(dir, name);
   const tokenFile = join(base, 'join-token');
-  const nodeDir = join(base, 'node');
+  // Without --node-dir: <state-dir>/node.
+  const nodeDir = defaultNodeDir ? join(base, 'state', 'node') : join(base, 'node');
   const r: { feosd?: FeosdProcess; cp?: StandIn } = { cp };
   running.push(r);
   const { mkdirSync } = await import('node:fs');
   mkdirSync(base, { recursive: true });
   if (token) writeFileSync(tokenFile, token);
   r.feosd = await startFeosd(base, {
-    extra: ['--control-plane', cp.address, '--control-plane-name', 'cp.test', '--join-token-file', tokenFile, '--node-dir', nodeDir, '--node-name', name],
+    extra: ['--control-plane', cp.address, '--control-plane-name', 'cp.test', '--join-token-file', tokenFile, ...(defaultNodeDir ? [] : ['--node-dir', nodeDir]), '--node-name', name],
   });
   return { cp, feosd: r.feosd, tokenFile, nodeDir };
 }
@@ -66,8 +67,8 @@ test('a server certificate without the URI (or with another) never receives the 
   assert.equal(two.cp.calls.length, 0);
 });
 
-test('a refused token is not sent again until the file holds another', { timeout: 90_000 }, async () => {
-  const { cp, feosd, tokenFile, nodeDir } = await run('refused', ca, good, joinToken(OTHER, ca));
+test('a refused token is not sent again until the file holds another (the node directory by default in the state dir)', { timeout: 90_000 }, async () => {
+  const { cp, feosd, tokenFile, nodeDir } = await run('refused', ca, good, joinToken(OTHER, ca), true);
   await logged(feosd, /the join token was refused/);
   await logged(feosd, /waiting for another token in the file/);
   // The same text written again is no new token.
