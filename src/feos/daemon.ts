@@ -19,11 +19,12 @@ import { addPodService } from './pod-api.ts';
 import { StopRecordKeeper } from './stop.ts';
 import { openObjectStore, type ObjectStore } from './store/index.ts';
 import { PodState } from './gen/feos/pod/v1/pod_pb.js';
-import { hostHandlers } from './host/index.ts';
+import { FEOSD_VERSION, hostHandlers } from './host/index.ts';
 import { VolumeStore, parseVolumeId } from './volumes/index.ts';
 import { VolumeService as VolumeServiceDesc } from './gen/feos/volume/v1/volume_pb.js';
 import { takeStateLock } from './lock.ts';
 import { createNetwork, type NetworkFlags, type PodNetwork } from './network/index.ts';
+import { recordServices, startFleet, type FleetFlags } from './fleet/index.ts';
 
 /** feosd's options (its flags). */
 export interface FeosdOptions {
@@ -57,6 +58,8 @@ export interface FeosdOptions {
    * RestorePod are FAILED_PRECONDITION.
    */
   objectStore?: string | ObjectStore;
+  /** `--control-plane` and its flags: feosd joins the control plane (seed 000, "The control plane"). */
+  fleet?: FleetFlags;
   log?: Logger;
 }
 
@@ -264,6 +267,7 @@ export async function startFeosd(opts: FeosdOptions, signal?: AbortSignal): Prom
   await pods.init();
 
   const server = new grpc.Server({ 'grpc.max_receive_message_length': 512 * 1024 * 1024 });
+  const served = recordServices(server);
   // close() aborts `stopping` at once (calls that change a pod are refused, watches end) and `cancelling`
   // when the calls' grace is over (the streams still running end); both with UNAVAILABLE "feosd stops".
   const stopping = new AbortController();
@@ -308,8 +312,10 @@ export async function startFeosd(opts: FeosdOptions, signal?: AbortSignal): Prom
       startedAt,
       exec: (path) => {
         log.info({ path }, 'self-upgrade: exec');
-        vms.closeAll();
-        process.execve!(path, [path, ...process.argv.slice(2)], process.env);
+        void (fleet?.upgrading(path) ?? Promise.resolve()).finally(() => {
+          vms.closeAll();
+          process.execve!(path, [path, ...process.argv.slice(2)], process.env);
+        });
       },
     }),
     onError,
@@ -351,6 +357,8 @@ export async function startFeosd(opts: FeosdOptions, signal?: AbortSignal): Prom
   // Suspend on stop: the pods a stop before suspended are resumed (seed 000, "Suspend on stop").
   const stopRecord = new StopRecordKeeper(o.stateDir, pods, log);
   stopRecord.startResumes(stopping.signal);
+  // The control plane: the join and the connections once the resumes are done (seed "Suspend on stop").
+  const fleet = o.fleet && startFleet(o.fleet, { services: served, pods, accelerator, guestVersions: () => guestVersions(o.guestDir), version: FEOSD_VERSION, log, startAfter: stopRecord.resumes });
 
   return {
     tcpPort,
@@ -358,7 +366,11 @@ export async function startFeosd(opts: FeosdOptions, signal?: AbortSignal): Prom
     pods,
     resumesAfterStop: stopRecord.resumes,
     close: async ({ callsGraceMs = 30_000, suspendOnStop = false, graceEndsAt = Date.now() + 300_000 }: CloseOptions = {}) => {
+      // With a control plane: Stopping, GOAWAY, the node connections' calls (seed "Stopping"); with
+      // --suspend-on-stop after the refusal of the calls that change a pod ("Suspend on stop" 1, 2).
+      if (!suspendOnStop) await fleet?.stop(callsGraceMs);
       stopping.abort();
+      if (suspendOnStop) await fleet?.stop(callsGraceMs);
       // After the grace, the streams still running end with UNAVAILABLE; a second later whatever is left
       // (unary calls, clients that keep their connection) is cut.
       let cut: NodeJS.Timeout | undefined;

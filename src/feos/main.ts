@@ -13,6 +13,7 @@ import { startFeosd } from './daemon.ts';
 import { FEOSD_VERSION } from './host/index.ts';
 import { openObjectStore } from './store/index.ts';
 import { STOP_MARGIN_MS } from './pods/index.ts';
+import { splitAddress } from './fleet/index.ts';
 import { existsSync, statSync } from 'node:fs';
 import { join } from 'node:path';
 import { isIP } from 'node:net';
@@ -67,6 +68,32 @@ export function vmsCgroup(v: string): string {
   return v;
 }
 
+/**
+ * `--control-plane`'s value: `host:port` or `[IPv6]:port`, a port from 1 to 65535.
+ * @throws InvalidArgumentError naming the flag and the value
+ */
+export function controlPlane(v: string): string {
+  try {
+    splitAddress(v);
+  } catch (err: unknown) {
+    throw new InvalidArgumentError(`--control-plane ${errorMessage(err)}`);
+  }
+  return v;
+}
+
+/**
+ * `--node-name`'s value, lowercased: a DNS-1123 subdomain (at most 253 characters of [a-z0-9.-], each
+ * label starting and ending with a letter or digit), as a Kubernetes Node's name.
+ * @throws InvalidArgumentError naming the flag and the value
+ */
+export function nodeName(v: string): string {
+  const n = v.toLowerCase();
+  if (n.length > 253 || !/^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$/.test(n)) {
+    throw new InvalidArgumentError(`--node-name ${JSON.stringify(v)}: want a DNS-1123 subdomain (letters, digits, '-' and '.', at most 253 characters, such as node-1)`);
+  }
+  return n;
+}
+
 /** Runs feosd with `argv` (process.argv: node, script, flags...). */
 export async function main(argv: string[]): Promise<void> {
   const program = new Command('feosd')
@@ -105,6 +132,12 @@ export async function main(argv: string[]): Promise<void> {
     .option('--s3-region <region>', 'the region of an s3:// object store (default $AWS_REGION, else us-east-1)')
     .option('--guest-attach-timeout <seconds>', "how long a boot's guest has to attach (default 60, 180 under TCG)", positive('--guest-attach-timeout'))
     .option('--registry-forward <host:port>', 'a registry on the node that pods without a network reach (repeatable)', registryForward)
+    .option('--control-plane <host:port>', "join the control plane at its port for nodes (Kube32's --feos-listen)", controlPlane)
+    .option('--control-plane-name <name>', "the DNS name the control plane's certificate is checked for (default: the host of --control-plane)")
+    .option('--trust-domain <name>', "the control plane's SPIFFE trust domain", 'feos.local')
+    .option('--join-token-file <path>', 'the join token, feos-join-<secret>.<pin>, read while the node has not joined', '/etc/feos/join-token')
+    .option('--node-dir <dir>', "the node's identity for the control plane (default: STATE-DIR/node, /var/lib/feos/node)")
+    .option('--node-name <name>', "the node's name in the cluster (default: the hostname, lowercased)", nodeName)
     .allowExcessArguments(false);
   program.parse(argv);
   const opts = program.opts<{
@@ -130,6 +163,12 @@ export async function main(argv: string[]): Promise<void> {
     dnsUpstream?: string[];
     denyPrefix?: string[];
     registryForward?: string[];
+    controlPlane?: string;
+    controlPlaneName?: string;
+    trustDomain: string;
+    joinTokenFile: string;
+    nodeDir?: string;
+    nodeName?: string;
   }>();
   if (opts.stopGrace > MAX_STOP_GRACE_S) {
     program.error(`error: option '--stop-grace <seconds>' argument '${opts.stopGrace}' is invalid. at most ${MAX_STOP_GRACE_S} s (24.8 days, the longest timer Node.js keeps)`);
@@ -180,6 +219,9 @@ export async function main(argv: string[]): Promise<void> {
         },
         registryForwards: opts.registryForward,
         objectStore: opts.objectStore && openObjectStore(opts.objectStore, { endpoint: opts.s3Endpoint, region: opts.s3Region }),
+        fleet: opts.controlPlane
+          ? { controlPlane: opts.controlPlane, controlPlaneName: opts.controlPlaneName, trustDomain: opts.trustDomain, joinTokenFile: opts.joinTokenFile, nodeDir: opts.nodeDir ?? join(opts.stateDir, 'node'), nodeName: opts.nodeName }
+          : undefined,
         log,
       },
       ac.signal,
