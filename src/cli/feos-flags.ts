@@ -5,6 +5,7 @@
  */
 import { Option } from 'commander';
 import type { KubeConfig } from '@kubernetes/client-node';
+import type { NodeTunnel } from '../apiserver/index.ts';
 import { createLogger, parseDuration } from '../lib/index.ts';
 import { CliError } from './errors.ts';
 
@@ -62,6 +63,8 @@ function ttl(flags: FeosPortFlags): number {
 export interface FeosPort {
   /** host:port it listens on. */
   address: string;
+  /** Takes a FeOS node's node proxy tunnel (for the API server's `setNodeTunnel`). */
+  tunnel: NodeTunnel;
   close(): Promise<void>;
 }
 
@@ -86,5 +89,5 @@ export async function startFeosPort(flags: FeosPortFlags, kubeConfig: KubeConfig
     nodeCertTtlMs: ttl(flags),
     log: createLogger('fleet'),
   });
-  return { address: server.address, close: () => server.close() };
+  return { address: server.address, tunnel: (node, socket, head) => server.tunnel(node, socket, head), close: () => server.close() };
 }

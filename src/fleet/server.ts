@@ -17,6 +17,7 @@
 import { X509Certificate as NodeX509, constants as cryptoConstants } from 'node:crypto';
 import http2 from 'node:http2';
 import { hostname } from 'node:os';
+import type { Duplex } from 'node:stream';
 import tls from 'node:tls';
 import * as grpc from '@grpc/grpc-js';
 import { create, fromBinary, toBinary, type DescMessage, type DescMethod, type DescService, type MessageShape } from '@bufbuild/protobuf';
@@ -28,6 +29,7 @@ import { Instances, type InstanceRecord } from './instances.ts';
 import { FleetObjects, NodeRevoked, NotAFeosNode, allowedSerials, isFeosNode } from './nodes.ts';
 import { type ClusterCa, CsrError, issueNodeCertificate, issueServerCertificate, loadClusterCa, nodeOfCertificate, parseCsr } from './pki.ts';
 import { TokenRefused, checkJoinToken } from './tokens.ts';
+import { serveTunnel } from './tunnel.ts';
 
 /** ALPN of the uplink and of node connections. */
 export const ALPN_UPLINK = 'h2';
@@ -75,6 +77,11 @@ export interface FleetServer {
   nodeConnection(node: string): http2.ClientHttp2Session | undefined;
   /** How many node connections `node` holds with this instance. */
   nodeConnections(node: string): number;
+  /**
+   * Takes an upgraded node proxy socket for `node` (the API server's `setNodeTunnel`): HTTP/2 inside,
+   * each stream forwarded to the node's newest node connection (./tunnel.ts).
+   */
+  tunnel(node: string, socket: Duplex, head: Buffer): void;
   /** Stops the listener, the uplink and the node connections, and deletes the instance's Lease. */
   close(): Promise<void>;
 }
@@ -165,6 +172,7 @@ export async function startFleetServer(o: FleetServerOptions): Promise<FleetServ
   // Node connections by node name; each with the serial of the certificate it was opened with.
   const pool = new Map<string, Map<http2.ClientHttp2Session, string>>();
   const sockets = new Set<tls.TLSSocket>();
+  const tunnels = new Set<() => void>();
 
   const caller = (call: grpc.ServerUnaryCall<unknown, unknown>): Caller => {
     const peer = call.getAuthContext()?.sslPeerCertificate as tls.DetailedPeerCertificate | undefined;
@@ -382,6 +390,11 @@ export async function startFleetServer(o: FleetServerOptions): Promise<FleetServ
     instance: instances.self,
     pin: ca.pin,
     nodeConnection: newest,
+    tunnel(node, socket, head) {
+      const close = serveTunnel(socket, head, node, () => newest(node));
+      tunnels.add(close);
+      socket.once('close', () => tunnels.delete(close));
+    },
     nodeConnections: (node) => [...(pool.get(node)?.keys() ?? [])].filter((x) => !x.closed && !x.destroyed).length,
     async close() {
       clearInterval(sweep);
@@ -391,6 +404,7 @@ export async function startFleetServer(o: FleetServerOptions): Promise<FleetServ
         injector.destroy();
         server.forceShutdown();
         for (const s of sockets) s.destroy();
+        for (const close of tunnels) close();
       });
       await instances.stop();
     },

@@ -17,12 +17,14 @@ import test, { type TestContext } from 'node:test';
 import { pino } from 'pino';
 import { KubeConfig } from '@kubernetes/client-node';
 import { timestampNow } from '@bufbuild/protobuf/wkt';
+import { issueNodeKubeconfig } from '../../src/apiserver/index.ts';
 import { startFleetServer, unary } from '../../src/fleet/index.ts';
 import { PodService } from '../../src/feos/gen/feos/pod/v1/pod_pb.js';
 import { dialNodeConnection, join as joinNode, makeCsr, makeKey, nodeService, pinOf, report, seenServer } from './stand-in.ts';
 
 const ROOT = new URL('../../', import.meta.url).pathname;
 const CLI = join(ROOT, 'bin/kube32-cli.js');
+const FEOSCTL = join(ROOT, 'bin/feosctl.js');
 
 interface ControlPlane {
   dataDir: string;
@@ -266,6 +268,32 @@ test('a FeOS node joins the control plane, reports, sends events, renews, stops 
   // The node holds a node connection to each instance.
   const conn1 = await dialNodeConnection(host, port, cp.caPem, key, joined.chainPem, 'pod0000000b');
   t.after(() => conn1.close());
+
+  // --- feosctl --node: through the control plane's node proxy to the node connection
+  const feosctl = (kubeconfig: string, node: string, ...args: string[]) => run(process.execPath, [FEOSCTL, '--kubeconfig', kubeconfig, '--node', node, '--timeout', '20', ...args]);
+  const listed = await until('feosctl --node pod list answers the stand-in pod', async () => {
+    const r = await feosctl(cp.kubeconfig, name, 'pod', 'list', '-o', 'json');
+    return r.code === 0 ? r : undefined;
+  });
+  assert.deepEqual((JSON.parse(listed.stdout) as { pods: { id: string }[] }).pods.map((p) => p.id), ['pod0000000b']);
+  assert.equal(conn1.calls(), 1);
+  const podTable = await feosctl(cp.kubeconfig, name, 'pod', 'list');
+  assert.equal(podTable.code, 0, podTable.stderr);
+  assert.match(podTable.stdout, /^ID\s+STATE[\s\S]*\npod0000000b\s+RUNNING/);
+  const unimplemented = await feosctl(cp.kubeconfig, name, 'pod', 'get', 'pod0000000b');
+  assert.equal(unimplemented.code, 1);
+  assert.match(unimplemented.stderr, /^feosctl: UNIMPLEMENTED: not in the stand-in/, "the node's own status comes back through the cluster");
+  // Only cluster admins: a kubelet's kubeconfig is refused as at the node proxy.
+  const kubelet = issueNodeKubeconfig(cp.dataDir, 'some-kubelet', { path: join(cp.dataDir, 'kubelet.kubeconfig') });
+  const forbidden = await feosctl(kubelet, name, 'pod', 'list');
+  assert.equal(forbidden.code, 1);
+  assert.match(forbidden.stderr, /^feosctl: UNAVAILABLE: the cluster refused the tunnel to node feos-standin-1: Forbidden: nodes "feos-standin-1" is forbidden: User "system:node:some-kubelet" cannot create resource "nodes\/proxy"/);
+  const nowhere = await feosctl(cp.kubeconfig, 'no-such-node', 'pod', 'list');
+  assert.equal(nowhere.code, 1);
+  assert.match(nowhere.stderr, /NotFound: nodes "no-such-node" not found/);
+  const noFlag = await run(process.execPath, [FEOSCTL, '--node', name, 'pod', 'list']);
+  assert.equal(noFlag.code, 2);
+  assert.match(noFlag.stderr, /--node needs --kubeconfig/);
 
   // --- renewal: the same key, a new certificate; another key is refused
   const renewed = await ns.renew({ csrPem: await makeCsr(key) });

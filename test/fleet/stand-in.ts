@@ -11,7 +11,7 @@ import * as grpc from '@grpc/grpc-js';
 import * as x509 from '@peculiar/x509';
 import { create, type DescMethod, type DescService, type MessageInitShape, type MessageShape } from '@bufbuild/protobuf';
 import { timestampNow } from '@bufbuild/protobuf/wkt';
-import { addService, serviceDefinition } from '../../src/feos/api/index.ts';
+import { addService, FeosError, serviceDefinition } from '../../src/feos/api/index.ts';
 import { JoinService, NodeService, type JoinResponse } from '../../src/feos/gen/feos/fleet/v1/fleet_pb.js';
 import { PodInfoSchema, PodService, PodState } from '../../src/feos/gen/feos/pod/v1/pod_pb.js';
 
@@ -131,7 +131,7 @@ export async function dialNodeConnection(host: string, port: number, caPem: stri
   const server = new grpc.Server();
   let calls = 0;
   const unimplemented = async () => {
-    throw Object.assign(new Error('not in the stand-in'), { code: grpc.status.UNIMPLEMENTED });
+    throw new FeosError('UNIMPLEMENTED', 'not in the stand-in');
   };
   const handlers: Record<string, unknown> = {};
   for (const m of PodService.methods) handlers[m.localName] = unimplemented;

@@ -123,6 +123,7 @@ export async function controlPlane(flags: ControlPlaneFlags): Promise<void> {
   let feos: FeosPort | undefined;
   try {
     feos = dataDir ? await startFeosPort(flags, kc, dataDir) : undefined;
+    if (feos) server.setNodeTunnel(feos.tunnel);
   } catch (err: unknown) {
     await controllers.stop().catch(() => {});
     await server.close();
