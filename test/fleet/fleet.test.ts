@@ -18,7 +18,7 @@ import { pino } from 'pino';
 import { KubeConfig } from '@kubernetes/client-node';
 import { timestampNow } from '@bufbuild/protobuf/wkt';
 import { issueNodeKubeconfig } from '../../src/apiserver/index.ts';
-import { startFleetServer, unary } from '../../src/fleet/index.ts';
+import { GrpcCallError, serverStream, startFleetServer, unary } from '../../src/fleet/index.ts';
 import { PodService } from '../../src/feos/gen/feos/pod/v1/pod_pb.js';
 import { dialNodeConnection, join as joinNode, makeCsr, makeKey, nodeService, pinOf, report, seenServer } from './stand-in.ts';
 
@@ -265,6 +265,15 @@ test('a FeOS node joins the control plane, reports, sends events, renews, stops 
   const pods = await unary(session, PodService.method.listPods, {}, { timeoutMs: 10_000 });
   assert.deepEqual(pods.pods.map((p) => p.id), ['pod0000000a']);
   assert.equal(conn.calls(), 1);
+  const seen: string[] = [];
+  await serverStream(session, PodService.method.watchPodEvents, {}, (e) => seen.push(`${e.podId}:${e.pod?.state}`), { timeoutMs: 10_000 });
+  assert.deepEqual(seen, ['pod0000000a:1', 'pod0000000a:2'], 'a server stream over the node connection, to its OK');
+  const partial: string[] = [];
+  await assert.rejects(
+    serverStream(session, PodService.method.watchPodEvents, { podId: 'other' }, (e) => partial.push(e.podId), { timeoutMs: 10_000 }),
+    (err: unknown) => err instanceof GrpcCallError && err.code === 9 && err.details === 'no pod other here',
+  );
+  assert.deepEqual(partial, ['pod0000000a'], 'the messages before the status');
   // The node holds a node connection to each instance.
   const conn1 = await dialNodeConnection(host, port, cp.caPem, key, joined.chainPem, 'pod0000000b');
   t.after(() => conn1.close());
@@ -332,4 +341,23 @@ test('a FeOS node joins the control plane, reports, sends events, renews, stops 
   await Promise.race([conn.closed, new Promise((_, reject) => setTimeout(() => reject(new Error('the node connection stayed open')), 20_000).unref())]);
   const after = await kubectl('get', 'node', name);
   assert.notEqual(after.code, 0, 'a report does not make the Node again');
+});
+
+test('control-plane refuses bad --feos-listen, --trust-domain and --feos-node-cert-ttl before starting anything', { timeout: 60_000 }, async () => {
+  const cases: [string[], RegExp][] = [
+    [['--feos-listen', 'nowhere'], /^error: --feos-listen "nowhere": want ADDRESS:PORT or \[IPv6\]:PORT with a port from 0 to 65535, e\.g\. 0\.0\.0\.0:7443\n$/],
+    [['--feos-listen', '127.0.0.1:70000'], /^error: --feos-listen "127\.0\.0\.1:70000": want ADDRESS:PORT/],
+    [['--feos-listen', '127.0.0.1:0', '--feos-node-cert-ttl', '10s'], /^error: --feos-node-cert-ttl: must be at least 1m\n$/],
+    [['--feos-listen', '127.0.0.1:0', '--trust-domain', 'Not A Domain'], /^error: --trust-domain "Not A Domain": want a lowercase DNS name/],
+  ];
+  const dir = mkdtempSync(join(tmpdir(), 'k32-fleet-flags-'));
+  try {
+    for (const [args, want] of cases) {
+      const r = await run(process.execPath, [CLI, 'control-plane', '--data-dir', join(dir, 'd'), '--port', '0', ...args]);
+      assert.equal(r.code, 2, `${args.join(' ')}: ${r.stderr}`);
+      assert.match(r.stderr, want);
+    }
+  } finally {
+    rmSync(dir, { recursive: true, force: true });
+  }
 });

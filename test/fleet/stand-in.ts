@@ -139,6 +139,12 @@ export async function dialNodeConnection(host: string, port: number, caPem: stri
     calls++;
     return { pods: [create(PodInfoSchema, { id: podId, state: PodState.RUNNING })] };
   };
+  // Two events of the pod, then the end of the stream (OK); for another pod FAILED_PRECONDITION after one.
+  handlers.watchPodEvents = async (req: { podId: string }, send: (m: unknown) => boolean) => {
+    send({ podId: podId, initial: true, pod: create(PodInfoSchema, { id: podId, state: PodState.PENDING }) });
+    if (req.podId && req.podId !== podId) throw new FeosError('FAILED_PRECONDITION', `no pod ${req.podId} here`);
+    send({ podId: podId, pod: create(PodInfoSchema, { id: podId, state: PodState.RUNNING }) });
+  };
   addService(server, PodService, handlers as never);
   const socket = await new Promise<tls.TLSSocket>((resolve, reject) => {
     const s = tls.connect({ host, port, ca: caPem, key: key.keyPem, cert: chainPem, ALPNProtocols: ['feos-node/1'], servername: 'localhost', minVersion: 'TLSv1.3', checkServerIdentity: checkServer }, () => resolve(s));
