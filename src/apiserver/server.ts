@@ -8,6 +8,7 @@
  */
 import { createServer as createHttpServer, type IncomingMessage, type Server, type ServerResponse } from 'node:http';
 import { createServer as createHttpsServer } from 'node:https';
+import type { Duplex } from 'node:stream';
 import { mkdirSync } from 'node:fs';
 import { join } from 'node:path';
 import type { AddressInfo } from 'node:net';
@@ -18,6 +19,7 @@ import { advertiseAddressOf, bootstrap, ensureDefaultServiceAccount, ensureKuber
 import { joinClusterIdentity } from './cluster-identity.ts';
 import { ApiError, resourceNotFound } from './errors.ts';
 import { authorize, bearerToken, verbOf } from './handlers/auth.ts';
+import { isNodeTunnelUpgrade, type NodeTunnel, serveNodeTunnel } from './handlers/node-tunnel.ts';
 import { serveAccessReview, serveSelfSubjectReview, serveTokenReview } from './handlers/reviews.ts';
 import type { RequestScope, ServerContext, UserInfo } from './handlers/context.ts';
 import { DEFAULT_MAX_MODULE_BYTES, serveBlob } from './handlers/data.ts';
@@ -96,6 +98,8 @@ export interface ApiServer {
   /** PEM of the CA (undefined for plain HTTP). */
   caCertPem: string | undefined;
   registry: Registry;
+  /** Registers (or, undefined, removes) what takes FeOS nodes' node proxy tunnels (handlers/node-tunnel.ts). */
+  setNodeTunnel(tunnel: NodeTunnel | undefined): void;
   /** Stops listening, ends open streams, closes the store. */
   close(): Promise<void>;
 }
@@ -314,6 +318,10 @@ export async function createApiServer(opts: ApiServerOptions): Promise<ApiServer
     // Client certificates are asked for but not required: clients with tokens send none.
     server = createHttpsServer({ cert: pki.certPem, key: pki.keyPem, ca: pki.caCertPem, requestCert: true, rejectUnauthorized: false, keepAlive: true }, handler);
   }
+  // FeOS nodes' node proxy: an upgrade to a tunnel that the control plane's port for nodes takes (handlers/node-tunnel.ts).
+  let nodeTunnel: NodeTunnel | undefined;
+  (server as Server & { shouldUpgradeCallback: (req: IncomingMessage) => boolean }).shouldUpgradeCallback = isNodeTunnelUpgrade;
+  server.on('upgrade', (req: IncomingMessage, socket: Duplex, head: Buffer) => serveNodeTunnel(req, socket, head, { registry, authenticateToken, insecure: !!opts.insecureHttp, tunnel: () => nodeTunnel }));
   server.requestTimeout = 0;
   server.headersTimeout = 60_000;
   server.keepAliveTimeout = 65_000;
@@ -354,6 +362,9 @@ export async function createApiServer(opts: ApiServerOptions): Promise<ApiServer
     adminToken,
     caCertPem,
     registry,
+    setNodeTunnel(t) {
+      nodeTunnel = t;
+    },
     async close() {
       if (closed) return;
       closed = true;

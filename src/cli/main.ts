@@ -26,6 +26,7 @@ const COMMAND_MODULES: readonly CommandModule[] = [
   { commands: ['control-plane'], load: () => import('./commands/control-plane.ts') },
   { commands: ['up'], load: () => import('./commands/cluster.ts') },
   { commands: ['push', 'move', 'checkpoint'], load: () => import('./commands/workloads.ts') },
+  { commands: ['feos'], load: () => import('./commands/feos.ts') },
 ];
 
 /**

@@ -9,6 +9,8 @@ export interface ServerAddress {
   url: string;
   port: number;
   kubeconfigPath?: string;
+  /** The port for FeOS nodes (`control-plane --feos-listen`), host:port; printed as `feos` when set. */
+  feosAddress?: string;
 }
 
 /**
@@ -17,7 +19,7 @@ export interface ServerAddress {
  * @param shutdown stops what the command started; errors are the caller's to handle
  */
 export async function serveUntilStopped(server: ServerAddress, listenFile: string | undefined, shutdown: () => Promise<void>): Promise<void> {
-  const line = `${JSON.stringify({ url: server.url, port: server.port, kubeconfig: server.kubeconfigPath ?? null })}\n`;
+  const line = `${JSON.stringify({ url: server.url, port: server.port, kubeconfig: server.kubeconfigPath ?? null, ...(server.feosAddress ? { feos: server.feosAddress } : {}) })}\n`;
   if (listenFile) await writeFileAtomic(listenFile, line);
   process.stdout.write(line);
   await new Promise<void>((resolve) => {

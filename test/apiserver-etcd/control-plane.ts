@@ -19,6 +19,8 @@ export interface ControlPlaneProcess {
   dataDir: string;
   /** The admin kubeconfig it printed. */
   kubeconfig: string;
+  /** Its port for FeOS nodes, host:port, with `--feos-listen`. */
+  feos?: string;
   exited: Promise<unknown>;
   /** The last 8 000 characters of its stderr. */
   logs(): string;
@@ -63,7 +65,8 @@ export async function startControlPlane(t: TestContext, etcdUrl: string, identit
       throw new Error(`control-plane ${identity} exited ${String(code)}: ${stderr}`);
     }),
   ]);
-  return { proc, dataDir, kubeconfig: (JSON.parse(line) as { kubeconfig: string }).kubeconfig, exited, logs: () => stderr };
+  const info = JSON.parse(line) as { kubeconfig: string; feos?: string };
+  return { proc, dataDir, kubeconfig: info.kubeconfig, ...(info.feos ? { feos: info.feos } : {}), exited, logs: () => stderr };
 }
 
 /** Polls `read` until `ok` accepts its answer; a failed read counts as not yet. @throws Error after `ms` */

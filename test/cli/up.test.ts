@@ -10,6 +10,7 @@ import assert from 'node:assert/strict';
 import { spawn } from 'node:child_process';
 import { existsSync, mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
 import { type AddressInfo, createServer } from 'node:net';
+import { connect as tlsConnect } from 'node:tls';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { test } from 'node:test';
@@ -76,6 +77,17 @@ test('up --workers 0: the control plane alone; kubectl works; Ctrl-C stops it; a
   const c = await startCluster(t, { workers: 0 });
   assert.match(c.output(), /control plane\s+ready\s+https?:\/\/127\.0\.0\.1:\d+/);
   assert.match(c.output(), new RegExp(`export KUBECONFIG=${c.kubeconfig}`));
+  // The port for FeOS nodes, on a free loopback port (docs/feos/fleet.md), answers TLS 1.3 with ALPN h2.
+  const feos = /FeOS nodes join at 127\.0\.0\.1:(\d+): feosd --control-plane/.exec(c.output());
+  assert.ok(feos, c.output());
+  const alpn = await new Promise<string | false>((resolve, reject) => {
+    const s = tlsConnect({ host: '127.0.0.1', port: Number(feos[1]), ALPNProtocols: ['h2'], rejectUnauthorized: false }, () => {
+      resolve(s.getProtocol() === 'TLSv1.3' ? (s.alpnProtocol ?? false) : false);
+      s.destroy();
+    });
+    s.once('error', reject);
+  });
+  assert.equal(alpn, 'h2');
   const ns = await c.kubectl(['get', 'namespaces', '-o', 'name']);
   assert.equal(ns.code, 0, ns.stderr);
   assert.match(ns.stdout, /namespace\/default/);

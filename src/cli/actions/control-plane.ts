@@ -12,9 +12,10 @@ import { listenKeepingPort } from '../apiserver-port.ts';
 import { claimServerDataDir } from '../data-dir-lock.ts';
 import { CliError } from '../errors.ts';
 import { serveUntilStopped } from '../serve-until-stopped.ts';
+import { checkFeosPortFlags, type FeosPort, type FeosPortFlags, startFeosPort } from '../feos-flags.ts';
 
 /** `control-plane`'s flags as commander parses them (strings as typed). */
-export interface ControlPlaneFlags extends ApiServerClusterFlags {
+export interface ControlPlaneFlags extends ApiServerClusterFlags, FeosPortFlags {
   dataDir?: string;
   storage: string;
   etcdEndpoints?: string;
@@ -67,6 +68,7 @@ export async function controlPlane(flags: ControlPlaneFlags): Promise<void> {
     moveTimeoutMs: duration('move-timeout', flags.moveTimeout),
     checkpointRetentionMs: duration('checkpoint-retention', flags.checkpointRetention),
   };
+  checkFeosPortFlags(flags);
   const cluster = parseApiServerClusterFlags(flags);
   const storage = flags.storage as 'sqlite' | 'etcd';
   // Controllers of two control planes on one etcd must not both run: leader election unless opted out.
@@ -99,9 +101,9 @@ export async function controlPlane(flags: ControlPlaneFlags): Promise<void> {
     throw new CliError(stripResolutionNote(err instanceof Error ? err.message : String(err)), 1, { cause: err });
   }
   let controllers: Awaited<ReturnType<typeof startControllers>>;
+  const kc = new KubeConfig();
   try {
     if (!server.kubeconfigPath) throw new Error('the API server wrote no admin kubeconfig');
-    const kc = new KubeConfig();
     kc.loadFromFile(server.kubeconfigPath);
     controllers = await startControllers({
       kubeConfig: kc,
@@ -118,9 +120,20 @@ export async function controlPlane(flags: ControlPlaneFlags): Promise<void> {
     release();
     throw new CliError(`starting the controllers: ${err instanceof Error ? err.message : String(err)}`, 1, { cause: err });
   }
-  await serveUntilStopped(server, flags.listenFile, () =>
-    controllers
-      .stop()
+  let feos: FeosPort | undefined;
+  try {
+    feos = dataDir ? await startFeosPort(flags, kc, dataDir) : undefined;
+    if (feos) server.setNodeTunnel(feos.tunnel);
+  } catch (err: unknown) {
+    await controllers.stop().catch(() => {});
+    await server.close();
+    release();
+    throw new CliError(`--feos-listen: ${err instanceof Error ? err.message : String(err)}`, 1, { cause: err });
+  }
+  await serveUntilStopped({ url: server.url, port: server.port, kubeconfigPath: server.kubeconfigPath, feosAddress: feos?.address }, flags.listenFile, () =>
+    (feos?.close() ?? Promise.resolve())
+      .catch(() => {})
+      .then(() => controllers.stop())
       .catch(() => {})
       .then(() => server.close())
       .finally(release),

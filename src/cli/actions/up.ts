@@ -9,8 +9,9 @@
  * itself stops the cluster the same way before `up` exits 1, and the children are killed whenever `up`
  * exits while they run.
  */
+import { connect as netConnect } from 'node:net';
 import { join } from 'node:path';
-import { parseBytes } from '../../lib/index.ts';
+import { parseBytes, unusedPort } from '../../lib/index.ts';
 import { CliError } from '../errors.ts';
 import type { LocalCluster } from '../local-cluster.ts';
 
@@ -29,6 +30,8 @@ export interface UpFlags {
   etcdEndpoints?: string;
   nodeMonitorGracePeriod?: string;
   podEvictionTimeout?: string;
+  /** `--feos-listen`: the port for FeOS nodes; absent: a free port on 127.0.0.1; `off`: none. */
+  feosListen?: string;
 }
 
 /** The signals that stop the cluster: Ctrl-C, a plain `kill`, and the terminal closing. */
@@ -121,6 +124,8 @@ export async function up(flags: UpFlags): Promise<void> {
   const dataDir = flags.dataDir;
   // Loaded once the flags are known to be good: it brings the Kubernetes client.
   const { exitStatusText, startLocalCluster } = await import('../local-cluster.ts');
+  // The port for FeOS nodes (docs/feos/fleet.md): a free loopback port unless given or turned off.
+  const feosListen = flags.feosListen === 'off' ? undefined : (flags.feosListen ?? `127.0.0.1:${await unusedPort('127.0.0.1')}`);
   const { print, release } = resilientPrinter();
   print(`kube32: starting a local cluster in ${dataDir} (${workers} worker${workers === 1 ? '' : 's'})`);
 
@@ -164,6 +169,7 @@ export async function up(flags: UpFlags): Promise<void> {
       controlPlaneArgs: [
         ...(flags.nodeMonitorGracePeriod ? ['--node-monitor-grace-period', flags.nodeMonitorGracePeriod] : []),
         ...(flags.podEvictionTimeout ? ['--pod-eviction-timeout', flags.podEvictionTimeout] : []),
+        ...(feosListen ? ['--feos-listen', feosListen] : []),
       ],
       readyTimeoutMs,
       print,
@@ -178,6 +184,8 @@ export async function up(flags: UpFlags): Promise<void> {
       print('Point kubectl at it:');
       print(`  export KUBECONFIG=${cluster.kubeconfig}`);
       print('  kubectl get nodes');
+      if (feosListen) await portAnswers(feosListen, readyTimeoutMs);
+      if (feosListen) print(`FeOS nodes join at ${feosListen}: feosd --control-plane ${feosListen} --control-plane-name localhost, with a token from "kube32-cli feos token create".`);
       print(`Logs: ${join(dataDir, 'logs')}/. Press Ctrl-C to stop the cluster (the workers drain first).`);
       const cpExit = cluster.controlPlaneExited.then((code) => ({ code }));
       const outcome = await Promise.race([stopRequested.then(() => undefined), cpExit]);
@@ -192,6 +200,30 @@ export async function up(flags: UpFlags): Promise<void> {
     process.off('uncaughtException', onCrash);
     process.off('unhandledRejection', onCrash);
     release();
+  }
+}
+
+/**
+ * Waits until `host:port` takes TCP connections: the control plane opens the port for FeOS nodes after
+ * /readyz answers (its controllers start first).
+ * @throws CliError when it does not within `ms`
+ */
+async function portAnswers(address: string, ms: number): Promise<void> {
+  const i = address.lastIndexOf(':');
+  const host = address.slice(0, i).replace(/^\[|\]$/g, '');
+  const port = Number(address.slice(i + 1));
+  const deadline = Date.now() + ms;
+  for (;;) {
+    const ok = await new Promise<boolean>((resolve) => {
+      const s = netConnect({ host, port }, () => {
+        s.destroy();
+        resolve(true);
+      });
+      s.once('error', () => resolve(false));
+    });
+    if (ok) return;
+    if (Date.now() > deadline) throw new CliError(`the control plane's port for FeOS nodes (${address}) did not open within ${ms / 1000}s`);
+    await new Promise((r) => setTimeout(r, 200));
   }
 }
 

@@ -42,6 +42,7 @@ export function register(program: Command): void {
       '--etcd-endpoints <urls>',
       'with --storage etcd: etcd client URLs, comma-separated (default: up runs its own etcd, /usr/bin/etcd, with its data in DATA_DIR/etcd)',
     )
+    .option('--feos-listen <address:port>', 'passed to the control plane: the port for FeOS nodes (default: a free port on 127.0.0.1; "off" for none)')
     .option('--ready-timeout <seconds>', 'how long each component may take to become ready', '60')
     .action(async (options: UpOptions) => {
       const { up } = await import('../actions/up.ts');

@@ -5,12 +5,15 @@
  *
  * `kube32-cli control-plane --data-dir D [--port P|0] [--bind ADDR] [--advertise-address IP] [--checkpoint-data-bytes Q]
  *   [--node-monitor-grace-period 40s] [--pod-eviction-timeout 5m] [--move-timeout 60s]
- *   [--checkpoint-retention 1h] [--leader-elect[=true|false] [--leader-elect-identity NAME]] [--listen-file F]`
+ *   [--checkpoint-retention 1h] [--leader-elect[=true|false] [--leader-elect-identity NAME]] [--listen-file F]
+ *   [--feos-listen ADDRESS:PORT [--feos-server-name NAME...] [--feos-advertise-address HOST:PORT] [--trust-domain feos.local]
+ *    [--feos-node-cert-ttl 24h]]`  (the port for FeOS nodes: ../feos-flags.ts, docs/feos/fleet.md)
  *
  * `--leader-elect` defaults to true with `--storage etcd` (as kube-controller-manager's), false with sqlite.
  *
  * Once the API server listens and the controllers' caches have synced it prints one JSON line on standard
- * output, as `apiserver` does: `{"url":"https://127.0.0.1:PORT","port":PORT,"kubeconfig":"D/kubeconfig"}`.
+ * output, as `apiserver` does: `{"url":"https://127.0.0.1:PORT","port":PORT,"kubeconfig":"D/kubeconfig"}`, with
+ * `"feos":"ADDRESS:PORT"` added when `--feos-listen` is given.
  * SIGINT/SIGTERM stop the controllers, then the API server.
  *
  * This file holds the flags and help; the code, and the API server, the controllers and the Kubernetes
@@ -18,6 +21,7 @@
  */
 import { InvalidArgumentError, Option, type Command } from 'commander';
 import { apiServerClusterOptions } from '../apiserver-flags.ts';
+import { feosPortOptions } from '../feos-flags.ts';
 import type { ControlPlaneFlags } from '../actions/control-plane.ts';
 
 /** `--leader-elect`'s value: absent (the flag alone) or `true` is true, `false` is false. */
@@ -30,7 +34,7 @@ function parseBool(value: string | undefined): boolean {
 /** Adds this file's commands to `program`. */
 export function register(program: Command): void {
   const cluster = apiServerClusterOptions();
-  program
+  const cmd = program
     .command('control-plane')
     .description('Run the Kube32 control plane: the API server and the controllers (scheduler, moves, drain, policies, checkpoints) in one process')
     .addOption(new Option('--data-dir <dir>', 'directory of the database, the CA and the admin kubeconfig').makeOptionMandatory())
@@ -53,8 +57,9 @@ export function register(program: Command): void {
       ).argParser(parseBool),
     )
     .addOption(new Option('--leader-elect-identity <name>', 'this control plane\'s name in the Lease (default: host, pid and a random suffix)'))
-    .addOption(new Option('--listen-file <file>', 'also write the JSON line with the URL and kubeconfig to this file'))
-    .action(async (flags: ControlPlaneFlags) => {
+    .addOption(new Option('--listen-file <file>', 'also write the JSON line with the URL and kubeconfig to this file'));
+  for (const o of feosPortOptions()) cmd.addOption(o);
+  cmd.action(async (flags: ControlPlaneFlags) => {
       const { controlPlane } = await import('../actions/control-plane.ts');
       await controlPlane(flags);
     });

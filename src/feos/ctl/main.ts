@@ -4,6 +4,7 @@
  *   feosctl [--socket PATH | --tcp ADDRESS] volume create|get|list|delete ...
  *   feosctl [--socket PATH | --tcp ADDRESS] host info
  *   feosctl [--socket PATH | --tcp ADDRESS] security-group|name-table put|get|list|delete ... (./network.ts)
+ *   feosctl --kubeconfig FILE --node NAME <any command>: through the cluster the node joined (./through-cluster.ts)
  * Every command prints a table, or with `-o json|yaml` the PodInfo (its `id` first). A gRPC error prints
  * as `feosctl: <CODE_NAME>: <message>` (with "(VmBusy)" when marked) and exits 1; bad usage exits 2.
  */
@@ -34,6 +35,7 @@ import { mintPodId } from '../pods/id.ts';
 import { MAX_MEMORY_BYTES, MAX_VCPUS, MIN_MEMORY_BYTES } from '../pods/spec.ts';
 import { MAX_VOLUME_BYTES, MIN_VOLUME_BYTES } from '../volumes/index.ts';
 import { addNetworkCommands } from './network.ts';
+import { type ClusterTunnel, openClusterTunnel } from './through-cluster.ts';
 
 type Output = 'table' | 'json' | 'yaml';
 
@@ -190,6 +192,8 @@ export async function main(argv: string[]): Promise<void> {
       if (!m || Number(m[1]) < 1 || Number(m[1]) > 65535) throw new InvalidArgumentError(`--tcp ${JSON.stringify(v)}: want host:port or [IPv6]:port with a port from 1 to 65535`);
       return v;
     })
+    .option('--kubeconfig <file>', 'with --node: the kubeconfig of the cluster the node joined')
+    .option('--node <name>', "reach this FeOS node's API through the cluster of --kubeconfig (cluster admins only) instead of --socket")
     .option('--timeout <seconds>', 'deadline of each call', (v) => {
       const n = Number(v);
       if (!(n > 0)) throw new InvalidArgumentError(`want a positive number of seconds, got ${JSON.stringify(v)}`);
@@ -203,9 +207,16 @@ export async function main(argv: string[]): Promise<void> {
       },
     });
 
+  // --node: a loopback end of a tunnel through the cluster (./through-cluster.ts), opened before the command runs.
+  let tunnel: ClusterTunnel | undefined;
+  program.hook('preAction', async () => {
+    const o = program.opts<{ kubeconfig?: string; node?: string }>();
+    if (o.node && !o.kubeconfig) throw new InvalidArgumentError('--node needs --kubeconfig: the cluster the node joined');
+    if (o.node) tunnel = await openClusterTunnel(o.kubeconfig!, o.node);
+  });
   const target = () => {
     const o = program.opts<{ socket: string; tcp?: string }>();
-    return o.tcp ? o.tcp : `unix:${o.socket}`;
+    return tunnel ? tunnel.target : o.tcp ? o.tcp : `unix:${o.socket}`;
   };
   const deadline = () => new Date(Date.now() + program.opts<{ timeout: number }>().timeout * 1000);
   const output = () => new Option('-o, --output <format>', 'table, json or yaml').choices(['table', 'json', 'yaml']).default('table');
@@ -220,6 +231,7 @@ export async function main(argv: string[]): Promise<void> {
       const o = program.opts<{ socket: string; tcp?: string }>();
       // Only grpc-js's own failure to connect: feosd's UNAVAILABLE answers (a store that failed with
       // ENOENT, say) are shown as they are.
+      if (e.code === 14 && tunnel?.lastError()) throw new CallFailed(`UNAVAILABLE: ${tunnel.lastError()}`);
       if (e.code === 14 && isConnectFailure(e.details ?? '')) {
         const where = o.tcp
           ? `nothing answers at ${o.tcp}; pass --tcp`
@@ -589,7 +601,9 @@ export async function main(argv: string[]): Promise<void> {
 
   try {
     await program.parseAsync(argv);
+    tunnel?.close();
   } catch (err: unknown) {
+    tunnel?.close();
     if (err instanceof CallFailed) {
       process.stderr.write(`feosctl: ${err.message}\n`);
       process.exit(1);

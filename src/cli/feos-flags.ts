@@ -1,0 +1,93 @@
+/**
+ * The port for FeOS nodes in `kube32-cli control-plane` (docs/feos/fleet.md; docs/operations.md): its
+ * flags as commander options and the start from them. The fleet code (src/fleet) is loaded only when
+ * `--feos-listen` is given.
+ */
+import { Option } from 'commander';
+import type { KubeConfig } from '@kubernetes/client-node';
+import type { NodeTunnel } from '../apiserver/index.ts';
+import { createLogger, parseDuration } from '../lib/index.ts';
+import { CliError } from './errors.ts';
+
+/** The flags, as commander parses them. */
+export interface FeosPortFlags {
+  feosListen?: string;
+  feosServerName?: string[];
+  feosAdvertiseAddress?: string;
+  trustDomain?: string;
+  feosNodeCertTtl?: string;
+}
+
+/** The options to add to `control-plane`. */
+export function feosPortOptions(): Option[] {
+  return [
+    new Option('--feos-listen <address:port>', 'listen for FeOS nodes (feosd --control-plane) on this address and port, TLS 1.3 (port 0 picks a free one); off when absent'),
+    new Option('--feos-server-name <name...>', "more DNS names or addresses for the port for nodes' certificate (besides localhost, this host's name and the listen address): what nodes pass as --control-plane-name").default([]),
+    new Option('--feos-advertise-address <host:port>', 'the address nodes dial this instance at, as listed to them (default: the listen address, or this host\'s name for 0.0.0.0)'),
+    new Option('--trust-domain <name>', "the SPIFFE trust domain of the nodes and of the control plane's certificate").default('feos.local'),
+    new Option('--feos-node-cert-ttl <duration>', 'life of a node certificate; nodes renew at two thirds of it').default('24h'),
+  ];
+}
+
+/** `host:port` or `[v6]:port` split, or a CliError naming the flag. */
+function hostPort(flag: string, v: string): { host: string; port: number } {
+  const m = /^(?:\[([0-9A-Fa-f:.]+)\]|([^:[\]\s]+)):(\d{1,5})$/.exec(v);
+  const port = m ? Number(m[3]) : Number.NaN;
+  if (!m || port > 65535) throw new CliError(`${flag} ${JSON.stringify(v)}: want ADDRESS:PORT or [IPv6]:PORT with a port from 0 to 65535, e.g. 0.0.0.0:7443`, 2);
+  return { host: m[1] ?? m[2]!, port };
+}
+
+/**
+ * Checks the flags (before anything starts).
+ * @throws CliError naming a bad flag
+ */
+export function checkFeosPortFlags(flags: FeosPortFlags): void {
+  if (!flags.feosListen) return;
+  hostPort('--feos-listen', flags.feosListen);
+  if (flags.feosAdvertiseAddress) hostPort('--feos-advertise-address', flags.feosAdvertiseAddress);
+  ttl(flags);
+  if (!/^[a-z0-9]([-a-z0-9.]*[a-z0-9])?$/.test(flags.trustDomain ?? 'feos.local')) throw new CliError(`--trust-domain ${JSON.stringify(flags.trustDomain)}: want a lowercase DNS name such as feos.local`, 2);
+}
+
+function ttl(flags: FeosPortFlags): number {
+  try {
+    const ms = parseDuration(flags.feosNodeCertTtl ?? '24h');
+    if (!(ms >= 60_000)) throw new RangeError('must be at least 1m');
+    return ms;
+  } catch (err: unknown) {
+    throw new CliError(`--feos-node-cert-ttl: ${err instanceof Error ? err.message : String(err)}`, 2);
+  }
+}
+
+/** What {@link startFeosPort} started. */
+export interface FeosPort {
+  /** host:port it listens on. */
+  address: string;
+  /** Takes a FeOS node's node proxy tunnel (for the API server's `setNodeTunnel`). */
+  tunnel: NodeTunnel;
+  close(): Promise<void>;
+}
+
+/**
+ * Starts the port for nodes when `--feos-listen` is given.
+ * @param kubeConfig the admin kubeconfig the API server wrote
+ * @param dataDir the API server's data dir (its pki/ holds the cluster CA)
+ * @throws Error when the port cannot be bound or the CA read
+ */
+export async function startFeosPort(flags: FeosPortFlags, kubeConfig: KubeConfig, dataDir: string): Promise<FeosPort | undefined> {
+  if (!flags.feosListen) return undefined;
+  const { host, port } = hostPort('--feos-listen', flags.feosListen);
+  const { startFleetServer } = await import('../fleet/index.ts');
+  const server = await startFleetServer({
+    kubeConfig,
+    dataDir,
+    host,
+    port,
+    serverNames: flags.feosServerName ?? [],
+    advertiseAddress: flags.feosAdvertiseAddress,
+    trustDomain: flags.trustDomain ?? 'feos.local',
+    nodeCertTtlMs: ttl(flags),
+    log: createLogger('fleet'),
+  });
+  return { address: server.address, tunnel: (node, socket, head) => server.tunnel(node, socket, head), close: () => server.close() };
+}
