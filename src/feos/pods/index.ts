@@ -2,7 +2,7 @@
 export { PodService, type PodServiceOptions, type PodAction, GUEST_ATTACH_MS } from './service.ts';
 export { PodRecords, POD_RECORD_VERSION } from './records.ts';
 export { parsePodId, mintPodId, isShortPodId, CROCKFORD } from './id.ts';
-export { normalizeSpec, DEFAULT_MEMORY_BYTES } from './spec.ts';
+export { normalizeSpec, DEFAULT_MEMORY_BYTES, MAX_MEMORY_BYTES, MAX_VCPUS, MIN_MEMORY_BYTES } from './spec.ts';
 export { suspendBudgetMs, snapshotTimeoutMs, gibRoundedUp } from './budget.ts';
 export { guestVersions } from './guests.ts';
 export { type PodNetworkProvider, type PodNetworkAttachment, unavailablePodNetwork } from './network.ts';
