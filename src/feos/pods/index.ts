@@ -11,3 +11,5 @@ export { execInPod, podLogs, portForward } from './streams.ts';
 export { type CheckpointManifest, type CheckpointFile, MANIFEST_VERSION, checkpointKey, listCheckpoints, readManifest, newCheckpointName } from './checkpoint.ts';
 export { suspendForStop, resumeAfterStop, type StopPods, type SuspendForStopOptions, type SuspendForStopResult, STOP_CONCURRENCY, BUSY_RETRY_MS, STOP_MARGIN_MS } from './suspend-on-stop.ts';
 export { readStopRecord, writeStopRecord, removeStopRecord, setStopRecordAside, stopRecordPath, StopRecordError, type StopRecord, STOP_RECORD_FILE } from './stop-record.ts';
+export { unforwardedHint } from './bring-up.ts';
+export { attachFailureHint, lastBootConsole } from './console.ts';
