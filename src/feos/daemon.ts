@@ -14,7 +14,7 @@ import * as grpc from '@grpc/grpc-js';
 import type { GenService } from '@bufbuild/protobuf/codegenv2';
 import { HostService as HostServiceDesc } from './gen/feos/host/v1/host_pb.js';
 import { createLogger, type Logger } from '../lib/index.ts';
-import { addService, errorMessage, FeosError, type ServiceHandlers } from './api/index.ts';
+import { addService, asFeosError, errorMessage, FeosError, type ServiceHandlers } from './api/index.ts';
 import { chooseAccelerator, MicroVmService } from './microvm/index.ts';
 import { PodRecords, PodService, guestVersions, unavailablePodNetwork, type PodNetworkProvider } from './pods/index.ts';
 import { addPodService } from './pod-api.ts';
@@ -248,7 +248,8 @@ function createServer(o: FeosdOptions, parts: ServerParts, log: Logger): { serve
   const stopping = new AbortController();
   const cancelling = new AbortController();
   const onError = (method: string, err: unknown) => {
-    if (err instanceof FeosError) log.debug({ method, code: err.code, err: err.message }, 'call failed');
+    const known = asFeosError(err);
+    if (known) log.debug({ method, code: known.code, err: known.message }, 'call failed');
     else log.error({ method, err: errorMessage(err) }, 'call failed');
   };
   addPodService(server, { pods, stopping: stopping.signal, cancelling: cancelling.signal, onError });
