@@ -166,19 +166,32 @@ class QmpSession extends EventEmitter<VmmSessionEvents> implements VmmSession {
 
   async waitLoaded(timeoutMs: number): Promise<void> {
     const qmp = this.#qmp;
-    // Set while the stream may already be read: the status below says whether it ended before.
-    await this.#migrationEvents();
-    const end = this.#migrationEnd(timeoutMs);
-    const st = await qmp.execute<{ status: string }>('query-status').catch((err: unknown) => {
-      end.cancel();
-      throw err;
-    });
-    if (st.status === 'inmigrate') {
-      const how = await end.ended;
-      if (how === 'timeout') throw new VmmError(this.#vmId, `resume: the snapshot did not load within ${timeoutMs} ms`);
-      // QEMU exits after a stream it cannot load: the caller adds qemu.log's words.
-      if (how === 'closed' || how === 'failed') throw new Error(`QEMU did not load the snapshot (MIGRATION ${how === 'closed' ? 'ended with QEMU' : 'failed'})`);
-    } else end.cancel();
+    const deadline = performance.now() + timeoutMs;
+    // Set while the stream may already be read: query-status says whether it ended before. A QEMU that
+    // refuses the capability is asked again each second.
+    await this.#migrationEvents().catch(() => {});
+    for (;;) {
+      // Listened to before the question: the stream's end may come between.
+      const end = this.#migrationEnd(Math.max(0, Math.min(deadline - performance.now(), 1000)));
+      let st: { status: string };
+      try {
+        st = await qmp.execute<{ status: string }>('query-status');
+      } catch (err: unknown) {
+        end.cancel();
+        throw err;
+      }
+      if (st.status !== 'inmigrate') {
+        end.cancel();
+        break;
+      }
+      if (performance.now() > deadline) {
+        end.cancel();
+        throw new VmmError(this.#vmId, `resume: the snapshot did not load within ${timeoutMs} ms`);
+      }
+      // QEMU exits after a stream it cannot load: the caller adds qemu.log's words. Completed (or a
+      // second without an event, or QEMU's end): asked again.
+      if ((await end.ended) === 'failed') throw new Error('QEMU did not load the snapshot (MIGRATION failed)');
+    }
     const mig = await qmp.execute<{ status?: string }>('query-migrate');
     if (mig.status === 'failed') throw new VmmError(this.#vmId, 'resume: the snapshot failed to load (see qemu.log)');
   }
