@@ -10,7 +10,7 @@ import { pathToFileURL } from 'node:url';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { GuestClient } from '../../src/feos/guest/index.ts';
-import { qemuArgs, hostTscKhz, vmPaths } from '../../src/feos/microvm/qemu-args.ts';
+import { qemuArgs, hostTscKhz, vmPaths } from '../../src/feos/microvm/index.ts';
 import { guestVersions } from '../../src/feos/pods/index.ts';
 import { PodState } from '../../src/feos/gen/feos/pod/v1/pod_pb.js';
 import { startFeosd, waitForPod } from '../../test/feos/harness.ts';

@@ -2,17 +2,19 @@
  * feosd put together (seed 000, "feosd"): the state dir's lock, the records, the microVM layer, the pod
  * service, and the gRPC server on `<run-dir>/api.sock` (group `feos`, mode 0660, where the group exists)
  * and, with `--tcp`, on TCP; READY=1 to $NOTIFY_SOCKET once bound.
+ *
+ * `startFeosd` runs its steps in order: checkedOptions, takeState (dirs and lock), startMicroVms,
+ * startNetwork, startPods, createServer (the services), serve (the socket and TCP), then the resumes of a
+ * previous stop; `closeFeosd` undoes them. ./host-setup.ts has what they need of the host.
  */
-import { execFile } from 'node:child_process';
-import { chmodSync, chownSync, closeSync, readFileSync } from 'node:fs';
-import { mkdir, rm } from 'node:fs/promises';
-import net from 'node:net';
-import { dirname, join, resolve } from 'node:path';
+import { chmodSync, chownSync, closeSync } from 'node:fs';
+import { rm } from 'node:fs/promises';
+import { join, resolve } from 'node:path';
 import * as grpc from '@grpc/grpc-js';
+import type { GenService } from '@bufbuild/protobuf/codegenv2';
 import { HostService as HostServiceDesc } from './gen/feos/host/v1/host_pb.js';
-import { makeClient } from './api/index.ts';
 import { createLogger, type Logger } from '../lib/index.ts';
-import { addService, errorMessage, FeosError } from './api/index.ts';
+import { addService, asFeosError, errorMessage, FeosError, type ServiceHandlers } from './api/index.ts';
 import { chooseAccelerator, MicroVmService } from './microvm/index.ts';
 import { PodRecords, PodService, guestVersions, unavailablePodNetwork, type PodNetworkProvider } from './pods/index.ts';
 import { addPodService } from './pod-api.ts';
@@ -24,7 +26,10 @@ import { VolumeStore, parseVolumeId } from './volumes/index.ts';
 import { VolumeService as VolumeServiceDesc } from './gen/feos/volume/v1/volume_pb.js';
 import { takeStateLock } from './lock.ts';
 import { createNetwork, type NetworkFlags, type PodNetwork } from './network/index.ts';
-import { recordServices, startFleet, type FleetFlags } from './fleet/index.ts';
+import { recordServices, startFleet, type Fleet, type FleetFlags, type ServedService } from './fleet/index.ts';
+import { checkTcpAddress, findGroup, makeDirs, notifyReady, refuseServedSocket } from './host-setup.ts';
+
+export { checkTcpAddress } from './host-setup.ts';
 
 /** feosd's options (its flags). */
 export interface FeosdOptions {
@@ -94,105 +99,15 @@ export interface Feosd {
   resumesAfterStop: Promise<void>;
 }
 
-function findGroup(name: string): number | undefined {
-  try {
-    for (const line of readFileSync('/etc/group', 'utf8').split('\n')) {
-      const [n, , gid] = line.split(':');
-      if (n === name) return Number(gid);
-    }
-  } catch {}
-  return undefined;
-}
-
-function notifyReady(log: Logger): void {
-  const socket = process.env.NOTIFY_SOCKET;
-  if (!socket) return;
-  // Node has no unix datagram sockets: systemd-notify sends it for this pid (the unit needs NotifyAccess=all).
-  execFile('systemd-notify', ['--ready', `--pid=${process.pid}`], (err) => {
-    if (err) log.warn({ err: errorMessage(err) }, 'READY=1: systemd-notify failed');
-  });
-}
+/** The accelerator microVMs boot with. */
+type Accelerator = 'kvm' | 'tcg';
 
 /**
- * `mkdir -p` that ends: Node's recursive mkdir loops forever where a parent refuses new entries with
- * ENOENT (such as /proc). Each missing directory is made on its own; the first error is thrown.
- * @throws Error naming the flag, the directory and the system's error
+ * The flags checked before anything is taken, and the directories made absolute: they end up in qcow2
+ * backing files, QEMU's arguments and records.
+ * @throws Error naming an empty directory flag, or a `--tcp` not of the form host:port
  */
-async function makeDirs(flag: string, dir: string, mode?: number): Promise<void> {
-  const missing: string[] = [];
-  for (let d = dir; ; d = dirname(d)) {
-    try {
-      await mkdir(d, { mode });
-      break;
-    } catch (err: unknown) {
-      const code = (err as NodeJS.ErrnoException).code;
-      if (code === 'EEXIST') break;
-      if (code !== 'ENOENT' || dirname(d) === d) throw new Error(`${flag} ${dir}: cannot make ${d}: ${errorMessage(err)}`, { cause: err });
-      missing.push(d);
-    }
-  }
-  for (const d of missing.reverse()) {
-    try {
-      await mkdir(d, { mode });
-    } catch (err: unknown) {
-      if ((err as NodeJS.ErrnoException).code !== 'EEXIST') throw new Error(`${flag} ${dir}: cannot make ${d}: ${errorMessage(err)}`, { cause: err });
-    }
-  }
-}
-
-/**
- * Checks `--tcp`'s form before anything is taken: `host:port` or `[v6]:port`, the port 0 to 65535.
- * @throws Error "--tcp X: want host:port ..."
- */
-export function checkTcpAddress(address: string): void {
-  const m = /^(\[[0-9A-Fa-f:.]+\]|[^:[\]\s]+):(\d{1,5})$/.exec(address);
-  if (!m || Number(m[2]) > 65535) throw new Error(`--tcp ${JSON.stringify(address)}: want host:port (such as 127.0.0.1:1337, [::1]:1337; port 0 to 65535, 0 asks the OS)`);
-}
-
-/** Whether something accepts connections on a unix socket (a live feosd), within 2 s. */
-function socketAnswers(path: string): Promise<boolean> {
-  return new Promise((resolve) => {
-    const sock = net.connect(path);
-    const timer = setTimeout(() => {
-      sock.destroy();
-      resolve(true);
-    }, 2000);
-    sock.once('connect', () => {
-      clearTimeout(timer);
-      sock.destroy();
-      resolve(true);
-    });
-    sock.once('error', () => {
-      clearTimeout(timer);
-      resolve(false);
-    });
-  });
-}
-
-/**
- * Refuses a run dir whose api.sock another feosd serves (another --state-dir, the same --run-dir): its
- * socket would be taken over and, at this one's exit, removed.
- * @throws Error "another feosd serves RUN/api.sock, pid N"
- */
-async function refuseServedSocket(socketPath: string): Promise<void> {
-  if (!(await socketAnswers(socketPath))) return;
-  let pid = '';
-  const host = makeClient(HostServiceDesc, `unix:${socketPath}`);
-  try {
-    pid = `, pid ${(await host.getHostInfo({}, { deadline: Date.now() + 3000 })).pid}`;
-  } catch {
-  } finally {
-    host.grpc.close();
-  }
-  throw new Error(`another feosd serves ${socketPath}${pid}: stop it, or give this one another --run-dir`);
-}
-
-/**
- * Starts feosd: waits for the state dir's lock, loads the records, takes the microVMs and pods over,
- * and serves.
- * @throws Error naming the step (lock, records, bind) when feosd cannot start
- */
-export async function startFeosd(opts: FeosdOptions, signal?: AbortSignal): Promise<Feosd> {
+function checkedOptions(opts: FeosdOptions): FeosdOptions {
   // An empty flag would resolve to the working directory.
   for (const [flag, v] of [
     ['--state-dir', opts.stateDir],
@@ -202,13 +117,22 @@ export async function startFeosd(opts: FeosdOptions, signal?: AbortSignal): Prom
     if (!v.trim()) throw new Error(`${flag} is empty: want a directory`);
   }
   if (opts.tcp !== undefined) checkTcpAddress(opts.tcp);
-  // Absolute paths: they end up in qcow2 backing files, QEMU's arguments and records.
-  const o: FeosdOptions = { ...opts, stateDir: resolve(opts.stateDir), runDir: resolve(opts.runDir), guestDir: resolve(opts.guestDir) };
-  const log = o.log ?? createLogger('feosd');
+  return { ...opts, stateDir: resolve(opts.stateDir), runDir: resolve(opts.runDir), guestDir: resolve(opts.guestDir) };
+}
+
+/**
+ * The state and run dirs made (the state dir 0700), and the state dir's lock taken (waiting for a
+ * previous feosd to let go of it, until `signal` aborts).
+ * @returns the lock's file descriptor: closing it lets go
+ */
+async function takeState(o: FeosdOptions, log: Logger, signal?: AbortSignal): Promise<number> {
   await makeDirs('--state-dir', o.stateDir, 0o700);
   await makeDirs('--run-dir', o.runDir);
-  const lockFd = await takeStateLock(join(o.stateDir, 'feosd.lock'), log, signal);
-  const startedAt = Date.now();
+  return takeStateLock(join(o.stateDir, 'feosd.lock'), log, signal);
+}
+
+/** The microVM layer: the guests installed, the accelerator chosen (a probe with the newest guest's kernel), the microVMs found. */
+async function startMicroVms(o: FeosdOptions, log: Logger): Promise<{ vms: MicroVmService; accelerator: Accelerator }> {
   const versions = guestVersions(o.guestDir);
   const kernel = versions.length > 0 ? join(o.guestDir, versions.at(-1)!, 'vmlinuz') : undefined;
   const accelerator = await chooseAccelerator(o.accelerator, o.stateDir, o.qemu, kernel);
@@ -218,89 +142,129 @@ export async function startFeosd(opts: FeosdOptions, signal?: AbortSignal): Prom
   }
   const vms = new MicroVmService({ vmsDir: join(o.stateDir, 'vms'), qemu: o.qemu, accelerator, log, cgroup: o.vmsCgroup });
   await vms.init();
-  const records = new PodRecords(join(o.stateDir, 'pods'), log);
-  await records.load();
-  let network: PodNetwork | undefined;
-  let provider = o.network ?? unavailablePodNetwork;
-  if (!o.network && o.networkFlags?.podPrefix) {
-    network = createNetwork({ stateDir: o.stateDir, log, ...o.networkFlags });
-    const kept = records
-      .list()
-      // A hibernated pod has no place on the network until it is restored.
-      .filter((p) => p.spec?.network && p.state !== PodState.HIBERNATED)
-      .map((p) => ({
-        id: p.id,
-        network: { ...p.spec!.network!, metadata: p.spec!.metadata },
-        ipv6: p.ipv6Address || undefined,
-        ipv4: p.ipv4Address || undefined,
-      }));
-    const addresses = await network.start(kept);
-    for (const [id, a] of addresses) {
-      const p = records.get(id);
-      if (p && (p.ipv6Address !== (a.ipv6 ?? '') || p.ipv4Address !== (a.ipv4 ?? ''))) {
-        p.ipv6Address = a.ipv6 ?? '';
-        p.ipv4Address = a.ipv4 ?? '';
-        await records.save(p);
-      }
+  return { vms, accelerator };
+}
+
+/**
+ * The pods' network: with `--pod-prefix` (and no provider given), src/feos/network started with the
+ * recorded pods' addresses (a changed address is saved in the pod's record); else the provider given,
+ * or none (pods with a network are refused).
+ */
+async function startNetwork(o: FeosdOptions, records: PodRecords, log: Logger): Promise<{ network?: PodNetwork; provider: PodNetworkProvider }> {
+  if (o.network || !o.networkFlags?.podPrefix) return { provider: o.network ?? unavailablePodNetwork };
+  const network = createNetwork({ stateDir: o.stateDir, log, ...o.networkFlags });
+  const kept = records
+    .list()
+    // A hibernated pod has no place on the network until it is restored.
+    .filter((p) => p.spec?.network && p.state !== PodState.HIBERNATED)
+    .map((p) => ({
+      id: p.id,
+      network: { ...p.spec!.network!, metadata: p.spec!.metadata },
+      ipv6: p.ipv6Address || undefined,
+      ipv4: p.ipv4Address || undefined,
+    }));
+  const addresses = await network.start(kept);
+  for (const [id, a] of addresses) {
+    const p = records.get(id);
+    if (p && (p.ipv6Address !== (a.ipv6 ?? '') || p.ipv4Address !== (a.ipv4 ?? ''))) {
+      p.ipv6Address = a.ipv6 ?? '';
+      p.ipv4Address = a.ipv4 ?? '';
+      await records.save(p);
     }
-    const net = network;
-    provider = { ...net.podNetworkProvider(), detach: (pod) => net.detachPod(pod.id) };
-    if (network.unavailableReason) log.error({ reason: network.unavailableReason }, "the pods' network is not up; pods with a network fail");
   }
-  const objectStore = typeof o.objectStore === 'string' ? openObjectStore(o.objectStore) : o.objectStore;
-  const volumes = new VolumeStore(join(o.stateDir, 'volumes'), log);
-  await volumes.load();
+  const provider = { ...network.podNetworkProvider(), detach: (pod: { id: string }) => network.detachPod(pod.id) };
+  if (network.unavailableReason) log.error({ reason: network.unavailableReason }, "the pods' network is not up; pods with a network fail");
+  return { network, provider };
+}
+
+/** What the pod service stands on. */
+interface PodParts {
+  records: PodRecords;
+  vms: MicroVmService;
+  volumes: VolumeStore;
+  provider: PodNetworkProvider;
+  accelerator: Accelerator;
+  objectStore?: ObjectStore;
+}
+
+/** The pod service on its parts, its pods taken over (PodService.init). */
+async function startPods(o: FeosdOptions, parts: PodParts, log: Logger): Promise<PodService> {
   const pods = new PodService({
-    records,
-    vms,
-    volumes,
-    network: provider,
+    records: parts.records,
+    vms: parts.vms,
+    volumes: parts.volumes,
+    network: parts.provider,
     guestDir: o.guestDir,
     disksDir: join(o.stateDir, 'disks'),
     log,
     clockMaxRttMs: o.clockMaxRttMs,
     // TCG runs the guest about ten times slower than KVM, and Node's start in the guest with it.
-    guestAttachMs: o.guestAttachMs ?? (accelerator === 'kvm' ? 60_000 : 180_000),
+    guestAttachMs: o.guestAttachMs ?? (parts.accelerator === 'kvm' ? 60_000 : 180_000),
     registryForwards: o.registryForwards,
-    objectStore,
+    objectStore: parts.objectStore,
   });
   await pods.init();
+  return pods;
+}
 
+/** The methods of feos.volume.v1.VolumeService. */
+type VolumeMethods = typeof VolumeServiceDesc extends GenService<infer T> ? T : never;
+
+/** feos.volume.v1.VolumeService: the volume store's records; a deleted CHECKPOINTED volume's data leave the object store. */
+function volumeHandlers(volumes: VolumeStore, objectStore: ObjectStore | undefined, log: Logger): ServiceHandlers<VolumeMethods> {
+  return {
+    createVolume: async (req) => ({ volume: await volumes.create(req.id, req.sizeBytes, req.labels) }),
+    getVolume: async (req) => {
+      const v = volumes.get(parseVolumeId(req.id));
+      if (!v) throw new FeosError('NOT_FOUND', `volume ${req.id} not found`);
+      return { volume: v };
+    },
+    listVolumes: async () => ({ volumes: volumes.list() }),
+    deleteVolume: async (req) => {
+      const gone = await volumes.delete(req.id);
+      // A CHECKPOINTED volume's data leave the object store with it.
+      if (gone.checkpointKey && objectStore) {
+        await objectStore.delete(gone.checkpointKey).catch((err: unknown) => log.warn({ volume: gone.id, err: errorMessage(err) }, 'delete volume: its checkpoint was not removed'));
+      }
+      return {};
+    },
+  };
+}
+
+/** What the gRPC server serves. */
+interface ServerParts extends PodParts {
+  pods: PodService;
+  network?: PodNetwork;
+  startedAt: number;
+}
+
+/**
+ * The gRPC server with feosd's services (pods, volumes, the network's, the host), not yet bound.
+ * `stopping` aborted refuses the calls that change a pod and ends the watches; `cancelling` aborted ends
+ * the streams still running; both with UNAVAILABLE "feosd stops".
+ */
+function createServer(
+  o: FeosdOptions,
+  parts: ServerParts,
+  log: Logger,
+): { server: grpc.Server; served: ServedService[]; stopping: AbortController; cancelling: AbortController; fleet: { current?: Fleet } } {
+  const { pods, vms, volumes, network, objectStore, accelerator } = parts;
   const server = new grpc.Server({ 'grpc.max_receive_message_length': 512 * 1024 * 1024 });
+  // The services it serves, for the node connections to serve too (src/feos/fleet).
   const served = recordServices(server);
+  const fleet: { current?: Fleet } = {};
   // close() aborts `stopping` at once (calls that change a pod are refused, watches end) and `cancelling`
   // when the calls' grace is over (the streams still running end); both with UNAVAILABLE "feosd stops".
   const stopping = new AbortController();
   const cancelling = new AbortController();
   const onError = (method: string, err: unknown) => {
-    if (err instanceof FeosError) log.debug({ method, code: err.code, err: err.message }, 'call failed');
+    const known = asFeosError(err);
+    if (known) log.debug({ method, code: known.code, err: known.message }, 'call failed');
     else log.error({ method, err: errorMessage(err) }, 'call failed');
   };
   addPodService(server, { pods, stopping: stopping.signal, cancelling: cancelling.signal, onError });
-  addService(
-    server,
-    VolumeServiceDesc,
-    {
-      createVolume: async (req) => ({ volume: await volumes.create(req.id, req.sizeBytes, req.labels) }),
-      getVolume: async (req) => {
-        const v = volumes.get(parseVolumeId(req.id));
-        if (!v) throw new FeosError('NOT_FOUND', `volume ${req.id} not found`);
-        return { volume: v };
-      },
-      listVolumes: async () => ({ volumes: volumes.list() }),
-      deleteVolume: async (req) => {
-        const gone = await volumes.delete(req.id);
-        // A CHECKPOINTED volume's data leave the object store with it.
-        if (gone.checkpointKey && objectStore) {
-          await objectStore.delete(gone.checkpointKey).catch((err: unknown) => log.warn({ volume: gone.id, err: errorMessage(err) }, 'delete volume: its checkpoint was not removed'));
-        }
-        return {};
-      },
-    },
-    onError,
-  );
+  addService(server, VolumeServiceDesc, volumeHandlers(volumes, objectStore, log), onError);
   for (const svc of network?.grpcServices() ?? []) server.addService(svc.definition, svc.implementation);
-  let lockHeld = true;
   addService(
     server,
     HostServiceDesc,
@@ -309,10 +273,11 @@ export async function startFeosd(opts: FeosdOptions, signal?: AbortSignal): Prom
       stateDir: o.stateDir,
       accelerator: () => accelerator,
       selfUpgrade: o.selfUpgrade,
-      startedAt,
+      startedAt: parts.startedAt,
       exec: (path) => {
         log.info({ path }, 'self-upgrade: exec');
-        void (fleet?.upgrading(path) ?? Promise.resolve()).finally(() => {
+        // The control plane hears of the upgrade first (its Upgrading event).
+        void (fleet.current?.upgrading(path) ?? Promise.resolve()).finally(() => {
           vms.closeAll();
           process.execve!(path, [path, ...process.argv.slice(2)], process.env);
         });
@@ -320,15 +285,23 @@ export async function startFeosd(opts: FeosdOptions, signal?: AbortSignal): Prom
     }),
     onError,
   );
+  return { server, served, stopping, cancelling, fleet };
+}
 
-  const socketPath = join(o.runDir, 'api.sock');
+/**
+ * Binds `server` to `socketPath` (another feosd's socket refused; group `feos` and 0660 where the group
+ * exists, else 0600) and to `tcp`. On a failure nothing of it stays: the server is shut down and the
+ * socket removed.
+ * @returns the bound TCP port, with `tcp`
+ * @throws Error "bind TARGET: ...", or "another feosd serves ..."
+ */
+async function serve(server: grpc.Server, socketPath: string, tcp: string | undefined): Promise<number | undefined> {
   const bind = (target: string) =>
     new Promise<number>((resolve, reject) =>
       server.bindAsync(target, grpc.ServerCredentials.createInsecure(), (err, port) =>
         err ? reject(new Error(`bind ${target}: ${err.message}`, { cause: err })) : resolve(port),
       ),
     );
-  let tcpPort: number | undefined;
   let socketBound = false;
   try {
     await refuseServedSocket(socketPath);
@@ -340,11 +313,89 @@ export async function startFeosd(opts: FeosdOptions, signal?: AbortSignal): Prom
       chownSync(socketPath, 0, gid);
       chmodSync(socketPath, 0o660);
     } else chmodSync(socketPath, 0o600);
-    if (o.tcp) tcpPort = await bind(o.tcp);
+    return tcp ? await bind(tcp) : undefined;
   } catch (err: unknown) {
-    // Nothing stays behind: no socket of ours, no lock, no services.
     server.forceShutdown();
     if (socketBound) await rm(socketPath, { force: true });
+    throw err;
+  }
+}
+
+/** What a running feosd lets go of when it stops. */
+interface Running {
+  server: grpc.Server;
+  stopping: AbortController;
+  cancelling: AbortController;
+  stopRecord: StopRecordKeeper;
+  fleet?: Fleet;
+  pods: PodService;
+  network?: PodNetwork;
+  vms: MicroVmService;
+  lockFd: number;
+  log: Logger;
+}
+
+/** Feosd.close for `r`: see there. Letting go of the lock happens once. */
+function closeFeosd(r: Running): Feosd['close'] {
+  const { server, stopping, cancelling, stopRecord, fleet, pods, network, vms, lockFd, log } = r;
+  let lockHeld = true;
+  return async ({ callsGraceMs = 30_000, suspendOnStop = false, graceEndsAt = Date.now() + 300_000 }: CloseOptions = {}) => {
+    // With a control plane: Stopping, GOAWAY, the node connections' calls (seed "Stopping"); with
+    // --suspend-on-stop after the refusal of the calls that change a pod ("Suspend on stop" 1, 2).
+    if (!suspendOnStop) await fleet?.stop(callsGraceMs);
+    stopping.abort();
+    if (suspendOnStop) await fleet?.stop(callsGraceMs);
+    // After the grace, the streams still running end with UNAVAILABLE; a second later whatever is left
+    // (unary calls, clients that keep their connection) is cut.
+    let cut: NodeJS.Timeout | undefined;
+    const force = setTimeout(() => {
+      log.warn({ graceMs: callsGraceMs }, 'feosd stops: the calls still running are ended');
+      cancelling.abort();
+      cut = setTimeout(() => server.forceShutdown(), 1000);
+    }, callsGraceMs);
+    await new Promise<void>((r) => server.tryShutdown(() => r()));
+    clearTimeout(force);
+    clearTimeout(cut);
+    // The resumes in flight end, the pods not tried stay recorded; with --suspend-on-stop the running
+    // pods are suspended for the next feosd.
+    await stopRecord.stop(suspendOnStop, graceEndsAt);
+    pods.close();
+    await network?.stop();
+    vms.closeAll();
+    if (lockHeld) {
+      closeSync(lockFd);
+      lockHeld = false;
+    }
+  };
+}
+
+/**
+ * Starts feosd: waits for the state dir's lock, loads the records, takes the microVMs and pods over,
+ * and serves.
+ * @throws Error naming the step (lock, records, bind) when feosd cannot start
+ */
+export async function startFeosd(opts: FeosdOptions, signal?: AbortSignal): Promise<Feosd> {
+  const o = checkedOptions(opts);
+  const log = o.log ?? createLogger('feosd');
+  const lockFd = await takeState(o, log, signal);
+  const startedAt = Date.now();
+  const { vms, accelerator } = await startMicroVms(o, log);
+  const records = new PodRecords(join(o.stateDir, 'pods'), log);
+  await records.load();
+  const { network, provider } = await startNetwork(o, records, log);
+  const objectStore = typeof o.objectStore === 'string' ? openObjectStore(o.objectStore) : o.objectStore;
+  const volumes = new VolumeStore(join(o.stateDir, 'volumes'), log);
+  await volumes.load();
+  const parts = { records, vms, volumes, provider, accelerator, objectStore };
+  const pods = await startPods(o, parts, log);
+  const { server, served, stopping, cancelling, fleet: fleetRef } = createServer(o, { ...parts, pods, network, startedAt }, log);
+
+  const socketPath = join(o.runDir, 'api.sock');
+  let tcpPort: number | undefined;
+  try {
+    tcpPort = await serve(server, socketPath, o.tcp);
+  } catch (err: unknown) {
+    // Nothing stays behind: no socket of ours, no lock, no services.
     pods.close();
     await network?.stop();
     vms.closeAll();
@@ -359,39 +410,13 @@ export async function startFeosd(opts: FeosdOptions, signal?: AbortSignal): Prom
   stopRecord.startResumes(stopping.signal);
   // The control plane: the join and the connections once the resumes are done (seed "Suspend on stop").
   const fleet = o.fleet && startFleet(o.fleet, { services: served, pods, accelerator, guestVersions: () => guestVersions(o.guestDir), version: FEOSD_VERSION, log, startAfter: stopRecord.resumes });
+  fleetRef.current = fleet;
 
   return {
     tcpPort,
     socketPath,
     pods,
     resumesAfterStop: stopRecord.resumes,
-    close: async ({ callsGraceMs = 30_000, suspendOnStop = false, graceEndsAt = Date.now() + 300_000 }: CloseOptions = {}) => {
-      // With a control plane: Stopping, GOAWAY, the node connections' calls (seed "Stopping"); with
-      // --suspend-on-stop after the refusal of the calls that change a pod ("Suspend on stop" 1, 2).
-      if (!suspendOnStop) await fleet?.stop(callsGraceMs);
-      stopping.abort();
-      if (suspendOnStop) await fleet?.stop(callsGraceMs);
-      // After the grace, the streams still running end with UNAVAILABLE; a second later whatever is left
-      // (unary calls, clients that keep their connection) is cut.
-      let cut: NodeJS.Timeout | undefined;
-      const force = setTimeout(() => {
-        log.warn({ graceMs: callsGraceMs }, 'feosd stops: the calls still running are ended');
-        cancelling.abort();
-        cut = setTimeout(() => server.forceShutdown(), 1000);
-      }, callsGraceMs);
-      await new Promise<void>((r) => server.tryShutdown(() => r()));
-      clearTimeout(force);
-      clearTimeout(cut);
-      // The resumes in flight end, the pods not tried stay recorded; with --suspend-on-stop the running
-      // pods are suspended for the next feosd.
-      await stopRecord.stop(suspendOnStop, graceEndsAt);
-      pods.close();
-      await network?.stop();
-      vms.closeAll();
-      if (lockHeld) {
-        closeSync(lockFd);
-        lockHeld = false;
-      }
-    },
+    close: closeFeosd({ server, stopping, cancelling, stopRecord, fleet, pods, network, vms, lockFd, log }),
   };
 }

@@ -6,7 +6,7 @@ import { test } from 'node:test';
 import http2 from 'node:http2';
 import type { AddressInfo } from 'node:net';
 import { qemuArgs, registryEndpoints } from '../../src/feos/microvm/index.ts';
-import { AsyncQueue, FrameReader, frameMessage, GrpcCode, GrpcError, serveStreams, streamCall } from '../../src/feos/guest/grpc-wire.ts';
+import { AsyncQueue, FrameReader, frameMessage, GrpcCode, GrpcError, serveStreams, streamCall } from '../../src/feos/guest/index.ts';
 
 const base = { dir: '/tmp/x/vms/abc', guestDir: '/g', disk: '/d.qcow2', vcpus: 1, memoryBytes: 256n << 20n, accelerator: 'tcg' as const };
 

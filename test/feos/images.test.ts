@@ -7,7 +7,7 @@ import assert from 'node:assert/strict';
 import { test } from 'node:test';
 import { existsSync, readFileSync } from 'node:fs';
 import { join } from 'node:path';
-import { ImageStore, parseImageRef, PullError } from '../../src/feos/guest/images.ts';
+import { ImageStore, parseImageRef, PullError } from '../../src/feos/guest/index.ts';
 import { tempDir } from './harness.ts';
 import { buildBusyboxLayout, push, startRegistry } from './registry.ts';
 

@@ -9,8 +9,8 @@ import { test } from 'node:test';
 import { status } from '@grpc/grpc-js';
 import { create } from '@bufbuild/protobuf';
 import { PodInfoSchema } from '../../src/feos/gen/feos/pod/v1/pod_pb.js';
-import { unforwardedHint } from '../../src/feos/pods/bring-up.ts';
-import { attachFailureHint } from '../../src/feos/pods/console.ts';
+import { unforwardedHint } from '../../src/feos/pods/index.ts';
+import { attachFailureHint } from '../../src/feos/pods/index.ts';
 import { feosctl, startFeosd, tempDir } from './harness.ts';
 
 const code = (e: unknown) => (e as { code?: number }).code;

@@ -10,7 +10,7 @@ import { test } from 'node:test';
 import { create, toBinary } from '@bufbuild/protobuf';
 import { timestampNow } from '@bufbuild/protobuf/wkt';
 import { PodInfoSchema, PodState } from '../../src/feos/gen/feos/pod/v1/pod_pb.js';
-import { isConnectFailure } from '../../src/feos/ctl/main.ts';
+import { isConnectFailure } from '../../src/feos/ctl/index.ts';
 import { startFeosd, tempDir } from './harness.ts';
 
 const GUEST = '20261129-test';

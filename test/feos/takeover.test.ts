@@ -12,7 +12,7 @@ import { create, fromBinary, toBinary } from '@bufbuild/protobuf';
 import { timestampNow } from '@bufbuild/protobuf/wkt';
 import { MicroVmSchema, MicroVmState } from '../../src/feos/gen/feos/microvm/v1/microvm_pb.js';
 import { PodInfoSchema, PodState } from '../../src/feos/gen/feos/pod/v1/pod_pb.js';
-import { pidStartTicks } from '../../src/feos/microvm/proc.ts';
+import { pidStartTicks } from '../../src/feos/microvm/index.ts';
 import { startFeosd, tempDir, until } from './harness.ts';
 
 const FAKE = new URL('./fake-qemu.ts', import.meta.url).pathname;

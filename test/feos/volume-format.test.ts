@@ -7,7 +7,7 @@ import { promisify } from 'node:util';
 import { statSync, truncateSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { test } from 'node:test';
-import { commandFailure, MAX_VOLUME_BLOCKS, mke2fsArgs, mke2fsTimeoutMs } from '../../src/feos/guest/volume-format.ts';
+import { commandFailure, MAX_VOLUME_BLOCKS, mke2fsArgs, mke2fsTimeoutMs } from '../../src/feos/guest/index.ts';
 import { tempDir } from './harness.ts';
 
 const MiB = 2 ** 20;

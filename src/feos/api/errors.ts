@@ -1,7 +1,8 @@
 /**
  * FeOS's errors and the one place that turns them into gRPC statuses (STYLE.md 5.8). Handlers throw
- * `FeosError` with the seed's code; anything else becomes UNKNOWN with its message, and no stack
- * trace crosses the wire.
+ * `FeosError` with the seed's code, or a layer's own error that says what went wrong in its terms (the
+ * microVM layer's MicroVmError, src/feos/microvm/errors.ts), mapped here by its `kind`; anything else
+ * becomes UNKNOWN with its message, and no stack trace crosses the wire.
  */
 import { status as GrpcStatus, Metadata, type ServiceError } from '@grpc/grpc-js';
 import { BinaryReader, BinaryWriter } from '@bufbuild/protobuf/wire';
@@ -53,6 +54,31 @@ export function errorMessage(err: unknown): string {
   return err instanceof Error ? err.message : String(err);
 }
 
+/**
+ * The gRPC codes of the microVM layer's errors, by their `kind` (src/feos/microvm/errors.ts); a busy
+ * microVM's error carries the VmBusy detail besides.
+ */
+const MICROVM_KIND_CODES: Readonly<Record<string, CodeName>> = {
+  'not-found': 'NOT_FOUND',
+  'bad-state': 'FAILED_PRECONDITION',
+  busy: 'UNAVAILABLE',
+  invalid: 'INVALID_ARGUMENT',
+  'vmm-failed': 'INTERNAL',
+};
+
+/**
+ * An error as the API answers it: a FeosError as it is; the microVM layer's MicroVmError (marked by
+ * `layer: "microvm"`; this layer does not import it) as a FeosError of its kind's code, its message and,
+ * when busy, the VmBusy marker; anything else undefined (UNKNOWN on the wire).
+ */
+export function asFeosError(err: unknown): FeosError | undefined {
+  if (err instanceof FeosError) return err;
+  if (!(err instanceof Error)) return undefined;
+  const e = err as Error & { layer?: unknown; kind?: unknown };
+  const code = e.layer === 'microvm' && typeof e.kind === 'string' ? MICROVM_KIND_CODES[e.kind] : undefined;
+  return code ? new FeosError(code, e.message, { cause: err, busy: e.kind === 'busy' }) : undefined;
+}
+
 /** Encodes a google.rpc.Status {code, message, details: [Any{type_url}]} by hand (no google/rpc proto here). */
 function encodeRpcStatus(code: number, message: string, typeUrls: string[]): Uint8Array {
   const w = new BinaryWriter();
@@ -86,17 +112,19 @@ export function detailTypeUrls(bin: Uint8Array): string[] {
 
 /**
  * What a handler's error becomes on the wire: FeosError keeps its code and message (and the VmBusy
- * detail), anything else is UNKNOWN with its message.
+ * detail), a layer's own error gets its kind's code ({@link asFeosError}), anything else is UNKNOWN
+ * with its message.
  */
-export function toGrpcStatus(err: unknown): Partial<ServiceError> & { code: number; details: string } {
-  if (err instanceof FeosError) {
+export function toGrpcStatus(thrown: unknown): Partial<ServiceError> & { code: number; details: string } {
+  const err = asFeosError(thrown);
+  if (err) {
     const metadata = new Metadata();
     if (err.busy) {
       metadata.set('grpc-status-details-bin', Buffer.from(encodeRpcStatus(Code[err.code], err.message, [VM_BUSY_TYPE_URL])));
     }
     return { code: Code[err.code], details: err.message, metadata };
   }
-  return { code: Code.UNKNOWN, details: errorMessage(err) };
+  return { code: Code.UNKNOWN, details: errorMessage(thrown) };
 }
 
 /** Whether a client-side error carries the VmBusy marker. */

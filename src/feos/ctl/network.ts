@@ -7,7 +7,7 @@
  * A feosd without `--pod-prefix` serves neither: feosctl says so (UNIMPLEMENTED) and exits 1.
  */
 import { readFileSync } from 'node:fs';
-import { type Command, InvalidArgumentError, type Option } from 'commander';
+import { type Command, InvalidArgumentError } from 'commander';
 import { type DescMessage, fromJson, type JsonValue, type MessageShape, toJson } from '@bufbuild/protobuf';
 import YAML from 'yaml';
 import {
@@ -20,22 +20,9 @@ import {
   SecurityGroupService,
 } from '../gen/feos/network/v1/network_pb.js';
 import { makeClient } from '../api/index.ts';
+import type { CtlContext } from './context.ts';
 
-type Output = 'table' | 'json' | 'yaml';
-
-/** What the network commands take from feosctl's main: its target, deadline, error mapping and printing. */
-export interface CtlContext {
-  /** The gRPC target: `unix:PATH` or `host:port`. */
-  target: () => string;
-  /** Each call's deadline (--timeout). */
-  deadline: () => Date;
-  /** Runs a call; a gRPC error becomes feosctl's `<CODE>: <message>` (exit 1). */
-  call: <T>(fn: () => Promise<T>) => Promise<T>;
-  /** The `-o table|json|yaml` option. */
-  output: () => Option;
-  /** Columns padded as kubectl pads them. */
-  table: (rows: string[][]) => string;
-}
+import type { Output } from './output.ts';
 
 /**
  * A message from a `-f` file (YAML or JSON, protobuf JSON names), as `pod create -f` reads a PodSpec.

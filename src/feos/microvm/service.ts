@@ -1,13 +1,15 @@
 /**
- * The microVM layer (seed 000, "A pod's microVM", "Lifecycle"), on QEMU: one directory per microVM
+ * The microVM layer (seed 000, "A pod's microVM", "Lifecycle"), on a VMM (./vmm.ts; QEMU, ./qemu.ts,
+ * by default): one directory per microVM
  * under `<state-dir>/vms/<id>/` with its record `microvm.pb` (a feos.microvm.v1.MicroVm), its config,
  * sockets, logs and `snapshot/`. QEMU processes outlive feosd: `init` takes the running ones over (their
  * pid and start time, their QMP socket) and finds those that ended CRASHED (or STOPPED when QEMU said
  * the guest shut down). Each call records its change once the change is done; the pod layer waits.
  *
- * The pod layer serialises calls per microVM (the pod's lock); this layer does not lock.
+ * The pod layer serialises calls per microVM (the pod's lock); this layer does not lock. Its failures
+ * are its own errors (./errors.ts), which the API maps to gRPC statuses.
  */
-import { spawn, type ChildProcess } from 'node:child_process';
+import type { ChildProcess } from 'node:child_process';
 import { EventEmitter } from 'node:events';
 import { existsSync, openSync, closeSync } from 'node:fs';
 import { mkdir, readdir, readFile, rename, rm, stat, open } from 'node:fs/promises';
@@ -18,10 +20,12 @@ import { create, fromBinary, toBinary } from '@bufbuild/protobuf';
 import { timestampNow } from '@bufbuild/protobuf/wkt';
 import { type MicroVm, MicroVmSchema, MicroVmState } from '../gen/feos/microvm/v1/microvm_pb.js';
 import { writeFileAtomic, type Logger } from '../../lib/index.ts';
-import { FeosError, errorMessage, vmBusy } from '../api/index.ts';
+import { errorMessage } from '../api/index.ts';
 import { GuestClient } from '../guest/index.ts';
-import { QmpClient, type QmpEvent } from './qmp.ts';
-import { hostTscKhz, qemuArgs, vmPaths, type QemuConfig } from './qemu-args.ts';
+import { MicroVmError, MicroVmInvalidError, MicroVmNotFoundError, MicroVmStateError, VmmError } from './errors.ts';
+import { QemuVmm } from './qemu.ts';
+import { hostTscKhz, vmPaths, type QemuConfig } from './qemu-args.ts';
+import type { Vmm, VmmSession } from './vmm.ts';
 import { bootId, isSameProcess, pidStartTicks } from './proc.ts';
 import { placeInCgroup, removeCgroup } from './cgroup.ts';
 
@@ -41,8 +45,10 @@ export const MICROVM_RECORD_VERSION = 1;
 export interface MicroVmServiceOptions {
   /** `<state-dir>/vms` */
   vmsDir: string;
-  /** The QEMU binary. @default "qemu-system-x86_64" */
+  /** The QEMU binary, for the default VMM. @default "qemu-system-x86_64" */
   qemu?: string;
+  /** The VMM that runs the microVMs. @default QEMU (`qemu`) */
+  vmm?: Vmm;
   accelerator: 'kvm' | 'tcg';
   log: Logger;
   /** A cgroup v2 directory under which each microVM gets `vms/<id>`; none = no cgroups. */
@@ -76,7 +82,8 @@ interface Runtime {
   record: MicroVm;
   config?: QemuConfig;
   child?: ChildProcess;
-  qmp?: QmpClient;
+  /** The VMM's control connection (QMP) while the process runs. */
+  vmm?: VmmSession;
   guest: GuestClient;
   /** Set while this layer ends QEMU itself (suspend, kill): the exit is the caller's. */
   expectingExit: boolean;
@@ -90,12 +97,14 @@ interface Runtime {
  * The microVMs of one node. Emits `exit` (MicroVmExit) for exits it did not cause.
  */
 export class MicroVmService extends EventEmitter<{ exit: [MicroVmExit] }> {
-  readonly #opts: Required<Omit<MicroVmServiceOptions, 'cgroup'>> & { cgroup?: string };
+  readonly #opts: Required<Omit<MicroVmServiceOptions, 'cgroup' | 'vmm'>> & { cgroup?: string };
+  readonly #vmm: Vmm;
   readonly #vms = new Map<string, Runtime>();
 
   constructor(opts: MicroVmServiceOptions) {
     super();
     this.#opts = { qemu: 'qemu-system-x86_64', ...opts };
+    this.#vmm = opts.vmm ?? new QemuVmm(this.#opts.qemu);
   }
 
   get accelerator(): 'kvm' | 'tcg' {
@@ -123,23 +132,23 @@ export class MicroVmService extends EventEmitter<{ exit: [MicroVmExit] }> {
   /**
    * Lets a microVM that QEMU paused on a disk's error run again (QMP `cont`), once the cause is gone; a
    * write that fails again pauses it again.
-   * @throws FeosError NOT_FOUND without the microVM, FAILED_PRECONDITION when it is not paused on an error
+   * @throws MicroVmNotFoundError without the microVM; MicroVmStateError when it is not paused on an error
    */
   async continueAfterError(id: string): Promise<void> {
-    const rt = this.#vms.get(id);
-    if (!rt) throw new FeosError('NOT_FOUND', `microVM ${id} not found`);
-    if (!rt.ioError || !rt.qmp) throw new FeosError('FAILED_PRECONDITION', `microVM ${id} is not paused on a disk's error`);
+    const rt = this.#must(id);
+    if (!rt.ioError || !rt.vmm) throw new MicroVmStateError(id, `microVM ${id} is not paused on a disk's error`);
     const why = rt.ioError;
     rt.ioError = undefined;
-    await rt.qmp.execute('cont');
+    await rt.vmm.cont();
     this.#opts.log.info({ id, after: why }, 'microVM continued after its disk error');
   }
 
-  /** The guest client of a microVM (one per microVM, reconnecting). */
+  /**
+   * The guest client of a microVM (one per microVM, reconnecting).
+   * @throws MicroVmNotFoundError without the microVM
+   */
   guest(id: string): GuestClient {
-    const rt = this.#vms.get(id);
-    if (!rt) throw new FeosError('NOT_FOUND', `microVM ${id} not found`);
-    return rt.guest;
+    return this.#must(id).guest;
   }
 
   /**
@@ -168,7 +177,7 @@ export class MicroVmService extends EventEmitter<{ exit: [MicroVmExit] }> {
       if (record.bootId === boot && isSameProcess(record.pid, record.pidStartTicks)) {
         let attached = false;
         try {
-          await this.#attachQmp(rt);
+          await this.#attachVmm(rt);
           attached = true;
           this.#watchAdopted(rt);
           const state = await this.#settleTakenOver(rt);
@@ -178,7 +187,7 @@ export class MicroVmService extends EventEmitter<{ exit: [MicroVmExit] }> {
           // A QEMU that answers QMP is not ended for what failed after (its record not written to a full
           // state dir): feosd does not start, and the next start takes it over.
           if (attached) {
-            rt.qmp?.close();
+            rt.vmm?.close();
             throw new Error(`microVM ${id}: its QEMU (pid ${record.pid}) answers but was not taken over: ${errorMessage(err)}; it runs on for the next start of feosd`);
           }
           this.#opts.log.warn({ id, pid: record.pid, err: errorMessage(err) }, 'microVM: QMP unreachable; ending it');
@@ -226,34 +235,23 @@ export class MicroVmService extends EventEmitter<{ exit: [MicroVmExit] }> {
    * @returns the microVM's state after it
    */
   async #settleTakenOver(rt: Runtime, loadTimeoutMs = 120_000): Promise<MicroVmState> {
-    const qmp = rt.qmp!;
+    const vmm = rt.vmm!;
     const id = rt.record.id;
     const p = vmPaths(this.dir(id));
-    const deadline = performance.now() + loadTimeoutMs;
-    let st = await qmp.execute<{ status: string; running: boolean }>('query-status');
-    let mig = await qmp.execute<{ status?: string }>('query-migrate');
-    // A migration (out to the snapshot, or in from it) still running ends first.
-    while (!st.running && (st.status === 'inmigrate' || st.status === 'finish-migrate' || ['setup', 'active', 'device', 'pre-switchover'].includes(mig.status ?? ''))) {
-      if (performance.now() > deadline) {
-        await qmp.execute('migrate_cancel').catch(() => {});
-        break;
-      }
-      await new Promise((r) => setTimeout(r, 50));
-      st = await qmp.execute('query-status');
-      mig = await qmp.execute('query-migrate');
-    }
+    // A snapshot still being written out or read in ends first (at the deadline a write is cancelled).
+    const st = await vmm.settle(loadTimeoutMs);
     if (st.running) return MicroVmState.RUNNING;
-    if ((st.status === 'postmigrate' || mig.status === 'completed') && existsSync(p.vmstate)) {
+    if (st.snapshot === 'whole' && existsSync(p.vmstate)) {
       await this.#quitKeepingSnapshot(rt);
-      await this.#setState(rt, MicroVmState.SUSPENDED, `suspended (its snapshot was whole when feosd took it over, QEMU ${st.status})`);
-      this.#opts.log.warn({ id, qemu: st.status }, 'taken over: QEMU was paused with a whole snapshot; the microVM is SUSPENDED');
+      await this.#setState(rt, MicroVmState.SUSPENDED, `suspended (its snapshot was whole when feosd took it over, ${this.#vmm.name} ${st.detail})`);
+      this.#opts.log.warn({ id, qemu: st.detail }, `taken over: ${this.#vmm.name} was paused with a whole snapshot; the microVM is SUSPENDED`);
       return MicroVmState.SUSPENDED;
     }
     // Paused with no whole snapshot: nothing was handed over; the vCPUs run on.
-    await qmp.execute('cont');
+    await vmm.cont();
     await this.#removeSnapshot(rt);
     await this.#write(rt);
-    this.#opts.log.warn({ id, qemu: st.status, migration: mig.status ?? 'none' }, 'taken over: QEMU was paused without a whole snapshot; its vCPUs run again');
+    this.#opts.log.warn({ id, qemu: st.detail, migration: st.snapshotDetail }, `taken over: ${this.#vmm.name} was paused without a whole snapshot; its vCPUs run again`);
     return MicroVmState.RUNNING;
   }
 
@@ -272,7 +270,7 @@ export class MicroVmService extends EventEmitter<{ exit: [MicroVmExit] }> {
       this.#opts.log.warn({ id: rt.record.id, err: errorMessage(err) }, 'snapshot: whole.json not written'),
     );
     rt.expectingExit = true;
-    await rt.qmp?.execute('quit').catch(() => {});
+    await rt.vmm?.quit();
     const ended = await Promise.race([rt.exited, new Promise((r) => setTimeout(() => r(undefined), 5000))]);
     if (ended === undefined) {
       killPid(rt.record.pid);
@@ -296,14 +294,14 @@ export class MicroVmService extends EventEmitter<{ exit: [MicroVmExit] }> {
 
   /**
    * Makes the microVM's directory and records it CREATED; finds it when it exists.
-   * @throws FeosError INVALID_ARGUMENT when a socket path would exceed the 107 bytes of sun_path
+   * @throws MicroVmInvalidError when a socket path would exceed the 107 bytes of sun_path
    */
   async create(spec: MicroVmSpec): Promise<MicroVm> {
     const existing = this.#vms.get(spec.id);
     if (existing) return existing.record;
     const dir = this.dir(spec.id);
     const p = vmPaths(dir);
-    if (Buffer.byteLength(p.console) > 107) throw new FeosError('INVALID_ARGUMENT', `state dir too long for unix sockets: ${p.console}`);
+    if (Buffer.byteLength(p.console) > 107) throw new MicroVmInvalidError(spec.id, `state dir too long for unix sockets: ${p.console}`);
     await mkdir(p.snapshotDir, { recursive: true });
     const config: QemuConfig = {
       dir,
@@ -339,13 +337,13 @@ export class MicroVmService extends EventEmitter<{ exit: [MicroVmExit] }> {
   }
 
   /**
-   * Starts QEMU, which boots the microVM at once (CREATED, STOPPED or CRASHED → RUNNING).
-   * @throws FeosError FAILED_PRECONDITION when it runs or is suspended; INTERNAL when QEMU does not come up
+   * Starts the VMM, which boots the microVM at once (CREATED, STOPPED or CRASHED → RUNNING).
+   * @throws MicroVmNotFoundError; MicroVmStateError when it is suspended; VmmError when the VMM does not come up
    */
   async start(id: string): Promise<MicroVm> {
     const rt = this.#must(id);
     if (rt.record.state === MicroVmState.RUNNING) return rt.record;
-    if (rt.record.state === MicroVmState.SUSPENDED) throw new FeosError('FAILED_PRECONDITION', `microVM ${id} is suspended: resume it`);
+    if (rt.record.state === MicroVmState.SUSPENDED) throw new MicroVmStateError(id, `microVM ${id} is suspended: resume it`);
     await this.#spawn(rt);
     return rt.record;
   }
@@ -380,77 +378,55 @@ export class MicroVmService extends EventEmitter<{ exit: [MicroVmExit] }> {
   }
 
   /**
-   * Suspends: pauses the vCPUs, writes QEMU's migration stream into `snapshot/vmstate`, ends QEMU and
-   * punches the zero pages out of the file (RUNNING → SUSPENDED).
+   * Suspends: the VMM stops the vCPUs and writes the microVM's state into `snapshot/vmstate` (QEMU's
+   * migration stream, followed by its QMP events), then ends; the zero pages are punched out of the file
+   * (RUNNING → SUSPENDED).
    * @param snapshotTimeoutMs the snapshot's own timeout (120 s + 4 s/GiB)
-   * @throws FeosError UNAVAILABLE busy when the snapshot is not written in time (the migration is
-   *   cancelled and the microVM runs on: nothing changed); FAILED_PRECONDITION when it does not run
+   * @throws MicroVmBusyError when the snapshot is not written in time (the write is cancelled and the
+   *   microVM runs on: nothing changed); VmmError when the write fails (the microVM runs on);
+   *   MicroVmStateError when it does not run; MicroVmNotFoundError
    */
   async suspend(id: string, snapshotTimeoutMs: number): Promise<MicroVm> {
     const rt = this.#must(id);
     if (rt.record.state === MicroVmState.SUSPENDED) return rt.record;
-    if (rt.record.state !== MicroVmState.RUNNING || !rt.qmp) throw new FeosError('FAILED_PRECONDITION', `microVM ${id} does not run`);
+    if (rt.record.state !== MicroVmState.RUNNING || !rt.vmm) throw new MicroVmStateError(id, `microVM ${id} does not run`);
     const p = vmPaths(this.dir(id));
-    const qmp = rt.qmp;
+    const vmm = rt.vmm;
     rt.guest.close();
     await mkdir(p.snapshotDir, { recursive: true });
     await this.#removeSnapshot(rt);
-    await qmp.execute('stop');
-    await qmp.execute('migrate-set-parameters', { 'max-bandwidth': 8 * 1024 ** 3 });
-    await qmp.execute('migrate', { uri: `exec:cat > '${p.vmstate.replaceAll("'", "'\\''")}'` });
-    const deadline = performance.now() + snapshotTimeoutMs;
-    for (;;) {
-      const st = await qmp.execute<{ status?: string; 'error-desc'?: string }>('query-migrate');
-      if (st.status === 'completed') break;
-      if (st.status === 'failed' || st.status === 'cancelled') {
-        await qmp.execute('cont').catch(() => {});
-        throw new FeosError('INTERNAL', `snapshot: migration ${st.status}: ${st['error-desc'] ?? ''}`);
-      }
-      if (performance.now() > deadline) {
-        await qmp.execute('migrate_cancel').catch(() => {});
-        await qmp.execute('cont').catch(() => {});
-        throw vmBusy(`the snapshot was not written within ${Math.round(snapshotTimeoutMs / 1000)} s; the microVM runs on`);
-      }
-      await new Promise((r) => setTimeout(r, 25));
-    }
+    await vmm.saveSnapshot(p.vmstate, snapshotTimeoutMs);
     await this.#quitKeepingSnapshot(rt);
     await this.#setState(rt, MicroVmState.SUSPENDED, 'suspended');
     return rt.record;
   }
 
   /**
-   * Resumes: starts QEMU loading `snapshot/vmstate` (paused), runs the vCPUs, removes the snapshot
-   * (SUSPENDED → RUNNING). A snapshot that does not load leaves the microVM SUSPENDED with it.
-   * @throws FeosError FAILED_PRECONDITION when it is not suspended; INTERNAL when the load fails
+   * Resumes: starts the VMM loading `snapshot/vmstate` (paused), waits until it is read in (QMP's
+   * MIGRATION events), runs the vCPUs, removes the snapshot (SUSPENDED → RUNNING). A snapshot that does
+   * not load leaves the microVM SUSPENDED with it.
+   * @throws MicroVmStateError when it is not suspended; VmmError when the load fails; MicroVmNotFoundError
    */
   async resume(id: string, loadTimeoutMs = 120_000): Promise<MicroVm> {
     const rt = this.#must(id);
     if (rt.record.state === MicroVmState.RUNNING) return rt.record;
-    if (rt.record.state !== MicroVmState.SUSPENDED) throw new FeosError('FAILED_PRECONDITION', `microVM ${id} is not suspended`);
+    if (rt.record.state !== MicroVmState.SUSPENDED) throw new MicroVmStateError(id, `microVM ${id} is not suspended`);
     const p = vmPaths(this.dir(id));
     // Until the vCPUs run, an end of QEMU (such as on a stream it cannot load) is the resume's failure,
     // not a crash: the microVM goes back to SUSPENDED with its snapshot.
     rt.expectingExit = true;
     try {
       await this.#spawn(rt, p.vmstate);
-      const qmp = rt.qmp!;
-      const deadline = performance.now() + loadTimeoutMs;
-      for (;;) {
-        const st = await qmp.execute<{ status: string }>('query-status');
-        if (st.status !== 'inmigrate') break;
-        if (performance.now() > deadline) throw new FeosError('INTERNAL', `resume: the snapshot did not load within ${loadTimeoutMs} ms`);
-        await new Promise((r) => setTimeout(r, 25));
-      }
-      const mig = await qmp.execute<{ status?: string }>('query-migrate');
-      if (mig.status === 'failed') throw new FeosError('INTERNAL', 'resume: the snapshot failed to load (see qemu.log)');
-      await qmp.execute('cont');
+      const vmm = rt.vmm!;
+      await vmm.waitLoaded(loadTimeoutMs);
+      await vmm.cont();
     } catch (err: unknown) {
       // (#spawn recorded it RUNNING once QMP answered.)
       if ((rt.record.state as MicroVmState) === MicroVmState.RUNNING) await this.#backToSuspended(rt, errorMessage(err));
       rt.expectingExit = false;
-      if (err instanceof FeosError) throw err;
+      if (err instanceof MicroVmError) throw err;
       const log = await readFile(p.qemuLog, 'utf8').catch(() => '');
-      throw new FeosError('INTERNAL', `resume: ${errorMessage(err)}; qemu.log: ${log.trim().split('\n').slice(-2).join(' | ')}`, { cause: err });
+      throw new VmmError(id, `resume: ${errorMessage(err)}; qemu.log: ${log.trim().split('\n').slice(-2).join(' | ')}`, { cause: err });
     }
     rt.expectingExit = false;
     await this.#removeSnapshot(rt);
@@ -474,12 +450,12 @@ export class MicroVmService extends EventEmitter<{ exit: [MicroVmExit] }> {
    * Gives a microVM that does not run (CREATED, STOPPED or CRASHED) a snapshot written elsewhere, as a
    * restore from a checkpoint brings it: the file is moved (renamed: the same file system) into
    * `snapshot/vmstate`, and the microVM is SUSPENDED, to be resumed.
-   * @throws FeosError FAILED_PRECONDITION when it runs or is suspended
+   * @throws MicroVmStateError when it runs or is suspended; MicroVmNotFoundError
    */
   async adoptSnapshot(id: string, vmstate: string): Promise<MicroVm> {
     const rt = this.#must(id);
     if (rt.record.state === MicroVmState.RUNNING || rt.record.state === MicroVmState.SUSPENDED) {
-      throw new FeosError('FAILED_PRECONDITION', `microVM ${id} is ${MicroVmState[rt.record.state]}: only one that does not run takes a snapshot`);
+      throw new MicroVmStateError(id, `microVM ${id} is ${MicroVmState[rt.record.state]}: only one that does not run takes a snapshot`);
     }
     const p = vmPaths(this.dir(id));
     await mkdir(p.snapshotDir, { recursive: true });
@@ -503,7 +479,7 @@ export class MicroVmService extends EventEmitter<{ exit: [MicroVmExit] }> {
     const rt = this.#vms.get(id);
     if (rt) {
       await this.kill(id, 'deleted');
-      rt.qmp?.close();
+      rt.vmm?.close();
       rt.guest.close();
       this.#vms.delete(id);
     }
@@ -511,10 +487,10 @@ export class MicroVmService extends EventEmitter<{ exit: [MicroVmExit] }> {
     await rm(this.dir(id), { recursive: true, force: true });
   }
 
-  /** Lets go of every QMP and guest connection (feosd's exit); QEMU processes run on. */
+  /** Lets go of every VMM and guest connection (feosd's exit); the VMM processes run on. */
   closeAll(): void {
     for (const rt of this.#vms.values()) {
-      rt.qmp?.close();
+      rt.vmm?.close();
       rt.guest.close();
       rt.child?.unref();
     }
@@ -528,9 +504,10 @@ export class MicroVmService extends EventEmitter<{ exit: [MicroVmExit] }> {
     rt.record.snapshotBytes = 0n;
   }
 
+  /** @throws MicroVmNotFoundError */
   #must(id: string): Runtime {
     const rt = this.#vms.get(id);
-    if (!rt) throw new FeosError('NOT_FOUND', `microVM ${id} not found`);
+    if (!rt) throw new MicroVmNotFoundError(id);
     return rt;
   }
 
@@ -550,21 +527,16 @@ export class MicroVmService extends EventEmitter<{ exit: [MicroVmExit] }> {
   }
 
   async #spawn(rt: Runtime, incoming?: string): Promise<void> {
-    if (!rt.config) throw new FeosError('INTERNAL', `microVM ${rt.record.id}: config.json missing`);
+    if (!rt.config) throw new VmmError(rt.record.id, `microVM ${rt.record.id}: config.json missing`);
     const p = vmPaths(this.dir(rt.record.id));
     for (const s of [p.qmp, p.guest, p.console]) await rm(s, { force: true });
     const logFd = openSync(p.qemuLog, 'a');
     let child: ChildProcess;
     try {
-      child = spawn(this.#opts.qemu, qemuArgs(rt.config, incoming), { detached: true, stdio: ['ignore', logFd, logFd] });
+      child = await this.#vmm.launch(rt.record.id, rt.config, logFd, incoming);
     } finally {
       closeSync(logFd);
     }
-    const spawned = await new Promise<Error | undefined>((resolve) => {
-      child.once('spawn', () => resolve(undefined));
-      child.once('error', (err) => resolve(err));
-    });
-    if (spawned) throw new FeosError('INTERNAL', `QEMU: spawn ${this.#opts.qemu}: ${spawned.message}`, { cause: spawned });
     child.unref();
     const pid = child.pid!;
     rt.child = child;
@@ -581,17 +553,17 @@ export class MicroVmService extends EventEmitter<{ exit: [MicroVmExit] }> {
         this.#opts.log.warn({ id: rt.record.id, err: errorMessage(err) }, 'cgroup: not placed'),
       );
     }
-    // QEMU creates its sockets as it starts; wait for QMP with a deadline.
+    // The VMM creates its sockets as it starts; wait for its control socket with a deadline.
     const deadline = performance.now() + 10_000;
     for (;;) {
       try {
-        await this.#attachQmp(rt);
+        await this.#attachVmm(rt);
         break;
       } catch (err: unknown) {
         if (child.exitCode !== null || child.signalCode !== null || performance.now() > deadline) {
           killPid(pid);
           const log = await readFile(p.qemuLog, 'utf8').catch(() => '');
-          throw new FeosError('INTERNAL', `QEMU did not come up: ${errorMessage(err)}; qemu.log: ${log.trim().split('\n').slice(-3).join(' | ')}`);
+          throw new VmmError(rt.record.id, `${this.#vmm.name} did not come up: ${errorMessage(err)}; qemu.log: ${log.trim().split('\n').slice(-3).join(' | ')}`);
         }
         await new Promise((r) => setTimeout(r, 20));
       }
@@ -599,19 +571,21 @@ export class MicroVmService extends EventEmitter<{ exit: [MicroVmExit] }> {
     await this.#setState(rt, MicroVmState.RUNNING, incoming ? 'resumed' : 'booted');
   }
 
-  async #attachQmp(rt: Runtime): Promise<void> {
-    const qmp = await QmpClient.connect(vmPaths(this.dir(rt.record.id)).qmp, 2000);
-    rt.qmp?.close();
-    rt.qmp = qmp;
-    qmp.on('event', (ev: QmpEvent) => {
-      if (ev.event === 'SHUTDOWN' && ev.data?.guest === true) rt.guestShutdownSeen = true;
-      // QEMU's default werror=enospc stops the vCPUs when a write to a disk's file finds the node's file
-      // system full: the guest then answers nothing, and nothing else says why.
-      if (ev.event === 'BLOCK_IO_ERROR' && ev.data?.action === 'stop' && !rt.ioError) {
-        rt.ioError = blockIoError(ev.data);
-        this.#opts.log.error({ id: rt.record.id, event: ev.data }, `microVM paused: ${rt.ioError}`);
-      }
-      if (ev.event === 'RESUME') rt.ioError = undefined;
+  /** Connects to the microVM's VMM (replacing a connection before) and follows what it tells. */
+  async #attachVmm(rt: Runtime): Promise<void> {
+    const session = await this.#vmm.connect(this.dir(rt.record.id), 2000);
+    rt.vmm?.close();
+    rt.vmm = session;
+    session.on('guest-shutdown', () => {
+      rt.guestShutdownSeen = true;
+    });
+    session.on('io-error', (reason, data) => {
+      if (rt.ioError) return;
+      rt.ioError = reason;
+      this.#opts.log.error({ id: rt.record.id, event: data }, `microVM paused: ${reason}`);
+    });
+    session.on('resumed', () => {
+      rt.ioError = undefined;
     });
   }
 
@@ -627,7 +601,7 @@ export class MicroVmService extends EventEmitter<{ exit: [MicroVmExit] }> {
         }
         setTimeout(check, 200);
       };
-      rt.qmp!.once('close', check);
+      rt.vmm!.once('close', check);
     });
     void rt.exited.then(() =>
       this.#onExit(rt, pid, rt.guestShutdownSeen ? undefined : 'QEMU ended without the guest shutting down'),
@@ -635,8 +609,8 @@ export class MicroVmService extends EventEmitter<{ exit: [MicroVmExit] }> {
   }
 
   async #onExit(rt: Runtime, pid: number, crash: string | undefined): Promise<void> {
-    rt.qmp?.close();
-    rt.qmp = undefined;
+    rt.vmm?.close();
+    rt.vmm = undefined;
     rt.guest.close();
     if (rt.expectingExit || rt.record.pid !== pid || rt.record.state !== MicroVmState.RUNNING) return;
     if (!this.#vms.has(rt.record.id)) return;
@@ -647,11 +621,4 @@ export class MicroVmService extends EventEmitter<{ exit: [MicroVmExit] }> {
     );
     this.emit('exit', { id: rt.record.id, pid, state, reason });
   }
-}
-
-/** QMP's BLOCK_IO_ERROR data in words: the operation, the drive, QEMU's reason, and a full disk said so. */
-export function blockIoError(data: Record<string, unknown>): string {
-  const drive = String(data.device || data['node-name'] || 'a disk');
-  const full = data.nospace === true ? " (the node's disk is full)" : '';
-  return `QEMU paused it on a failed ${String(data.operation ?? 'access')} of ${drive}: ${String(data.reason ?? 'I/O error')}${full}`;
 }

@@ -24,7 +24,7 @@ import { create } from '@bufbuild/protobuf';
 import { timestampNow } from '@bufbuild/protobuf/wkt';
 import { type PodInfo, PodInfoSchema, PodState } from '../gen/feos/pod/v1/pod_pb.js';
 import { MicroVmState } from '../gen/feos/microvm/v1/microvm_pb.js';
-import { errorMessage, FeosError } from '../api/index.ts';
+import { asFeosError, errorMessage, FeosError } from '../api/index.ts';
 import { vmPaths } from '../microvm/index.ts';
 import { normalizeSpec } from './spec.ts';
 import { POD_RECORD_VERSION } from './records.ts';
@@ -87,7 +87,7 @@ async function recoverHibernation(core: PodCore, m: InFlight): Promise<RecoveryO
     manifest = await readManifest(store, m.id, m.checkpoint);
   } catch (err: unknown) {
     // No manifest: the hibernation did not reach its commit point. Anything else: the store must say.
-    if (!(err instanceof FeosError && err.code === 'NOT_FOUND')) throw err;
+    if (asFeosError(err)?.code !== 'NOT_FOUND') throw err;
   }
   const pod = o.records.get(m.id);
   if (manifest) {

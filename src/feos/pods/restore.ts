@@ -22,7 +22,7 @@ import { create } from '@bufbuild/protobuf';
 import { timestampNow } from '@bufbuild/protobuf/wkt';
 import { type PodInfo, PodInfoSchema, PodState } from '../gen/feos/pod/v1/pod_pb.js';
 import { VolumeState } from '../gen/feos/volume/v1/volume_pb.js';
-import { errorMessage, FeosError } from '../api/index.ts';
+import { asFeosError, errorMessage, FeosError } from '../api/index.ts';
 import { normalizeSpec } from './spec.ts';
 import { POD_RECORD_VERSION } from './records.ts';
 import type { PodNetworkAttachment } from './network.ts';
@@ -169,7 +169,7 @@ async function restoreLocked(core: PodCore, id: string, existing: PodInfo | unde
       for (const v of m.volumes) await rm(tmpVolume(v.volumeId), { force: true });
       await removeInFlight(stateDir, id, 'restore').catch(() => {});
       core.log.warn({ id, checkpoint, err: errorMessage(err) }, 'restore: refused; nothing was restored');
-      if (err instanceof FeosError) throw err;
+      if (asFeosError(err)) throw err;
       throw new FeosError('INTERNAL', `restore pod ${id}: ${errorMessage(err)}; nothing was restored`, { cause: err });
     }
     // The checkpoint is this node's now: the pod is recorded FAILED with what it has, never lost.
@@ -214,7 +214,7 @@ async function restoreLocked(core: PodCore, id: string, existing: PodInfo | unde
     await rm(tmpMemory, { force: true });
     const p = o.records.get(id) ?? pod;
     if (p.state !== PodState.FAILED) await core.setState(p, PodState.FAILED, `restore: ${errorMessage(err)}`);
-    throw err instanceof FeosError ? err : new FeosError('INTERNAL', `restore pod ${id}: ${errorMessage(err)}; the pod is FAILED with its disk`, { cause: err });
+    throw asFeosError(err) ? err : new FeosError('INTERNAL', `restore pod ${id}: ${errorMessage(err)}; the pod is FAILED with its disk`, { cause: err });
   } finally {
     await removeInFlight(stateDir, id, 'restore').catch((err: unknown) => core.log.warn({ id, err: errorMessage(err) }, 'restore: its in-flight marker was not removed'));
     await dropClaimedData(core, id, checkpoint, m);

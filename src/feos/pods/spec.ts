@@ -6,7 +6,7 @@ import { isIP } from 'node:net';
 import { clone, create } from '@bufbuild/protobuf';
 import { type PodSpec, PodSpecSchema } from '../gen/feos/pod/v1/pod_pb.js';
 import { errorMessage, FeosError } from '../api/index.ts';
-import { parseImageRef } from '../guest/images.ts';
+import { parseImageRef } from '../guest/index.ts';
 
 const MIB = 1024n * 1024n;
 /** Default memory of a pod: 256 MiB. */

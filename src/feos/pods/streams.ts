@@ -13,7 +13,7 @@ import {
   PortForwardResponseSchema,
 } from '../gen/feos/guest/v1/guest_pb.js';
 import type { ExecPodRequest, ExecPodResponse, ExecPodStart, PodLogsRequest, PortForwardPodRequest } from '../gen/feos/pod/v1/pod_pb.js';
-import { type CodeName, codeName, FeosError, errorMessage } from '../api/index.ts';
+import { asFeosError, type CodeName, codeName, FeosError, errorMessage } from '../api/index.ts';
 import { GrpcError } from '../guest/index.ts';
 import type { PodService } from './service.ts';
 import { GUEST_CALL_MS } from './service.ts';
@@ -23,7 +23,8 @@ type ExecOut = Partial<Pick<ExecPodResponse, 'response'>>;
 
 /** The guest's error as the API's: its code kept, the pod named. */
 function fromGuest(podId: string, err: unknown): FeosError {
-  if (err instanceof FeosError) return err;
+  const known = asFeosError(err);
+  if (known) return known;
   if (err instanceof GrpcError) return new FeosError(codeName(err.code) as CodeName, err.message, { cause: err });
   return new FeosError('UNAVAILABLE', `the guest of pod ${podId}: ${errorMessage(err)}`, { cause: err });
 }
@@ -118,7 +119,7 @@ export async function portForward(
   const pod = pods.get(start.podId);
   // A port forward needs a RUNNING pod, not a container: any container's check will do when it has one.
   const { call } = await open(pods, pod.id, '', 'PortForward').catch(async (err: unknown) => {
-    if (err instanceof FeosError && err.code === 'NOT_FOUND' && pod.spec!.containers.length === 0) {
+    if (asFeosError(err)?.code === 'NOT_FOUND' && pod.spec!.containers.length === 0) {
       return { call: await pods.guest(pod.id).stream('PortForward', GUEST_CALL_MS), container: '' };
     }
     throw err;

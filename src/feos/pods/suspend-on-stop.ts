@@ -9,7 +9,7 @@
 import type { PodInfo } from '../gen/feos/pod/v1/pod_pb.js';
 import { PodState } from '../gen/feos/pod/v1/pod_pb.js';
 import type { Logger } from '../../lib/index.ts';
-import { errorMessage, FeosError } from '../api/index.ts';
+import { asFeosError, errorMessage } from '../api/index.ts';
 import type { PodAction } from './actions.ts';
 
 /** How many pods are suspended or resumed at a time (seed: four). */
@@ -144,7 +144,7 @@ export async function suspendForStop(pods: StopPods, o: SuspendForStopOptions): 
     if (out.pod?.state === PodState.SUSPENDED) {
       result.suspended.push(id);
       o.log.info({ id }, 'suspend on stop: suspended');
-    } else if (out.err instanceof FeosError && out.err.busy) {
+    } else if (asFeosError(out.err)?.busy) {
       busy.push(id);
     } else if (pods.list().find((p) => p.id === id)?.state !== PodState.RUNNING) {
       // Gone, stopped or hibernated meanwhile (a hibernation in flight ends so): not the stop's to suspend.

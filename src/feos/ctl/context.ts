@@ -1,0 +1,75 @@
+/**
+ * What every feosctl command stands on: the gRPC target and deadline from the global flags, the `-o`
+ * option, and the mapping of a failed call to feosctl's `<CODE_NAME>: <message>` (exit 1).
+ */
+import { type Command, Option } from 'commander';
+import { codeName, isVmBusy } from '../api/index.ts';
+import { table } from './output.ts';
+import type { ClusterTunnel } from './through-cluster.ts';
+
+/** Thrown for a gRPC error: printed with its code name (`feosctl: <CODE_NAME>: <message>`), exit 1. */
+export class CallFailed extends Error {}
+
+/** What the command groups take from feosctl's main: its target, deadline, error mapping and printing. */
+export interface CtlContext {
+  /** The gRPC target: `unix:PATH` or `host:port`. */
+  target: () => string;
+  /** Each call's deadline (--timeout). */
+  deadline: () => Date;
+  /** Runs a call; a gRPC error becomes feosctl's `<CODE>: <message>` (exit 1). */
+  call: <T>(fn: () => Promise<T>) => Promise<T>;
+  /** The `-o table|json|yaml` option. */
+  output: () => Option;
+  /** Columns padded as kubectl pads them. */
+  table: (rows: string[][]) => string;
+}
+
+/**
+ * Whether an UNAVAILABLE's details are grpc-js's own failure to reach feosd ("No connection
+ * established. Last error: connect ENOENT ..."), as opposed to an UNAVAILABLE that feosd answered
+ * (a store that failed with ENOENT, say), which feosctl shows as it is.
+ */
+export function isConnectFailure(details: string): boolean {
+  return /^No connection established\b/.test(details) || /^(?:connect )?(?:ENOENT|ECONNREFUSED)\b/.test(details);
+}
+
+/**
+ * The context of `program`'s commands, read from its global options (`--socket`, `--tcp`, `--timeout`)
+ * when a command runs; with a tunnel through the cluster (`--node`), its loopback end is the target.
+ */
+export function ctlContext(program: Command, tunnel: () => ClusterTunnel | undefined = () => undefined): CtlContext {
+  const target = () => {
+    const o = program.opts<{ socket: string; tcp?: string }>();
+    const t = tunnel();
+    return t ? t.target : o.tcp ? o.tcp : `unix:${o.socket}`;
+  };
+  const deadline = () => new Date(Date.now() + program.opts<{ timeout: number }>().timeout * 1000);
+  const output = () => new Option('-o, --output <format>', 'table, json or yaml').choices(['table', 'json', 'yaml']).default('table');
+  const call = async <T>(fn: () => Promise<T>): Promise<T> => {
+    try {
+      return await fn();
+    } catch (err: unknown) {
+      const e = err as { code?: number; details?: string };
+      // grpc-js's words for a feosd that is not there ("No connection established. Last error: ...
+      // Resolution note: ") say the same in the operator's terms.
+      const o = program.opts<{ socket: string; tcp?: string }>();
+      // Only grpc-js's own failure to connect: feosd's UNAVAILABLE answers (a store that failed with
+      // ENOENT, say) are shown as they are.
+      const t = tunnel();
+      if (e.code === 14 && t?.lastError()) throw new CallFailed(`UNAVAILABLE: ${t.lastError()}`);
+      if (e.code === 14 && isConnectFailure(e.details ?? '')) {
+        const where = o.tcp
+          ? `nothing answers at ${o.tcp}; pass --tcp`
+          : /ENOENT/.test(e.details ?? '')
+            ? `no socket at ${o.socket}; pass --socket`
+            : `nothing listens on ${o.socket}; pass --socket`;
+        throw new CallFailed(`UNAVAILABLE: is feosd running? (${where})`);
+      }
+      if (typeof e.code === 'number') {
+        throw new CallFailed(`${codeName(e.code)}: ${e.details ?? ''}${isVmBusy(err) ? ' (VmBusy)' : ''}`);
+      }
+      throw err;
+    }
+  };
+  return { target, deadline, call, output, table };
+}

@@ -1,0 +1,108 @@
+/**
+ * What feosd needs of the host before it serves (seed 000, "feosd"): flags checked before anything is
+ * taken, directories made as `mkdir -p` makes them (but ending), the API socket's group, a run dir that
+ * no other feosd serves, and systemd's READY=1.
+ */
+import { execFile } from 'node:child_process';
+import { readFileSync } from 'node:fs';
+import { mkdir } from 'node:fs/promises';
+import net from 'node:net';
+import { dirname } from 'node:path';
+import { HostService as HostServiceDesc } from './gen/feos/host/v1/host_pb.js';
+import type { Logger } from '../lib/index.ts';
+import { errorMessage, makeClient } from './api/index.ts';
+
+/** The gid of the group `name` in /etc/group, or undefined (none, or no /etc/group). */
+export function findGroup(name: string): number | undefined {
+  try {
+    for (const line of readFileSync('/etc/group', 'utf8').split('\n')) {
+      const [n, , gid] = line.split(':');
+      if (n === name) return Number(gid);
+    }
+  } catch {}
+  return undefined;
+}
+
+/** Sends READY=1 to $NOTIFY_SOCKET (systemd-notify for this pid), where there is one; a failure is logged. */
+export function notifyReady(log: Logger): void {
+  const socket = process.env.NOTIFY_SOCKET;
+  if (!socket) return;
+  // Node has no unix datagram sockets: systemd-notify sends it for this pid (the unit needs NotifyAccess=all).
+  execFile('systemd-notify', ['--ready', `--pid=${process.pid}`], (err) => {
+    if (err) log.warn({ err: errorMessage(err) }, 'READY=1: systemd-notify failed');
+  });
+}
+
+/**
+ * `mkdir -p` that ends: Node's recursive mkdir loops forever where a parent refuses new entries with
+ * ENOENT (such as /proc). Each missing directory is made on its own; the first error is thrown.
+ * @throws Error naming the flag, the directory and the system's error
+ */
+export async function makeDirs(flag: string, dir: string, mode?: number): Promise<void> {
+  const missing: string[] = [];
+  for (let d = dir; ; d = dirname(d)) {
+    try {
+      await mkdir(d, { mode });
+      break;
+    } catch (err: unknown) {
+      const code = (err as NodeJS.ErrnoException).code;
+      if (code === 'EEXIST') break;
+      if (code !== 'ENOENT' || dirname(d) === d) throw new Error(`${flag} ${dir}: cannot make ${d}: ${errorMessage(err)}`, { cause: err });
+      missing.push(d);
+    }
+  }
+  for (const d of missing.reverse()) {
+    try {
+      await mkdir(d, { mode });
+    } catch (err: unknown) {
+      if ((err as NodeJS.ErrnoException).code !== 'EEXIST') throw new Error(`${flag} ${dir}: cannot make ${d}: ${errorMessage(err)}`, { cause: err });
+    }
+  }
+}
+
+/**
+ * Checks `--tcp`'s form before anything is taken: `host:port` or `[v6]:port`, the port 0 to 65535.
+ * @throws Error "--tcp X: want host:port ..."
+ */
+export function checkTcpAddress(address: string): void {
+  const m = /^(\[[0-9A-Fa-f:.]+\]|[^:[\]\s]+):(\d{1,5})$/.exec(address);
+  if (!m || Number(m[2]) > 65535) throw new Error(`--tcp ${JSON.stringify(address)}: want host:port (such as 127.0.0.1:1337, [::1]:1337; port 0 to 65535, 0 asks the OS)`);
+}
+
+/** Whether something accepts connections on a unix socket (a live feosd), within 2 s. */
+function socketAnswers(path: string): Promise<boolean> {
+  return new Promise((resolve) => {
+    const sock = net.connect(path);
+    const timer = setTimeout(() => {
+      sock.destroy();
+      resolve(true);
+    }, 2000);
+    sock.once('connect', () => {
+      clearTimeout(timer);
+      sock.destroy();
+      resolve(true);
+    });
+    sock.once('error', () => {
+      clearTimeout(timer);
+      resolve(false);
+    });
+  });
+}
+
+/**
+ * Refuses a run dir whose api.sock another feosd serves (another --state-dir, the same --run-dir): its
+ * socket would be taken over and, at this one's exit, removed.
+ * @throws Error "another feosd serves RUN/api.sock, pid N"
+ */
+export async function refuseServedSocket(socketPath: string): Promise<void> {
+  if (!(await socketAnswers(socketPath))) return;
+  let pid = '';
+  const host = makeClient(HostServiceDesc, `unix:${socketPath}`);
+  try {
+    pid = `, pid ${(await host.getHostInfo({}, { deadline: Date.now() + 3000 })).pid}`;
+  } catch {
+  } finally {
+    host.grpc.close();
+  }
+  throw new Error(`another feosd serves ${socketPath}${pid}: stop it, or give this one another --run-dir`);
+}
