@@ -123,7 +123,7 @@ export async function bringUp(core: PodCore, pod: PodInfo, signal: AbortSignal):
     if (signal.aborted) return;
     let reason = `${step}: ${errorMessage(err)}`;
     // A guest that did not attach says why on its console alone (the agent killed for lack of memory).
-    if (step === 'guest attach') reason += await attachFailureHint(vmPaths(o.vms.dir(id)).serialLog);
+    if (step === 'guest attach') reason += await attachFailureHint(vmPaths(o.vms.dir(id)).serialLog, o.vms.accelerator);
     else if (step.endsWith(': create') && !pod.spec!.network) reason += unforwardedHint(pod, step, o.registryForwards ?? []);
     await o.vms.kill(id, `bring-up failed: ${reason}`).catch(() => {});
     await core.detach(pod);
