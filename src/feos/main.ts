@@ -13,6 +13,7 @@ import { startFeosd } from './daemon.ts';
 import { FEOSD_VERSION } from './host/index.ts';
 import { openObjectStore } from './store/index.ts';
 import { STOP_MARGIN_MS } from './pods/index.ts';
+import { insecureRegistry } from './registry-flags.ts';
 import { existsSync, statSync } from 'node:fs';
 import { join } from 'node:path';
 import { isIP } from 'node:net';
@@ -89,7 +90,8 @@ export async function main(argv: string[]): Promise<void> {
       return v;
     })
     .option('--guest-attach-timeout <seconds>', "how long a boot's guest has to attach (default 60, 180 under TCG)", positive('--guest-attach-timeout'))
-    .option('--registry-forward <host:port>', 'a registry on the node that pods without a network reach (repeatable)', registryForward)
+    .option('--registry-forward <host:port>', "a registry on the node that every pod reaches through its microVM's own link (repeatable)", registryForward)
+    .option('--insecure-registry <host:port>', 'a registry the guest pulls from over plain HTTP, not HTTPS (repeatable)', insecureRegistry)
     .allowExcessArguments(false);
   program.parse(argv);
   const opts = program.opts<{
@@ -113,6 +115,7 @@ export async function main(argv: string[]): Promise<void> {
     dnsUpstream?: string[];
     denyPrefix?: string[];
     registryForward?: string[];
+    insecureRegistry?: string[];
   }>();
   if (opts.stopGrace > MAX_STOP_GRACE_S) {
     program.error(`error: option '--stop-grace <seconds>' argument '${opts.stopGrace}' is invalid. at most ${MAX_STOP_GRACE_S} s (24.8 days, the longest timer Node.js keeps)`);
@@ -162,6 +165,7 @@ export async function main(argv: string[]): Promise<void> {
           denyPrefixes: opts.denyPrefix,
         },
         registryForwards: opts.registryForward,
+        insecureRegistries: opts.insecureRegistry,
         objectStore: opts.objectStore,
         log,
       },
