@@ -68,10 +68,14 @@ export function metadataFromFile(file: string): Record<string, string> {
   return out;
 }
 
+/** How long `withContainerStates` asks again while the pod's bring-up still holds its lock (ms). */
+export const STATES_WAIT_MS = 10_000;
+
 /**
  * After `--wait`: a RUNNING pod with containers as GetPod shows it (with the containers' states, which
- * feosd asks its guest for; the watch's events carry none). Any other pod, or a GetPod that fails, is
- * the pod as it came.
+ * feosd asks its guest for; the watch's events carry none). GetPod gives no states while a change of
+ * the pod runs (the bring-up that made it RUNNING lets go of its lock just after): asked again every
+ * 200 ms for up to `STATES_WAIT_MS`. Any other pod, or a GetPod that fails, is the pod as it came.
  */
 export async function withContainerStates(
   client: { getPod(req: { id: string }, options: { deadline: Date }): Promise<{ pod?: PodInfo }> },
@@ -79,9 +83,15 @@ export async function withContainerStates(
   deadline: Date,
 ): Promise<PodInfo> {
   if (pod.state !== PodState.RUNNING || (pod.spec?.containers.length ?? 0) === 0) return pod;
-  try {
-    return (await client.getPod({ id: pod.id }, { deadline })).pod ?? pod;
-  } catch {
-    return pod;
+  const until = Math.min(deadline.getTime(), Date.now() + STATES_WAIT_MS);
+  let got = pod;
+  for (;;) {
+    try {
+      got = (await client.getPod({ id: pod.id }, { deadline })).pod ?? got;
+    } catch {
+      return got;
+    }
+    if (got.containers.length > 0 || got.guest?.answered || got.state !== PodState.RUNNING || Date.now() >= until) return got;
+    await new Promise((r) => setTimeout(r, 200)); // the bring-up's lock is let go of within a moment
   }
 }
