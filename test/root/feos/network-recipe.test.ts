@@ -5,7 +5,8 @@
 //     never answers the pod's ARP for 169.254.0.1 without a route out);
 //   - with the recipe's routes: a pod with a network and a container whose image (built as
 //     docs/feos/feosd.md builds it, every busybox applet linked) comes from docker-registry on the node
-//     through --registry-forward; `pod create --wait` prints the container running; `pod exec -- cat`
+//     through --registry-forward, and one from a plain-HTTP registry its network reaches
+//     (--insecure-registry); `pod create --wait` prints both running; `pod exec -- cat`
 //     works; the pod's resolver answers a name of its table, and its metadata service answers a client
 //     that speaks AWS IMDSv2's header names with the pod's metadata.
 import assert from 'node:assert/strict';
@@ -69,28 +70,50 @@ test("network.md's recipe: without a route out a create is refused; with it a po
 
   // The recipe: a way out for each family; the registry on the node (the namespace's loopback).
   routeOut(ns);
-  writeFileSync(join(dir, 'registry.yml'), `version: 0.1\nlog:\n  level: error\nstorage:\n  filesystem:\n    rootdirectory: ${join(dir, 'registry')}\nhttp:\n  addr: 127.0.0.1:5000\n`);
-  const registry = spawn('ip', ['netns', 'exec', ns, 'docker-registry', 'serve', join(dir, 'registry.yml')], { stdio: 'ignore' });
-  stops.push(async () => {
-    if (registry.exitCode === null) {
-      const ended = new Promise((r) => registry.once('exit', r));
-      registry.kill('SIGKILL');
-      await ended;
-    }
-  });
-  await until('the registry answers', async () => {
-    try {
-      return inNs(ns, 'curl', ['-sf', 'http://127.0.0.1:5000/v2/'], 5000);
-    } catch {
-      return undefined;
-    }
-  }, 30_000);
+  const registry = async (where: string, address: string, name: string) => {
+    // The same storage: the image pushed to the node's is on the other too.
+    writeFileSync(join(dir, `${name}.yml`), `version: 0.1\nlog:\n  level: error\nstorage:\n  filesystem:\n    rootdirectory: ${join(dir, 'registry')}\nhttp:\n  addr: ${address}\n`);
+    const child = spawn('ip', ['netns', 'exec', where, 'docker-registry', 'serve', join(dir, `${name}.yml`)], { stdio: 'ignore' });
+    stops.push(async () => {
+      if (child.exitCode === null) {
+        const ended = new Promise((r) => child.once('exit', r));
+        child.kill('SIGKILL');
+        await ended;
+      }
+    });
+    await until(`the registry on ${address} answers`, async () => {
+      try {
+        return inNs(where, 'curl', ['-sf', `http://${address}/v2/`], 5000);
+      } catch {
+        return undefined;
+      }
+    }, 30_000);
+  };
+  await registry(ns, '127.0.0.1:5000', 'node-registry');
   inNs(ns, 'skopeo', ['copy', '--quiet', '--dest-tls-verify=false', `oci:${buildImage(dir)}:1`, 'docker://127.0.0.1:5000/busybox:1'], 120_000);
+  // Beyond the recipe: the far end of its veth in a namespace of its own, a plain-HTTP registry there
+  // (11.0.0.2, an address of the internet as the pods' groups see it), which the pod reaches through its
+  // network, masqueraded, with --insecure-registry.
+  const inet = `k32t-${randomBytes(3).toString('hex')}-inet`;
+  execFileSync('ip', ['netns', 'add', inet]);
+  stops.unshift(async () => {
+    execFileSync('ip', ['netns', 'del', inet]);
+  });
+  for (const [where, args] of [
+    [ns, ['link', 'set', 'feos-out-end', 'netns', inet]],
+    [ns, ['addr', 'add', '11.0.0.1/24', 'dev', 'feos-out']],
+    [inet, ['link', 'set', 'lo', 'up']],
+    [inet, ['link', 'set', 'feos-out-end', 'up']],
+    [inet, ['addr', 'add', '11.0.0.2/24', 'dev', 'feos-out-end']],
+  ] as const) {
+    execFileSync('ip', ['-n', where, ...args], { stdio: ['ignore', 'ignore', 'pipe'] });
+  }
+  await registry(inet, '11.0.0.2:5000', 'inet-registry');
 
   const feosd = await startFeosd(join(dir, 'node'), {
     guestDir: GUEST_DIR,
     netns: ns,
-    extra: ['--pod-prefix', 'fd00:feed::/64', '--registry-forward', '127.0.0.1:5000'],
+    extra: ['--pod-prefix', 'fd00:feed::/64', '--registry-forward', '127.0.0.1:5000', '--insecure-registry', '11.0.0.2:5000'],
   });
   stops.push(async () => {
     await feosd.stop('SIGKILL');
@@ -107,12 +130,13 @@ test("network.md's recipe: without a route out a create is refused; with it a po
   writeFileSync(join(dir, 'pod.yaml'), 'network:\n  nameTables: [svc]\n');
   const created = await feosctl(
     feosd.socket,
-    ['pod', 'create', '--id', ID, '-f', join(dir, 'pod.yaml'), '--image', '127.0.0.1:5000/busybox:1', '--metadata', 'role=web', '--wait'],
+    ['pod', 'create', '--id', ID, '-f', join(dir, 'pod.yaml'), '--image', '127.0.0.1:5000/busybox:1', '--image', '11.0.0.2:5000/busybox:1', '--metadata', 'role=web', '--wait'],
     600_000,
   );
   assert.equal(created.code, 0, `${created.stdout}${created.stderr}\n${feosd.stderr().split('\n').slice(-15).join('\n')}`);
-  // --wait shows the container's state (it printed '-' for a RUNNING pod).
-  assert.match(created.stdout, new RegExp(`^ID\\s+STATE.*\\n${ID}\\s+RUNNING\\s.*\\n\\nCONTAINER\\s+IMAGE\\s+STATE\\nbusybox\\s+127\\.0\\.0\\.1:5000/busybox:1\\s+running\\n$`));
+  // --wait shows the containers' states (it printed '-' for a RUNNING pod): one from the node's registry
+  // through the forward, one from the plain-HTTP registry through the pod's network.
+  assert.match(created.stdout, new RegExp(`^ID\\s+STATE.*\\n${ID}\\s+RUNNING\\s.*\\n\\nCONTAINER\\s+IMAGE\\s+STATE\\nbusybox\\s+127\\.0\\.0\\.1:5000/busybox:1\\s+running\\nbusybox-2\\s+11\\.0\\.0\\.2:5000/busybox:1\\s+running\\n$`));
   const pod = (await feosd.pods.getPod({ id: ID })).pod!;
   assert.equal(pod.state, PodState.RUNNING);
   assert.match(pod.ipv6Address, /^fd00:feed::/);
