@@ -56,8 +56,10 @@ export interface FeosdOptions {
    * services, and the pods' network as the pod layer's provider.
    */
   networkFlags?: NetworkFlags;
-  /** Registries on the node (`host:port`) that pods without a network reach (`--registry-forward`). */
+  /** Registries on the node (`host:port`) that every pod reaches through its microVM's link (`--registry-forward`). */
   registryForwards?: string[];
+  /** Registries the guest pulls from over plain HTTP (`--insecure-registry`, `host:port`). */
+  insecureRegistries?: string[];
   /**
    * Where pods hibernate (`--object-store`): a URL (`file:///path`) or a store; none = HibernatePod and
    * RestorePod are FAILED_PRECONDITION.
@@ -201,6 +203,7 @@ async function startPods(o: FeosdOptions, parts: PodParts, log: Logger): Promise
     // TCG runs the guest about ten times slower than KVM, and Node's start in the guest with it.
     guestAttachMs: o.guestAttachMs ?? (parts.accelerator === 'kvm' ? 60_000 : 180_000),
     registryForwards: o.registryForwards,
+    insecureRegistries: o.insecureRegistries,
     objectStore: parts.objectStore,
   });
   await pods.init();

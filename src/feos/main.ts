@@ -14,6 +14,7 @@ import { FEOSD_VERSION } from './host/index.ts';
 import { openObjectStore } from './store/index.ts';
 import { STOP_MARGIN_MS } from './pods/index.ts';
 import { splitAddress } from './fleet/index.ts';
+import { insecureRegistry } from './registry-flags.ts';
 import { existsSync, statSync } from 'node:fs';
 import { join } from 'node:path';
 import { isIP } from 'node:net';
@@ -131,7 +132,8 @@ export async function main(argv: string[]): Promise<void> {
     .option('--s3-endpoint <url>', "the S3 server of an s3:// object store (default AWS's for the region)", s3Endpoint)
     .option('--s3-region <region>', 'the region of an s3:// object store (default $AWS_REGION, else us-east-1)')
     .option('--guest-attach-timeout <seconds>', "how long a boot's guest has to attach (default 60, 180 under TCG)", positive('--guest-attach-timeout'))
-    .option('--registry-forward <host:port>', 'a registry on the node that pods without a network reach (repeatable)', registryForward)
+    .option('--registry-forward <host:port>', "a registry on the node that every pod reaches through its microVM's own link (repeatable)", registryForward)
+    .option('--insecure-registry <host:port>', 'a registry the guest pulls from over plain HTTP, not HTTPS (repeatable)', insecureRegistry)
     .option('--control-plane <host:port>', "join the control plane at its port for nodes (Kube32's --feos-listen)", controlPlane)
     .option('--control-plane-name <name>', "the DNS name the control plane's certificate is checked for (default: the host of --control-plane)")
     .option('--trust-domain <name>', "the control plane's SPIFFE trust domain", 'feos.local')
@@ -169,6 +171,7 @@ export async function main(argv: string[]): Promise<void> {
     joinTokenFile: string;
     nodeDir?: string;
     nodeName?: string;
+    insecureRegistry?: string[];
   }>();
   if (opts.stopGrace > MAX_STOP_GRACE_S) {
     program.error(`error: option '--stop-grace <seconds>' argument '${opts.stopGrace}' is invalid. at most ${MAX_STOP_GRACE_S} s (24.8 days, the longest timer Node.js keeps)`);
@@ -218,6 +221,7 @@ export async function main(argv: string[]): Promise<void> {
           denyPrefixes: opts.denyPrefix,
         },
         registryForwards: opts.registryForward,
+        insecureRegistries: opts.insecureRegistry,
         objectStore: opts.objectStore && openObjectStore(opts.objectStore, { endpoint: opts.s3Endpoint, region: opts.s3Region }),
         fleet: opts.controlPlane
           ? { controlPlane: opts.controlPlane, controlPlaneName: opts.controlPlaneName, trustDomain: opts.trustDomain, joinTokenFile: opts.joinTokenFile, nodeDir: opts.nodeDir ?? join(opts.stateDir, 'node'), nodeName: opts.nodeName }

@@ -105,3 +105,33 @@ test('the metadata service: tokens, 401, JSON or text', { timeout: 10_000 }, asy
   svc.forgetPod('abcdefghjkm');
   assert.equal((await fetch(`${base}/feos/pod-id`, { headers: h })).status, 401, 'a pod that left has no tokens');
 });
+
+test("the metadata service takes AWS IMDSv2's header names, and a 401 says which header it expected", { timeout: 10_000 }, async (t) => {
+  const svc = new MetadataService({
+    podBySource: (a) => (a === '127.0.0.1' ? { podId: 'abcdefghjkm', ipv4: '169.254.16.1', metadata: { role: 'web' } } : undefined),
+    log,
+  });
+  const port = await svc.listen('127.0.0.1', 0);
+  t.after(() => svc.close());
+  const base = `http://127.0.0.1:${port}`;
+  // As the AWS SDKs and cloud-init ask: the TTL and the token under AWS's names.
+  const asked = await fetch(`${base}/latest/api/token`, { method: 'PUT', headers: { 'X-aws-ec2-metadata-token-ttl-seconds': '21600' } });
+  assert.equal(asked.status, 200);
+  const token = await asked.text();
+  const aws = await fetch(`${base}/metadata/role`, { headers: { 'X-aws-ec2-metadata-token': token } });
+  assert.equal(aws.status, 200);
+  assert.equal(await aws.text(), 'web');
+  // The seed's names still work, with a token asked for under either.
+  assert.equal(await (await fetch(`${base}/feos/pod-id`, { headers: { 'X-metadata-token': token } })).text(), 'abcdefghjkm');
+  // A token under another name: the 401 names it and the headers expected.
+  const wrong = await fetch(`${base}/feos/pod-id`, { headers: { 'X-Auth-Token': token } });
+  assert.equal(wrong.status, 401);
+  assert.match(await wrong.text(), /the request has a `x-auth-token` header, but the session token is expected in `X-metadata-token` \(or `X-aws-ec2-metadata-token`\)/);
+  const stale = await fetch(`${base}/feos/pod-id`, { headers: { 'X-aws-ec2-metadata-token': 'not-a-token' } });
+  assert.equal(stale.status, 401);
+  assert.match(await stale.text(), /token is not valid .*PUT \/latest\/api\/token/);
+  // A token request without a TTL under either name says which it wants.
+  const noTtl = await fetch(`${base}/latest/api/token`, { method: 'PUT', headers: { 'X-aws-ec2-metadata-token-ttl': '60' } });
+  assert.equal(noTtl.status, 400);
+  assert.match(await noTtl.text(), /`X-metadata-token-ttl-seconds` \(or `X-aws-ec2-metadata-token-ttl-seconds`\)/);
+});

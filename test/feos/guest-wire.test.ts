@@ -6,6 +6,7 @@ import { test } from 'node:test';
 import http2 from 'node:http2';
 import type { AddressInfo } from 'node:net';
 import { qemuArgs, registryEndpoints } from '../../src/feos/microvm/index.ts';
+import { guestRegistryEndpoints } from '../../src/feos/pods/index.ts';
 import { AsyncQueue, FrameReader, frameMessage, GrpcCode, GrpcError, serveStreams, streamCall } from '../../src/feos/guest/index.ts';
 
 const base = { dir: '/tmp/x/vms/abc', guestDir: '/g', disk: '/d.qcow2', vcpus: 1, memoryBytes: 256n << 20n, accelerator: 'tcg' as const };
@@ -14,11 +15,24 @@ test('a microVM without a TAP gets a restricted registry link with one guestfwd 
   const args = qemuArgs({ ...base, registryForwards: ['127.0.0.1:5000', 'reg.local:443'] }).join(' ');
   assert.match(args, /-netdev user,id=registry,restrict=on,net=10\.0\.2\.0\/24,guestfwd=tcp:10\.0\.2\.100:5000-cmd:\/bin\/busybox nc 127\.0\.0\.1 5000,guestfwd=tcp:10\.0\.2\.100:5001-cmd:\/bin\/busybox nc reg\.local 443/);
   assert.match(args, /virtio-net-device,netdev=registry,mac=52:54:00:fe:00:01/);
-  const withTap = qemuArgs({ ...base, tap: { name: 'pod-abc', mac: '06:00:00:00:00:01' }, registryForwards: ['127.0.0.1:5000'] }).join(' ');
-  assert.doesNotMatch(withTap, /registry/);
   assert.doesNotMatch(qemuArgs(base).join(' '), /registry/);
   assert.throws(() => qemuArgs({ ...base, registryForwards: ['no-port'] }), RangeError);
   assert.deepEqual(registryEndpoints(['127.0.0.1:5000', 'r:1']), { '127.0.0.1:5000': 'http://10.0.2.100:5000', 'r:1': 'http://10.0.2.100:5001' });
+});
+
+test('a microVM with a TAP gets the registry link too: the pod network does not reach the node, and its NIC keeps the TAP', () => {
+  const withTap = qemuArgs({ ...base, tap: { name: 'pod-abc', mac: '06:00:00:00:00:01' }, registryForwards: ['127.0.0.1:5000'] }).join(' ');
+  assert.match(withTap, /-netdev tap,id=net0,ifname=pod-abc,script=no,downscript=no -device virtio-net-device,netdev=net0,mac=06:00:00:00:00:01/);
+  assert.match(withTap, /-netdev user,id=registry,restrict=on,net=10\.0\.2\.0\/24,guestfwd=tcp:10\.0\.2\.100:5000-cmd:\/bin\/busybox nc 127\.0\.0\.1 5000/);
+});
+
+test('the guest endpoints: insecure registries over plain HTTP as named, forwards through the link (a registry both: the link)', () => {
+  assert.deepEqual(guestRegistryEndpoints(['127.0.0.1:5000'], ['registry.lan:5000', '[2001:db8::5]:80', '127.0.0.1:5000']), {
+    'registry.lan:5000': 'http://registry.lan:5000',
+    '[2001:db8::5]:80': 'http://[2001:db8::5]:80',
+    '127.0.0.1:5000': 'http://10.0.2.100:5000',
+  });
+  assert.deepEqual(guestRegistryEndpoints([], []), {});
 });
 
 test('FrameReader takes messages split and joined across chunks', () => {

@@ -1,5 +1,5 @@
 // Starts real feosd processes on temporary state dirs for the FeOS suites, and drives feosctl.
-import { spawn, type ChildProcess, execFile } from 'node:child_process';
+import { spawn, type ChildProcess, execFile, execFileSync } from 'node:child_process';
 import { existsSync, mkdtempSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
@@ -135,5 +135,22 @@ export async function until<T>(what: string, probe: () => Promise<T | undefined>
     }
     if (Date.now() > deadline) throw new Error(`${what}: not within ${timeoutMs} ms${last ? `: ${String(last)}` : ''}`);
     await new Promise((r) => setTimeout(r, 200));
+  }
+}
+
+/**
+ * Gives a network namespace what the pods' network needs of a node (docs/feos/network.md's recipe): a
+ * veth pair that leads nowhere, `feos-out`, with the default IPv4 and IPv6 routes through it.
+ * @throws Error from `ip` when a step fails
+ */
+export function routeOut(ns: string): void {
+  for (const args of [
+    ['link', 'add', 'feos-out', 'type', 'veth', 'peer', 'name', 'feos-out-end'],
+    ['link', 'set', 'feos-out', 'up'],
+    ['link', 'set', 'feos-out-end', 'up'],
+    ['route', 'add', 'default', 'dev', 'feos-out'],
+    ['-6', 'route', 'add', 'default', 'dev', 'feos-out'],
+  ]) {
+    execFileSync('ip', ['-n', ns, ...args], { stdio: ['ignore', 'ignore', 'pipe'], timeout: 10_000 });
   }
 }

@@ -136,6 +136,9 @@ test("a guest that did not attach: the reason names its console, and the kernel'
   writeFileSync(log, boot(oom) + boot('[    9.0] nothing here\n'));
   assert.equal(await attachFailureHint(log), `; its console: ${log}`);
   assert.equal(await attachFailureHint(join(dir, 'none.log')), `; its console: ${join(dir, 'none.log')}`);
+  // Without a kill, the accelerator it ran under and how to choose another.
+  assert.equal(await attachFailureHint(log, 'kvm'), `; the microVM ran under KVM: where KVM hangs (nested), start feosd with --accel tcg; its console: ${log}`);
+  assert.match(await attachFailureHint(log, 'tcg'), /; the microVM ran under TCG .*--accel kvm.*--guest-attach-timeout; its console: /);
 });
 
 test("a container's create that failed in a pod without a network names the registries feosd forwards", () => {

@@ -9,8 +9,10 @@ import type { AddressInfo } from 'node:net';
 import { join } from 'node:path';
 import { unusedPort } from '../helpers/ports.ts';
 
-/** The applets linked in the test image's /bin. */
-const APPLETS = ['sh', 'echo', 'cat', 'sleep', 'ls', 'env', 'printf', 'test', 'true', 'false', 'mkdir', 'date', 'hostname', 'wc', 'id', 'nc', 'tty', 'grep'];
+/** The applets linked in the test image's /bin: every one of the machine's busybox, as docs/feos/feosd.md's image links them. */
+function applets(): string[] {
+  return execFileSync('/bin/busybox', ['--list'], { encoding: 'utf8' }).split('\n').filter((a) => a !== '' && a !== 'busybox');
+}
 
 /**
  * Builds an OCI layout `<dir>/layout` with the image `busybox` (tag 1): the machine's busybox at
@@ -28,7 +30,7 @@ export function buildBusyboxLayout(dir: string): string {
   mkdirSync(join(bundle, 'rootfs', 'etc'), { recursive: true });
   writeFileSync(join(bundle, 'rootfs', 'etc', 'image-name'), 'busybox\n');
   copyFileSync('/bin/busybox', join(bin, 'busybox'));
-  for (const a of APPLETS) symlinkSync('busybox', join(bin, a));
+  for (const a of applets()) symlinkSync('busybox', join(bin, a));
   sh('umoci', ['repack', '--image', `${layout}:1`, bundle]);
   sh('umoci', ['config', '--image', `${layout}:1`, '--config.cmd', '/bin/sh', '--config.env', 'FEOS_IMAGE=busybox', '--config.env', 'PATH=/bin']);
   return layout;

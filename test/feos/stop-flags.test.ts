@@ -30,13 +30,16 @@ test('feosd refuses --stop-grace of 10 s or less with --suspend-on-stop, a grace
   assert.equal(existsSync(join(dir, 'state')), false, 'nothing was made');
 });
 
-test('feosd refuses a --registry-forward that is not host:port and a --vms-cgroup that is not a cgroup v2 directory', { timeout: 60_000 }, (t) => {
+test('feosd refuses a --registry-forward or --insecure-registry that is not host:port and a --vms-cgroup that is not a cgroup v2 directory', { timeout: 60_000 }, (t) => {
   const { dir, cleanup } = tempDir('feos-flags-');
   t.after(cleanup);
   for (const v of ['nonsense', '127.0.0.1:99999', '127.0.0.1:0', ':5000', '::1:5000', '[nope]:5000']) {
     const r = feosd(dir, ['--registry-forward', v]);
     assert.equal(r.status, 1, `${v}: ${r.stderr}`);
     assert.match(r.stderr, new RegExp(`--registry-forward "${v.replace(/[[\]().]/g, '\\$&')}": want host:port or \\[IPv6\\]:port with a port from 1 to 65535`));
+    const i = feosd(dir, ['--insecure-registry', v]);
+    assert.equal(i.status, 1, `${v}: ${i.stderr}`);
+    assert.match(i.stderr, new RegExp(`--insecure-registry "${v.replace(/[[\]().]/g, '\\$&')}": want host:port or \\[IPv6\\]:port with a port from 1 to 65535`));
   }
   const cgroup = feosd(dir, ['--vms-cgroup', dir]);
   assert.equal(cgroup.status, 1);

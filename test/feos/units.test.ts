@@ -10,7 +10,7 @@ import { keepClockOnce, mintPodId, normalizeSpec, parsePodId, snapshotTimeoutMs,
 import { GrpcCode, GrpcError } from '../../src/feos/guest/index.ts';
 import { GuestHandshake, HostHandshake, H2_PREFACE } from '../../src/feos/guest/index.ts';
 import { qemuArgs, hostTscKhz } from '../../src/feos/microvm/index.ts';
-import { chooseAccelerator } from '../../src/feos/microvm/index.ts';
+import { chooseAccelerator, probeKvm } from '../../src/feos/microvm/index.ts';
 import { mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { delimiter, join } from 'node:path';
@@ -202,6 +202,58 @@ describe('the guest clock', () => {
 });
 
 describe('the accelerator probe', () => {
+  /**
+   * A stand-in QEMU (a shell script) that prints `lines` on its serial console (stdout) and then hangs,
+   * and a stand-in KVM device that opens. Returns the script's path and the device's.
+   */
+  function standIn(dir: string, lines: string[], then: 'hang' | 'exit'): { qemu: string; kvm: string } {
+    const qemu = join(dir, 'qemu-stand-in');
+    // The lines have no single quote.
+    const body = lines.map((l) => `printf '%s\\r\\n' '${l}'`).join('\n');
+    writeFileSync(qemu, `#!/bin/sh\n${body}\n${then === 'hang' ? 'exec sleep 600' : 'exit 0'}\n`, { mode: 0o755 });
+    const kvm = join(dir, 'kvm');
+    writeFileSync(kvm, '');
+    return { qemu, kvm };
+  }
+
+  test("the boot stub's line and a hang is no KVM: the probe waits for the kernel's end of boot, within its bound, and answers TCG", { timeout: 30_000 }, async (t) => {
+    const dir = mkdtempSync(join(tmpdir(), 'feos-accel-'));
+    t.after(() => rmSync(dir, { recursive: true, force: true }));
+    // What nested KVM on these machines prints before the kernel hangs.
+    const { qemu, kvm } = standIn(dir, ['Probing EDD (edd=off to disable)... ok'], 'hang');
+    const t0 = performance.now();
+    assert.equal(await probeKvm(qemu, join(dir, 'vmlinuz'), { timeoutMs: 2000, kvmDevice: kvm }), false);
+    assert.ok(performance.now() - t0 >= 1900, 'it waited for its bound');
+    const state = join(dir, 'state');
+    await import('node:fs/promises').then((fs) => fs.mkdir(state));
+    assert.equal(await chooseAccelerator('auto', state, qemu, join(dir, 'vmlinuz'), { timeoutMs: 2000, kvmDevice: kvm }), 'tcg');
+  });
+
+  test("a kernel that reaches its panic for the missing root is KVM; one whose QEMU ends first, or without the device, is not", { timeout: 30_000 }, async (t) => {
+    const dir = mkdtempSync(join(tmpdir(), 'feos-accel-'));
+    t.after(() => rmSync(dir, { recursive: true, force: true }));
+    const booted = standIn(dir, ['Probing EDD (edd=off to disable)... ok', '[    0.000000] Linux version 6.1.0-57-amd64', '[    1.806490] Kernel panic - not syncing: VFS: Unable to mount root fs on unknown-block(0,0)'], 'hang');
+    const t0 = performance.now();
+    assert.equal(await probeKvm(booted.qemu, join(dir, 'vmlinuz'), { timeoutMs: 20_000, kvmDevice: booted.kvm }), true);
+    assert.ok(performance.now() - t0 < 15_000, 'it answers at the line, not at its bound');
+    assert.equal(await probeKvm(booted.qemu, join(dir, 'vmlinuz'), { timeoutMs: 20_000, kvmDevice: join(dir, 'no-kvm') }), false);
+    const ended = standIn(dir, ['Probing EDD (edd=off to disable)... ok', '[    0.000000] Linux version 6.1.0-57-amd64'], 'exit');
+    assert.equal(await probeKvm(ended.qemu, join(dir, 'vmlinuz'), { timeoutMs: 20_000, kvmDevice: ended.kvm }), false);
+  });
+
+  test("an answer kept by an earlier probe (any serial byte) is probed again", { timeout: 30_000 }, async (t) => {
+    const dir = mkdtempSync(join(tmpdir(), 'feos-accel-'));
+    t.after(() => rmSync(dir, { recursive: true, force: true }));
+    const { qemu, kvm } = standIn(dir, ['Probing EDD (edd=off to disable)... ok'], 'hang');
+    const state = join(dir, 'state');
+    await import('node:fs/promises').then((fs) => fs.mkdir(state));
+    assert.equal(await chooseAccelerator('auto', state, qemu, join(dir, 'vmlinuz'), { timeoutMs: 500, kvmDevice: kvm }), 'tcg');
+    const cache = join(state, 'accelerator.json');
+    const { probe: _probe, ...old } = JSON.parse(readFileSync(cache, 'utf8')) as Record<string, unknown>;
+    writeFileSync(cache, JSON.stringify({ ...old, accelerator: 'kvm' }));
+    assert.equal(await chooseAccelerator('auto', state, qemu, join(dir, 'vmlinuz'), { timeoutMs: 500, kvmDevice: kvm }), 'tcg');
+  });
+
   test('its answer is kept per QEMU binary: a QEMU named without a path and upgraded on PATH is probed again', async (t) => {
     const dir = mkdtempSync(join(tmpdir(), 'feos-accel-'));
     t.after(() => rmSync(dir, { recursive: true, force: true }));

@@ -3,6 +3,7 @@
  * hibernate, restore and delete; the streaming ones (events, exec, logs, port-forward) are in
  * ./pod-streams.ts.
  */
+import { applyMetadata, withContainerStates } from './metadata.ts';
 import { readFileSync } from 'node:fs';
 import { type Command, InvalidArgumentError } from 'commander';
 import { create } from '@bufbuild/protobuf';
@@ -51,8 +52,10 @@ export function addPodCommands(program: Command, ctx: CtlContext): void {
     .option('-f, --filename <file>', 'the PodSpec as YAML or JSON (protobuf JSON names)')
     .option('--wait', 'wait until the pod is RUNNING or FAILED (FAILED exits 1)')
     .option('--pull-token-file <file>', "a Bearer token of the images' registry for this bring-up's pulls (kept in feosd's memory only)")
+    .option('--metadata <key=value...>', "the pod's metadata (its metadata service's /metadata); over -f's and --metadata-file's")
+    .option('--metadata-file <file>', 'metadata as a YAML or JSON mapping of keys to strings')
     .addOption(output())
-    .action(async (o: { id?: string; vcpus?: number; memory?: bigint; image?: string[]; network?: boolean; filename?: string; wait?: boolean; pullTokenFile?: string; output: Output }) => {
+    .action(async (o: { id?: string; vcpus?: number; memory?: bigint; image?: string[]; network?: boolean; filename?: string; wait?: boolean; pullTokenFile?: string; metadata?: string[]; metadataFile?: string; output: Output }) => {
       let spec = create(PodSpecSchema);
       if (o.filename) {
         let text: string;
@@ -73,11 +76,12 @@ export function addPodCommands(program: Command, ctx: CtlContext): void {
         spec.containers.push({ $typeName: 'feos.pod.v1.ContainerSpec', name, image, command: [], args: [], env: {}, volumeMounts: [] });
       }
       if (o.network && !spec.network) spec.network = { $typeName: 'feos.pod.v1.PodNetwork', securityGroups: [], nameTables: [], dnsUpstreams: [] };
+      applyMetadata(spec, o.metadata, o.metadataFile);
       const c = pods();
       const id = o.id ?? mintPodId();
       const pullToken = readToken(o.pullTokenFile);
       const res = await call(() => c.createPod({ id, spec, pullToken }, { deadline: deadline() }));
-      const settled = o.wait ? await waitSettled(c, res.pod!.id || id) : res.pod!;
+      const settled = o.wait ? await withContainerStates(c, await waitSettled(c, res.pod!.id || id), deadline()) : res.pod!;
       printPods([settled], o.output, true);
       c.grpc.close();
       failedAfterWait(settled);
@@ -123,7 +127,7 @@ export function addPodCommands(program: Command, ctx: CtlContext): void {
         ) => Promise<{ pod?: PodInfo }>;
         const req = name === 'start' ? { id, pullToken: readToken(o.pullTokenFile) } : name === 'resume' ? { id, diskOnly: o.diskOnly ?? false } : { id };
         const res = await call(() => method(req, { deadline: deadline() }));
-        const settled = o.wait ? await waitSettled(c, res.pod!.id) : res.pod!;
+        const settled = o.wait ? await withContainerStates(c, await waitSettled(c, res.pod!.id), deadline()) : res.pod!;
         printPods([settled], o.output, true);
         c.grpc.close();
         if (o.wait) failedAfterWait(settled);

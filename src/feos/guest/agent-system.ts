@@ -95,29 +95,46 @@ export async function mountVolume(name: string, drive: number, format: boolean):
   }
 }
 
-/** Configures eth0 as feosd pushes it: addresses, gateways, routes, MTU, MAC, resolvers. */
+/**
+ * The pod's link: the NIC with the MAC feosd pushes (its TAP's; QEMU gives the NIC that MAC), else the
+ * first NIC that is not the registry link (a microVM with `--registry-forward` has both, in an order
+ * the kernel chooses), else eth0.
+ */
+function podLink(mac: string): string {
+  let names: string[];
+  try {
+    names = fs.readdirSync('/sys/class/net').filter((n) => n !== 'lo').sort();
+  } catch {
+    return 'eth0';
+  }
+  const macOf = (n: string) => readFileOr(`/sys/class/net/${n}/address`, '').trim().toLowerCase();
+  return (mac && names.find((n) => macOf(n) === mac.toLowerCase())) || names.find((n) => macOf(n) !== REGISTRY_LINK_MAC && /^eth\d+$/.test(n)) || 'eth0';
+}
+
+/** Configures the pod's link (podLink) as feosd pushes it: addresses, gateways, routes, MTU, MAC, resolvers. */
 export async function configureNetwork(req: MessageShape<typeof ConfigureNetworkRequestSchema>): Promise<void> {
+  const dev = podLink(req.macAddress);
   // The pod's addresses are its own: no duplicate address detection (busybox ip has no `nodad`).
   try {
-    fs.writeFileSync('/proc/sys/net/ipv6/conf/eth0/accept_dad', '0');
+    fs.writeFileSync(`/proc/sys/net/ipv6/conf/${dev}/accept_dad`, '0');
   } catch (err: unknown) {
-    throw new GrpcError(GrpcCode.FAILED_PRECONDITION, `eth0: ${String(err)}`);
+    throw new GrpcError(GrpcCode.FAILED_PRECONDITION, `${dev}: ${String(err)}`);
   }
   const steps: string[][] = [];
-  if (req.macAddress) steps.push(['link', 'set', 'eth0', 'down'], ['link', 'set', 'eth0', 'address', req.macAddress]);
-  if (req.mtu) steps.push(['link', 'set', 'eth0', 'mtu', String(req.mtu)]);
-  steps.push(['link', 'set', 'eth0', 'up']);
+  if (req.macAddress) steps.push(['link', 'set', dev, 'down'], ['link', 'set', dev, 'address', req.macAddress]);
+  if (req.mtu) steps.push(['link', 'set', dev, 'mtu', String(req.mtu)]);
+  steps.push(['link', 'set', dev, 'up']);
   if (req.ipv6Address) {
-    steps.push(['-6', 'addr', 'replace', `${req.ipv6Address}/128`, 'dev', 'eth0']);
+    steps.push(['-6', 'addr', 'replace', `${req.ipv6Address}/128`, 'dev', dev]);
     const gw = req.ipv6Gateway || 'fe80::1';
-    if (req.ipv6Routes.length === 0) steps.push(['-6', 'route', 'replace', 'default', 'via', gw, 'dev', 'eth0']);
-    for (const r of req.ipv6Routes) steps.push(['-6', 'route', 'replace', r, 'via', gw, 'dev', 'eth0']);
+    if (req.ipv6Routes.length === 0) steps.push(['-6', 'route', 'replace', 'default', 'via', gw, 'dev', dev]);
+    for (const r of req.ipv6Routes) steps.push(['-6', 'route', 'replace', r, 'via', gw, 'dev', dev]);
   }
   if (req.ipv4Address) {
     const gw = req.ipv4Gateway || '169.254.0.1';
-    steps.push(['addr', 'replace', `${req.ipv4Address}/32`, 'dev', 'eth0']);
-    steps.push(['route', 'replace', gw, 'dev', 'eth0', 'scope', 'link']);
-    steps.push(['route', 'replace', 'default', 'via', gw, 'dev', 'eth0', 'onlink']);
+    steps.push(['addr', 'replace', `${req.ipv4Address}/32`, 'dev', dev]);
+    steps.push(['route', 'replace', gw, 'dev', dev, 'scope', 'link']);
+    steps.push(['route', 'replace', 'default', 'via', gw, 'dev', dev, 'onlink']);
   }
   for (const args of steps) {
     try {
@@ -126,7 +143,7 @@ export async function configureNetwork(req: MessageShape<typeof ConfigureNetwork
       throw new GrpcError(GrpcCode.INTERNAL, `ip ${args.join(' ')}: ${(err as { stderr?: string }).stderr?.trim() || String(err)}`);
     }
   }
-  await removeStaleAddresses([req.ipv6Address && `${req.ipv6Address}/128`, req.ipv4Address && `${req.ipv4Address}/32`].filter((a) => a !== ''));
+  await removeStaleAddresses(dev, [req.ipv6Address && `${req.ipv6Address}/128`, req.ipv4Address && `${req.ipv4Address}/32`].filter((a) => a !== ''));
   if (req.nameservers.length > 0) {
     fs.writeFileSync('/etc/resolv.conf', req.nameservers.map((n) => `nameserver ${n}\n`).join(''));
   }
@@ -139,22 +156,22 @@ function canonical(cidr: string): string {
 }
 
 /**
- * Removes eth0's global addresses that the push did not give: a pod restored from a checkpoint has new
+ * Removes the pod link's global addresses that the push did not give: a pod restored from a checkpoint has new
  * addresses on this node (seed "Addresses"), and its memory still holds the old ones, which the node
  * neither routes nor lets out (its prerouting drops a source not routed back to the TAP).
  */
-async function removeStaleAddresses(keep: string[]): Promise<void> {
+async function removeStaleAddresses(dev: string, keep: string[]): Promise<void> {
   if (keep.length === 0) return;
   const wanted = new Set(keep.map(canonical));
   let shown: string;
   try {
-    shown = (await run('/bin/ip', ['addr', 'show', 'dev', 'eth0'], { timeout: 5000 })).stdout;
+    shown = (await run('/bin/ip', ['addr', 'show', 'dev', dev], { timeout: 5000 })).stdout;
   } catch (err: unknown) {
-    throw new GrpcError(GrpcCode.INTERNAL, `ip addr show dev eth0: ${(err as { stderr?: string }).stderr?.trim() || String(err)}`);
+    throw new GrpcError(GrpcCode.INTERNAL, `ip addr show dev ${dev}: ${(err as { stderr?: string }).stderr?.trim() || String(err)}`);
   }
   for (const m of shown.matchAll(/^\s*(inet6?) (\S+) .*scope global/gm)) {
     if (wanted.has(canonical(m[2]))) continue;
-    const args = [...(m[1] === 'inet6' ? ['-6'] : []), 'addr', 'del', m[2], 'dev', 'eth0'];
+    const args = [...(m[1] === 'inet6' ? ['-6'] : []), 'addr', 'del', m[2], 'dev', dev];
     try {
       await run('/bin/ip', args, { timeout: 5000 });
     } catch (err: unknown) {

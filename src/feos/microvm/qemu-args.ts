@@ -26,8 +26,8 @@ export interface QemuConfig {
   /** The pod's volumes' disks (qcow2), in their order: drive 1, 2, ... (serial `feos-vol-<drive>`). */
   volumes?: string[];
   /**
-   * Registries on the node (`host:port`, such as one on its loopback) that a microVM without a network
-   * reaches through a user-mode NIC of its own (MAC REGISTRY_LINK_MAC, `restrict=on`: nothing but
+   * Registries on the node (`host:port`, such as one on its loopback) that a microVM (with a TAP or
+   * without) reaches through a user-mode NIC of its own (MAC REGISTRY_LINK_MAC, `restrict=on`: nothing but
    * these forwards): the i-th at `REGISTRY_LINK_HOST:(REGISTRY_LINK_PORT + i)` in the guest.
    */
   registryForwards?: string[];
@@ -130,7 +130,9 @@ export function qemuArgs(cfg: QemuConfig, incoming?: string): string[] {
     args.push('-netdev', `tap,id=net0,ifname=${cfg.tap.name},script=no,downscript=no`);
     args.push('-device', `virtio-net-device,netdev=net0,mac=${cfg.tap.mac}`);
   }
-  if (!cfg.tap && cfg.registryForwards && cfg.registryForwards.length > 0) {
+  // Beside a TAP too: the pod's network does not reach the node's own addresses (its groups' rules never
+  // do), so a registry on the node is reached through this link alone.
+  if (cfg.registryForwards && cfg.registryForwards.length > 0) {
     const fwds = cfg.registryForwards.map((f, i) => {
       const m = /^(.+):(\d+)$/.exec(f);
       if (!m) throw new RangeError(`registry forward ${JSON.stringify(f)}: want host:port`);

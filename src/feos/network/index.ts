@@ -32,3 +32,4 @@ export { grpcServiceDefinition, securityGroupService, nameService, type GrpcServ
 export { takeListenFds } from './listen-fds.ts';
 export { trafficService, WATCH_BUFFER_RECORDS } from './traffic.ts';
 export { parsePrefix, parseAddress, formatPrefix, formatAddress, canonicalAddress, subtractPrefixes, normalizePrefixes, type Prefix, type Family } from './ip.ts';
+export { hasIpv4DefaultRoute, hasIpv6DefaultRoute, missingPreconditions, nodeNetworkReason, readNodeNetwork, type NodeNetworkState, type ProcPaths } from './preflight.ts';

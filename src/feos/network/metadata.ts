@@ -1,7 +1,9 @@
 /**
  * The pods' metadata service at 169.254.169.254 (the seed's "Metadata"), version 2 as
  * Firecracker's MMDS: a PUT /latest/api/token with X-metadata-token-ttl-seconds (1 to 21600)
- * hands out a session token, a GET needs it in X-metadata-token (else 401). An answer is JSON
+ * hands out a session token, a GET needs it in X-metadata-token (else 401). AWS IMDSv2's names
+ * (X-aws-ec2-metadata-token-ttl-seconds, X-aws-ec2-metadata-token), which its SDKs and cloud-init
+ * send, are taken as well. An answer is JSON
  * with `Accept: application/json`, else a string's value or an object's keys one per line.
  *
  * Firecracker is not there, so feosd serves it: the table redirects 169.254.169.254:80 from
@@ -18,6 +20,33 @@ export const METADATA_MAX_BYTES = 32 * 1024;
 export const TOKEN_MAX_TTL_SECONDS = 21_600;
 
 const KEY = /^[A-Za-z0-9._-]{1,128}$/;
+
+/** The token request's TTL header: the seed's (MMDS's) name, then AWS IMDSv2's, which its SDKs and cloud-init send. */
+export const TTL_HEADERS = ['x-metadata-token-ttl-seconds', 'x-aws-ec2-metadata-token-ttl-seconds'] as const;
+/** The session token's header: MMDS's name, then AWS IMDSv2's. */
+export const TOKEN_HEADERS = ['x-metadata-token', 'x-aws-ec2-metadata-token'] as const;
+
+/** The first of `names` the request carries (a header given twice: its first value), or undefined. */
+function header(req: http.IncomingMessage, names: readonly string[]): string | undefined {
+  for (const n of names) {
+    const v = req.headers[n];
+    if (typeof v === 'string') return v;
+    if (Array.isArray(v) && v.length > 0) return v[0];
+  }
+  return undefined;
+}
+
+/**
+ * The 401's text: no token header at all (and, when the request carries a header that looks like a
+ * token's under another name, that name and the ones expected), or a token that is not valid.
+ */
+function unauthorized(req: http.IncomingMessage, token: string | undefined): string {
+  const expected = '`X-metadata-token` (or `X-aws-ec2-metadata-token`)';
+  if (token !== undefined) return `The MMDS token is not valid (expired, or not this pod's): ask for a new one with PUT /latest/api/token and send it in ${expected}.`;
+  const other = Object.keys(req.headers).find((h) => /token/i.test(h));
+  if (other !== undefined) return `No MMDS token provided: the request has a \`${other}\` header, but the session token is expected in ${expected}.`;
+  return `No MMDS token provided. Use ${expected} header to specify the session token.`;
+}
 
 /**
  * Checks a spec's metadata: keys of 1 to 128 letters, digits, '-', '_' and '.', at most 32 KiB as JSON.
@@ -102,10 +131,13 @@ export class MetadataService {
       if (req.method !== 'PUT') return send(405, 'Method not allowed: a token is asked for with PUT.');
       // As MMDS: a request relayed through a proxy gets no token.
       if (req.headers['x-forwarded-for'] !== undefined) return send(400, 'Invalid header: a token request may not carry X-Forwarded-For.');
-      const ttlText = req.headers['x-metadata-token-ttl-seconds'];
+      const ttlText = header(req, TTL_HEADERS);
       const ttl = typeof ttlText === 'string' && /^\d+$/.test(ttlText) ? Number(ttlText) : Number.NaN;
+      if (ttlText === undefined) {
+        return send(400, `No time to live provided for the token: send it in \`X-metadata-token-ttl-seconds\` (or \`X-aws-ec2-metadata-token-ttl-seconds\`), a value between 1 and ${TOKEN_MAX_TTL_SECONDS}.`);
+      }
       if (!(ttl >= 1 && ttl <= TOKEN_MAX_TTL_SECONDS)) {
-        return send(400, `Invalid time to live value provided for token: ${ttlText ?? 'none'}. Please provide a value between 1 and ${TOKEN_MAX_TTL_SECONDS}.`);
+        return send(400, `Invalid time to live value provided for token: ${ttlText}. Please provide a value between 1 and ${TOKEN_MAX_TTL_SECONDS}.`);
       }
       const token = randomBytes(32).toString('base64url');
       this.#sweep();
@@ -113,11 +145,9 @@ export class MetadataService {
       return send(200, token);
     }
     if (req.method !== 'GET') return send(405, 'Method not allowed: the metadata is read with GET.');
-    const token = req.headers['x-metadata-token'];
-    const t = typeof token === 'string' ? this.#tokens.get(token) : undefined;
-    if (!t || t.podId !== pod.podId || t.expiresAt <= Date.now()) {
-      return send(401, 'No MMDS token provided. Use `X-metadata-token` header to specify the session token.');
-    }
+    const token = header(req, TOKEN_HEADERS);
+    const t = token !== undefined ? this.#tokens.get(token) : undefined;
+    if (!t || t.podId !== pod.podId || t.expiresAt <= Date.now()) return send(401, unauthorized(req, token));
     let node: unknown = metadataDocument(pod);
     for (const part of path.split('/').filter((p) => p !== '')) {
       if (node === null || typeof node !== 'object' || !Object.hasOwn(node, part)) return send(404, `Resource not found: ${path}.`);

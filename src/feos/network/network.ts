@@ -22,6 +22,7 @@ import { podMac, tapName, checkPodId } from './pod-link.ts';
 import { NameTableStore, SecurityGroupStore } from './stores.ts';
 import { ipJson, nft } from './system.ts';
 import { ALWAYS_DENIED, compileTable, tableUpdate, type CompiledTable } from './table.ts';
+import { nodeNetworkReason, type ProcPaths } from './preflight.ts';
 
 /** How often the rules are written again, ms (the seed: every minute). */
 export const RULES_INTERVAL_MS = 60_000;
@@ -43,6 +44,8 @@ export interface NetworkOptions extends NetworkFlags {
   rulesIntervalMs?: number;
   /** Where the NAT64 version pinned its BPF maps, removed at start. @default '/sys/fs/bpf/feos/nat64' */
   legacyBpfDir?: string;
+  /** Where the node's routes and forwarding are read (preflight.ts). @default /proc/net, /proc/sys */
+  procPaths?: ProcPaths;
 }
 
 /** A pod's network as its spec gives it (feos.pod.v1.PodNetwork and PodSpec.metadata). */
@@ -211,6 +214,8 @@ export class PodNetwork {
       }, interval);
       this.#timer.unref();
       this.#log.info({ podPrefix: this.#o.podPrefix, metadataPort: this.#metadataPort }, 'the pods network is up');
+      const lacking = nodeNetworkReason(this.#o.procPaths);
+      if (lacking !== undefined) this.#log.warn({ reason: lacking }, `${lacking}; until then a create of a pod with a network is FAILED_PRECONDITION`);
     } catch (err: unknown) {
       this.#unavailable = `the pods network could not be set up: ${errorMessage(err)}`;
       this.#log.error({ err: errorMessage(err) }, 'the pods network is not set up; pods with a network fail');
@@ -463,6 +468,8 @@ export class PodNetwork {
     return {
       check: (network) => {
         if (this.#unavailable !== undefined) return `pods with a network cannot run on this node: ${this.#unavailable}`;
+        const lacking = nodeNetworkReason(this.#o.procPaths);
+        if (lacking !== undefined) return `pods with a network cannot run on this node: ${lacking}`;
         try {
           checkPodUpstreams(network.dnsUpstreams, this.settings, this.#nodeAddresses);
           return undefined;

@@ -13,7 +13,8 @@ import { MicroVmState } from '../gen/feos/microvm/v1/microvm_pb.js';
 import { errorMessage, FeosError } from '../api/index.ts';
 import { VolumeState } from '../gen/feos/volume/v1/volume_pb.js';
 import { fetchVerified } from './checkpoint.ts';
-import { registryEndpoints, vmPaths } from '../microvm/index.ts';
+import { vmPaths } from '../microvm/index.ts';
+import { guestRegistryEndpoints } from './registries.ts';
 import { attachFailureHint } from './console.ts';
 import { mke2fsTimeoutMs } from '../guest/index.ts';
 import { parseImageRef } from '../guest/index.ts';
@@ -101,7 +102,7 @@ export async function bringUp(core: PodCore, pod: PodInfo, signal: AbortSignal):
       await mountVolumes(core, pod);
     }
     const guest = o.vms.guest(id);
-    const endpoints = net ? {} : registryEndpoints(o.registryForwards ?? []);
+    const endpoints = guestRegistryEndpoints(o.registryForwards ?? [], o.insecureRegistries ?? []);
     for (const c of pod.spec!.containers) {
       signal.throwIfAborted();
       step = `container ${c.name}: create`;
@@ -123,7 +124,7 @@ export async function bringUp(core: PodCore, pod: PodInfo, signal: AbortSignal):
     if (signal.aborted) return;
     let reason = `${step}: ${errorMessage(err)}`;
     // A guest that did not attach says why on its console alone (the agent killed for lack of memory).
-    if (step === 'guest attach') reason += await attachFailureHint(vmPaths(o.vms.dir(id)).serialLog);
+    if (step === 'guest attach') reason += await attachFailureHint(vmPaths(o.vms.dir(id)).serialLog, o.vms.accelerator);
     else if (step.endsWith(': create') && !pod.spec!.network) reason += unforwardedHint(pod, step, o.registryForwards ?? []);
     await o.vms.kill(id, `bring-up failed: ${reason}`).catch(() => {});
     await core.detach(pod);
@@ -166,7 +167,7 @@ export async function createMicroVm(core: PodCore, pod: PodInfo, net: PodNetwork
     memoryBytes: pod.spec!.memoryBytes,
     tap: net ? { name: net.tap, mac: net.mac } : undefined,
     volumes: volumeDisks,
-    registryForwards: net ? undefined : o.registryForwards,
+    registryForwards: o.registryForwards,
   });
 }
 

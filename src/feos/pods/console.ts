@@ -36,13 +36,23 @@ export async function lastBootConsole(path: string): Promise<string> {
  * The words to add to `guest attach: …` when a boot's guest did not attach: the console's file, and
  * when its last boot's kernel killed a process for lack of memory (the agent, Node.js's
  * `MainThread`, is the first to go), that the pod needs more memory. Never throws.
+ * Without a sign of memory, the accelerator the microVM ran under, and how to choose the other (a kernel
+ * that hangs under a nested KVM the probe took for a working one, or a TCG too slow for the bound).
  * @param path the console's file (`vmPaths(dir).serialLog`)
+ * @param accelerator the accelerator feosd boots microVMs with; none: not named
  * @returns `; the guest ran out of memory (...): give the pod more memory; its console: PATH`, or
- *   `; its console: PATH`
+ *   `; the microVM ran under KVM: where KVM hangs (nested), start feosd with --accel tcg; its console: PATH`
  */
-export async function attachFailureHint(path: string): Promise<string> {
+export async function attachFailureHint(path: string, accelerator?: 'kvm' | 'tcg'): Promise<string> {
   const boot = await lastBootConsole(path);
   const oom = /Out of memory: Killed process \d+ \(([^)\n]*)\)/.exec(boot);
   if (oom) return `; the guest ran out of memory (its kernel killed ${oom[1]}): give the pod more memory (--memory); its console: ${path}`;
-  return `; its console: ${path}`;
+  return `${accelHint(accelerator)}; its console: ${path}`;
+}
+
+/** `; the microVM ran under KVM (...--accel tcg...)`, or '' without an accelerator. */
+function accelHint(accelerator: 'kvm' | 'tcg' | undefined): string {
+  if (accelerator === 'kvm') return '; the microVM ran under KVM: where KVM hangs (nested), start feosd with --accel tcg';
+  if (accelerator === 'tcg') return '; the microVM ran under TCG (emulated, about ten times slower): start feosd with --accel kvm where KVM works, or give a longer --guest-attach-timeout';
+  return '';
 }

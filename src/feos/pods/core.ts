@@ -35,10 +35,12 @@ export interface PodServiceOptions {
   /** The node's volumes; none = a pod with volumes is refused (FAILED_PRECONDITION). */
   volumes?: VolumeStore;
   /**
-   * Registries on the node (`host:port`) that pods without a network reach through their microVM's
-   * registry link (`--registry-forward`; microvm/qemu-args.ts).
+   * Registries on the node (`host:port`) that every pod reaches through its microVM's registry link
+   * (`--registry-forward`; microvm/qemu-args.ts), a pod with a network too.
    */
   registryForwards?: string[];
+  /** Registries the guest pulls from over plain HTTP (`--insecure-registry`; registries.ts). */
+  insecureRegistries?: string[];
   /** Where pods hibernate (`--object-store`); none = HibernatePod and RestorePod are FAILED_PRECONDITION. */
   objectStore?: ObjectStore;
 }

@@ -5,6 +5,7 @@ export { parsePodId, mintPodId, isShortPodId, CROCKFORD } from './id.ts';
 export { normalizeSpec, DEFAULT_MEMORY_BYTES, MAX_MEMORY_BYTES, MAX_VCPUS, MIN_MEMORY_BYTES } from './spec.ts';
 export { suspendBudgetMs, snapshotTimeoutMs, gibRoundedUp } from './budget.ts';
 export { guestVersions } from './guests.ts';
+export { guestRegistryEndpoints } from './registries.ts';
 export { type PodNetworkProvider, type PodNetworkAttachment, unavailablePodNetwork } from './network.ts';
 export { keepClockOnce, measureOffset } from './clock.ts';
 export { execInPod, podLogs, portForward } from './streams.ts';

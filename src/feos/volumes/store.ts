@@ -18,6 +18,7 @@ import { type Volume, VolumeSchema, VolumeState } from '../gen/feos/volume/v1/vo
 import { writeFileAtomic, type Logger } from '../../lib/index.ts';
 import { FeosError } from '../api/index.ts';
 import { loadRecordDir } from '../record-dir.ts';
+import { checkVolumeLabels } from './labels.ts';
 
 const run = promisify(execFile);
 const MIB = 1024n * 1024n;
@@ -92,13 +93,14 @@ export class VolumeStore {
 
   /**
    * CreateVolume: AVAILABLE; the same ID, size and labels find it.
-   * @throws FeosError INVALID_ARGUMENT (ID, size), ALREADY_EXISTS (another size or labels)
+   * @throws FeosError INVALID_ARGUMENT (ID, size, labels: checkVolumeLabels), ALREADY_EXISTS (another size or labels)
    */
   create(id: string, sizeBytes: bigint, labels: Record<string, string>): Promise<Volume> {
     parseVolumeId(id);
     if (sizeBytes % MIB !== 0n || sizeBytes < MIN_VOLUME_BYTES || sizeBytes > MAX_VOLUME_BYTES) {
       throw new FeosError('INVALID_ARGUMENT', `volume ${id}: size_bytes ${sizeBytes}: want 64 MiB to 16 TiB in whole MiB`);
     }
+    checkVolumeLabels(id, labels);
     return this.#serial(async () => {
       const have = this.#vols.get(id);
       if (have) {

@@ -12,7 +12,7 @@ import { join } from 'node:path';
 import { pathToFileURL } from 'node:url';
 import { fromBinary } from '@bufbuild/protobuf';
 import { MicroVmSchema } from '../../../src/feos/gen/feos/microvm/v1/microvm_pb.js';
-import { feosctl, PodState, startFeosd, tempDir, until, waitForPod } from '../../feos/harness.ts';
+import { feosctl, PodState, startFeosd, tempDir, routeOut, until, waitForPod } from '../../feos/harness.ts';
 
 const REPO = new URL('../../../', import.meta.url).pathname;
 const GUEST_DIR = join(REPO, 'build/guest');
@@ -31,6 +31,7 @@ test('a pod with a network boots and its guest answers for its addresses on its 
   execFileSync('bash', [join(REPO, 'scripts/build-guest.sh'), GUEST_DIR], { stdio: ['ignore', 'ignore', 'inherit'], timeout: 300_000 });
   const ns = `feos-t-${randomBytes(3).toString('hex')}`;
   execFileSync('ip', ['netns', 'add', ns]);
+  routeOut(ns); // what the pods' network needs of a node: a default route for each family
   const { dir, cleanup } = tempDir('feos-net-');
   const feosd = await startFeosd(dir, { guestDir: GUEST_DIR, netns: ns, extra: ['--pod-prefix', '2001:db8:6::/64', '--object-store', pathToFileURL(join(dir, 'store')).href] });
   t.after(async () => {

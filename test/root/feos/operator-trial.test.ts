@@ -11,7 +11,7 @@ import { join } from 'node:path';
 import { test } from 'node:test';
 import { fromBinary } from '@bufbuild/protobuf';
 import { MicroVmSchema } from '../../../src/feos/gen/feos/microvm/v1/microvm_pb.js';
-import { feosctl, PodState, startFeosd, tempDir, waitForPod } from '../../feos/harness.ts';
+import { feosctl, PodState, startFeosd, tempDir, waitForPod, routeOut } from '../../feos/harness.ts';
 
 const REPO = new URL('../../../', import.meta.url).pathname;
 const GUEST_DIR = join(REPO, 'build/guest');
@@ -40,6 +40,7 @@ test('start while PENDING is refused at once; a 192 MiB pod with a security grou
   execFileSync('bash', [join(REPO, 'scripts/build-guest.sh'), GUEST_DIR], { stdio: ['ignore', 'ignore', 'inherit'], timeout: 300_000 });
   const ns = `feos-t-${randomBytes(3).toString('hex')}`;
   execFileSync('ip', ['netns', 'add', ns]);
+  routeOut(ns); // what the pods' network needs of a node: a default route for each family
   const { dir, cleanup } = tempDir('feos-optrial-');
   const feosd = await startFeosd(dir, { guestDir: GUEST_DIR, netns: ns, extra: ['--pod-prefix', 'fd00:6b33:1::/64'] });
   let qemuPid = 0;
