@@ -20,7 +20,7 @@ import { createHash } from 'node:crypto';
  * its memory; docs/feos/object-store.md): the second upload was 57 % of the stream with chunks of 1 MiB on
  * average, 20 % with 64 KiB, 10 % with 16 KiB and 5 % with 4 KiB (pages alone: 3.3 %). But every chunk is an
  * object: through Swift's s3api here, 2 254 chunks of 64 KiB made a hibernation 21 times as long as uploading
- * the same bytes with the SDK, against about 3 times with 1 MiB. So 1 MiB, until small chunks go into packs
+ * the same bytes with the SDK, against 2.3 times with 1 MiB (bench/feos-s3). So 1 MiB, until small chunks go into packs
  * of several MiB (one object each), which would give both.
  */
 export const MIN_CHUNK_BYTES = 256 * 1024;
