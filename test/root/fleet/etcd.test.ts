@@ -7,17 +7,23 @@
  * goes only onto a node connection with its own process.
  */
 import assert from 'node:assert/strict';
+import { execFileSync } from 'node:child_process';
+import { X509Certificate } from 'node:crypto';
 import { readFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { test } from 'node:test';
+import { fromBinary } from '@bufbuild/protobuf';
+import { MicroVmSchema } from '../../../src/feos/gen/feos/microvm/v1/microvm_pb.js';
 import { startControlPlane } from '../../apiserver-etcd/control-plane.ts';
 import { startEtcd } from '../../apiserver-etcd/etcd-server.ts';
 import { tempDir } from '../../feos/harness.ts';
-import { createToken, type FleetNode, feosctlNode, freePort, kubectl, Nets, readyOf, startNode, until } from './helpers.ts';
+import { createToken, type FleetNode, feosctlNode, freePort, kubectl, Nets, ROOT, readyOf, startNode, until } from './helpers.ts';
 
 const CP_NAME = 'feos-cp.test';
+const GUEST_DIR = join(ROOT, 'build/guest');
+const POD = 'vmbtaaaaaa1';
 
-test('two control planes on one etcd: each feosd holds a node connection to each, feosctl --node works through both', { timeout: 600_000 }, async (t) => {
+test('two control planes on one etcd: each feosd holds a node connection to each, feosctl --node works through both, a pod boots, the certificates renew', { timeout: 600_000 }, async (t) => {
   assert.equal(process.getuid?.(), 0, 'this suite runs as root');
   const nets = new Nets();
   const { dir, cleanup } = tempDir('k32t-fleet-etcd-');
@@ -30,7 +36,7 @@ test('two control planes on one etcd: each feosd holds a node connection to each
   const netA = await nets.add('a');
   const netB = await nets.add('b');
   const { url } = await startEtcd(t);
-  const feosArgs = (port: number) => ['--feos-listen', `0.0.0.0:${port}`, '--feos-advertise-address', `${netA.host}:${port}`, '--feos-server-name', CP_NAME];
+  const feosArgs = (port: number) => ['--feos-listen', `0.0.0.0:${port}`, '--feos-advertise-address', `${netA.host}:${port}`, '--feos-server-name', CP_NAME, '--feos-node-cert-ttl', '2m'];
   const p1 = await freePort();
   const cp1 = await startControlPlane(t, url, 'cp1', { extraArgs: feosArgs(p1) });
   const p2 = await freePort();
@@ -39,7 +45,8 @@ test('two control planes on one etcd: each feosd holds a node connection to each
 
   // A token made through cp1; the nodes join through cp2's port.
   const token = await createToken(cp1.kubeconfig);
-  const a = await startNode(join(dir, 'a'), 'fleet-a', netA, p2, CP_NAME, token);
+  execFileSync('bash', [join(ROOT, 'scripts/build-guest.sh'), GUEST_DIR], { stdio: ['ignore', 'ignore', 'inherit'], timeout: 300_000 });
+  const a = await startNode(join(dir, 'a'), 'fleet-a', netA, p2, CP_NAME, token, [], GUEST_DIR);
   nodes.push(a);
   const b = await startNode(join(dir, 'b'), 'fleet-b', netB, p2, CP_NAME, token);
   nodes.push(b);
@@ -48,6 +55,9 @@ test('two control planes on one etcd: each feosd holds a node connection to each
     const rec = JSON.parse(readFileSync(join(n.nodeDir, 'node.json'), 'utf8')) as { instances: { address: string }[] };
     assert.deepEqual(new Set(rec.instances.map((i) => i.address)), instances, `${n.name}: both instances listed`);
   }
+  const serialOf = (n: FleetNode) => new X509Certificate(readFileSync(join(n.nodeDir, 'chain.pem'), 'utf8')).serialNumber;
+  const joinedSerial = new Map([a, b].map((n) => [n.name, serialOf(n)]));
+  const joinedKey = new Map([a, b].map((n) => [n.name, readFileSync(join(n.nodeDir, 'key.pem'), 'utf8')]));
   const table = await kubectl(cp2.kubeconfig, 'get', 'nodes', '-L', 'kube32.io/runtime');
   assert.match(table.stdout, /^fleet-a\s+Ready\s.*\sfeos\s*$/m);
   assert.match(table.stdout, /^fleet-b\s+Ready\s.*\sfeos\s*$/m);
@@ -64,6 +74,48 @@ test('two control planes on one etcd: each feosd holds a node connection to each
         60_000,
       );
       assert.deepEqual((JSON.parse(r.stdout) as { pods: unknown[] }).pods, []);
+    }
+  }
+
+  // A pod boots on fleet-a (QEMU under TCG), made through cp2; its events are Events on the Node, seen through cp1.
+  t.after(async () => {
+    await feosctlNode(cp2.kubeconfig, 'fleet-a', 'pod', 'delete', POD);
+    try {
+      const vm = fromBinary(MicroVmSchema, readFileSync(join(a.proc.stateDir, 'vms', POD, 'microvm.pb')));
+      if (vm.pid > 0) process.kill(vm.pid, 'SIGKILL');
+    } catch {}
+  });
+  const created = await feosctlNode(cp2.kubeconfig, 'fleet-a', 'pod', 'create', '--id', POD);
+  assert.equal(created.code, 0, created.stderr);
+  const podEvents = async () => (await kubectl(cp1.kubeconfig, 'get', 'events', '--field-selector', 'involvedObject.name=fleet-a')).stdout;
+  const settled = await until(
+    'the PodRunning (or PodFailed) event on the Node',
+    async () => {
+      const out = await podEvents();
+      return new RegExp(`Pod(Running|Failed)\\s+node/fleet-a\\s+pod ${POD}`).test(out) ? out : undefined;
+    },
+    400_000,
+  );
+  assert.match(settled, new RegExp(`Normal\\s+PodRunning\\s+node/fleet-a\\s+pod ${POD}: RUNNING`), settled);
+  const deleted = await feosctlNode(cp1.kubeconfig, 'fleet-a', 'pod', 'delete', POD);
+  assert.equal(deleted.code, 0, deleted.stderr);
+  await until('the PodDeleted event on the Node', async () => new RegExp(`PodDeleted\\s+node/fleet-a\\s+pod ${POD}`).test(await podEvents()), 60_000);
+
+  // A renewal of the 2-minute certificates (at two thirds): new certificates, the same keys, the nodes
+  // Ready and reached through both API servers on the new node connections.
+  for (const n of [a, b]) {
+    const renewed = await until(`${n.name} renews its certificate`, async () => (serialOf(n) !== joinedSerial.get(n.name) ? serialOf(n) : undefined), 150_000);
+    await until(
+      `the Node allows ${n.name}'s new certificate first`,
+      async () => (await kubectl(cp1.kubeconfig, 'get', 'node', n.name, '-o', 'jsonpath={.metadata.annotations.feos\\.kube32\\.io/certificate-serials}')).stdout.startsWith(renewed.toLowerCase().replace(/^0+/, '')),
+      30_000,
+    );
+    assert.equal(readFileSync(join(n.nodeDir, 'key.pem'), 'utf8'), joinedKey.get(n.name), 'the key stays');
+    assert.equal(await readyOf(cp2.kubeconfig, n.name), 'True');
+  }
+  for (const cp of [cp1, cp2]) {
+    for (const n of [a, b]) {
+      await until(`feosctl --node ${n.name} after the renewal`, async () => (await feosctlNode(cp.kubeconfig, n.name, 'pod', 'list', '-o', 'json')).code === 0, 60_000);
     }
   }
 

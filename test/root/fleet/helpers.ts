@@ -132,9 +132,9 @@ export interface FleetNode {
 /**
  * Starts feosd in `net.ns` joined to the control plane at `net.host:port` (`--control-plane-name
  * cpName`), with the token written into `<base>/join-token` (0600), `--node-name name` and
- * `--stop-grace 10` (a tenth: 1 s for the calls in flight).
+ * `--stop-grace 10` (a tenth: 1 s for the calls in flight); `guestDir` for pods that boot (none: no guest installed).
  */
-export async function startNode(base: string, name: string, net: NodeNet, port: number, cpName: string, token: string, extra: string[] = []): Promise<FleetNode> {
+export async function startNode(base: string, name: string, net: NodeNet, port: number, cpName: string, token: string, extra: string[] = [], guestDir?: string): Promise<FleetNode> {
   mkdirSync(base, { recursive: true });
   const tokenFile = join(base, 'join-token');
   writeFileSync(tokenFile, `${token}\n`, { mode: 0o600 });
@@ -142,6 +142,7 @@ export async function startNode(base: string, name: string, net: NodeNet, port: 
   const start = () =>
     startFeosd(base, {
       netns: net.ns,
+      ...(guestDir ? { guestDir } : {}),
       env: { ...process.env, LOG_LEVEL: 'info' },
       extra: ['--control-plane', `${net.host}:${port}`, '--control-plane-name', cpName, '--join-token-file', tokenFile, '--node-dir', nodeDir, '--node-name', name, '--stop-grace', '10', ...extra],
     });
