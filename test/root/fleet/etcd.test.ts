@@ -17,7 +17,7 @@ import { MicroVmSchema } from '../../../src/feos/gen/feos/microvm/v1/microvm_pb.
 import { startControlPlane } from '../../apiserver-etcd/control-plane.ts';
 import { startEtcd } from '../../apiserver-etcd/etcd-server.ts';
 import { tempDir } from '../../feos/harness.ts';
-import { createToken, type FleetNode, feosctlNode, freePort, kubectl, Nets, ROOT, readyOf, startNode, until } from './helpers.ts';
+import { createToken, type FleetNode, feosctlNode, freePort, keepLog, kubectl, Nets, ROOT, readyOf, startNode, until  } from './helpers.ts';
 
 const CP_NAME = 'feos-cp.test';
 const GUEST_DIR = join(ROOT, 'build/guest');
@@ -29,6 +29,7 @@ test('two control planes on one etcd: each feosd holds a node connection to each
   const { dir, cleanup } = tempDir('k32t-fleet-etcd-');
   const nodes: FleetNode[] = [];
   t.after(async () => {
+    for (const n of nodes) keepLog(`etcd-${n.name}`, n.proc.stderr());
     for (const n of nodes) await n.proc.stop('SIGKILL');
     await nets.removeAll();
     cleanup();
@@ -41,6 +42,10 @@ test('two control planes on one etcd: each feosd holds a node connection to each
   const cp1 = await startControlPlane(t, url, 'cp1', { extraArgs: feosArgs(p1) });
   const p2 = await freePort();
   const cp2 = await startControlPlane(t, url, 'cp2', { extraArgs: feosArgs(p2) });
+  t.after(() => {
+    keepLog('etcd-cp1', cp1.logs());
+    keepLog('etcd-cp2', cp2.logs());
+  });
   const instances = new Set([`${netA.host}:${p1}`, `${netA.host}:${p2}`]);
 
   // A token made through cp1; the nodes join through cp2's port.

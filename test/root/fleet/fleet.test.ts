@@ -12,7 +12,7 @@ import { cpus, totalmem } from 'node:os';
 import { join } from 'node:path';
 import { test } from 'node:test';
 import { tempDir } from '../../feos/harness.ts';
-import { CLI, createToken, type FleetNode, feosctlNode, freePort, kubectl, Nets, readyOf, run, spawnFeosctlNode, startControlPlane, startNode, until } from './helpers.ts';
+import { CLI, createToken, FEOSCTL, type FleetNode, feosctlNode, freePort, keepLog, kubectl, Nets, readyOf, run, spawnFeosctlNode, startControlPlane, startNode, until  } from './helpers.ts';
 
 const CP_NAME = 'feos-cp.test';
 const GRACE_S = 15;
@@ -23,6 +23,7 @@ test('two feosd in network namespaces join the control plane: Ready nodes, event
   const { dir, cleanup } = tempDir('k32t-fleet-');
   const nodes: FleetNode[] = [];
   t.after(async () => {
+    for (const n of nodes) keepLog(`e2e-${n.name}`, n.proc.stderr());
     for (const n of nodes) await n.proc.stop('SIGKILL');
     await nets.removeAll();
     cleanup();
@@ -30,7 +31,7 @@ test('two feosd in network namespaces join the control plane: Ready nodes, event
   const netA = await nets.add('a');
   const netB = await nets.add('b');
   const port = await freePort();
-  const cp = await startControlPlane(t, [
+  const cpArgs = [
     '--feos-listen',
     `0.0.0.0:${port}`,
     '--feos-advertise-address',
@@ -39,7 +40,10 @@ test('two feosd in network namespaces join the control plane: Ready nodes, event
     CP_NAME,
     '--node-monitor-grace-period',
     `${GRACE_S}s`,
-  ]);
+  ];
+  let cp = await startControlPlane(t, cpArgs);
+  const first = cp;
+  t.after(() => keepLog('e2e-control-plane', first.logs()));
   const k = (...args: string[]) => kubectl(cp.kubeconfig, ...args);
   const token = await createToken(cp.kubeconfig, '--ttl', '1h', '--description', 'the e2e nodes');
   assert.match(token, /^feos-join-[a-z0-9]{6}-[a-z0-9]{16}\.[0-9a-f]{64}$/);
@@ -157,6 +161,23 @@ test('two feosd in network namespaces join the control plane: Ready nodes, event
   const bAfter = identity(b);
   assert.notEqual(bAfter.key, bBefore.key, 'a new key');
   assert.notEqual(bAfter.serial, bBefore.serial, 'a new certificate');
+
+  // --- the control plane restarted: feosd's own API serves on meanwhile; the nodes come back on their own
+  await cp.stop();
+  const own = await run(process.execPath, [FEOSCTL, '--socket', a.proc.socket, 'pod', 'list']);
+  assert.equal(own.code, 0, own.stderr);
+  assert.match(own.stdout, /^vmaaaaaaaa1\s+FAILED\s/m, "feosd's own API, with the control plane gone");
+  cp = await startControlPlane(t, cpArgs, cp.dataDir);
+  const again = cp;
+  t.after(() => keepLog('e2e-control-plane-again', again.logs()));
+  for (const n of [a, b]) {
+    await until(`feosctl --node ${n.name} through the restarted control plane`, async () => (await feosctlNode(cp.kubeconfig, n.name, 'pod', 'list')).code === 0, 60_000);
+    const renewTime = async () => (await k('-n', 'kube-node-lease', 'get', 'lease', n.name, '-o', 'jsonpath={.spec.renewTime}')).stdout;
+    const was = await renewTime();
+    await until(`${n.name} reports to the restarted control plane`, async () => (await renewTime()) !== was, 30_000);
+    assert.equal(await readyOf(cp.kubeconfig, n.name), 'True');
+  }
+  assert.ok(!readdirSync(a.nodeDir).some((f) => f.startsWith('removed-')), 'a restart is no removal');
 
   // --- SIGTERM ends a stream in flight through the cluster with UNAVAILABLE "the node stops"
   const watch = spawnFeosctlNode(cp.kubeconfig, 'fleet-a', 'pod', 'events');

@@ -6,11 +6,11 @@
 import { execFile, spawn } from 'node:child_process';
 import { randomBytes, randomInt } from 'node:crypto';
 import { mkdirSync, mkdtempSync, rmSync, writeFileSync } from 'node:fs';
-import { createServer } from 'node:net';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { createInterface } from 'node:readline';
 import { type FeosdProcess, startFeosd } from '../../feos/harness.ts';
+import { unusedPort } from '../../helpers/ports.ts';
 
 export const ROOT = new URL('../../../', import.meta.url).pathname;
 export const CLI = join(ROOT, 'bin/kube32-cli.js');
@@ -105,16 +105,12 @@ export class Nets {
   }
 }
 
-/** A TCP port free on every address of the host now (the OS's pick, released at once). */
+/**
+ * A port for a control plane's `--feos-listen 0.0.0.0:PORT` (it must know it before it starts, to
+ * advertise it): `unusedPort` of test/helpers/ports.ts, below the ephemeral range (docs/test-isolation.md).
+ */
 export function freePort(): Promise<number> {
-  return new Promise((resolve, reject) => {
-    const s = createServer();
-    s.once('error', reject);
-    s.listen(0, '0.0.0.0', () => {
-      const { port } = s.address() as { port: number };
-      s.close(() => resolve(port));
-    });
-  });
+  return unusedPort('0.0.0.0');
 }
 
 /** A feosd of the suite: its base directory, node directory and token file besides the process. */
@@ -205,15 +201,18 @@ export interface ControlPlane {
   /** What its JSON line names as the port for nodes. */
   feos: string;
   logs(): string;
+  /** Stops it (SIGTERM) and waits for its exit; its data dir stays until the test ends. */
+  stop(): Promise<void>;
 }
 
 /**
  * Starts `kube32-cli control-plane --data-dir <temp> --port 0 ARGS` and waits for its JSON line;
- * stopped (SIGTERM, SIGKILL after 10 s) and its data dir removed in `t.after`.
+ * stopped (SIGTERM, SIGKILL after 10 s) and its data dir removed in `t.after`. With `reuseDataDir`, it
+ * starts again on that data dir (the cluster of an earlier start), which it leaves to that start's cleanup.
  * @throws Error with its stderr when it exits first or is not ready within 90 s
  */
-export async function startControlPlane(t: { after(fn: () => Promise<void>): void }, args: string[]): Promise<ControlPlane> {
-  const dataDir = mkdtempSync(join(tmpdir(), 'k32t-fleet-cp-'));
+export async function startControlPlane(t: { after(fn: () => Promise<void>): void }, args: string[], reuseDataDir?: string): Promise<ControlPlane> {
+  const dataDir = reuseDataDir ?? mkdtempSync(join(tmpdir(), 'k32t-fleet-cp-'));
   const proc = spawn(process.execPath, [CLI, 'control-plane', '--data-dir', dataDir, '--port', '0', ...args], { stdio: ['ignore', 'pipe', 'pipe'], env: { ...process.env, LOG_LEVEL: 'info' } });
   let stderr = '';
   proc.stderr!.setEncoding('utf8').on('data', (d: string) => {
@@ -225,7 +224,7 @@ export async function startControlPlane(t: { after(fn: () => Promise<void>): voi
     const timer = setTimeout(() => proc.kill('SIGKILL'), 10_000);
     await exited;
     clearTimeout(timer);
-    rmSync(dataDir, { recursive: true, force: true });
+    if (!reuseDataDir) rmSync(dataDir, { recursive: true, force: true });
   });
   let timer: NodeJS.Timeout | undefined;
   const line = await Promise.race([
@@ -240,5 +239,22 @@ export async function startControlPlane(t: { after(fn: () => Promise<void>): voi
   clearTimeout(timer);
   const info = JSON.parse(line) as { kubeconfig: string; feos?: string };
   if (!info.feos) throw new Error(`the JSON line names no port for nodes: ${line}`);
-  return { dataDir, kubeconfig: info.kubeconfig, feos: info.feos, logs: () => stderr };
+  return {
+    dataDir,
+    kubeconfig: info.kubeconfig,
+    feos: info.feos,
+    logs: () => stderr,
+    stop: async () => {
+      if (proc.exitCode === null && proc.signalCode === null) proc.kill('SIGTERM');
+      await exited;
+    },
+  };
+}
+
+/** With `K32T_FLEET_LOGS=DIR` in the environment, writes `text` to `DIR/<name>.log` (to read a run's logs); else nothing. */
+export function keepLog(name: string, text: string): void {
+  const dir = process.env.K32T_FLEET_LOGS;
+  if (!dir) return;
+  mkdirSync(dir, { recursive: true });
+  writeFileSync(join(dir, `${name}.log`), text);
 }
