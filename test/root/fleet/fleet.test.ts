@@ -128,8 +128,21 @@ test('two feosd in network namespaces join the control plane: Ready nodes, event
   const took = Date.now() - killedAt;
   assert.ok(took < (GRACE_S + 20) * 1000, `Unknown ${took} ms after the kill: the grace (${GRACE_S} s) and the controller's period`);
   assert.equal(await readyOf(cp.kubeconfig, 'fleet-b'), 'True', 'the other node stays Ready');
+  const unknownTaints = JSON.parse((await k('get', 'node', 'fleet-a', '-o', 'jsonpath={.spec.taints}')).stdout || '[]') as { key: string }[];
+  assert.ok(unknownTaints.some((x) => x.key === 'node.kubernetes.io/unreachable'), `the unreachable taint while Unknown: ${JSON.stringify(unknownTaints)}`);
   await a.restart();
   await until('fleet-a Ready again', async () => (await readyOf(cp.kubeconfig, 'fleet-a')) === 'True', 60_000);
+  await until(
+    'the unreachable taint goes with Ready, the runtime taint stays',
+    async () => {
+      const taints = JSON.parse((await k('get', 'node', 'fleet-a', '-o', 'jsonpath={.spec.taints}')).stdout || '[]') as { key: string }[];
+      return !taints.some((x) => x.key.startsWith('node.kubernetes.io/')) && taints.some((x) => x.key === 'kube32.io/runtime');
+    },
+    30_000,
+  );
+  const described = await k('describe', 'node', 'fleet-a');
+  assert.equal(described.code, 0, described.stderr);
+  assert.match(described.stdout, /Taints:\s+kube32\.io\/runtime=feos:NoSchedule/);
   assert.deepEqual(identity(a), before, 'the same identity: node.json, key and certificate unchanged');
   assert.equal(await serials('fleet-a'), serialsBefore, 'no new join: the Node allows the same certificate');
   assert.ok(!readdirSync(a.nodeDir).some((f) => f.startsWith('removed-')));
