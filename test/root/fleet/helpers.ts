@@ -66,13 +66,11 @@ export interface NodeNet {
 
 /**
  * Namespaces of one suite, `k32t-<random>-<name>`, each with a veth pair `k32<random><i>h` (host side,
- * 10.X.Y.1/24) and `...n` (inside, 10.X.Y.2/24, its default route via the host side), where X.Y is a
- * random /24 of the suite's own per namespace. {@link Nets.removeAll} removes them (and so the pairs).
+ * 10.X.Y.1/24) and `...n` (inside, 10.X.Y.2/24, its default route via the host side), where 10.X.Y is a
+ * random /24 that no route of the host covers yet, one per namespace. {@link Nets.removeAll} removes them (and so the pairs).
  */
 export class Nets {
   readonly #tag = randomBytes(3).toString('hex');
-  readonly #x = randomInt(100, 250);
-  readonly #y = randomInt(0, 200);
   readonly #made: string[] = [];
 
   /** Makes namespace `name` and its veth pair. @throws Error naming the `ip` command that failed */
@@ -81,7 +79,13 @@ export class Nets {
     const ns = `k32t-${this.#tag}-${name}`;
     const hostIf = `k32${this.#tag}${i}h`;
     const nsIf = `k32${this.#tag}${i}n`;
-    const net = `10.${this.#x}.${this.#y + i}`;
+    // A /24 no route of this host covers yet (another suite's veth, say): tried a few times at random.
+    let net = '';
+    for (let tries = 0; !net; tries++) {
+      const candidate = `10.${randomInt(100, 250)}.${randomInt(0, 250)}`;
+      if ((await must('ip', ['-4', 'route', 'show', 'match', `${candidate}.0/24`])).split('\n').every((l) => !l.trim() || l.startsWith('default'))) net = candidate;
+      else if (tries > 20) throw new Error('no free 10.X.Y.0/24 for a veth pair');
+    }
     await must('ip', ['netns', 'add', ns]);
     this.#made.push(ns);
     await must('ip', ['link', 'add', hostIf, 'type', 'veth', 'peer', 'name', nsIf]);
