@@ -1,0 +1,264 @@
+/**
+ * Helpers of the root suites of FeOS nodes in the cluster (issue 16, docs/feos/fleet.md): network
+ * namespaces with a veth pair each to the host namespace, a free port on the host, feosd joined to a
+ * control plane from inside a namespace, kubectl, feosctl through the cluster and bounded polls.
+ */
+import { execFile, spawn } from 'node:child_process';
+import { randomBytes, randomInt } from 'node:crypto';
+import { mkdirSync, mkdtempSync, rmSync, writeFileSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { createInterface } from 'node:readline';
+import { type FeosdProcess, startFeosd } from '../../feos/harness.ts';
+import { unusedPort } from '../../helpers/ports.ts';
+
+export const ROOT = new URL('../../../', import.meta.url).pathname;
+export const CLI = join(ROOT, 'bin/kube32-cli.js');
+export const FEOSCTL = join(ROOT, 'bin/feosctl.js');
+
+/** A command's exit code and output. */
+export interface Ran {
+  code: number;
+  stdout: string;
+  stderr: string;
+}
+
+/** Runs a command (no shell), bounded by `timeoutMs`; never throws for a non-zero exit. */
+export function run(cmd: string, args: string[], timeoutMs = 60_000): Promise<Ran> {
+  return new Promise((resolve) => {
+    execFile(cmd, args, { timeout: timeoutMs, maxBuffer: 64 << 20 }, (err, stdout, stderr) => {
+      const code = err ? (typeof (err as { code?: unknown }).code === 'number' ? (err as { code: number }).code : 1) : 0;
+      resolve({ code, stdout: String(stdout), stderr: String(stderr) });
+    });
+  });
+}
+
+/** Runs a command; throws with its output when it fails. */
+export async function must(cmd: string, args: string[]): Promise<string> {
+  const r = await run(cmd, args, 20_000);
+  if (r.code !== 0) throw new Error(`${cmd} ${args.join(' ')}: exit ${r.code}: ${r.stderr}${r.stdout}`);
+  return r.stdout;
+}
+
+/** Polls `fn` every 250 ms until it answers something truthy; fails after `ms` naming `what` and the last answer. */
+export async function until<T>(what: string, fn: () => Promise<T | undefined | false>, ms = 30_000): Promise<T> {
+  const deadline = Date.now() + ms;
+  let last: unknown;
+  for (;;) {
+    try {
+      const v = await fn();
+      if (v) return v;
+      last = v;
+    } catch (err: unknown) {
+      last = err;
+    }
+    if (Date.now() > deadline) throw new Error(`${what}: not within ${ms} ms (last: ${last instanceof Error ? last.message : JSON.stringify(last)})`);
+    await new Promise((r) => setTimeout(r, 250)); // poll interval of a condition with a deadline
+  }
+}
+
+/** A network namespace with a veth pair to the host namespace: `host` is the host side's address, `node` the namespace's. */
+export interface NodeNet {
+  ns: string;
+  host: string;
+  node: string;
+}
+
+/**
+ * Namespaces of one suite, `k32t-<random>-<name>`, each with a veth pair `k32<random><i>h` (host side,
+ * 10.X.Y.1/24) and `...n` (inside, 10.X.Y.2/24, its default route via the host side), where 10.X.Y is a
+ * random /24 that no route of the host covers yet, one per namespace. {@link Nets.removeAll} removes them (and so the pairs).
+ */
+export class Nets {
+  readonly #tag = randomBytes(3).toString('hex');
+  readonly #made: string[] = [];
+
+  /** Makes namespace `name` and its veth pair. @throws Error naming the `ip` command that failed */
+  async add(name: string): Promise<NodeNet> {
+    const i = this.#made.length;
+    const ns = `k32t-${this.#tag}-${name}`;
+    const hostIf = `k32${this.#tag}${i}h`;
+    const nsIf = `k32${this.#tag}${i}n`;
+    // A /24 no route of this host covers yet (another suite's veth, say): tried a few times at random.
+    let net = '';
+    for (let tries = 0; !net; tries++) {
+      const candidate = `10.${randomInt(100, 250)}.${randomInt(0, 250)}`;
+      if ((await must('ip', ['-4', 'route', 'show', 'match', `${candidate}.0/24`])).split('\n').every((l) => !l.trim() || l.startsWith('default'))) net = candidate;
+      else if (tries > 20) throw new Error('no free 10.X.Y.0/24 for a veth pair');
+    }
+    await must('ip', ['netns', 'add', ns]);
+    this.#made.push(ns);
+    await must('ip', ['link', 'add', hostIf, 'type', 'veth', 'peer', 'name', nsIf]);
+    await must('ip', ['link', 'set', nsIf, 'netns', ns]);
+    await must('ip', ['addr', 'add', `${net}.1/24`, 'dev', hostIf]);
+    await must('ip', ['link', 'set', hostIf, 'up']);
+    for (const args of [
+      ['link', 'set', 'lo', 'up'],
+      ['addr', 'add', `${net}.2/24`, 'dev', nsIf],
+      ['link', 'set', nsIf, 'up'],
+      ['route', 'add', 'default', 'via', `${net}.1`],
+    ]) {
+      await must('ip', ['netns', 'exec', ns, 'ip', ...args]);
+    }
+    return { ns, host: `${net}.1`, node: `${net}.2` };
+  }
+
+  /** Removes every namespace made (their veth pairs go with them). */
+  async removeAll(): Promise<void> {
+    for (const ns of this.#made.reverse()) await run('ip', ['netns', 'del', ns], 20_000);
+  }
+}
+
+/**
+ * A port for a control plane's `--feos-listen 0.0.0.0:PORT` (it must know it before it starts, to
+ * advertise it): `unusedPort` of test/helpers/ports.ts, below the ephemeral range (docs/test-isolation.md).
+ */
+export function freePort(): Promise<number> {
+  return unusedPort('0.0.0.0');
+}
+
+/** A feosd of the suite: its base directory, node directory and token file besides the process. */
+export interface FleetNode {
+  name: string;
+  base: string;
+  nodeDir: string;
+  tokenFile: string;
+  net: NodeNet;
+  proc: FeosdProcess;
+  /** Starts it again on the same directories (after it was stopped or killed). */
+  restart(): Promise<FeosdProcess>;
+}
+
+/**
+ * Starts feosd in `net.ns` joined to the control plane at `net.host:port` (`--control-plane-name
+ * cpName`), with the token written into `<base>/join-token` (0600), `--node-name name` and
+ * `--stop-grace 10` (a tenth: 1 s for the calls in flight); `guestDir` for pods that boot (none: no guest installed).
+ */
+export async function startNode(base: string, name: string, net: NodeNet, port: number, cpName: string, token: string, extra: string[] = [], guestDir?: string): Promise<FleetNode> {
+  mkdirSync(base, { recursive: true });
+  const tokenFile = join(base, 'join-token');
+  writeFileSync(tokenFile, `${token}\n`, { mode: 0o600 });
+  const nodeDir = join(base, 'node');
+  const start = () =>
+    startFeosd(base, {
+      netns: net.ns,
+      ...(guestDir ? { guestDir } : {}),
+      env: { ...process.env, LOG_LEVEL: 'info' },
+      extra: ['--control-plane', `${net.host}:${port}`, '--control-plane-name', cpName, '--join-token-file', tokenFile, '--node-dir', nodeDir, '--node-name', name, '--stop-grace', '10', ...extra],
+    });
+  const node: FleetNode = {
+    name,
+    base,
+    nodeDir,
+    tokenFile,
+    net,
+    proc: await start(),
+    restart: async () => {
+      node.proc = await start();
+      return node.proc;
+    },
+  };
+  return node;
+}
+
+/** `kubectl --kubeconfig K ARGS`, bounded to 30 s, a cache dir of its own. */
+export function kubectl(kubeconfig: string, ...args: string[]): Promise<Ran> {
+  return run('kubectl', ['--kubeconfig', kubeconfig, '--cache-dir', join(kubeconfig, '..', '.kube-cache'), ...args], 30_000);
+}
+
+/** `feosctl --kubeconfig K --node NODE ARGS` (through the cluster), bounded to 60 s. */
+export function feosctlNode(kubeconfig: string, node: string, ...args: string[]): Promise<Ran> {
+  return run(process.execPath, [FEOSCTL, '--kubeconfig', kubeconfig, '--node', node, '--timeout', '20', ...args], 60_000);
+}
+
+/** `kube32-cli feos token create --kubeconfig K [ARGS]`: the whole token. @throws Error with its stderr when it fails */
+export async function createToken(kubeconfig: string, ...args: string[]): Promise<string> {
+  const r = await run(process.execPath, [CLI, 'feos', 'token', 'create', '--kubeconfig', kubeconfig, ...args]);
+  if (r.code !== 0) throw new Error(`feos token create: exit ${r.code}: ${r.stderr}`);
+  return r.stdout.trim();
+}
+
+/** The status of the Node's Ready condition (`True`, `False`, `Unknown`), or '' when there is none. */
+export async function readyOf(kubeconfig: string, node: string): Promise<string> {
+  return (await kubectl(kubeconfig, 'get', 'node', node, '-o', 'jsonpath={.status.conditions[?(@.type=="Ready")].status}')).stdout;
+}
+
+/** Spawns `feosctl --kubeconfig K --node NODE ARGS` in the background: its output so far and its end. */
+export function spawnFeosctlNode(kubeconfig: string, node: string, ...args: string[]): { out: () => string; err: () => string; done: Promise<number | null>; kill(): void } {
+  const child = spawn(process.execPath, [FEOSCTL, '--kubeconfig', kubeconfig, '--node', node, ...args], { stdio: ['ignore', 'pipe', 'pipe'] });
+  let out = '';
+  let err = '';
+  child.stdout!.setEncoding('utf8').on('data', (d: string) => {
+    out += d;
+  });
+  child.stderr!.setEncoding('utf8').on('data', (d: string) => {
+    err += d;
+  });
+  const done = new Promise<number | null>((resolve) => child.once('exit', (c) => resolve(c)));
+  return { out: () => out, err: () => err, done, kill: () => child.kill('SIGKILL') };
+}
+
+/** A running `kube32-cli control-plane` with its port for nodes. */
+export interface ControlPlane {
+  dataDir: string;
+  kubeconfig: string;
+  /** What its JSON line names as the port for nodes. */
+  feos: string;
+  logs(): string;
+  /** Stops it (SIGTERM) and waits for its exit; its data dir stays until the test ends. */
+  stop(): Promise<void>;
+}
+
+/**
+ * Starts `kube32-cli control-plane --data-dir <temp> --port 0 ARGS` and waits for its JSON line;
+ * stopped (SIGTERM, SIGKILL after 10 s) and its data dir removed in `t.after`. With `reuseDataDir`, it
+ * starts again on that data dir (the cluster of an earlier start), which it leaves to that start's cleanup.
+ * @throws Error with its stderr when it exits first or is not ready within 90 s
+ */
+export async function startControlPlane(t: { after(fn: () => Promise<void>): void }, args: string[], reuseDataDir?: string): Promise<ControlPlane> {
+  const dataDir = reuseDataDir ?? mkdtempSync(join(tmpdir(), 'k32t-fleet-cp-'));
+  const proc = spawn(process.execPath, [CLI, 'control-plane', '--data-dir', dataDir, '--port', '0', ...args], { stdio: ['ignore', 'pipe', 'pipe'], env: { ...process.env, LOG_LEVEL: 'info' } });
+  let stderr = '';
+  proc.stderr!.setEncoding('utf8').on('data', (d: string) => {
+    stderr = (stderr + d).slice(-200_000);
+  });
+  const exited = new Promise<void>((resolve) => proc.once('exit', () => resolve()));
+  t.after(async () => {
+    if (proc.exitCode === null && proc.signalCode === null) proc.kill('SIGTERM');
+    const timer = setTimeout(() => proc.kill('SIGKILL'), 10_000);
+    await exited;
+    clearTimeout(timer);
+    if (!reuseDataDir) rmSync(dataDir, { recursive: true, force: true });
+  });
+  let timer: NodeJS.Timeout | undefined;
+  const line = await Promise.race([
+    new Promise<string>((resolve) => createInterface(proc.stdout!).once('line', resolve)),
+    exited.then(() => {
+      throw new Error(`the control plane exited:\n${stderr}`);
+    }),
+    new Promise<never>((_, reject) => {
+      timer = setTimeout(() => reject(new Error(`the control plane did not start within 90 s:\n${stderr}`)), 90_000);
+    }),
+  ]);
+  clearTimeout(timer);
+  const info = JSON.parse(line) as { kubeconfig: string; feos?: string };
+  if (!info.feos) throw new Error(`the JSON line names no port for nodes: ${line}`);
+  return {
+    dataDir,
+    kubeconfig: info.kubeconfig,
+    feos: info.feos,
+    logs: () => stderr,
+    stop: async () => {
+      if (proc.exitCode === null && proc.signalCode === null) proc.kill('SIGTERM');
+      await exited;
+    },
+  };
+}
+
+/** With `K32T_FLEET_LOGS=DIR` in the environment, writes `text` to `DIR/<name>.log` (to read a run's logs); else nothing. */
+export function keepLog(name: string, text: string): void {
+  const dir = process.env.K32T_FLEET_LOGS;
+  if (!dir) return;
+  mkdirSync(dir, { recursive: true });
+  writeFileSync(join(dir, `${name}.log`), text);
+}
