@@ -27,6 +27,7 @@ import { KubeClusterApi } from './runtime/kube-api.ts';
 import { LeaderElector, type LeaderElectionOptions } from './runtime/leader.ts';
 import { PodsByOwner } from './runtime/owner-index.ts';
 import { newScheduler } from './scheduler/controller.ts';
+import { newServiceAccountController } from './serviceaccount/controller.ts';
 import { newWorkloadControllers } from './workloads/controller.ts';
 
 export type { ClusterApi, SnapshotAnswer } from './runtime/api.ts';
@@ -54,6 +55,7 @@ export const CONTROLLER_NAMES = [
   'job',
   'cronjob',
   'disruption',
+  'serviceaccount',
 ] as const;
 export type ControllerName = (typeof CONTROLLER_NAMES)[number];
 
@@ -142,6 +144,7 @@ async function startWith(
     newJobController(ctx, informers, kubeConfig),
     newCronJobController(ctx, kubeConfig),
     newDisruptionController(ctx, informers),
+    newServiceAccountController(ctx, informers),
   ];
   const controllers = all.filter((c) => !disable.includes(c.name as ControllerName));
   try {
@@ -220,6 +223,9 @@ function primeQueues(ctx: ControllerContext, controllers: Controller[]): void {
         break;
       case 'disruption':
         for (const o of ctx.cache.podDisruptionBudgets.list()) c.enqueue(key(o));
+        break;
+      case 'serviceaccount':
+        for (const o of ctx.cache.namespaces.list()) c.enqueue(key(o));
         break;
     }
   }

@@ -17,6 +17,7 @@ import type {
   V1Node,
   V1Pod,
   V1ReplicaSet,
+  V1ServiceAccount,
 } from '@kubernetes/client-node';
 import type { Checkpoint } from './types.ts';
 
@@ -88,6 +89,8 @@ export interface ClusterApi {
   // Nodes
   patchNode(name: string, patch: MergePatch): Promise<V1Node>;
   patchNodeStatus(name: string, patch: MergePatch): Promise<V1Node>;
+  // ServiceAccounts
+  createServiceAccount(namespace: string, account: V1ServiceAccount): Promise<V1ServiceAccount>;
   // Events
   createEvent(namespace: string, event: CoreV1Event): Promise<void>;
   /** A JSON merge patch of an Event (a repeat raises `count` and `lastTimestamp`). */

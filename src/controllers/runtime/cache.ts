@@ -12,11 +12,13 @@ import {
   type V1Endpoints,
   type V1EndpointSlice,
   type V1Lease,
+  type V1Namespace,
   type V1Node,
   type V1Pod,
   type V1PodDisruptionBudget,
   type V1ReplicaSet,
   type V1Service,
+  type V1ServiceAccount,
   Watch,
 } from '@kubernetes/client-node';
 import type { ControllerLog } from './controller.ts';
@@ -44,6 +46,9 @@ export interface Caches {
   modules: Lister<KubernetesObject>;
   /** `policy/v1` PodDisruptionBudgets (the disruption controller writes their status). */
   podDisruptionBudgets: Lister<V1PodDisruptionBudget>;
+  /** Namespaces (the ServiceAccount controller gives each its `default` account). */
+  namespaces: Lister<V1Namespace>;
+  serviceAccounts: Lister<V1ServiceAccount>;
 }
 
 /** The resources, their list paths, and whether the controllers can run without them. */
@@ -60,6 +65,8 @@ export const RESOURCES = {
   endpointSlices: { path: '/apis/discovery.k8s.io/v1/endpointslices', optional: true },
   modules: { path: '/apis/kube32.io/v1/modules', optional: true },
   podDisruptionBudgets: { path: '/apis/policy/v1/poddisruptionbudgets', optional: true },
+  namespaces: { path: '/api/v1/namespaces', optional: true },
+  serviceAccounts: { path: '/api/v1/serviceaccounts', optional: true },
 } as const;
 
 export type ResourceName = keyof typeof RESOURCES;

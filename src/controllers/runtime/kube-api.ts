@@ -18,6 +18,7 @@ import type {
   V1Node,
   V1Pod,
   V1ReplicaSet,
+  V1ServiceAccount,
 } from '@kubernetes/client-node';
 import type { CaptureAnswer, ClusterApi, DeletePodOptions, MergePatch, SnapshotAnswer } from './api.ts';
 import { ApiCallError, errorMessage } from './errors.ts';
@@ -125,6 +126,10 @@ export class KubeClusterApi implements ClusterApi {
 
   patchNodeStatus(name: string, patch: MergePatch): Promise<V1Node> {
     return this.#merge(`patch node status ${name}`, `${CORE}/nodes/${seg(name)}/status`, patch);
+  }
+
+  createServiceAccount(namespace: string, account: V1ServiceAccount): Promise<V1ServiceAccount> {
+    return this.#call(`create serviceaccount ${namespace}/${account.metadata?.name}`, { method: 'POST', path: this.#ns(namespace, 'serviceaccounts'), body: account });
   }
 
   async createEvent(namespace: string, event: CoreV1Event): Promise<void> {

@@ -45,6 +45,8 @@ export function fakeCaches(): FakeCaches {
     endpointSlices: new FakeLister(),
     modules: new FakeLister(),
     podDisruptionBudgets: new FakeLister(),
+    namespaces: new FakeLister(),
+    serviceAccounts: new FakeLister(),
   };
 }
 
