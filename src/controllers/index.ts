@@ -10,8 +10,7 @@
 import { randomBytes } from 'node:crypto';
 import { hostname } from 'node:os';
 import type { KubeConfig } from '@kubernetes/client-node';
-import { createLogger } from '../lib/index.ts';
-import { realClock, type TimerClock } from '../lib/workqueue.ts';
+import { createLogger, realClock, type TimerClock } from '../lib/index.ts';
 import { newCheckpointController } from './checkpoint/controller.ts';
 import { newCronJobController } from './cronjobs/controller.ts';
 import { newDisruptionController } from './disruption/controller.ts';
@@ -34,12 +33,6 @@ export type { ClusterApi, SnapshotAnswer } from './runtime/api.ts';
 export type { ControllerTimings } from './runtime/context.ts';
 export type { LeaderElectionOptions } from './runtime/leader.ts';
 export { DEFAULT_TIMINGS } from './runtime/context.ts';
-export type { Checkpoint, CheckpointPhase, CheckpointSpec, CheckpointStatus } from './runtime/types.ts';
-export { ANNOTATIONS, LABELS } from './runtime/types.ts';
-export { podSpecBlockers } from './runtime/pods.ts';
-export { type NodeUse, pickNode, type Placement } from './scheduler/fit.ts';
-export { NodeUsage } from './scheduler/usage.ts';
-export { budgetCounts, type BudgetCounts } from './disruption/budget.ts';
 
 /** The names of the controllers, for `disable`. */
 export const CONTROLLER_NAMES = [
@@ -90,7 +83,7 @@ export interface RunningControllers {
 /**
  * Starts every controller against the API server of `kubeConfig`.
  * @returns once every informer has listed its resource and the workers run
- * @throws ApiCallError when a required resource (pods, nodes, checkpoints) cannot be listed
+ * @throws ApiError when a required resource (pods, nodes, checkpoints) cannot be listed
  * @throws RangeError when a timing is not a positive number
  * @example
  * const kc = new KubeConfig(); kc.loadFromFile('admin.kubeconfig');

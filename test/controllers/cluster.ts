@@ -14,8 +14,7 @@ import type { TestContext } from 'node:test';
 import { pino } from 'pino';
 import { CoreV1Api, type CoreV1Event, type V1Pod } from '@kubernetes/client-node';
 import { startControllers, type ControllerTimings } from '../../src/controllers/index.ts';
-import { KubeRest } from '../../src/controllers/runtime/rest.ts';
-import type { Checkpoint } from '../../src/controllers/runtime/types.ts';
+import { type Checkpoint, RestClient } from '../../src/api/index.ts';
 import { startApiServer, type TestApiServer } from '../helpers/apiserver.ts';
 import { claimLoopbackRange } from '../helpers/ports.ts';
 
@@ -32,7 +31,7 @@ export interface Worker {
 
 export interface ControllersCluster {
   api: TestApiServer;
-  rest: KubeRest;
+  rest: RestClient;
   core: CoreV1Api;
   workers: Map<string, Worker>;
   startWorker(name: string, extra?: string[]): Promise<Worker>;
@@ -59,7 +58,7 @@ export async function startControllersCluster(
   // A /24 of its own (claimed: no suite running at the same time shares it), so the pods' fixed ports are ours.
   const prefix = await claimLoopbackRange();
   let next = 2;
-  const rest = new KubeRest(api.kubeConfig);
+  const rest = new RestClient(api.kubeConfig);
   const log = pino({ level: process.env.LOG_LEVEL ?? 'error', base: { component: 'controllers' } }, pino.destination({ dest: 2, sync: true }));
   const controllers = await startControllers({ kubeConfig: api.kubeConfig, timings, log });
   let controllersStopped = false;

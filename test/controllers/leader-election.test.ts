@@ -7,7 +7,7 @@ import { test } from 'node:test';
 import type { V1Pod } from '@kubernetes/client-node';
 import { pino } from 'pino';
 import { startControllers } from '../../src/controllers/index.ts';
-import { KubeRest } from '../../src/controllers/runtime/rest.ts';
+import { RestClient } from '../../src/api/index.ts';
 import { startApiServer } from '../helpers/apiserver.ts';
 
 interface Lease {
@@ -16,7 +16,7 @@ interface Lease {
 
 test('only the Lease holder acts; a clean stop hands the Lease over', { timeout: 60_000 }, async (t) => {
   const api = await startApiServer(t);
-  const rest = new KubeRest(api.kubeConfig);
+  const rest = new RestClient(api.kubeConfig);
   t.after(() => rest.close());
   const log = pino({ level: process.env.LOG_LEVEL ?? 'error' }, pino.destination({ dest: 2, sync: true }));
   // A clean stop empties the holder, so the successor takes the Lease within a retry period whatever the
@@ -65,7 +65,7 @@ test('only the Lease holder acts; a clean stop hands the Lease over', { timeout:
 
 test('a Lease whose holder stopped renewing is taken once it expires, by the candidate clock', { timeout: 60_000 }, async (t) => {
   const api = await startApiServer(t);
-  const rest = new KubeRest(api.kubeConfig);
+  const rest = new RestClient(api.kubeConfig);
   t.after(() => rest.close());
   const leasePath = '/apis/coordination.k8s.io/v1/namespaces/kube-system/leases';
   await rest.json({

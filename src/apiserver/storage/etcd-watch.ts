@@ -6,6 +6,7 @@
 import type { Duplex } from 'node:stream';
 import type { MessagePort } from 'node:worker_threads';
 import type { Etcd3, IWatchResponse } from 'etcd3';
+import { Backoff } from '../../lib/index.ts';
 import { keyBuf, num, prefixEnd, REGISTRY_PREFIX, type WatchBatch, type WireEvent, withResourceVersion } from './etcd-wire.ts';
 
 /** The first and the longest pause between two tries to reopen a lost watch, ms. */
@@ -107,7 +108,8 @@ export class RegistryWatch {
     if (this.#closed || this.#reconnecting) return;
     this.#reconnecting = true;
     this.#endStream();
-    const retry = (delay: number) => {
+    const backoff = new Backoff({ initialMs: RETRY_FIRST_MS, maxMs: RETRY_MAX_MS });
+    const retry = () => {
       setTimeout(async () => {
         if (this.#closed) return;
         try {
@@ -116,10 +118,10 @@ export class RegistryWatch {
           this.#reconnecting = false;
           if (got > want) this.#post({ gap: got - 1, message: `etcd compacted revisions ${want}..${got - 1} while the watch was away (${String(err)})` });
         } catch {
-          retry(Math.min(delay * 2, RETRY_MAX_MS));
+          retry();
         }
-      }, delay).unref();
+      }, backoff.next()).unref();
     };
-    retry(RETRY_FIRST_MS);
+    retry();
   }
 }

@@ -1,6 +1,6 @@
 import assert from 'node:assert/strict';
 import { test } from 'node:test';
-import { ApiCallError } from '../runtime/errors.ts';
+import { ApiError } from '../../api/index.ts';
 import { fakeContext } from '../testing/fakes.ts';
 import { reconcileServiceAccount } from './controller.ts';
 
@@ -24,8 +24,8 @@ test('a namespace without its default ServiceAccount gets one; one that has it, 
 test('AlreadyExists (another writer was first) is success; another error goes back to the queue', { timeout: 5000 }, async () => {
   const { ctx, cache, fake } = fakeContext();
   cache.namespaces.set({ metadata: { name: 'b' } });
-  fake.failures.set('createServiceAccount', new ApiCallError('create serviceaccount b/default', 409, 'AlreadyExists', 'serviceaccounts "default" already exists'));
+  fake.failures.set('createServiceAccount', new ApiError('create serviceaccount b/default', 409, 'AlreadyExists', 'serviceaccounts "default" already exists'));
   await reconcileServiceAccount('b', ctx);
-  fake.failures.set('createServiceAccount', new ApiCallError('create serviceaccount b/default', 503, 'ServiceUnavailable', 'etcd does not answer'));
+  fake.failures.set('createServiceAccount', new ApiError('create serviceaccount b/default', 503, 'ServiceUnavailable', 'etcd does not answer'));
   await assert.rejects(reconcileServiceAccount('b', ctx), /503 ServiceUnavailable/);
 });

@@ -9,7 +9,7 @@ import type { V1Namespace, V1ServiceAccount } from '@kubernetes/client-node';
 import type { Informers } from '../runtime/cache.ts';
 import { Controller } from '../runtime/controller.ts';
 import type { ControllerContext } from '../runtime/context.ts';
-import { isAlreadyExists } from '../runtime/errors.ts';
+import { isAlreadyExists } from '../../api/index.ts';
 
 /** The account every namespace gets. */
 export const DEFAULT_SERVICE_ACCOUNT = 'default';
@@ -17,7 +17,7 @@ export const DEFAULT_SERVICE_ACCOUNT = 'default';
 /**
  * Makes the `default` ServiceAccount of namespace `name` unless the cache has it, the namespace is
  * gone or being deleted. An `AlreadyExists` answer is success.
- * @throws ApiCallError for another error answer (the work queue retries)
+ * @throws ApiError for another error answer (the work queue retries)
  */
 export async function reconcileServiceAccount(name: string, ctx: ControllerContext): Promise<undefined> {
   const ns = ctx.cache.namespaces.get(name) as V1Namespace | undefined;

@@ -10,7 +10,7 @@ import type { Logger } from '../../lib/index.ts';
 import { PodStateError, type PodInstance } from '../../wasm/index.ts';
 import type { ContainerRunner } from '../container.ts';
 import type { PodManager } from '../pods.ts';
-import { podSpecBlockers } from '../spec-blockers.ts';
+import { podSpecBlockers } from '../../api/index.ts';
 import { EndpointError, badRequest, podNotFound } from './status.ts';
 
 /** The freeze timeout when `timeoutMs` is not given: 10 s (seed). */
