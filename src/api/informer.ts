@@ -88,7 +88,7 @@ export class Informer<T extends KubernetesObject = KubernetesObject> implements 
     if (this.#stopped) return;
     this.#firstError ??= err;
     const delay = this.#backoff.next();
-    this.#o.log.warn({ resource: this.#o.resource ?? this.#o.path, err: errorMessage(err), retryInMs: delay }, this.#o.retryMessage ?? 'watch failed; listing again');
+    this.#o.log.warn({ resource: this.#o.resource ?? this.#o.path, err: errorMessage(err), retryMs: delay }, this.#o.retryMessage ?? 'watch failed; listing again');
     clearTimeout(this.#retry);
     this.#retry = setTimeout(() => {
       this.#retry = undefined;

@@ -17,6 +17,7 @@ import { startControllers, type ControllerTimings } from '../../src/controllers/
 import { type Checkpoint, RestClient } from '../../src/api/index.ts';
 import { startApiServer, type TestApiServer } from '../helpers/apiserver.ts';
 import { claimLoopbackRange } from '../helpers/ports.ts';
+import { waitFor } from '../helpers/wait.ts';
 
 const ROOT = new URL('../../', import.meta.url).pathname;
 
@@ -80,20 +81,7 @@ export async function startControllersCluster(
   res.body.resume();
   if (res.status >= 300) throw new Error(`pushing the fixture module: ${res.status}`);
 
-  const until = async <T>(what: string, fn: () => Promise<T | undefined | false> | T | undefined | false, ms = 20_000): Promise<T> => {
-    const deadline = Date.now() + ms;
-    let last: unknown;
-    for (;;) {
-      try {
-        const v = await fn();
-        if (v !== undefined && v !== false) return v as T;
-      } catch (err: unknown) {
-        last = err;
-      }
-      if (Date.now() > deadline) throw new Error(`timed out after ${ms} ms waiting for ${what}${last ? `: ${last instanceof Error ? last.message : String(last)}` : ''}`);
-      await new Promise((r) => setTimeout(r, 50)); // poll interval of a condition with a deadline, not a synchronisation
-    }
-  };
+  const until = <T>(what: string, fn: () => Promise<T | undefined | false> | T | undefined | false, ms = 20_000): Promise<T> => waitFor(what, ms, fn);
 
   const startWorker = async (name: string, extra: string[] = []): Promise<Worker> => {
     const address = `${prefix}.${next++}`;

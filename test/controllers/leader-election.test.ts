@@ -9,6 +9,7 @@ import { pino } from 'pino';
 import { startControllers } from '../../src/controllers/index.ts';
 import { RestClient } from '../../src/api/index.ts';
 import { startApiServer } from '../helpers/apiserver.ts';
+import { waitFor } from '../helpers/wait.ts';
 
 interface Lease {
   spec?: { holderIdentity?: string; leaseTransitions?: number };
@@ -25,15 +26,7 @@ test('only the Lease holder acts; a clean stop hands the Lease over', { timeout:
   const le = { leaseDurationMs: 15_000, renewDeadlineMs: 10_000, retryPeriodMs: 200 };
   const a = await startControllers({ kubeConfig: api.kubeConfig, log, leaderElection: { ...le, identity: 'cp-a' } });
   t.after(() => a.stop());
-  const until = async <T>(what: string, fn: () => Promise<T | undefined | false>, ms = 15_000): Promise<T> => {
-    const deadline = Date.now() + ms;
-    for (;;) {
-      const v = await fn().catch(() => undefined);
-      if (v !== undefined && v !== false) return v as T;
-      if (Date.now() > deadline) throw new Error(`timed out waiting for ${what}`);
-      await new Promise((r) => setTimeout(r, 50)); // polling a condition with a deadline
-    }
-  };
+  const until = <T>(what: string, fn: () => Promise<T | undefined | false>, ms = 15_000): Promise<T> => waitFor(what, ms, fn);
   const leasePath = '/apis/coordination.k8s.io/v1/namespaces/kube-system/leases/kube32-controllers';
   await until('cp-a to hold the Lease', async () => (await rest.json<Lease>({ method: 'GET', path: leasePath })).spec?.holderIdentity === 'cp-a');
   const b = await startControllers({ kubeConfig: api.kubeConfig, log, leaderElection: { ...le, identity: 'cp-b' } });
