@@ -21,6 +21,7 @@ import { HttpMethod, RequestContext, type V1Pod, type V1PodList } from '@kuberne
 import { fetch } from 'undici';
 import { startApiServer } from '../../test/helpers/apiserver.ts';
 import { claimLoopbackRange, unusedPort } from '../../test/helpers/ports.ts';
+import { readBytes } from '../../src/api/index.ts';
 import { ControlPlane } from '../../src/kubelet/client.ts';
 import { loadModule, PodInstance } from '../../src/wasm/index.ts';
 
@@ -109,7 +110,7 @@ try {
     for (let i = 0; i < ITER; i++) {
       let t0 = performance.now();
       const r = await admin.request('POST', `/api/v1/nodes/bench-w1/proxy/checkpoint/default/${s.module}/c`);
-      size = (await r.arrayBuffer()).byteLength;
+      size = (await readBytes(r.body)).byteLength;
       if (r.status !== 200) throw new Error(`checkpoint via proxy: ${r.status}`);
       viaProxy.push(performance.now() - t0);
       t0 = performance.now();

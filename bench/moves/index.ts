@@ -30,8 +30,7 @@ import type { V1Pod } from '@kubernetes/client-node';
 import { pino } from 'pino';
 import { MOVE_STEP_MESSAGE } from '../../src/controllers/checkpoint/timeline.ts';
 import { startControllers } from '../../src/controllers/index.ts';
-import { KubeRest } from '../../src/controllers/runtime/rest.ts';
-import type { Checkpoint } from '../../src/controllers/runtime/types.ts';
+import { type Checkpoint, RestClient } from '../../src/api/index.ts';
 import { loadModule, PodInstance } from '../../src/wasm/index.ts';
 import { startApiServer } from '../../test/helpers/apiserver.ts';
 
@@ -138,7 +137,7 @@ function readLogLine(line: string, worker?: string): void {
 }
 const log = pino({ level: 'debug' }, { write: (s: string) => readLogLine(s.trimEnd()) });
 const controllers = await startControllers({ kubeConfig: api.kubeConfig, log });
-const rest = new KubeRest(api.kubeConfig);
+const rest = new RestClient(api.kubeConfig);
 let cleaned = false;
 const cleanup = async () => {
   if (cleaned) return;

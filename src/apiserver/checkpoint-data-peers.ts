@@ -17,9 +17,10 @@ import { type ApiServerEndpoint, setKubernetesEndpoints } from './bootstrap.ts';
 import type { ServerContext } from './handlers/context.ts';
 import { findResource } from './registry/catalog.ts';
 import type { Storage } from './storage/index.ts';
+import { ANNOTATIONS } from '../api/index.ts';
 
 /** Annotation of a Checkpoint naming the API servers that hold its data: `<url> <instance id>, ...`. */
-export const DATA_HOLDER_ANNOTATION = 'kube32.io/checkpoint-data-holders';
+export const DATA_HOLDER_ANNOTATION = ANNOTATIONS.checkpointDataHolders;
 /** Header of a proxied GET: the holder instance it is meant for; the receiver never proxies it further. */
 export const HOLDER_INSTANCE_HEADER = 'x-kube32-data-holder-instance';
 /** Header of a PUT copying data to a peer: the Checkpoint's uid; the peer stores it and writes nothing. */
@@ -27,7 +28,7 @@ export const REPLICA_HEADER = 'x-kube32-data-replica';
 /** Label of the identity Leases of API servers (as kube-apiserver's `apiserver-<hash>` Leases). */
 export const IDENTITY_LABEL = 'apiserver.kubernetes.io/identity';
 /** Annotation of an identity Lease: the URL peers reach that API server at. */
-export const URL_ANNOTATION = 'kube32.io/apiserver-url';
+export const URL_ANNOTATION = ANNOTATIONS.apiserverUrl;
 /** Duration of an identity Lease, s; renewed every third of it. */
 export const IDENTITY_LEASE_SECONDS = 30;
 

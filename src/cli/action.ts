@@ -6,7 +6,7 @@
  * every failure sets exit code 1 (or the `CliError`'s own). Other errors go to `main`, which prints
  * `error: <message>`.
  */
-import { ApiError, ConnectionError } from './api-client.ts';
+import { ApiError, ConnectionError, kubectlMessage } from './api-client.ts';
 
 /**
  * Wraps an async command action.
@@ -18,7 +18,12 @@ export function kubectlAction<A extends unknown[]>(action: (...args: A) => Promi
     try {
       await action(...args);
     } catch (err: unknown) {
-      if (!(err instanceof ApiError || err instanceof ConnectionError)) throw err;
+      if (err instanceof ApiError) {
+        process.stderr.write(`${kubectlMessage(err)}\n`);
+        process.exitCode = 1;
+        return;
+      }
+      if (!(err instanceof ConnectionError)) throw err;
       process.stderr.write(`${err.message}\n`);
       process.exitCode = err.exitCode;
     }

@@ -1,46 +1,24 @@
 /**
- * The REST calls kube32-cli makes, with the credentials and TLS settings of a client-node `KubeConfig`:
- * JSON requests, raw byte uploads (module data), and watches (one JSON event a line). Errors follow
+ * The REST calls kube32-cli makes, through src/api's `RestClient` (the credentials and TLS settings of a
+ * client-node `KubeConfig`): JSON requests, raw byte uploads (module data), and watches (one JSON event a
+ * line). Errors are src/api's `ApiError`, printed in kubectl's wording (`kubectlMessage`):
  * kubectl's wording, so a user sees the same text from `kubectl` and from `kube32-cli`:
  * `Error from server (NotFound): pods "x" not found`, or
  * `The connection to the server 127.0.0.1:6443 was refused - did you specify the right host or port?`.
  */
-import http from 'node:http';
-import https from 'node:https';
 import type { KubeConfig } from '@kubernetes/client-node';
+import { ApiError, type ApiStatus, errorFromAnswer, readText, RestClient, type RestRequest, type RestResponse, type WatchEvent } from '../api/index.ts';
 import { CliError } from './errors.ts';
 
-/** A `metav1.Status` as the API server answers on failure. */
-export interface ApiStatus {
-  kind?: string;
-  apiVersion?: string;
-  status?: string;
-  message?: string;
-  reason?: string;
-  code?: number;
-  details?: Record<string, unknown>;
-}
+export { ApiError, type ApiStatus, type WatchEvent };
 
 /**
- * A request the API server answered with a failure status. `message` is kubectl's
- * `Error from server (<reason>): <message>`; exit code 1.
+ * kubectl's words for a refusal: `Error from server (<reason>): <message>` (or `Error from server:
+ * <message>` when the Status has no reason), as kube32-cli prints it.
  */
-export class ApiError extends CliError {
-  /** The HTTP status code. */
-  readonly code: number;
-  /** The Status reason (`NotFound`, `AlreadyExists`, `Conflict`, `Invalid`...), or '' when the body had none. */
-  readonly reason: string;
-  /** The decoded Status, when the body was one. */
-  readonly status: ApiStatus | undefined;
-  constructor(code: number, status: ApiStatus | undefined, fallback: string) {
-    const reason = status?.reason ?? '';
-    const text = status?.message ?? fallback;
-    super(reason ? `Error from server (${reason}): ${text}` : `Error from server: ${text}`);
-    this.name = 'ApiError';
-    this.code = code;
-    this.reason = reason;
-    this.status = status;
-  }
+export function kubectlMessage(err: ApiError): string {
+  const text = err.status?.message ?? (err.detail.trim() || `the server answered ${err.code}`);
+  return err.reason ? `Error from server (${err.reason}): ${text}` : `Error from server: ${text}`;
 }
 
 /** One request. */
@@ -58,11 +36,7 @@ export interface RequestOptions {
 }
 
 /** The server's answer, its body not yet read. */
-export interface RawResponse {
-  status: number;
-  headers: http.IncomingHttpHeaders;
-  body: http.IncomingMessage;
-}
+export type RawResponse = RestResponse;
 
 /** The server URL of the current context, without a trailing slash. */
 export function serverUrl(kc: KubeConfig): string {
@@ -97,80 +71,45 @@ function connectionError(server: string, err: unknown): CliError {
   return new ConnectionError(`Unable to connect to the server: ${message}`, { cause: err });
 }
 
+/** The REST client of each kubeconfig (src/api's, kept-alive connections; no timeout of its own). */
+const clients = new WeakMap<KubeConfig, RestClient>();
+
+/** The client of `kc`. @throws CliError when the kubeconfig names no server */
+export function restClient(kc: KubeConfig): RestClient {
+  let c = clients.get(kc);
+  if (!c) {
+    serverUrl(kc);
+    c = new RestClient(kc, { timeoutMs: 0, userAgent: 'kube32-cli/0.1.0' });
+    clients.set(kc, c);
+  }
+  return c;
+}
+
 /**
  * Sends one request and answers the response with its body as a stream (for watches and downloads).
- * @throws CliError when the server cannot be reached (kubectl's wording)
+ * @throws CliError when the server cannot be reached (kubectl's wording) or the kubeconfig cannot be used
  */
-export async function rawRequest(kc: KubeConfig, opts: RequestOptions): Promise<RawResponse> {
-  const server = serverUrl(kc);
-  const url = new URL(server + opts.path);
-  let payload: Buffer | undefined;
-  let contentType = opts.contentType;
-  if (opts.body instanceof Uint8Array) {
-    payload = Buffer.from(opts.body.buffer, opts.body.byteOffset, opts.body.byteLength);
-    contentType ??= 'application/octet-stream';
-  } else if (opts.body !== undefined) {
-    payload = Buffer.from(JSON.stringify(opts.body));
-    contentType ??= 'application/json';
-  }
-  const headers: Record<string, string> = { Accept: 'application/json', 'User-Agent': 'kube32-cli/0.1.0' };
-  if (payload) {
-    headers['Content-Type'] = contentType!;
-    headers['Content-Length'] = String(payload.byteLength);
-  }
-  const reqOpts: https.RequestOptions = {
-    method: opts.method ?? 'GET',
-    hostname: url.hostname.replace(/^\[|\]$/g, ''),
-    port: url.port || (url.protocol === 'https:' ? 443 : 80),
-    path: url.pathname + url.search,
-    headers,
-    signal: opts.signal,
-  };
+export async function rawRequest(kc: KubeConfig, opts: RequestOptions): Promise<RestResponse> {
+  const rest = restClient(kc);
   try {
-    await kc.applyToHTTPSOptions(reqOpts);
+    return await rest.request({ method: (opts.method ?? 'GET') as RestRequest['method'], path: opts.path, body: opts.body, contentType: opts.contentType, signal: opts.signal });
   } catch (err: unknown) {
+    if (opts.signal?.aborted) throw opts.signal.reason;
+    if (err instanceof ApiError) throw connectionError(rest.server, err.cause);
     throw new CliError(`kubeconfig: ${err instanceof Error ? err.message : String(err)}`, 1, { cause: err });
-  }
-  const transport = url.protocol === 'https:' ? https : http;
-  return await new Promise<RawResponse>((resolve, reject) => {
-    const req = transport.request(reqOpts, (res) => {
-      resolve({ status: res.statusCode ?? 0, headers: res.headers, body: res });
-    });
-    req.on('error', (err) => {
-      if (opts.signal?.aborted) reject(opts.signal.reason);
-      else reject(connectionError(server, err));
-    });
-    req.end(payload);
-  });
-}
-
-async function readAll(stream: http.IncomingMessage): Promise<Buffer> {
-  const chunks: Buffer[] = [];
-  for await (const chunk of stream) chunks.push(chunk as Buffer);
-  return Buffer.concat(chunks);
-}
-
-function decodeStatus(text: string): ApiStatus | undefined {
-  try {
-    const parsed = JSON.parse(text) as ApiStatus;
-    return parsed && typeof parsed === 'object' && parsed.kind === 'Status' ? parsed : undefined;
-  } catch {
-    return undefined;
   }
 }
 
 /**
  * Sends one request and decodes the JSON answer.
  * @returns the decoded body
- * @throws ApiError for any status >= 400 (kubectl's "Error from server (<reason>): <message>")
+ * @throws ApiError for any status >= 400 (printed as kubectl's "Error from server (<reason>): <message>")
  * @throws CliError when the server cannot be reached or answers something that is not JSON
  */
 export async function apiJson<T>(kc: KubeConfig, opts: RequestOptions): Promise<T> {
   const res = await rawRequest(kc, opts);
-  const text = (await readAll(res.body)).toString('utf8');
-  if (res.status >= 400) {
-    throw new ApiError(res.status, decodeStatus(text), text.trim() || `the server answered ${res.status}`);
-  }
+  const text = await readText(res.body);
+  if (res.status >= 400) throw errorFromAnswer(`${opts.method ?? 'GET'} ${opts.path}`, res.status, text);
   try {
     return JSON.parse(text) as T;
   } catch (err: unknown) {
@@ -180,52 +119,18 @@ export async function apiJson<T>(kc: KubeConfig, opts: RequestOptions): Promise<
   }
 }
 
-/** One watch event. */
-export interface WatchEvent<T> {
-  type: 'ADDED' | 'MODIFIED' | 'DELETED' | 'BOOKMARK' | 'ERROR';
-  object: T;
-}
-
 /**
  * Watches a collection from `resourceVersion` and yields its events until the server ends the watch
  * or `signal` aborts (then the generator returns quietly).
- * @param path the collection's path, without a query string
- * @param query extra query parameters (`fieldSelector`, `labelSelector`)
  * @throws ApiError when the server refuses the watch (410 Gone when `resourceVersion` is too old)
+ * @throws CliError when the server cannot be reached
  */
-export async function* watch<T>(
-  kc: KubeConfig,
-  path: string,
-  query: Record<string, string>,
-  resourceVersion: string,
-  signal: AbortSignal,
-): AsyncGenerator<WatchEvent<T>> {
-  const params = new URLSearchParams({ ...query, watch: 'true', resourceVersion, allowWatchBookmarks: 'true' });
-  let res: RawResponse;
+export async function* watch<T>(kc: KubeConfig, path: string, query: Record<string, string>, resourceVersion: string, signal: AbortSignal): AsyncGenerator<WatchEvent<T>> {
+  const rest = restClient(kc);
   try {
-    res = await rawRequest(kc, { path: `${path}?${params}`, signal });
+    yield* rest.watch<T>(path, query, resourceVersion, signal);
   } catch (err: unknown) {
-    if (signal.aborted) return;
-    throw err;
-  }
-  if (res.status >= 400) {
-    const text = (await readAll(res.body)).toString('utf8');
-    throw new ApiError(res.status, decodeStatus(text), text.trim() || `the server answered ${res.status}`);
-  }
-  let buffered = '';
-  try {
-    for await (const chunk of res.body) {
-      buffered += (chunk as Buffer).toString('utf8');
-      let nl = buffered.indexOf('\n');
-      while (nl >= 0) {
-        const line = buffered.slice(0, nl).trim();
-        buffered = buffered.slice(nl + 1);
-        if (line) yield JSON.parse(line) as WatchEvent<T>;
-        nl = buffered.indexOf('\n');
-      }
-    }
-  } catch (err: unknown) {
-    if (signal.aborted) return;
+    if (err instanceof ApiError && err.code === 0) throw connectionError(rest.server, err.cause);
     throw err;
   }
 }

@@ -6,8 +6,8 @@
  */
 import { randomBytes } from 'node:crypto';
 import type { KubeConfig } from '@kubernetes/client-node';
-import type { CheckpointSpec, CheckpointStatus } from '../controllers/index.ts';
-import { apiJson, waitForObject } from './api-client.ts';
+import type { CheckpointSpec, CheckpointStatus } from '../api/index.ts';
+import { ApiError, apiJson, waitForObject } from './api-client.ts';
 import { CliError } from './errors.ts';
 
 /**
@@ -99,7 +99,7 @@ export async function followCheckpoint(
     if (!found) throw new CliError(`checkpoint.kube32.io/${name} was deleted before it finished (last phase ${lastPhase || 'unknown'})`);
     return found;
   } catch (err: unknown) {
-    if (signal.aborted && !(err instanceof CliError)) {
+    if (signal.aborted && !(err instanceof CliError) && !(err instanceof ApiError)) {
       // The Checkpoint is not cancelled: say so, and how to follow it.
       throw new CliError(`timed out waiting for checkpoint.kube32.io/${name} to finish (phase ${lastPhase || 'not started'}); it goes on: kubectl get checkpoint ${name} -n ${namespace} -w`, 1, {
         cause: err,

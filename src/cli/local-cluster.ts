@@ -37,6 +37,7 @@ import { loadClusterTarget } from './kubeconfig.ts';
 import { issueWorkerKubeconfig } from './node-credentials.ts';
 import { repoFile } from './paths.ts';
 import { DEFAULT_FIRST_ADDRESS, chooseWorkerRange, describeRange, portFree, workerAddress } from './worker-addresses.ts';
+import { ANNOTATIONS } from '../api/index.ts';
 
 export { workerAddress } from './worker-addresses.ts';
 
@@ -469,7 +470,7 @@ export async function startLocalCluster(opts: LocalClusterOptions): Promise<Loca
             const beat = ready?.lastHeartbeatTime ? Date.parse(ready.lastHeartbeatTime) : 0;
             return ready?.status === 'True' && beat >= started - 1000 ? n : undefined;
           });
-          const mops = node.metadata.annotations?.['kube32.io/interp-mops'];
+          const mops = node.metadata.annotations?.[ANNOTATIONS.interpMops];
           print(
             `${w.name.padEnd(15)} ready      ${workerAddress(idx + 1, firstAddress)}   (${((Date.now() - t0) / 1000).toFixed(1)}s${mops ? `, interp-mops ${mops}` : ''})`,
           );

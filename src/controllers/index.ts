@@ -10,8 +10,7 @@
 import { randomBytes } from 'node:crypto';
 import { hostname } from 'node:os';
 import type { KubeConfig } from '@kubernetes/client-node';
-import { createLogger } from '../lib/index.ts';
-import { realClock, type TimerClock } from '../lib/workqueue.ts';
+import { createLogger, realClock, type TimerClock } from '../lib/index.ts';
 import { newCheckpointController } from './checkpoint/controller.ts';
 import { newCronJobController } from './cronjobs/controller.ts';
 import { newDisruptionController } from './disruption/controller.ts';
@@ -27,18 +26,13 @@ import { KubeClusterApi } from './runtime/kube-api.ts';
 import { LeaderElector, type LeaderElectionOptions } from './runtime/leader.ts';
 import { PodsByOwner } from './runtime/owner-index.ts';
 import { newScheduler } from './scheduler/controller.ts';
+import { newServiceAccountController } from './serviceaccount/controller.ts';
 import { newWorkloadControllers } from './workloads/controller.ts';
 
 export type { ClusterApi, SnapshotAnswer } from './runtime/api.ts';
 export type { ControllerTimings } from './runtime/context.ts';
 export type { LeaderElectionOptions } from './runtime/leader.ts';
 export { DEFAULT_TIMINGS } from './runtime/context.ts';
-export type { Checkpoint, CheckpointPhase, CheckpointSpec, CheckpointStatus } from './runtime/types.ts';
-export { ANNOTATIONS, LABELS } from './runtime/types.ts';
-export { podSpecBlockers } from './runtime/pods.ts';
-export { type NodeUse, pickNode, type Placement } from './scheduler/fit.ts';
-export { NodeUsage } from './scheduler/usage.ts';
-export { budgetCounts, type BudgetCounts } from './disruption/budget.ts';
 
 /** The names of the controllers, for `disable`. */
 export const CONTROLLER_NAMES = [
@@ -54,6 +48,7 @@ export const CONTROLLER_NAMES = [
   'job',
   'cronjob',
   'disruption',
+  'serviceaccount',
 ] as const;
 export type ControllerName = (typeof CONTROLLER_NAMES)[number];
 
@@ -88,7 +83,7 @@ export interface RunningControllers {
 /**
  * Starts every controller against the API server of `kubeConfig`.
  * @returns once every informer has listed its resource and the workers run
- * @throws ApiCallError when a required resource (pods, nodes, checkpoints) cannot be listed
+ * @throws ApiError when a required resource (pods, nodes, checkpoints) cannot be listed
  * @throws RangeError when a timing is not a positive number
  * @example
  * const kc = new KubeConfig(); kc.loadFromFile('admin.kubeconfig');
@@ -142,6 +137,7 @@ async function startWith(
     newJobController(ctx, informers, kubeConfig),
     newCronJobController(ctx, kubeConfig),
     newDisruptionController(ctx, informers),
+    newServiceAccountController(ctx, informers),
   ];
   const controllers = all.filter((c) => !disable.includes(c.name as ControllerName));
   try {
@@ -220,6 +216,9 @@ function primeQueues(ctx: ControllerContext, controllers: Controller[]): void {
         break;
       case 'disruption':
         for (const o of ctx.cache.podDisruptionBudgets.list()) c.enqueue(key(o));
+        break;
+      case 'serviceaccount':
+        for (const o of ctx.cache.namespaces.list()) c.enqueue(key(o));
         break;
     }
   }

@@ -5,7 +5,8 @@
  * pods directly, and to every other node through the control plane's node proxy
  * (`POST /api/v1/nodes/<node>/proxy/publish/<ns>/<topic>`), in order per node.
  */
-import { ListWatch, Watch, type V1Node, type V1NodeList } from '@kubernetes/client-node';
+import type { V1Node } from '@kubernetes/client-node';
+import { Informer, readText } from '../api/index.ts';
 import type { Logger } from '../lib/index.ts';
 import { type ControlPlane, errorMessage } from './client.ts';
 import type { PodManager } from './pods.ts';
@@ -20,8 +21,7 @@ export class ChannelRouter {
   readonly #pods: () => PodManager | undefined;
   readonly #log: Logger;
   readonly #queues = new Map<string, { tail: Promise<void>; pending: number; failing: boolean }>();
-  #nodes: ListWatch<V1Node> | undefined;
-  #stopped = false;
+  #nodes: Informer<V1Node> | undefined;
   /** Messages dropped because a node's queue was full. */
   dropped = 0;
   /** Messages a node did not take (refused or unreachable). */
@@ -38,20 +38,13 @@ export class ChannelRouter {
   async start(): Promise<void> {
     // Retries back off (0.5 s doubling to 10 s) while the API server is away, back to 0.5 s once a list
     // succeeds: at a fixed 2 s the warning came every 2 s for as long as the control plane was down.
-    let retryMs = 0;
-    const listFn = async () => {
-      const list = await this.#cp.json<V1NodeList>('GET', '/api/v1/nodes');
-      retryMs = 0;
-      return list;
-    };
-    const nodes = new ListWatch<V1Node>('/api/v1/nodes', new Watch(this.#cp.kubeConfig), listFn, false);
-    nodes.on('error', (err: unknown) => {
-      if (this.#stopped) return;
-      retryMs = Math.min(retryMs ? retryMs * 2 : 500, 10_000);
-      this.#log.warn({ err: errorMessage(err), retryMs }, 'node watch failed (channel fan-out); retrying');
-      setTimeout(() => {
-        if (!this.#stopped) void nodes.start().catch(() => {});
-      }, retryMs).unref();
+    const nodes = new Informer<V1Node>({
+      rest: this.#cp.rest,
+      path: '/api/v1/nodes',
+      resource: 'nodes',
+      log: this.#log,
+      backoff: { initialMs: 500, maxMs: 10_000 },
+      retryMessage: 'node watch failed (channel fan-out); retrying',
     });
     this.#nodes = nodes;
     await nodes.start();
@@ -59,7 +52,6 @@ export class ChannelRouter {
 
   /** Stops the node watch. */
   async stop(): Promise<void> {
-    this.#stopped = true;
     await this.#nodes?.stop();
   }
 
@@ -100,7 +92,7 @@ export class ChannelRouter {
         let failure: string | undefined;
         try {
           const res = await this.#cp.request('POST', path, { body: payload, contentType: 'application/octet-stream' });
-          const text = await res.text();
+          const text = await readText(res.body);
           if (res.status >= 300) failure = `${res.status}: ${text.slice(0, 300)}`;
         } catch (err: unknown) {
           failure = errorMessage(err);

@@ -16,6 +16,7 @@ import { join } from 'node:path';
 import type { V1Container, V1Pod } from '@kubernetes/client-node';
 import type { Logger } from '../lib/index.ts';
 import { ModuleError, PodInstance, PodStartError, type PodExit, type PodModule } from '../wasm/index.ts';
+import { readText } from '../api/index.ts';
 import { type ControlPlane, errorMessage } from './client.ts';
 import { ImagePullError, type LoadedModules, resolveImageDigest } from './modules.ts';
 import { ContainerConfigError, resolveContainerConfig, memoryLimitBytes } from './pod-spec.ts';
@@ -255,7 +256,7 @@ export class ContainerRunner {
       throw new PodStartError('Error', `cannot fetch the snapshot of Checkpoint ${name}: ${errorMessage(err)}`);
     });
     if (res.status !== 200 || !res.body) {
-      const text = await res.text().catch(() => '');
+      const text = await readText(res.body).catch(() => '');
       let detail = text.slice(0, 200);
       try {
         detail = (JSON.parse(text) as { message?: string }).message ?? detail;
@@ -264,7 +265,7 @@ export class ContainerRunner {
       if (res.status === 429 || res.status >= 500) throw new PodStartError('Error', `cannot fetch the snapshot: ${why}`);
       throw new PodStartError('RestoreError', `cannot restore the snapshot: ${why}`);
     }
-    this.#ctx.log.debug({ container: this.spec.name, checkpoint: name, bytes: Number(res.headers.get('content-length')) }, 'restore: data answered');
+    this.#ctx.log.debug({ container: this.spec.name, checkpoint: name, bytes: Number(res.headers['content-length']) }, 'restore: data answered');
     // The runtime gathers the body's 16 KiB pieces into 1 MiB messages to the pod's thread.
     return res.body as AsyncIterable<Uint8Array>;
   }

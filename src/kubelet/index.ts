@@ -4,16 +4,6 @@
  * Seed 002: "Kubelet endpoints", "What moves", "What keeps a pod from moving", "Drain and
  * evictions", "Policies".
  */
-export {
-  podSpecBlockers,
-  isHardwareResource,
-  HARDWARE_CAPABILITIES,
-  ENTRY_POINT_EXPORTS,
-  I2C_DEVICE_GRANT,
-  SD_VOLUME_DRIVER,
-  MIGRATION_ANNOTATION,
-  type ModuleFacts,
-} from './spec-blockers.ts';
 export { startKubelet, type Kubelet, type KubeletOptions } from './kubelet.ts';
 export { planNodes, startNodes, nextAddress, NodeStartError, MAX_NODES_PER_PROCESS, type NodePlan, type NodePlanOptions, type NodeHost, type SharedNodeOptions } from './host.ts';
 export { selfDrain, isDaemonSetPod, SELF_DRAIN_TIMEOUT_MS, type DrainReport } from './drain.ts';

@@ -8,7 +8,7 @@ import type { Server } from 'node:http';
 import type { AddressInfo } from 'node:net';
 import { join, resolve } from 'node:path';
 import type { KubeConfig } from '@kubernetes/client-node';
-import { createLogger, isProcessAlive, type Logger } from '../lib/index.ts';
+import { Backoff, createLogger, isProcessAlive, type Logger } from '../lib/index.ts';
 import { measureInterpMops } from '../wasm/index.ts';
 import { KubeletAuthenticator } from './auth.ts';
 import { ChannelRouter } from './channels.ts';
@@ -84,15 +84,14 @@ async function lockDataDir(dir: string): Promise<() => Promise<void>> {
  * reached or answers 5xx or 429, as a kubelet waits for its control plane; any other error is thrown.
  */
 async function untilReachable<T>(step: () => Promise<T>, what: string, log: Logger): Promise<T> {
-  let delay = 500;
+  const backoff = new Backoff({ initialMs: 500, maxMs: 5000 });
   for (;;) {
     try {
       return await step();
     } catch (err: unknown) {
       if (!(err instanceof ApiError) || !(err.code === 0 || err.code === 429 || err.code >= 500)) throw err;
-      log.warn({ err: err.message, retryMs: delay }, `${what}: the API server is not reachable; retrying`);
-      await new Promise((r) => setTimeout(r, delay));
-      delay = Math.min(delay * 2, 5000);
+      log.warn({ err: err.message, retryMs: backoff.peek() }, `${what}: the API server is not reachable; retrying`);
+      await backoff.wait();
     }
   }
 }

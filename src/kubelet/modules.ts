@@ -8,13 +8,14 @@ import { mkdir, readFile, rm } from 'node:fs/promises';
 import { join } from 'node:path';
 import type { V1Pod } from '@kubernetes/client-node';
 import { isBareModuleImage, writeFileAtomic, type Logger } from '../lib/index.ts';
+import { ANNOTATIONS, DIGEST_IMAGE_PREFIX, readText } from '../api/index.ts';
 import { type ControlPlane, errorMessage, isApiError } from './client.ts';
 import { loadModule, type PodModule } from '../wasm/index.ts';
 
 /** The pod annotation with the image digest, set by the API server when the pod is created. */
-export const IMAGE_SHA256_ANNOTATION = 'kube32.io/image-sha256';
+export const IMAGE_SHA256_ANNOTATION = ANNOTATIONS.imageSha256;
 /** The image form that carries its digest: `kube32.io/wasm-sha256:<64 hex digits>`. */
-export const DIGEST_IMAGE_PREFIX = 'kube32.io/wasm-sha256:';
+export { DIGEST_IMAGE_PREFIX };
 /** The largest module the node fetches: 64 MiB. */
 export const MAX_MODULE_BYTES = 64 * 1024 * 1024;
 
@@ -118,16 +119,16 @@ export class ModuleCache {
       throw new ImagePullError('ErrImagePull', `module sha256:${digest}: ${err instanceof Error ? err.message : String(err)}`, { cause: err });
     }
     if (res.status !== 200) {
-      const text = await res.text();
+      const text = await readText(res.body);
       let msg = text.slice(0, 300);
       try {
         msg = (JSON.parse(text) as { message?: string }).message ?? msg;
       } catch {}
       throw new ImagePullError('ErrImagePull', `module sha256:${digest}: the control plane answered ${res.status}: ${msg}`);
     }
-    const declared = Number(res.headers.get('content-length') ?? 0);
+    const declared = Number(res.headers['content-length'] ?? 0);
     if (declared > MAX_MODULE_BYTES) {
-      await res.body?.cancel();
+      res.body.destroy();
       throw new ImagePullError('ErrImagePull', `module sha256:${digest}: ${declared} bytes is over the node's limit of ${MAX_MODULE_BYTES}`);
     }
     const chunks: Uint8Array[] = [];

@@ -10,6 +10,7 @@ import { randomUUID } from 'node:crypto';
 import type { V1Lease, V1Node, V1NodeCondition } from '@kubernetes/client-node';
 import { formatBytes, type Logger } from '../lib/index.ts';
 import { type ControlPlane, errorMessage, isApiError } from './client.ts';
+import { ANNOTATIONS } from '../api/index.ts';
 
 /** Free heap below which the node reports MemoryPressure: 24 KiB (seed "Policies"). */
 export const MEMORY_PRESSURE_BYTES = 24 * 1024;
@@ -28,9 +29,9 @@ export const NODE_STATUS_REPORT_MS = 300_000;
 /** The Lease's duration: 40 s, the kubelet's default (four missed renewals). */
 export const LEASE_DURATION_SECONDS = 40;
 /** The annotation with the interpreter speed in millions of operations per second. */
-export const INTERP_MOPS_ANNOTATION = 'kube32.io/interp-mops';
+export const INTERP_MOPS_ANNOTATION = ANNOTATIONS.interpMops;
 /** The annotation a worker sets when it leaves (self-drain). */
-export const LEFT_ANNOTATION = 'kube32.io/left';
+export const LEFT_ANNOTATION = ANNOTATIONS.left;
 /** The version the node reports as its kubelet's. */
 export const KUBELET_VERSION = 'v1.32.0-kube32';
 

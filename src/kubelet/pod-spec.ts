@@ -6,13 +6,14 @@
 import type { V1ConfigMap, V1Container, V1Pod, V1Secret } from '@kubernetes/client-node';
 import { parseBytes, parseDuration } from '../lib/index.ts';
 import { type ControlPlane, isApiError } from './client.ts';
+import { ANNOTATIONS } from '../api/index.ts';
 
 /** Pod annotation with the tick interval (`500ms`, `1s`). */
-export const TICK_INTERVAL_ANNOTATION = 'kube32.io/tick-interval';
+export const TICK_INTERVAL_ANNOTATION = ANNOTATIONS.tickInterval;
 /** Pod annotation with the comma-separated event topics. */
-export const TOPICS_ANNOTATION = 'kube32.io/topics';
+export const TOPICS_ANNOTATION = ANNOTATIONS.topics;
 /** Pod annotation naming the Checkpoint a pod restores from. */
-export const RESTORE_FROM_ANNOTATION = 'kube32.io/restore-from';
+export const RESTORE_FROM_ANNOTATION = ANNOTATIONS.restoreFrom;
 /** The memory limit when a container sets none: 16 MiB. */
 export const DEFAULT_MEMORY_LIMIT_BYTES = 16 * 1024 * 1024;
 

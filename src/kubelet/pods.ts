@@ -5,7 +5,8 @@
  */
 import { readdir, rm } from 'node:fs/promises';
 import { join } from 'node:path';
-import { ListWatch, Watch, type V1Pod, type V1PodList } from '@kubernetes/client-node';
+import type { V1Pod } from '@kubernetes/client-node';
+import { Informer } from '../api/index.ts';
 import type { Logger } from '../lib/index.ts';
 import { ApiError, type ControlPlane, errorMessage, isApiError } from './client.ts';
 import type { EventRecorder } from './events.ts';
@@ -33,9 +34,8 @@ function terminal(pod: V1Pod): boolean {
 export class PodManager {
   readonly #o: PodManagerOptions;
   readonly #workers = new Map<string, PodWorker>();
-  #informer: ListWatch<V1Pod> | undefined;
+  #informer: Informer<V1Pod> | undefined;
   #stopped = false;
-  #retryMs = 0;
 
   constructor(opts: PodManagerOptions) {
     this.#o = opts;
@@ -71,41 +71,26 @@ export class PodManager {
    */
   async start(): Promise<void> {
     const { cp, nodeName } = this.#o;
-    const fieldSelector = `spec.nodeName=${nodeName}`;
-    // The back-off ends once a list succeeds: the informer's 'connect' fires before it lists, so a reset
-    // there kept every retry at 500 ms while the API server was away (two warnings a second, for hours).
-    const listFn = async () => {
-      const list = await cp.json<V1PodList>('GET', '/api/v1/pods', { query: { fieldSelector } });
-      this.#retryMs = 0;
-      return list;
-    };
-    const informer = new ListWatch<V1Pod>('/api/v1/pods', new Watch(cp.kubeConfig), listFn, false, undefined, fieldSelector);
-    this.#informer = informer;
-    informer.on('add', (pod) => this.#sync(pod));
-    informer.on('update', (pod) => this.#sync(pod));
-    informer.on('delete', (pod) => this.#gone(pod));
-    let started = false;
-    let firstError: unknown;
-    informer.on('error', (err: unknown) => {
-      if (!started) {
-        firstError = err;
-        return;
-      }
-      if (this.#stopped) return;
-      this.#retryMs = Math.min(this.#retryMs ? this.#retryMs * 2 : 500, 10_000);
-      this.#o.log.warn({ err: errorMessage(err), retryMs: this.#retryMs }, 'pod watch failed; listing again');
-      setTimeout(() => {
-        if (!this.#stopped) informer.start().catch(() => {});
-      }, this.#retryMs).unref();
+    // The back-off (0.5 s doubling to 10 s) ends once a list succeeds (src/api's Informer).
+    const informer = new Informer<V1Pod>({
+      rest: cp.rest,
+      path: '/api/v1/pods',
+      fieldSelector: `spec.nodeName=${nodeName}`,
+      resource: 'pods',
+      log: this.#o.log,
+      backoff: { initialMs: 500, maxMs: 10_000 },
+      retryMessage: 'pod watch failed; listing again',
     });
-    await informer.start();
-    started = true;
-    if (firstError !== undefined) {
+    this.#informer = informer;
+    informer.on((verb, pod) => (verb === 'delete' ? this.#gone(pod) : this.#sync(pod)));
+    const listed = await informer.start();
+    if (!listed || informer.firstError !== undefined) {
+      const firstError = informer.firstError;
       await informer.stop();
       this.#informer = undefined;
       if (firstError instanceof ApiError) throw firstError;
       const code = Number((firstError as { statusCode?: number }).statusCode ?? 0);
-      throw new ApiError(`watching the node's pods: ${errorMessage(firstError)}`, code, '', { cause: firstError });
+      throw new ApiError("watching the node's pods", code, '', errorMessage(firstError), undefined, { cause: firstError });
     }
     await this.#removeOrphans();
   }

@@ -6,3 +6,6 @@ export { createLogger, type Logger } from './log.ts';
 export { isProcessAlive } from './process.ts';
 export { canListen, ephemeralLow, unusedPort } from './ports.ts';
 export { isBareModuleImage } from './images.ts';
+export { Backoff, type BackoffOptions } from './backoff.ts';
+export { clampDelay, ManualClock, MAX_TIMER_DELAY_MS, realClock, type TimerClock, WorkQueue, type WorkQueueOptions } from './workqueue.ts';
+export { type CronSchedule, CronScheduleError, isTimeZone, parseCronSchedule } from './cron-schedule.ts';

@@ -2,6 +2,11 @@
  * Kubernetes resource quantities (`256Mi`, `1Gi`, `64k`, `500m`, `1e3`), as in
  * `k8s.io/apimachinery/pkg/api/resource`. Only what the projects need: parse to a number of base
  * units, and format bytes back in binary suffixes.
+ *
+ * Why not @kubernetes/client-node's `quantityToScalar` (its `dist/util.js`, which the package's index does
+ * not export): it refuses quantities Kubernetes takes (`1.5Gi`, `2.5M`: "Cannot convert 1.5 to a BigInt"),
+ * answers a `bigint` for suffixed values and a `number` for others (so callers convert twice), its error
+ * names no fix, and it has no formatting back to `64Ki` as kubectl prints. Checked with client-node 2.0.1.
  */
 
 const SUFFIX: Record<string, number> = {

@@ -8,6 +8,7 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { createInterface } from 'node:readline';
 import type { TestContext } from 'node:test';
+import { waitFor } from '../helpers/wait.ts';
 
 export const ROOT = new URL('../../', import.meta.url).pathname;
 export const CLI = join(ROOT, 'bin/kube32-cli.js');
@@ -71,16 +72,15 @@ export async function startControlPlane(t: TestContext, etcdUrl: string, identit
 
 /** Polls `read` until `ok` accepts its answer; a failed read counts as not yet. @throws Error after `ms` */
 export async function eventually<T>(what: string, ms: number, read: () => Promise<T>, ok: (v: T) => boolean): Promise<T> {
-  const deadline = Date.now() + ms;
-  let last: unknown;
-  while (Date.now() < deadline) {
-    try {
+  let last: T | undefined;
+  const seen = await waitFor(
+    what,
+    ms,
+    async () => {
       last = await read();
-      if (ok(last as T)) return last as T;
-    } catch (err: unknown) {
-      last = err instanceof Error ? err.message : err;
-    }
-    await new Promise((r) => setTimeout(r, 100)); // poll interval of an API condition with a deadline, not a synchronisation
-  }
-  throw new Error(`${what}: not within ${ms} ms (last: ${JSON.stringify(last)})`);
+      return ok(last) ? { v: last } : undefined;
+    },
+    { intervalMs: 100, describe: () => `last read: ${JSON.stringify(last)}` },
+  );
+  return seen.v;
 }

@@ -18,21 +18,9 @@ import { AppsV1Api, CoreV1Api, CustomObjectsApi, KubeConfig, makeInformer, type 
 import { issueClientCertificate } from '../../src/apiserver/index.ts';
 import { encodeSnapshot, type SnapshotState } from '../../src/k32s/index.ts';
 import { startApiServer, type TestApiServer } from '../helpers/apiserver.ts';
+import { waitFor } from '../helpers/wait.ts';
 
-async function until<T>(what: string, fn: () => Promise<T | undefined | false> | T | undefined | false, ms = 15_000): Promise<T> {
-  const deadline = Date.now() + ms;
-  let last: unknown;
-  while (Date.now() < deadline) {
-    try {
-      const v = await fn();
-      if (v !== undefined && v !== false) return v;
-    } catch (err: unknown) {
-      last = err;
-    }
-    await new Promise((r) => setTimeout(r, 25));
-  }
-  throw new Error(`timed out waiting for ${what}${last ? `: ${String(last)}` : ''}`);
-}
+const until = <T>(what: string, fn: () => Promise<T | undefined | false> | T | undefined | false, ms = 15_000): Promise<T> => waitFor(what, ms, fn, { intervalMs: 25 });
 
 interface Reply {
   status: number;

@@ -12,21 +12,9 @@ import { createInterface } from 'node:readline';
 import { test } from 'node:test';
 import { CoreV1Api, CustomObjectsApi, PatchStrategy, setHeaderOptions } from '@kubernetes/client-node';
 import { startApiServer, type TestApiServer } from '../helpers/apiserver.ts';
+import { waitFor } from '../helpers/wait.ts';
 
-async function until<T>(what: string, fn: () => Promise<T | undefined | false>, ms = 15_000): Promise<T> {
-  const deadline = Date.now() + ms;
-  let last: unknown;
-  while (Date.now() < deadline) {
-    try {
-      const v = await fn();
-      if (v !== undefined && v !== false) return v;
-    } catch (err: unknown) {
-      last = err;
-    }
-    await new Promise((r) => setTimeout(r, 50));
-  }
-  throw new Error(`timed out waiting for ${what}${last ? `: ${String(last)}` : ''}`);
-}
+const until = <T>(what: string, fn: () => Promise<T | undefined | false>, ms = 15_000): Promise<T> => waitFor(what, ms, fn);
 
 function file(api: TestApiServer, name: string, text: string): string {
   const p = join(api.dataDir, name);

@@ -109,6 +109,11 @@ test('protobuf bodies of kubectl generator commands decode to JSON objects', () 
   const other = Buffer.concat([Buffer.from('k8s\0', 'latin1'), msg(1, Buffer.concat([str(1, 'v1'), str(2, 'Binding')]))]);
   assert.throws(() => decodeKubernetesProtobuf(other), (e: unknown) => e instanceof ApiError && e.code === 415);
   assert.throws(() => decodeKubernetesProtobuf(Buffer.from('nope')), (e: unknown) => e instanceof ApiError && e.code === 400);
+  // A body cut short (the raw ConfigMap's length says more than follows; a varint that never ends) is a 400 naming protobuf.
+  const cut = body.subarray(0, body.length - 3);
+  assert.throws(() => decodeKubernetesProtobuf(cut), (e: unknown) => e instanceof ApiError && e.code === 400 && /^protobuf: /.test(e.message));
+  const endless = Buffer.concat([Buffer.from('k8s\0', 'latin1'), Buffer.from([0x08, 0xff, 0xff, 0xff])]);
+  assert.throws(() => decodeKubernetesProtobuf(endless), (e: unknown) => e instanceof ApiError && e.code === 400 && /^protobuf: /.test(e.message));
 });
 
 test('server-side apply removes what the same manager no longer applies, keeps what others own', () => {

@@ -18,6 +18,7 @@ import { startEtcd } from '../apiserver-etcd/etcd-server.ts';
 import { refusedPort } from '../helpers/ports.ts';
 import { loadClusterTarget } from '../../src/cli/kubeconfig.ts';
 import { rawRequest } from '../../src/cli/api-client.ts';
+import { waitFor } from '../helpers/wait.ts';
 
 const NO_ETCD = existsSync('/usr/bin/etcd') ? false : '/usr/bin/etcd (Debian etcd-server) is not installed';
 
@@ -79,14 +80,9 @@ async function get(kubeconfig: string, path: string): Promise<{ status: number; 
 }
 
 /** Polls `fn` every 100 ms until it answers true, failing after `ms`. */
-async function until(what: string, ms: number, fn: () => Promise<boolean>): Promise<void> {
-  const deadline = Date.now() + ms;
-  for (;;) {
-    if (await fn()) return;
-    if (Date.now() > deadline) throw new Error(`not within ${ms / 1000} s: ${what}`);
-    await new Promise((r) => setTimeout(r, 100));
-  }
-}
+const until = async (what: string, ms: number, fn: () => Promise<boolean>): Promise<void> => {
+  await waitFor(what, ms, fn, { intervalMs: 100 });
+};
 
 test('a second control-plane (or apiserver, or up) on a data dir a control-plane holds is refused and changes nothing', { timeout: 120_000 }, async (t) => {
   const dir = tempDir(t);

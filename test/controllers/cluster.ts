@@ -14,10 +14,10 @@ import type { TestContext } from 'node:test';
 import { pino } from 'pino';
 import { CoreV1Api, type CoreV1Event, type V1Pod } from '@kubernetes/client-node';
 import { startControllers, type ControllerTimings } from '../../src/controllers/index.ts';
-import { KubeRest } from '../../src/controllers/runtime/rest.ts';
-import type { Checkpoint } from '../../src/controllers/runtime/types.ts';
+import { type Checkpoint, RestClient } from '../../src/api/index.ts';
 import { startApiServer, type TestApiServer } from '../helpers/apiserver.ts';
 import { claimLoopbackRange } from '../helpers/ports.ts';
+import { waitFor } from '../helpers/wait.ts';
 
 const ROOT = new URL('../../', import.meta.url).pathname;
 
@@ -32,7 +32,7 @@ export interface Worker {
 
 export interface ControllersCluster {
   api: TestApiServer;
-  rest: KubeRest;
+  rest: RestClient;
   core: CoreV1Api;
   workers: Map<string, Worker>;
   startWorker(name: string, extra?: string[]): Promise<Worker>;
@@ -59,7 +59,7 @@ export async function startControllersCluster(
   // A /24 of its own (claimed: no suite running at the same time shares it), so the pods' fixed ports are ours.
   const prefix = await claimLoopbackRange();
   let next = 2;
-  const rest = new KubeRest(api.kubeConfig);
+  const rest = new RestClient(api.kubeConfig);
   const log = pino({ level: process.env.LOG_LEVEL ?? 'error', base: { component: 'controllers' } }, pino.destination({ dest: 2, sync: true }));
   const controllers = await startControllers({ kubeConfig: api.kubeConfig, timings, log });
   let controllersStopped = false;
@@ -81,20 +81,7 @@ export async function startControllersCluster(
   res.body.resume();
   if (res.status >= 300) throw new Error(`pushing the fixture module: ${res.status}`);
 
-  const until = async <T>(what: string, fn: () => Promise<T | undefined | false> | T | undefined | false, ms = 20_000): Promise<T> => {
-    const deadline = Date.now() + ms;
-    let last: unknown;
-    for (;;) {
-      try {
-        const v = await fn();
-        if (v !== undefined && v !== false) return v as T;
-      } catch (err: unknown) {
-        last = err;
-      }
-      if (Date.now() > deadline) throw new Error(`timed out after ${ms} ms waiting for ${what}${last ? `: ${last instanceof Error ? last.message : String(last)}` : ''}`);
-      await new Promise((r) => setTimeout(r, 50)); // poll interval of a condition with a deadline, not a synchronisation
-    }
-  };
+  const until = <T>(what: string, fn: () => Promise<T | undefined | false> | T | undefined | false, ms = 20_000): Promise<T> => waitFor(what, ms, fn);
 
   const startWorker = async (name: string, extra: string[] = []): Promise<Worker> => {
     const address = `${prefix}.${next++}`;

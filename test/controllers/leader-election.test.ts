@@ -7,8 +7,9 @@ import { test } from 'node:test';
 import type { V1Pod } from '@kubernetes/client-node';
 import { pino } from 'pino';
 import { startControllers } from '../../src/controllers/index.ts';
-import { KubeRest } from '../../src/controllers/runtime/rest.ts';
+import { RestClient } from '../../src/api/index.ts';
 import { startApiServer } from '../helpers/apiserver.ts';
+import { waitFor } from '../helpers/wait.ts';
 
 interface Lease {
   spec?: { holderIdentity?: string; leaseTransitions?: number };
@@ -16,7 +17,7 @@ interface Lease {
 
 test('only the Lease holder acts; a clean stop hands the Lease over', { timeout: 60_000 }, async (t) => {
   const api = await startApiServer(t);
-  const rest = new KubeRest(api.kubeConfig);
+  const rest = new RestClient(api.kubeConfig);
   t.after(() => rest.close());
   const log = pino({ level: process.env.LOG_LEVEL ?? 'error' }, pino.destination({ dest: 2, sync: true }));
   // A clean stop empties the holder, so the successor takes the Lease within a retry period whatever the
@@ -25,15 +26,7 @@ test('only the Lease holder acts; a clean stop hands the Lease over', { timeout:
   const le = { leaseDurationMs: 15_000, renewDeadlineMs: 10_000, retryPeriodMs: 200 };
   const a = await startControllers({ kubeConfig: api.kubeConfig, log, leaderElection: { ...le, identity: 'cp-a' } });
   t.after(() => a.stop());
-  const until = async <T>(what: string, fn: () => Promise<T | undefined | false>, ms = 15_000): Promise<T> => {
-    const deadline = Date.now() + ms;
-    for (;;) {
-      const v = await fn().catch(() => undefined);
-      if (v !== undefined && v !== false) return v as T;
-      if (Date.now() > deadline) throw new Error(`timed out waiting for ${what}`);
-      await new Promise((r) => setTimeout(r, 50)); // polling a condition with a deadline
-    }
-  };
+  const until = <T>(what: string, fn: () => Promise<T | undefined | false>, ms = 15_000): Promise<T> => waitFor(what, ms, fn);
   const leasePath = '/apis/coordination.k8s.io/v1/namespaces/kube-system/leases/kube32-controllers';
   await until('cp-a to hold the Lease', async () => (await rest.json<Lease>({ method: 'GET', path: leasePath })).spec?.holderIdentity === 'cp-a');
   const b = await startControllers({ kubeConfig: api.kubeConfig, log, leaderElection: { ...le, identity: 'cp-b' } });
@@ -65,7 +58,7 @@ test('only the Lease holder acts; a clean stop hands the Lease over', { timeout:
 
 test('a Lease whose holder stopped renewing is taken once it expires, by the candidate clock', { timeout: 60_000 }, async (t) => {
   const api = await startApiServer(t);
-  const rest = new KubeRest(api.kubeConfig);
+  const rest = new RestClient(api.kubeConfig);
   t.after(() => rest.close());
   const leasePath = '/apis/coordination.k8s.io/v1/namespaces/kube-system/leases';
   await rest.json({

@@ -5,7 +5,7 @@
  */
 import assert from 'node:assert/strict';
 import { test } from 'node:test';
-import type { Checkpoint } from '../../src/controllers/runtime/types.ts';
+import type { Checkpoint } from '../../src/api/index.ts';
 import { type Count, type ControllersCluster, count, counterPod, runPod, startControllersCluster } from './cluster.ts';
 
 async function checkpointsOf(c: ControllersCluster, pod: string): Promise<Checkpoint[]> {

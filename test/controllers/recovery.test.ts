@@ -7,7 +7,7 @@
 import assert from 'node:assert/strict';
 import { test } from 'node:test';
 import type { V1Node } from '@kubernetes/client-node';
-import type { Checkpoint } from '../../src/controllers/runtime/types.ts';
+import type { Checkpoint } from '../../src/api/index.ts';
 import { count, counterPod, runPod, startControllersCluster } from './cluster.ts';
 import { stopProcess } from '../helpers/process-stop.ts';
 

@@ -6,8 +6,7 @@
 import assert from 'node:assert/strict';
 import { test } from 'node:test';
 import type { V1Pod } from '@kubernetes/client-node';
-import { readText } from '../../src/controllers/runtime/rest.ts';
-import type { Checkpoint } from '../../src/controllers/runtime/types.ts';
+import { type Checkpoint, readText } from '../../src/api/index.ts';
 import { type ControllersCluster, count, counterPod, runPod, startControllersCluster } from './cluster.ts';
 
 async function finished(c: ControllersCluster, name: string) {

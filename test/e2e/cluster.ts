@@ -13,6 +13,7 @@ import type { TestContext } from 'node:test';
 import { fileURLToPath } from 'node:url';
 import { parseAllDocuments } from 'yaml';
 import { claimLoopbackRange } from '../helpers/ports.ts';
+import { waitFor as waitForCondition } from '../helpers/wait.ts';
 
 export const ROOT = fileURLToPath(new URL('../../', import.meta.url));
 export const CLI = join(ROOT, 'bin/kube32-cli.js');
@@ -216,25 +217,8 @@ export function logTails(dataDir: string, lines = 30): string {
     .join('\n');
 }
 
-/**
- * Polls `check` (an API call) until it returns a value or the deadline passes.
- * @throws Error naming `what` and the last value or error seen
- */
-export async function waitFor<T>(what: string, timeoutMs: number, check: () => Promise<T | undefined | false>): Promise<T> {
-  const deadline = Date.now() + timeoutMs;
-  let last: unknown;
-  while (Date.now() < deadline) {
-    try {
-      const v = await check();
-      if (v !== undefined && v !== false) return v;
-      last = v;
-    } catch (err: unknown) {
-      last = err;
-    }
-    await new Promise((r) => setTimeout(r, 250)); // poll interval of an API condition, not a synchronisation sleep
-  }
-  throw new Error(`timed out after ${timeoutMs} ms waiting for ${what}; last: ${last instanceof Error ? last.message : JSON.stringify(last)}`);
-}
+/** Polls `check` (an API call) until it returns a value or the deadline passes: the suites' one wait (test/helpers/wait.ts), every 250 ms. */
+export const waitFor = <T>(what: string, timeoutMs: number, check: () => Promise<T | undefined | false>): Promise<T> => waitForCondition(what, timeoutMs, check, { intervalMs: 250 });
 
 /** What the counter example answers. */
 export interface CounterReply {

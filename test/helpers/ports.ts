@@ -11,7 +11,7 @@
  * none of this.
  */
 import { connect, createServer } from 'node:net';
-import { canListen, ephemeralLow, unusedPort } from '../../src/lib/ports.ts';
+import { canListen, ephemeralLow, unusedPort } from '../../src/lib/index.ts';
 
 export { canListen, ephemeralLow, unusedPort };
 

@@ -15,18 +15,11 @@ import { startApiServer, type TestApiServer } from '../helpers/apiserver.ts';
 import { ControlPlane } from '../../src/kubelet/client.ts';
 import { unusedPort } from '../helpers/ports.ts';
 import { buildWat, fixturePod, freePort } from './cluster.ts';
+import { waitFor } from '../helpers/wait.ts';
 
 const ROOT = new URL('../../', import.meta.url).pathname;
 
-async function until<T>(what: string, fn: () => Promise<T | undefined | false>, ms = 20_000): Promise<T> {
-  const deadline = Date.now() + ms;
-  for (;;) {
-    const v = await fn().catch(() => undefined);
-    if (v !== undefined && v !== false) return v as T;
-    if (Date.now() > deadline) throw new Error(`timed out after ${ms} ms waiting for ${what}`);
-    await new Promise((r) => setTimeout(r, 50)); // poll interval of an API check, not synchronisation
-  }
-}
+const until = <T>(what: string, fn: () => Promise<T | undefined | false>, ms = 20_000): Promise<T> => waitFor(what, ms, fn);
 
 test('a worker waits for its API server, and survives the API server restarting', { timeout: 120_000 }, async (t) => {
   const tmp = mkdtempSync(join(tmpdir(), 'k32-kubelet-restart-'));

@@ -16,6 +16,7 @@ import { startApiServer } from '../helpers/apiserver.ts';
 import { unusedPort } from '../helpers/ports.ts';
 import { issueNodeKubeconfig } from '../../src/apiserver/index.ts';
 import { ControlPlane } from '../../src/kubelet/client.ts';
+import { waitFor } from '../helpers/wait.ts';
 
 const ROOT = new URL('../../', import.meta.url).pathname;
 
@@ -120,25 +121,10 @@ export async function startCluster(t: TestContext, opts: { controllers?: boolean
   const sha256 = createHash('sha256').update(bytes).digest('hex');
   await admin.json('PUT', '/apis/kube32.io/v1/modules/counter-fixture/data', { body: bytes, contentType: 'application/octet-stream' });
 
-  const until = async <T>(what: string, fn: () => Promise<T | undefined | false> | T | undefined | false, ms = 15_000): Promise<T> => {
-    const deadline = Date.now() + ms;
-    let last: unknown;
-    for (;;) {
-      try {
-        const v = await fn();
-        if (v !== undefined && v !== false) return v as T;
-      } catch (err: unknown) {
-        last = err;
-      }
-      if (Date.now() > deadline) {
-        // What each worker said last, so that a timeout says why (a CI run timed out on a restore with nothing to go on).
-        const said = workers.map((w) => `--- ${w.name} (${w.proc.exitCode === null && w.proc.signalCode === null ? 'running' : `exited ${w.proc.exitCode ?? w.proc.signalCode}`}), the end of its output:\n${w.stdout().slice(-1500)}${w.stderr().slice(-1500)}`).join('\n');
-        throw new Error(`timed out after ${ms} ms waiting for ${what}${last ? `: ${last instanceof Error ? last.message : String(last)}` : ''}\n${said}`);
-      }
-      await new Promise((r) => setImmediate(r));
-      await new Promise((r) => setTimeout(r, 50)); // poll interval, not synchronisation
-    }
-  };
+  // A timeout says what each worker said last (a CI run timed out on a restore with nothing to go on).
+  const said = () =>
+    workers.map((w) => `--- ${w.name} (${w.proc.exitCode === null && w.proc.signalCode === null ? 'running' : `exited ${w.proc.exitCode ?? w.proc.signalCode}`}), the end of its output:\n${w.stdout().slice(-1500)}${w.stderr().slice(-1500)}`).join('\n');
+  const until = <T>(what: string, fn: () => Promise<T | undefined | false> | T | undefined | false, ms = 15_000): Promise<T> => waitFor(what, ms, fn, { describe: said });
 
   const startWorker = async (name: string, address: string, extra: string[] = []): Promise<Worker> => {
     const dataDir = join(tmp, name);

@@ -13,6 +13,7 @@ import { createServer as createNetServer } from 'node:net';
 import { join } from 'node:path';
 import type { V1Lease, V1Node, V1Pod } from '@kubernetes/client-node';
 import { fetch } from 'undici';
+import { readBytes } from '../../src/api/index.ts';
 import { startCluster, fixturePod, freePort, buildWat, type Cluster } from './cluster.ts';
 
 interface Count { count: number; ticks: number; events: number; restored: number; podTimeMs: number }
@@ -41,11 +42,9 @@ async function runningPod(c: Cluster, name: string): Promise<V1Pod> {
 
 async function proxy(c: Cluster, node: string, path: string, method = 'POST'): Promise<{ status: number; headers: Record<string, string>; body: Buffer }> {
   const res = await c.admin.request(method, `/api/v1/nodes/${node}/proxy/${path}`);
-  const body = Buffer.from(await res.arrayBuffer());
+  const body = await readBytes(res.body);
   const headers: Record<string, string> = {};
-  res.headers.forEach((v, k) => {
-    headers[k] = v;
-  });
+  for (const [k, v] of Object.entries(res.headers)) if (v !== undefined) headers[k] = String(v);
   return { status: res.status, headers, body };
 }
 

@@ -14,6 +14,7 @@ import type { Registry } from '../registry/store.ts';
 import { rec } from '../registry/util.ts';
 import type { UserInfo } from './context.ts';
 import type { ResourceRequest } from './router.ts';
+import { ANNOTATIONS } from '../../api/index.ts';
 
 /** The bearer token of a request, if any. */
 export function bearerToken(req: IncomingMessage): string | undefined {
@@ -67,7 +68,7 @@ export function authorize(reg: Registry, user: UserInfo, verb: string, info: Res
   if (key === 'authentication.k8s.io/tokenreviews' && verb === 'create') return;
   if (read && key === 'kube32.io/checkpoints' && sub === 'data') {
     // Snapshot data has a Secret's rules: a node reads only the data a pod bound to it restores from.
-    const restores = (p: KubeObject | undefined) => p !== undefined && rec(p.spec).nodeName === node && p.metadata.annotations?.['kube32.io/restore-from'] === info.name;
+    const restores = (p: KubeObject | undefined) => p !== undefined && rec(p.spec).nodeName === node && p.metadata.annotations?.[ANNOTATIONS.restoreFrom] === info.name;
     // The pod a move replaced keeps its name, which the Checkpoint records: read it alone first
     // (a list of every pod of the namespace for each restore was 20 MB at 10 000 pods).
     const ckpt = reg.find(checkpoints, info.namespace ?? '', info.name ?? '');

@@ -3,8 +3,10 @@
  * bodies kubectl's generator commands send (`kubectl create namespace|configmap|secret|
  * serviceaccount|service|deployment|job|cronjob|poddisruptionbudget`, `kubectl auth can-i`): the `k8s\0` magic, the `runtime.Unknown` envelope, then the
  * object by its kind, with the field numbers of Kubernetes' `generated.proto`. Fields this server
- * does not know are skipped; a kind it does not know is refused (415).
+ * does not know are skipped; a kind it does not know is refused (415). The wire (varints, lengths,
+ * skipping) is read by @bufbuild/protobuf's `BinaryReader`, as FeOS's generated code reads it.
  */
+import { BinaryReader, WireType } from '@bufbuild/protobuf/wire';
 import { ApiError, badRequest } from '../errors.ts';
 
 type Scalar = 'string' | 'int' | 'int0' | 'bool' | 'bytes' | 'time' | 'quantity' | 'intstr' | 'mapss' | 'mapsb' | 'mapsq';
@@ -130,55 +132,22 @@ const KINDS: Record<string, Msg> = {
   },
 };
 
-class Reader {
-  pos = 0;
-  readonly buf: Uint8Array;
-  readonly end: number;
-  constructor(buf: Uint8Array, start = 0, end = buf.length) {
-    this.buf = buf;
-    this.pos = start;
-    this.end = end;
-  }
-  varint(): bigint {
-    let result = 0n;
-    let shift = 0n;
-    for (;;) {
-      if (this.pos >= this.end) throw badRequest('protobuf: truncated varint');
-      const b = this.buf[this.pos++]!;
-      result |= BigInt(b & 0x7f) << shift;
-      if ((b & 0x80) === 0) return result;
-      shift += 7n;
-      if (shift > 70n) throw badRequest('protobuf: varint too long');
-    }
-  }
-  bytes(): Uint8Array {
-    const len = Number(this.varint());
-    if (this.pos + len > this.end) throw badRequest('protobuf: truncated field');
-    const out = this.buf.subarray(this.pos, this.pos + len);
-    this.pos += len;
-    return out;
-  }
-  skip(wire: number): void {
-    if (wire === 0) this.varint();
-    else if (wire === 1) this.pos += 8;
-    else if (wire === 2) this.bytes();
-    else if (wire === 5) this.pos += 4;
-    else throw badRequest(`protobuf: unsupported wire type ${wire}`);
-    if (this.pos > this.end) throw badRequest('protobuf: truncated field');
-  }
-}
-
 const utf8 = new TextDecoder('utf-8', { fatal: false });
 
+/** The reader of one message: @bufbuild/protobuf's (varints, lengths, skipping), its strings as lenient UTF-8. */
+const reader = (bytes: Uint8Array) => new BinaryReader(bytes, (b) => utf8.decode(b));
+
+/** A 64-bit varint as a JavaScript number (kubectl's ints fit in 2^53). */
+const int = (r: BinaryReader): number => Number(r.int64());
+
 function decodeMap(bytes: Uint8Array, valueKind: 'string' | 'bytes' | 'quantity'): [string, string] {
-  const r = new Reader(bytes);
+  const r = reader(bytes);
   let k = '';
   let v = '';
-  while (r.pos < r.end) {
-    const key = Number(r.varint());
-    const f = key >>> 3;
-    if ((key & 7) !== 2) {
-      r.skip(key & 7);
+  while (r.pos < r.len) {
+    const [f, wire] = r.tag();
+    if (wire !== WireType.LengthDelimited) {
+      r.skip(wire);
       continue;
     }
     const b = r.bytes();
@@ -189,15 +158,13 @@ function decodeMap(bytes: Uint8Array, valueKind: 'string' | 'bytes' | 'quantity'
 }
 
 function decodeMsg(bytes: Uint8Array, schema: Msg): Record<string, unknown> {
-  const r = new Reader(bytes);
+  const r = reader(bytes);
   const out: Record<string, unknown> = {};
-  while (r.pos < r.end) {
-    const key = Number(r.varint());
-    const num = key >>> 3;
-    const wire = key & 7;
+  while (r.pos < r.len) {
+    const [num, wire] = r.tag();
     const field = schema[num];
     if (!field) {
-      r.skip(wire);
+      r.skip(wire, num);
       continue;
     }
     const [name, kind, repeated] = field;
@@ -209,14 +176,14 @@ function decodeMsg(bytes: Uint8Array, schema: Msg): Record<string, unknown> {
       if (value === '' && !repeated) continue;
     }
     else if (kind === 'bytes') value = r.bytes();
-    else if (kind === 'int') value = Number(BigInt.asIntN(64, r.varint()));
+    else if (kind === 'int') value = int(r);
     else if (kind === 'int0') {
       // A non-pointer Go number with omitempty: the wire always carries it, 0 included, where JSON
       // would leave it out (a stored `hostPort: 0` would change a template's hash and a pod's port).
-      value = Number(BigInt.asIntN(64, r.varint()));
+      value = int(r);
       if (value === 0 && !repeated) continue;
     }
-    else if (kind === 'bool') value = r.varint() !== 0n;
+    else if (kind === 'bool') value = r.bool();
     else if (kind === 'time') {
       const t = decodeMsg(r.bytes(), { 1: ['seconds', 'int'] });
       value = new Date(Number(t.seconds ?? 0) * 1000).toISOString().replace(/\.\d{3}Z$/, 'Z');
@@ -240,18 +207,28 @@ function decodeMsg(bytes: Uint8Array, schema: Msg): Record<string, unknown> {
   return out;
 }
 
+/** {@link decodeMsg}, a malformed body (the reader's RangeError or Error: premature EOF, a bad wire type, a varint too long) a 400. */
+function decodeOrRefuse(bytes: Uint8Array, schema: Msg): Record<string, unknown> {
+  try {
+    return decodeMsg(bytes, schema);
+  } catch (err: unknown) {
+    if (err instanceof ApiError) throw err;
+    throw badRequest(`protobuf: ${err instanceof Error ? err.message : String(err)}`);
+  }
+}
+
 /**
  * Decodes a Kubernetes protobuf body into the JSON form of the object.
  * @throws ApiError BadRequest for a malformed body; UnsupportedMediaType for a kind this server does not decode
  */
 export function decodeKubernetesProtobuf(buf: Uint8Array): Record<string, unknown> {
   if (buf.length < 4 || buf[0] !== 0x6b || buf[1] !== 0x38 || buf[2] !== 0x73 || buf[3] !== 0) throw badRequest('protobuf: the body does not start with the k8s magic');
-  const env = decodeMsg(buf.subarray(4), UNKNOWN);
+  const env = decodeOrRefuse(buf.subarray(4), UNKNOWN);
   const tm = (env.typeMeta ?? {}) as { apiVersion?: string; kind?: string };
   const schema = KINDS[`${tm.apiVersion}/${tm.kind}`];
   if (!schema) {
     throw new ApiError('UnsupportedMediaType', `the body of the request was in an unknown format - a protobuf ${tm.apiVersion}/${tm.kind} is not decoded by this server: send application/json`);
   }
-  const obj = decodeMsg((env.raw as Uint8Array | undefined) ?? new Uint8Array(), schema);
+  const obj = decodeOrRefuse((env.raw as Uint8Array | undefined) ?? new Uint8Array(), schema);
   return { apiVersion: tm.apiVersion, kind: tm.kind, ...obj, metadata: obj.metadata ?? {} };
 }

@@ -33,7 +33,7 @@
  */
 import { MessageChannel, type MessagePort, receiveMessageOnPort, Worker } from 'node:worker_threads';
 import { isDeepStrictEqual } from 'node:util';
-import { type Cond, type EtcdRequest, type EtcdWorkerData, prefixEnd, REGISTRY_PREFIX, type Row, type WatchBatch, type WireEvent, type Write, withResourceVersion } from './etcd-worker.ts';
+import { type Cond, type EtcdRequest, type EtcdWorkerData, prefixEnd, REGISTRY_PREFIX, type Row, type WatchBatch, type WireEvent, type Write, withResourceVersion } from './etcd-wire.ts';
 import { type KubeObject, type ObjectKey, type Preconditions, type Storage, StorageError, type StorageEvent, type WatchHandle } from './interface.ts';
 import { WatchWindow } from './watch-window.ts';
 

@@ -7,7 +7,7 @@ import type { V1Pod } from '@kubernetes/client-node';
 import type { Informers } from '../runtime/cache.ts';
 import { Controller, keyOf } from '../runtime/controller.ts';
 import type { ControllerContext } from '../runtime/context.ts';
-import { ANNOTATIONS, LABELS, type Checkpoint } from '../runtime/types.ts';
+import { ANNOTATIONS, LABELS, type Checkpoint } from '../../api/index.ts';
 import { reconcileCheckpoint } from './reconcile.ts';
 
 /** Builds the checkpoint controller and subscribes it. */

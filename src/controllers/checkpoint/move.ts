@@ -13,9 +13,8 @@ import type { V1Pod } from '@kubernetes/client-node';
 import { humanDuration } from '../../lib/index.ts';
 import type { ReconcileResult } from '../runtime/controller.ts';
 import { type ControllerContext, recordPodEvent } from '../runtime/context.ts';
-import { errorMessage, isConflict, isNotFound } from '../runtime/errors.ts';
+import { ANNOTATIONS, type Checkpoint, type CheckpointStatus, errorMessage, isConflict, isNotFound } from '../../api/index.ts';
 import { isPodRunning, nodeReadyStatus, restoreFailure } from '../runtime/pods.ts';
-import { ANNOTATIONS, type Checkpoint, type CheckpointStatus } from '../runtime/types.ts';
 import { ckKey, failCheckpoint, writeStatus } from './status.ts';
 import { logStep } from './timeline.ts';
 
@@ -49,7 +48,7 @@ export function replacementPod(pod: V1Pod, nodeName: string | undefined, restore
  * Replaces `pod` by one write (`POST .../pods/<name>/replace`), telling the workload controllers that the
  * pod is being replaced so that they count it throughout.
  * @returns the new pod, or undefined when the pod changed or went meanwhile (409/404)
- * @throws ApiCallError for other failures
+ * @throws ApiError for other failures
  */
 export async function replacePod(ctx: ControllerContext, pod: V1Pod, nodeName: string | undefined, restoreFrom: string | undefined): Promise<V1Pod | undefined> {
   const ns = pod.metadata?.namespace ?? 'default';
@@ -211,7 +210,7 @@ function moveMs(ctx: ControllerContext, ck: Checkpoint): number | undefined {
  * @param ifResourceVersion only when the pod is still at this version (409 otherwise): a caller that records
  *   an event with the removal records it once
  * @returns false when the pod is gone, or changed since `ifResourceVersion`
- * @throws ApiCallError for other failures
+ * @throws ApiError for other failures
  */
 export async function removeRestoreAnnotation(ctx: ControllerContext, pod: V1Pod, ifResourceVersion?: string): Promise<boolean> {
   const metadata: Record<string, unknown> = { annotations: { [ANNOTATIONS.restoreFrom]: null } };

@@ -1,8 +1,7 @@
 import assert from 'node:assert/strict';
 import { test } from 'node:test';
 import type { V1Pod } from '@kubernetes/client-node';
-import { ApiCallError } from '../runtime/errors.ts';
-import type { Checkpoint } from '../runtime/types.ts';
+import { ApiError, type Checkpoint } from '../../api/index.ts';
 import { fakeContext, node, pod } from '../testing/fakes.ts';
 import { reconcileCheckpoint } from './reconcile.ts';
 
@@ -81,7 +80,7 @@ test('the node refusing (409 NotMovable) fails the move with its blockers and le
 
 test('data that cannot be stored thaws the pod; an eviction then deletes the pod so the drain completes', { timeout: 5000 }, async () => {
   const { ctx, cache, fake } = twoNodes();
-  fake.failures.set('captureCheckpointData', new ApiCallError('capture data', 413, 'RequestEntityTooLarge', 'too large'));
+  fake.failures.set('captureCheckpointData', new ApiError('capture data', 413, 'RequestEntityTooLarge', 'too large'));
   cache.checkpoints.set(ckpt('counter-evict-old', { podName: 'counter', action: 'Move' }, undefined, { 'kube32.io/trigger': 'eviction' }));
   await reconcileCheckpoint('default/counter-evict-old', ctx);
   assert.deepEqual(
@@ -95,7 +94,7 @@ test('data that cannot be stored thaws the pod; an eviction then deletes the pod
 
 test('an API server that cannot take the snapshot itself (405) gets the bytes relayed: node proxy, then a PUT of the data', { timeout: 5000 }, async () => {
   const { ctx, cache, fake } = twoNodes();
-  fake.failures.set('captureCheckpointData', new ApiCallError('capture data', 405, 'MethodNotAllowed', 'POST is not supported on checkpoints/data'));
+  fake.failures.set('captureCheckpointData', new ApiError('capture data', 405, 'MethodNotAllowed', 'POST is not supported on checkpoints/data'));
   cache.checkpoints.set(ckpt('m12', { podName: 'counter', action: 'Move' }));
   await reconcileCheckpoint('default/m12', ctx);
   assert.deepEqual(
@@ -109,7 +108,7 @@ test('an API server that cannot take the snapshot itself (405) gets the bytes re
 
 test('an API server error while taking the snapshot (not a refusal of the node) thaws the pod and fails the move', { timeout: 5000 }, async () => {
   const { ctx, cache, fake } = twoNodes();
-  fake.failures.set('captureCheckpointData', new ApiCallError('capture data', 422, 'Invalid', 'data: the trailer does not match'));
+  fake.failures.set('captureCheckpointData', new ApiError('capture data', 422, 'Invalid', 'data: the trailer does not match'));
   cache.checkpoints.set(ckpt('m13', { podName: 'counter', action: 'Move' }));
   await reconcileCheckpoint('default/m13', ctx);
   assert.deepEqual(fake.writes.map((c) => c.op), ['patchCheckpointStatus', 'captureCheckpointData', 'thaw', 'patchCheckpointStatus']);
@@ -332,7 +331,7 @@ test('Saving while the pod is being replaced (the pods watch behind) waits inste
 test('a finished Checkpoint deleted before its finished-at annotation is written is done with, not retried', { timeout: 5000 }, async () => {
   const t = twoNodes();
   t.cache.checkpoints.set(ckpt('m14', { podName: 'counter', action: 'Move' }, { phase: 'Completed', nodeName: 'a', targetNode: 'b' }));
-  t.fake.failures.set('patchCheckpoint', new ApiCallError('patch checkpoint default/m14', 404, 'NotFound', 'checkpoints.kube32.io "m14" not found'));
+  t.fake.failures.set('patchCheckpoint', new ApiError('patch checkpoint default/m14', 404, 'NotFound', 'checkpoints.kube32.io "m14" not found'));
   assert.equal(await reconcileCheckpoint('default/m14', t.ctx), undefined);
   assert.deepEqual(t.fake.writes.map((c) => c.op), ['patchCheckpoint']);
 });

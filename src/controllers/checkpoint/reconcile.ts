@@ -11,13 +11,10 @@
  * - `Saved`, `Completed`, `Failed` → retention ({@link retain}).
  */
 import type { V1Pod } from '@kubernetes/client-node';
-import type { ReconcileResult } from '../runtime/controller.ts';
-import { splitKey } from '../runtime/controller.ts';
+import { type ReconcileResult, splitKey } from '../runtime/controller.ts';
 import { type ControllerContext, recordPodEvent } from '../runtime/context.ts';
-import { errorMessage, isConflict, isNotFound } from '../runtime/errors.ts';
+import { ANNOTATIONS, type Checkpoint, errorMessage, isConflict, isNotFound, pickNode } from '../../api/index.ts';
 import { isPodRunning, podSpecBlockers, resolveContainer } from '../runtime/pods.ts';
-import { ANNOTATIONS, type Checkpoint } from '../runtime/types.ts';
-import { pickNode } from '../scheduler/fit.ts';
 import { replaceForMove, thawQuietly, watchMove } from './move.ts';
 import { retain } from './retention.ts';
 import { snapshotAndStore } from './save.ts';

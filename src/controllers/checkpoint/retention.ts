@@ -11,8 +11,7 @@
  */
 import type { ReconcileResult } from '../runtime/controller.ts';
 import type { ControllerContext } from '../runtime/context.ts';
-import { isNotFound } from '../runtime/errors.ts';
-import { ANNOTATIONS, type Checkpoint, LABELS } from '../runtime/types.ts';
+import { ANNOTATIONS, type Checkpoint, isNotFound, LABELS } from '../../api/index.ts';
 import { removeRestoreAnnotation } from './move.ts';
 import { ckKey } from './status.ts';
 import { isPodRunning } from '../runtime/pods.ts';

@@ -15,8 +15,7 @@ import { Readable } from 'node:stream';
 import type { V1Pod } from '@kubernetes/client-node';
 import type { ControllerContext } from '../runtime/context.ts';
 import type { SnapshotAnswer } from '../runtime/api.ts';
-import { errorMessage, hasCode } from '../runtime/errors.ts';
-import type { Checkpoint, CheckpointStatus } from '../runtime/types.ts';
+import { type Checkpoint, type CheckpointStatus, errorMessage, hasCode } from '../../api/index.ts';
 import { logStep } from './timeline.ts';
 
 /** Snapshots above this are refused before buffering when the kubelet sends no Content-Length. */

@@ -5,8 +5,7 @@
 import type { V1Pod } from '@kubernetes/client-node';
 import { type ControllerContext, recordPodEvent } from '../runtime/context.ts';
 import type { MergePatch } from '../runtime/api.ts';
-import { isConflict, isNotFound } from '../runtime/errors.ts';
-import { type Checkpoint, type CheckpointStatus, LABELS } from '../runtime/types.ts';
+import { type Checkpoint, type CheckpointStatus, isConflict, isNotFound, LABELS } from '../../api/index.ts';
 
 /** `namespace/name` of a Checkpoint. */
 export function ckKey(ck: Checkpoint): string {
@@ -26,7 +25,7 @@ export function actionOf(ck: Checkpoint): string {
  * yet) gets 409 Conflict instead of deciding a second time. So a phase change, and the event recorded after
  * it, happens once per Checkpoint however often the reconcile runs. The returned Checkpoint carries the new
  * `resourceVersion`, so that one reconcile can make several writes in a row.
- * @throws ApiCallError 409 when the Checkpoint changed since `ck` was read (see {@link isConflict}), 404 when
+ * @throws ApiError 409 when the Checkpoint changed since `ck` was read (see {@link isConflict}), 404 when
  *   it was deleted meanwhile
  */
 export async function writeStatus(ctx: ControllerContext, ck: Checkpoint, status: CheckpointStatus): Promise<Checkpoint> {
@@ -65,7 +64,7 @@ export interface FailOptions {
  * The event follows the status write, which is conditional ({@link writeStatus}): a reconcile on a stale
  * cache that decides the same failure again gets 409 and records nothing, so each Checkpoint has one
  * failure event.
- * @throws ApiCallError 409 when the Checkpoint changed since it was read (the caller's reconcile ends; the
+ * @throws ApiError 409 when the Checkpoint changed since it was read (the caller's reconcile ends; the
  *   watch brings the newer version)
  */
 export async function failCheckpoint(ctx: ControllerContext, ck: Checkpoint, opts: FailOptions): Promise<void> {

@@ -6,7 +6,7 @@
  * `LOG_LEVEL=debug`. Logging a step does no I/O beyond the log line and never throws.
  */
 import type { ControllerContext } from '../runtime/context.ts';
-import type { Checkpoint } from '../runtime/types.ts';
+import type { Checkpoint } from '../../api/index.ts';
 import { ckKey } from './status.ts';
 
 /** The message of every step's log line. */

@@ -5,14 +5,12 @@
  * not serve CronJobs (404) leaves the controller idle. See `reconcile.ts` for what a sync does, and
  * `schedule.ts` for the schedule arithmetic.
  */
-import type { KubeConfig, KubernetesObject, V1CronJob, V1Job } from '@kubernetes/client-node';
+import type { KubeConfig, V1CronJob, V1Job } from '@kubernetes/client-node';
 import type { Lister } from '../runtime/cache.ts';
 import { Controller, keyOf } from '../runtime/controller.ts';
 import type { ControllerContext } from '../runtime/context.ts';
-import { errorMessage, isNotFound } from '../runtime/errors.ts';
+import { errorMessage, Informer, isNotFound, RestClient } from '../../api/index.ts';
 import { controllerOf } from '../runtime/pods.ts';
-import { ResourceInformer } from '../runtime/informer.ts';
-import { KubeRest } from '../runtime/rest.ts';
 import { type CronJobApi, reconcileCronJob } from './reconcile.ts';
 
 /** The list path of every CronJob. */
@@ -25,9 +23,9 @@ const nsPath = (namespace: string, plural: string, name?: string) =>
 
 /** The CronJob controller: a {@link Controller} whose CronJob and Job informers run while its workers do. */
 export class CronJobController extends Controller {
-  readonly #rest: KubeRest;
-  readonly #cronJobs: ResourceInformer;
-  readonly #jobs: ResourceInformer;
+  readonly #rest: RestClient;
+  readonly #cronJobs: Informer<V1CronJob>;
+  readonly #jobs: Informer<V1Job>;
   readonly #log: ControllerContext['log'];
   #stopped = false;
 
@@ -36,7 +34,7 @@ export class CronJobController extends Controller {
    * @param kubeConfig where the API server is, for the informers, the Job writes and the status writes
    */
   constructor(ctx: ControllerContext, kubeConfig: KubeConfig) {
-    const rest = new KubeRest(kubeConfig);
+    const rest = new RestClient(kubeConfig);
     const getOrUndefined = async <T>(path: string): Promise<T | undefined> => {
       try {
         return await rest.json<T>({ method: 'GET', path });
@@ -65,17 +63,17 @@ export class CronJobController extends Controller {
     super('cronjob', (k) => reconcileCronJob(k, ctx, cronJobs, jobs, api), { clock: ctx.clock, log: ctx.log, workers: 2 });
     this.#rest = rest;
     this.#log = ctx.log;
-    this.#cronJobs = new ResourceInformer(rest, kubeConfig, CRONJOBS_PATH, ctx.log);
-    this.#jobs = new ResourceInformer(rest, kubeConfig, JOBS_PATH, ctx.log);
-    cronJobs = this.#cronJobs.lister<V1CronJob>();
-    jobs = this.#jobs.lister<V1Job>();
-    for (const verb of ['add', 'update'] as const) this.#cronJobs.watch.on(verb, (o) => this.enqueue(keyOf(o)));
-    for (const verb of ['add', 'update', 'delete'] as const) {
-      this.#jobs.watch.on(verb, (job: KubernetesObject) => {
-        const owner = controllerOf(job as V1Job);
-        if (owner?.kind === 'CronJob') this.enqueue(`${job.metadata?.namespace ?? 'default'}/${owner.name}`);
-      });
-    }
+    this.#cronJobs = new Informer<V1CronJob>({ rest, kubeConfig, path: CRONJOBS_PATH, log: ctx.log });
+    this.#jobs = new Informer<V1Job>({ rest, kubeConfig, path: JOBS_PATH, log: ctx.log });
+    cronJobs = this.#cronJobs;
+    jobs = this.#jobs;
+    this.#cronJobs.on((verb, o) => {
+      if (verb !== 'delete') this.enqueue(keyOf(o));
+    });
+    this.#jobs.on((_verb, job) => {
+      const owner = controllerOf(job);
+      if (owner?.kind === 'CronJob') this.enqueue(`${job.metadata?.namespace ?? 'default'}/${owner.name}`);
+    });
   }
 
   /** Lists the Jobs and the CronJobs, then starts the workers (never, when the server serves no CronJobs). */
@@ -84,8 +82,8 @@ export class CronJobController extends Controller {
       try {
         await this.#rest.json({ method: 'GET', path: `${CRONJOBS_PATH}?limit=1` });
         // Jobs first: a CronJob's first sync must see the Jobs it already has.
-        await this.#jobs.watch.start();
-        await this.#cronJobs.watch.start();
+        await this.#jobs.start();
+        await this.#cronJobs.start();
       } catch (err: unknown) {
         this.#log.warn({ resource: 'cronjobs', err: errorMessage(err) }, 'cannot list CronJobs; the CronJob controller idles');
         return;

@@ -1,7 +1,7 @@
 import assert from 'node:assert/strict';
 import { test } from 'node:test';
 import type { V1CronJob, V1Job } from '@kubernetes/client-node';
-import { ApiCallError } from '../runtime/errors.ts';
+import { ApiError } from '../../api/index.ts';
 import { FakeLister, fakeContext } from '../testing/fakes.ts';
 import { metaTime } from '../jobs/reconcile.ts';
 import { type CronJobApi, reconcileCronJob, SCHEDULED_TIMESTAMP_ANNOTATION } from './reconcile.ts';
@@ -61,7 +61,7 @@ function setup(cj: V1CronJob, jobList: V1Job[] = []) {
   for (const j of jobList) jobs.set(j);
   const calls: string[] = [];
   const created: V1Job[] = [];
-  const failures = new Map<string, ApiCallError>();
+  const failures = new Map<string, ApiError>();
   /** Jobs the server has and the cache does not show yet. */
   const serverOnly = new Map<string, V1Job>();
   const fail = (op: string) => {
@@ -229,7 +229,7 @@ test('a cache older than the last status write: the Job already made is taken as
   const name = `tick-${NEXT_MINUTE / MINUTE}`;
   // The Job exists (made by a sync whose status write and Job the caches do not show yet).
   s.serverOnly.set(name, ownedJob(name, 'Running', NEXT_MINUTE));
-  s.failures.set('createJob', new ApiCallError('create job', 409, 'AlreadyExists', `jobs.batch "${name}" already exists`));
+  s.failures.set('createJob', new ApiError('create job', 409, 'AlreadyExists', `jobs.batch "${name}" already exists`));
   const r = await s.sync();
   assert.deepEqual(s.calls, [`createJob ${name}`, `getJob ${name}`, 'patchCronJobStatus tick']);
   assert.deepEqual(s.fake.eventReasons, []);
@@ -251,7 +251,7 @@ test('timeZone: fields are read in the zone, and the annotation carries its offs
 test('a Job create refused by the API server: FailedCreate with its words, the error thrown for back-off', { timeout: 5000 }, async () => {
   const s = setup(cronJob());
   s.clock.advance(NEXT_MINUTE - s.clock.now());
-  s.failures.set('createJob', new ApiCallError('create job', 403, 'Forbidden', 'quota', { message: 'jobs.batch "x" is forbidden: exceeded quota' }));
+  s.failures.set('createJob', new ApiError('create job', 403, 'Forbidden', 'quota', { message: 'jobs.batch "x" is forbidden: exceeded quota' }));
   await assert.rejects(s.sync(), /403 Forbidden/);
   assert.deepEqual(s.fake.eventReasons, ['FailedCreate']);
   assert.equal(s.fake.eventMessage('FailedCreate'), 'Error creating job: jobs.batch "x" is forbidden: exceeded quota');

@@ -20,27 +20,27 @@
  * 4. The status is written when it changed; the key is requeued for the next schedule time (+100 ms).
  */
 import type { V1CronJob, V1Job, V1ObjectReference } from '@kubernetes/client-node';
-import { CronScheduleError, isTimeZone, parseCronSchedule } from '../../lib/cron-schedule.ts';
+import { CronScheduleError, isTimeZone, parseCronSchedule } from '../../lib/index.ts';
 import type { MergePatch } from '../runtime/api.ts';
 import type { Lister } from '../runtime/cache.ts';
 import { type ReconcileResult, splitKey } from '../runtime/controller.ts';
 import { type ControllerContext, recordEvent } from '../runtime/context.ts';
-import { errorMessage, isAlreadyExists, isNotFound, statusMessage } from '../runtime/errors.ts';
+import { errorMessage, isAlreadyExists, isNotFound, statusMessage } from '../../api/index.ts';
 import { controllerOf } from '../runtime/pods.ts';
 import { isJobFinished, metaTime } from '../jobs/reconcile.ts';
 import { jobNameFor, nextScheduleDelayMs, nextScheduleTime, rfc1123z, rfc3339In } from './schedule.ts';
 
 /** The writes and fresh reads of the CronJob controller. */
 export interface CronJobApi {
-  /** Reads the CronJob from the API server (not the cache); undefined when it does not exist. @throws ApiCallError */
+  /** Reads the CronJob from the API server (not the cache); undefined when it does not exist. @throws ApiError */
   getCronJob(namespace: string, name: string): Promise<V1CronJob | undefined>;
-  /** A JSON merge patch of `.../cronjobs/<name>/status`. @throws ApiCallError */
+  /** A JSON merge patch of `.../cronjobs/<name>/status`. @throws ApiError */
   patchCronJobStatus(namespace: string, name: string, patch: MergePatch): Promise<void>;
-  /** Creates a Job. @returns the Job created @throws ApiCallError (409 AlreadyExists included) */
+  /** Creates a Job. @returns the Job created @throws ApiError (409 AlreadyExists included) */
   createJob(namespace: string, job: V1Job): Promise<V1Job>;
-  /** Reads a Job from the API server; undefined when it does not exist. @throws ApiCallError */
+  /** Reads a Job from the API server; undefined when it does not exist. @throws ApiError */
   getJob(namespace: string, name: string): Promise<V1Job | undefined>;
-  /** Deletes a Job with background propagation, only if its uid is still `uid`. @throws ApiCallError (404 and 409 included) */
+  /** Deletes a Job with background propagation, only if its uid is still `uid`. @throws ApiError (404 and 409 included) */
   deleteJob(namespace: string, name: string, uid: string): Promise<void>;
 }
 
@@ -99,7 +99,7 @@ interface SyncState {
  * @param cronJobs the CronJob cache
  * @param jobs the Job cache
  * @returns a requeue at the next schedule time
- * @throws ApiCallError when a Job create or delete, or the status write, fails (the worker retries with back-off)
+ * @throws ApiError when a Job create or delete, or the status write, fails (the worker retries with back-off)
  */
 export async function reconcileCronJob(
   key: string,

@@ -1,7 +1,7 @@
 import assert from 'node:assert/strict';
 import { test } from 'node:test';
 import type { V1CronJob } from '@kubernetes/client-node';
-import { CronScheduleError, parseCronSchedule } from '../../lib/cron-schedule.ts';
+import { CronScheduleError, parseCronSchedule } from '../../lib/index.ts';
 import { jobNameFor, mostRecentScheduleTime, nextScheduleDelayMs, rfc1123z, rfc3339In } from './schedule.ts';
 
 const at = (iso: string) => Date.parse(iso);

@@ -5,7 +5,7 @@
  * fake clock.
  */
 import type { V1CronJob } from '@kubernetes/client-node';
-import type { CronSchedule } from '../../lib/cron-schedule.ts';
+import type { CronSchedule } from '../../lib/index.ts';
 
 /** Added to every requeue at the next schedule time, as Kubernetes' `nextScheduleDelta` (clock skew). */
 export const NEXT_SCHEDULE_DELTA_MS = 100;

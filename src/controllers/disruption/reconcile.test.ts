@@ -2,7 +2,7 @@ import assert from 'node:assert/strict';
 import { test } from 'node:test';
 import type { V1PodDisruptionBudget, V1PodDisruptionBudgetStatus } from '@kubernetes/client-node';
 import { fakeContext, pod } from '../testing/fakes.ts';
-import { budgetCounts } from './budget.ts';
+import { budgetCounts } from '../../api/index.ts';
 import { reconcileBudget } from './reconcile.ts';
 
 function pdb(name: string, spec: V1PodDisruptionBudget['spec'], status?: V1PodDisruptionBudgetStatus): V1PodDisruptionBudget {

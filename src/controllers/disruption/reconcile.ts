@@ -6,12 +6,10 @@
  * `disruptedPods` stays empty: the API server's eviction counts the pods live instead of reserving them.
  */
 import type { V1PodDisruptionBudget, V1PodDisruptionBudgetStatus } from '@kubernetes/client-node';
-import type { ReconcileResult } from '../runtime/controller.ts';
-import { splitKey } from '../runtime/controller.ts';
+import { type ReconcileResult, splitKey } from '../runtime/controller.ts';
 import type { ControllerContext } from '../runtime/context.ts';
-import { isNotFound } from '../runtime/errors.ts';
+import { budgetCounts, isNotFound } from '../../api/index.ts';
 import { matchLabelSelector } from '../runtime/selectors.ts';
-import { budgetCounts } from './budget.ts';
 
 /** The status a budget should have now, given its current one (for the condition's transition time). */
 export function desiredBudgetStatus(pdb: V1PodDisruptionBudget, ctx: ControllerContext): V1PodDisruptionBudgetStatus {

@@ -6,10 +6,9 @@
  * `kubectl describe service` reads.
  */
 import type { CoreV1EndpointPort as V1EndpointPort, V1EndpointAddress, V1EndpointSubset, V1Endpoints, V1Pod, V1Service, V1ServicePort } from '@kubernetes/client-node';
-import type { ReconcileResult } from '../runtime/controller.ts';
-import { splitKey } from '../runtime/controller.ts';
+import { type ReconcileResult, splitKey } from '../runtime/controller.ts';
 import type { ControllerContext } from '../runtime/context.ts';
-import { isAlreadyExists, isNotFound } from '../runtime/errors.ts';
+import { isAlreadyExists, isNotFound } from '../../api/index.ts';
 import { isPodActive, isPodReady } from '../runtime/pods.ts';
 import { reconcileSlices } from './slices.ts';
 
@@ -58,7 +57,7 @@ export function endpointSubsets(svc: V1Service, pods: readonly V1Pod[]): V1Endpo
 /**
  * Reconciles the Endpoints and the EndpointSlices of the Service `namespace/name`.
  * @param opts.slices whether to write EndpointSlices too (false against an API server without them) @default true
- * @throws ApiCallError for a write that failed (the worker retries with back-off)
+ * @throws ApiError for a write that failed (the worker retries with back-off)
  */
 export async function reconcileEndpoints(key: string, ctx: ControllerContext, opts: { slices?: boolean } = {}): Promise<ReconcileResult | undefined> {
   const { namespace, name } = splitKey(key);

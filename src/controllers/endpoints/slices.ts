@@ -18,7 +18,7 @@ import { createHash } from 'node:crypto';
 import { isIPv4, isIPv6 } from 'node:net';
 import type { DiscoveryV1EndpointPort, V1Endpoint, V1EndpointSlice, V1Node, V1Pod, V1Service, V1ServicePort } from '@kubernetes/client-node';
 import type { ControllerContext } from '../runtime/context.ts';
-import { isAlreadyExists, isNotFound } from '../runtime/errors.ts';
+import { isAlreadyExists, isNotFound } from '../../api/index.ts';
 import { isPodReady } from '../runtime/pods.ts';
 
 /** `kubernetes.io/service-name`: the Service a slice belongs to. */
@@ -206,7 +206,7 @@ export function managedSlices(ctx: ControllerContext, namespace: string, service
  * (with the cached `resourceVersion`: a concurrent change is a 409, retried by the worker), deletes the
  * others this controller manages for the Service. With `svc` undefined or without a selector, only deletes.
  * @returns whether to look again shortly (a create met a slice the cache has not seen yet)
- * @throws ApiCallError for a write that failed otherwise (the worker retries with back-off)
+ * @throws ApiError for a write that failed otherwise (the worker retries with back-off)
  */
 export async function reconcileSlices(ctx: ControllerContext, namespace: string, service: string, svc: V1Service | undefined): Promise<{ requeue: boolean }> {
   const existing = managedSlices(ctx, namespace, service);

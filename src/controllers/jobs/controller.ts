@@ -8,10 +8,8 @@ import type { KubeConfig, V1Job, V1Pod } from '@kubernetes/client-node';
 import type { Informers, Lister } from '../runtime/cache.ts';
 import { Controller, keyOf } from '../runtime/controller.ts';
 import type { ControllerContext } from '../runtime/context.ts';
-import { errorMessage } from '../runtime/errors.ts';
+import { errorMessage, Informer, RestClient } from '../../api/index.ts';
 import { controllerOf } from '../runtime/pods.ts';
-import { ResourceInformer } from '../runtime/informer.ts';
-import { KubeRest } from '../runtime/rest.ts';
 import { Expectations } from '../workloads/replicaset.ts';
 import { type JobApi, reconcileJob } from './reconcile.ts';
 
@@ -20,8 +18,8 @@ export const JOBS_PATH = '/apis/batch/v1/jobs';
 
 /** The Job controller: a {@link Controller} whose Job informer runs while its workers do. */
 export class JobController extends Controller {
-  readonly #rest: KubeRest;
-  readonly #jobs: ResourceInformer;
+  readonly #rest: RestClient;
+  readonly #jobs: Informer<V1Job>;
   readonly #log: ControllerContext['log'];
   #stopped = false;
 
@@ -31,7 +29,7 @@ export class JobController extends Controller {
    * @param kubeConfig where the API server is, for the Job informer and the status writes
    */
   constructor(ctx: ControllerContext, informers: Informers, kubeConfig: KubeConfig) {
-    const rest = new KubeRest(kubeConfig);
+    const rest = new RestClient(kubeConfig);
     const exp = new Expectations();
     const api: JobApi = {
       async patchJobStatus(namespace, name, patch) {
@@ -54,9 +52,11 @@ export class JobController extends Controller {
     super('job', (k) => reconcileJob(k, ctx, lister, api, exp), { clock: ctx.clock, log: ctx.log, workers: 2 });
     this.#rest = rest;
     this.#log = ctx.log;
-    this.#jobs = new ResourceInformer(rest, kubeConfig, JOBS_PATH, ctx.log, 'jobs');
-    lister = this.#jobs.lister<V1Job>();
-    for (const verb of ['add', 'update'] as const) this.#jobs.watch.on(verb, (o) => this.enqueue(keyOf(o)));
+    this.#jobs = new Informer<V1Job>({ rest, kubeConfig, path: JOBS_PATH, log: ctx.log, resource: 'jobs' });
+    lister = this.#jobs;
+    this.#jobs.on((verb, o) => {
+      if (verb !== 'delete') this.enqueue(keyOf(o));
+    });
     informers.on('pods', (_verb, pod: V1Pod) => {
       const owner = controllerOf(pod);
       if (owner?.kind === 'Job') this.enqueue(`${pod.metadata?.namespace ?? 'default'}/${owner.name}`);
@@ -68,7 +68,7 @@ export class JobController extends Controller {
     void (async () => {
       try {
         await this.#rest.json({ method: 'GET', path: `${JOBS_PATH}?limit=1` });
-        await this.#jobs.watch.start();
+        await this.#jobs.start();
       } catch (err: unknown) {
         this.#log.warn({ resource: 'jobs', err: errorMessage(err) }, 'cannot list Jobs; the Job controller idles');
         return;

@@ -24,10 +24,9 @@
  */
 import type { V1Job, V1JobCondition, V1Pod } from '@kubernetes/client-node';
 import type { Lister } from '../runtime/cache.ts';
-import type { ReconcileResult } from '../runtime/controller.ts';
-import { splitKey } from '../runtime/controller.ts';
+import { type ReconcileResult, splitKey } from '../runtime/controller.ts';
 import { type ControllerContext, recordEvent } from '../runtime/context.ts';
-import { errorMessage, isConflict, isNotFound, statusMessage } from '../runtime/errors.ts';
+import { errorMessage, isConflict, isNotFound, statusMessage } from '../../api/index.ts';
 import type { MergePatch } from '../runtime/api.ts';
 import { isPodActive, isPodReady, podFromTemplate } from '../runtime/pods.ts';
 import { slowStartBatch } from '../runtime/slow-start.ts';
@@ -35,11 +34,11 @@ import { BURST_REPLICAS, type Expectations, ownedPods, SLOW_START_INITIAL_BATCH 
 
 /** The writes of the Job controller that the common {@link ClusterApi} does not have. */
 export interface JobApi {
-  /** A JSON merge patch of `.../jobs/<name>/status`. @throws ApiCallError */
+  /** A JSON merge patch of `.../jobs/<name>/status`. @throws ApiError */
   patchJobStatus(namespace: string, name: string, patch: MergePatch): Promise<void>;
   /**
    * Deletes the Job with background propagation (the garbage collector then deletes its pods), only if its
-   * uid is still `uid`. @throws ApiCallError (404 and 409 included)
+   * uid is still `uid`. @throws ApiError (404 and 409 included)
    */
   deleteJob(namespace: string, name: string, uid: string): Promise<void>;
 }
@@ -92,7 +91,7 @@ function setCondition(list: V1JobCondition[], type: string, status: 'True' | 'Fa
 /**
  * Reconciles the Job `namespace/name`.
  * @returns a requeue at the `activeDeadlineSeconds` deadline while the Job runs with one
- * @throws ApiCallError when a pod create or the status write fails (the worker retries with back-off)
+ * @throws ApiError when a pod create or the status write fails (the worker retries with back-off)
  */
 export async function reconcileJob(
   key: string,

@@ -1,7 +1,7 @@
 import assert from 'node:assert/strict';
 import { test } from 'node:test';
 import type { V1Lease, V1Pod } from '@kubernetes/client-node';
-import type { Checkpoint } from '../runtime/types.ts';
+import type { Checkpoint } from '../../api/index.ts';
 import { fakeContext, node, pod } from '../testing/fakes.ts';
 import { reconcileNode } from './reconcile.ts';
 

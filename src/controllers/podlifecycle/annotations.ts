@@ -14,7 +14,7 @@
 import type { V1Pod } from '@kubernetes/client-node';
 import { parseDuration } from '../../lib/index.ts';
 import { type ControllerContext, recordPodEvent } from '../runtime/context.ts';
-import { ANNOTATIONS } from '../runtime/types.ts';
+import { ANNOTATIONS } from '../../api/index.ts';
 
 /** The reason of the warning event. */
 export const INVALID_ANNOTATION_REASON = 'InvalidAnnotation';

@@ -3,7 +3,7 @@ import type { V1Pod } from '@kubernetes/client-node';
 import type { Informers } from '../runtime/cache.ts';
 import { Controller, keyOf } from '../runtime/controller.ts';
 import type { ControllerContext } from '../runtime/context.ts';
-import type { Checkpoint } from '../runtime/types.ts';
+import type { Checkpoint } from '../../api/index.ts';
 import { reconcilePod } from './reconcile.ts';
 
 /** Builds the pod lifecycle controller (restores outside moves, periodic checkpoints) and subscribes it. */

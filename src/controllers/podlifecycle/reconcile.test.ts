@@ -1,8 +1,7 @@
 import assert from 'node:assert/strict';
 import { test } from 'node:test';
 import type { V1Pod } from '@kubernetes/client-node';
-import { ApiCallError } from '../runtime/errors.ts';
-import type { Checkpoint } from '../runtime/types.ts';
+import { ApiError, type Checkpoint } from '../../api/index.ts';
 import { fakeContext, node, pod } from '../testing/fakes.ts';
 import { reconcilePod } from './reconcile.ts';
 
@@ -100,7 +99,7 @@ test('a failed restore is reported once, on the pod that starts afresh', { timeo
   cache.pods.set(p);
   await reconcilePod('default/keeper', ctx);
   // The second run still sees the old uid: the replacement's uid precondition fails (409).
-  fake.failures.set('replacePod', new ApiCallError('replace', 409, 'Conflict', 'uid differs'));
+  fake.failures.set('replacePod', new ApiError('replace', 409, 'Conflict', 'uid differs'));
   await reconcilePod('default/keeper', ctx);
   assert.deepEqual(fake.eventReasons, ['MoveFailed']);
   assert.equal(fake.events[0]!.involvedObject.uid, 'new-uid-1', 'on the replacement, which kubectl describe shows');

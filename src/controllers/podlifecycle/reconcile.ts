@@ -15,12 +15,10 @@
 import type { V1Pod } from '@kubernetes/client-node';
 import { parseDuration } from '../../lib/index.ts';
 import { removeRestoreAnnotation, replacePod, restoredMessage } from '../checkpoint/move.ts';
-import type { ReconcileResult } from '../runtime/controller.ts';
-import { splitKey } from '../runtime/controller.ts';
+import { type ReconcileResult, splitKey } from '../runtime/controller.ts';
 import { type ControllerContext, recordPodEvent } from '../runtime/context.ts';
-import { isAlreadyExists } from '../runtime/errors.ts';
+import { ANNOTATIONS, type Checkpoint, isAlreadyExists, LABELS } from '../../api/index.ts';
 import { isPodRunning, migrationPolicy, nodeReadyStatus, podSpecBlockers, restoreFailure } from '../runtime/pods.ts';
-import { ANNOTATIONS, type Checkpoint, LABELS } from '../runtime/types.ts';
 import { forgetAnnotationWarnings, warnAboutAnnotations } from './annotations.ts';
 
 /** Reconciles the pod `namespace/name`. */

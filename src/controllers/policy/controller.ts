@@ -4,7 +4,7 @@ import type { Informers } from '../runtime/cache.ts';
 import { Controller, keyOf } from '../runtime/controller.ts';
 import type { ControllerContext } from '../runtime/context.ts';
 import { migrationPolicy } from '../runtime/pods.ts';
-import { ANNOTATIONS } from '../runtime/types.ts';
+import { ANNOTATIONS } from '../../api/index.ts';
 import { reconcilePolicy } from './reconcile.ts';
 
 const isFastest = (p: V1Pod) => migrationPolicy(p) === 'Auto' && p.metadata?.annotations?.[ANNOTATIONS.placement] === 'fastest';

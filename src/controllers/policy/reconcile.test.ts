@@ -1,6 +1,6 @@
 import assert from 'node:assert/strict';
 import { test } from 'node:test';
-import type { Checkpoint } from '../runtime/types.ts';
+import type { Checkpoint } from '../../api/index.ts';
 import { fakeContext, node, pod } from '../testing/fakes.ts';
 import { reconcilePolicy } from './reconcile.ts';
 

@@ -11,13 +11,10 @@
  * Keys: `node:<name>` for memory pressure, `pod:<namespace>/<name>` for placement.
  */
 import type { V1Pod } from '@kubernetes/client-node';
-import type { ReconcileResult } from '../runtime/controller.ts';
-import { splitKey } from '../runtime/controller.ts';
+import { type ReconcileResult, splitKey } from '../runtime/controller.ts';
 import type { ControllerContext } from '../runtime/context.ts';
-import { isAlreadyExists } from '../runtime/errors.ts';
+import { ANNOTATIONS, type Checkpoint, type CheckpointTrigger, isAlreadyExists, LABELS, pickNode } from '../../api/index.ts';
 import { isPodRunning, migrationPolicy, nodeMops, podMemoryRequest, podSpecBlockers, shortUid } from '../runtime/pods.ts';
-import { ANNOTATIONS, type Checkpoint, type CheckpointTrigger, LABELS } from '../runtime/types.ts';
-import { pickNode } from '../scheduler/fit.ts';
 
 /** Whether the pod may move on its own now; else the ms until it may (0: never, by policy or spec). */
 function autoMovable(ctx: ControllerContext, pod: V1Pod): { ok: true } | { ok: false; waitMs: number } {

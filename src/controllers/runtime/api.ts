@@ -4,7 +4,7 @@
  * @kubernetes/client-node against a real API server. Reads of the cluster's state come from the informer
  * caches instead (`cache.ts`).
  *
- * Every method throws an {@link ApiCallError} for an error answer (use `isNotFound`, `isConflict`, ...).
+ * Every method throws an {@link ApiError} for an error answer (use `isNotFound`, `isConflict`, ...).
  */
 import type { Readable } from 'node:stream';
 import type {
@@ -17,8 +17,9 @@ import type {
   V1Node,
   V1Pod,
   V1ReplicaSet,
+  V1ServiceAccount,
 } from '@kubernetes/client-node';
-import type { Checkpoint } from './types.ts';
+import type { Checkpoint } from '../../api/index.ts';
 
 /** A JSON merge patch (RFC 7386): `null` removes a field. */
 export type MergePatch = Record<string, unknown>;
@@ -88,6 +89,8 @@ export interface ClusterApi {
   // Nodes
   patchNode(name: string, patch: MergePatch): Promise<V1Node>;
   patchNodeStatus(name: string, patch: MergePatch): Promise<V1Node>;
+  // ServiceAccounts
+  createServiceAccount(namespace: string, account: V1ServiceAccount): Promise<V1ServiceAccount>;
   // Events
   createEvent(namespace: string, event: CoreV1Event): Promise<void>;
   /** A JSON merge patch of an Event (a repeat raises `count` and `lastTimestamp`). */
@@ -119,7 +122,7 @@ export interface ClusterApi {
   /**
    * `POST .../checkpoints/<name>/data?node=<node>&container=<c>&leave=...&timeoutMs=...`: the API server takes
    * the snapshot of the Checkpoint's pod from the node's kubelet and stores it as the data, in one hop.
-   * @throws ApiCallError for the API server's own errors (405 from an API server without it, 413, 422, 503 ...)
+   * @throws ApiError for the API server's own errors (405 from an API server without it, 413, 422, 503 ...)
    */
   captureCheckpointData(
     namespace: string,

@@ -1,31 +1,28 @@
 /**
- * The controllers' view of the cluster: one informer per resource (list, then watch; @kubernetes/client-node's
- * `ListWatch`), each a read-only cache. Reconcilers read only these caches; event handlers subscribe to them.
+ * The controllers' view of the cluster: one informer per resource (src/api's `Informer`: list, then watch,
+ * with back-off), each a read-only cache. Reconcilers read only these caches; event handlers subscribe to them.
  */
-import {
-  type KubeConfig,
-  type KubernetesObject,
-  ListWatch,
-  type ObjectCache,
-  type V1DaemonSet,
-  type V1Deployment,
-  type V1Endpoints,
-  type V1EndpointSlice,
-  type V1Lease,
-  type V1Node,
-  type V1Pod,
-  type V1PodDisruptionBudget,
-  type V1ReplicaSet,
-  type V1Service,
-  Watch,
+import type {
+  KubeConfig,
+  KubernetesObject,
+  V1DaemonSet,
+  V1Deployment,
+  V1Endpoints,
+  V1EndpointSlice,
+  V1Lease,
+  V1Namespace,
+  V1Node,
+  V1Pod,
+  V1PodDisruptionBudget,
+  V1ReplicaSet,
+  V1Service,
+  V1ServiceAccount,
 } from '@kubernetes/client-node';
 import type { ControllerLog } from './controller.ts';
-import { errorMessage } from './errors.ts';
-import type { KubeRest } from './rest.ts';
-import type { Checkpoint } from './types.ts';
+import { type Checkpoint, Informer, type Lister, type RestClient } from '../../api/index.ts';
 
-/** A read-only cache of one resource. `list()` without a namespace lists every namespace. */
-export type Lister<T> = ObjectCache<T>;
+/** A read-only cache of one resource (src/api's). `list()` without a namespace lists every namespace. */
+export type { Lister } from '../../api/index.ts';
 
 /** Every cache the controllers read. */
 export interface Caches {
@@ -44,6 +41,9 @@ export interface Caches {
   modules: Lister<KubernetesObject>;
   /** `policy/v1` PodDisruptionBudgets (the disruption controller writes their status). */
   podDisruptionBudgets: Lister<V1PodDisruptionBudget>;
+  /** Namespaces (the ServiceAccount controller gives each its `default` account). */
+  namespaces: Lister<V1Namespace>;
+  serviceAccounts: Lister<V1ServiceAccount>;
 }
 
 /** The resources, their list paths, and whether the controllers can run without them. */
@@ -60,6 +60,8 @@ export const RESOURCES = {
   endpointSlices: { path: '/apis/discovery.k8s.io/v1/endpointslices', optional: true },
   modules: { path: '/apis/kube32.io/v1/modules', optional: true },
   podDisruptionBudgets: { path: '/apis/policy/v1/poddisruptionbudgets', optional: true },
+  namespaces: { path: '/api/v1/namespaces', optional: true },
+  serviceAccounts: { path: '/api/v1/serviceaccounts', optional: true },
 } as const;
 
 export type ResourceName = keyof typeof RESOURCES;
@@ -72,22 +74,20 @@ const EMPTY: Lister<never> = { get: () => undefined, list: () => [] };
 /** The informers of one control plane process. */
 export class Informers {
   readonly #kc: KubeConfig;
-  readonly #rest: KubeRest;
+  readonly #rest: RestClient;
   readonly #log: ControllerLog;
-  readonly #watches = new Map<ResourceName, ListWatch<KubernetesObject>>();
+  readonly #informers = new Map<ResourceName, Informer>();
   readonly #unavailable = new Set<ResourceName>();
   readonly #handlers = new Map<ResourceName, Handler<KubernetesObject>[]>();
-  readonly #retry = new Map<ResourceName, NodeJS.Timeout>();
-  #stopped = false;
   readonly caches: Caches;
 
-  constructor(kc: KubeConfig, rest: KubeRest, log: ControllerLog) {
+  constructor(kc: KubeConfig, rest: RestClient, log: ControllerLog) {
     this.#kc = kc;
     this.#rest = rest;
     this.#log = log;
     const lister = (name: ResourceName): Lister<KubernetesObject> => ({
-      get: (n, ns) => this.#watches.get(name)?.get(n, ns),
-      list: (ns) => this.#watches.get(name)?.list(ns) ?? [],
+      get: (n, ns) => this.#informers.get(name)?.get(n, ns),
+      list: (ns) => this.#informers.get(name)?.list(ns) ?? [],
     });
     this.caches = Object.fromEntries(
       (Object.keys(RESOURCES) as ResourceName[]).map((n) => [n, lister(n)]),
@@ -109,7 +109,7 @@ export class Informers {
   /**
    * Lists and starts watching every resource; resolves when every cache has synced. An optional resource
    * the server does not serve (404) is marked unavailable and left empty.
-   * @throws ApiCallError when a required resource cannot be listed
+   * @throws ApiError when a required resource cannot be listed
    */
   async start(): Promise<void> {
     await Promise.all((Object.keys(RESOURCES) as ResourceName[]).map((n) => this.#startOne(n)));
@@ -128,55 +128,20 @@ export class Informers {
       }
       throw err;
     }
-    let listed = false;
-    let delay = 500;
-    const listFn = async () => {
-      const list = await this.#rest.json<{ metadata?: { resourceVersion?: string }; items?: KubernetesObject[] }>({
-        method: 'GET',
-        path,
-      });
-      listed = true;
-      delay = 500; // the server answers again: the next failure starts the back-off afresh
-      return { metadata: list.metadata ?? {}, items: list.items ?? [] };
-    };
-    const lw = new ListWatch<KubernetesObject>(path, new Watch(this.#kc), listFn, false);
-    this.#watches.set(name, lw);
-    const dispatch = (verb: 'add' | 'update' | 'delete') => (obj: KubernetesObject) => {
-      delay = 500;
-      for (const h of this.#handlers.get(name) ?? []) {
-        try {
-          h(verb, obj);
-        } catch (err: unknown) {
-          this.#log.error({ resource: name, err: errorMessage(err) }, 'event handler failed');
-        }
-      }
-    };
-    lw.on('add', dispatch('add'));
-    lw.on('update', dispatch('update'));
-    lw.on('delete', dispatch('delete'));
-    lw.on('error', (err) => {
-      if (this.#stopped) return;
-      this.#log.warn({ resource: name, err: errorMessage(err), retryInMs: delay }, 'watch failed; listing again');
-      const t = setTimeout(() => {
-        this.#retry.delete(name);
-        if (!this.#stopped) void lw.start();
-      }, delay);
-      t.unref();
-      this.#retry.set(name, t);
-      delay = Math.min(delay * 2, 30_000);
+    // src/api's informer: list then watch, listed again with back-off (0.5 s doubling to 30 s) after a failure.
+    const informer = new Informer({ rest: this.#rest, kubeConfig: this.#kc, path, resource: name, log: this.#log });
+    this.#informers.set(name, informer);
+    informer.on((verb, obj) => {
+      for (const h of this.#handlers.get(name) ?? []) h(verb, obj);
     });
-    await lw.start();
-    if (!listed) {
-      // The first list failed (the error handler retries); a required cache must sync before workers run.
-      if (!optional) throw new Error(`informer ${name}: the first list of ${path} failed`);
-    }
+    const listed = await informer.start();
+    // The first list failed (the informer retries); a required cache must sync before workers run.
+    if (!listed && !optional) throw new Error(`informer ${name}: the first list of ${path} failed`);
   }
 
   /** Stops every watch. */
   async stop(): Promise<void> {
-    this.#stopped = true;
-    for (const t of this.#retry.values()) clearTimeout(t);
-    await Promise.all([...this.#watches.values()].map((w) => w.stop()));
+    await Promise.all([...this.#informers.values()].map((w) => w.stop()));
   }
 }
 

@@ -4,13 +4,12 @@
  * the Auto policy's cooldowns, freeze times of moves).
  */
 import type { CoreV1Event, V1Pod } from '@kubernetes/client-node';
-import type { TimerClock } from '../../lib/workqueue.ts';
+import type { TimerClock } from '../../lib/index.ts';
 import type { ClusterApi } from './api.ts';
 import type { Caches } from './cache.ts';
 import type { ControllerLog } from './controller.ts';
-import { errorMessage, isNotFound } from './errors.ts';
+import { type CheckpointEventReason, errorMessage, isNotFound } from '../../api/index.ts';
 import type { PodsByOwner } from './owner-index.ts';
-import type { CheckpointEventReason } from './types.ts';
 
 /** Timings of the controllers, all in ms; the defaults are the seed's and Kubernetes'. */
 export interface ControllerTimings {

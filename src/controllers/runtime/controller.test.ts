@@ -1,6 +1,6 @@
 import assert from 'node:assert/strict';
 import { test } from 'node:test';
-import { ManualClock } from '../../lib/workqueue.ts';
+import { ManualClock } from '../../lib/index.ts';
 import { quietLog } from '../testing/fakes.ts';
 import { Controller, MAX_RETRIES } from './controller.ts';
 

@@ -4,8 +4,8 @@
  * (`requeueAfterMs`), back off after an error, or drop it after {@link MAX_RETRIES} failures with a log line
  * (the next event brings it back).
  */
-import { type TimerClock, WorkQueue } from '../../lib/workqueue.ts';
-import { errorMessage } from './errors.ts';
+import { type TimerClock, WorkQueue } from '../../lib/index.ts';
+import { errorMessage } from '../../api/index.ts';
 
 /**
  * How many failures in a row a key may have before it is dropped: with a 5 ms base doubling, 15 tries

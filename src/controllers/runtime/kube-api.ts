@@ -1,9 +1,9 @@
 /**
- * {@link ClusterApi} against a real API server, every call through {@link KubeRest}: plain JSON over one
+ * {@link ClusterApi} against a real API server, every call through {@link RestClient}: plain JSON over one
  * pool of keep-alive connections. (The typed APIs of @kubernetes/client-node open a new TLS connection per
  * call, since their agent does not keep connections alive: at a thousand pods a minute the handshakes, on
  * both ends of the loopback, cost more than the calls; see docs/control-plane-performance.md.) Answers are
- * plain JSON, as the informers' objects are. Errors are {@link ApiCallError}s naming the operation, with the
+ * plain JSON, as the informers' objects are. Errors are {@link ApiError}s naming the operation, with the
  * answer's `metav1.Status` reason and body.
  */
 import type { Readable } from 'node:stream';
@@ -18,11 +18,10 @@ import type {
   V1Node,
   V1Pod,
   V1ReplicaSet,
+  V1ServiceAccount,
 } from '@kubernetes/client-node';
 import type { CaptureAnswer, ClusterApi, DeletePodOptions, MergePatch, SnapshotAnswer } from './api.ts';
-import { ApiCallError, errorMessage } from './errors.ts';
-import { errorFromAnswer, KubeRest, readText, type RestRequest } from './rest.ts';
-import { CHECKPOINT_PLURAL, type Checkpoint, KUBE32_GROUP, KUBE32_VERSION } from './types.ts';
+import { ApiError, type Checkpoint, CHECKPOINT_PLURAL, errorFromAnswer, errorMessage, KUBE32_GROUP, KUBE32_VERSION, readText, RestClient, type RestRequest } from '../../api/index.ts';
 
 const MERGE = 'application/merge-patch+json';
 const seg = encodeURIComponent;
@@ -35,14 +34,14 @@ const CHECKPOINTS = `/apis/${KUBE32_GROUP}/${KUBE32_VERSION}`;
 
 /** The controllers' API client; one per control plane process. */
 export class KubeClusterApi implements ClusterApi {
-  readonly rest: KubeRest;
+  readonly rest: RestClient;
 
   constructor(kc: KubeConfig) {
-    this.rest = new KubeRest(kc);
+    this.rest = new RestClient(kc);
   }
 
   /**
-   * One JSON call: the answer's body, or an {@link ApiCallError} named `operation` (code 0 when the
+   * One JSON call: the answer's body, or an {@link ApiError} named `operation` (code 0 when the
    * request got no answer).
    */
   async #call<T>(operation: string, req: RestRequest): Promise<T> {
@@ -53,8 +52,8 @@ export class KubeClusterApi implements ClusterApi {
       status = res.status;
       text = await readText(res.body);
     } catch (err: unknown) {
-      const cause = err instanceof ApiCallError && err.cause !== undefined ? err.cause : err;
-      throw new ApiCallError(operation, 0, '', errorMessage(cause), undefined, { cause });
+      const cause = err instanceof ApiError && err.cause !== undefined ? err.cause : err;
+      throw new ApiError(operation, 0, '', errorMessage(cause), undefined, { cause });
     }
     if (status >= 300) throw errorFromAnswer(operation, status, text);
     return (text ? JSON.parse(text) : {}) as T;
@@ -125,6 +124,10 @@ export class KubeClusterApi implements ClusterApi {
 
   patchNodeStatus(name: string, patch: MergePatch): Promise<V1Node> {
     return this.#merge(`patch node status ${name}`, `${CORE}/nodes/${seg(name)}/status`, patch);
+  }
+
+  createServiceAccount(namespace: string, account: V1ServiceAccount): Promise<V1ServiceAccount> {
+    return this.#call(`create serviceaccount ${namespace}/${account.metadata?.name}`, { method: 'POST', path: this.#ns(namespace, 'serviceaccounts'), body: account });
   }
 
   async createEvent(namespace: string, event: CoreV1Event): Promise<void> {

@@ -1,9 +1,8 @@
 import assert from 'node:assert/strict';
 import { test } from 'node:test';
-import { ManualClock } from '../../lib/workqueue.ts';
-import { ApiCallError } from './errors.ts';
+import { ManualClock } from '../../lib/index.ts';
+import { ApiError, type RestClient, type RestRequest } from '../../api/index.ts';
 import { LeaderElector } from './leader.ts';
-import type { KubeRest, RestRequest } from './rest.ts';
 
 interface Lease {
   metadata: { name: string; namespace: string; resourceVersion: string };
@@ -31,19 +30,19 @@ class FakeLeases {
   readonly rest = {
     json: async <T>(req: RestRequest): Promise<T> => {
       if (req.method === 'GET') {
-        if (!this.lease) throw new ApiCallError('get', 404, 'NotFound', 'not found');
+        if (!this.lease) throw new ApiError('get', 404, 'NotFound', 'not found');
         return structuredClone(this.lease) as T;
       }
       if (req.method === 'POST') {
         const body = req.body as Lease;
-        if (this.lease) throw new ApiCallError('create', 409, 'AlreadyExists', 'exists');
+        if (this.lease) throw new ApiError('create', 409, 'AlreadyExists', 'exists');
         this.lease = { ...body, metadata: { ...body.metadata, resourceVersion: String(++this.#rv) } };
         return structuredClone(this.lease) as T;
       }
       if (req.method === 'PUT') {
         if (this.holdPuts) await new Promise<void>((go) => this.#held.push(go));
         const body = req.body as Lease;
-        if (body.metadata.resourceVersion !== this.lease?.metadata.resourceVersion) throw new ApiCallError('update', 409, 'Conflict', 'the object has been modified');
+        if (body.metadata.resourceVersion !== this.lease?.metadata.resourceVersion) throw new ApiError('update', 409, 'Conflict', 'the object has been modified');
         this.lease = { ...body, metadata: { ...body.metadata, resourceVersion: String(++this.#rv) } };
         return structuredClone(this.lease) as T;
       }
@@ -57,7 +56,7 @@ const silent = { info() {}, warn() {}, error() {}, debug() {} } as never;
 test('a clean stop releases the Lease even when a renewal is in flight (its write would make the release a 409)', { timeout: 5000 }, async () => {
   const leases = new FakeLeases();
   const clock = new ManualClock();
-  const elector = new LeaderElector(leases.rest as unknown as KubeRest, clock, silent, { identity: 'cp-a', leaseDurationMs: 15_000, renewDeadlineMs: 10_000, retryPeriodMs: 200 });
+  const elector = new LeaderElector(leases.rest as unknown as RestClient, clock, silent, { identity: 'cp-a', leaseDurationMs: 15_000, renewDeadlineMs: 10_000, retryPeriodMs: 200 });
   await elector.run(() => assert.fail('lost the Lease'));
   assert.equal(leases.lease?.spec.holderIdentity, 'cp-a');
 
@@ -86,7 +85,7 @@ test('a stop that comes while a take is in flight releases what the take got', {
   const leases = new FakeLeases();
   leases.lease = { metadata: { name: 'kube32-controllers', namespace: 'kube-system', resourceVersion: '1' }, spec: { holderIdentity: '' } };
   const clock = new ManualClock();
-  const elector = new LeaderElector(leases.rest as unknown as KubeRest, clock, silent, { identity: 'cp-b', leaseDurationMs: 15_000, renewDeadlineMs: 10_000, retryPeriodMs: 200 });
+  const elector = new LeaderElector(leases.rest as unknown as RestClient, clock, silent, { identity: 'cp-b', leaseDurationMs: 15_000, renewDeadlineMs: 10_000, retryPeriodMs: 200 });
   leases.holdPuts = true;
   const running = elector.run(() => {});
   for (let i = 0; i < 20 && leases.waitingPuts === 0; i++) await Promise.resolve();

@@ -12,10 +12,9 @@
  *   lost the Lease and must stop acting (`onLost`).
  * - `release()` on a clean stop empties the holder so that a successor need not wait out the duration.
  */
-import type { TimerClock } from '../../lib/workqueue.ts';
+import type { TimerClock } from '../../lib/index.ts';
 import type { ControllerLog } from './controller.ts';
-import { errorMessage, isAlreadyExists, isConflict, isNotFound } from './errors.ts';
-import type { KubeRest } from './rest.ts';
+import { errorMessage, isAlreadyExists, isConflict, isNotFound, type RestClient } from '../../api/index.ts';
 
 /** Options of {@link LeaderElector}. */
 export interface LeaderElectionOptions {
@@ -46,7 +45,7 @@ function microTime(ms: number): string {
 /** One candidate for the controllers' Lease. */
 export class LeaderElector {
   readonly identity: string;
-  readonly #rest: KubeRest;
+  readonly #rest: RestClient;
   readonly #clock: TimerClock;
   readonly #log: ControllerLog;
   readonly #path: string;
@@ -66,7 +65,7 @@ export class LeaderElector {
   #inflight: Promise<boolean> | undefined;
 
   /** @throws RangeError when the timings are not `retryPeriod < renewDeadline < leaseDuration` */
-  constructor(rest: KubeRest, clock: TimerClock, log: ControllerLog, opts: LeaderElectionOptions) {
+  constructor(rest: RestClient, clock: TimerClock, log: ControllerLog, opts: LeaderElectionOptions) {
     this.identity = opts.identity;
     this.#rest = rest;
     this.#clock = clock;

@@ -12,7 +12,7 @@ import type { Informers } from '../runtime/cache.ts';
 import { Controller, keyOf } from '../runtime/controller.ts';
 import type { ControllerContext } from '../runtime/context.ts';
 import { AssumedPods, needsScheduling, reconcileSchedule } from './reconcile.ts';
-import { NodeUsage } from './usage.ts';
+import { NodeUsage } from '../../api/index.ts';
 
 /** Pods being bound at once (each a worker: decide and assume at once, then bind, then the event). */
 export const SCHEDULER_WORKERS = 16;

@@ -1,7 +1,7 @@
 import assert from 'node:assert/strict';
 import { test } from 'node:test';
 import { fakeContext, node, pod } from '../testing/fakes.ts';
-import { pickNode } from './fit.ts';
+import { pickNode } from '../../api/index.ts';
 import { AssumedPods, reconcileSchedule } from './reconcile.ts';
 
 test('a pending pod is bound to the node with the most free memory, with a Scheduled event', { timeout: 5000 }, async () => {

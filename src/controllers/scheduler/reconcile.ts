@@ -3,13 +3,10 @@
  * in the pod's `PodScheduled` condition (reason `Unschedulable`) and a `FailedScheduling` event.
  */
 import type { V1Pod } from '@kubernetes/client-node';
-import type { ReconcileResult } from '../runtime/controller.ts';
-import { splitKey } from '../runtime/controller.ts';
+import { type ReconcileResult, splitKey } from '../runtime/controller.ts';
 import { type ControllerContext, recordPodEvent } from '../runtime/context.ts';
-import { isConflict, isNotFound } from '../runtime/errors.ts';
+import { isConflict, isNotFound, type NodeUsage, pickNode } from '../../api/index.ts';
 import { isPodActive } from '../runtime/pods.ts';
-import { pickNode } from './fit.ts';
-import type { NodeUsage } from './usage.ts';
 
 /**
  * Pods this scheduler placed that the cache does not show bound yet (kube-scheduler's assumed pods): a pod
@@ -59,7 +56,7 @@ export function needsScheduling(pod: V1Pod): boolean {
 /**
  * Schedules the pod `namespace/name`.
  * @returns a requeue after `unschedulableRetryMs` when nothing fits
- * @throws ApiCallError when binding or the status write fails (retried with back-off)
+ * @throws ApiError when binding or the status write fails (retried with back-off)
  */
 export async function reconcileSchedule(
   key: string,

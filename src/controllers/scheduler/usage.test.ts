@@ -4,9 +4,8 @@ import type { V1Pod } from '@kubernetes/client-node';
 import fc from 'fast-check';
 import { podHoldsNode, podMemoryRequest } from '../runtime/pods.ts';
 import { fakeContext, node, pod } from '../testing/fakes.ts';
-import { podPorts } from './fit.ts';
+import { NodeUsage, podPorts } from '../../api/index.ts';
 import { AssumedPods, reconcileSchedule } from './reconcile.ts';
-import { NodeUsage } from './usage.ts';
 
 /** The sums from scratch: informer state first, else the assumption. */
 function bruteForce(informed: Map<string, V1Pod>, assumed: Map<string, { pod: V1Pod; node: string }>) {
@@ -103,8 +102,8 @@ test('a failed bind forgets the assumption: the node counts the pod no more', { 
   cache.pods.set(pod('p1', { memory: '768Ki' }));
   const usage = new NodeUsage();
   const assumed = new AssumedPods(usage);
-  const { ApiCallError } = await import('../runtime/errors.ts');
-  fake.failures.set('bindPod', new ApiCallError('bind pod', 500, 'InternalError', 'etcd: no answer'));
+  const { ApiError } = await import('../../api/index.ts');
+  fake.failures.set('bindPod', new ApiError('bind pod', 500, 'InternalError', 'etcd: no answer'));
   await assert.rejects(reconcileSchedule('default/p1', ctx, assumed), /etcd: no answer/);
   assert.equal(usage.nodes.get('a'), undefined);
   assert.equal(assumed.has('default/p1', ctx.clock.now()), false);

@@ -4,12 +4,12 @@
  */
 import { Readable } from 'node:stream';
 import type { KubernetesObject, V1Node, V1Pod } from '@kubernetes/client-node';
-import { ManualClock } from '../../lib/workqueue.ts';
+import { ManualClock } from '../../lib/index.ts';
 import type { ClusterApi, SnapshotAnswer } from '../runtime/api.ts';
 import type { Caches, Lister } from '../runtime/cache.ts';
 import type { ControllerLog } from '../runtime/controller.ts';
 import { type ControllerContext, DEFAULT_TIMINGS, newSharedState, type ControllerTimings } from '../runtime/context.ts';
-import { ApiCallError } from '../runtime/errors.ts';
+import { ANNOTATIONS, ApiError } from '../../api/index.ts';
 
 /** A cache over a plain array; `set` and `remove` change it between reconciles. */
 export class FakeLister<T extends KubernetesObject> implements Lister<T> {
@@ -45,6 +45,8 @@ export function fakeCaches(): FakeCaches {
     endpointSlices: new FakeLister(),
     modules: new FakeLister(),
     podDisruptionBudgets: new FakeLister(),
+    namespaces: new FakeLister(),
+    serviceAccounts: new FakeLister(),
   };
 }
 
@@ -57,7 +59,7 @@ export interface ApiCall {
 /** An API that records calls. `failures` makes the next call of a method throw; `snapshot` is what the kubelet answers. */
 export class FakeApi {
   readonly calls: ApiCall[] = [];
-  readonly failures = new Map<keyof ClusterApi, ApiCallError>();
+  readonly failures = new Map<keyof ClusterApi, ApiError>();
   snapshot: () => SnapshotAnswer = () => ({
     kind: 'snapshot',
     body: Readable.from([Buffer.from('K32S-fake-snapshot')]),
@@ -91,7 +93,7 @@ export class FakeApi {
     const want = (body as { metadata?: { resourceVersion?: string } } | undefined)?.metadata?.resourceVersion;
     const have = this.resourceVersions.get(key);
     if (want && have !== undefined && want !== have) {
-      throw new ApiCallError(`patch ${key}`, 409, 'Conflict', 'the object has been modified; please apply your changes to the latest version and try again');
+      throw new ApiError(`patch ${key}`, 409, 'Conflict', 'the object has been modified; please apply your changes to the latest version and try again');
     }
     const next = String(++this.#rv);
     this.resourceVersions.set(key, next);
@@ -192,7 +194,7 @@ export function node(name: string, opts: Partial<{ memory: string; mops: number;
     metadata: {
       name,
       labels: { 'kubernetes.io/hostname': name, ...(opts.labels ?? {}) },
-      annotations: opts.mops !== undefined ? { 'kube32.io/interp-mops': String(opts.mops) } : {},
+      annotations: opts.mops !== undefined ? { [ANNOTATIONS.interpMops]: String(opts.mops) } : {},
     },
     spec: { unschedulable: opts.unschedulable, taints: opts.taints },
     status: {

@@ -5,14 +5,11 @@
  * No rolling update of DaemonSet pods: a changed template applies to new pods.
  */
 import type { V1DaemonSet, V1Node, V1Pod } from '@kubernetes/client-node';
-import type { ReconcileResult } from '../runtime/controller.ts';
-import { splitKey } from '../runtime/controller.ts';
+import { type ReconcileResult, splitKey } from '../runtime/controller.ts';
 import type { ControllerContext } from '../runtime/context.ts';
-import { isConflict, isNotFound } from '../runtime/errors.ts';
+import { isConflict, isNotFound, matchesSelector, tolerates } from '../../api/index.ts';
 import { isPodActive, isPodReady, nodeReadyStatus, podFromTemplate } from '../runtime/pods.ts';
-import { matchesSelector, tolerates } from '../scheduler/fit.ts';
-import type { Expectations } from './replicaset.ts';
-import { ownedPods } from './replicaset.ts';
+import { type Expectations, ownedPods } from './replicaset.ts';
 
 function eligible(ds: V1DaemonSet, node: V1Node): boolean {
   if (nodeReadyStatus(node) !== 'True') return false;

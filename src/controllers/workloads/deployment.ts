@@ -21,10 +21,9 @@
 import { createHash } from 'node:crypto';
 import { isDeepStrictEqual } from 'node:util';
 import type { V1Deployment, V1PodTemplateSpec, V1ReplicaSet } from '@kubernetes/client-node';
-import type { ReconcileResult } from '../runtime/controller.ts';
-import { splitKey } from '../runtime/controller.ts';
+import { type ReconcileResult, splitKey } from '../runtime/controller.ts';
 import { type ControllerContext, recordEvent } from '../runtime/context.ts';
-import { isAlreadyExists, isNotFound } from '../runtime/errors.ts';
+import { isAlreadyExists, isNotFound } from '../../api/index.ts';
 import { controllerOf } from '../runtime/pods.ts';
 import { ownedPods, countsForOwner } from './replicaset.ts';
 

@@ -1,7 +1,7 @@
 import assert from 'node:assert/strict';
 import { test } from 'node:test';
 import type { V1Pod, V1ReplicaSet } from '@kubernetes/client-node';
-import { ApiCallError } from '../runtime/errors.ts';
+import { ApiError } from '../../api/index.ts';
 import { fakeContext } from '../testing/fakes.ts';
 import { BURST_REPLICAS, Expectations, reconcileReplicaSet } from './replicaset.ts';
 
@@ -31,7 +31,7 @@ test('slow and failing creates never make more pods than replicas, however the c
             const n = ++calls;
             // Slow: answers arrive out of order, a few turns later.
             for (let i = 0; i < n % 5; i++) await new Promise((r) => setImmediate(r));
-            if (n % 7 === 0) throw new ApiCallError('create pod', 500, 'InternalError', 'etcd: no answer within 10000 ms');
+            if (n % 7 === 0) throw new ApiError('create pod', 500, 'InternalError', 'etcd: no answer within 10000 ms');
             const p = stored(pod, n);
             made.push(p);
             return p;
@@ -59,7 +59,7 @@ test('creates go in slow-start batches, at most BURST_REPLICAS a sync; a failed 
   // A failure in the first batch: one call, the FailedCreate event, and the error for the back-off.
   const second = fakeContext();
   second.cache.replicaSets.set(rs(10));
-  second.fake.failures.set('createPod', new ApiCallError('create pod', 422, 'Invalid', 'Pod "web-" is invalid: no module'));
+  second.fake.failures.set('createPod', new ApiError('create pod', 422, 'Invalid', 'Pod "web-" is invalid: no module'));
   await assert.rejects(reconcileReplicaSet('default/web', second.ctx, new Expectations()), /no module/);
   assert.equal(second.fake.writes.filter((c) => c.op === 'createPod').length, 1);
   assert.deepEqual(second.fake.eventReasons, ['FailedCreate']);

@@ -19,14 +19,12 @@
  * event raise its count. The condition goes once a pod is created.
  */
 import type { V1Pod, V1ReplicaSet, V1ReplicaSetCondition } from '@kubernetes/client-node';
-import type { ReconcileResult } from '../runtime/controller.ts';
-import { splitKey } from '../runtime/controller.ts';
+import { type ReconcileResult, splitKey } from '../runtime/controller.ts';
 import { type ControllerContext, recordEvent } from '../runtime/context.ts';
-import { errorMessage, isConflict, isNotFound, statusMessage } from '../runtime/errors.ts';
+import { ANNOTATIONS, errorMessage, isConflict, isNotFound, statusMessage } from '../../api/index.ts';
 import { controllerOf, isPodActive, isPodReady, podFromTemplate } from '../runtime/pods.ts';
 import { matchLabelSelector } from '../runtime/selectors.ts';
 import { slowStartBatch } from '../runtime/slow-start.ts';
-import { ANNOTATIONS } from '../runtime/types.ts';
 
 /**
  * The most pods one sync creates or deletes (the rest follow in the next sync): Kubernetes'

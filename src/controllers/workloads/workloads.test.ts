@@ -1,7 +1,7 @@
 import assert from 'node:assert/strict';
 import { test } from 'node:test';
 import type { V1Deployment, V1Pod, V1ReplicaSet } from '@kubernetes/client-node';
-import { ApiCallError } from '../runtime/errors.ts';
+import { ApiError } from '../../api/index.ts';
 import { fakeContext, pod } from '../testing/fakes.ts';
 import { newReplicaSetAnnotations, REVISION_HISTORY_ANNOTATION, reconcileDeployment, sameTemplate, templateHash } from './deployment.ts';
 import { Expectations, reconcileReplicaSet } from './replicaset.ts';
@@ -135,7 +135,7 @@ test('a pod the API server refuses: FailedCreate on the ReplicaSet with its mess
   // The API server names the pod it generated for each try; the event and the condition name the prefix.
   const refusedAs = (name: string) => `Pod "${name}" is invalid: spec.containers[0].image: Not found: "wasm://nosuch": no module "nosuch" is stored (push it with kube32-cli push)`;
   const refusal = refusedAs('counter-rs-');
-  fake.failures.set('createPod', new ApiCallError('create pod default/counter-rs-', 422, 'Invalid', refusedAs('counter-rs-x7k2q'), { kind: 'Status', reason: 'Invalid', message: refusedAs('counter-rs-x7k2q') }));
+  fake.failures.set('createPod', new ApiError('create pod default/counter-rs-', 422, 'Invalid', refusedAs('counter-rs-x7k2q'), { kind: 'Status', reason: 'Invalid', message: refusedAs('counter-rs-x7k2q') }));
   await assert.rejects(reconcileReplicaSet('default/counter-rs', ctx, new Expectations()), /422 Invalid/, 'thrown after the status, for the back-off');
   assert.deepEqual(fake.events.map((e) => [e.type, e.reason, e.message, e.involvedObject.kind, e.involvedObject.name]), [
     ['Warning', 'FailedCreate', `Error creating: ${refusal}`, 'ReplicaSet', 'counter-rs'],
@@ -148,7 +148,7 @@ test('a pod the API server refuses: FailedCreate on the ReplicaSet with its mess
   // The retry fails the same way (another generated name): the event's count rises, no second event, and
   // the status is not written again (a write would bring the ReplicaSet back at once, past its back-off).
   r.status = status;
-  fake.failures.set('createPod', new ApiCallError('create pod default/counter-rs-', 422, 'Invalid', refusedAs('counter-rs-m4pz9'), { kind: 'Status', reason: 'Invalid', message: refusedAs('counter-rs-m4pz9') }));
+  fake.failures.set('createPod', new ApiError('create pod default/counter-rs-', 422, 'Invalid', refusedAs('counter-rs-m4pz9'), { kind: 'Status', reason: 'Invalid', message: refusedAs('counter-rs-m4pz9') }));
   await assert.rejects(reconcileReplicaSet('default/counter-rs', ctx, new Expectations()));
   assert.equal(fake.events.length, 1);
   assert.equal(fake.writes.filter((c) => c.op === 'patchReplicaSetStatus').length, 1);
@@ -251,7 +251,7 @@ test('a ReplicaSet of the new name with another template is a hash collision: co
   squatter.metadata!.name = `counter-${templateHash(d.spec!.template)}`;
   cache.deployments.set(d);
   cache.replicaSets.set(squatter);
-  fake.failures.set('createReplicaSet', new ApiCallError('create replicaset', 409, 'AlreadyExists', 'already exists'));
+  fake.failures.set('createReplicaSet', new ApiError('create replicaset', 409, 'AlreadyExists', 'already exists'));
   await reconcileDeployment('default/counter', ctx);
   const status = fake.writes.find((c) => c.op === 'patchDeploymentStatus')!;
   assert.deepEqual(status.args[2], { status: { collisionCount: 1 } });

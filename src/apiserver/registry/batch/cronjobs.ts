@@ -16,7 +16,7 @@
  */
 import { existsSync, statSync } from 'node:fs';
 import { join } from 'node:path';
-import { CronScheduleError, isTimeZone, parseCronSchedule } from '../../../lib/cron-schedule.ts';
+import { CronScheduleError, isTimeZone, parseCronSchedule } from '../../../lib/index.ts';
 import type { StatusCause } from '../../errors.ts';
 import type { KubeObject } from '../../storage/index.ts';
 import { defaultPodSpec } from '../pods/index.ts';

@@ -10,11 +10,12 @@ import { isBareModuleImage } from '../../../lib/index.ts';
 import { invalid } from '../../errors.ts';
 import type { KubeObject, Storage } from '../../storage/index.ts';
 import { arr, rec } from '../util.ts';
+import { ANNOTATIONS, DIGEST_IMAGE_PREFIX } from '../../../api/index.ts';
 
 /** The annotation naming the SHA-256 (hex) of a pod's module. */
-export const IMAGE_SHA_ANNOTATION = 'kube32.io/image-sha256';
+export const IMAGE_SHA_ANNOTATION = ANNOTATIONS.imageSha256;
 const WASM_PREFIX = 'wasm://';
-const DIGEST_PREFIX = 'kube32.io/wasm-sha256:';
+const DIGEST_PREFIX = DIGEST_IMAGE_PREFIX;
 const HEX64 = /^[0-9a-f]{64}$/;
 
 /**

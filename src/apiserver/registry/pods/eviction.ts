@@ -13,7 +13,7 @@
  * the replacement, the pod is deleted"), is deleted gracefully, as Kubernetes' eviction deletes it.
  */
 import type { V1Node, V1Pod } from '@kubernetes/client-node';
-import { budgetCounts, pickNode } from '../../../controllers/index.ts';
+import { ANNOTATIONS, budgetCounts, LABELS, pickNode } from '../../../api/index.ts';
 import { ApiError, badRequest, type Status, successStatus } from '../../errors.ts';
 import type { KubeObject } from '../../storage/index.ts';
 import { checkpoints } from '../checkpoints/index.ts';
@@ -26,9 +26,9 @@ import { pods } from './index.ts';
 import { nodeUsageOf } from './node-usage.ts';
 
 /** The annotation of a pod's migration policy. */
-export const MIGRATION_ANNOTATION = 'kube32.io/migration';
+export const MIGRATION_ANNOTATION = ANNOTATIONS.migration;
 /** The label telling what created a Checkpoint. */
-export const TRIGGER_LABEL = 'kube32.io/trigger';
+export const TRIGGER_LABEL = LABELS.trigger;
 
 /** The name of the Checkpoint an eviction creates for `pod`. */
 export function evictionCheckpointName(pod: KubeObject): string {

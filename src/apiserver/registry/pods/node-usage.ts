@@ -12,7 +12,7 @@
  * eviction's early answer; the checkpoint controller picks the move's target itself.
  */
 import type { V1Pod } from '@kubernetes/client-node';
-import { type NodeUse, NodeUsage } from '../../../controllers/index.ts';
+import { type NodeUse, NodeUsage } from '../../../api/index.ts';
 import type { Storage } from '../../storage/index.ts';
 
 const byStorage = new WeakMap<Storage, NodeUsage>();

@@ -2,21 +2,22 @@
  * The blockers that the pod spec alone reveals: seed 002 "What keeps a pod from moving", the rows
  * "Found by: Control plane". The kubelet checks them too, so that a direct
  * `POST /checkpoint/<ns>/<pod>/<container>` refuses such a pod exactly as the Checkpoint controller
- * does; the controllers import this one function from `src/kubelet/index.ts`.
+ * and the API server's eviction do: all three import this one function from `src/api/index.ts`.
  */
 import type { V1Pod } from '@kubernetes/client-node';
+import { ANNOTATIONS, RESOURCE_NAMES } from './names.ts';
 
 /** Capabilities that grant a board's hardware to a pod (seed: `grant capability <NAME>`). */
 export const HARDWARE_CAPABILITIES: readonly string[] = ['DISPLAY', 'KEYBOARD', 'SPEAKER', 'SD', 'CHIP_TEMP'];
 
 /** The resource, annotation and volume driver that mark an I2C device grant (`grant kube32.io/i2c-device`). */
-export const I2C_DEVICE_GRANT = 'kube32.io/i2c-device';
+export const I2C_DEVICE_GRANT = RESOURCE_NAMES.i2cDevice;
 
 /** The CSI (or flex) volume driver of a board's SD card (`volume claim <claim> on node storage`). */
-export const SD_VOLUME_DRIVER = 'kube32.io/sd';
+export const SD_VOLUME_DRIVER = RESOURCE_NAMES.sdVolumeDriver;
 
 /** The pod annotation that sets the migration policy (`OnDrain`, `Never`, `Auto`). */
-export const MIGRATION_ANNOTATION = 'kube32.io/migration';
+export const MIGRATION_ANNOTATION = ANNOTATIONS.migration;
 
 /** The module exports that make a module an app pod (seed: "entry point _start runs on its own thread"). */
 export const ENTRY_POINT_EXPORTS: readonly string[] = ['_start', 'app_main', 'main'];
@@ -26,8 +27,8 @@ export const ENTRY_POINT_EXPORTS: readonly string[] = ['_start', 'app_main', 'ma
  * `hardware.kube32.io/<x>` except `hardware.kube32.io/ipc`, and any `esp32.io/<x>`.
  */
 export function isHardwareResource(name: string): boolean {
-  if (name.startsWith('hardware.kube32.io/')) return name !== 'hardware.kube32.io/ipc';
-  return name.startsWith('esp32.io/');
+  if (name.startsWith(RESOURCE_NAMES.hardwarePrefix)) return name !== RESOURCE_NAMES.hardwareIpc;
+  return name.startsWith(RESOURCE_NAMES.esp32Prefix);
 }
 
 /** What the node knows of the pod's module, for the entry-point blocker. */

@@ -6,8 +6,8 @@
  */
 import assert from 'node:assert/strict';
 import { test } from 'node:test';
-import { fakeContext, node, pod } from '../../src/controllers/testing/fakes.ts';
-import { reconcilePod } from '../../src/controllers/podlifecycle/reconcile.ts';
+import { fakeContext, node, pod } from '../testing/fakes.ts';
+import { reconcilePod } from './reconcile.ts';
 
 test('no periodic checkpoints while the pod\'s node is not Ready; one again once it is', { timeout: 5000 }, async () => {
   const { ctx, cache, fake, clock } = fakeContext();

@@ -1,8 +1,8 @@
 import { test } from 'node:test';
 import assert from 'node:assert/strict';
 import type { V1Pod } from '@kubernetes/client-node';
-import { buildPodStatus, crashBackoff, podPhase, type ContainerView } from '../../src/kubelet/index.ts';
-import { parseLabels } from '../../src/kubelet/main.ts';
+import { buildPodStatus, crashBackoff, podPhase, type ContainerView } from './index.ts';
+import { parseLabels } from './main.ts';
 
 const pod: V1Pod = {
   metadata: { name: 'p', namespace: 'default', uid: 'u1' },

@@ -9,7 +9,7 @@
  * on its assumed node until the informer shows it, or until the assumption is dropped.
  */
 import type { V1Pod } from '@kubernetes/client-node';
-import { podHoldsNode, podMemoryRequest } from '../runtime/pods.ts';
+import { podHoldsNode, podMemoryRequest } from './pods.ts';
 import { type NodeUse, podPorts } from './fit.ts';
 
 /** What one pod takes on one node. */

@@ -23,8 +23,8 @@ import {
   nodeMops,
   nodeReadyStatus,
   podMemoryRequest,
-} from '../runtime/pods.ts';
-import { ANNOTATIONS } from '../runtime/types.ts';
+} from './pods.ts';
+import { ANNOTATIONS } from './names.ts';
 
 /** Options of {@link pickNode}. */
 export interface PickOptions {

@@ -6,11 +6,11 @@
  */
 import assert from 'node:assert/strict';
 import { test } from 'node:test';
-import { ApiError } from '../../src/apiserver/errors.ts';
-import { evictPod } from '../../src/apiserver/registry/pods/eviction.ts';
-import { nodeUsageOf } from '../../src/apiserver/registry/pods/node-usage.ts';
-import { Registry } from '../../src/apiserver/registry/store.ts';
-import { MemoryStorage } from '../../src/apiserver/storage/index.ts';
+import { ApiError } from '../../errors.ts';
+import { evictPod } from './eviction.ts';
+import { nodeUsageOf } from './node-usage.ts';
+import { Registry } from '../store.ts';
+import { MemoryStorage } from '../../storage/index.ts';
 
 function node(name: string) {
   return {

@@ -8,7 +8,7 @@ import { mkdtempSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { test } from 'node:test';
-import { MemoryStorage, SqliteStorage, type Storage, StorageError, type StorageEvent } from '../../src/apiserver/storage/index.ts';
+import { MemoryStorage, SqliteStorage, type Storage, StorageError, type StorageEvent } from './index.ts';
 
 const key = (name: string, namespace = 'default', resource = 'pods') => ({ resource, namespace, name });
 const obj = (name: string, extra: Record<string, unknown> = {}) => ({ metadata: { name, namespace: 'default', uid: `u-${name}` }, ...extra });

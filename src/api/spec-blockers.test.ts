@@ -1,7 +1,7 @@
 import { test } from 'node:test';
 import assert from 'node:assert/strict';
 import type { V1Pod } from '@kubernetes/client-node';
-import { podSpecBlockers } from '../../src/kubelet/index.ts';
+import { podSpecBlockers } from './spec-blockers.ts';
 
 function pod(spec: Partial<NonNullable<V1Pod['spec']>>, annotations?: Record<string, string>): V1Pod {
   return { metadata: { name: 'p', namespace: 'default', annotations }, spec: { containers: [], ...spec } };

@@ -1,6 +1,8 @@
 /**
- * The objects the controllers read and write, and the seed's names for annotations, labels, events and
- * phases (seed 002 "Checkpoint objects and data", "Policies", "Periodic checkpoints and node loss", "Retention").
+ * The `kube32.io/v1` objects (seed 002 "Checkpoint objects and data", "Moves", "Policies", "Periodic
+ * checkpoints and node loss", "Retention"): Checkpoints, Modules, their phases, triggers and event reasons.
+ * Every component that reads or writes them (the API server, the controllers, the kubelet, the CLI) uses
+ * these types. The annotation and label names are in names.ts.
  */
 import type { KubernetesObject, V1ObjectMeta } from '@kubernetes/client-node';
 
@@ -8,31 +10,6 @@ import type { KubernetesObject, V1ObjectMeta } from '@kubernetes/client-node';
 export const KUBE32_GROUP = 'kube32.io';
 export const KUBE32_VERSION = 'v1';
 export const CHECKPOINT_PLURAL = 'checkpoints';
-
-/** Annotations and labels of the seed. */
-export const ANNOTATIONS = {
-  /** Pod: `OnDrain` (default), `Never` or `Auto`. */
-  migration: 'kube32.io/migration',
-  /** Pod: start from this Checkpoint's data. */
-  restoreFrom: 'kube32.io/restore-from',
-  /** Pod: `fastest` places it on the fastest node that fits. */
-  placement: 'kube32.io/placement',
-  /** Pod: periodic checkpoint interval (Go duration, at least 10 s). */
-  checkpointInterval: 'kube32.io/checkpoint-interval',
-  /** Node: interpreter speed, millions of operations per second. */
-  interpMops: 'kube32.io/interp-mops',
-  /** Node: the worker left (drained itself on SIGTERM). */
-  left: 'kube32.io/left',
-  /** Checkpoint (set by the controller): when it reached Completed, Saved or Failed (RFC 3339). */
-  finishedAt: 'kube32.io/finished-at',
-} as const;
-
-export const LABELS = {
-  /** Checkpoint: what created it: periodic, eviction, memory-pressure or placement. */
-  trigger: 'kube32.io/trigger',
-  /** Checkpoint (set by the controller on the ones it creates): the pod's name. */
-  pod: 'kube32.io/pod',
-} as const;
 
 /** Values of `kube32.io/trigger`. */
 export type CheckpointTrigger = 'periodic' | 'eviction' | 'memory-pressure' | 'placement';
@@ -79,6 +56,23 @@ export interface CheckpointStatus {
   message?: string;
   blockers?: string[];
 }
+
+/** `spec` of a kube32.io/v1 Module (cluster-scoped): the pushed module's digest and size. */
+export interface ModuleSpec {
+  /** SHA-256 of the module's bytes, 64 lowercase hex digits. */
+  sha256: string;
+  /** Size of the module, bytes. */
+  sizeBytes: number;
+}
+
+/** A kube32.io/v1 Module: a WebAssembly module pushed under a name (`image: wasm://<name>`). */
+export interface Module extends KubernetesObject {
+  metadata?: V1ObjectMeta;
+  spec: ModuleSpec;
+}
+
+/** The plural of Modules (`/apis/kube32.io/v1/modules`). */
+export const MODULE_PLURAL = 'modules';
 
 /** A kube32.io/v1 Checkpoint. */
 export interface Checkpoint extends KubernetesObject {

@@ -1,0 +1,47 @@
+/**
+ * The API server's Prometheus metrics (`GET /metrics`, for `system:masters`): requests by verb, resource
+ * and code, their latency, open streams, stored objects by resource, and the checkpoint data held in memory.
+ */
+import type { ServerResponse } from 'node:http';
+import { Counter, Gauge, Histogram, Registry as MetricsRegistry, collectDefaultMetrics } from 'prom-client';
+import type { CheckpointDataStore } from './registry/checkpoints/data-store.ts';
+import { RESOURCES } from './registry/catalog.ts';
+import { storageKey } from './registry/types.ts';
+import type { Storage } from './storage/index.ts';
+
+/** The metrics of one API server, and the two that each request moves. */
+export interface ServerMetrics {
+  registry: MetricsRegistry;
+  /** `apiserver_request_total{verb,resource,subresource,code}`. */
+  requests: Counter<'verb' | 'resource' | 'subresource' | 'code'>;
+  /** `apiserver_request_duration_seconds{verb,resource}`: to the answer (watches and proxies: to their headers), s. */
+  latency: Histogram<'verb' | 'resource'>;
+}
+
+/** Registers the metrics; the gauges read `storage`, `checkpointData` and `streams` when scraped. */
+export function createMetrics(storage: Storage, checkpointData: CheckpointDataStore, streams: Set<ServerResponse>): ServerMetrics {
+  const metrics = new MetricsRegistry();
+  collectDefaultMetrics({ register: metrics });
+  const requests = new Counter({ name: 'apiserver_request_total', help: 'Requests by verb, resource and HTTP code.', labelNames: ['verb', 'resource', 'subresource', 'code'] as const, registers: [metrics] });
+  const latency = new Histogram({
+    name: 'apiserver_request_duration_seconds',
+    help: 'Time to answer a request (watches and proxies: to their headers).',
+    labelNames: ['verb', 'resource'] as const,
+    buckets: [0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5],
+    registers: [metrics],
+  });
+
+  new Gauge({ name: 'apiserver_open_streams', help: 'Open watch and proxy streams.', registers: [metrics], collect() { this.set(streams.size); } });
+  new Gauge({
+    name: 'apiserver_storage_objects',
+    help: 'Objects stored, by resource.',
+    labelNames: ['resource'],
+    registers: [metrics],
+    collect() {
+      for (const def of RESOURCES) this.set({ resource: storageKey(def) }, storage.listRaw(storageKey(def)).rows.length);
+    },
+  });
+  new Gauge({ name: 'kube32_checkpoint_data_bytes', help: 'Bytes of checkpoint snapshots held in memory.', registers: [metrics], collect() { this.set(checkpointData.usedBytes); } });
+  new Gauge({ name: 'kube32_checkpoint_data_capacity_bytes', help: 'Bytes of memory for checkpoint snapshots (--checkpoint-data-bytes).', registers: [metrics], collect() { this.set(checkpointData.capacity); } });
+  return { registry: metrics, requests, latency };
+}

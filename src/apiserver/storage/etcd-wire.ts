@@ -1,0 +1,106 @@
+/**
+ * The wire between `EtcdStorage` (etcd.ts, the API server's thread) and its etcd worker thread
+ * (etcd-worker.ts): the key layout, the requests and answers, the watch events, and the
+ * resourceVersion splice both sides apply.
+ *
+ * Wire of the request port: `{ id, req }` in, `{ id, ok: true, value } | { id, ok: false, error }`
+ * out, then `Atomics.add(signal, 0, 1)` + `Atomics.notify`. Wire of the event port: `WatchBatch`.
+ */
+import type { MessagePort } from 'node:worker_threads';
+
+/** Keys of the object store. */
+export const REGISTRY_PREFIX = '/registry/';
+/** Keys of content-addressed blobs: `/blobs/<sha256>` (a manifest) and `/blobs/<sha256>/<chunk>`. */
+export const BLOB_PREFIX = '/blobs/';
+/** The key that several API servers compare-and-swap so that one of them compacts per interval. */
+export const COMPACT_KEY = '/kube32/compact_rev_key';
+/** Bytes of one blob chunk: under etcd's default request limit (`--max-request-bytes`, 1.5 MiB). */
+export const BLOB_CHUNK_BYTES = 1024 * 1024;
+/** Keys per page of a range read (lists are read in pages at one revision). */
+export const PAGE_KEYS = 1000;
+/** The stored value's opening when its resourceVersion can be spliced in without parsing. */
+export const RV_OPENING = '{"metadata":{"resourceVersion":"';
+
+/** What `EtcdStorage` passes to the worker. */
+export interface EtcdWorkerData {
+  endpoints: string[];
+  signal: SharedArrayBuffer;
+  requests: MessagePort;
+  events: MessagePort;
+  /** Revisions of history replayed into the watch window at start. */
+  replayRevisions: number;
+  /** Compaction interval in ms; 0 disables compaction by this process. */
+  compactionIntervalMs: number;
+  /** Deadline of one etcd call, ms. */
+  callTimeoutMs: number;
+}
+
+/** A key-value as the API server's thread sees it; `value` has its resourceVersion spliced in. */
+export interface Row {
+  key: string;
+  value: string;
+  mod: number;
+}
+
+/** One condition of a commit: the key's (or every key of `[key, end)`'s) mod revision. */
+export interface Cond {
+  key: string;
+  /** Range end (exclusive), for a condition on a whole prefix. */
+  end?: string;
+  /** `eq`: mod revision equals `mod` (0: the key is absent); `lt`: every key's mod revision is below `mod`. */
+  cmp: 'eq' | 'lt';
+  mod: number;
+}
+
+/** A write of a commit. */
+export type Write = { key: string; put: string } | { key: string; del: true };
+
+/** Requests of the API server's thread. */
+export type EtcdRequest =
+  | { op: 'init' }
+  | { op: 'get'; key: string }
+  | { op: 'range'; prefix: string }
+  | { op: 'rev' }
+  | { op: 'commit'; conds: Cond[]; writes: Write[] }
+  | { op: 'putBlob'; sha256: string; bytes: Uint8Array }
+  | { op: 'getBlob'; sha256: string }
+  | { op: 'compact'; revision: number }
+  | { op: 'close' };
+
+/** One etcd event as posted to the API server's thread. */
+export interface WireEvent {
+  key: string;
+  rev: number;
+  /** The new value (PUT), with its resourceVersion. */
+  value?: string;
+  /** The value before, with its own resourceVersion, when etcd still had it. */
+  prev?: string;
+  created: boolean;
+}
+
+/** Messages of the event port. */
+export type WatchBatch = { events: WireEvent[] } | { gap: number; message: string } | { error: string };
+
+/** The end of the range of keys under `prefix` (etcd's prefix convention: last byte + 1). */
+export function prefixEnd(prefix: string): string {
+  const b = Buffer.from(prefix);
+  b[b.length - 1] = b[b.length - 1]! + 1;
+  return b.toString('latin1');
+}
+
+/** `value` with its `metadata.resourceVersion` set to `rev`: a splice when written by `encodeValue`, else a parse. */
+export function withResourceVersion(value: string, rev: number): string {
+  if (value.startsWith(RV_OPENING)) {
+    const close = value.indexOf('"', RV_OPENING.length);
+    return `${RV_OPENING}${rev}${value.slice(close)}`;
+  }
+  const obj = JSON.parse(value) as { metadata?: Record<string, unknown> };
+  obj.metadata = { ...(obj.metadata ?? {}), resourceVersion: String(rev) };
+  return JSON.stringify(obj);
+}
+
+/** A revision or count of etcd's answers (a string or number of the gRPC's int64) as a number. */
+export const num = (s: string | number | undefined): number => Number(s ?? 0);
+/** A key as etcd's bytes (keys are latin1: one byte a character). */
+export const keyBuf = (k: string): Buffer => Buffer.from(k, 'latin1');
+
