@@ -13,8 +13,8 @@ import type { V1Pod } from '@kubernetes/client-node';
 import { humanDuration } from '../../lib/index.ts';
 import type { ReconcileResult } from '../runtime/controller.ts';
 import { type ControllerContext, recordPodEvent } from '../runtime/context.ts';
-import { ANNOTATIONS, type Checkpoint, type CheckpointStatus, errorMessage, isConflict, isNotFound } from '../../api/index.ts';
-import { isPodRunning, nodeReadyStatus, restoreFailure } from '../runtime/pods.ts';
+import { ANNOTATIONS, type Checkpoint, type CheckpointStatus, errorMessage, isConflict, isNotFound, isPodRunning, nodeReadyStatus } from '../../api/index.ts';
+import { restoreFailure } from '../runtime/pods.ts';
 import { ckKey, failCheckpoint, writeStatus } from './status.ts';
 import { logStep } from './timeline.ts';
 

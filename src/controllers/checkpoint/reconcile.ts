@@ -13,8 +13,8 @@
 import type { V1Pod } from '@kubernetes/client-node';
 import { type ReconcileResult, splitKey } from '../runtime/controller.ts';
 import { type ControllerContext, recordPodEvent } from '../runtime/context.ts';
-import { ANNOTATIONS, type Checkpoint, errorMessage, isConflict, isNotFound, pickNode } from '../../api/index.ts';
-import { isPodRunning, podSpecBlockers, resolveContainer } from '../runtime/pods.ts';
+import { ANNOTATIONS, type Checkpoint, errorMessage, isConflict, isNotFound, pickNode, isPodRunning, podSpecBlockers } from '../../api/index.ts';
+import { resolveContainer } from '../runtime/pods.ts';
 import { replaceForMove, thawQuietly, watchMove } from './move.ts';
 import { retain } from './retention.ts';
 import { snapshotAndStore } from './save.ts';

@@ -11,10 +11,9 @@
  */
 import type { ReconcileResult } from '../runtime/controller.ts';
 import type { ControllerContext } from '../runtime/context.ts';
-import { ANNOTATIONS, type Checkpoint, isNotFound, LABELS } from '../../api/index.ts';
+import { ANNOTATIONS, type Checkpoint, isNotFound, LABELS, isPodRunning } from '../../api/index.ts';
 import { removeRestoreAnnotation } from './move.ts';
 import { ckKey } from './status.ts';
-import { isPodRunning } from '../runtime/pods.ts';
 
 /** Whether some pod's `kube32.io/restore-from` names the Checkpoint. */
 export function namedByRestore(ctx: ControllerContext, ck: Checkpoint): boolean {

@@ -9,8 +9,7 @@ import type { KubeConfig, V1CronJob, V1Job } from '@kubernetes/client-node';
 import type { Lister } from '../runtime/cache.ts';
 import { Controller, keyOf } from '../runtime/controller.ts';
 import type { ControllerContext } from '../runtime/context.ts';
-import { errorMessage, Informer, isNotFound, RestClient } from '../../api/index.ts';
-import { controllerOf } from '../runtime/pods.ts';
+import { errorMessage, Informer, isNotFound, RestClient, controllerOf } from '../../api/index.ts';
 import { type CronJobApi, reconcileCronJob } from './reconcile.ts';
 
 /** The list path of every CronJob. */

@@ -25,8 +25,7 @@ import type { MergePatch } from '../runtime/api.ts';
 import type { Lister } from '../runtime/cache.ts';
 import { type ReconcileResult, splitKey } from '../runtime/controller.ts';
 import { type ControllerContext, recordEvent } from '../runtime/context.ts';
-import { errorMessage, isAlreadyExists, isNotFound, statusMessage } from '../../api/index.ts';
-import { controllerOf } from '../runtime/pods.ts';
+import { errorMessage, isAlreadyExists, isNotFound, statusMessage, controllerOf } from '../../api/index.ts';
 import { isJobFinished, metaTime } from '../jobs/reconcile.ts';
 import { jobNameFor, nextScheduleDelayMs, nextScheduleTime, rfc1123z, rfc3339In } from './schedule.ts';
 

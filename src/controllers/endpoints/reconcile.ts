@@ -8,8 +8,7 @@
 import type { CoreV1EndpointPort as V1EndpointPort, V1EndpointAddress, V1EndpointSubset, V1Endpoints, V1Pod, V1Service, V1ServicePort } from '@kubernetes/client-node';
 import { type ReconcileResult, splitKey } from '../runtime/controller.ts';
 import type { ControllerContext } from '../runtime/context.ts';
-import { isAlreadyExists, isNotFound } from '../../api/index.ts';
-import { isPodActive, isPodReady } from '../runtime/pods.ts';
+import { isAlreadyExists, isNotFound, isPodActive, isPodReady } from '../../api/index.ts';
 import { reconcileSlices } from './slices.ts';
 
 function selects(svc: V1Service, pod: V1Pod): boolean {

@@ -18,8 +18,7 @@ import { createHash } from 'node:crypto';
 import { isIPv4, isIPv6 } from 'node:net';
 import type { DiscoveryV1EndpointPort, V1Endpoint, V1EndpointSlice, V1Node, V1Pod, V1Service, V1ServicePort } from '@kubernetes/client-node';
 import type { ControllerContext } from '../runtime/context.ts';
-import { isAlreadyExists, isNotFound } from '../../api/index.ts';
-import { isPodReady } from '../runtime/pods.ts';
+import { isAlreadyExists, isNotFound, isPodReady } from '../../api/index.ts';
 
 /** `kubernetes.io/service-name`: the Service a slice belongs to. */
 export const LABEL_SERVICE_NAME = 'kubernetes.io/service-name';

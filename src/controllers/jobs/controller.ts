@@ -8,8 +8,7 @@ import type { KubeConfig, V1Job, V1Pod } from '@kubernetes/client-node';
 import type { Informers, Lister } from '../runtime/cache.ts';
 import { Controller, keyOf } from '../runtime/controller.ts';
 import type { ControllerContext } from '../runtime/context.ts';
-import { errorMessage, Informer, RestClient } from '../../api/index.ts';
-import { controllerOf } from '../runtime/pods.ts';
+import { errorMessage, Informer, RestClient, controllerOf } from '../../api/index.ts';
 import { Expectations } from '../workloads/replicaset.ts';
 import { type JobApi, reconcileJob } from './reconcile.ts';
 

@@ -26,9 +26,9 @@ import type { V1Job, V1JobCondition, V1Pod } from '@kubernetes/client-node';
 import type { Lister } from '../runtime/cache.ts';
 import { type ReconcileResult, splitKey } from '../runtime/controller.ts';
 import { type ControllerContext, recordEvent } from '../runtime/context.ts';
-import { errorMessage, isConflict, isNotFound, statusMessage } from '../../api/index.ts';
+import { errorMessage, isConflict, isNotFound, statusMessage, isPodActive, isPodReady } from '../../api/index.ts';
 import type { MergePatch } from '../runtime/api.ts';
-import { isPodActive, isPodReady, podFromTemplate } from '../runtime/pods.ts';
+import { podFromTemplate } from '../runtime/pods.ts';
 import { slowStartBatch } from '../runtime/slow-start.ts';
 import { BURST_REPLICAS, type Expectations, ownedPods, SLOW_START_INITIAL_BATCH } from '../workloads/replicaset.ts';
 

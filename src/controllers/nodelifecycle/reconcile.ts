@@ -17,8 +17,7 @@ import { latestPeriodic } from '../checkpoint/retention.ts';
 import { replacePod } from '../checkpoint/move.ts';
 import type { ReconcileResult } from '../runtime/controller.ts';
 import type { ControllerContext } from '../runtime/context.ts';
-import { isConflict, isNotFound } from '../../api/index.ts';
-import { isDaemonSetPod, isPodActive, migrationPolicy, nodeReadyStatus } from '../runtime/pods.ts';
+import { isConflict, isNotFound, isDaemonSetPod, isPodActive, migrationPolicy, nodeReadyStatus } from '../../api/index.ts';
 
 export const UNREACHABLE = 'node.kubernetes.io/unreachable';
 export const NOT_READY = 'node.kubernetes.io/not-ready';

@@ -17,8 +17,8 @@ import { parseDuration } from '../../lib/index.ts';
 import { removeRestoreAnnotation, replacePod, restoredMessage } from '../checkpoint/move.ts';
 import { type ReconcileResult, splitKey } from '../runtime/controller.ts';
 import { type ControllerContext, recordPodEvent } from '../runtime/context.ts';
-import { ANNOTATIONS, type Checkpoint, isAlreadyExists, LABELS } from '../../api/index.ts';
-import { isPodRunning, migrationPolicy, nodeReadyStatus, podSpecBlockers, restoreFailure } from '../runtime/pods.ts';
+import { ANNOTATIONS, type Checkpoint, isAlreadyExists, LABELS, isPodRunning, migrationPolicy, nodeReadyStatus, podSpecBlockers } from '../../api/index.ts';
+import { restoreFailure } from '../runtime/pods.ts';
 import { forgetAnnotationWarnings, warnAboutAnnotations } from './annotations.ts';
 
 /** Reconciles the pod `namespace/name`. */

@@ -3,8 +3,7 @@ import type { V1Pod } from '@kubernetes/client-node';
 import type { Informers } from '../runtime/cache.ts';
 import { Controller, keyOf } from '../runtime/controller.ts';
 import type { ControllerContext } from '../runtime/context.ts';
-import { migrationPolicy } from '../runtime/pods.ts';
-import { ANNOTATIONS } from '../../api/index.ts';
+import { migrationPolicy, ANNOTATIONS } from '../../api/index.ts';
 import { reconcilePolicy } from './reconcile.ts';
 
 const isFastest = (p: V1Pod) => migrationPolicy(p) === 'Auto' && p.metadata?.annotations?.[ANNOTATIONS.placement] === 'fastest';

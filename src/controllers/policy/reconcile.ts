@@ -13,8 +13,8 @@
 import type { V1Pod } from '@kubernetes/client-node';
 import { type ReconcileResult, splitKey } from '../runtime/controller.ts';
 import type { ControllerContext } from '../runtime/context.ts';
-import { ANNOTATIONS, type Checkpoint, type CheckpointTrigger, isAlreadyExists, LABELS, pickNode } from '../../api/index.ts';
-import { isPodRunning, migrationPolicy, nodeMops, podMemoryRequest, podSpecBlockers, shortUid } from '../runtime/pods.ts';
+import { ANNOTATIONS, type Checkpoint, type CheckpointTrigger, isAlreadyExists, LABELS, pickNode, isPodRunning, migrationPolicy, nodeMops, podMemoryRequest, podSpecBlockers } from '../../api/index.ts';
+import { shortUid } from '../runtime/pods.ts';
 
 /** Whether the pod may move on its own now; else the ms until it may (0: never, by policy or spec). */
 function autoMovable(ctx: ControllerContext, pod: V1Pod): { ok: true } | { ok: false; waitMs: number } {

@@ -4,7 +4,7 @@ import type { V1Pod } from '@kubernetes/client-node';
 import fc from 'fast-check';
 import { pod } from '../testing/fakes.ts';
 import { PodsByOwner } from './owner-index.ts';
-import { controllerOf } from './pods.ts';
+import { controllerOf } from '../../api/index.ts';
 
 test('PodsByOwner answers what a walk over the cache would, after any order of adds, updates (adoptions) and deletes', { timeout: 20_000 }, () => {
   const event = fc.record({

@@ -7,7 +7,7 @@
  * Fed by the pod informer's events, before any controller's handler sees them (`startControllers`).
  */
 import type { V1Pod } from '@kubernetes/client-node';
-import { controllerOf } from './pods.ts';
+import { controllerOf } from '../../api/index.ts';
 
 /** Pods by controller uid, and orphans by namespace. */
 export class PodsByOwner {

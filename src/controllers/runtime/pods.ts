@@ -1,25 +1,9 @@
 /**
  * Helpers about pods that several controllers need: the pod of a template, a restore's failure, the
  * container a Checkpoint names. The rules other components apply too (activity, readiness, policies, the
- * spec's blockers, memory) are src/api's, re-exported here for the controllers.
+ * spec's blockers, memory) are src/api's, which the controllers import from there.
  */
 import type { V1ObjectMeta, V1Pod, V1PodTemplateSpec } from '@kubernetes/client-node';
-
-export {
-  controllerOf,
-  isDaemonSetPod,
-  isNodeSchedulable,
-  isPodActive,
-  isPodReady,
-  isPodRunning,
-  migrationPolicy,
-  nodeAllocatableMemory,
-  nodeMops,
-  nodeReadyStatus,
-  podHoldsNode,
-  podMemoryRequest,
-  podSpecBlockers,
-} from '../../api/index.ts';
 
 /**
  * The pod a workload creates from its template (Kubernetes' `GetPodFromTemplate`): `generateName:

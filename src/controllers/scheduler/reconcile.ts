@@ -5,8 +5,7 @@
 import type { V1Pod } from '@kubernetes/client-node';
 import { type ReconcileResult, splitKey } from '../runtime/controller.ts';
 import { type ControllerContext, recordPodEvent } from '../runtime/context.ts';
-import { isConflict, isNotFound, type NodeUsage, pickNode } from '../../api/index.ts';
-import { isPodActive } from '../runtime/pods.ts';
+import { isConflict, isNotFound, type NodeUsage, pickNode, isPodActive } from '../../api/index.ts';
 
 /**
  * Pods this scheduler placed that the cache does not show bound yet (kube-scheduler's assumed pods): a pod

@@ -2,9 +2,8 @@ import assert from 'node:assert/strict';
 import { test } from 'node:test';
 import type { V1Pod } from '@kubernetes/client-node';
 import fc from 'fast-check';
-import { podHoldsNode, podMemoryRequest } from '../runtime/pods.ts';
+import { podHoldsNode, podMemoryRequest, NodeUsage, podPorts } from '../../api/index.ts';
 import { fakeContext, node, pod } from '../testing/fakes.ts';
-import { NodeUsage, podPorts } from '../../api/index.ts';
 import { AssumedPods, reconcileSchedule } from './reconcile.ts';
 
 /** The sums from scratch: informer state first, else the assumption. */

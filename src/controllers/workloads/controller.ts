@@ -7,8 +7,7 @@ import type { V1DaemonSet, V1Deployment, V1Pod, V1ReplicaSet } from '@kubernetes
 import type { Informers } from '../runtime/cache.ts';
 import { Controller, keyOf } from '../runtime/controller.ts';
 import type { ControllerContext } from '../runtime/context.ts';
-import { controllerOf, isPodReady } from '../runtime/pods.ts';
-import { ANNOTATIONS } from '../../api/index.ts';
+import { controllerOf, isPodReady, ANNOTATIONS } from '../../api/index.ts';
 import { matchLabelSelector } from '../runtime/selectors.ts';
 import { reconcileDaemonSet } from './daemonset.ts';
 import { reconcileDeployment } from './deployment.ts';

@@ -7,8 +7,8 @@
 import type { V1DaemonSet, V1Node, V1Pod } from '@kubernetes/client-node';
 import { type ReconcileResult, splitKey } from '../runtime/controller.ts';
 import type { ControllerContext } from '../runtime/context.ts';
-import { isConflict, isNotFound, matchesSelector, tolerates } from '../../api/index.ts';
-import { isPodActive, isPodReady, nodeReadyStatus, podFromTemplate } from '../runtime/pods.ts';
+import { isConflict, isNotFound, matchesSelector, tolerates, isPodActive, isPodReady, nodeReadyStatus } from '../../api/index.ts';
+import { podFromTemplate } from '../runtime/pods.ts';
 import { type Expectations, ownedPods } from './replicaset.ts';
 
 function eligible(ds: V1DaemonSet, node: V1Node): boolean {

@@ -23,8 +23,7 @@ import { isDeepStrictEqual } from 'node:util';
 import type { V1Deployment, V1PodTemplateSpec, V1ReplicaSet } from '@kubernetes/client-node';
 import { type ReconcileResult, splitKey } from '../runtime/controller.ts';
 import { type ControllerContext, recordEvent } from '../runtime/context.ts';
-import { isAlreadyExists, isNotFound } from '../../api/index.ts';
-import { controllerOf } from '../runtime/pods.ts';
+import { isAlreadyExists, isNotFound, controllerOf } from '../../api/index.ts';
 import { ownedPods, countsForOwner } from './replicaset.ts';
 
 /** The revision of a ReplicaSet, and the Deployment's copy of its new ReplicaSet's. */

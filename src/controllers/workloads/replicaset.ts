@@ -21,8 +21,8 @@
 import type { V1Pod, V1ReplicaSet, V1ReplicaSetCondition } from '@kubernetes/client-node';
 import { type ReconcileResult, splitKey } from '../runtime/controller.ts';
 import { type ControllerContext, recordEvent } from '../runtime/context.ts';
-import { ANNOTATIONS, errorMessage, isConflict, isNotFound, statusMessage } from '../../api/index.ts';
-import { controllerOf, isPodActive, isPodReady, podFromTemplate } from '../runtime/pods.ts';
+import { ANNOTATIONS, errorMessage, isConflict, isNotFound, statusMessage, controllerOf, isPodActive, isPodReady } from '../../api/index.ts';
+import { podFromTemplate } from '../runtime/pods.ts';
 import { matchLabelSelector } from '../runtime/selectors.ts';
 import { slowStartBatch } from '../runtime/slow-start.ts';
 
