@@ -2,6 +2,7 @@
  * The network layer's one error class. Its `code` is the gRPC status the seed names for the
  * failure; feosd's API maps it with {@link networkErrorToGrpc} (or its own `toGrpcStatus`, by `code`).
  */
+import { errorMessage } from '../api/index.ts';
 import { status as GrpcStatus } from '@grpc/grpc-js';
 
 /** The gRPC status codes the network layer raises, by name. */
@@ -27,10 +28,8 @@ export class NetworkError extends Error {
   }
 }
 
-/** The message of any caught value. */
-export function errorMessage(err: unknown): string {
-  return err instanceof Error ? err.message : String(err);
-}
+/** The message of any caught value: FeOS's one (src/feos/api). */
+export { errorMessage };
 
 /**
  * What a caught value becomes on the wire: a NetworkError its code and message, a RangeError
