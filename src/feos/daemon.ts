@@ -406,6 +406,13 @@ export async function startFeosd(opts: FeosdOptions, signal?: AbortSignal): Prom
     throw err;
   }
   log.info({ socket: socketPath, tcpPort }, 'feosd serving');
+  // An object store that does not answer, or refuses feosd, is said now rather than at the first hibernation.
+  if (objectStore) {
+    void objectStore.list('pods').then(
+      () => log.info({ objectStore: objectStore.url }, 'the object store answers'),
+      (err: unknown) => log.warn({ objectStore: objectStore.url, err: errorMessage(err) }, 'the object store did not answer a listing: pods will not hibernate or restore until it does'),
+    );
+  }
   notifyReady(log);
 
   // Suspend on stop: the pods a stop before suspended are resumed (seed 000, "Suspend on stop").

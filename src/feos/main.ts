@@ -173,6 +173,9 @@ export async function main(argv: string[]): Promise<void> {
     nodeName?: string;
     insecureRegistry?: string[];
   }>();
+  if ((opts.s3Endpoint || opts.s3Region) && !opts.objectStore?.startsWith('s3:')) {
+    program.error(`error: ${opts.s3Endpoint ? '--s3-endpoint' : '--s3-region'} is for an S3 object store: give --object-store s3://BUCKET/PREFIX too`);
+  }
   if (opts.stopGrace > MAX_STOP_GRACE_S) {
     program.error(`error: option '--stop-grace <seconds>' argument '${opts.stopGrace}' is invalid. at most ${MAX_STOP_GRACE_S} s (24.8 days, the longest timer Node.js keeps)`);
   }

@@ -27,6 +27,9 @@ export class NodeRevoked extends Error {}
 /** A Node of that name exists that is not a FeOS node. */
 export class NotAFeosNode extends Error {}
 
+/** A join under the name of a FeOS node whose reports still arrive (its Node Ready): another feosd has the name. */
+export class NodeNameTaken extends Error {}
+
 function code(err: unknown): number | undefined {
   return (err as { code?: number }).code;
 }
@@ -80,6 +83,13 @@ export class FleetObjects {
         if (code(err) !== 404) throw err;
       }
       if (node && !isFeosNode(node)) throw new NotAFeosNode(`a Node "${name}" exists that is not a FeOS node (it has no label ${RUNTIME_LABEL}=${RUNTIME_FEOS})`);
+      // A node that joins again after it lost its identity waits until its Node is no longer Ready (the node
+      // lifecycle's grace); a second machine under a name in use never takes it from the first.
+      if (node?.status?.conditions?.some((c) => c.type === 'Ready' && c.status === 'True')) {
+        throw new NodeNameTaken(
+          `node ${name} is Ready: another feosd reports under this name. Give this one another --node-name, or remove the other first (kubectl delete node ${name}); a node that lost its identity joins once its Node is no longer Ready`,
+        );
+      }
       if (!node) {
         await this.#core.createNode({
           body: {

@@ -26,7 +26,7 @@ import { CoordinationV1Api, CoreV1Api, type KubeConfig } from '@kubernetes/clien
 import type { Logger } from '../lib/index.ts';
 import { JoinService, NodeService } from '../feos/gen/feos/fleet/v1/fleet_pb.js';
 import { Instances, type InstanceRecord } from './instances.ts';
-import { FleetObjects, NodeRevoked, NotAFeosNode, allowedSerials, isFeosNode } from './nodes.ts';
+import { FleetObjects, NodeNameTaken, NodeRevoked, NotAFeosNode, allowedSerials, isFeosNode } from './nodes.ts';
 import { type ClusterCa, CsrError, issueNodeCertificate, issueServerCertificate, loadClusterCa, nodeOfCertificate, parseCsr } from './pki.ts';
 import { TokenRefused, checkJoinToken } from './tokens.ts';
 import { serveTunnel } from './tunnel.ts';
@@ -224,6 +224,10 @@ export async function startFleetServer(o: FleetServerOptions): Promise<FleetServ
           await objects.registerNode(req.nodeName, normSerial(cert.serial));
         } catch (err: unknown) {
           if (err instanceof NotAFeosNode) throw new Status(grpc.status.ALREADY_EXISTS, err.message);
+          if (err instanceof NodeNameTaken) {
+            log.warn({ node: req.nodeName }, 'join refused: a Ready node has the name');
+            throw new Status(grpc.status.ALREADY_EXISTS, err.message);
+          }
           throw err;
         }
         log.info({ node: req.nodeName, serial: cert.serial, notAfter: cert.notAfter.toISOString() }, 'node joined');

@@ -9,6 +9,16 @@
 import http2 from 'node:http2';
 import { Duplex } from 'node:stream';
 
+/**
+ * A `grpc-message` value as the gRPC wire spells it: UTF-8, with `%` and the bytes outside 0x20-0x7E
+ * percent-encoded (encodeURIComponent would encode `?` and the like, which clients show as `%3F`).
+ */
+function grpcMessage(message: string): string {
+  let out = '';
+  for (const b of Buffer.from(message, 'utf8')) out += b >= 0x20 && b <= 0x7e && b !== 0x25 ? String.fromCharCode(b) : `%${b.toString(16).toUpperCase().padStart(2, '0')}`;
+  return out;
+}
+
 const CONNECTION_HEADERS = new Set(['connection', 'keep-alive', 'proxy-connection', 'transfer-encoding', 'upgrade', 'host', 'http2-settings']);
 
 function copy(h: http2.IncomingHttpHeaders | http2.IncomingHttpHeaders, keepPseudo: string[]): http2.OutgoingHttpHeaders {
@@ -24,7 +34,7 @@ function copy(h: http2.IncomingHttpHeaders | http2.IncomingHttpHeaders, keepPseu
 function grpcError(stream: http2.ServerHttp2Stream, code: number, message: string): void {
   if (stream.destroyed || stream.closed) return;
   if (!stream.headersSent) {
-    stream.respond({ ':status': 200, 'content-type': 'application/grpc', 'grpc-status': String(code), 'grpc-message': encodeURIComponent(message) }, { endStream: true });
+    stream.respond({ ':status': 200, 'content-type': 'application/grpc', 'grpc-status': String(code), 'grpc-message': grpcMessage(message) }, { endStream: true });
   } else stream.close(http2.constants.NGHTTP2_INTERNAL_ERROR);
 }
 
@@ -64,7 +74,7 @@ function forward(stream: http2.ServerHttp2Stream, headers: http2.IncomingHttpHea
   stream.on('wantTrailers', () => {
     done = true;
     if (trailers) stream.sendTrailers(copy(trailers, []));
-    else stream.sendTrailers({ 'grpc-status': '14', 'grpc-message': encodeURIComponent(`node ${node} ended the call without a status`) });
+    else stream.sendTrailers({ 'grpc-status': '14', 'grpc-message': grpcMessage(`node ${node} ended the call without a status`) });
   });
   up.on('close', () => {
     if (done) return;

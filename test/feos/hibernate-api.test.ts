@@ -35,6 +35,9 @@ test('without --object-store, HibernatePod and RestorePod are FAILED_PRECONDITIO
   const endpoint = spawnSync(process.execPath, [FEOSD, '--state-dir', join(dir, 's2'), '--object-store', 's3://bucket/x', '--s3-endpoint', 'localhost:8080'], { encoding: 'utf8', timeout: 30_000 });
   assert.equal(endpoint.status, 1, endpoint.stderr);
   assert.match(endpoint.stderr, /--s3-endpoint "localhost:8080": want an http:\/\/ or https:\/\/ URL/);
+  const alone = spawnSync(process.execPath, [FEOSD, '--state-dir', join(dir, 's2'), '--s3-endpoint', 'http://127.0.0.1:9'], { encoding: 'utf8', timeout: 30_000 });
+  assert.equal(alone.status, 1, alone.stderr);
+  assert.match(alone.stderr, /--s3-endpoint is for an S3 object store: give --object-store s3:\/\/BUCKET\/PREFIX too/);
 });
 
 test('a restore refuses a missing checkpoint, a corrupt manifest, a file that differs and a missing guest version, and changes nothing', { timeout: 60_000 }, async (t) => {

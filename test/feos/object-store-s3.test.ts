@@ -89,6 +89,20 @@ test('S3: a bucket that does not exist and refused credentials fail as FAILED_PR
   }
 });
 
+test('S3: a region that cannot be one is the configuration: FAILED_PRECONDITION naming --s3-region', { skip, timeout: 60_000 }, async () => {
+  const store = new S3ObjectStore(`s3://${await newBucket()}/x`, { endpoint: server.endpoint, region: 'not a region!' });
+  try {
+    const err = await store.put('a/b', new Uint8Array(1)).then(
+      () => assert.fail('a put with a bad region succeeded'),
+      (e: unknown) => e,
+    );
+    assert.equal(storeFailureCode(err), 'FAILED_PRECONDITION', String(err));
+    assert.match((err as Error).message, /--s3-region/);
+  } finally {
+    store.client.destroy();
+  }
+});
+
 test('S3: the store made from the URL and options reads the AWS credentials from the environment', { skip, timeout: 60_000 }, async (t) => {
   const bucket = await newBucket();
   const saved = { ...process.env };

@@ -22,12 +22,23 @@ test('pod create --metadata and --metadata-file: the pod has them; keys and size
 
   await t.test('the flags over the file over -f, a value with "=" and an empty one', async () => {
     const file = join(dir, 'meta.yaml');
-    writeFileSync(file, 'role: db\nport: 5432\nzone: a\n');
+    // Numbers stay as written: 1.10 is not 1.1, 01234 not 1234, and a 20-digit number loses no digits.
+    writeFileSync(file, 'role: db\nport: 5432\nzone: a\nversion: 1.10\nzip: 01234\nbig: 12345678901234567890\n');
     const spec = join(dir, 'pod.yaml');
     writeFileSync(spec, 'metadata:\n  owner: ops\n  zone: spec\n');
     const r = await feosctl(feosd.socket, ['pod', 'create', '--id', 'mdpqd0aaaaa', '-f', spec, '--metadata-file', file, '--metadata', 'role=web', '--metadata', 'query=a=b', '--metadata', 'empty=', '-o', 'json']);
     assert.equal(r.code, 0, r.stderr);
-    assert.deepEqual(JSON.parse(r.stdout).spec.metadata, { owner: 'ops', zone: 'a', role: 'web', port: '5432', query: 'a=b', empty: '' });
+    assert.deepEqual(JSON.parse(r.stdout).spec.metadata, {
+      owner: 'ops',
+      zone: 'a',
+      role: 'web',
+      port: '5432',
+      version: '1.10',
+      zip: '01234',
+      big: '12345678901234567890',
+      query: 'a=b',
+      empty: '',
+    });
     const got = await feosd.pods.getPod({ id: 'mdpqd0aaaaa' });
     assert.equal(got.pod?.spec?.metadata.query, 'a=b');
   });

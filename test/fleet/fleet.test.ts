@@ -127,6 +127,15 @@ test('a FeOS node joins the control plane, reports, sends events, renews, stops 
   const badTtl = await cli('feos', 'token', 'create', '--ttl', 'soon');
   assert.equal(badTtl.code, 2);
   assert.match(badTtl.stderr, /--ttl "soon"/);
+  // A token that expires before a node could use it, or past what RFC 3339 writes, is refused.
+  for (const [ttl, why] of [
+    ['1s', /--ttl "1s": at least 1m/],
+    ['99999999h', /--ttl "99999999h": at most 87600h/],
+  ] as const) {
+    const r = await cli('feos', 'token', 'create', '--ttl', ttl);
+    assert.equal(r.code, 2, r.stderr);
+    assert.match(r.stderr, why);
+  }
   const badId = await cli('feos', 'token', 'delete', 'NOPE');
   assert.equal(badId.code, 2);
   assert.match(badId.stderr, /token ID "NOPE": want the 6 characters/);
@@ -223,6 +232,14 @@ test('a FeOS node joins the control plane, reports, sends events, renews, stops 
   assert.ok(nodeJson.status.addresses.some((a) => a.type === 'InternalIP' && a.address === '127.0.0.1'));
   const lease = await kubectl('-n', 'kube-node-lease', 'get', 'lease', name, '-o', 'jsonpath={.spec.holderIdentity}');
   assert.equal(lease.stdout, name);
+  // A second machine joining under the name of this Ready node is refused: the first keeps its certificate.
+  const twin = await joinNode(cp.feos, cp.caPem, `${id}-${secret}`, name, await makeCsr(await makeKey())).then(
+    () => assert.fail('a join under the name of a Ready node was answered'),
+    (err: unknown) => err,
+  );
+  assert.equal(code(twin), 6, String(twin));
+  assert.match((twin as { details?: string }).details ?? '', new RegExp(`node ${name} is Ready: another feosd reports under this name`));
+  await ns.report(report(startId, name));
 
   // --- events: kept once, acknowledged, shown by kubectl get events
   const started = { sequence: 1n, time: timestampNow(), event: { case: 'feosd' as const, value: { reason: 'Started', message: 'feosd 0.1.0 started (pid 4242)' } } };
@@ -300,9 +317,22 @@ test('a FeOS node joins the control plane, reports, sends events, renews, stops 
   const nowhere = await feosctl(cp.kubeconfig, 'no-such-node', 'pod', 'list');
   assert.equal(nowhere.code, 1);
   assert.match(nowhere.stderr, /NotFound: nodes "no-such-node" not found/);
-  const noFlag = await run(process.execPath, [FEOSCTL, '--node', name, 'pod', 'list']);
+  const noFlag = await run(process.execPath, [FEOSCTL, '--node', name, 'pod', 'list'], { KUBECONFIG: '' });
   assert.equal(noFlag.code, 2);
   assert.match(noFlag.stderr, /--node needs --kubeconfig/);
+  // $KUBECONFIG serves as --kubeconfig, as for kubectl; half or crossed flags are refused, nothing falls back to the socket.
+  const fromEnv = await run(process.execPath, [FEOSCTL, '--node', name, 'pod', 'list'], { KUBECONFIG: cp.kubeconfig });
+  assert.equal(fromEnv.code, 0, fromEnv.stderr);
+  for (const [args, why] of [
+    [['--kubeconfig', cp.kubeconfig, 'pod', 'list'], /--kubeconfig is for --node NAME/],
+    [['--kubeconfig', cp.kubeconfig, '--node', '', 'pod', 'list'], /--node "": want the name of a FeOS node/],
+    [['--kubeconfig', cp.kubeconfig, '--node', name, '--socket', '/tmp/x.sock', 'pod', 'list'], /leave out --socket and --tcp/],
+  ] as const) {
+    const r = await run(process.execPath, [FEOSCTL, ...args]);
+    assert.equal(r.code, 2, `${args.join(' ')}: ${r.stderr}`);
+    assert.match(r.stderr, why);
+  }
+  assert.doesNotMatch(nowhere.stderr + forbidden.stderr, /%3F|%20/, 'messages through the tunnel are decoded');
 
   // --- renewal: the same key, a new certificate; another key is refused
   const renewed = await ns.renew({ csrPem: await makeCsr(key) });

@@ -12,6 +12,10 @@ import { CliError } from '../errors.ts';
 import { loadClusterTarget } from '../kubeconfig.ts';
 import { formatObject, formatTable } from '../output.ts';
 
+
+/** The shortest and the longest --ttl but 0 (no expiry): a minute, ten years. */
+const MIN_TTL_MS = 60_000;
+const MAX_TTL_MS = 87_600 * 3_600_000;
 /** The flags of the token commands. */
 export interface TokenFlags {
   kubeconfig?: string;
@@ -57,6 +61,10 @@ export async function tokenCreate(flags: TokenFlags): Promise<void> {
   try {
     ttlMs = flags.ttl === '0' ? 0 : parseDuration(flags.ttl ?? '24h');
     if (!(ttlMs >= 0)) throw new RangeError('must not be negative');
+    // A token must live long enough to be written to a node and read by its feosd, and its expiration must be a
+    // date RFC 3339 can write (a four-digit year).
+    if (ttlMs > 0 && ttlMs < MIN_TTL_MS) throw new RangeError('at least 1m, so that a node can use it');
+    if (ttlMs > MAX_TTL_MS) throw new RangeError('at most 87600h (ten years)');
   } catch (err: unknown) {
     throw new CliError(`--ttl ${JSON.stringify(flags.ttl)}: ${err instanceof Error ? err.message : String(err)} (want a duration such as 24h or 30m, or 0 for a token that does not expire)`, 2);
   }

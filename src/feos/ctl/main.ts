@@ -35,7 +35,7 @@ export async function main(argv: string[]): Promise<void> {
       if (!m || Number(m[1]) < 1 || Number(m[1]) > 65535) throw new InvalidArgumentError(`--tcp ${JSON.stringify(v)}: want host:port or [IPv6]:port with a port from 1 to 65535`);
       return v;
     })
-    .option('--kubeconfig <file>', 'with --node: the kubeconfig of the cluster the node joined')
+    .option('--kubeconfig <file>', 'with --node: the kubeconfig of the cluster the node joined (default $KUBECONFIG)')
     .option('--node <name>', "reach this FeOS node's API through the cluster of --kubeconfig (cluster admins only) instead of --socket")
     .option('--timeout <seconds>', 'deadline of each call', (v) => {
       const n = Number(v);
@@ -53,9 +53,13 @@ export async function main(argv: string[]): Promise<void> {
   // --node: a loopback end of a tunnel through the cluster (./through-cluster.ts), opened before the command runs.
   let tunnel: ClusterTunnel | undefined;
   program.hook('preAction', async () => {
-    const o = program.opts<{ kubeconfig?: string; node?: string }>();
-    if (o.node && !o.kubeconfig) throw new InvalidArgumentError('--node needs --kubeconfig: the cluster the node joined');
-    if (o.node) tunnel = await openClusterTunnel(o.kubeconfig!, o.node);
+    const o = program.opts<{ kubeconfig?: string; node?: string; socket: string; tcp?: string }>();
+    const kubeconfig = o.kubeconfig ?? process.env.KUBECONFIG?.split(':')[0];
+    if (o.node === '') throw new InvalidArgumentError('--node "": want the name of a FeOS node of the cluster (kubectl get nodes -l kube32.io/runtime=feos)');
+    if (o.node && !kubeconfig) throw new InvalidArgumentError('--node needs --kubeconfig (or $KUBECONFIG): the cluster the node joined');
+    if (o.kubeconfig && o.node === undefined) throw new InvalidArgumentError('--kubeconfig is for --node NAME: the FeOS node to reach through the cluster');
+    if (o.node && (o.tcp || program.getOptionValueSource('socket') === 'cli')) throw new InvalidArgumentError('--node reaches the node through the cluster: leave out --socket and --tcp');
+    if (o.node) tunnel = await openClusterTunnel(kubeconfig!, o.node);
   });
   const ctx = ctlContext(program, () => tunnel);
   addPodCommands(program, ctx);

@@ -38,8 +38,9 @@ export function applyMetadata(spec: PodSpec, flags: readonly string[] | undefine
 }
 
 /**
- * A `--metadata-file`: a YAML or JSON mapping whose values are strings (numbers and booleans are
- * taken as their text, as YAML writes `port: 80`).
+ * A `--metadata-file`: a YAML or JSON mapping whose values are strings; a plain number or boolean is taken as
+ * the text it is written with (`port: 80`, `version: 1.10` and `zip: 01234` stay as written, not as the
+ * number YAML reads).
  * @throws InvalidArgumentError naming the file and what is wrong
  */
 export function metadataFromFile(file: string): Record<string, string> {
@@ -49,21 +50,21 @@ export function metadataFromFile(file: string): Record<string, string> {
   } catch (err: unknown) {
     throw new InvalidArgumentError(`--metadata-file ${file}: ${err instanceof Error ? err.message : String(err)}`);
   }
-  let doc: unknown;
-  try {
-    doc = YAML.parse(text);
-  } catch (err: unknown) {
-    throw new InvalidArgumentError(`--metadata-file ${file}: not YAML or JSON: ${(err instanceof Error ? err.message : String(err)).split('\n')[0]}`);
-  }
-  if (doc === null || doc === undefined) return {};
-  if (typeof doc !== 'object' || Array.isArray(doc)) {
-    throw new InvalidArgumentError(`--metadata-file ${file}: want a mapping of keys to strings (such as "role: web"), got ${Array.isArray(doc) ? 'a list' : JSON.stringify(doc)}`);
+  const doc = YAML.parseDocument(text);
+  if (doc.errors.length > 0) throw new InvalidArgumentError(`--metadata-file ${file}: not YAML or JSON: ${doc.errors[0]!.message.split('\n')[0]}`);
+  const contents = doc.contents;
+  if (contents === null || (YAML.isScalar(contents) && contents.value === null)) return {};
+  if (!YAML.isMap(contents)) {
+    const got = YAML.isSeq(contents) ? 'a list' : JSON.stringify(doc.toJS());
+    throw new InvalidArgumentError(`--metadata-file ${file}: want a mapping of keys to strings (such as "role: web"), got ${got}`);
   }
   const out: Record<string, string> = {};
-  for (const [k, v] of Object.entries(doc as Record<string, unknown>)) {
-    if (typeof v === 'string') out[k] = v;
-    else if (typeof v === 'number' || typeof v === 'boolean') out[k] = String(v);
-    else throw new InvalidArgumentError(`--metadata-file ${file}: key ${JSON.stringify(k.slice(0, 140))}: want a string value, got ${v === null ? 'null' : Array.isArray(v) ? 'a list' : typeof v}`);
+  for (const pair of contents.items) {
+    const k = String(YAML.isScalar(pair.key) ? pair.key.value : pair.key);
+    const v = pair.value;
+    const what = v === null || (YAML.isScalar(v) && v.value === null) ? 'null' : YAML.isSeq(v) ? 'a list' : YAML.isMap(v) ? 'a mapping' : undefined;
+    if (what || !YAML.isScalar(v)) throw new InvalidArgumentError(`--metadata-file ${file}: key ${JSON.stringify(k.slice(0, 140))}: want a string value, got ${what ?? typeof v}`);
+    out[k] = typeof v.value === 'string' ? v.value : (v.source ?? String(v.value));
   }
   return out;
 }

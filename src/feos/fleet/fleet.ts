@@ -385,7 +385,9 @@ export function startFleet(flags: FleetFlags, deps: FleetDeps): Fleet {
   let reportsEnded: Promise<void> = Promise.resolve();
   async function runJoined(id: Identity): Promise<void> {
     let current = id;
-    const addresses = () => (current.record.instances.length > 0 ? current.record.instances.map((i) => i.address) : [flags.controlPlane]);
+    // The instances the control plane listed last, and --control-plane always: a control plane that came back
+    // on another port (its instances then stale) is found where the operator says it is.
+    const addresses = () => [...new Set([...current.record.instances.map((i) => i.address), flags.controlPlane])];
     const conns = new NodeConnections({ services: deps.services, name: cpName, trustDomain: flags.trustDomain, credentials: () => current, log });
     nodeConns = conns;
     const up = new Uplink(addresses(), current, cpName, flags.trustDomain);

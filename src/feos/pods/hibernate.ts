@@ -80,7 +80,7 @@ export function abandonable(h: Hibernation): boolean {
  */
 export function hibernatePod(core: PodCore, id: string, noAbandon: boolean): Promise<PodInfo> {
   const store = core.o.objectStore;
-  if (!store) return Promise.reject(new FeosError('FAILED_PRECONDITION', 'feosd has no object store: pods do not hibernate (start it with --object-store file:///path)'));
+  if (!store) return Promise.reject(new FeosError('FAILED_PRECONDITION', 'feosd has no object store: pods do not hibernate (start it with --object-store s3://BUCKET/PREFIX or file:///path)'));
   const pod0 = core.o.records.get(id);
   const entry = core.entries.get(id);
   if (!pod0 || !entry) return Promise.reject(new FeosError('NOT_FOUND', `pod ${id} not found`));

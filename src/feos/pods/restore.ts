@@ -53,7 +53,7 @@ export interface RestoreRequest {
  *   UNAVAILABLE (the store failed), INTERNAL (the resume failed: the pod is FAILED with its disk)
  */
 export async function restorePod(core: PodCore, id: string, req: RestoreRequest): Promise<PodInfo> {
-  if (!core.o.objectStore) throw new FeosError('FAILED_PRECONDITION', 'feosd has no object store: pods do not restore (start it with --object-store file:///path)');
+  if (!core.o.objectStore) throw new FeosError('FAILED_PRECONDITION', 'feosd has no object store: pods do not restore (start it with --object-store s3://BUCKET/PREFIX or file:///path)');
   const checkpoint = req.checkpoint ? parseCheckpointName(req.checkpoint) : undefined;
   // A hibernation in flight ends first (a ResumePod that may abandon it has done so already).
   const h = core.entries.get(id)?.hibernation;

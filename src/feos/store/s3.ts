@@ -137,8 +137,9 @@ export class S3ObjectStore implements ObjectStore {
   }
 
   #error(key: string, step: string, err: unknown): ObjectStoreError {
-    const refused = REFUSED.has(codeOf(err)) || statusOf(err) === 403;
-    const hint = refused ? ` (check the bucket ${this.bucket}, --s3-endpoint and the AWS credentials)` : '';
+    // The SDK refuses a region that cannot be a host name before it sends anything: the configuration too.
+    const refused = REFUSED.has(codeOf(err)) || statusOf(err) === 403 || /Region not accepted|Invalid region/i.test(errorMessage(err));
+    const hint = refused ? ` (check the bucket ${this.bucket}, --s3-endpoint, --s3-region and the AWS credentials)` : '';
     return new ObjectStoreError(key, `${this.url}: ${step} ${key}: ${describeS3Error(err)}${hint}`, { cause: err, failure: refused ? 'refused' : 'unavailable' });
   }
 
