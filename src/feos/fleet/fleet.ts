@@ -385,12 +385,14 @@ export function startFleet(flags: FleetFlags, deps: FleetDeps): Fleet {
   let reportsEnded: Promise<void> = Promise.resolve();
   async function runJoined(id: Identity): Promise<void> {
     let current = id;
-    // The instances the control plane listed last, and --control-plane always: a control plane that came back
-    // on another port (its instances then stale) is found where the operator says it is.
-    const addresses = () => [...new Set([...current.record.instances.map((i) => i.address), flags.controlPlane])];
+    // Node connections go to the instances the control plane listed last (--control-plane while it listed none);
+    // the uplink tries --control-plane after them, so that a control plane that came back on another port (the
+    // instances kept then stale) is found where the operator says it is, and its answer lists the instances anew.
+    const addresses = () => (current.record.instances.length > 0 ? current.record.instances.map((i) => i.address) : [flags.controlPlane]);
+    const uplinkAddresses = () => [...new Set([...addresses(), flags.controlPlane])];
     const conns = new NodeConnections({ services: deps.services, name: cpName, trustDomain: flags.trustDomain, credentials: () => current, log });
     nodeConns = conns;
-    const up = new Uplink(addresses(), current, cpName, flags.trustDomain);
+    const up = new Uplink(uplinkAddresses(), current, cpName, flags.trustDomain);
     conns.setInstances(addresses());
     let resolveRemoved!: () => void;
     const gone = new Promise<void>((r) => {
@@ -440,7 +442,7 @@ export function startFleet(flags: FleetFlags, deps: FleetDeps): Fleet {
       current = { ...current, record: { ...current.record, instances: refs } };
       await writeRecord(flags.nodeDir, current.record).catch((err: unknown) => once.warn('node.json', (err as Error).message));
       log.info({ instances: refs }, 'control plane: the instances changed');
-      up.setInstances(addresses());
+      up.setInstances(uplinkAddresses());
       conns.setInstances(addresses());
     };
     const report = async () => {
