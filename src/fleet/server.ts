@@ -20,10 +20,10 @@ import { hostname } from 'node:os';
 import type { Duplex } from 'node:stream';
 import tls from 'node:tls';
 import * as grpc from '@grpc/grpc-js';
-import { create, fromBinary, toBinary, type DescMessage, type DescMethod, type DescService, type MessageShape } from '@bufbuild/protobuf';
+import { create, type DescMethod, type DescService, type MessageShape } from '@bufbuild/protobuf';
 import { timestampFromDate } from '@bufbuild/protobuf/wkt';
 import { CoordinationV1Api, CoreV1Api, type KubeConfig } from '@kubernetes/client-node';
-import type { Logger } from '../lib/index.ts';
+import { type Logger, serviceDefinition } from '../lib/index.ts';
 import { JoinService, NodeService } from '../feos/gen/feos/fleet/v1/fleet_pb.js';
 import { Instances, type InstanceRecord } from './instances.ts';
 import { FleetObjects, NodeNameTaken, NodeRevoked, NotAFeosNode, allowedSerials, isFeosNode } from './nodes.ts';
@@ -100,23 +100,6 @@ function normSerial(s: string): string {
   return s.toLowerCase().replace(/:/g, '').replace(/^0+/, '');
 }
 
-/** grpc-js's definition of a protobuf-es service's unary methods (the fleet's are all unary). */
-function definition(service: DescService): grpc.ServiceDefinition {
-  const def: Record<string, grpc.MethodDefinition<unknown, unknown>> = {};
-  for (const m of service.methods) {
-    def[m.localName] = {
-      path: `/${service.typeName}/${m.name}`,
-      requestStream: false,
-      responseStream: false,
-      requestSerialize: (msg: MessageShape<DescMessage>) => Buffer.from(toBinary(m.input, msg)),
-      requestDeserialize: (buf: Buffer) => fromBinary(m.input, buf),
-      responseSerialize: (msg: MessageShape<DescMessage>) => Buffer.from(toBinary(m.output, msg)),
-      responseDeserialize: (buf: Buffer) => fromBinary(m.output, buf),
-      originalName: m.name,
-    } as grpc.MethodDefinition<unknown, unknown>;
-  }
-  return def as grpc.ServiceDefinition;
-}
 
 type Handler = (req: never, call: grpc.ServerUnaryCall<unknown, unknown>) => Promise<unknown>;
 
@@ -140,7 +123,7 @@ function addUnaryService(server: grpc.Server, service: DescService, handlers: Re
       );
     };
   }
-  server.addService(definition(service), impl);
+  server.addService(serviceDefinition(service), impl);
 }
 
 /** The caller of a NodeService call: the node its verified certificate names, and that certificate. */

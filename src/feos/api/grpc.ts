@@ -1,31 +1,16 @@
 /**
- * The adapter between protobuf-es service descriptors and @grpc/grpc-js (written once, here): the
- * method paths `/<package>.<Service>/<Method>`, serialization with toBinary, deserialization with
- * fromBinary, handlers as async functions whose thrown errors go through `toGrpcStatus`, and typed
- * promise clients.
+ * The adapter between protobuf-es service descriptors and @grpc/grpc-js: the service definitions
+ * (src/lib's `serviceDefinition`, shared with the control plane's port for nodes), handlers as async
+ * functions whose thrown errors go through `toGrpcStatus`, and typed promise clients.
  */
 import * as grpc from '@grpc/grpc-js';
-import { create, fromBinary, toBinary, type DescMessage, type DescMethod, type DescService, type MessageInitShape, type MessageShape } from '@bufbuild/protobuf';
+import { create, type DescMessage, type DescMethod, type MessageInitShape, type MessageShape } from '@bufbuild/protobuf';
 import type { GenService, GenServiceMethods } from '@bufbuild/protobuf/codegenv2';
+import { serviceDefinition } from '../../lib/index.ts';
 import { toGrpcStatus } from './errors.ts';
 
-/** grpc-js's service definition of a protobuf-es service. */
-export function serviceDefinition(service: DescService): grpc.ServiceDefinition {
-  const def: Record<string, grpc.MethodDefinition<unknown, unknown>> = {};
-  for (const m of service.methods) {
-    def[m.localName] = {
-      path: `/${service.typeName}/${m.name}`,
-      requestStream: m.methodKind === 'client_streaming' || m.methodKind === 'bidi_streaming',
-      responseStream: m.methodKind === 'server_streaming' || m.methodKind === 'bidi_streaming',
-      requestSerialize: (msg: MessageShape<DescMessage>) => Buffer.from(toBinary(m.input, msg)),
-      requestDeserialize: (buf: Buffer) => fromBinary(m.input, buf),
-      responseSerialize: (msg: MessageShape<DescMessage>) => Buffer.from(toBinary(m.output, msg)),
-      responseDeserialize: (buf: Buffer) => fromBinary(m.output, buf),
-      originalName: m.name,
-    } as grpc.MethodDefinition<unknown, unknown>;
-  }
-  return def as grpc.ServiceDefinition;
-}
+export { serviceDefinition };
+
 
 type In<M> = M extends { input: infer I extends DescMessage } ? MessageShape<I> : never;
 type Out<M> = M extends { output: infer O extends DescMessage } ? MessageShape<O> : never;
