@@ -47,6 +47,7 @@ export {
   isNodeSchedulable,
   isPodActive,
   isPodReady,
+  feosPodIdOf,
   isPodRunning,
   migrationPolicy,
   nodeAllocatableMemory,

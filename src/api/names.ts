@@ -33,6 +33,8 @@ export const ANNOTATIONS = {
   checkpointDataHolders: 'kube32.io/checkpoint-data-holders',
   /** Lease of an API server's identity (etcd clusters): the URL other API servers reach it at. */
   apiserverUrl: 'kube32.io/apiserver-url',
+  /** Pod bound to a FeOS node: the ID of its FeOS pod when it is not the Pod's uid (a replacement restored from a hibernation keeps the FeOS pod's ID). */
+  feosPodId: 'feos.kube32.io/pod-id',
 } as const;
 
 /** Labels, by the object they stand on. */

@@ -93,3 +93,12 @@ export function nodeMops(node: V1Node | undefined): number {
   return Number.isFinite(v) && v > 0 ? v : 0;
 }
 
+
+/**
+ * The ID of the FeOS pod that runs a Pod bound to a FeOS node (issue 18; seed 000 "A pod": a UUID is a valid
+ * pod ID): the annotation `feos.kube32.io/pod-id` when it is set (a replacement restored from another
+ * node's hibernation keeps the FeOS pod's ID), else the Pod's uid. Undefined for a Pod with neither.
+ */
+export function feosPodIdOf(pod: V1Pod): string | undefined {
+  return pod.metadata?.annotations?.[ANNOTATIONS.feosPodId] ?? pod.metadata?.uid?.toLowerCase();
+}
