@@ -1,11 +1,11 @@
 // The join's checks before the token leaves the node (seed 000, "The control plane"): a stand-in
 // control plane with a certificate of another CA than the token pins, one naming another name, one
 // without the URI never receives the token (it records every call); a refused token is not sent again
-// until the file holds another; a missing token file and a corrupt node.json are logged with what to
-// fix, and the socket serves on. Real feosd processes, no microVM.
+// until the file holds another; a missing token file, one others may read and a corrupt node.json are logged
+// with what to fix, and the socket serves on. Real feosd processes, no microVM.
 import { test, after } from 'node:test';
 import assert from 'node:assert/strict';
-import { existsSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
+import { chmodSync, existsSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { startFeosd, tempDir, until, type FeosdProcess } from './harness.ts';
 import { joinToken, joiningHandlers, makeCa, serverCert, startStandIn, type StandIn, type TestCa } from './fleet-standin.ts';
@@ -35,7 +35,10 @@ async function run(name: string, issuer: TestCa, sans: Parameters<typeof serverC
   running.push(r);
   const { mkdirSync } = await import('node:fs');
   mkdirSync(base, { recursive: true });
-  if (token) writeFileSync(tokenFile, token);
+  if (token) {
+    writeFileSync(tokenFile, token);
+    chmodSync(tokenFile, 0o600);
+  }
   r.feosd = await startFeosd(base, {
     extra: ['--control-plane', cp.address, '--control-plane-name', 'cp.test', '--join-token-file', tokenFile, ...(defaultNodeDir ? [] : ['--node-dir', nodeDir]), '--node-name', name],
   });
@@ -49,6 +52,7 @@ test('a server of another CA than the token pins never receives the token', { ti
   const { cp, feosd } = await run('pin', other, good);
   await logged(feosd, /does not hold the root the join token pins/);
   assert.equal(cp.calls.length, 0, 'no call reached the stand-in');
+  assert.doesNotMatch(feosd.stderr(), /readable by group or others/, 'a token file of mode 0600 is not warned about');
   assert.deepEqual((await feosd.pods.listPods({})).pods, [], 'the socket serves on');
 });
 
@@ -86,6 +90,8 @@ test('a missing token file is logged with what to do; a corrupt node.json is reb
   await logged(feosd, /join-token does not exist: put the join token/);
   assert.equal(cp.calls.length, 0);
   writeFileSync(tokenFile, joinToken(SECRET, ca));
+  chmodSync(tokenFile, 0o644);
+  await logged(feosd, /join-token holds a secret and is readable by group or others \(mode 0644\): chmod 600 it/);
   await until('node.json', async () => (existsSync(join(nodeDir, 'node.json')) ? true : undefined), 30_000);
   const rec = JSON.parse(readFileSync(join(nodeDir, 'node.json'), 'utf8'));
   await feosd.stop('SIGTERM');

@@ -6,7 +6,7 @@
  */
 import { randomUUID } from 'node:crypto';
 import { readFileSync } from 'node:fs';
-import { readFile } from 'node:fs/promises';
+import { readFile, stat } from 'node:fs/promises';
 import os from 'node:os';
 import type http2 from 'node:http2';
 import { setTimeout as sleep } from 'node:timers/promises';
@@ -302,7 +302,13 @@ export function startFleet(flags: FleetFlags, deps: FleetDeps): Fleet {
   /** The token file's text ('' when it cannot be read), and why not. */
   async function readToken(): Promise<{ text: string; why?: string }> {
     try {
-      return { text: await readFile(flags.joinTokenFile, 'utf8') };
+      const text = await readFile(flags.joinTokenFile, 'utf8');
+      // The token is a secret: as ssh does for a private key, say so when others may read it (not refused: an
+      // operator's provisioning may run as another user first; the join makes the token spent in any case).
+      const mode = (await stat(flags.joinTokenFile)).mode & 0o777;
+      if (mode & 0o077) once.warn('join token mode', `${flags.joinTokenFile} holds a secret and is readable by group or others (mode ${mode.toString(8).padStart(4, '0')}): chmod 600 it`);
+      else once.clear('join token mode');
+      return { text };
     } catch (err: unknown) {
       const code = (err as NodeJS.ErrnoException).code;
       return { text: '', why: code === 'ENOENT' ? `${flags.joinTokenFile} does not exist: put the join token (kube32-cli feos token create) there, or give --join-token-file` : `${flags.joinTokenFile}: ${(err as Error).message}` };
