@@ -7,5 +7,6 @@
 export { startFleetServer, type FleetServer, type FleetServerOptions, DEFAULT_NODE_CERT_TTL_MS, DEFAULT_REPORT_INTERVAL_MS, ALPN_NODE, ALPN_UPLINK } from './server.ts';
 export { createJoinToken, listJoinTokens, deleteJoinToken, type JoinToken, TOKEN_NAMESPACE, TOKEN_SECRET_TYPE } from './tokens.ts';
 export { caPin } from './pki.ts';
+export { listFleetInstances, type InstanceRecord } from './instances.ts';
 export { unary, serverStream, GrpcCallError, type CallOptions } from './node-client.ts';
 export { RUNTIME_LABEL, RUNTIME_FEOS, SERIALS_ANNOTATION } from './nodes.ts';

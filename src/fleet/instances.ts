@@ -74,14 +74,7 @@ export class Instances {
       this.#onError(err);
       return this.#cached?.list ?? [this.#self];
     }
-    const live = leases
-      .filter((l) => {
-        const renew = l.spec?.renewTime ? new Date(l.spec.renewTime as unknown as string).getTime() : 0;
-        return renew + (l.spec?.leaseDurationSeconds ?? DURATION_S) * 1000 > now;
-      })
-      .map((l) => ({ name: l.spec?.holderIdentity ?? '', address: l.metadata?.annotations?.[ADDRESS_ANNOTATION] ?? '' }))
-      .filter((i) => i.name && i.address && i.name !== this.#self.name)
-      .sort((a, b) => a.name.localeCompare(b.name));
+    const live = liveInstances(leases, now).filter((i) => i.name !== this.#self.name);
     const list = [this.#self, ...live];
     this.#cached = { at: now, list };
     return list;
@@ -92,4 +85,26 @@ export class Instances {
     clearInterval(this.#timer);
     await this.#coord.deleteNamespacedLease({ name: `feos-instance-${this.#self.name}`, namespace: NAMESPACE }).catch(() => {});
   }
+}
+
+/** The instances whose Lease is not expired at `now` (ms since the epoch), by name. */
+function liveInstances(leases: V1Lease[], now: number): InstanceRecord[] {
+  return leases
+    .filter((l) => {
+      const renew = l.spec?.renewTime ? new Date(l.spec.renewTime as unknown as string).getTime() : 0;
+      return renew + (l.spec?.leaseDurationSeconds ?? DURATION_S) * 1000 > now;
+    })
+    .map((l) => ({ name: l.spec?.holderIdentity ?? '', address: l.metadata?.annotations?.[ADDRESS_ANNOTATION] ?? '' }))
+    .filter((i) => i.name && i.address)
+    .sort((a, b) => a.name.localeCompare(b.name));
+}
+
+/**
+ * The control plane instances that serve a port for nodes now (their Leases in kube-system), for a client
+ * such as `kube32-cli feos token create` that tells the operator where nodes join.
+ * @throws the API's error (as @kubernetes/client-node raises it)
+ */
+export async function listFleetInstances(coord: CoordinationV1Api): Promise<InstanceRecord[]> {
+  const leases = (await coord.listNamespacedLease({ namespace: NAMESPACE, labelSelector: `${INSTANCE_LABEL}=true` })).items;
+  return liveInstances(leases, Date.now());
 }

@@ -59,11 +59,11 @@ async function startControlPlane(t: TestContext, args: string[]): Promise<Contro
     new Promise<never>((_, reject) => setTimeout(() => reject(new Error(`the control plane did not start within 90 s:\n${stderr}`)), 90_000).unref()),
   ]);
   const info = JSON.parse(line) as { kubeconfig: string; feos?: string };
-  assert.ok(info.feos, `the JSON line names the port for nodes: ${line}`);
+  if (args.includes('--feos-listen')) assert.ok(info.feos, `the JSON line names the port for nodes: ${line}`);
   const kc = new KubeConfig();
   kc.loadFromFile(info.kubeconfig);
   const caPem = Buffer.from(kc.getCurrentCluster()!.caData!, 'base64').toString('utf8');
-  return { dataDir, kubeconfig: info.kubeconfig, feos: info.feos, caPem, proc, logs: () => stderr };
+  return { dataDir, kubeconfig: info.kubeconfig, feos: info.feos ?? '', caPem, proc, logs: () => stderr };
 }
 
 function run(cmd: string, args: string[], env: Record<string, string> = {}, input?: string): Promise<{ code: number; stdout: string; stderr: string }> {
@@ -113,6 +113,7 @@ test('a FeOS node joins the control plane, reports, sends events, renews, stops 
   assert.ok(m, `feos token create prints the whole token: ${JSON.stringify(made.stdout)}`);
   const [, id, secret, pin] = m as unknown as [string, string, string, string];
   assert.equal(pin, pinOf(cp.caPem), "the pin is the SHA-256 of the cluster CA's SubjectPublicKeyInfo");
+  assert.match(made.stderr, new RegExp(`nodes join at \\S+:${port} \\(feosd --control-plane\\)`), 'it says where nodes join');
   const list = await cli('feos', 'token', 'list');
   assert.equal(list.code, 0, list.stderr);
   assert.match(list.stdout, /^ID\s+TTL\s+EXPIRES\s+USAGES\s+DESCRIPTION\n/);
@@ -371,6 +372,14 @@ test('a FeOS node joins the control plane, reports, sends events, renews, stops 
   await Promise.race([conn.closed, new Promise((_, reject) => setTimeout(() => reject(new Error('the node connection stayed open')), 20_000).unref())]);
   const after = await kubectl('get', 'node', name);
   assert.notEqual(after.code, 0, 'a report does not make the Node again');
+});
+
+test('feos token create on a control plane without a port for nodes warns that no node can join yet', { timeout: 120_000 }, async (t) => {
+  const cp = await startControlPlane(t, []);
+  const made = await run(process.execPath, [CLI, 'feos', 'token', 'create', '--kubeconfig', cp.kubeconfig]);
+  assert.equal(made.code, 0, made.stderr);
+  assert.match(made.stdout, /^feos-join-[a-z0-9]{6}-[a-z0-9]{16}\.[0-9a-f]{64}\n$/);
+  assert.match(made.stderr, /warning: no control plane serves FeOS nodes now \(none was started with --feos-listen HOST:PORT\)/);
 });
 
 test('control-plane refuses bad --feos-listen, --trust-domain and --feos-node-cert-ttl before starting anything', { timeout: 60_000 }, async () => {

@@ -5,8 +5,8 @@
  * nodes' certificate.
  */
 import { readFileSync } from 'node:fs';
-import { CoreV1Api } from '@kubernetes/client-node';
-import { createJoinToken, deleteJoinToken, listJoinTokens, caPin, type JoinToken } from '../../fleet/index.ts';
+import { CoordinationV1Api, CoreV1Api } from '@kubernetes/client-node';
+import { createJoinToken, deleteJoinToken, listJoinTokens, listFleetInstances, caPin, type JoinToken } from '../../fleet/index.ts';
 import { humanDuration, parseDuration } from '../../lib/index.ts';
 import { CliError } from '../errors.ts';
 import { loadClusterTarget } from '../kubeconfig.ts';
@@ -43,13 +43,13 @@ function apiError(err: unknown, what: string): Error {
   return new CliError(`${what}: ${msg}`);
 }
 
-function target(flags: TokenFlags): { core: CoreV1Api; caPem: string } {
+function target(flags: TokenFlags): { core: CoreV1Api; coord: CoordinationV1Api; caPem: string } {
   const t = loadClusterTarget(flags);
   const cluster = t.kubeConfig.getCurrentCluster();
   let caPem = '';
   if (cluster?.caData) caPem = Buffer.from(cluster.caData, 'base64').toString('utf8');
   else if (cluster?.caFile) caPem = readFileSync(cluster.caFile, 'utf8');
-  return { core: t.kubeConfig.makeApiClient(CoreV1Api), caPem };
+  return { core: t.kubeConfig.makeApiClient(CoreV1Api), coord: t.kubeConfig.makeApiClient(CoordinationV1Api), caPem };
 }
 
 /**
@@ -68,7 +68,7 @@ export async function tokenCreate(flags: TokenFlags): Promise<void> {
   } catch (err: unknown) {
     throw new CliError(`--ttl ${JSON.stringify(flags.ttl)}: ${err instanceof Error ? err.message : String(err)} (want a duration such as 24h or 30m, or 0 for a token that does not expire)`, 2);
   }
-  const { core, caPem } = target(flags);
+  const { core, coord, caPem } = target(flags);
   if (!caPem) throw new CliError("the kubeconfig names no certificate authority for the cluster: the token's pin is the cluster CA's; use the kubeconfig the control plane wrote");
   let pin: string;
   try {
@@ -84,6 +84,14 @@ export async function tokenCreate(flags: TokenFlags): Promise<void> {
   }
   process.stdout.write(`feos-join-${made.tokenSecret}.${pin}\n`);
   process.stderr.write(`token ${made.id} created, ${made.expiration ? `valid until ${made.expiration}` : 'without expiry'}; put it in the node's --join-token-file (0600)\n`);
+  // Where the node joins: the instances serving a port for nodes. None means a control plane started without
+  // --feos-listen, where the token can never be used: said now rather than by the node's log later.
+  const instances = await listFleetInstances(coord).catch(() => undefined);
+  if (instances && instances.length === 0) {
+    process.stderr.write('warning: no control plane serves FeOS nodes now (none was started with --feos-listen HOST:PORT): a node cannot join with this token until one does\n');
+  } else if (instances) {
+    process.stderr.write(`nodes join at ${instances.map((i) => i.address).join(', ')} (feosd --control-plane)\n`);
+  }
 }
 
 function ttlOf(t: JoinToken, now: number): string {
