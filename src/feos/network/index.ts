@@ -1,6 +1,6 @@
 /**
  * FeOS's pods' network, the door of src/feos/network (the seed's "The pods' network", "Devices
- * and routes", "Addresses", "The table", "Security groups", "Name tables", "DNS", "Metadata").
+ * and routes", "Addresses", "The table", "Security groups", "Name tables", "DNS", "Metadata", "Traffic records").
  *
  * feosd wires it with a few calls:
  * ```ts
@@ -30,6 +30,10 @@ export type { CompiledTable, TableInput, TablePod } from './table.ts';
 export { SecurityGroupStore, NameTableStore, checkSecurityGroup, checkNameTable } from './stores.ts';
 export { grpcServiceDefinition, securityGroupService, nameService, type GrpcService } from './grpc.ts';
 export { takeListenFds } from './listen-fds.ts';
-export { trafficService, WATCH_BUFFER_RECORDS } from './traffic.ts';
+export { trafficService, WATCH_BUFFER_RECORDS, LEFT_POD_MEMORY_MS, TrafficChannel, TrafficCollector, RecentPods, flowEntries, nflogEntry, dnsQueryEntry } from './traffic.ts';
+export type { TrafficEntry, TrafficPods, TrafficCollectorOptions, TrafficServiceOptions } from './traffic.ts';
+export { scanServerName, scanTlsClientHello, scanHttpRequest, ServerNameAssembler, MAX_SCAN_BYTES, type NameScan, type TcpSegment } from './server-names.ts';
+export { PcapNflogReader, parseNflog, parseIpPacket, protocolName, LINKTYPE_NFLOG, type NflogPacket, type IpPacket } from './nflog.ts';
+export { parseConntrackLine, parseCtimeUtc, type ConntrackEvent, type ConntrackTuple } from './conntrack-events.ts';
 export { parsePrefix, parseAddress, formatPrefix, formatAddress, canonicalAddress, subtractPrefixes, normalizePrefixes, type Prefix, type Family } from './ip.ts';
 export { hasIpv4DefaultRoute, hasIpv6DefaultRoute, missingPreconditions, nodeNetworkReason, readNodeNetwork, type NodeNetworkState, type ProcPaths } from './preflight.ts';

@@ -13,14 +13,14 @@ import { deleteConntrack, deletePodLink, ensurePodLink, linkExists, listPodLinks
 import { Resolver, bindResolverSockets, type DnsQueryRecord, type ResolverPod } from './dns.ts';
 import { NetworkError, errorMessage } from './errors.ts';
 import { nameService, securityGroupService, type GrpcService } from './grpc.ts';
-import { trafficService } from './traffic.ts';
+import { RecentPods, TrafficChannel, TrafficCollector, dnsQueryEntry, trafficService } from './traffic.ts';
 import { canonicalAddress, isUla, parsePrefix, type Prefix } from './ip.ts';
 import { takeListenFds } from './listen-fds.ts';
 import { MetadataService, checkMetadata, type PodMetadata } from './metadata.ts';
 import { IPV4_GATEWAY, IPV6_GATEWAY, checkPodUpstreams, parseNetworkFlags, type NetworkFlags, type NetworkSettings } from './options.ts';
 import { podMac, tapName, checkPodId } from './pod-link.ts';
 import { NameTableStore, SecurityGroupStore } from './stores.ts';
-import { ipJson, nft } from './system.ts';
+import { ipJson, nft, setSysctl } from './system.ts';
 import { ALWAYS_DENIED, compileTable, tableUpdate, type CompiledTable } from './table.ts';
 import { nodeNetworkReason, type ProcPaths } from './preflight.ts';
 
@@ -46,6 +46,14 @@ export interface NetworkOptions extends NetworkFlags {
   legacyBpfDir?: string;
   /** Where the node's routes and forwarding are read (preflight.ts). @default /proc/net, /proc/sys */
   procPaths?: ProcPaths;
+  /**
+   * Record flows, drops and server names (the seed's "Traffic records"): read connection
+   * tracking's events with `conntrack -E` and nflog groups 2 and 3 with `tcpdump`. The DNS
+   * queries are recorded either way. @default true
+   */
+  trafficRecords?: boolean;
+  /** Records a WatchTraffic caller may have queued before more count as missed. @default WATCH_BUFFER_RECORDS (4096) */
+  trafficQueueRecords?: number;
 }
 
 /** A pod's network as its spec gives it (feos.pod.v1.PodNetwork and PodSpec.metadata). */
@@ -137,6 +145,9 @@ export class PodNetwork {
   #stopped = false;
   #handedOver = false;
   #nodeAddresses: string[] = [];
+  readonly #traffic = new TrafficChannel();
+  readonly #recent = new RecentPods((a) => this.#podBySource(a)?.id);
+  #collector?: TrafficCollector;
 
   constructor(opts: NetworkOptions) {
     this.settings = parseNetworkFlags(opts);
@@ -206,6 +217,7 @@ export class PodNetwork {
       this.#metadata = new MetadataService({ podBySource: (a) => this.#metadataOf(a), log: this.#log });
       this.#metadataPort = await this.#metadata.listen(this.settings.dnsAddress, this.#o.metadataPort ?? 0);
       await this.#writeTable(true);
+      await this.#startTraffic();
       await this.#startResolver();
       this.#unavailable = undefined;
       const interval = this.#o.rulesIntervalMs ?? RULES_INTERVAL_MS;
@@ -221,6 +233,28 @@ export class PodNetwork {
       this.#log.error({ err: errorMessage(err) }, 'the pods network is not set up; pods with a network fail');
     }
     return result;
+  }
+
+  /**
+   * Turns nf_conntrack_acct and nf_conntrack_timestamp on, which the table's first write made
+   * there (it loads connection tracking), and starts the collector of the traffic records.
+   */
+  async #startTraffic(): Promise<void> {
+    if (this.#o.trafficRecords === false) return;
+    for (const key of ['net/netfilter/nf_conntrack_acct', 'net/netfilter/nf_conntrack_timestamp']) {
+      try {
+        await setSysctl(key, 1);
+      } catch (err: unknown) {
+        this.#log.warn({ err: errorMessage(err) }, 'flows will lack their counters or times');
+      }
+    }
+    this.#collector = new TrafficCollector({
+      channel: this.#traffic,
+      dnsAddress: this.settings.dnsAddress,
+      log: this.#log,
+      pods: { podOf: (a) => this.#recent.podOf(a), podOfTap: (tap) => [...this.#pods.values()].find((p) => p.tap === tap)?.id },
+    });
+    this.#collector.start();
   }
 
   async #startResolver(): Promise<void> {
@@ -250,6 +284,7 @@ export class PodNetwork {
       defaultUpstreams: () => this.settings.dnsUpstreams,
       upstreamPort: this.#o.upstreamPort,
       onQuery: (r) => {
+        this.#traffic.publish(dnsQueryEntry(r));
         for (const l of this.#queryListeners) l(r);
       },
       log: this.#log,
@@ -400,6 +435,8 @@ export class PodNetwork {
     try {
       await deletePodLink(p.tap);
       const addrs = [p.addresses.ipv4, p.addresses.ipv6].filter((a): a is string => a !== undefined);
+      // The ends of the connections the delete ends are read after the pod left: they name it.
+      this.#recent.left(podId, addrs);
       await deleteConntrack(addrs);
       if (this.#alloc) {
         await this.#writeTable(false);
@@ -426,7 +463,7 @@ export class PodNetwork {
     return [
       securityGroupService(this.groups, (id) => this.podsNamingGroup(id)),
       nameService(this.tables, (id) => this.podsNamingTable(id)),
-      trafficService((l) => this.onDnsQuery(l)),
+      trafficService(this.#traffic, { queueRecords: this.#o.trafficQueueRecords }),
     ];
   }
 
@@ -525,12 +562,13 @@ export class PodNetwork {
   }
 
   /**
-   * Stops the resolver, the metadata service and the timer. The devices, routes and the table
-   * stay: the pods outlive feosd.
+   * Stops the resolver, the metadata service, the traffic records' readers and the timer. The
+   * devices, routes and the table stay: the pods outlive feosd.
    */
   async stop(): Promise<void> {
     this.#stopped = true;
     if (this.#timer) clearInterval(this.#timer);
+    await this.#collector?.stop();
     await this.#tableChain;
     await this.#resolver?.close();
     await this.#metadata?.close();
