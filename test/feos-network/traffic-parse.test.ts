@@ -27,7 +27,7 @@ async function clientHello(servername: string): Promise<Buffer> {
   const got: Buffer[] = [];
   const server = net.createServer((c) => {
     c.on('data', (d) => {
-      got.push(d);
+      got.push(d as Buffer);
       const all = Buffer.concat(got);
       if (all.length >= 5 && all.length >= 5 + all.readUInt16BE(3)) c.destroy();
     });
@@ -245,6 +245,11 @@ test("connection tracking's event lines", () => {
   assert.equal(icmp.event, 'new');
   assert.equal(icmp.id, 999, "the entry's id, not the ICMP tuple's");
   assert.equal(icmp.reply.destination, '11.0.0.1', 'the reply as masqueraded');
+  const deleted = parseConntrackLine(
+    '[1796187688.470505]\t[DESTROY] ipv4     2 udp      17 29 src=127.0.0.1 dst=127.0.0.1 sport=33994 dport=5354 packets=1 bytes=29 [UNREPLIED] src=127.0.0.1 dst=127.0.0.1 sport=5354 dport=33994 packets=0 bytes=0 delta-time=0 [start=Wed Dec  2 05:01:28 2026] [stop=Wed Dec  2 05:01:28 2026] id=736016422 [USERSPACE] portid=2867975956',
+  )!;
+  assert.equal(deleted.id, 736016422, 'an entry deleted by conntrack -D');
+  assert.equal(deleted.original.packets, 1);
   assert.equal(parseConntrackLine('conntrack v1.4.7 (conntrack-tools): 2 flow events have been shown.'), undefined);
   assert.equal(parseCtimeUtc('Thu Jan  1 00:00:09 1970'), 9000);
   assert.equal(parseCtimeUtc('yesterday'), 0);

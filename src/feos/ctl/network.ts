@@ -103,7 +103,7 @@ function printTables(ts: NameTable[], out: Output, single: boolean, ctx: CtlCont
  * A call to a network service; feosd without `--pod-prefix` does not serve them (UNIMPLEMENTED), which
  * becomes a message that says so.
  */
-function networkCall<T>(ctx: CtlContext, fn: () => Promise<T>): Promise<T> {
+export function networkCall<T>(ctx: CtlContext, fn: () => Promise<T>): Promise<T> {
   return ctx.call(async () => {
     try {
       return await fn();

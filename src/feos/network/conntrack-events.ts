@@ -84,7 +84,8 @@ export function parseConntrackLine(line: string): ConntrackEvent | undefined {
     }
     const n = Number(v);
     if (k === 'id') {
-      // An ICMP tuple's own id= comes after its type and code; the entry's is the last token.
+      // An ICMP tuple's own id= comes after its type and code; the entry's is the last id= (before
+      // a delete's "[USERSPACE] portid=...").
       if (Number.isFinite(n)) id = n;
       continue;
     }
@@ -96,8 +97,6 @@ export function parseConntrackLine(line: string): ConntrackEvent | undefined {
     else if (k === 'bytes' && Number.isFinite(n)) cur.bytes = n;
   }
   if (tuples.length < 2 || !tuples[0].destination || !tuples[1].destination) return undefined;
-  const last = tokens[tokens.length - 1];
-  if (!last.startsWith('id=')) id = 0;
   return {
     event: head[3] === 'NEW' ? 'new' : 'end',
     timeMs: Number(head[1]) * 1000 + Math.floor(Number(`0.${head[2]}`) * 1000),
