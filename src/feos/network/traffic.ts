@@ -224,13 +224,20 @@ export class TrafficCollector {
 
   #run(r: Reader, file: string, args: string[], wire: (c: ChildProcess) => void): void {
     this.#readers.push(r);
+    const base = this.#o.restartMs ?? 1000;
+    let delay = base;
     const launch = () => {
       r.timer = undefined;
       if (this.#stopped) return;
+      // A reader that ran and starts again left a gap: what it would have read is lost.
       if (r.ran) this.#o.channel.lost(1);
-      r.ran = true;
+      r.ran = false;
+      const startedAt = Date.now();
       const child = spawn(file, args, { stdio: ['ignore', 'pipe', 'pipe'], env: { ...process.env, TZ: 'UTC' } });
       r.child = child;
+      child.once('spawn', () => {
+        r.ran = true;
+      });
       let err = '';
       child.stderr!.on('data', (d: Buffer) => {
         const text = d.toString();
@@ -242,15 +249,19 @@ export class TrafficCollector {
         err = (err + text).slice(-2000);
       });
       wire(child);
+      let why = '';
       child.once('error', (e) => {
-        this.#o.log.error({ reader: r.name, err: e.message }, 'a traffic reader could not start; trying again');
+        why = e.message;
       });
       child.once('close', (code, signal) => {
         r.child = undefined;
         if (this.#stopped) return;
-        this.#o.log.warn({ reader: r.name, code, signal, stderr: err.trim().split('\n').slice(-3).join('; ') }, 'a traffic reader ended; starting it again');
+        // Again after a second; after one that ended at once, twice as long as before, up to a minute.
+        delay = Date.now() - startedAt > 10_000 ? base : Math.min(delay * 2, 60_000);
+        const stderr = err.trim().split('\n').slice(-3).join('; ');
+        this.#o.log.warn({ reader: r.name, code, signal, err: why || undefined, stderr: stderr || undefined, againInMs: delay }, 'a traffic reader ended; starting it again');
         if (r.name.startsWith('tcpdump')) this.#names.clear();
-        r.timer = setTimeout(launch, this.#o.restartMs ?? 1000);
+        r.timer = setTimeout(launch, delay);
         r.timer.unref();
       });
     };
@@ -307,7 +318,7 @@ export class TrafficCollector {
   }
 }
 
-const isTap = (dev: string | undefined): dev is string => dev !== undefined && dev.startsWith(TAP_PREFIX);
+const isTap = (dev: string | undefined): dev is string => dev?.startsWith(TAP_PREFIX) === true;
 
 /**
  * The records of one connection tracking event: one for each pod at one of its ends (the opener's

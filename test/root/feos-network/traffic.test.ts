@@ -240,7 +240,7 @@ describe('traffic records in namespaces', { timeout: 300_000 }, () => {
     assert.match(lines[0], /^TIME\s+POD\s+KIND\s+RECORD$/);
     const kinds = new Set(lines.slice(1).map((l) => l.split(/\s{3,}/)[2]).filter(Boolean));
     for (const k of ['flow', 'drop', 'name', 'dns']) assert.ok(kinds.has(k), `a ${k} line: ${table.out()}`);
-    assert.match(table.out(), new RegExp(`${ids.f}\\s+flow\\s+end tcp out ${addrs.f!.ipv4.replaceAll('.', '\\.')}:\\d+ → 11\\.0\\.0\\.2:8080 sent \\d+ pkts \\d+ B received \\d+ pkts \\d+ B`));
+    assert.match(table.out(), new RegExp(`${ids.f}\\s+flow\\s+end tcp out ${addrs.f!.ipv4!.replaceAll('.', '\\.')}:\\d+ → 11\\.0\\.0\\.2:8080 sent \\d+ pkts \\d+ B received \\d+ pkts \\d+ B`));
     assert.match(table.out(), new RegExp(`${ids.a}\\s+name\\s+tls secure\\.example\\.test `));
     assert.doesNotMatch(table.out(), new RegExp(ids.c), 'only the pods asked for');
     const json = jsonLines(jsonWatch!);
