@@ -12,6 +12,7 @@ import {
   RecentPods,
   ServerNameAssembler,
   flowEntries,
+  nflogEntries,
   parseConntrackLine,
   parseCtimeUtc,
   parseIpPacket,
@@ -299,4 +300,26 @@ test('a pod that left is known by its addresses for five minutes, unless another
   assert.equal(pods.podOf('2001:db8:1::3'), undefined, 'another pod holds its IPv4 address');
   assert.equal(pods.podOf('169.254.16.2'), 'ccccccccccc');
   assert.equal(pods.podOf('not an address'), undefined);
+});
+
+test('logged packets: drops named by their TAPs (a packet between two pods is a drop of each), server names by the sender', () => {
+  const taps: Record<string, string> = { 'pod-aaaaaaaaaaa': 'aaaaaaaaaaa', 'pod-bbbbbbbbbbb': 'bbbbbbbbbbb' };
+  const pods = { podOf: (a: string) => ({ '169.254.16.1': 'aaaaaaaaaaa' })[a], podOfTap: (t: string) => taps[t] };
+  const names = new ServerNameAssembler();
+  const pkt = (group: number, prefix: string, payload: Buffer): NflogPacket => ({ timeMs: 5, group, prefix, inIfindex: 0, outIfindex: 0, payload });
+  const syn = ipv4Tcp([169, 254, 16, 99], [11, 0, 0, 2], 40000, 443, 0, 0x02, Buffer.alloc(0));
+  const spoofed = nflogEntries(pkt(2, 'spoofed', syn), 'pod-aaaaaaaaaaa', undefined, pods, names);
+  assert.deepEqual(spoofed.map((e) => [e.podId, e.kind.case === 'drop' && e.kind.value.reason, e.kind.case === 'drop' && e.kind.value.direction]), [['aaaaaaaaaaa', 'spoofed', 'out']]);
+  const between = nflogEntries(pkt(2, 'no-rule', syn), 'pod-aaaaaaaaaaa', 'pod-bbbbbbbbbbb', pods, names);
+  assert.deepEqual(between.map((e) => [e.podId, e.kind.case === 'drop' && e.kind.value.direction]), [['aaaaaaaaaaa', 'out'], ['bbbbbbbbbbb', 'in']]);
+  const inbound = nflogEntries(pkt(2, 'deny', syn), 'up0', 'pod-bbbbbbbbbbb', pods, names);
+  assert.deepEqual(inbound.map((e) => [e.podId, e.kind.case === 'drop' && e.kind.value.direction]), [['bbbbbbbbbbb', 'in']]);
+  // A request in two segments, after the SYN: one record, once the Host line is whole.
+  const req = Buffer.from('GET / HTTP/1.1\r\nHost: two.example\r\n\r\n');
+  const src = [169, 254, 16, 1];
+  assert.deepEqual(nflogEntries(pkt(3, '', ipv4Tcp(src, [11, 0, 0, 2], 40001, 80, 100, 0x02, Buffer.alloc(0))), 'pod-aaaaaaaaaaa', 'up0', pods, names), []);
+  assert.deepEqual(nflogEntries(pkt(3, '', ipv4Tcp(src, [11, 0, 0, 2], 40001, 80, 101, 0x18, req.subarray(0, 20))), 'pod-aaaaaaaaaaa', 'up0', pods, names), []);
+  const named = nflogEntries(pkt(3, '', ipv4Tcp(src, [11, 0, 0, 2], 40001, 80, 121, 0x18, req.subarray(20))), 'pod-aaaaaaaaaaa', 'up0', pods, names);
+  assert.deepEqual(named.map((e) => [e.podId, e.kind.case === 'serverName' && e.kind.value.name, e.kind.case === 'serverName' && e.kind.value.destinationPort]), [['aaaaaaaaaaa', 'two.example', 80]]);
+  assert.deepEqual(nflogEntries(pkt(3, '', Buffer.from([0x45, 1, 2])), 'pod-aaaaaaaaaaa', 'up0', pods, names), [], 'not an IP packet');
 });

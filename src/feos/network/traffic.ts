@@ -312,8 +312,7 @@ export class TrafficCollector {
     this.#nflogChain = this.#nflogChain.then(async () => {
       const inDev = await this.#ifname(p.inIfindex);
       const outDev = await this.#ifname(p.outIfindex);
-      const e = nflogEntry(p, inDev, outDev, this.#o.pods, this.#names);
-      if (e) this.#o.channel.publish(e);
+      for (const e of nflogEntries(p, inDev, outDev, this.#o.pods, this.#names)) this.#o.channel.publish(e);
     }).catch((err: unknown) => this.#o.log.warn({ err: (err as Error).message }, 'a logged packet could not be read'));
   }
 }
@@ -373,48 +372,58 @@ function sameAddress(a: string, b: string): boolean {
 }
 
 /**
- * The record of one logged packet: a drop (group 2) or, once a connection's first bytes name its
- * server, a server name (group 3); undefined otherwise. The pod is the TAP's the packet came in
- * through or went out to, else the one its addresses name.
+ * The records of one logged packet: a drop (group 2) or, once a connection's first bytes name its
+ * server, a server name (group 3); none otherwise. A drop's pod is the TAP's the packet came in
+ * through ("out") or went out to ("in"), else the one its addresses name; a packet between two
+ * pods of the node is a drop of each. A server name's pod is the TAP's it came in through, else
+ * its source's.
  */
-export function nflogEntry(p: NflogPacket, inDev: string | undefined, outDev: string | undefined, pods: TrafficPods, names: ServerNameAssembler): TrafficEntry | undefined {
+export function nflogEntries(p: NflogPacket, inDev: string | undefined, outDev: string | undefined, pods: TrafficPods, names: ServerNameAssembler): TrafficEntry[] {
   const ip = parseIpPacket(p.payload);
-  if (!ip) return undefined;
+  if (!ip) return [];
   const from = isTap(inDev) ? pods.podOfTap(inDev) : undefined;
   const to = isTap(outDev) ? pods.podOfTap(outDev) : undefined;
   if (p.group === NFLOG_DROPS) {
-    const direction = isTap(inDev) ? 'out' : isTap(outDev) ? 'in' : pods.podOf(ip.source) !== undefined ? 'out' : 'in';
-    const podId = from ?? to ?? (direction === 'out' ? pods.podOf(ip.source) : pods.podOf(ip.destination)) ?? '';
-    return {
+    const ends: Array<{ podId: string; direction: 'out' | 'in' }> = [];
+    if (isTap(inDev) || isTap(outDev)) {
+      if (isTap(inDev)) ends.push({ podId: from ?? pods.podOf(ip.source) ?? '', direction: 'out' });
+      if (isTap(outDev)) ends.push({ podId: to ?? pods.podOf(ip.destination) ?? '', direction: 'in' });
+    } else {
+      const src = pods.podOf(ip.source);
+      ends.push(src !== undefined ? { podId: src, direction: 'out' } : { podId: pods.podOf(ip.destination) ?? '', direction: 'in' });
+    }
+    return ends.map(({ podId, direction }) => ({
       timeMs: BigInt(p.timeMs),
       podId,
       kind: {
         case: 'drop',
         value: create(DropSchema, {
-              reason: p.prefix,
-              direction,
-              protocol: protocolName(ip.protocol),
-              source: ip.source,
-              sourcePort: ip.sourcePort,
-              destination: ip.destination,
-              destinationPort: ip.destinationPort,
-              length: ip.length,
-            }),
+          reason: p.prefix,
+          direction,
+          protocol: protocolName(ip.protocol),
+          source: ip.source,
+          sourcePort: ip.sourcePort,
+          destination: ip.destination,
+          destinationPort: ip.destinationPort,
+          length: ip.length,
+        }),
       },
-    };
+    }));
   }
-  if (p.group !== NFLOG_COPIES || !ip.tcp) return undefined;
+  if (p.group !== NFLOG_COPIES || !ip.tcp) return [];
   const key = `${ip.source} ${ip.sourcePort} ${ip.destination} ${ip.destinationPort}`;
   const found = names.push({ key, ...ip.tcp });
-  if (!found) return undefined;
-  return {
-    timeMs: BigInt(p.timeMs),
-    podId: from ?? pods.podOf(ip.source) ?? '',
-    kind: {
-      case: 'serverName',
-      value: create(ServerNameSchema, { protocol: found.protocol, name: found.name, source: ip.source, sourcePort: ip.sourcePort, destination: ip.destination, destinationPort: ip.destinationPort }),
+  if (!found) return [];
+  return [
+    {
+      timeMs: BigInt(p.timeMs),
+      podId: from ?? pods.podOf(ip.source) ?? '',
+      kind: {
+        case: 'serverName',
+        value: create(ServerNameSchema, { protocol: found.protocol, name: found.name, source: ip.source, sourcePort: ip.sourcePort, destination: ip.destination, destinationPort: ip.destinationPort }),
+      },
     },
-  };
+  ];
 }
 
 /** How a WatchTraffic call is served. */
