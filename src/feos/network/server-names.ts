@@ -189,7 +189,6 @@ interface Assembly {
   filled: number;
   /** Bytes beyond `filled` that came early: [offset, bytes]. */
   early: Array<[number, Uint8Array]>;
-  seen: number;
 }
 
 /**
@@ -223,20 +222,19 @@ export class ServerNameAssembler {
     }
     if (!a) {
       if (s.payload.length === 0 && !s.syn) return undefined;
-      a = { bytes: new Uint8Array(0), filled: 0, early: [], seen: 0 };
+      a = { bytes: new Uint8Array(0), filled: 0, early: [] };
       this.#conns.set(s.key, a);
       while (this.#conns.size > this.#max) this.#conns.delete(this.#conns.keys().next().value!);
     }
-    a.seen++;
     if (s.syn) {
       a.base = (s.seq + 1) >>> 0;
       return undefined;
     }
-    if (s.payload.length === 0) return this.#finish(s, a, undefined);
+    if (s.payload.length === 0) return this.#end(s);
     // Without the SYN (the connection began before feosd looked), its first data segment is byte 0.
     if (a.base === undefined) a.base = s.seq >>> 0;
     const offset = (s.seq - a.base) >>> 0;
-    if (offset >= MAX_SCAN_BYTES) return this.#finish(s, a, undefined);
+    if (offset >= MAX_SCAN_BYTES) return this.#end(s);
     a.early.push([offset, s.payload.subarray(0, MAX_SCAN_BYTES - offset)]);
     // Fold what is contiguous from `filled` on.
     let grew = true;
@@ -265,12 +263,13 @@ export class ServerNameAssembler {
       return { protocol: scan.protocol, name: scan.name };
     }
     if (scan.status === 'none' || a.filled >= MAX_SCAN_BYTES) this.#conns.delete(s.key);
-    return this.#finish(s, a, undefined);
+    return this.#end(s);
   }
 
-  #finish(s: TcpSegment, _a: Assembly, r: undefined): undefined {
+  /** A FIN ends what the connection's start can say. */
+  #end(s: TcpSegment): undefined {
     if (s.fin) this.#conns.delete(s.key);
-    return r;
+    return undefined;
   }
 
   /** Forgets every connection (on a restart of the reader: their segments' order is lost). */
