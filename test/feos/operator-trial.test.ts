@@ -96,7 +96,7 @@ test('feosctl and CreatePod refuse what never boots or could never be put; nothi
   });
 
   await t.test('security-group and name-table against a feosd without --pod-prefix say how to get a network', async () => {
-    for (const args of [['security-group', 'list'], ['sg', 'get', 'web'], ['name-table', 'list']]) {
+    for (const args of [['security-group', 'list'], ['sg', 'get', 'web'], ['name-table', 'list'], ['traffic', 'watch']]) {
       const r = await feosctl(feosd.socket, args);
       assert.equal(r.code, 1, r.stderr);
       assert.equal(r.stderr, 'feosctl: UNIMPLEMENTED: feosd serves no network: start it with --pod-prefix (docs/feos/network.md)\n');

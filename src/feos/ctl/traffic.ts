@@ -79,7 +79,8 @@ export function addTrafficCommands(program: Command, ctx: CtlContext): void {
       };
       process.once('SIGINT', interrupt);
       process.once('SIGTERM', interrupt);
-      if (o.output === 'table') process.stdout.write(`${'TIME'.padEnd(12)}   ${'POD'.padEnd(11)}   KIND   RECORD\n`);
+      // The header with the first record: a feosd that refuses the call prints no table.
+      let header = o.output !== 'table';
       await networkCall(ctx, () =>
         new Promise<void>((resolve, reject) => {
           stream.on('data', (m: { record?: TrafficRecord }) => {
@@ -88,6 +89,10 @@ export function addTrafficCommands(program: Command, ctx: CtlContext): void {
             if (o.output === 'json') {
               process.stdout.write(`${JSON.stringify(toJson(TrafficRecordSchema, r))}\n`);
               return;
+            }
+            if (!header) {
+              process.stdout.write(`${'TIME'.padEnd(12)}   ${'POD'.padEnd(11)}   KIND   RECORD\n`);
+              header = true;
             }
             if (r.missed > 0n) process.stdout.write(`# ${r.missed} record${r.missed === 1n ? '' : 's'} missed\n`);
             process.stdout.write(`${trafficLine(r)}\n`);
