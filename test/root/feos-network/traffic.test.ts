@@ -66,7 +66,7 @@ const jsonLines = (w: Watcher) =>
     .filter((l) => l.startsWith('{'))
     .map((l) => JSON.parse(l) as { podId?: string; missed?: string; dnsQuery?: { name: string }; flow?: unknown; drop?: unknown; serverName?: unknown });
 
-describe('traffic records in namespaces', { timeout: 300_000 }, () => {
+describe('traffic records in namespaces', { timeout: 420_000 }, () => {
   const nss = new Namespaces();
   let dir = '';
   let nodeNs = '';
@@ -224,6 +224,20 @@ describe('traffic records in namespaces', { timeout: 300_000 }, () => {
     assert.ok(f.packetsSent >= 4n && f.bytesSent >= 4n * 40n + 4n, `sent ${f.packetsSent} packets, ${f.bytesSent} bytes`);
     assert.ok(f.packetsReceived >= 3n && f.bytesReceived >= 3n * 40n + 4n, `received ${f.packetsReceived} packets, ${f.bytesReceived} bytes`);
     assert.ok(f.startMs > 0n && f.endMs >= f.startMs, `start ${f.startMs} end ${f.endMs}`);
+  });
+
+  it('records a closed connection as ended once connection tracking ends its entry', async () => {
+    // TIME_WAIT of 1 s in this node's namespace (120 s by default); the kernel's garbage
+    // collection reaps the entry after that, within a minute.
+    await must(inNs(nodeNs, 'sh', '-c', 'echo 1 > /proc/sys/net/netfilter/nf_conntrack_tcp_timeout_time_wait'));
+    assert.equal((await inPod('a', PROBE, '2600:1::2', '8080', '10000')).stdout.trim(), 'ok');
+    const ended = await until('the closed connection to end', 120_000, () =>
+      records().find((r) => r.kind.case === 'flow' && r.kind.value.event === 'end' && r.kind.value.peerAddress === '2600:1::2' && r.kind.value.peerPort === 8080),
+    );
+    assert.equal(ended.podId, ids.a);
+    if (ended.kind.case !== 'flow') return;
+    assert.deepEqual([ended.kind.value.direction, ended.kind.value.podAddress], ['out', addrs.a!.ipv6]);
+    assert.ok(ended.kind.value.bytesSent > 0n && ended.kind.value.bytesReceived > 0n);
   });
 
   it("leaves a pod's queries to the resolver out of the flows", async () => {
