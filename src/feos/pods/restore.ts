@@ -27,7 +27,7 @@ import { normalizeSpec } from './spec.ts';
 import { POD_RECORD_VERSION } from './records.ts';
 import type { PodNetworkAttachment } from './network.ts';
 import { createMicroVm, podDiskPath, startBringUp } from './bring-up.ts';
-import { type CheckpointManifest, checkpointKey, chunkPrefix, DISK_FILE, fetchVerified, listCheckpoints, MEMORY_FILE, parseCheckpointName, readManifest } from './checkpoint.ts';
+import { type CheckpointManifest, checkpointKey, chunkPrefix, DISK_FILE, packPrefix, fetchVerified, listCheckpoints, MEMORY_FILE, parseCheckpointName, readManifest } from './checkpoint.ts';
 import { stateDirOf } from './hibernate.ts';
 import { removeInFlight, writeInFlight } from './in-flight.ts';
 import { randomBytes } from 'node:crypto';
@@ -136,7 +136,8 @@ async function restoreLocked(core: PodCore, id: string, existing: PodInfo | unde
   const tmpMemory = join(o.disksDir, `.${id}.memory.restore`);
   const file = (name: string) => {
     const f = m.files.find((x) => x.name === name)!;
-    return { key: f.chunks ? chunkPrefix(id) : checkpointKey(id, checkpoint, name), sizeBytes: f.sizeBytes, sha256: f.sha256, chunks: f.chunks };
+    const key = f.packed ? packPrefix(id) : f.chunks ? chunkPrefix(id) : checkpointKey(id, checkpoint, name);
+    return { key, sizeBytes: f.sizeBytes, sha256: f.sha256, chunks: f.chunks, packed: f.packed };
   };
   const what = `checkpoint ${checkpoint} of pod ${id}`;
   const tmpVolume = (vid: string) => `${o.volumes!.diskPath(vid)}.restore`;
@@ -230,7 +231,7 @@ async function restoreLocked(core: PodCore, id: string, existing: PodInfo | unde
  */
 export async function dropClaimedData(core: PodCore, id: string, checkpoint: string, m: CheckpointManifest): Promise<void> {
   const store = core.o.objectStore!;
-  const whole = m.files.filter((f) => !f.chunks).map((f) => checkpointKey(id, checkpoint, f.name));
+  const whole = m.files.filter((f) => !f.chunks && !f.packed).map((f) => checkpointKey(id, checkpoint, f.name));
   for (const key of [...whole, ...m.volumes.map((v) => v.key)]) {
     await store.delete(key).catch((err: unknown) => core.log.warn({ id, checkpoint, key, err: errorMessage(err) }, 'restore: a checkpoint file was not removed'));
   }
