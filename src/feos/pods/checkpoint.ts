@@ -307,9 +307,14 @@ export async function fetchVerified(store: ObjectStore, want: ExpectedObject, pa
   try {
     try {
       if (want.packed) {
-        const got = await readPacked(store, want.key, want.packed, fh, { signal, onWriteError: (err) => new LocalWriteError(path, err) });
-        size = got.sizeBytes;
-        sha256 = got.sha256;
+        // Written in place, out of order; each chunk was checked, the whole file is read back once.
+        await readPacked(store, want.key, want.packed, fh, { signal, onWriteError: (err) => new LocalWriteError(path, err) });
+        const hash = createHash('sha256');
+        for await (const piece of createReadStream(path, { highWaterMark: 1024 * 1024 })) {
+          hash.update(piece as Buffer);
+          size += (piece as Buffer).byteLength;
+        }
+        sha256 = hash.digest('hex');
       } else {
         const hash = createHash('sha256');
         const source = want.chunks ? getChunked(store, want.key, want.chunks, { signal }) : store.get(want.key, { signal });

@@ -145,6 +145,7 @@ async function restoreLocked(core: PodCore, id: string, existing: PodInfo | unde
   const stateDir = stateDirOf(core);
   const token = randomBytes(8).toString('hex');
   let won = false;
+  const f0 = performance.now();
   try {
     await fetchVerified(store, file(DISK_FILE), tmpDisk, what);
     if (memory) await fetchVerified(store, file(MEMORY_FILE), tmpMemory, what);
@@ -192,7 +193,7 @@ async function restoreLocked(core: PodCore, id: string, existing: PodInfo | unde
   pod.ipv6Address = '';
   pod.ipv4Address = '';
   const reason = `restored from checkpoint ${checkpoint}${memory ? '' : ' (its disk alone)'}`;
-  core.log.info({ id, checkpoint, memory, from: m.node }, 'restore');
+  core.log.info({ id, checkpoint, memory, from: m.node, fetchMs: Math.round(performance.now() - f0) }, 'restore');
   try {
     if (o.vms.get(id)) await o.vms.delete(id);
     if (!memory) {

@@ -174,32 +174,43 @@ interface Range {
   chunks: Array<{ chunk: PackedChunk; fileOffset: number }>;
 }
 
-/** The ranges that read a file's chunks: neighbours in one pack (or repeats) share a range of at most `RANGE_BYTES`. */
+/**
+ * The ranges that read a file's chunks: per pack, its chunks by offset, neighbours (less than `RANGE_GAP_BYTES`
+ * apart) in one range of at most `RANGE_BYTES`; a chunk the file holds twice is fetched once.
+ */
 function rangesOf(chunks: PackedChunk[]): Range[] {
-  const out: Range[] = [];
-  let cur: Range | undefined;
+  const byPack = new Map<string, Array<{ chunk: PackedChunk; fileOffset: number }>>();
   let fileOffset = 0;
   for (const c of chunks) {
-    const end = c.offset + c.sizeBytes;
-    const fits = cur && cur.pack === c.pack && c.offset >= cur.start && c.offset <= cur.end + RANGE_GAP_BYTES && Math.max(cur.end, end) - cur.start <= RANGE_BYTES;
-    if (cur && fits) {
-      cur.end = Math.max(cur.end, end);
-    } else {
-      cur = { pack: c.pack, start: c.offset, end, chunks: [] };
-      out.push(cur);
-    }
-    cur.chunks.push({ chunk: c, fileOffset });
+    let list = byPack.get(c.pack);
+    if (!list) byPack.set(c.pack, (list = []));
+    list.push({ chunk: c, fileOffset });
     fileOffset += c.sizeBytes;
+  }
+  const out: Range[] = [];
+  for (const [pack, list] of byPack) {
+    list.sort((x, y) => x.chunk.offset - y.chunk.offset || x.fileOffset - y.fileOffset);
+    let cur: Range | undefined;
+    for (const e of list) {
+      const end = e.chunk.offset + e.chunk.sizeBytes;
+      if (cur && e.chunk.offset <= cur.end + RANGE_GAP_BYTES && Math.max(cur.end, end) - cur.start <= RANGE_BYTES) {
+        cur.end = Math.max(cur.end, end);
+      } else {
+        cur = { pack, start: e.chunk.offset, end, chunks: [] };
+        out.push(cur);
+      }
+      cur.chunks.push(e);
+    }
   }
   return out;
 }
 
 /**
  * Reads a packed file into `fh` (from its offset 0), each chunk written at its place: ranged GETs of the packs,
- * `RANGES_AT_ONCE` at a time, every chunk checked against its SHA-256 and size; the whole file's SHA-256 is
- * computed in order as the ranges arrive.
+ * `RANGES_AT_ONCE` at a time, every chunk checked against its SHA-256 before it is written. The caller checks the
+ * whole file (its size and SHA-256) once it is written.
  * @param onWriteError wraps a failed write to `fh` (so that the caller can tell the node's disk from the store)
- * @returns the file's size (bytes) and SHA-256
+ * @returns the file's size (bytes) and how many GETs read it
  * @throws ObjectNotFoundError (store.ts) for a missing pack; ObjectStoreError (failure `damaged`) naming the pack
  *   and the chunk when its bytes differ; ObjectStoreError from the store; what `onWriteError` returns
  */
@@ -208,63 +219,49 @@ export async function readPacked(
   prefix: string,
   chunks: PackedChunk[],
   fh: FileHandle,
-  options: { signal?: AbortSignal; onWriteError?: (err: unknown) => Error; onProgress?: (bytes: number) => void } = {},
-): Promise<{ sizeBytes: number; sha256: string }> {
+  options: { signal?: AbortSignal; onWriteError?: (err: unknown) => Error } = {},
+): Promise<{ sizeBytes: number; requests: number }> {
   const ranges = rangesOf(chunks);
-  const whole = createHash('sha256');
-  const done = new Map<number, Buffer[]>();
-  let hashedUpTo = 0;
-  let size = 0;
   let next = 0;
   let failed: unknown;
-  const one = async (i: number) => {
-    const r = ranges[i]!;
+  const write = async (bytes: Uint8Array, from: number, length: number, at: number) => {
+    try {
+      await fh.write(bytes, from, length, at);
+    } catch (err: unknown) {
+      throw options.onWriteError ? options.onWriteError(err) : err;
+    }
+  };
+  const one = async (r: Range) => {
     const key = packKey(prefix, r.pack);
-    const bytes = Buffer.from(await store.getRange(key, r.start, r.end - r.start, { signal: options.signal }));
-    const pieces: Buffer[] = [];
-    // Chunks that follow each other in the pack follow each other in the file: one write for each such run.
+    const bytes = await store.getRange(key, r.start, r.end - r.start, { signal: options.signal });
+    // Chunks that follow each other in the pack and in the file: one write for each such run.
     let run: { from: number; to: number; fileOffset: number } | undefined;
-    const flush = async () => {
-      if (!run) return;
-      try {
-        await fh.write(bytes, run.from, run.to - run.from, run.fileOffset);
-      } catch (err: unknown) {
-        throw options.onWriteError ? options.onWriteError(err) : err;
-      }
-      run = undefined;
-    };
+    let checked = -1;
     for (const { chunk, fileOffset } of r.chunks) {
       const from = chunk.offset - r.start;
-      const piece = bytes.subarray(from, from + chunk.sizeBytes);
-      const got = createHash('sha256').update(piece).digest('hex');
-      if (got !== chunk.sha256) {
-        throw new ObjectStoreError(key, `${store.url}: pack ${key}: the chunk at bytes ${chunk.offset} to ${chunk.offset + chunk.sizeBytes - 1} has SHA-256 ${got}, not ${chunk.sha256} (damaged in storage or transfer)`, {
-          failure: 'damaged',
-        });
+      if (chunk.offset !== checked) {
+        const got = createHash('sha256').update(bytes.subarray(from, from + chunk.sizeBytes)).digest('hex');
+        if (got !== chunk.sha256) {
+          throw new ObjectStoreError(key, `${store.url}: pack ${key}: the chunk at bytes ${chunk.offset} to ${chunk.offset + chunk.sizeBytes - 1} has SHA-256 ${got}, not ${chunk.sha256} (damaged in storage or transfer)`, {
+            failure: 'damaged',
+          });
+        }
+        checked = chunk.offset;
       }
-      if (run && run.to === from) run.to += chunk.sizeBytes;
-      else {
-        await flush();
-        run = { from, to: from + chunk.sizeBytes, fileOffset };
+      if (run && run.to === from && run.fileOffset + (run.to - run.from) === fileOffset) {
+        run.to += chunk.sizeBytes;
+        continue;
       }
-      pieces.push(piece);
+      if (run) await write(bytes, run.from, run.to - run.from, run.fileOffset);
+      run = { from, to: from + chunk.sizeBytes, fileOffset };
     }
-    await flush();
-    done.set(i, pieces);
-    while (done.has(hashedUpTo)) {
-      for (const p of done.get(hashedUpTo)!) {
-        whole.update(p);
-        size += p.byteLength;
-      }
-      done.delete(hashedUpTo++);
-    }
-    options.onProgress?.(size);
+    if (run) await write(bytes, run.from, run.to - run.from, run.fileOffset);
   };
   const worker = async () => {
     while (!failed && next < ranges.length) {
-      const i = next++;
+      const r = ranges[next++]!;
       try {
-        await one(i);
+        await one(r);
       } catch (err: unknown) {
         failed ??= err;
       }
@@ -272,7 +269,7 @@ export async function readPacked(
   };
   await Promise.all(Array.from({ length: Math.min(RANGES_AT_ONCE, ranges.length) }, worker));
   if (failed) throw failed;
-  return { sizeBytes: size, sha256: whole.digest('hex') };
+  return { sizeBytes: chunks.reduce((n, c) => n + c.sizeBytes, 0), requests: ranges.length };
 }
 
 /** The packs below `prefix`, by name. @throws ObjectStoreError when the store fails */
