@@ -148,7 +148,9 @@ try {
     `    of it: suspend (QEMU writes its stream) ${s(t1.suspendMs ?? 0)}, chunk and upload ${s(t1.uploadMs ?? 0)} (waiting for the store ${s(t1.waitedMs ?? 0)}), manifest ${s(t1.manifestMs ?? 0)} (${mib(t1.manifestBytes ?? 0)} MiB); upload alone to the SDK's: ${((t1.uploadMs ?? 0) / upload).toFixed(2)}`,
   );
   console.log(`  restore on B with its memory (fetch, check, resume) ${s(restore)}   ratio to the SDK's download ${(restore / download).toFixed(2)} (goal 1.5)`);
-  console.log(`    of it: fetch and check ${s(tr.fetchMs ?? 0)} (to the SDK's download ${((tr.fetchMs ?? 0) / download).toFixed(2)}), the rest (claim, QEMU loads the stream, resume) ${s(restore - (tr.fetchMs ?? 0))}`);
+  console.log(
+    `    of it: copy ${s(tr.allMs ?? 0)}: ranged GETs, chunks checked and written ${s(tr.fetchMs ?? 0)} (to the SDK's download ${((tr.fetchMs ?? 0) / download).toFixed(2)}), whole files checked ${s(tr.checkMs ?? 0)}, fsync ${s(tr.syncMs ?? 0)}; the rest (claim, QEMU loads the stream, resume) ${s(restore - (tr.allMs ?? 0))}`,
+  );
   console.log(`  local suspend ${s(suspend)}, local resume ${s(resume)}; the restore from S3 is ${(restore / resume).toFixed(2)} times the local resume`);
   console.log(
     `  second hibernation (on B, the pod unchanged)       ${s(hibernate2)}   uploaded ${mib(m2.uploadedBytes)} of ${mib(total2)} MiB: ${((100 * m2.uploadedBytes) / total2).toFixed(1)} % (goal 5 %; first: ${((100 * m1.uploadedBytes) / total1).toFixed(0)} %)`,

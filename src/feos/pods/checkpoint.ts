@@ -276,6 +276,13 @@ export interface ExpectedObject {
   packed?: PackedChunk[];
 }
 
+/** Where a restore's copy spent its time (ms), added to by `fetchVerified`: ranged GETs and writes, the whole file's check, its fsync. */
+export interface FetchTimings {
+  fetchMs: number;
+  checkMs: number;
+  syncMs: number;
+}
+
 /** A write to the node's own disk that failed while an object was copied (the store is not to blame). */
 class LocalWriteError extends Error {
   readonly path: string;
@@ -300,7 +307,8 @@ class LocalWriteError extends Error {
  *   URL: ...") or the node's disk does ("this node's state dir is full (the object store is not):
  *   writing PATH: ENOSPC ..." or "this node's state dir failed: ...")
  */
-export async function fetchVerified(store: ObjectStore, want: ExpectedObject, path: string, what: string, signal?: AbortSignal): Promise<void> {
+export async function fetchVerified(store: ObjectStore, want: ExpectedObject, path: string, what: string, signal?: AbortSignal, timings?: FetchTimings): Promise<void> {
+  const t0 = performance.now();
   let sha256: string;
   let size = 0;
   const fh = await open(path, 'w', 0o600);
@@ -309,12 +317,15 @@ export async function fetchVerified(store: ObjectStore, want: ExpectedObject, pa
       if (want.packed) {
         // Written in place, out of order; each chunk was checked, the whole file is read back once.
         await readPacked(store, want.key, want.packed, fh, { signal, onWriteError: (err) => new LocalWriteError(path, err) });
+        if (timings) timings.fetchMs += performance.now() - t0;
+        const h0 = performance.now();
         const hash = createHash('sha256');
         for await (const piece of createReadStream(path, { highWaterMark: 1024 * 1024 })) {
           hash.update(piece as Buffer);
           size += (piece as Buffer).byteLength;
         }
         sha256 = hash.digest('hex');
+        if (timings) timings.checkMs += performance.now() - h0;
       } else {
         const hash = createHash('sha256');
         const source = want.chunks ? getChunked(store, want.key, want.chunks, { signal }) : store.get(want.key, { signal });
@@ -335,11 +346,13 @@ export async function fetchVerified(store: ObjectStore, want: ExpectedObject, pa
       const code = storeFailureCode(err);
       throw new FeosError(code, `${code === 'DATA_LOSS' ? `${what}: ` : ''}object store ${store.url}: ${errorMessage(err)}${code === 'DATA_LOSS' ? '; nothing was restored' : ''}`, { cause: err });
     }
+    const s0 = performance.now();
     try {
       await fh.sync();
     } catch (err: unknown) {
       throw new LocalWriteError(path, err).toFeos();
     }
+    if (timings) timings.syncMs += performance.now() - s0;
   } catch (err: unknown) {
     await fh.close().catch(() => {});
     await rm(path, { force: true });

@@ -38,7 +38,7 @@ export const PACK_BYTES = 8 * 1024 * 1024;
 export const PACK_UPLOADS_AT_ONCE = 6;
 /** How many ranged GETs a read runs at once, and the longest range (bytes). */
 export const RANGES_AT_ONCE = 8;
-export const RANGE_BYTES = 8 * 1024 * 1024;
+export const RANGE_BYTES = 16 * 1024 * 1024;
 /** Bytes of a pack that a range reads past to reach the next chunk, rather than making another request. */
 const RANGE_GAP_BYTES = 64 * 1024;
 
@@ -183,7 +183,10 @@ function rangesOf(chunks: PackedChunk[]): Range[] {
   let fileOffset = 0;
   for (const c of chunks) {
     let list = byPack.get(c.pack);
-    if (!list) byPack.set(c.pack, (list = []));
+    if (!list) {
+      list = [];
+      byPack.set(c.pack, list);
+    }
     list.push({ chunk: c, fileOffset });
     fileOffset += c.sizeBytes;
   }
@@ -219,7 +222,7 @@ export async function readPacked(
   prefix: string,
   chunks: PackedChunk[],
   fh: FileHandle,
-  options: { signal?: AbortSignal; onWriteError?: (err: unknown) => Error } = {},
+  options: { signal?: AbortSignal; onWriteError?: (err: unknown) => Error; rangesAtOnce?: number } = {},
 ): Promise<{ sizeBytes: number; requests: number }> {
   const ranges = rangesOf(chunks);
   let next = 0;
@@ -267,7 +270,7 @@ export async function readPacked(
       }
     }
   };
-  await Promise.all(Array.from({ length: Math.min(RANGES_AT_ONCE, ranges.length) }, worker));
+  await Promise.all(Array.from({ length: Math.min(options.rangesAtOnce ?? RANGES_AT_ONCE, ranges.length) }, worker));
   if (failed) throw failed;
   return { sizeBytes: chunks.reduce((n, c) => n + c.sizeBytes, 0), requests: ranges.length };
 }

@@ -167,6 +167,32 @@ test('hibernate to S3 on one feosd, restore on another with its memory, dedup th
     assert.notEqual(got.guest!.bootId, bootId, 'a new boot');
   });
 
+  await step('credentials the store refuses fail a hibernation FAILED_PRECONDITION naming the store; the pod stays SUSPENDED on its node and hibernates once they are right', async () => {
+    // The server's tempauth key of the user changes under feosd A (a rotated secret): A's requests are refused.
+    const conf = join(s3.dir, 'etc', 'proxy-server.conf');
+    const good = readFileSync(conf, 'utf8');
+    assert.match(good, /^user_test_tester = testing /m);
+    const swap = async (text: string) => {
+      await s3.pause();
+      writeFileSync(conf, text);
+      await s3.resume();
+    };
+    await swap(good.replace(/^user_test_tester = testing /m, 'user_test_tester = rotated '));
+    try {
+      const err = await a.pods.hibernatePod({ id: ID }).then(
+        () => assert.fail('a hibernation with refused credentials succeeded'),
+        (e: unknown) => e,
+      );
+      assert.equal(code(err), status.FAILED_PRECONDITION, details(err));
+      assert.match(details(err), new RegExp(`s3://${BUCKET}/${PREFIX}: .*(SignatureDoesNotMatch|AccessDenied|InvalidAccessKeyId).*check the bucket ${BUCKET}, --s3-endpoint, --s3-region and the AWS credentials`));
+      assert.match(details(err), /the pod stays (RUNNING|SUSPENDED) on the node/);
+      const pod = (await a.pods.getPod({ id: ID })).pod!;
+      assert.equal(pod.state, PodState.SUSPENDED, pod.reason);
+    } finally {
+      await swap(good);
+    }
+  });
+
   await step('a store that stops during a hibernation fails it UNAVAILABLE naming the store; the pod stays SUSPENDED on its node and hibernates once the store is back', async () => {
     const hibernating = a.pods.hibernatePod({ id: ID }).then(
       () => undefined,
@@ -194,6 +220,19 @@ test('hibernate to S3 on one feosd, restore on another with its memory, dedup th
     assert.equal(pod.state, PodState.SUSPENDED, pod.reason);
     const again = await a.pods.hibernatePod({ id: ID });
     assert.equal(again.pod!.state, PodState.HIBERNATED);
+  });
+
+  await step('a restore from a bucket that does not exist is FAILED_PRECONDITION naming it; nothing changes', async () => {
+    const baseC = join(dir, 'c');
+    mkdirSync(baseC);
+    const c = await startFeosd(baseC, { guestDir: GUEST_DIR, extra: ['--object-store', 's3://feos-no-such-bucket/x', '--s3-endpoint', s3.endpoint], env });
+    try {
+      await assert.rejects(c.pods.restorePod({ id: ID }), (e) => code(e) === status.FAILED_PRECONDITION && /NoSuchBucket \(404\).*check the bucket feos-no-such-bucket/.test(details(e)));
+      await assert.rejects(c.pods.getPod({ id: ID }), (e) => code(e) === status.NOT_FOUND, 'C has no pod');
+    } finally {
+      await c.stop('SIGKILL');
+    }
+    assert.equal((await a.pods.getPod({ id: ID })).pod!.state, PodState.HIBERNATED, "A's pod stays HIBERNATED");
   });
 
   await step('a restore of a checkpoint whose manifest is not in the store is NOT_FOUND naming it; nothing changes', async () => {
