@@ -223,6 +223,8 @@ test('hibernate to S3 on one feosd, restore on another with its memory, dedup th
   });
 
   await step('a restore from a bucket that does not exist is FAILED_PRECONDITION naming it; nothing changes', async () => {
+    // B's stale HIBERNATED record (of the checkpoint A restored) goes first: B has no pod then.
+    await b.pods.deletePod({ id: ID });
     const baseC = join(dir, 'c');
     mkdirSync(baseC);
     const c = await startFeosd(baseC, { guestDir: GUEST_DIR, extra: ['--object-store', 's3://feos-no-such-bucket/x', '--s3-endpoint', s3.endpoint], env });
