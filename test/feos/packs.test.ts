@@ -12,7 +12,9 @@ import { pathToFileURL } from 'node:url';
 import { after, before, test } from 'node:test';
 import { S3Client } from '@aws-sdk/client-s3';
 import {
+  ChunkCutter,
   type ChunkIndex,
+  contentDefinedChunks,
   listPacks,
   LocalDirObjectStore,
   ObjectNotFoundError,
@@ -65,6 +67,22 @@ async function readBack(store: ObjectStore, chunks: PackedChunk[], path: string)
   }
   return readFileSync(path);
 }
+
+test('packed chunks: 1 KiB to 32 KiB, about 4 KiB on average, the same cuts however the stream is read', { timeout: 60_000 }, async () => {
+  const data = randomBytes(8 * 1024 * 1024);
+  const cut = async (size: number) => {
+    const out: Buffer[] = [];
+    for await (const c of contentDefinedChunks(pieces(data, size), PACKED_CHUNKS)) out.push(c);
+    return out;
+  };
+  const a = await cut(1 << 20);
+  assert.ok(Buffer.concat(a).equals(data));
+  for (const c of a.slice(0, -1)) assert.ok(c.length >= PACKED_CHUNKS.minBytes && c.length <= PACKED_CHUNKS.maxBytes, `a chunk of ${c.length} bytes`);
+  const avg = data.length / a.length;
+  assert.ok(avg > 3 * 1024 && avg < 6 * 1024, `${avg.toFixed(0)} bytes on average`);
+  assert.deepEqual((await cut(4097)).map(sha), a.map(sha));
+  assert.throws(() => new ChunkCutter({ minBytes: 1024, avgBytes: 5000, maxBytes: 32768 }), RangeError, 'an average that is not a power of two');
+});
 
 let server: S3Server | undefined;
 let buckets = 0;

@@ -430,5 +430,10 @@ export async function prunePodChunks(store: ObjectStore, podId: string): Promise
       for (const c of f.packed ?? []) keepPacks.add(c.pack);
     }
   }
-  return (await pruneChunks(store, chunkPrefix(podId), keepChunks)) + (await prunePacks(store, packPrefix(podId), keepPacks));
+  const removed = (await pruneChunks(store, chunkPrefix(podId), keepChunks)) + (await prunePacks(store, packPrefix(podId), keepPacks));
+  // Half-written packs a kill left (a directory store's .part files) and directories left empty: nothing uploads
+  // the pod's packs while it is pruned.
+  await store.deleteLeftovers?.(chunkPrefix(podId));
+  await store.deleteLeftovers?.(packPrefix(podId));
+  return removed;
 }
