@@ -15,13 +15,12 @@
 import { createHash } from 'node:crypto';
 
 /**
- * No chunk is shorter (but the last), nor longer; cuts aim at `AVG_CHUNK_BYTES`. Measured on two migration
- * streams of a 256 MiB guest hibernated a few seconds apart (1516 of its 65555 pages changed, scattered over
- * its memory; docs/feos/object-store.md): the second upload was 57 % of the stream with chunks of 1 MiB on
- * average, 20 % with 64 KiB, 10 % with 16 KiB and 5 % with 4 KiB (pages alone: 3.3 %). But every chunk is an
- * object: through Swift's s3api here, 2 254 chunks of 64 KiB made a hibernation 21 times as long as uploading
- * the same bytes with the SDK, against 2.3 times with 1 MiB (bench/feos-s3). So 1 MiB, until small chunks go into packs
- * of several MiB (one object each), which would give both.
+ * The sizes of version 2 checkpoints, whose chunks are objects of their own (chunked.ts): no chunk is shorter
+ * (but the last), nor longer; cuts aim at `AVG_CHUNK_BYTES`. Every object costs an S3 request, so chunks had to
+ * be large, and a second hibernation uploaded 60 % of the first (most 1 MiB chunks hold a changed page).
+ * Version 3 cuts `PACKED_CHUNKS`, 4 KiB on average, and groups them into packs (packs.ts): bench/feos-s3 measured
+ * 65 % of a second stream in new chunks at 1 MiB, 7.8 % at 16 KiB, 5.0 to 5.4 % at 8 KiB, 3.5 % at 4 KiB, 2.5 % at
+ * 2 KiB (docs/feos/object-store.md).
  */
 export const MIN_CHUNK_BYTES = 256 * 1024;
 export const AVG_CHUNK_BYTES = 1024 * 1024;
