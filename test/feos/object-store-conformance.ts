@@ -6,7 +6,7 @@
 import assert from 'node:assert/strict';
 import { createHash } from 'node:crypto';
 import { test } from 'node:test';
-import { ObjectNotFoundError, type ObjectStore } from '../../src/feos/store/index.ts';
+import { ObjectNotFoundError, type ObjectStore, ObjectStoreError } from '../../src/feos/store/index.ts';
 
 /** Yields the parts in order, calling `onEach` before each. */
 export async function* chunks(parts: Uint8Array[], onEach?: () => void): AsyncIterable<Uint8Array> {
@@ -38,6 +38,11 @@ export function objectStoreConformance(name: string, open: () => Promise<{ store
     }
     assert.equal(read, put.sizeBytes);
     assert.equal(h.digest('hex'), put.sha256);
+    const whole = Buffer.concat([a, b]);
+    assert.ok(Buffer.from(await store.getRange('pods/abcdefghjkm/c1/memory', 1000, 5000)).equals(whole.subarray(1000, 6000)), 'a range reads those bytes');
+    assert.ok(Buffer.from(await store.getRange('pods/abcdefghjkm/c1/memory', whole.length - 4, 4)).equals(b), 'a range at the end');
+    await assert.rejects(store.getRange('pods/abcdefghjkm/c1/memory', whole.length - 4, 10), (e: unknown) => e instanceof ObjectStoreError && e.failure === 'damaged' && e.key === 'pods/abcdefghjkm/c1/memory', 'a range past the end: the object is shorter than its reader was told');
+    await assert.rejects(store.getRange('pods/abcdefghjkm/c1/nothing', 0, 10), ObjectNotFoundError);
     await store.put('pods/abcdefghjkm/c1/manifest.json', new TextEncoder().encode('{}'));
     assert.equal(new TextDecoder().decode(await store.getBytes('pods/abcdefghjkm/c1/manifest.json')), '{}');
     assert.deepEqual(await store.list('pods/abcdefghjkm'), ['pods/abcdefghjkm/c1/manifest.json', 'pods/abcdefghjkm/c1/memory']);

@@ -82,6 +82,10 @@ test('a hibernation killed after its manifest ends HIBERNATED; one killed before
   mkdirSync(join(store, 'pods', cut, CK), { recursive: true });
   writeFileSync(join(store, 'pods', cut, CK, 'memory'), 'm');
   writeFileSync(join(store, 'pods', cut, CK, '.disk.qcow2.1a2b3c4d.part'), 'd');
+  // A pack its upload put, which no manifest names.
+  mkdirSync(join(store, 'pods', cut, 'packs'), { recursive: true });
+  writeFileSync(join(store, 'pods', cut, 'packs', '0123456789abcdef0123456789abcdef'), 'pack');
+  writeFileSync(join(store, 'pods', cut, 'packs', '.fedcba9876543210fedcba9876543210.1a2b3c4d.part'), 'half a pack');
   marker(state, cut, 'hibernate');
 
   // 3. A restore from another node, killed after its claim: the copied disk waits beside its place.
@@ -118,7 +122,7 @@ test('a hibernation killed after its manifest ends HIBERNATED; one killed before
   assert.notEqual(PodState[p2.state], 'SUSPENDED', 'never SUSPENDED without a snapshot');
   assert.match(p2.reason, /StartPod boots its disk/);
   assert.ok(existsSync(join(disks, `${cut}.qcow2`)), 'its disk stays');
-  assert.equal(existsSync(join(store, 'pods', cut)), false, 'the half checkpoint left the store, half objects too');
+  assert.equal(existsSync(join(store, 'pods', cut)), false, 'the half checkpoint left the store, half objects and its packs too');
 
   const p3 = await get(claimed);
   assert.equal(PodState[p3.state], 'FAILED', p3.reason);

@@ -18,9 +18,9 @@ import { create } from '@bufbuild/protobuf';
 import { HibernationStatusSchema, type HibernationStatus, type PodInfo, PodState, type PodVolume } from '../gen/feos/pod/v1/pod_pb.js';
 import { errorMessage, FeosError } from '../api/index.ts';
 import { vmPaths } from '../microvm/index.ts';
-import { listChunks, putChunked, storeFailureCode } from '../store/index.ts';
+import { PackWriter, storeFailureCode } from '../store/index.ts';
 import { podDiskPath } from './bring-up.ts';
-import { checkpointKey, chunkPrefix, DISK_FILE, fileChunks, MANIFEST_VERSION, manifestBytes, MEMORY_FILE, newCheckpointName, prunePodChunks, volumeKey, type CheckpointFile, type CheckpointVolume } from './checkpoint.ts';
+import { checkpointKey, DISK_FILE, fileChunks, MANIFEST_VERSION, manifestBytes, MEMORY_FILE, newCheckpointName, packPrefix, podChunkIndex, prunePodChunks, volumeKey, type CheckpointFile, type CheckpointVolume } from './checkpoint.ts';
 import type { PodCore } from './core.ts';
 import { suspendLocked } from './lifecycle.ts';
 import { removeInFlight, writeInFlight } from './in-flight.ts';
@@ -129,6 +129,7 @@ async function hibernateLocked(core: PodCore, pod: PodInfo, h: Hibernation): Pro
     throw new FeosError('FAILED_PRECONDITION', `pod ${id} is ${PodState[pod.state]}: a RUNNING, SUSPENDED, STOPPED or FAILED pod hibernates`);
   }
   h.memory = pod.state === PodState.RUNNING || pod.state === PodState.SUSPENDED;
+  const t0 = performance.now();
   if (pod.state === PodState.RUNNING) {
     h.step = 'suspend';
     pod = await suspendLocked(core, pod, { reason: 'suspended to hibernate' });
@@ -153,34 +154,36 @@ async function hibernateLocked(core: PodCore, pod: PodInfo, h: Hibernation): Pro
   h.step = 'upload';
   const written: CheckpointFile[] = [];
   const volumes: CheckpointVolume[] = [];
-  const created: string[] = [];
-  const chunks = chunkPrefix(id);
+  let volumeBytes = 0;
+  let packs: PackWriter | undefined;
+  const t = { suspendMs: Math.round(performance.now() - t0), uploadMs: 0, waitedMs: 0, manifestMs: 0, manifestBytes: 0 };
+  const u0 = performance.now();
   const removeUploads = async () => {
+    await packs?.settle();
     for (const f of files) if (f.volume) await store.delete(f.key).catch(() => {});
-    // The chunks this hibernation added (those of earlier checkpoints stay), half-written objects and the
+    // The packs this hibernation added (those of earlier checkpoints stay), half-written objects and the
     // checkpoint's directories.
-    for (const k of created) await store.delete(k).catch(() => {});
+    for (const k of packs?.created ?? []) await store.delete(k).catch(() => {});
     for (const f of files) await store.deleteLeftovers?.(f.key.slice(0, f.key.lastIndexOf('/'))).catch(() => {});
   };
   try {
     let before = 0;
-    const known = await listChunks(store, chunks);
+    packs = new PackWriter(store, packPrefix(id), await podChunkIndex(store, id), { signal: h.abandon.signal });
     for (const f of files) {
       if (h.abandon.signal.aborted) throw abandoned(id);
       const onProgress = (n: number) => {
         h.bytesDone = before + n;
+        h.bytesUploaded = packs!.uploadedBytes + volumeBytes;
       };
       if (!f.volume) {
-        const put = await putChunked(store, chunks, fileChunks(f.path, h.abandon.signal), { known, signal: h.abandon.signal, onProgress });
-        created.push(...put.created);
+        const put = await packs.putFile(fileChunks(f.path, h.abandon.signal), onProgress);
         before += put.sizeBytes;
-        h.bytesUploaded += put.uploadedBytes;
-        written.push({ name: f.name, sizeBytes: put.sizeBytes, sha256: put.sha256, chunks: put.chunks });
+        written.push({ name: f.name, sizeBytes: put.sizeBytes, sha256: put.sha256, packed: put.chunks });
         continue;
       }
       const put = await store.put(f.key, fileChunks(f.path, h.abandon.signal), { signal: h.abandon.signal, onProgress });
       before += put.sizeBytes;
-      h.bytesUploaded += put.sizeBytes;
+      volumeBytes += put.sizeBytes;
       const rec = o.volumes!.get(f.volume.volumeId)!;
       volumes.push({
         name: f.volume.name,
@@ -193,6 +196,10 @@ async function hibernateLocked(core: PodCore, pod: PodInfo, h: Hibernation): Pro
         sha256: put.sha256,
       });
     }
+    await packs.finish();
+    h.bytesUploaded = packs.uploadedBytes + volumeBytes;
+    t.uploadMs = Math.round(performance.now() - u0);
+    t.waitedMs = Math.round(packs.waitedMs);
     if (h.abandon.signal.aborted) throw abandoned(id);
   } catch (err: unknown) {
     await removeUploads();
@@ -202,10 +209,9 @@ async function hibernateLocked(core: PodCore, pod: PodInfo, h: Hibernation): Pro
   }
   // The manifest makes the checkpoint whole: from here on nothing abandons it.
   h.step = 'manifest';
+  const m0 = performance.now();
   try {
-    await store.put(
-      checkpointKey(id, h.checkpoint, 'manifest.json'),
-      manifestBytes({
+    const body = manifestBytes({
         version: MANIFEST_VERSION,
         podId: id,
         checkpoint: h.checkpoint,
@@ -217,8 +223,10 @@ async function hibernateLocked(core: PodCore, pod: PodInfo, h: Hibernation): Pro
         files: written,
         volumes,
         uploadedBytes: h.bytesUploaded,
-      }),
-    );
+      });
+    t.manifestBytes = body.byteLength;
+    await store.put(checkpointKey(id, h.checkpoint, 'manifest.json'), body);
+    t.manifestMs = Math.round(performance.now() - m0);
   } catch (err: unknown) {
     await removeUploads();
     await removeInFlight(stateDirOf(core), id, 'hibernate').catch(() => {});
@@ -227,7 +235,7 @@ async function hibernateLocked(core: PodCore, pod: PodInfo, h: Hibernation): Pro
   h.step = 'release';
   const released = await releaseHibernated(core, pod, h.checkpoint, h.memory, volumes);
   await pruneAfter(core, id, 'hibernate');
-  core.log.info({ id, checkpoint: h.checkpoint, bytes: h.bytesDone, uploaded: h.bytesUploaded }, 'hibernated');
+  core.log.info({ id, checkpoint: h.checkpoint, bytes: h.bytesDone, uploaded: h.bytesUploaded, ...t }, 'hibernated');
   return released;
 }
 

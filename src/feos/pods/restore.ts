@@ -23,11 +23,12 @@ import { timestampNow } from '@bufbuild/protobuf/wkt';
 import { type PodInfo, PodInfoSchema, PodState } from '../gen/feos/pod/v1/pod_pb.js';
 import { VolumeState } from '../gen/feos/volume/v1/volume_pb.js';
 import { asFeosError, errorMessage, FeosError } from '../api/index.ts';
+import { storeFailureCode } from '../store/index.ts';
 import { normalizeSpec } from './spec.ts';
 import { POD_RECORD_VERSION } from './records.ts';
 import type { PodNetworkAttachment } from './network.ts';
 import { createMicroVm, podDiskPath, startBringUp } from './bring-up.ts';
-import { type CheckpointManifest, checkpointKey, chunkPrefix, DISK_FILE, fetchVerified, listCheckpoints, MEMORY_FILE, parseCheckpointName, readManifest } from './checkpoint.ts';
+import { type CheckpointManifest, checkpointKey, chunkPrefix, DISK_FILE, packPrefix, fetchVerified, listCheckpoints, MEMORY_FILE, parseCheckpointName, readManifest } from './checkpoint.ts';
 import { stateDirOf } from './hibernate.ts';
 import { removeInFlight, writeInFlight } from './in-flight.ts';
 import { randomBytes } from 'node:crypto';
@@ -87,7 +88,7 @@ async function restoreLocked(core: PodCore, id: string, existing: PodInfo | unde
     try {
       all = await listCheckpoints(store, id);
     } catch (err: unknown) {
-      throw new FeosError('UNAVAILABLE', `object store: ${errorMessage(err)}`, { cause: err });
+      throw new FeosError(storeFailureCode(err), `object store: ${errorMessage(err)}; nothing was restored`, { cause: err });
     }
     checkpoint = all.at(-1);
     if (!checkpoint) throw new FeosError('NOT_FOUND', `pod ${id} is not on this node and has no checkpoint in the object store ${store.url}`);
@@ -102,7 +103,13 @@ async function restoreLocked(core: PodCore, id: string, existing: PodInfo | unde
     const stale = existing ? `; this node's HIBERNATED record of the pod is stale (the pod lives where it was restored): remove it with \`feosctl pod delete ${id}\`` : '';
     return new FeosError('FAILED_PRECONDITION', `checkpoint ${checkpoint} of pod ${id} was restored already${said ? ` (${said})` : ''}: a checkpoint is restored once${stale}`);
   };
-  if (await store.exists(claimKey)) throw await restoredAlready();
+  let claimed: boolean;
+  try {
+    claimed = await store.exists(claimKey);
+  } catch (err: unknown) {
+    throw new FeosError(storeFailureCode(err), `object store: ${errorMessage(err)}; nothing was restored`, { cause: err });
+  }
+  if (claimed) throw await restoredAlready();
   let spec: PodInfo['spec'];
   try {
     spec = normalizeSpec(m.spec);
@@ -136,7 +143,8 @@ async function restoreLocked(core: PodCore, id: string, existing: PodInfo | unde
   const tmpMemory = join(o.disksDir, `.${id}.memory.restore`);
   const file = (name: string) => {
     const f = m.files.find((x) => x.name === name)!;
-    return { key: f.chunks ? chunkPrefix(id) : checkpointKey(id, checkpoint, name), sizeBytes: f.sizeBytes, sha256: f.sha256, chunks: f.chunks };
+    const key = f.packed ? packPrefix(id) : f.chunks ? chunkPrefix(id) : checkpointKey(id, checkpoint, name);
+    return { key, sizeBytes: f.sizeBytes, sha256: f.sha256, chunks: f.chunks, packed: f.packed };
   };
   const what = `checkpoint ${checkpoint} of pod ${id}`;
   const tmpVolume = (vid: string) => `${o.volumes!.diskPath(vid)}.restore`;
@@ -144,9 +152,11 @@ async function restoreLocked(core: PodCore, id: string, existing: PodInfo | unde
   const stateDir = stateDirOf(core);
   const token = randomBytes(8).toString('hex');
   let won = false;
+  const f0 = performance.now();
+  const timings = { fetchMs: 0, checkMs: 0, syncMs: 0 };
   try {
-    await fetchVerified(store, file(DISK_FILE), tmpDisk, what);
-    if (memory) await fetchVerified(store, file(MEMORY_FILE), tmpMemory, what);
+    await fetchVerified(store, file(DISK_FILE), tmpDisk, what, undefined, timings);
+    if (memory) await fetchVerified(store, file(MEMORY_FILE), tmpMemory, what, undefined, timings);
     for (const v of m.volumes) await fetchVerified(store, { key: v.key, sizeBytes: v.fileSizeBytes, sha256: v.sha256 }, tmpVolume(v.volumeId), what);
     // A kill after the claim is found by the next feosd, which finishes the restore (recovery.ts).
     try {
@@ -158,7 +168,7 @@ async function restoreLocked(core: PodCore, id: string, existing: PodInfo | unde
     try {
       won = await store.putIfAbsent(claimKey, claim);
     } catch (err: unknown) {
-      throw new FeosError('UNAVAILABLE', `object store ${store.url}: ${errorMessage(err)}`, { cause: err });
+      throw new FeosError(storeFailureCode(err), `object store ${store.url}: ${errorMessage(err)}`, { cause: err });
     }
     if (!won) throw await restoredAlready();
     await placeRestoredFiles(core, id, m, guestDir);
@@ -191,7 +201,7 @@ async function restoreLocked(core: PodCore, id: string, existing: PodInfo | unde
   pod.ipv6Address = '';
   pod.ipv4Address = '';
   const reason = `restored from checkpoint ${checkpoint}${memory ? '' : ' (its disk alone)'}`;
-  core.log.info({ id, checkpoint, memory, from: m.node }, 'restore');
+  core.log.info({ id, checkpoint, memory, from: m.node, allMs: Math.round(performance.now() - f0), fetchMs: Math.round(timings.fetchMs), checkMs: Math.round(timings.checkMs), syncMs: Math.round(timings.syncMs) }, 'restore');
   try {
     if (o.vms.get(id)) await o.vms.delete(id);
     if (!memory) {
@@ -230,7 +240,7 @@ async function restoreLocked(core: PodCore, id: string, existing: PodInfo | unde
  */
 export async function dropClaimedData(core: PodCore, id: string, checkpoint: string, m: CheckpointManifest): Promise<void> {
   const store = core.o.objectStore!;
-  const whole = m.files.filter((f) => !f.chunks).map((f) => checkpointKey(id, checkpoint, f.name));
+  const whole = m.files.filter((f) => !f.chunks && !f.packed).map((f) => checkpointKey(id, checkpoint, f.name));
   for (const key of [...whole, ...m.volumes.map((v) => v.key)]) {
     await store.delete(key).catch((err: unknown) => core.log.warn({ id, checkpoint, key, err: errorMessage(err) }, 'restore: a checkpoint file was not removed'));
   }

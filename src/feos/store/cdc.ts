@@ -15,23 +15,16 @@
 import { createHash } from 'node:crypto';
 
 /**
- * No chunk is shorter (but the last), nor longer; cuts aim at `AVG_CHUNK_BYTES`. Measured on two migration
- * streams of a 256 MiB guest hibernated a few seconds apart (1516 of its 65555 pages changed, scattered over
- * its memory; docs/feos/object-store.md): the second upload was 57 % of the stream with chunks of 1 MiB on
- * average, 20 % with 64 KiB, 10 % with 16 KiB and 5 % with 4 KiB (pages alone: 3.3 %). But every chunk is an
- * object: through Swift's s3api here, 2 254 chunks of 64 KiB made a hibernation 21 times as long as uploading
- * the same bytes with the SDK, against 2.3 times with 1 MiB (bench/feos-s3). So 1 MiB, until small chunks go into packs
- * of several MiB (one object each), which would give both.
+ * The sizes of version 2 checkpoints, whose chunks are objects of their own (chunked.ts): no chunk is shorter
+ * (but the last), nor longer; cuts aim at `AVG_CHUNK_BYTES`. Every object costs an S3 request, so chunks had to
+ * be large, and a second hibernation uploaded 60 % of the first (most 1 MiB chunks hold a changed page).
+ * Version 3 cuts `PACKED_CHUNKS`, 4 KiB on average, and groups them into packs (packs.ts): bench/feos-s3 measured
+ * 65 % of a second stream in new chunks at 1 MiB, 7.8 % at 16 KiB, 5.0 to 5.4 % at 8 KiB, 3.5 % at 4 KiB, 2.5 % at
+ * 2 KiB (docs/feos/object-store.md).
  */
 export const MIN_CHUNK_BYTES = 256 * 1024;
 export const AVG_CHUNK_BYTES = 1024 * 1024;
 export const MAX_CHUNK_BYTES = 4 * 1024 * 1024;
-
-// Normalized chunking (level 2): a harder mask (22 bits: log2 of the average + 2) before the average size, an
-// easier one (18 bits) after. The high bits of the gear hash depend on the last 32 bytes (each step shifts it
-// left), the low ones on fewer: the masks take the high bits, the easy one a subset of the hard one's.
-const MASK_HARD = 0xffff_fc00 | 0;
-const MASK_EASY = 0xffff_c000 | 0;
 
 /** 256 pseudo-random 32-bit words, fixed for ever: SHA-256 of "feos-cdc-gear-<i>", its first four bytes. */
 const GEAR: Int32Array = (() => {
@@ -40,52 +33,106 @@ const GEAR: Int32Array = (() => {
   return t;
 })();
 
-function popcount(x: number): number {
-  let n = 0;
-  for (let v = x >>> 0; v; v &= v - 1) n++;
-  return n;
+/**
+ * Chunking parameters: no chunk is shorter than `minBytes` (but the last) nor longer than `maxBytes`; cuts aim
+ * at `avgBytes`, a power of two. Part of a checkpoint's format: other sizes cut the same bytes elsewhere.
+ */
+export interface CdcParams {
+  minBytes: number;
+  avgBytes: number;
+  maxBytes: number;
 }
-if (popcount(MASK_HARD) !== 22 || popcount(MASK_EASY) !== 18 || (MASK_HARD & MASK_EASY) !== MASK_EASY) throw new Error('cdc: mask constants are wrong');
+
+/** The chunks of version 2 manifests (one object each, below `pods/<id>/chunks/`): 1 MiB on average. */
+export const LARGE_CHUNKS: CdcParams = { minBytes: MIN_CHUNK_BYTES, avgBytes: AVG_CHUNK_BYTES, maxBytes: MAX_CHUNK_BYTES };
+
+/** Version 3 chunks, grouped into packs (packs.ts): 4 KiB on average, 1 KiB to 32 KiB (docs/feos/object-store.md has the measurements). */
+export const PACKED_CHUNKS: CdcParams = { minBytes: 1024, avgBytes: 4096, maxBytes: 32 * 1024 };
+
+/** The masks of normalized chunking (level 2) for an average: the hash's top log2(avg)+2 bits before it, log2(avg)-2 after. */
+function masks(p: CdcParams): { hard: number; easy: number } {
+  const bits = Math.log2(p.avgBytes);
+  if (!Number.isInteger(bits) || bits < 8 || bits > 28 || p.minBytes < 64 || p.minBytes >= p.avgBytes || p.maxBytes <= p.avgBytes) {
+    throw new RangeError(`cdc: sizes ${JSON.stringify(p)}: want 64 <= min < avg < max, avg a power of two`);
+  }
+  const top = (n: number) => ~((2 ** (32 - n) - 1) | 0) | 0;
+  return { hard: top(bits + 2), easy: top(bits - 2) };
+}
+
+/**
+ * A content-defined cutter fed piece by piece, synchronously (the loop that hashes every byte runs without a
+ * promise per chunk). The chunks it returns are its own copies or views of buffers it made: they stay valid.
+ */
+export class ChunkCutter {
+  readonly #hard: number;
+  readonly #easy: number;
+  readonly #p: CdcParams;
+  #rest: Buffer = Buffer.alloc(0);
+
+  /** @throws RangeError for sizes that are not a valid set */
+  constructor(params: CdcParams = LARGE_CHUNKS) {
+    const m = masks(params);
+    this.#hard = m.hard;
+    this.#easy = m.easy;
+    this.#p = params;
+  }
+
+  /** The end of the chunk starting at `start`, or -1 when `buf` ends first (and more bytes may come). */
+  #cut(buf: Buffer, start: number, final: boolean): number {
+    const len = buf.length - start;
+    if (len <= 0) return -1;
+    const { minBytes, avgBytes, maxBytes } = this.#p;
+    const hard = this.#hard;
+    const easy = this.#easy;
+    const limit = start + Math.min(len, maxBytes);
+    const mid = Math.min(limit, start + avgBytes);
+    const gear = GEAR;
+    let fp = 0;
+    let i = start + minBytes;
+    for (; i < mid; i++) {
+      fp = ((fp << 1) + (gear[buf[i] as number] as number)) | 0;
+      if ((fp & hard) === 0) return i + 1;
+    }
+    for (; i < limit; i++) {
+      fp = ((fp << 1) + (gear[buf[i] as number] as number)) | 0;
+      if ((fp & easy) === 0) return i + 1;
+    }
+    if (limit - start === maxBytes || final) return limit;
+    return -1;
+  }
+
+  #take(buf: Buffer, final: boolean): Buffer[] {
+    const out: Buffer[] = [];
+    let start = 0;
+    for (let cut = this.#cut(buf, 0, final); cut > 0; cut = this.#cut(buf, start, final)) {
+      out.push(buf.subarray(start, cut));
+      start = cut;
+    }
+    this.#rest = final ? Buffer.alloc(0) : Buffer.from(buf.subarray(start));
+    return out;
+  }
+
+  /** Takes the next piece of the stream (copied: the caller may reuse it); returns the chunks it completes. */
+  push(data: Uint8Array): Buffer[] {
+    return this.#take(Buffer.concat([this.#rest, data]), false);
+  }
+
+  /** The stream ended: the chunks left. */
+  end(): Buffer[] {
+    return this.#take(this.#rest, true);
+  }
+}
 
 /**
  * Cuts a stream into content-defined chunks.
  * @param source the bytes, in pieces of any size
- * @returns the chunks in order, each a new Buffer of `MIN_CHUNK_BYTES` to `MAX_CHUNK_BYTES` (the last may be
- *   shorter); their concatenation is the stream
+ * @param params the sizes (default: `LARGE_CHUNKS`, version 2's)
+ * @returns the chunks in order, each of `minBytes` to `maxBytes` (the last may be shorter); their concatenation
+ *   is the stream
+ * @throws RangeError for sizes that are not a valid set
  */
-export async function* contentDefinedChunks(source: AsyncIterable<Uint8Array>): AsyncIterable<Buffer> {
-  const buf = Buffer.allocUnsafe(MAX_CHUNK_BYTES);
-  let len = 0;
-  let fp = 0;
-  let scanned = 0;
-  /** The end of the next chunk in `buf[0, len)`, or -1 while more bytes are needed. */
-  const findCut = (final: boolean): number => {
-    let i = Math.max(scanned, MIN_CHUNK_BYTES);
-    for (; i < len; i++) {
-      fp = ((fp << 1) + GEAR[buf[i] as number]!) | 0;
-      if ((fp & (i < AVG_CHUNK_BYTES ? MASK_HARD : MASK_EASY)) === 0) return i + 1;
-    }
-    scanned = Math.max(len, scanned);
-    if (len === MAX_CHUNK_BYTES || (final && len > 0)) return len;
-    return -1;
-  };
-  const take = (cut: number): Buffer => {
-    const chunk = Buffer.from(buf.subarray(0, cut));
-    buf.copy(buf, 0, cut, len);
-    len -= cut;
-    fp = 0;
-    scanned = 0;
-    return chunk;
-  };
-  for await (const data of source) {
-    let off = 0;
-    while (off < data.byteLength) {
-      const n = Math.min(MAX_CHUNK_BYTES - len, data.byteLength - off);
-      buf.set(data.subarray(off, off + n), len);
-      len += n;
-      off += n;
-      for (let cut = findCut(false); cut > 0; cut = findCut(false)) yield take(cut);
-    }
-  }
-  for (let cut = findCut(true); cut > 0; cut = findCut(true)) yield take(cut);
+export async function* contentDefinedChunks(source: AsyncIterable<Uint8Array>, params: CdcParams = LARGE_CHUNKS): AsyncIterable<Buffer> {
+  const cutter = new ChunkCutter(params);
+  for await (const data of source) yield* cutter.push(data);
+  yield* cutter.end();
 }

@@ -160,6 +160,36 @@ export class LocalDirObjectStore implements ObjectStore {
     }
   }
 
+  async getRange(key: string, offset: number, length: number, options: StoreCallOptions = {}): Promise<Uint8Array> {
+    const path = this.#path(key);
+    options.signal?.throwIfAborted();
+    let fh: Awaited<ReturnType<typeof open>>;
+    try {
+      fh = await open(path, 'r');
+    } catch (err: unknown) {
+      if ((err as NodeJS.ErrnoException).code === 'ENOENT') throw new ObjectNotFoundError(key, this.url);
+      throw new ObjectStoreError(key, `${this.url}: get ${key}: ${errorMessage(err)}`, { cause: err });
+    }
+    try {
+      const buf = Buffer.allocUnsafe(length);
+      let got = 0;
+      while (got < length) {
+        const { bytesRead } = await fh.read(buf, got, length - got, offset + got);
+        if (bytesRead === 0) break;
+        got += bytesRead;
+      }
+      if (got !== length) {
+        throw new ObjectStoreError(key, `${this.url}: get ${key}: bytes ${offset} to ${offset + length - 1} asked, the object ends after ${offset + got} (it is not what was put)`, { failure: 'damaged' });
+      }
+      return buf;
+    } catch (err: unknown) {
+      if (err instanceof ObjectStoreError) throw err;
+      throw new ObjectStoreError(key, `${this.url}: get ${key}: ${errorMessage(err)}`, { cause: err });
+    } finally {
+      await fh.close();
+    }
+  }
+
   async exists(key: string): Promise<boolean> {
     const path = this.#path(key);
     try {

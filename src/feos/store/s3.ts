@@ -254,6 +254,28 @@ export class S3ObjectStore implements ObjectStore {
     return Buffer.concat(parts);
   }
 
+  async getRange(key: string, offset: number, length: number, options: StoreCallOptions = {}): Promise<Uint8Array> {
+    const Key = this.#key(key);
+    if (length === 0) return new Uint8Array(0);
+    try {
+      const res = await this.client.send(new GetObjectCommand({ Bucket: this.bucket, Key, Range: `bytes=${offset}-${offset + length - 1}` }), { abortSignal: options.signal });
+      const bytes = await res.Body!.transformToByteArray();
+      if (bytes.byteLength !== length) {
+        throw new ObjectStoreError(key, `${this.url}: get ${key}: bytes ${offset} to ${offset + length - 1} asked, ${bytes.byteLength} came (the object is not what was put)`, { failure: 'damaged' });
+      }
+      return bytes;
+    } catch (err: unknown) {
+      if (err instanceof ObjectStoreError) throw err;
+      if (options.signal?.aborted) throw options.signal.reason ?? err;
+      if (isNotFound(err)) throw new ObjectNotFoundError(key, this.url);
+      // A range past the object's end: it is shorter than the manifest says.
+      if (statusOf(err) === 416 || codeOf(err) === 'InvalidRange') {
+        throw new ObjectStoreError(key, `${this.url}: get ${key}: bytes ${offset} to ${offset + length - 1} asked, the object is shorter (it is not what was put)`, { failure: 'damaged' });
+      }
+      throw this.#error(key, 'get', err);
+    }
+  }
+
   async exists(key: string): Promise<boolean> {
     const Key = this.#key(key);
     try {

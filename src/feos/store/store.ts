@@ -40,6 +40,12 @@ export interface ObjectStore {
   get(key: string, options?: StoreCallOptions): AsyncIterable<Uint8Array>;
   /** An object's whole bytes (for small objects such as manifests). @throws ObjectNotFoundError */
   getBytes(key: string): Promise<Uint8Array>;
+  /**
+   * `length` bytes of an object from byte `offset` (a ranged GET: the packs' chunks).
+   * @throws ObjectNotFoundError; ObjectStoreError (failure `damaged`) naming the key when the object is shorter
+   *   than the range (it is not what was put)
+   */
+  getRange(key: string, offset: number, length: number, options?: StoreCallOptions): Promise<Uint8Array>;
   /** Whether the key has an object. */
   exists(key: string): Promise<boolean>;
   /** The keys below `prefix` (a key's leading segments), sorted. */

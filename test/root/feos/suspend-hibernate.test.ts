@@ -230,8 +230,8 @@ test('suspend on stop, then hibernate on one feosd and restore on another throug
     assert.equal(resumed.pod!.state, PodState.RUNNING, resumed.pod!.reason);
     await sameBootLater(b!, 'after the ResumePod');
     if (h.err) {
-      // Checkpoints only: the pod's chunks (pods/<id>/chunks/) are shared by its checkpoints.
-      for (const c of readdirSync(join(storeDir, 'pods', ID)).filter((d) => d !== 'chunks')) {
+      // Checkpoints only: the pod's chunks and packs (pods/<id>/chunks/, packs/) are shared by its checkpoints.
+      for (const c of readdirSync(join(storeDir, 'pods', ID)).filter((d) => d !== 'chunks' && d !== 'packs')) {
         const files = readdirSync(join(storeDir, 'pods', ID, c));
         if (!files.includes('manifest.json')) assert.deepEqual(files, [], `the abandoned checkpoint ${c} leaves no files`);
       }

@@ -1,0 +1,301 @@
+/**
+ * Files kept as small content-defined chunks grouped into packs (as restic and borg do): the chunks a store
+ * lacks are appended to a pack of about `PACK_BYTES`, one object `<prefix>/<pack>` each, uploaded as it fills,
+ * several at once; a file is its list of chunks, each located as (pack, offset, length, SHA-256), which the
+ * caller keeps (a checkpoint's manifest, written last). Small chunks find what changed closely (a page of a
+ * migration stream), packs keep the number of objects small (one PUT per several MiB: an S3 server answers each
+ * request in tens of milliseconds). Reading fetches byte ranges of the packs in parallel, checks every chunk's
+ * SHA-256 and writes it at its place in the file (seed 000, "Hibernate and Restore"; docs/feos/object-store.md).
+ */
+import { createHash, randomBytes } from 'node:crypto';
+import type { FileHandle } from 'node:fs/promises';
+import { ChunkCutter, type CdcParams, PACKED_CHUNKS } from './cdc.ts';
+import { type ObjectStore, ObjectStoreError } from './store.ts';
+
+/** Where a chunk is: its pack, its offset and length in it (bytes), its SHA-256 (lowercase hex). */
+export interface PackedChunk {
+  pack: string;
+  offset: number;
+  sizeBytes: number;
+  sha256: string;
+}
+
+/** The chunks a store has, by SHA-256 (built from the manifests that are kept, plus what a writer adds). */
+export type ChunkIndex = Map<string, PackedChunk>;
+
+/** A file as `PackWriter.putFile` stored it. */
+export interface PackedFile {
+  /** The whole file's size (bytes) and SHA-256. */
+  sizeBytes: number;
+  sha256: string;
+  /** Its chunks, in order. */
+  chunks: PackedChunk[];
+}
+
+/** A pack is sealed and uploaded once it holds this many bytes (a chunk more at most). */
+export const PACK_BYTES = 8 * 1024 * 1024;
+/** How many pack uploads run at once. */
+export const PACK_UPLOADS_AT_ONCE = 6;
+/** How many ranged GETs a read runs at once, and the longest range (bytes). */
+export const RANGES_AT_ONCE = 8;
+export const RANGE_BYTES = 16 * 1024 * 1024;
+/** Bytes of a pack that a range reads past to reach the next chunk, rather than making another request. */
+const RANGE_GAP_BYTES = 64 * 1024;
+
+const PACK_NAME = /^[0-9a-f]{32}$/;
+
+/** The key of a pack below `prefix`. */
+export function packKey(prefix: string, pack: string): string {
+  return `${prefix}/${pack}`;
+}
+
+/** Whether a name is a pack's (32 lowercase hex digits). */
+export function isPackName(name: string): boolean {
+  return PACK_NAME.test(name);
+}
+
+/**
+ * Writes files as packed chunks below `prefix`: a chunk `index` names is not stored again (nor one this writer
+ * stored already); the others go into packs. One writer for all the files of a checkpoint, so that packs fill
+ * across them; `finish` uploads the last pack and waits for every upload.
+ */
+export class PackWriter {
+  readonly #store: ObjectStore;
+  readonly #prefix: string;
+  readonly #index: ChunkIndex;
+  readonly #params: CdcParams;
+  readonly #signal?: AbortSignal;
+  readonly #inFlight = new Set<Promise<void>>();
+  #failed: unknown;
+  #pack = randomBytes(16).toString('hex');
+  #parts: Buffer[] = [];
+  #fill = 0;
+  /** The bytes of the packs uploaded (the chunks the store lacked). */
+  uploadedBytes = 0;
+  /** The keys of the packs this writer created (to withdraw them when no manifest names them). */
+  readonly created: string[] = [];
+  /** How long the uploads of full packs made `putFile` wait (ms): the store was the slower side. */
+  waitedMs = 0;
+
+  constructor(store: ObjectStore, prefix: string, index: ChunkIndex, options: { params?: CdcParams; signal?: AbortSignal } = {}) {
+    this.#store = store;
+    this.#prefix = prefix;
+    this.#index = index;
+    this.#params = options.params ?? PACKED_CHUNKS;
+    this.#signal = options.signal;
+  }
+
+  #check(): void {
+    this.#signal?.throwIfAborted();
+    if (this.#failed) throw this.#failed;
+  }
+
+  #seal(): void {
+    if (this.#fill === 0) return;
+    const body = Buffer.concat(this.#parts, this.#fill);
+    const key = packKey(this.#prefix, this.#pack);
+    this.#pack = randomBytes(16).toString('hex');
+    this.#parts = [];
+    this.#fill = 0;
+    const p = this.#store
+      .put(key, body, { signal: this.#signal })
+      .then(() => {
+        this.uploadedBytes += body.byteLength;
+        this.created.push(key);
+      })
+      .catch((err: unknown) => {
+        this.#failed ??= err;
+      })
+      .finally(() => this.#inFlight.delete(p));
+    this.#inFlight.add(p);
+  }
+
+  #add(chunk: Buffer, chunks: PackedChunk[]): void {
+    const sha256 = createHash('sha256').update(chunk).digest('hex');
+    let at = this.#index.get(sha256);
+    if (!at) {
+      at = { pack: this.#pack, offset: this.#fill, sizeBytes: chunk.byteLength, sha256 };
+      this.#parts.push(chunk);
+      this.#fill += chunk.byteLength;
+      this.#index.set(sha256, at);
+      if (this.#fill >= PACK_BYTES) this.#seal();
+    }
+    chunks.push(at);
+  }
+
+  /**
+   * Stores one file.
+   * @param onProgress the file's bytes read so far
+   * @throws ObjectStoreError from the store (a pack upload that failed); the signal's reason when it aborts
+   *   (the packs uploaded so far stay: `created`, or a later prune, removes them)
+   */
+  async putFile(source: AsyncIterable<Uint8Array>, onProgress?: (bytes: number) => void): Promise<PackedFile> {
+    const cutter = new ChunkCutter(this.#params);
+    const whole = createHash('sha256');
+    const chunks: PackedChunk[] = [];
+    let size = 0;
+    for await (const data of source) {
+      this.#check();
+      whole.update(data);
+      size += data.byteLength;
+      for (const c of cutter.push(data)) this.#add(c, chunks);
+      // Reading waits while the uploads are many (memory stays at about PACK_UPLOADS_AT_ONCE packs).
+      if (this.#inFlight.size >= PACK_UPLOADS_AT_ONCE) {
+        const t0 = performance.now();
+        while (this.#inFlight.size >= PACK_UPLOADS_AT_ONCE) await Promise.race(this.#inFlight);
+        this.waitedMs += performance.now() - t0;
+      }
+      onProgress?.(size);
+    }
+    for (const c of cutter.end()) this.#add(c, chunks);
+    this.#check();
+    return { sizeBytes: size, sha256: whole.digest('hex'), chunks };
+  }
+
+  /** Uploads the last pack and waits for every upload. @throws as `putFile` */
+  async finish(): Promise<void> {
+    this.#check();
+    this.#seal();
+    while (this.#inFlight.size > 0) await Promise.race(this.#inFlight);
+    this.#check();
+  }
+
+  /** Waits for the uploads in flight, ignoring their failures (before withdrawing what was created). */
+  async settle(): Promise<void> {
+    await Promise.allSettled([...this.#inFlight]);
+  }
+}
+
+/** A range of a pack that a read fetches, and the chunks in it with their places in the file. */
+interface Range {
+  pack: string;
+  start: number;
+  end: number;
+  chunks: Array<{ chunk: PackedChunk; fileOffset: number }>;
+}
+
+/**
+ * The ranges that read a file's chunks: per pack, its chunks by offset, neighbours (less than `RANGE_GAP_BYTES`
+ * apart) in one range of at most `RANGE_BYTES`; a chunk the file holds twice is fetched once.
+ */
+function rangesOf(chunks: PackedChunk[]): Range[] {
+  const byPack = new Map<string, Array<{ chunk: PackedChunk; fileOffset: number }>>();
+  let fileOffset = 0;
+  for (const c of chunks) {
+    let list = byPack.get(c.pack);
+    if (!list) {
+      list = [];
+      byPack.set(c.pack, list);
+    }
+    list.push({ chunk: c, fileOffset });
+    fileOffset += c.sizeBytes;
+  }
+  const out: Range[] = [];
+  for (const [pack, list] of byPack) {
+    list.sort((x, y) => x.chunk.offset - y.chunk.offset || x.fileOffset - y.fileOffset);
+    let cur: Range | undefined;
+    for (const e of list) {
+      const end = e.chunk.offset + e.chunk.sizeBytes;
+      if (cur && e.chunk.offset <= cur.end + RANGE_GAP_BYTES && Math.max(cur.end, end) - cur.start <= RANGE_BYTES) {
+        cur.end = Math.max(cur.end, end);
+      } else {
+        cur = { pack, start: e.chunk.offset, end, chunks: [] };
+        out.push(cur);
+      }
+      cur.chunks.push(e);
+    }
+  }
+  return out;
+}
+
+/**
+ * Reads a packed file into `fh` (from its offset 0), each chunk written at its place: ranged GETs of the packs,
+ * `RANGES_AT_ONCE` at a time, every chunk checked against its SHA-256 before it is written. The caller checks the
+ * whole file (its size and SHA-256) once it is written.
+ * @param onWriteError wraps a failed write to `fh` (so that the caller can tell the node's disk from the store)
+ * @returns the file's size (bytes) and how many GETs read it
+ * @throws ObjectNotFoundError (store.ts) for a missing pack; ObjectStoreError (failure `damaged`) naming the pack
+ *   and the chunk when its bytes differ; ObjectStoreError from the store; what `onWriteError` returns
+ */
+export async function readPacked(
+  store: ObjectStore,
+  prefix: string,
+  chunks: PackedChunk[],
+  fh: FileHandle,
+  options: { signal?: AbortSignal; onWriteError?: (err: unknown) => Error; rangesAtOnce?: number } = {},
+): Promise<{ sizeBytes: number; requests: number }> {
+  const ranges = rangesOf(chunks);
+  let next = 0;
+  let failed: unknown;
+  const write = async (bytes: Uint8Array, from: number, length: number, at: number) => {
+    try {
+      await fh.write(bytes, from, length, at);
+    } catch (err: unknown) {
+      throw options.onWriteError ? options.onWriteError(err) : err;
+    }
+  };
+  const one = async (r: Range) => {
+    const key = packKey(prefix, r.pack);
+    const bytes = await store.getRange(key, r.start, r.end - r.start, { signal: options.signal });
+    // Chunks that follow each other in the pack and in the file: one write for each such run.
+    let run: { from: number; to: number; fileOffset: number } | undefined;
+    let checked = -1;
+    for (const { chunk, fileOffset } of r.chunks) {
+      const from = chunk.offset - r.start;
+      if (chunk.offset !== checked) {
+        const got = createHash('sha256').update(bytes.subarray(from, from + chunk.sizeBytes)).digest('hex');
+        if (got !== chunk.sha256) {
+          throw new ObjectStoreError(key, `${store.url}: pack ${key}: the chunk at bytes ${chunk.offset} to ${chunk.offset + chunk.sizeBytes - 1} has SHA-256 ${got}, not ${chunk.sha256} (damaged in storage or transfer)`, {
+            failure: 'damaged',
+          });
+        }
+        checked = chunk.offset;
+      }
+      if (run && run.to === from && run.fileOffset + (run.to - run.from) === fileOffset) {
+        run.to += chunk.sizeBytes;
+        continue;
+      }
+      if (run) await write(bytes, run.from, run.to - run.from, run.fileOffset);
+      run = { from, to: from + chunk.sizeBytes, fileOffset };
+    }
+    if (run) await write(bytes, run.from, run.to - run.from, run.fileOffset);
+  };
+  const worker = async () => {
+    while (!failed && next < ranges.length) {
+      const r = ranges[next++]!;
+      try {
+        await one(r);
+      } catch (err: unknown) {
+        failed ??= err;
+      }
+    }
+  };
+  await Promise.all(Array.from({ length: Math.min(options.rangesAtOnce ?? RANGES_AT_ONCE, ranges.length) }, worker));
+  if (failed) throw failed;
+  return { sizeBytes: chunks.reduce((n, c) => n + c.sizeBytes, 0), requests: ranges.length };
+}
+
+/** The packs below `prefix`, by name. @throws ObjectStoreError when the store fails */
+export async function listPacks(store: ObjectStore, prefix: string): Promise<Set<string>> {
+  const have = new Set<string>();
+  for (const k of await store.list(prefix)) {
+    const name = k.slice(prefix.length + 1);
+    if (isPackName(name)) have.add(name);
+  }
+  return have;
+}
+
+/**
+ * Removes the packs below `prefix` that `keep` does not name (a pack some kept chunk is in stays whole).
+ * @returns how many were removed
+ * @throws ObjectStoreError from the store (what was removed stays removed)
+ */
+export async function prunePacks(store: ObjectStore, prefix: string, keep: Set<string>): Promise<number> {
+  let removed = 0;
+  for (const name of await listPacks(store, prefix)) {
+    if (keep.has(name)) continue;
+    await store.delete(packKey(prefix, name));
+    removed++;
+  }
+  return removed;
+}
