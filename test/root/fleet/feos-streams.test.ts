@@ -227,7 +227,7 @@ test('kubectl logs, exec and port-forward reach a microVM pod through its node c
     const ex = await k('exec', 'wasm', '--', 'true');
     assert.notEqual(ex.code, 0);
     assert.match(ex.stderr, /exec is not supported for WebAssembly pods/);
-    const pf = await k('port-forward', 'pod/wasm', '18080:8080');
+    const pf = await k('port-forward', 'pod/wasm', `${await freePort()}:8080`);
     assert.notEqual(pf.code, 0);
     assert.match(pf.stderr, /port-forward is not supported for WebAssembly pods/);
   });
