@@ -24,8 +24,7 @@ const HEADERS = 8;
 const FLAG_FIN = 0x01;
 /** The largest DATA frame this side writes, bytes. */
 const MAX_DATA = 32 * 1024;
-/** RST_STREAM status codes. */
-const RST_PROTOCOL_ERROR = 1;
+/** RST_STREAM's status CANCEL. */
 const RST_CANCEL = 5;
 
 /** A stream the client opened. */
@@ -290,4 +289,3 @@ export function spdyServer(send: (b: Buffer) => void, fail: (why: string) => voi
   };
 }
 
-export { RST_PROTOCOL_ERROR };
