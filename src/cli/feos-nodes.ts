@@ -12,8 +12,9 @@
  * - Each feosd: `<data-dir>/feos/feos-<i>/` (state, run, node identity), its log in
  *   `<data-dir>/logs/feos-<i>.log`, joined as `feos-<i>` with one join token (`kube32-cli feos token
  *   create`, 1 h, deleted at the stop); `up` waits for each Node to be Ready.
- * - The stop: SIGTERM to each feosd (its pods stop within its grace), SIGKILL after 30 s, then the
- *   namespaces, the bridge and the token go. A second signal kills them at once.
+ * - The stop: SIGTERM to each feosd, which suspends its pods (`--suspend-on-stop`, `--stop-grace 60`;
+ *   the next `up` resumes them), SIGKILL after 75 s, then the namespaces, the bridge and the token go.
+ *   A second signal kills them at once.
  *
  * Root only: namespaces, veth pairs and a bridge, and feosd's microVMs and TAP devices need it.
  */
@@ -21,19 +22,22 @@ import { type ChildProcess, execFile, execFileSync, spawn } from 'node:child_pro
 import { randomBytes, randomInt } from 'node:crypto';
 import { closeSync, existsSync, mkdirSync, openSync, readdirSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
-import { CoreV1Api, KubeConfig } from '@kubernetes/client-node';
 import { CliError } from './errors.ts';
 import { repoFile } from './paths.ts';
 
 /** The most FeOS nodes `up` starts (one /24, names and interface names short enough). */
 export const MAX_FEOS_NODES = 16;
+/** feosd's `--stop-grace`, s: its pods' suspends at the stop fit in it. */
+const STOP_GRACE_S = 60;
+/** How long after SIGTERM a feosd is killed, ms. */
+const KILL_AFTER_MS = (STOP_GRACE_S + 15) * 1000;
 /** Where an installed guest is (feosd's default `--guest-dir`). */
 const INSTALLED_GUEST = '/usr/lib/feos/guest';
 
 /** Runs a command, bounded; resolves with its output. @throws CliError naming the command and its stderr */
-function sh(cmd: string, args: string[], timeoutMs = 30_000): Promise<string> {
+function sh(cmd: string, args: string[], timeoutMs = 30_000, signal?: AbortSignal): Promise<string> {
   return new Promise((resolve, reject) => {
-    execFile(cmd, args, { timeout: timeoutMs, maxBuffer: 16 << 20 }, (err, stdout, stderr) => {
+    execFile(cmd, args, { timeout: timeoutMs, maxBuffer: 16 << 20, ...(signal ? { signal } : {}) }, (err, stdout, stderr) => {
       if (err) reject(new CliError(`${cmd} ${args.join(' ')}: ${String(stderr).trim() || err.message}`));
       else resolve(String(stdout));
     });
@@ -93,7 +97,7 @@ export function removeFeosBridge(bridge: FeosBridge): void {
 /** Running FeOS nodes. */
 export interface FeosNodes {
   names: string[];
-  /** Stops each feosd (SIGTERM, SIGKILL after 30 s), removes the namespaces, the bridge and the token. */
+  /** Stops each feosd (SIGTERM: its pods suspended; SIGKILL after 75 s), removes the namespaces, the bridge and the token. */
   stop(): Promise<void>;
   /** Kills them at once and removes the namespaces and the bridge (a second signal; `up` exits next). */
   kill(): void;
@@ -107,7 +111,7 @@ interface NodeProc {
 }
 
 /** The guest directory: given, installed, or built (with a progress line). @throws CliError when the build fails */
-async function findGuest(given: string | undefined, print: (line: string) => void): Promise<string> {
+async function findGuest(given: string | undefined, print: (line: string) => void, signal: AbortSignal): Promise<string> {
   const hasVersion = (d: string) => existsSync(d) && readdirSync(d).some((v) => existsSync(join(d, v, 'vmlinuz')));
   if (given) {
     if (!hasVersion(given)) throw new CliError(`--feos-guest-dir ${given}: no guest version in it (a <version>/vmlinuz); build one with scripts/build-guest.sh ${given}`);
@@ -121,7 +125,7 @@ async function findGuest(given: string | undefined, print: (line: string) => voi
   const dir = repoFile('build/guest');
   print(`kube32: FeOS guest: none installed; building one into ${dir} (scripts/build-guest.sh; minutes the first time)`);
   try {
-    const version = (await sh('bash', [repoFile('scripts/build-guest.sh'), dir], 1_800_000)).trim();
+    const version = (await sh('bash', [repoFile('scripts/build-guest.sh'), dir], 1_800_000, signal)).trim();
     print(`kube32: FeOS guest: ${version} in ${dir}`);
   } catch (err: unknown) {
     throw new CliError(`building the FeOS guest: ${err instanceof Error ? err.message : String(err)}`);
@@ -177,7 +181,7 @@ export async function startFeosNodes(o: FeosNodesOptions): Promise<FeosNodes> {
           timer = setTimeout(() => {
             if (n.proc && n.proc.exitCode === null && n.proc.signalCode === null) n.proc.kill('SIGKILL');
             r();
-          }, 30_000);
+          }, KILL_AFTER_MS);
         });
         await Promise.race([n.exited, late]);
         await n.exited;
@@ -200,7 +204,7 @@ export async function startFeosNodes(o: FeosNodesOptions): Promise<FeosNodes> {
     removeNet();
   };
   try {
-    const guestDir = await findGuest(o.guestDir, o.print);
+    const guestDir = await findGuest(o.guestDir, o.print, o.signal);
     o.signal.throwIfAborted();
     const token = (await sh(process.execPath, [cli, 'feos', 'token', 'create', '--kubeconfig', o.kubeconfig, '--ttl', '1h', '--description', 'kube32-cli up --feos-nodes'])).trim();
     tokenId = /^feos-join-([a-z0-9]{6})-/.exec(token)?.[1] ?? '';
@@ -252,6 +256,11 @@ export async function startFeosNodes(o: FeosNodesOptions): Promise<FeosNodes> {
         join(base, 'node'),
         '--node-name',
         name,
+        // At the stop its pods are suspended (their memory on its disk) and the next `up` resumes them:
+        // no microVM runs on after `up` (without it feosd leaves them running).
+        '--suspend-on-stop',
+        '--stop-grace',
+        String(STOP_GRACE_S),
       ];
       const log = join(logDir, `${name}.log`);
       const fd = openSync(log, 'a');
@@ -266,6 +275,8 @@ export async function startFeosNodes(o: FeosNodesOptions): Promise<FeosNodes> {
       });
       o.print(`kube32: FeOS node ${name}: feosd in network namespace ${ns} (${address}), joining ${o.listen}; log ${log}`);
     }
+    // Loaded here, not with `up`'s flags: the Kubernetes client is not needed before the nodes start.
+    const { CoreV1Api, KubeConfig } = await import('@kubernetes/client-node');
     const kc = new KubeConfig();
     kc.loadFromFile(o.kubeconfig);
     const core = kc.makeApiClient(CoreV1Api);

@@ -36,7 +36,7 @@ export interface FeosExec {
   closeStdin(): void;
   /** Gives the command up (the call is cancelled). */
   cancel(): void;
-  /** The command's exit code once it ended. @throws GrpcCallError */
+  /** The command's exit code once it ended (its ExecPodResponse exit_code; -1 when the call ended OK without one). @throws GrpcCallError */
   done: Promise<number>;
 }
 
@@ -70,11 +70,22 @@ export function fleetPodStreams(connection: (node: string) => http2.ClientHttp2S
     },
     exec(node, req, onOutput) {
       let exit = -1;
+      const { promise: done, resolve, reject } = Promise.withResolvers<number>();
+      // The exit code is the last answer: the command ended, whatever its stdin. The call is given up
+      // then (a terminal's stdin stays open, and the node ends the call only once its requests end).
       const call = bidiStream(session(node), PodService.method.execPod, (m) => {
         if (m.response.case === 'stdout') onOutput('stdout', m.response.value);
         else if (m.response.case === 'stderr') onOutput('stderr', m.response.value);
-        else if (m.response.case === 'exitCode') exit = m.response.value;
+        else if (m.response.case === 'exitCode') {
+          exit = m.response.value;
+          resolve(exit);
+          queueMicrotask(() => call.cancel());
+        }
       });
+      call.done.then(
+        () => resolve(exit),
+        (err: unknown) => (exit >= 0 ? resolve(exit) : reject(err)),
+      );
       call.write({ request: { case: 'start', value: req } });
       if (!req.stdin) call.end();
       let closed = !req.stdin;
@@ -89,7 +100,7 @@ export function fleetPodStreams(connection: (node: string) => http2.ClientHttp2S
           call.end();
         },
         cancel: () => call.cancel(),
-        done: call.done.then(() => exit),
+        done,
       };
     },
     portForward(node, podId, port, onData) {

@@ -138,7 +138,7 @@ test('kubectl logs, exec and port-forward reach a microVM pod through its node c
     assert.match(r.stderr, /BadRequest.*previous terminated container "web" in pod "vm" not found/);
   });
 
-  await step('kubectl exec: stdin through -i, the exit code passed back, stderr apart, -it', async () => {
+  await step('kubectl exec: stdin through -i, the exit code passed back, stderr apart, -it with and without a terminal', async () => {
     const piped = await new Promise<{ code: number | null; out: string }>((resolve) => {
       const p = spawn('kubectl', ['--kubeconfig', cp.kubeconfig, 'exec', '-i', 'vm', '-c', 'web', '--', 'sh', '-c', 'cat; echo done'], { stdio: ['pipe', 'pipe', 'pipe'] });
       children.push(p);
@@ -160,6 +160,12 @@ test('kubectl logs, exec and port-forward reach a microVM pod through its node c
     const it = await run('bash', ['-c', `echo typed | kubectl --kubeconfig ${cp.kubeconfig} exec -it vm -c web -- cat`], 30_000);
     assert.equal(it.code, 0, it.stderr);
     assert.equal(it.stdout, 'typed\n');
+    // -it on a terminal (script's): the command has a tty, its exit code comes back.
+    const ttyErr = join(dir, 'tty-kubectl.err');
+    const tty = await run('script', ['-qec', `kubectl --kubeconfig ${cp.kubeconfig} -v=6 exec -it vm -c web -- sh -c 'test -t 1 && echo on-a-tty; exit 4' 2>${ttyErr}`, '/dev/null'], 30_000);
+    const direct = await run(process.execPath, [join(ROOT, 'bin/feosctl.js'), '--socket', feosd.socket, 'pod', 'exec', '-t', podId, '-c', 'web', '--', 'sh', '-c', 'exit 4'], 30_000);
+    assert.equal(tty.code, 4, `${tty.stdout}${tty.stderr}\nkubectl: ${readFileSync(ttyErr, 'utf8').slice(-3000)}\nfeosctl -t: exit ${direct.code} ${direct.stderr}`);
+    assert.match(tty.stdout, /on-a-tty/);
     const missing = await k('exec', 'vm', '-c', 'nope', '--', 'true');
     assert.notEqual(missing.code, 0);
     assert.match(missing.stderr, /container nope is not valid for pod vm|container nope not found/);
@@ -210,10 +216,20 @@ test('kubectl logs, exec and port-forward reach a microVM pod through its node c
     p.kill('SIGTERM');
   });
 
-  await step('attach is refused with what to use; a Pod on a Node that is not a FeOS node keeps the WebAssembly refusals', async () => {
+  await step('attach is refused with what to use; a Pod without its FeOS pod gets the node\'s answer; a Pod on a Node that is not a FeOS node keeps the WebAssembly refusals', async () => {
     const attach = await k('attach', 'vm', '-c', 'web');
     assert.notEqual(attach.code, 0);
     assert.match(attach.stderr, /attach is not supported for microVM pods/);
+    // A Pod whose FeOS pod the node does not have: the node's answer, naming the FeOS pod and the node.
+    const ghostId = randomUUID();
+    writeFileSync(join(dir, 'ghost.json'), JSON.stringify({ apiVersion: 'v1', kind: 'Pod', metadata: { name: 'ghost', annotations: { 'feos.kube32.io/pod-id': ghostId } }, spec: { nodeName: NODE, containers: [{ name: 'app', image }] } }));
+    assert.equal((await k('create', '-f', join(dir, 'ghost.json'))).code, 0);
+    const ghostLog = await k('logs', 'ghost');
+    assert.notEqual(ghostLog.code, 0);
+    assert.match(ghostLog.stderr, new RegExp(`\\(FeOS pod ${ghostId} on node ${NODE}\\)`));
+    const ghostExec = await k('exec', 'ghost', '--', 'true');
+    assert.notEqual(ghostExec.code, 0);
+    assert.match(ghostExec.stderr, new RegExp(`FeOS pod ${ghostId} on node ${NODE}`));
     for (const [name, obj] of [
       ['wasm-node.json', { apiVersion: 'v1', kind: 'Node', metadata: { name: 'wasm-elsewhere' } }],
       ['wasm-pod.json', { apiVersion: 'v1', kind: 'Pod', metadata: { name: 'wasm' }, spec: { nodeName: 'wasm-elsewhere', containers: [{ name: 'app', image: 'app.wasm' }] } }],
