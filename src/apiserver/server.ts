@@ -15,6 +15,7 @@ import type { AddressInfo } from 'node:net';
 import { createLogger, type Logger, writeFileAtomicSync } from '../lib/index.ts';
 import { advertiseAddressOf, bootstrap, ensureKubernetesService } from './bootstrap.ts';
 import { joinClusterIdentity } from './cluster-identity.ts';
+import { destroyAll, type FeosPodStreams, isFeosPodUpgrade, serveFeosPodUpgrade } from './handlers/feos-pods.ts';
 import { isNodeTunnelUpgrade, type NodeTunnel, serveNodeTunnel } from './handlers/node-tunnel.ts';
 import type { ServerContext, UserInfo } from './handlers/context.ts';
 import { DEFAULT_MAX_MODULE_BYTES } from './handlers/data.ts';
@@ -84,6 +85,8 @@ export interface ApiServer {
   registry: Registry;
   /** Registers (or, undefined, removes) what takes FeOS nodes' node proxy tunnels (handlers/node-tunnel.ts). */
   setNodeTunnel(tunnel: NodeTunnel | undefined): void;
+  /** Registers (or, undefined, removes) the streams of FeOS pods (logs, exec, port-forward; handlers/feos-pods.ts). */
+  setFeosPodStreams(streams: FeosPodStreams | undefined): void;
   /** Stops listening, ends open streams, closes the store. */
   close(): Promise<void>;
 }
@@ -222,10 +225,17 @@ export async function createApiServer(opts: ApiServerOptions): Promise<ApiServer
   let port: number;
   // FeOS nodes' node proxy: an upgrade to a tunnel that the control plane's port for nodes takes (handlers/node-tunnel.ts).
   let nodeTunnel: NodeTunnel | undefined;
+  let feosPodStreams: FeosPodStreams | undefined;
+  const feosSockets = new Set<Duplex>();
+  ctx.feosPodStreams = () => feosPodStreams;
   try {
     ({ server, caCertPem } = await httpServer(opts, bind, advertise, handler));
-    (server as Server & { shouldUpgradeCallback: (req: IncomingMessage) => boolean }).shouldUpgradeCallback = isNodeTunnelUpgrade;
-    server.on('upgrade', (req: IncomingMessage, socket: Duplex, head: Buffer) => serveNodeTunnel(req, socket, head, { registry, authenticateToken, insecure: !!opts.insecureHttp, tunnel: () => nodeTunnel }));
+    // ...and the WebSockets of exec and port-forward into Pods bound to FeOS nodes (handlers/feos-pods.ts).
+    (server as Server & { shouldUpgradeCallback: (req: IncomingMessage) => boolean }).shouldUpgradeCallback = (req) => isNodeTunnelUpgrade(req) || isFeosPodUpgrade(req, registry);
+    server.on('upgrade', (req: IncomingMessage, socket: Duplex, head: Buffer) => {
+      if (isNodeTunnelUpgrade(req)) serveNodeTunnel(req, socket, head, { registry, authenticateToken, insecure: !!opts.insecureHttp, tunnel: () => nodeTunnel });
+      else serveFeosPodUpgrade(req, socket, head, { registry, log, authenticateToken, insecure: !!opts.insecureHttp, streams: () => feosPodStreams, sockets: feosSockets });
+    });
     port = await listen(server, opts.port ?? 0, bind);
   } catch (err: unknown) {
     // Nothing stays behind a server that could not start (in-process callers go on).
@@ -256,12 +266,16 @@ export async function createApiServer(opts: ApiServerOptions): Promise<ApiServer
     setNodeTunnel(t) {
       nodeTunnel = t;
     },
+    setFeosPodStreams(s) {
+      feosPodStreams = s;
+    },
     async close() {
       if (closed) return;
       closed = true;
       dataPeers?.stop();
       gc.stop();
       for (const s of ctx.streams) s.destroy();
+      destroyAll(feosSockets);
       await new Promise<void>((resolve) => {
         server.close(() => resolve());
         server.closeAllConnections();

@@ -5,7 +5,7 @@
  */
 import { Option } from 'commander';
 import type { KubeConfig } from '@kubernetes/client-node';
-import type { NodeTunnel } from '../apiserver/index.ts';
+import type { FeosPodStreams, NodeTunnel } from '../apiserver/index.ts';
 import { createLogger, parseDuration } from '../lib/index.ts';
 import { CliError } from './errors.ts';
 
@@ -65,6 +65,8 @@ export interface FeosPort {
   address: string;
   /** Takes a FeOS node's node proxy tunnel (for the API server's `setNodeTunnel`). */
   tunnel: NodeTunnel;
+  /** The streams of FeOS pods over the node connections (for the API server's `setFeosPodStreams`). */
+  podStreams: FeosPodStreams;
   close(): Promise<void>;
 }
 
@@ -89,5 +91,11 @@ export async function startFeosPort(flags: FeosPortFlags, kubeConfig: KubeConfig
     nodeCertTtlMs: ttl(flags),
     log: createLogger('fleet'),
   });
-  return { address: server.address, tunnel: (node, socket, head) => server.tunnel(node, socket, head), close: () => server.close() };
+  const { fleetPodStreams } = await import('../fleet/index.ts');
+  return {
+    address: server.address,
+    tunnel: (node, socket, head) => server.tunnel(node, socket, head),
+    podStreams: fleetPodStreams((node) => server.nodeConnection(node)),
+    close: () => server.close(),
+  };
 }

@@ -50,6 +50,15 @@ function frame(bytes: Uint8Array): Buffer {
  *   stream broke, DEADLINE_EXCEEDED past `timeoutMs`, CANCELLED when aborted, INTERNAL for a framing error
  */
 function call(session: http2.ClientHttp2Session, method: DescMethod, request: Uint8Array, onMessage: (bytes: Uint8Array) => void, opts: CallOptions): Promise<void> {
+  return open(session, method, onMessage, opts, (stream) => stream.end(frame(request)));
+}
+
+/**
+ * Opens a call of `method` on `session`: `send` gets the request stream (to write length-prefixed
+ * messages and end it), every answered message goes to `onMessage`; resolves once the status is OK.
+ * @throws GrpcCallError as {@link call} says
+ */
+function open(session: http2.ClientHttp2Session, method: DescMethod, onMessage: (bytes: Uint8Array) => void, opts: CallOptions, send: (stream: http2.ClientHttp2Stream) => void): Promise<void> {
   return new Promise((resolve, reject) => {
     if (session.closed || session.destroyed) {
       reject(new GrpcCallError(GrpcCode.UNAVAILABLE, 'the node connection is closed'));
@@ -119,7 +128,7 @@ function call(session: http2.ClientHttp2Session, method: DescMethod, request: Ui
     });
     stream.on('close', () => finish(new GrpcCallError(GrpcCode.UNAVAILABLE, `the stream ended without a status (RST_STREAM ${stream.rstCode ?? '?'})`)));
     stream.on('error', (err: Error) => finish(new GrpcCallError(GrpcCode.UNAVAILABLE, `the node connection: ${err.message}`)));
-    stream.end(frame(request));
+    send(stream);
   });
 }
 
@@ -154,4 +163,56 @@ export async function serverStream<I extends DescMessage, O extends DescMessage>
   opts: CallOptions = {},
 ): Promise<void> {
   await call(session, method, toBinary(method.input, create(method.input, req)), (b) => onMessage(fromBinary(method.output, b)), opts);
+}
+
+/** A bidirectional call in flight ({@link bidiStream}). */
+export interface BidiCall<I extends DescMessage> {
+  /** Sends one request message (ignored once the call ended). */
+  write(msg: MessageInitShape<I>): void;
+  /** Ends the requests (half-close); the answers go on until the status. */
+  end(): void;
+  /** Gives the call up (RST_STREAM CANCEL): `done` fails with CANCELLED. */
+  cancel(): void;
+  /** Resolves once the status is OK. @throws GrpcCallError as {@link call} says */
+  done: Promise<void>;
+}
+
+/**
+ * A bidirectional streaming call (ExecPod, PortForwardPod): requests written as they come, every
+ * answer to `onMessage` until the status.
+ */
+export function bidiStream<I extends DescMessage, O extends DescMessage>(
+  session: http2.ClientHttp2Session,
+  method: Method<I, O>,
+  onMessage: (msg: MessageShape<O>) => void,
+  opts: CallOptions = {},
+): BidiCall<I> {
+  const abort = new AbortController();
+  const outer = opts.signal;
+  if (outer) outer.addEventListener('abort', () => abort.abort(), { once: true });
+  let stream: http2.ClientHttp2Stream | undefined;
+  let ended = false;
+  const pending: Buffer[] = [];
+  const done = open(session, method, (b) => onMessage(fromBinary(method.output, b)), { ...opts, signal: abort.signal }, (s) => {
+    stream = s;
+    for (const p of pending.splice(0)) s.write(p);
+    if (ended) s.end();
+  });
+  done.catch(() => {});
+  return {
+    write(msg) {
+      const b = frame(toBinary(method.input, create(method.input, msg)));
+      if (ended) return;
+      if (stream) {
+        if (!stream.destroyed && stream.writable) stream.write(b);
+      } else pending.push(b);
+    },
+    end() {
+      if (ended) return;
+      ended = true;
+      if (stream && !stream.destroyed && stream.writable) stream.end();
+    },
+    cancel: () => abort.abort(),
+    done,
+  };
 }

@@ -65,6 +65,9 @@ test('up checks its flags before starting anything', { timeout: 90_000 }, async 
     [['--workers', '-1'], /invalid value "-1" for --workers/],
     [['--port', '70000'], /invalid value "70000" for --port/],
     [['--first-address', '10.0.0.2'], /invalid first worker address "10\.0\.0\.2"/],
+    [['--feos-nodes', '17'], /invalid value "17" for --feos-nodes: expected a whole number from 0 to 16/],
+    [['--feos-nodes', '1', '--feos-listen', '127.0.0.1:7443'], /--feos-nodes puts the port for FeOS nodes on its nodes' bridge: leave --feos-listen out/],
+    [['--feos-nodes', '1', '--feos-accel', 'fast'], /invalid value "fast" for --feos-accel: expected auto, kvm or tcg/],
   ] as const) {
     const r = await run(process.execPath, [CLI, 'up', '--data-dir', dir, ...args], { timeoutMs: 20_000 });
     assert.equal(r.code, 1, `${args.join(' ')}: ${r.stdout}${r.stderr}`);

@@ -5,6 +5,7 @@ import type { IncomingMessage, ServerResponse } from 'node:http';
 import type { Logger } from '../../lib/index.ts';
 import type { Registry } from '../registry/store.ts';
 import type { CheckpointDataStore } from '../registry/checkpoints/data-store.ts';
+import type { FeosPodStreams } from './feos-pods.ts';
 import type { ResourceRequest } from './router.ts';
 
 /** An authenticated user (`user.Info`). */
@@ -30,6 +31,8 @@ export interface ServerContext {
   maxModuleBytes: number;
   /** Open streaming responses (watch, proxy), ended on close. */
   streams: Set<ServerResponse>;
+  /** The streams of FeOS pods, once the control plane's port for nodes registered them (./feos-pods.ts). */
+  feosPodStreams?: () => FeosPodStreams | undefined;
 }
 
 /** One request as the handlers see it. */

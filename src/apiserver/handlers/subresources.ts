@@ -16,6 +16,7 @@ import type { RequestScope } from './context.ts';
 import { mediaType, sendJson, warningHeader } from './http.ts';
 import { readObject, writeOptions } from './resources.ts';
 import { serveCheckpointData } from './data.ts';
+import { feosNodeOf, serveFeosPodSubresource } from './feos-pods.ts';
 import { serveModuleData } from './module-data.ts';
 import { serveNodeProxy, servePodLog, servePodProxy, serveServiceProxy } from './proxy.ts';
 
@@ -71,7 +72,13 @@ export async function serveSubresource(scope: RequestScope): Promise<void> {
   const method = req.method ?? 'GET';
   const namespace = def.namespaced ? (info.namespace ?? '') : '';
   const name = info.name!;
-  if (def.kind === 'Pod' && def.group === '' && STREAMING_SUBRESOURCES.has(info.subresource!)) throw streamingNotSupported(reg.get(def, namespace, name), info.subresource!);
+  if (def.kind === 'Pod' && def.group === '' && (STREAMING_SUBRESOURCES.has(info.subresource!) || info.subresource === 'log')) {
+    // A Pod bound to a FeOS node: its log, exec and port-forward go through the node connection (./feos-pods.ts).
+    const pod = reg.get(def, namespace, name);
+    const feosNode = feosNodeOf(reg, pod);
+    if (feosNode && info.subpath === '') return serveFeosPodSubresource(scope, pod, feosNode, ctx.feosPodStreams?.());
+    if (STREAMING_SUBRESOURCES.has(info.subresource!)) throw streamingNotSupported(pod, info.subresource!);
+  }
   if (!def.subresources.includes(sub)) throw resourceNotFound();
   if (sub !== 'proxy' && info.subpath !== '') throw resourceNotFound();
   const warnings: string[] = [];

@@ -123,7 +123,10 @@ export async function controlPlane(flags: ControlPlaneFlags): Promise<void> {
   let feos: FeosPort | undefined;
   try {
     feos = dataDir ? await startFeosPort(flags, kc, dataDir) : undefined;
-    if (feos) server.setNodeTunnel(feos.tunnel);
+    if (feos) {
+      server.setNodeTunnel(feos.tunnel);
+      server.setFeosPodStreams(feos.podStreams);
+    }
   } catch (err: unknown) {
     await controllers.stop().catch(() => {});
     await server.close();

@@ -13,6 +13,7 @@ import { connect as netConnect } from 'node:net';
 import { join } from 'node:path';
 import { parseBytes, unusedPort } from '../../lib/index.ts';
 import { CliError } from '../errors.ts';
+import { checkFeosNodesRoot, type FeosNodes, makeFeosBridge, MAX_FEOS_NODES, removeFeosBridge, startFeosNodes } from '../feos-nodes.ts';
 import type { LocalCluster } from '../local-cluster.ts';
 
 /** `up`'s flags as commander parses them. */
@@ -32,6 +33,12 @@ export interface UpFlags {
   podEvictionTimeout?: string;
   /** `--feos-listen`: the port for FeOS nodes; absent: a free port on 127.0.0.1; `off`: none. */
   feosListen?: string;
+  /** `--feos-nodes`: FeOS nodes to start (../feos-nodes.ts); root only. @default '0' */
+  feosNodes?: string;
+  /** `--feos-guest-dir`: the guest versions for them. */
+  feosGuestDir?: string;
+  /** `--feos-accel`: feosd's `--accel`. */
+  feosAccel?: string;
 }
 
 /** The signals that stop the cluster: Ctrl-C, a plain `kill`, and the terminal closing. */
@@ -122,12 +129,25 @@ export async function up(flags: UpFlags): Promise<void> {
   const etcdEndpoints = flags.etcdEndpoints === undefined ? undefined : endpointsFlag(flags.etcdEndpoints);
   if (etcdEndpoints && storage !== 'etcd') throw new CliError('--etcd-endpoints needs --storage etcd');
   const dataDir = flags.dataDir;
+  const feosNodeCount = intFlag('--feos-nodes', flags.feosNodes ?? '0', 0, MAX_FEOS_NODES);
+  if (feosNodeCount > 0 && flags.feosListen !== undefined) {
+    throw new CliError("--feos-nodes puts the port for FeOS nodes on its nodes' bridge: leave --feos-listen out");
+  }
+  if (flags.feosAccel !== undefined && !['auto', 'kvm', 'tcg'].includes(flags.feosAccel)) throw new CliError(`invalid value "${flags.feosAccel}" for --feos-accel: expected auto, kvm or tcg`);
+  checkFeosNodesRoot(feosNodeCount);
   // Loaded once the flags are known to be good: it brings the Kubernetes client.
   const { exitStatusText, startLocalCluster } = await import('../local-cluster.ts');
-  // The port for FeOS nodes (docs/feos/fleet.md): a free loopback port unless given or turned off.
-  const feosListen = flags.feosListen === 'off' ? undefined : (flags.feosListen ?? `127.0.0.1:${await unusedPort('127.0.0.1')}`);
   const { print, release } = resilientPrinter();
-  print(`kube32: starting a local cluster in ${dataDir} (${workers} worker${workers === 1 ? '' : 's'})`);
+  // FeOS nodes' bridge first: the control plane's port for nodes listens on its address.
+  const feosBridge = feosNodeCount > 0 ? await makeFeosBridge() : undefined;
+  // The port for FeOS nodes (docs/feos/fleet.md): a free loopback port unless given or turned off.
+  const feosListen = feosBridge
+    ? `${feosBridge.address}:${await unusedPort('127.0.0.1')}`
+    : flags.feosListen === 'off'
+      ? undefined
+      : (flags.feosListen ?? `127.0.0.1:${await unusedPort('127.0.0.1')}`);
+  print(`kube32: starting a local cluster in ${dataDir} (${workers} worker${workers === 1 ? '' : 's'}${feosNodeCount ? `, ${feosNodeCount} FeOS node${feosNodeCount === 1 ? '' : 's'}` : ''})`);
+  let feosNodes: FeosNodes | undefined;
 
   let interrupted = 0;
   let crash: unknown;
@@ -142,6 +162,8 @@ export async function up(flags: UpFlags): Promise<void> {
       startupAbort.abort();
     } else {
       print(`${sig}: killing the cluster`);
+      feosNodes?.kill();
+      if (feosBridge && !feosNodes) removeFeosBridge(feosBridge);
       cluster?.kill();
       process.exit(130);
     }
@@ -185,10 +207,34 @@ export async function up(flags: UpFlags): Promise<void> {
       print(`  export KUBECONFIG=${cluster.kubeconfig}`);
       print('  kubectl get nodes');
       if (feosListen) await portAnswers(feosListen, readyTimeoutMs);
-      if (feosListen) print(`FeOS nodes join at ${feosListen}: feosd --control-plane ${feosListen} --control-plane-name localhost, with a token from "kube32-cli feos token create".`);
+      if (feosListen) print(`FeOS nodes join at ${feosListen}: feosd --control-plane ${feosListen}${feosBridge ? '' : ' --control-plane-name localhost'}, with a token from "kube32-cli feos token create".`);
+      if (feosBridge) {
+        try {
+          feosNodes = await startFeosNodes({
+            count: feosNodeCount,
+            bridge: feosBridge,
+            listen: feosListen!,
+            kubeconfig: cluster.kubeconfig,
+            dataDir,
+            guestDir: flags.feosGuestDir,
+            accel: flags.feosAccel,
+            readyTimeoutMs,
+            print,
+            signal: startupAbort.signal,
+          });
+        } catch (err: unknown) {
+          // startFeosNodes removed what it made, the bridge with it.
+          await cluster.stop();
+          if (interrupted > 0) return;
+          throw err;
+        }
+        print(`FeOS nodes: ${feosNodes.names.join(', ')} (kubectl get nodes -L kube32.io/runtime); microVM pods run there (docs/feos/fleet.md).`);
+      }
       print(`Logs: ${join(dataDir, 'logs')}/. Press Ctrl-C to stop the cluster (the workers drain first).`);
       const cpExit = cluster.controlPlaneExited.then((code) => ({ code }));
       const outcome = await Promise.race([stopRequested.then(() => undefined), cpExit]);
+      // The FeOS nodes first (their pods stop), as the workers drain before the control plane stops.
+      if (feosNodes) await feosNodes.stop();
       await cluster.stop();
       if (outcome !== undefined) throw new CliError(`the control plane ${exitStatusText(outcome.code)}: the cluster is down`);
     } else {
@@ -196,6 +242,8 @@ export async function up(flags: UpFlags): Promise<void> {
     }
     if (crash !== undefined) throw new CliError('up stopped the cluster after an unexpected error (above)', 1, { cause: crash });
   } finally {
+    // Gone already once the FeOS nodes stopped; here for a start that did not get as far as them.
+    if (feosBridge) removeFeosBridge(feosBridge);
     for (const sig of STOP_SIGNALS) process.off(sig, onSignal);
     process.off('uncaughtException', onCrash);
     process.off('unhandledRejection', onCrash);

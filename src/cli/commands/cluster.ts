@@ -43,6 +43,9 @@ export function register(program: Command): void {
       'with --storage etcd: etcd client URLs, comma-separated (default: up runs its own etcd, /usr/bin/etcd, with its data in DATA_DIR/etcd)',
     )
     .option('--feos-listen <address:port>', 'passed to the control plane: the port for FeOS nodes (default: a free port on 127.0.0.1; "off" for none)')
+    .option('--feos-nodes <n>', 'FeOS nodes to start beside the workers, each a feosd in a network namespace of its own (root only; the port for nodes then listens on their bridge)', '0')
+    .option('--feos-guest-dir <dir>', "with --feos-nodes: the FeOS guest versions (default: /usr/lib/feos/guest if it has one, else one built into the package's build/guest)")
+    .option('--feos-accel <accel>', "with --feos-nodes: feosd's --accel (auto, kvm or tcg)", 'auto')
     .option('--ready-timeout <seconds>', 'how long each component may take to become ready', '60')
     .action(async (options: UpOptions) => {
       const { up } = await import('../actions/up.ts');
