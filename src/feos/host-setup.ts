@@ -1,16 +1,17 @@
 /**
  * What feosd needs of the host before it serves (seed 000, "feosd"): flags checked before anything is
  * taken, directories made as `mkdir -p` makes them (but ending), the API socket's group, a run dir that
- * no other feosd serves, and systemd's READY=1.
+ * no other feosd serves, systemd's READY=1, and feosd's place in the cgroup tree (--vms-cgroup).
  */
 import { execFile } from 'node:child_process';
 import { readFileSync } from 'node:fs';
 import { mkdir } from 'node:fs/promises';
 import net from 'node:net';
-import { dirname } from 'node:path';
+import { dirname, resolve } from 'node:path';
 import { HostService as HostServiceDesc } from './gen/feos/host/v1/host_pb.js';
 import type { Logger } from '../lib/index.ts';
 import { errorMessage, makeClient } from './api/index.ts';
+import { cgroupOf, enterLeaf, givenCgroup, handOverVms } from './microvm/index.ts';
 
 /** The gid of the group `name` in /etc/group, or undefined (none, or no /etc/group). */
 export function findGroup(name: string): number | undefined {
@@ -105,4 +106,39 @@ export async function refuseServedSocket(socketPath: string): Promise<void> {
     host.grpc.close();
   }
   throw new Error(`another feosd serves ${socketPath}${pid}: stop it, or give this one another --run-dir`);
+}
+
+/**
+ * feosd's place in the cgroup tree with `--vms-cgroup DIR` (seed 000, "Jail, user and cgroup"): where DIR
+ * is the cgroup feosd is given, feosd moves into its leaf `feosd/` (systemd's DelegateSubgroup=feosd
+ * starts it there already; the real root keeps it); where DIR is another (feos-vms.service's), the
+ * microVMs a feosd from before --vms-cgroup put below feosd's own cgroup move there (handOverVms).
+ * Without a cgroup v2 hierarchy nothing is done. Failures are logged: the pods run on without cgroups.
+ */
+export async function placeFeosd(vmsCgroup: string, log: Logger): Promise<void> {
+  try {
+    const own = cgroupOf();
+    if (!own) return;
+    const given = givenCgroup(own);
+    if (resolve(given) === resolve(vmsCgroup)) {
+      if (own === given) log.info({ cgroup: await enterLeaf(given) }, 'feosd moved into its leaf cgroup; the microVMs go beside it in vms/');
+      return;
+    }
+    const moved = await handOverVms(given, vmsCgroup);
+    if (moved.length > 0) log.info({ from: given, to: vmsCgroup, microVms: moved }, 'cgroup: the microVMs below feosd were handed over to --vms-cgroup');
+  } catch (err: unknown) {
+    log.warn({ vmsCgroup, err: errorMessage(err) }, 'cgroup: feosd could not take its place; the microVMs may not get theirs');
+  }
+}
+
+/**
+ * `feosd --hand-over-vms` (feosd.service's ExecStopPost=): the microVMs below the cgroup feosd was given
+ * move to `vmsCgroup`'s vms/, each with its cpu.weight.
+ * @returns the ids moved
+ * @throws Error without a cgroup v2 hierarchy, or naming the file the kernel refused
+ */
+export async function handOverVmsOf(vmsCgroup: string): Promise<string[]> {
+  const own = cgroupOf();
+  if (!own) throw new Error('--hand-over-vms: no cgroup v2 hierarchy is mounted (/proc/self/mountinfo has no cgroup2)');
+  return handOverVms(givenCgroup(own), vmsCgroup);
 }
