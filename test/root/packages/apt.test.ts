@@ -12,7 +12,7 @@
 // purged, the group and the state removed, at the end. One pod boot (TCG): within about ten minutes.
 import assert from 'node:assert/strict';
 import { test } from 'node:test';
-import { execFileSync, spawn, type ChildProcess } from 'node:child_process';
+import { execFile, execFileSync, spawn, type ChildProcess } from 'node:child_process';
 import { createHash } from 'node:crypto';
 import { chmodSync, existsSync, mkdirSync, mkdtempSync, readFileSync, readdirSync, rmSync, rmdirSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
@@ -39,6 +39,11 @@ const sh = (cmd: string, args: string[], o: { env?: NodeJS.ProcessEnv; timeout?:
     throw new Error(`${cmd} ${args.join(' ')}: ${e.message}\n${e.stdout ?? ''}\n${e.stderr ?? ''}`);
   }
 };
+/** A command run without blocking the event loop, which reads feosd's output meanwhile (a full pipe would stall it). */
+const run = (cmd: string, args: string[], timeout = 300_000) =>
+  new Promise<string>((resolve, reject) =>
+    execFile(cmd, args, { encoding: 'utf8', timeout, maxBuffer: 64 * 1024 * 1024 }, (err, stdout, stderr) => (err ? reject(new Error(`${cmd} ${args.join(' ')}: ${err.message}\n${stdout}\n${stderr}`)) : resolve(stdout))),
+  );
 const installed = (p: string) => {
   try {
     // biome-ignore lint/suspicious/noTemplateCurlyInString: dpkg-query's format, not a template
@@ -204,7 +209,7 @@ test('feosd and feosctl from a local apt repository: files, units, socket activa
   const unit = readFileSync('/usr/lib/systemd/system/feosd.service', 'utf8');
   const socketUnit = readFileSync('/usr/lib/systemd/system/feosd.socket', 'utf8');
   const podId = 'pkgtestvm01';
-  const dig = (...a: string[]) => sh('nsenter', [`--net=/run/netns/${NS}`, 'dig', '@169.254.0.53', '+tries=1', ...a], { timeout: 120_000 });
+  const dig = (...a: string[]) => run('nsenter', [`--net=/run/netns/${NS}`, 'dig', '@169.254.0.53', '+tries=1', ...a], 300_000);
   const notifications = () => logs.notify.split('\n').filter((l) => l.includes('READY=1')).length;
   let feosdPid = 0;
 
@@ -232,7 +237,8 @@ test('feosd and feosctl from a local apt repository: files, units, socket activa
     const execStart = /^ExecStart=(.*)$/m.exec(unit)![1].split(/\s+/);
     assert.deepEqual(execStart, ['/usr/sbin/feosd', '--vms-cgroup', '/sys/fs/cgroup/system.slice/feos-vms.service', '$FEOSD_ARGS']);
     const argv = [execStart[0], '--vms-cgroup', vmsCg, '--pod-prefix', '2001:db8:77::/64', '--accel', 'tcg', '--self-upgrade'];
-    const activate = ['systemd-socket-activate', '-l', '169.254.0.53:53', '--fdname=dns', '--', 'systemd-socket-activate', '-d', '-l', '169.254.0.53:53', '--fdname=dns:dns', '--'];
+    // systemd-socket-activate passes on PATH, HOME, TERM and USER alone: -E the notify socket, which systemd sets itself.
+    const activate = ['systemd-socket-activate', '-E', 'NOTIFY_SOCKET', '-l', '169.254.0.53:53', '--fdname=dns', '--', 'systemd-socket-activate', '-E', 'NOTIFY_SOCKET', '-d', '-l', '169.254.0.53:53', '--fdname=dns:dns', '--'];
     feosd = spawn('sh', ['-c', 'echo $$ > "$0" && exec "$@"', join(feosdCg, 'feosd/cgroup.procs'), 'nsenter', `--net=/run/netns/${NS}`, '--', ...activate, ...argv], {
       stdio: ['ignore', 'pipe', 'pipe'],
       env: { PATH: '/usr/sbin:/usr/bin:/sbin:/bin', NOTIFY_SOCKET: notifySocket, LANG: 'C.UTF-8' },
@@ -243,10 +249,10 @@ test('feosd and feosctl from a local apt repository: files, units, socket activa
     assert.ok(!existsSync('/run/feos/api.sock'), 'feosd waits for the first query');
     // The first query, over TCP, starts feosd, and is answered once it serves: feosd's resolver refuses
     // a source that is no pod of its own.
-    const tcp = dig('+tcp', '+time=240', 'example.test');
+    const tcp = await dig('+tcp', '+time=240', 'example.test');
     assert.match(tcp, /status: REFUSED/);
-    assert.match(logs.feosd, /the resolver took the sockets it was handed \(LISTEN_FDS\)/);
-    assert.match(dig('+time=30', 'example.test'), /status: REFUSED/);
+    await waitFor("feosd's log: the resolver took the sockets", 10_000, () => logs.feosd.includes('the resolver took the sockets it was handed (LISTEN_FDS)'));
+    assert.match(await dig('+time=30', 'example.test'), /status: REFUSED/);
     await waitFor('READY=1 on the notify socket', 60_000, () => notifications() >= 1);
     assert.match(logs.notify, new RegExp(`MAINPID=${feosdPid}`));
     // The API socket belongs to the group feos, mode 0660.
@@ -257,7 +263,7 @@ test('feosd and feosctl from a local apt repository: files, units, socket activa
   });
 
   await step("feosctl from the package creates a pod on /run/feos/api.sock; its QEMU is in feos-vms.service's vms/<id> with cpu.weight 100 per vCPU", async () => {
-    const out = sh('/usr/bin/feosctl', ['pod', 'create', '--id', podId, '--vcpus', '1', '--memory', '256Mi', '--wait', '-o', 'json'], { timeout: 600_000 });
+    const out = await run('/usr/bin/feosctl', ['pod', 'create', '--id', podId, '--vcpus', '1', '--memory', '256Mi', '--wait', '-o', 'json'], 600_000);
     assert.equal(JSON.parse(out).state, 'POD_STATE_RUNNING', out);
     const dir = join(vmsCg, 'vms', podId);
     const pids = readFileSync(join(dir, 'cgroup.procs'), 'utf8').split('\n').filter(Boolean);
@@ -296,7 +302,7 @@ test('feosd and feosctl from a local apt repository: files, units, socket activa
         h.grpc.close();
       }
     });
-    assert.match(dig('+time=240', 'example.test'), /status: REFUSED/);
+    assert.match(await dig('+time=240', 'example.test'), /status: REFUSED/);
     await waitFor('a second READY=1', 120_000, () => notifications() >= 2);
     const h = makeClient(HostService, 'unix:/run/feos/api.sock');
     const after = await h.getHostInfo({});
