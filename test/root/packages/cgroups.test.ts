@@ -36,7 +36,12 @@ test('feosd moves into its leaf cgroup, and --hand-over-vms moves the microVMs o
     await Promise.all(children.map((c) => (c.exitCode !== null || c.signalCode !== null ? undefined : new Promise((r) => c.once('exit', r)))));
     if (existsSync(root)) {
       const dirs = [root, ...readdirSync(root, { recursive: true, withFileTypes: true }).filter((e) => e.isDirectory()).map((e) => join(e.parentPath, e.name))];
-      for (const d of dirs.sort((a, b) => b.length - a.length)) await waitFor(`${d} removed`, 10_000, () => !existsSync(d) || (rmdirSync(d), true), { intervalMs: 100 });
+      // A cgroup is removable once the kernel has let go of its last process.
+      const remove = (d: string) => {
+        if (existsSync(d)) rmdirSync(d);
+        return true;
+      };
+      for (const d of dirs.sort((a, b) => b.length - a.length)) await waitFor(`${d} removed`, 10_000, () => remove(d), { intervalMs: 100 });
     }
     rmSync(tmp, { recursive: true, force: true });
   });
