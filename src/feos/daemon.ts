@@ -25,7 +25,7 @@ import { FEOSD_VERSION, hostHandlers } from './host/index.ts';
 import { VolumeStore, parseVolumeId } from './volumes/index.ts';
 import { VolumeService as VolumeServiceDesc } from './gen/feos/volume/v1/volume_pb.js';
 import { takeStateLock } from './lock.ts';
-import { createNetwork, listenFdsEnv, type ListenFds, type NetworkFlags, type PodNetwork } from './network/index.ts';
+import { createNetwork, type ListenFds, type NetworkFlags, type PodNetwork } from './network/index.ts';
 import { recordServices, startFleet, type Fleet, type FleetFlags, type ServedService } from './fleet/index.ts';
 import { checkTcpAddress, findGroup, makeDirs, notifyReady, placeFeosd, refuseServedSocket } from './host-setup.ts';
 
@@ -48,7 +48,7 @@ export interface FeosdOptions {
   vmsCgroup?: string;
   /**
    * The resolver's sockets main() took from systemd's protocol before anything else ran (takeListenFds);
-   * undefined = the network takes them itself. A self-upgrade hands them on (listenFdsEnv).
+   * undefined = the network takes them itself.
    */
   listenFds?: ListenFds;
   clockMaxRttMs: number;
@@ -289,10 +289,9 @@ function createServer(
         // The control plane hears of the upgrade first (its Upgrading event).
         void (fleet.current?.upgrading(path) ?? Promise.resolve()).finally(() => {
           vms.closeAll();
-          // The resolver's sockets go on to the new binary, as systemd handed them (seed "DNS").
-          const handOn = o.listenFds && listenFdsEnv(o.listenFds);
-          if (o.listenFds && (o.listenFds.udp !== undefined || o.listenFds.tcp !== undefined) && !handOn) log.warn('self-upgrade: the resolver sockets are not at fds 3 and 4: the new binary binds its own');
-          process.execve!(path, [path, ...process.argv.slice(2)], handOn ? { ...process.env, ...handOn } : process.env);
+          // The resolver's sockets do not go on: Node makes every fd close-on-exec, the handed-over ones at
+          // its start, and has no fcntl (docs/feos/departures.md). The new binary binds its own.
+          process.execve!(path, [path, ...process.argv.slice(2)], process.env);
         });
       },
     }),

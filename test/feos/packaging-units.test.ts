@@ -1,21 +1,11 @@
-// Units of feosd's start under systemd that need no root (docs/feos/packages.md): handing the resolver's
-// sockets on to a self-upgrade, the cgroup feosd is given, where cgroup v2 is mounted.
+// Units of feosd's start under systemd that need no root (docs/feos/packages.md): the cgroup feosd is
+// given, where cgroup v2 is mounted.
 import assert from 'node:assert/strict';
 import { test } from 'node:test';
 import { mkdtempSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
-import { listenFdsEnv } from '../../src/feos/network/index.ts';
 import { cgroup2Mount, givenCgroup } from '../../src/feos/microvm/index.ts';
-
-test('a self-upgrade hands on the sockets at fds 3 and 4 as LISTEN_FDS named dns, and no others', () => {
-  assert.deepEqual(listenFdsEnv({ udp: 4, tcp: 3 }, 77), { LISTEN_FDS: '2', LISTEN_PID: '77', LISTEN_FDNAMES: 'dns:dns' });
-  assert.deepEqual(listenFdsEnv({ udp: 3 }, 77), { LISTEN_FDS: '1', LISTEN_PID: '77', LISTEN_FDNAMES: 'dns' });
-  // Not from fd 3 on (sockets feosd bound itself are close-on-exec anyway): nothing to hand on.
-  assert.equal(listenFdsEnv({ udp: 3, tcp: 5 }), undefined);
-  assert.equal(listenFdsEnv({ tcp: 21 }), undefined);
-  assert.equal(listenFdsEnv({}), undefined);
-});
 
 test("the cgroup feosd is given: its own, or the parent of systemd's leaf feosd or .control", () => {
   assert.equal(givenCgroup('/sys/fs/cgroup/system.slice/feosd.service/feosd'), '/sys/fs/cgroup/system.slice/feosd.service');

@@ -29,7 +29,7 @@ export { compileTable, tableUpdate, defaultGroup, DEFAULT_GROUP, TABLE, NFLOG_DR
 export type { CompiledTable, TableInput, TablePod } from './table.ts';
 export { SecurityGroupStore, NameTableStore, checkSecurityGroup, checkNameTable } from './stores.ts';
 export { grpcServiceDefinition, securityGroupService, nameService, type GrpcService } from './grpc.ts';
-export { takeListenFds, listenFdsEnv, type ListenFds } from './listen-fds.ts';
+export { takeListenFds, type ListenFds } from './listen-fds.ts';
 export { trafficService, WATCH_BUFFER_RECORDS } from './traffic.ts';
 export { parsePrefix, parseAddress, formatPrefix, formatAddress, canonicalAddress, subtractPrefixes, normalizePrefixes, type Prefix, type Family } from './ip.ts';
 export { hasIpv4DefaultRoute, hasIpv6DefaultRoute, missingPreconditions, nodeNetworkReason, readNodeNetwork, type NodeNetworkState, type ProcPaths } from './preflight.ts';

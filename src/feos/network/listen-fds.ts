@@ -63,15 +63,3 @@ export function takeListenFds(name = 'dns', env: NodeJS.ProcessEnv = process.env
   return out;
 }
 
-/**
- * The environment that hands `fds` on to the binary a self-upgrade execs (seed 000, "DNS": "by feosd
- * itself to the binary of a self-upgrade"): `LISTEN_FDS`, `LISTEN_PID` (the same pid, execve keeps it)
- * and `LISTEN_FDNAMES=dns:...`. Only sockets that were handed to feosd can go on: they sit at fds 3 and
- * 4 without close-on-exec, while the sockets Node opens itself are close-on-exec and Node has no dup2.
- * @returns the variables to set, or undefined when the fds are not 3, 3 and 4 (nothing can be handed on)
- */
-export function listenFdsEnv(fds: ListenFds, pid = process.pid): Record<string, string> | undefined {
-  const taken = [fds.udp, fds.tcp].filter((fd): fd is number => fd !== undefined).sort((a, b) => a - b);
-  if (taken.length === 0 || taken.some((fd, i) => fd !== SD_LISTEN_FDS_START + i)) return undefined;
-  return { LISTEN_FDS: String(taken.length), LISTEN_PID: String(pid), LISTEN_FDNAMES: taken.map(() => 'dns').join(':') };
-}

@@ -6,18 +6,16 @@
 // the units; feosd runs as feosd.service would (its ExecStart, the resolver's sockets of feosd.socket
 // by systemd-socket-activate, a notify socket of the test's own, its cgroup with DelegateSubgroup=feosd
 // beside feos-vms.service's) in a network namespace, answers DNS on the sockets it was handed, even a
-// query sent while it restarts for a self-upgrade; feosctl from the package creates a pod on
-// /run/feos/api.sock whose QEMU is in vms/<id> of feos-vms.service's cgroup; the upgrade to the
-// second version keeps the first guest beside the second, and autoremove leaves it. Everything is
+// query sent while it restarts (feosd.socket played by a holder of the test's own); feosctl from the
+// package creates a pod on /run/feos/api.sock whose QEMU is in vms/<id> of feos-vms.service's cgroup,
+// taken over across the restart; the upgrade to the second version keeps the first guest beside the second, and autoremove leaves it. Everything is
 // purged, the group and the state removed, at the end. One pod boot (TCG): within about ten minutes.
 import assert from 'node:assert/strict';
 import { test } from 'node:test';
 import { execFile, execFileSync, spawn, type ChildProcess } from 'node:child_process';
-import { createHash } from 'node:crypto';
 import { chmodSync, existsSync, mkdirSync, mkdtempSync, readFileSync, readdirSync, rmSync, rmdirSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { makeClient } from '../../../src/feos/api/index.ts';
-import { HostService } from '../../../src/feos/gen/feos/host/v1/host_pb.js';
 import { PodService, PodState } from '../../../src/feos/gen/feos/pod/v1/pod_pb.js';
 import { waitFor } from '../../helpers/wait.ts';
 
@@ -52,6 +50,44 @@ const installed = (p: string) => {
     return '';
   }
 };
+/**
+ * feosd.socket as systemd holds it, for restarts (systemd-socket-activate execs its one child): binds the
+ * resolver's UDP and TCP sockets with IP_FREEBIND, then on "start" forks a feosd with them at fds 3 and 4
+ * (LISTEN_FDS, LISTEN_PID, LISTEN_FDNAMES=dns:dns) in the cgroup argv[1] names, on "stop" SIGTERMs it and
+ * reaps it. argv[2:] is feosd's command line.
+ */
+const SOCKET_UNIT = `
+import fcntl, os, signal, socket, sys
+procs, argv = sys.argv[1], sys.argv[2:]
+socks = []
+for kind in (socket.SOCK_DGRAM, socket.SOCK_STREAM):
+    s = socket.socket(socket.AF_INET, kind)
+    s.setsockopt(socket.SOL_IP, 15, 1)  # IP_FREEBIND
+    s.bind(("169.254.0.53", 53))
+    if kind == socket.SOCK_STREAM:
+        s.listen(128)
+    socks.append(s)
+print("listening")
+child = 0
+for line in sys.stdin:
+    if line.strip() == "start":
+        child = os.fork()
+        if child == 0:
+            with open(procs, "w") as f:
+                f.write(str(os.getpid()))
+            high = [fcntl.fcntl(s.fileno(), fcntl.F_DUPFD, 100) for s in socks]
+            for i, fd in enumerate(high):
+                os.dup2(fd, 3 + i)
+                os.set_inheritable(3 + i, True)
+            os.environ.update(LISTEN_FDS="2", LISTEN_PID=str(os.getpid()), LISTEN_FDNAMES="dns:dns")
+            os.execv(argv[0], argv)
+        print("started")
+    elif line.strip() == "stop" and child:
+        os.kill(child, signal.SIGTERM)
+        os.waitpid(child, 0)
+        child = 0
+        print("stopped")
+`;
 const groupExists = (g: string) => readFileSync('/etc/group', 'utf8').split('\n').some((l) => l.startsWith(`${g}:`));
 
 test('feosd and feosctl from a local apt repository: files, units, socket activation, READY=1, cgroups, a pod, the upgrade', { timeout: 1_500_000 }, async (t) => {
@@ -91,10 +127,16 @@ test('feosd and feosctl from a local apt repository: files, units, socket activa
       } catch {}
     };
     // QEMU outlives feosd by design: end the microVMs by their pids in vms/, then feosd.
+    const killAll = (cgroup: string) =>
+      quiet(() => {
+        for (const pid of readFileSync(join(cgroup, 'cgroup.procs'), 'utf8').split('\n').filter(Boolean)) quiet(() => process.kill(Number(pid), 'SIGKILL'));
+      });
     quiet(() => {
-      for (const d of readdirSync(join(vmsCg, 'vms'))) for (const pid of readFileSync(join(vmsCg, 'vms', d, 'cgroup.procs'), 'utf8').split('\n').filter(Boolean)) process.kill(Number(pid), 'SIGKILL');
+      for (const e of readdirSync(join(vmsCg, 'vms'), { withFileTypes: true })) if (e.isDirectory()) killAll(join(vmsCg, 'vms', e.name));
     });
     quiet(() => feosd?.kill('SIGKILL'));
+    // A feosd the socket holder started outlives the holder: end whatever is in feosd.service's cgroups.
+    for (const d of [join(feosdCg, 'feosd'), feosdCg]) killAll(d);
     quiet(() => notify?.kill('SIGKILL'));
     quiet(() => {
       // biome-ignore lint/suspicious/noTemplateCurlyInString: dpkg-query's format, not a template
@@ -212,6 +254,7 @@ test('feosd and feosctl from a local apt repository: files, units, socket activa
   const dig = (...a: string[]) => run('nsenter', [`--net=/run/netns/${NS}`, 'dig', '@169.254.0.53', '+tries=1', ...a], 300_000);
   const notifications = () => logs.notify.split('\n').filter((l) => l.includes('READY=1')).length;
   let feosdPid = 0;
+  let feosdArgv: string[] = [];
 
   await step("feosd runs as feosd.service would: a TCP query to feosd.socket's address starts it, it takes the sockets named dns, answers, and sends READY=1", async () => {
     assert.match(socketUnit, /^ListenDatagram=169\.254\.0\.53:53$/m);
@@ -236,7 +279,8 @@ test('feosd and feosctl from a local apt repository: files, units, socket activa
     // FEOSD_ARGS the test's: a pod prefix for the resolver, TCG, the self-upgrade.
     const execStart = /^ExecStart=(.*)$/m.exec(unit)![1].split(/\s+/);
     assert.deepEqual(execStart, ['/usr/sbin/feosd', '--vms-cgroup', '/sys/fs/cgroup/system.slice/feos-vms.service', '$FEOSD_ARGS']);
-    const argv = [execStart[0], '--vms-cgroup', vmsCg, '--pod-prefix', '2001:db8:77::/64', '--accel', 'tcg', '--self-upgrade'];
+    feosdArgv = [execStart[0], '--vms-cgroup', vmsCg, '--pod-prefix', '2001:db8:77::/64', '--accel', 'tcg'];
+    const argv = feosdArgv;
     // systemd-socket-activate passes on PATH, HOME, TERM and USER alone: -E the notify socket, which systemd sets itself.
     const activate = ['systemd-socket-activate', '-E', 'NOTIFY_SOCKET', '-l', '169.254.0.53:53', '--fdname=dns', '--', 'systemd-socket-activate', '-E', 'NOTIFY_SOCKET', '-d', '-l', '169.254.0.53:53', '--fdname=dns:dns', '--'];
     feosd = spawn('sh', ['-c', 'echo $$ > "$0" && exec "$@"', join(feosdCg, 'feosd/cgroup.procs'), 'nsenter', `--net=/run/netns/${NS}`, '--', ...activate, ...argv], {
@@ -283,41 +327,45 @@ test('feosd and feosctl from a local apt repository: files, units, socket activa
     }
   });
 
-  await step('a query sent while feosd restarts for a self-upgrade waits in the sockets it hands on, and is answered once it is back', async () => {
-    const host = makeClient(HostService, 'unix:/run/feos/api.sock');
-    const before = await host.getHostInfo({});
-    const exe = readFileSync('/usr/sbin/feosd');
-    const sha256 = createHash('sha256').update(exe).digest('hex');
-    await host.upgradeFeosBinary([{ part: { case: 'header', value: { size: BigInt(exe.length), sha256 } } }, { part: { case: 'chunk', value: exe } }]);
-    host.grpc.close();
-    // feosd restarts: its API stops answering; the query goes now.
-    await waitFor('the API socket stops answering', 30_000, async () => {
-      const h = makeClient(HostService, 'unix:/run/feos/api.sock');
-      try {
-        await h.getHostInfo({}, { deadline: Date.now() + 500 });
-        return false;
-      } catch {
-        return true;
-      } finally {
-        h.grpc.close();
-      }
-    });
-    assert.match(await dig('+time=240', 'example.test'), /status: REFUSED/);
-    await waitFor('a second READY=1', 120_000, () => notifications() >= 2);
-    const h = makeClient(HostService, 'unix:/run/feos/api.sock');
-    const after = await h.getHostInfo({});
-    h.grpc.close();
-    assert.equal(after.pid, before.pid, 'the same pid (execve)');
-    assert.notDeepEqual(after.startedAt, before.startedAt);
-    assert.equal(logs.feosd.split('the resolver took the sockets it was handed (LISTEN_FDS)').length, 3, 'both feosds took the handed-over sockets');
-    const pods = makeClient(PodService, 'unix:/run/feos/api.sock');
-    const pod = await waitFor('the pod taken over RUNNING', 120_000, async () => ((await pods.getPod({ id: podId })).pod?.state === PodState.RUNNING ? true : undefined));
-    assert.ok(pod);
-    await pods.deletePod({ id: podId });
-    pods.grpc.close();
-    await waitFor("the pod's QEMU gone", 60_000, () => !existsSync(join(vmsCg, 'vms', podId)) || readFileSync(join(vmsCg, 'vms', podId, 'cgroup.procs'), 'utf8') === '');
+  await step("a query sent while feosd restarts waits in feosd.socket's sockets and is answered once it is back; the pod is taken over", async () => {
+    // systemd-socket-activate ends with its feosd: a holder of the test's own now plays feosd.socket, as
+    // systemd does, binding the sockets with IP_FREEBIND (FreeBind=yes) and starting feosd again and again
+    // in feosd.service/feosd with LISTEN_FDS=2, LISTEN_FDNAMES=dns:dns and the notify socket.
     feosd!.kill('SIGTERM');
     await waitFor('feosd ends on SIGTERM', 60_000, () => feosd!.exitCode !== null || feosd!.signalCode !== null);
+    const argv = [...feosdArgv];
+    feosd = spawn('nsenter', [`--net=/run/netns/${NS}`, '--', 'python3', '-u', '-c', SOCKET_UNIT, join(feosdCg, 'feosd/cgroup.procs'), ...argv], {
+      stdio: ['pipe', 'pipe', 'pipe'],
+      env: { PATH: '/usr/sbin:/usr/bin:/sbin:/bin', NOTIFY_SOCKET: join(work, 'notify.sock') },
+    });
+    logs.feosd = '';
+    for (const s of [feosd.stdout!, feosd.stderr!]) s.on('data', (d: Buffer) => (logs.feosd += d.toString()));
+    const say = (cmd: string, done: string, count: number) => {
+      feosd!.stdin!.write(`${cmd}\n`);
+      return waitFor(`the socket holder: ${done}`, 120_000, () => logs.feosd.split(`${done}\n`).length > count);
+    };
+    await waitFor('the socket holder listens', 30_000, () => logs.feosd.includes('listening\n'));
+    const ready = notifications();
+    await say('start', 'started', 1);
+    await waitFor('READY=1 of the feosd it started', 120_000, () => notifications() > ready);
+    assert.match(await dig('+time=30', 'example.test'), /status: REFUSED/);
+    // feosd stops (its microVM runs on); a query now waits in the socket's queue ...
+    await say('stop', 'stopped', 1);
+    const waiting = dig('+time=240', 'example.test');
+    await waitFor('the query queued in the UDP socket', 30_000, async () => /^UNCONN\s+[1-9]\d*\s/m.test(await run('nsenter', [`--net=/run/netns/${NS}`, 'ss', '-Hlun', 'sport = :53'])));
+    // ... and is answered by the next feosd, once it has gone through its pods.
+    await say('start', 'started', 2);
+    assert.match(await waiting, /status: REFUSED/);
+    await waitFor('READY=1 of the second feosd', 120_000, () => notifications() > ready + 1);
+    assert.equal(logs.feosd.split('the resolver took the sockets it was handed (LISTEN_FDS)').length, 3, 'both feosds took the sockets named dns');
+    const pods = makeClient(PodService, 'unix:/run/feos/api.sock');
+    t.after(() => pods.grpc.close());
+    await waitFor('the pod taken over RUNNING', 120_000, async () => (await pods.getPod({ id: podId })).pod?.state === PodState.RUNNING);
+    await pods.deletePod({ id: podId });
+    await waitFor("the pod's QEMU gone", 60_000, () => !existsSync(join(vmsCg, 'vms', podId)) || readFileSync(join(vmsCg, 'vms', podId, 'cgroup.procs'), 'utf8') === '');
+    await say('stop', 'stopped', 2);
+    feosd.stdin!.end();
+    await waitFor('the socket holder ends', 30_000, () => feosd!.exitCode !== null || feosd!.signalCode !== null);
   });
 
   await step('the upgrade to the second version installs its guest beside the first, which autoremove leaves (50feosd)', async () => {
