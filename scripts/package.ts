@@ -143,6 +143,7 @@ interface Control {
   Version: string;
   Architecture: 'amd64' | 'all';
   Depends?: string;
+  Recommends?: string;
   Section?: string;
   Description: string;
 }
@@ -159,6 +160,7 @@ function build(root: string, c: Control, out: string): string {
     'Maintainer: Kube32/FeOS developers <feos@kube32.invalid>',
     `Installed-Size: ${kib}`,
     ...(c.Depends ? [`Depends: ${c.Depends}`] : []),
+    ...(c.Recommends ? [`Recommends: ${c.Recommends}`] : []),
     `Section: ${c.Section ?? 'admin'}`,
     'Priority: optional',
     'Homepage: https://apt.fecode.dev',
@@ -230,6 +232,8 @@ try {
           Version: version,
           Architecture: 'amd64',
           Depends: `feos-node24 (>= 24), feos-guest, qemu-system-x86, qemu-utils, iproute2, nftables, systemd | systemd-standalone-sysusers, init-system-helpers (>= 1.52)`,
+          // A self-upgrade hands the resolver's sockets on through a python3 script (docs/feos/packages.md).
+          Recommends: 'python3',
           Description: "FeOS node agent: pods as microVMs\nfeosd serves FeOS's gRPC API on /run/feos/api.sock and runs every pod as a QEMU microVM\nbooted from the newest installed guest. Its microVMs outlive it: a restart or an upgrade takes\nthem over.",
         },
         out,

@@ -27,7 +27,7 @@ import { VolumeService as VolumeServiceDesc } from './gen/feos/volume/v1/volume_
 import { takeStateLock } from './lock.ts';
 import { createNetwork, type ListenFds, type NetworkFlags, type PodNetwork } from './network/index.ts';
 import { recordServices, startFleet, type Fleet, type FleetFlags, type ServedService } from './fleet/index.ts';
-import { checkTcpAddress, findGroup, makeDirs, notifyReady, placeFeosd, refuseServedSocket } from './host-setup.ts';
+import { checkTcpAddress, execUpgrade, findGroup, makeDirs, notifyReady, placeFeosd, refuseServedSocket } from './host-setup.ts';
 
 export { checkTcpAddress, handOverVmsOf } from './host-setup.ts';
 
@@ -48,7 +48,7 @@ export interface FeosdOptions {
   vmsCgroup?: string;
   /**
    * The resolver's sockets main() took from systemd's protocol before anything else ran (takeListenFds);
-   * undefined = the network takes them itself.
+   * undefined = the network takes them itself. A self-upgrade hands them on (execUpgrade).
    */
   listenFds?: ListenFds;
   clockMaxRttMs: number;
@@ -289,9 +289,8 @@ function createServer(
         // The control plane hears of the upgrade first (its Upgrading event).
         void (fleet.current?.upgrading(path) ?? Promise.resolve()).finally(() => {
           vms.closeAll();
-          // The resolver's sockets do not go on: Node makes every fd close-on-exec, the handed-over ones at
-          // its start, and has no fcntl (docs/feos/departures.md). The new binary binds its own.
-          process.execve!(path, [path, ...process.argv.slice(2)], process.env);
+          // The same pid, and the resolver's sockets handed on (seed "DNS"; execUpgrade says how).
+          execUpgrade([path, ...process.argv.slice(2)], o.listenFds, log);
         });
       },
     }),
