@@ -25,11 +25,11 @@ import { FEOSD_VERSION, hostHandlers } from './host/index.ts';
 import { VolumeStore, parseVolumeId } from './volumes/index.ts';
 import { VolumeService as VolumeServiceDesc } from './gen/feos/volume/v1/volume_pb.js';
 import { takeStateLock } from './lock.ts';
-import { createNetwork, type NetworkFlags, type PodNetwork } from './network/index.ts';
+import { createNetwork, type ListenFds, type NetworkFlags, type PodNetwork } from './network/index.ts';
 import { recordServices, startFleet, type Fleet, type FleetFlags, type ServedService } from './fleet/index.ts';
-import { checkTcpAddress, findGroup, makeDirs, notifyReady, refuseServedSocket } from './host-setup.ts';
+import { checkTcpAddress, execUpgrade, findGroup, makeDirs, notifyReady, placeFeosd, refuseServedSocket } from './host-setup.ts';
 
-export { checkTcpAddress } from './host-setup.ts';
+export { checkTcpAddress, handOverVmsOf } from './host-setup.ts';
 
 /** feosd's options (its flags). */
 export interface FeosdOptions {
@@ -44,8 +44,13 @@ export interface FeosdOptions {
   selfUpgrade: boolean;
   accelerator: 'auto' | 'kvm' | 'tcg';
   qemu: string;
-  /** A cgroup v2 directory for the microVMs' `vms/<id>`. */
+  /** A cgroup v2 directory for the microVMs' `vms/<id>` (`--vms-cgroup`); feosd moves into the leaf `feosd/` of its own where that is it. */
   vmsCgroup?: string;
+  /**
+   * The resolver's sockets main() took from systemd's protocol before anything else ran (takeListenFds);
+   * undefined = the network takes them itself. A self-upgrade hands them on (execUpgrade).
+   */
+  listenFds?: ListenFds;
   clockMaxRttMs: number;
   /** How long a boot's guest has to attach (ms); default 60 s under KVM, 180 s under TCG. */
   guestAttachMs?: number;
@@ -142,6 +147,8 @@ async function startMicroVms(o: FeosdOptions, log: Logger): Promise<{ vms: Micro
   if (versions.length === 0) {
     log.warn({ guestDir: o.guestDir }, `no guest installed in ${o.guestDir}: every bring-up will fail until one is (scripts/build-guest.sh ${o.guestDir})`);
   }
+  // feosd into its leaf cgroup, or the microVMs of a feosd from before --vms-cgroup handed over.
+  if (o.vmsCgroup) await placeFeosd(o.vmsCgroup, log);
   const vms = new MicroVmService({ vmsDir: join(o.stateDir, 'vms'), qemu: o.qemu, accelerator, log, cgroup: o.vmsCgroup });
   await vms.init();
   return { vms, accelerator };
@@ -154,7 +161,7 @@ async function startMicroVms(o: FeosdOptions, log: Logger): Promise<{ vms: Micro
  */
 async function startNetwork(o: FeosdOptions, records: PodRecords, log: Logger): Promise<{ network?: PodNetwork; provider: PodNetworkProvider }> {
   if (o.network || !o.networkFlags?.podPrefix) return { provider: o.network ?? unavailablePodNetwork };
-  const network = createNetwork({ stateDir: o.stateDir, log, ...o.networkFlags });
+  const network = createNetwork({ stateDir: o.stateDir, log, ...o.networkFlags, listenFds: o.listenFds ?? true });
   const kept = records
     .list()
     // A hibernated pod has no place on the network until it is restored.
@@ -282,7 +289,8 @@ function createServer(
         // The control plane hears of the upgrade first (its Upgrading event).
         void (fleet.current?.upgrading(path) ?? Promise.resolve()).finally(() => {
           vms.closeAll();
-          process.execve!(path, [path, ...process.argv.slice(2)], process.env);
+          // The same pid, and the resolver's sockets handed on (seed "DNS"; execUpgrade says how).
+          execUpgrade([path, ...process.argv.slice(2)], o.listenFds, log);
         });
       },
     }),

@@ -1,7 +1,7 @@
 /**
  * feosd's command line (seed 000, "feosd"; docs/feos/feosd.md):
  *   feosd [--state-dir DIR] [--run-dir DIR] [--guest-dir DIR] [--tcp ADDRESS] [--self-upgrade]
- *         [--accel auto|kvm|tcg] [--qemu PATH] [--vms-cgroup DIR] [--clock-max-rtt MS]
+ *         [--accel auto|kvm|tcg] [--qemu PATH] [--vms-cgroup DIR [--hand-over-vms]] [--clock-max-rtt MS]
  *         [--stop-grace SECONDS] [--suspend-on-stop] [--object-store URL] ...
  * It serves until SIGTERM or SIGINT; the microVMs run on after it ends, or with --suspend-on-stop are
  * suspended for the next feosd.
@@ -9,7 +9,8 @@
 import { Command, InvalidArgumentError, Option } from 'commander';
 import { createLogger } from '../lib/index.ts';
 import { errorMessage } from './api/index.ts';
-import { startFeosd } from './daemon.ts';
+import { handOverVmsOf, startFeosd } from './daemon.ts';
+import { takeListenFds } from './network/index.ts';
 import { FEOSD_VERSION } from './host/index.ts';
 import { openObjectStore } from './store/index.ts';
 import { STOP_MARGIN_MS } from './pods/index.ts';
@@ -97,6 +98,9 @@ export function nodeName(v: string): string {
 
 /** Runs feosd with `argv` (process.argv: node, script, flags...). */
 export async function main(argv: string[]): Promise<void> {
+  // The resolver's sockets systemd (feosd.socket), feos-host-init or a self-upgrade handed over, taken
+  // before anything else runs, and their variables out of the environment that QEMU inherits (seed "DNS").
+  const listenFds = takeListenFds('dns');
   const program = new Command('feosd')
     .description('FeOS node agent: pods as microVMs, served over gRPC')
     .version(FEOSD_VERSION)
@@ -108,6 +112,7 @@ export async function main(argv: string[]): Promise<void> {
     .addOption(new Option('--accel <accel>', 'the VMM accelerator').choices(['auto', 'kvm', 'tcg']).default('auto'))
     .option('--qemu <path>', 'the QEMU binary', 'qemu-system-x86_64')
     .option('--vms-cgroup <dir>', 'a cgroup v2 directory for the microVMs (vms/<id>)', vmsCgroup)
+    .option('--hand-over-vms', "move the microVMs below feosd's own cgroup to --vms-cgroup, then exit (feosd.service's ExecStopPost=)", false)
     .option('--clock-max-rtt <ms>', 'drop guest clock measurements whose round trip is longer', positive('--clock-max-rtt'), 10)
     .option('--pod-prefix <prefix>', "the IPv6 prefix routed to the node (runs the pods' network)")
     .option('--pod-ipv4-range <prefix>', "the pods' IPv4 addresses (default 169.254.16.0/20)")
@@ -151,6 +156,7 @@ export async function main(argv: string[]): Promise<void> {
     accel: 'auto' | 'kvm' | 'tcg';
     qemu: string;
     vmsCgroup?: string;
+    handOverVms: boolean;
     clockMaxRtt: number;
     guestAttachTimeout?: number;
     stopGrace: number;
@@ -185,6 +191,18 @@ export async function main(argv: string[]): Promise<void> {
     );
   }
   const log = createLogger('feosd');
+  if (opts.handOverVms) {
+    const to = opts.vmsCgroup;
+    if (!to) return program.error('error: --hand-over-vms needs --vms-cgroup DIR: where the microVMs go (such as /sys/fs/cgroup/system.slice/feos-vms.service)');
+    try {
+      const moved = await handOverVmsOf(to);
+      log.info({ to: opts.vmsCgroup, microVms: moved }, `handed ${moved.length} microVM(s) over to --vms-cgroup`);
+      return;
+    } catch (err: unknown) {
+      log.fatal({ err: errorMessage(err) }, 'feosd --hand-over-vms failed');
+      process.exit(1);
+    }
+  }
   const ac = new AbortController();
   let feosd: Awaited<ReturnType<typeof startFeosd>> | undefined;
   let stopping = false;
@@ -213,6 +231,7 @@ export async function main(argv: string[]): Promise<void> {
         accelerator: opts.accel,
         qemu: opts.qemu,
         vmsCgroup: opts.vmsCgroup,
+        listenFds,
         clockMaxRttMs: opts.clockMaxRtt,
         guestAttachMs: opts.guestAttachTimeout === undefined ? undefined : opts.guestAttachTimeout * 1000,
         networkFlags: {

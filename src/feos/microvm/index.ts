@@ -11,3 +11,4 @@ export { chooseAccelerator, probeKvm } from './accel.ts';
 export { hostTscKhz, qemuArgs, registryEndpoints, vmPaths, type QemuConfig, REGISTRY_LINK_HOST, REGISTRY_LINK_PORT, REGISTRY_LINK_MAC } from './qemu-args.ts';
 export { QmpClient, QmpError, type QmpEvent } from './qmp.ts';
 export { pidStartTicks } from './proc.ts';
+export { cgroup2Mount, cgroupOf, enterLeaf, givenCgroup, handOverVms, isCgroup2 } from './cgroup.ts';

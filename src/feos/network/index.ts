@@ -29,7 +29,7 @@ export { compileTable, tableUpdate, defaultGroup, DEFAULT_GROUP, TABLE, NFLOG_DR
 export type { CompiledTable, TableInput, TablePod } from './table.ts';
 export { SecurityGroupStore, NameTableStore, checkSecurityGroup, checkNameTable } from './stores.ts';
 export { grpcServiceDefinition, securityGroupService, nameService, type GrpcService } from './grpc.ts';
-export { takeListenFds } from './listen-fds.ts';
+export { takeListenFds, type ListenFds } from './listen-fds.ts';
 export { trafficService, WATCH_BUFFER_RECORDS, LEFT_POD_MEMORY_MS, TrafficChannel, TrafficCollector, RecentPods, flowEntries, nflogEntries, dnsQueryEntry } from './traffic.ts';
 export type { TrafficEntry, TrafficPods, TrafficCollectorOptions, TrafficServiceOptions } from './traffic.ts';
 export { scanServerName, scanTlsClientHello, scanHttpRequest, ServerNameAssembler, MAX_SCAN_BYTES, type NameScan, type TcpSegment } from './server-names.ts';

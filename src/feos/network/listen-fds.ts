@@ -62,3 +62,4 @@ export function takeListenFds(name = 'dns', env: NodeJS.ProcessEnv = process.env
   }
   return out;
 }
+

@@ -15,7 +15,7 @@ import { NetworkError, errorMessage } from './errors.ts';
 import { nameService, securityGroupService, type GrpcService } from './grpc.ts';
 import { RecentPods, TrafficChannel, TrafficCollector, dnsQueryEntry, trafficService } from './traffic.ts';
 import { canonicalAddress, isUla, parsePrefix, type Prefix } from './ip.ts';
-import { takeListenFds } from './listen-fds.ts';
+import { takeListenFds, type ListenFds } from './listen-fds.ts';
 import { MetadataService, checkMetadata, type PodMetadata } from './metadata.ts';
 import { IPV4_GATEWAY, IPV6_GATEWAY, checkPodUpstreams, parseNetworkFlags, type NetworkFlags, type NetworkSettings } from './options.ts';
 import { podMac, tapName, checkPodId } from './pod-link.ts';
@@ -38,8 +38,12 @@ export interface NetworkOptions extends NetworkFlags {
   upstreamPort?: number;
   /** The metadata responder's port on the resolver's address; 0 lets the OS pick. @default 0 */
   metadataPort?: number;
-  /** Take the resolver's sockets from systemd's protocol (`LISTEN_FDS`, `LISTEN_PID`, `LISTEN_FDNAMES=dns`). @default true */
-  listenFds?: boolean;
+  /**
+   * The resolver's sockets handed over by systemd's protocol: `true` takes them from the environment
+   * here (`LISTEN_FDS`, `LISTEN_PID`, `LISTEN_FDNAMES=dns`), an object gives those feosd took at its
+   * start (takeListenFds, before anything else ran), `false` binds its own. @default true
+   */
+  listenFds?: boolean | ListenFds;
   /** @default RULES_INTERVAL_MS */
   rulesIntervalMs?: number;
   /** Where the NAT64 version pinned its BPF maps, removed at start. @default '/sys/fs/bpf/feos/nat64' */
@@ -261,7 +265,7 @@ export class PodNetwork {
     const port = this.#o.dnsPort ?? 53;
     let udp: dgram.Socket;
     let tcp: net.Server;
-    const fds = this.#o.listenFds === false ? {} : takeListenFds('dns');
+    const fds = this.#o.listenFds === false ? {} : typeof this.#o.listenFds === 'object' ? this.#o.listenFds : takeListenFds('dns');
     if (fds.udp !== undefined && fds.tcp !== undefined) {
       udp = dgram.createSocket('udp4');
       await new Promise<void>((resolve, reject) => {

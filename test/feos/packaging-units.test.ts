@@ -1,0 +1,37 @@
+// Units of feosd's start under systemd that need no root (docs/feos/packages.md): the cgroup feosd is
+// given, where cgroup v2 is mounted.
+import assert from 'node:assert/strict';
+import { test } from 'node:test';
+import { mkdtempSync, rmSync, writeFileSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { cgroup2Mount, givenCgroup } from '../../src/feos/microvm/index.ts';
+
+test("the cgroup feosd is given: its own, or the parent of systemd's leaf feosd or .control", () => {
+  assert.equal(givenCgroup('/sys/fs/cgroup/system.slice/feosd.service/feosd'), '/sys/fs/cgroup/system.slice/feosd.service');
+  assert.equal(givenCgroup('/sys/fs/cgroup/system.slice/feosd.service/.control'), '/sys/fs/cgroup/system.slice/feosd.service');
+  assert.equal(givenCgroup('/sys/fs/cgroup/system.slice/feosd.service'), '/sys/fs/cgroup/system.slice/feosd.service');
+  assert.equal(givenCgroup('/sys/fs/cgroup'), '/sys/fs/cgroup');
+});
+
+test("cgroup v2's mount point comes from mountinfo: /sys/fs/cgroup, or /sys/fs/cgroup/unified on a hybrid host", (t) => {
+  const dir = mkdtempSync(join(tmpdir(), 'k32t-mountinfo-'));
+  t.after(() => rmSync(dir, { recursive: true, force: true }));
+  const hybrid = join(dir, 'hybrid');
+  writeFileSync(
+    hybrid,
+    [
+      '25 24 0:22 / /sys/fs/cgroup ro,nosuid - tmpfs tmpfs ro,mode=755',
+      '26 25 0:23 / /sys/fs/cgroup/unified rw,nosuid,nodev,noexec,relatime shared:10 - cgroup2 cgroup2 rw',
+      '27 25 0:24 / /sys/fs/cgroup/cpu rw,relatime - cgroup cgroup rw,cpu',
+      '',
+    ].join('\n'),
+  );
+  assert.equal(cgroup2Mount(hybrid), '/sys/fs/cgroup/unified');
+  const unified = join(dir, 'unified');
+  writeFileSync(unified, '30 1 0:26 / /sys/fs/cgroup rw,nosuid,nodev,noexec,relatime shared:4 - cgroup2 cgroup2 rw,nsdelegate\n');
+  assert.equal(cgroup2Mount(unified), '/sys/fs/cgroup');
+  const v1 = join(dir, 'v1');
+  writeFileSync(v1, '27 25 0:24 / /sys/fs/cgroup/cpu rw,relatime - cgroup cgroup rw,cpu\n');
+  assert.equal(cgroup2Mount(v1), undefined);
+});
