@@ -10,7 +10,7 @@ hash -r
 # OpenStack Swift, the S3 server of the tests (scripts/s3-server.sh).
 APT_PACKAGES=(clang lld wabt qemu-system-x86 qemu-utils linux-image-amd64 busybox-static zstd cpio kmod
   crun nftables iproute2 dnsutils conntrack docker-registry umoci skopeo etcd-server e2fsprogs binutils libc6-dev
-  swift swift-proxy swift-object swift-container swift-account curl)
+  swift swift-proxy swift-object swift-container swift-account curl python3-kubernetes)
 if [ "${SKIP_APT:-0}" != 1 ] && [ "$(id -u)" = 0 ]; then
   missing=()
   for p in "${APT_PACKAGES[@]}"; do

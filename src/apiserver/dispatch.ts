@@ -16,6 +16,7 @@ import { sendError, sendJson } from './handlers/http.ts';
 import { serveNonResource } from './handlers/non-resource.ts';
 import { serveResource } from './handlers/resources.ts';
 import { serveAccessReview, serveSelfSubjectReview, serveTokenReview } from './handlers/reviews.ts';
+import { normalizeBooleanParameters } from './handlers/query.ts';
 import { parseResourcePath } from './handlers/router.ts';
 import type { ServerMetrics } from './metrics.ts';
 import { ADMIN_USER, userOfCertificate } from './pki.ts';
@@ -61,6 +62,9 @@ async function serve(req: IncomingMessage, res: ServerResponse, ctx: ServerConte
   if (isHealthPath(path)) return serveHealth(res, path, url.searchParams, o.health);
   if (path === '/version' || path === '/version/') return sendJson(res, 200, VERSION_INFO);
   const user = authenticate(req, ctx, o.insecureHttp);
+  const info = parseResourcePath(path);
+  // A proxied request's query is its target's (the node's, the service's), not the API server's.
+  if (info?.subresource !== 'proxy') normalizeBooleanParameters(url.searchParams);
   if (path === '/metrics') {
     if (!user.groups.includes('system:masters')) throw new ApiError('Forbidden', `forbidden: User "${user.name}" cannot get path "/metrics"`);
     const body = await o.metrics.registry.metrics();
@@ -83,7 +87,6 @@ async function serve(req: IncomingMessage, res: ServerResponse, ctx: ServerConte
     labels.verb = 'get';
     return serveBlob(ctx, res, blob[1]!);
   }
-  const info = parseResourcePath(path);
   if (!info?.def) throw resourceNotFound();
   labels.resource = info.plural;
   labels.subresource = info.subresource ?? '';

@@ -67,6 +67,12 @@ export interface ApiServerOptions {
   eventTtlMs?: number;
   /** Extra names or addresses for the serving certificate. */
   certificateSans?: string[];
+  /**
+   * Time a connection has to send a request's whole header, ms; one that has not is answered 408 and
+   * closed (Node's `headersTimeout`, checked every `min(1 s, this / 4)`). kube-apiserver's `ReadHeaderTimeout` is 32 s.
+   * @default 32000
+   */
+  headersTimeoutMs?: number;
   logger?: Logger;
 }
 
@@ -101,6 +107,8 @@ function checkOptions(opts: ApiServerOptions): { bind: string; kind: 'sqlite' | 
   if (!opts.insecureHttp && !opts.dataDir) throw new RangeError('HTTPS needs a data dir for its certificate authority (--data-dir), or use plain HTTP on loopback');
   const maxBodyBytes = opts.maxBodyBytes ?? DEFAULT_MAX_BODY_BYTES;
   if (!Number.isSafeInteger(maxBodyBytes) || maxBodyBytes <= 0) throw new RangeError(`maxBodyBytes must be a positive integer: current value is ${maxBodyBytes}`);
+  const ht = opts.headersTimeoutMs;
+  if (ht !== undefined && (!Number.isInteger(ht) || ht < 100)) throw new RangeError(`headersTimeoutMs must be an integer of at least 100: current value is ${ht}`);
   const leaseSeconds = opts.identityLeaseDurationSeconds;
   if (leaseSeconds !== undefined && (!Number.isInteger(leaseSeconds) || leaseSeconds < 3 || leaseSeconds > 3600)) throw new RangeError(`identityLeaseDurationSeconds must be an integer of 3 to 3600: current value is ${leaseSeconds}`);
   return { bind, kind, maxBodyBytes };
@@ -130,20 +138,28 @@ function tokens(dataDir: string | undefined): { adminToken: string; kubeletToken
   return { adminToken, kubeletToken, authenticateToken };
 }
 
+/** kube-apiserver's `ReadHeaderTimeout` (32 s), ms. */
+export const DEFAULT_HEADERS_TIMEOUT_MS = 32_000;
+
 /** The HTTP(S) server of `handler`, not yet listening; HTTPS with the cluster's serving certificate. */
 async function httpServer(opts: ApiServerOptions, bind: string, advertise: string, handler: (req: IncomingMessage, res: ServerResponse) => void): Promise<{ server: Server; caCertPem: string | undefined }> {
   let server: Server;
   let caCertPem: string | undefined;
+  const headersTimeout = opts.headersTimeoutMs ?? DEFAULT_HEADERS_TIMEOUT_MS;
+  // Node checks the header deadline of open connections at this interval (30 s by default, which would double the wait).
+  const connectionsCheckingInterval = Math.max(50, Math.min(1000, Math.floor(headersTimeout / 4)));
   if (opts.insecureHttp) {
-    server = createHttpServer({ keepAlive: true }, handler);
+    server = createHttpServer({ keepAlive: true, connectionsCheckingInterval }, handler);
   } else {
     const pki = await ensureServingPki(opts.dataDir!, [bind, advertise, ...(opts.certificateSans ?? [])]);
     caCertPem = pki.caCertPem;
     // Client certificates are asked for but not required: clients with tokens send none.
-    server = createHttpsServer({ cert: pki.certPem, key: pki.keyPem, ca: pki.caCertPem, requestCert: true, rejectUnauthorized: false, keepAlive: true }, handler);
+    server = createHttpsServer({ cert: pki.certPem, key: pki.keyPem, ca: pki.caCertPem, requestCert: true, rejectUnauthorized: false, keepAlive: true, connectionsCheckingInterval }, handler);
   }
+  // No deadline on a whole request (watches and proxied streams last), one on its header: a client that
+  // sends half a header is closed after headersTimeout instead of holding the connection for ever.
   server.requestTimeout = 0;
-  server.headersTimeout = 60_000;
+  server.headersTimeout = headersTimeout;
   server.keepAliveTimeout = 65_000;
   return { server, caCertPem };
 }
