@@ -9,6 +9,7 @@
 import { createServer as createHttpServer, type IncomingMessage, type Server, type ServerResponse } from 'node:http';
 import { createServer as createHttpsServer } from 'node:https';
 import type { Duplex } from 'node:stream';
+import { randomBytes } from 'node:crypto';
 import { mkdirSync } from 'node:fs';
 import { join } from 'node:path';
 import type { AddressInfo } from 'node:net';
@@ -22,7 +23,11 @@ import { healthChecks } from './handlers/health.ts';
 import { DEFAULT_MAX_BODY_BYTES } from './handlers/http.ts';
 import { createDispatcher } from './dispatch.ts';
 import { createMetrics } from './metrics.ts';
-import { ADMIN_USER, APISERVER_USER, TokenAuthenticator, adminKubeconfigPath, ensureServingPki, kubeconfigYaml, mintToken } from './pki.ts';
+import { ADMIN_USER, APISERVER_USER, TokenAuthenticator, type TokenClaims, type TokenUser, adminKubeconfigPath, ensureServingPki, kubeconfigYaml, mintToken, mintTokenWithKey, tokenKeyOf } from './pki.ts';
+import { checkTokenBinding } from './auth/tokens.ts';
+import { reconcileBootstrapPolicy } from './auth/policy.ts';
+import { RootCaPublisher } from './auth/root-ca.ts';
+import { createAuthorizer } from './handlers/auth.ts';
 import { CheckpointDataStore, DEFAULT_CHECKPOINT_DATA_BYTES } from './registry/checkpoints/data-store.ts';
 import { checkpoints } from './registry/checkpoints/index.ts';
 import { GarbageCollector } from './registry/gc.ts';
@@ -122,20 +127,21 @@ function openStorage(opts: ApiServerOptions, kind: 'sqlite' | 'memory' | 'etcd')
 }
 
 /**
- * The tokens of the admin and of the API server itself (toward kubelets), and the authenticator of bearer
- * tokens. Without a data dir (plain HTTP, memory store) there is no signing key: the two fixed tokens are the only ones.
+ * The tokens of the admin and of the API server itself (toward kubelets), the authenticator of bearer
+ * tokens and the minting of bound tokens (TokenRequest). Without a data dir (plain HTTP, memory store)
+ * the signing key lives in memory: the two fixed tokens and the bound tokens of this run are the only ones.
  */
-function tokens(dataDir: string | undefined): { adminToken: string; kubeletToken: string; authenticateToken(t: string): UserInfo | undefined } {
-  const signed = dataDir ? new TokenAuthenticator(dataDir) : undefined;
+function tokens(dataDir: string | undefined): { adminToken: string; kubeletToken: string; verifyToken(t: string): TokenUser | undefined; mint(user: UserInfo, claims: TokenClaims): string } {
+  const key = dataDir ? tokenKeyOf(dataDir) : randomBytes(32);
+  const signed = new TokenAuthenticator(key);
   const adminToken = dataDir ? mintToken(dataDir, ADMIN_USER) : 'insecure-admin';
   const kubeletToken = dataDir ? mintToken(dataDir, APISERVER_USER) : 'insecure-apiserver';
-  const authenticateToken = (t: string): UserInfo | undefined => {
-    if (signed) return signed.authenticate(t);
-    if (t === adminToken) return ADMIN_USER;
-    if (t === kubeletToken) return APISERVER_USER;
-    return undefined;
+  const verifyToken = (t: string): TokenUser | undefined => {
+    if (!dataDir && t === adminToken) return ADMIN_USER;
+    if (!dataDir && t === kubeletToken) return APISERVER_USER;
+    return signed.authenticate(t);
   };
-  return { adminToken, kubeletToken, authenticateToken };
+  return { adminToken, kubeletToken, verifyToken, mint: (user, claims) => mintTokenWithKey(key, user, claims) };
 }
 
 /** kube-apiserver's `ReadHeaderTimeout` (32 s), ms. */
@@ -215,7 +221,14 @@ export async function createApiServer(opts: ApiServerOptions): Promise<ApiServer
   const gc = new GarbageCollector(registry, log);
   gc.start(opts.eventTtlMs ?? 3_600_000);
 
-  const { adminToken, kubeletToken, authenticateToken } = tokens(opts.dataDir);
+  reconcileBootstrapPolicy(registry, log);
+  const authorizer = createAuthorizer(registry, log);
+  const { adminToken, kubeletToken, verifyToken, mint } = tokens(opts.dataDir);
+  // A bound token counts while it has not expired, names the API server's audience, and its account (and pod) still exist.
+  const authenticateToken = (t: string): UserInfo | undefined => {
+    const user = verifyToken(t);
+    return user && checkTokenBinding(registry, user) ? user : undefined;
+  };
   const ctx: ServerContext = {
     registry,
     log,
@@ -225,6 +238,8 @@ export async function createApiServer(opts: ApiServerOptions): Promise<ApiServer
     checkpointData,
     kubeletToken,
     authenticateToken,
+    mintToken: mint,
+    authorizer,
     streams: new Set(),
   };
   const handler = createDispatcher(ctx, {
@@ -251,6 +266,9 @@ export async function createApiServer(opts: ApiServerOptions): Promise<ApiServer
     throw err;
   }
   ensureKubernetesService(registry, advertise, port, { endpoints: kind !== 'etcd' });
+  // kube-root-ca.crt in every namespace (kube-controller-manager's root-ca-cert-publisher; here, where the CA is).
+  const rootCa = caCertPem ? new RootCaPublisher(registry, caCertPem, log) : undefined;
+  rootCa?.start();
   const scheme = opts.insecureHttp ? 'http' : 'https';
   const url = urlOf(scheme, bind === '0.0.0.0' ? '127.0.0.1' : bind, port);
   const dataPeers =
@@ -276,6 +294,8 @@ export async function createApiServer(opts: ApiServerOptions): Promise<ApiServer
       if (closed) return;
       closed = true;
       dataPeers?.stop();
+      rootCa?.stop();
+      authorizer.rbac.stop();
       gc.stop();
       for (const s of ctx.streams) s.destroy();
       await new Promise<void>((resolve) => {

@@ -88,6 +88,10 @@ const WITHOUT_GENERATION = new Set([
   '/Service',
   '/Node',
   '/Namespace',
+  'rbac.authorization.k8s.io/Role',
+  'rbac.authorization.k8s.io/ClusterRole',
+  'rbac.authorization.k8s.io/RoleBinding',
+  'rbac.authorization.k8s.io/ClusterRoleBinding',
 ]);
 
 /** Whether objects of `def` carry `metadata.generation` (see WITHOUT_GENERATION). */
