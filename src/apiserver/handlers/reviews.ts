@@ -24,14 +24,14 @@ export async function serveTokenReview(req: IncomingMessage, res: ServerResponse
     });
   }
   const user = ctx.authenticateToken(token);
-  const status = user ? { authenticated: true, user: { username: user.name, groups: user.groups }, audiences: [] } : { authenticated: false, error: 'invalid bearer token' };
+  const status = user ? { authenticated: true, user: { username: user.name, ...(user.uid ? { uid: user.uid } : {}), groups: user.groups }, audiences: [] } : { authenticated: false, error: 'invalid bearer token' };
   sendJson(res, 201, { kind: 'TokenReview', apiVersion: 'authentication.k8s.io/v1', metadata: { creationTimestamp: null }, spec: { token }, status });
 }
 
 /** `POST selfsubjectreviews`: who the caller is. */
 export async function serveSelfSubjectReview(req: IncomingMessage, res: ServerResponse, user: UserInfo, limit: number): Promise<void> {
   await readBody(req, limit);
-  sendJson(res, 201, { kind: 'SelfSubjectReview', apiVersion: 'authentication.k8s.io/v1', metadata: { creationTimestamp: null }, status: { userInfo: { username: user.name, groups: user.groups } } });
+  sendJson(res, 201, { kind: 'SelfSubjectReview', apiVersion: 'authentication.k8s.io/v1', metadata: { creationTimestamp: null }, status: { userInfo: { username: user.name, ...(user.uid ? { uid: user.uid } : {}), groups: user.groups, ...(user.extra ? { extra: user.extra } : {}) } } });
 }
 
 function accessAttributes(spec: Record<string, unknown>, namespace?: string): { verb: string; info?: AuthzResource; path?: string } {
