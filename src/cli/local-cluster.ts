@@ -68,7 +68,7 @@ export interface LocalClusterOptions {
    * or empty: `up` runs its own etcd in `<data-dir>/etcd/`.
    */
   etcdEndpoints?: string[];
-  /** Extra flags for `kube32-cli control-plane`, e.g. `['--node-monitor-grace-period', '10s']`. */
+  /** Extra flags for `kube32-cli control-plane`, e.g. `['--node-monitor-grace-period', '20s']`. */
   controlPlaneArgs?: string[];
   /** How long each component may take to become ready, ms. @default 60000 */
   readyTimeoutMs?: number;

@@ -13,6 +13,7 @@ import { connect as netConnect } from 'node:net';
 import { join } from 'node:path';
 import { parseBytes, unusedPort } from '../../lib/index.ts';
 import { CliError } from '../errors.ts';
+import { nodeMonitorGracePeriodMs } from '../node-monitor.ts';
 import type { LocalCluster } from '../local-cluster.ts';
 
 /** `up`'s flags as commander parses them. */
@@ -121,6 +122,7 @@ export async function up(flags: UpFlags): Promise<void> {
   const storage = storageFlag(flags.storage ?? 'sqlite');
   const etcdEndpoints = flags.etcdEndpoints === undefined ? undefined : endpointsFlag(flags.etcdEndpoints);
   if (etcdEndpoints && storage !== 'etcd') throw new CliError('--etcd-endpoints needs --storage etcd');
+  if (flags.nodeMonitorGracePeriod !== undefined) nodeMonitorGracePeriodMs(flags.nodeMonitorGracePeriod);
   const dataDir = flags.dataDir;
   // Loaded once the flags are known to be good: it brings the Kubernetes client.
   const { exitStatusText, startLocalCluster } = await import('../local-cluster.ts');
