@@ -10,7 +10,7 @@ import { createServer as createHttpServer, type IncomingMessage, type Server, ty
 import { createServer as createHttpsServer } from 'node:https';
 import type { Duplex } from 'node:stream';
 import { randomBytes } from 'node:crypto';
-import { mkdirSync } from 'node:fs';
+import { chmodSync, mkdirSync } from 'node:fs';
 import { join } from 'node:path';
 import type { AddressInfo } from 'node:net';
 import { createLogger, type Logger, writeFileAtomicSync } from '../lib/index.ts';
@@ -200,7 +200,11 @@ function urlOf(scheme: string, address: string, port: number): string {
 export async function createApiServer(opts: ApiServerOptions): Promise<ApiServer> {
   const { bind, kind, maxBodyBytes } = checkOptions(opts);
   const log = opts.logger ?? createLogger('apiserver');
-  if (opts.dataDir) mkdirSync(opts.dataDir, { recursive: true, mode: 0o700 });
+  // The data dir holds the database, keys and kubeconfigs: 0700 whatever mode it was made with.
+  if (opts.dataDir) {
+    mkdirSync(opts.dataDir, { recursive: true, mode: 0o700 });
+    chmodSync(opts.dataDir, 0o700);
+  }
   const advertise = advertiseAddressOf(bind, opts.advertiseAddress);
   // On etcd every API server of the cluster shares one CA and token key, kept in etcd (docs/etcd.md).
   if (kind === 'etcd' && opts.dataDir) await joinClusterIdentity({ dataDir: opts.dataDir, endpoints: opts.etcdEndpoints ?? [], log });
