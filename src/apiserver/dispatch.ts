@@ -55,7 +55,7 @@ function authenticate(req: IncomingMessage, ctx: ServerContext, insecureHttp: bo
   return user;
 }
 
-/** The values of a request header, split at commas as Go's `Header.Values` of a list header would not: each header line is one value. */
+/** The values of a request header, one per header line (kubectl sends one `Impersonate-Group` line per group; values are not split at commas). */
 function headerValues(req: IncomingMessage, name: string): string[] {
   const out: string[] = [];
   for (let i = 0; i < req.rawHeaders.length; i += 2) if (req.rawHeaders[i]!.toLowerCase() === name) out.push(req.rawHeaders[i + 1]!);
