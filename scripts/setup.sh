@@ -7,7 +7,8 @@ cd "$(dirname "$0")/.."
 bash scripts/setup-node.sh
 hash -r
 # Debian packages: compilers for the example pods, QEMU and a kernel for FeOS, the network tools, and
-# OpenStack Swift, the S3 server of the tests (scripts/s3-server.sh).
+# OpenStack Swift, the S3 server of the tests (scripts/s3-server.sh), and the official Python client
+# (python3-kubernetes, run with /usr/bin/python3) that test/apiserver/wire.test.ts and rbac.test.ts use.
 APT_PACKAGES=(clang lld wabt qemu-system-x86 qemu-utils linux-image-amd64 busybox-static zstd cpio kmod
   crun nftables iproute2 dnsutils conntrack docker-registry umoci skopeo etcd-server e2fsprogs binutils libc6-dev
   swift swift-proxy swift-object swift-container swift-account curl python3-kubernetes)
