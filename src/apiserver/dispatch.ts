@@ -15,7 +15,9 @@ import { type HealthChecks, isHealthPath, serveHealth } from './handlers/health.
 import { sendError, sendJson } from './handlers/http.ts';
 import { serveNonResource } from './handlers/non-resource.ts';
 import { serveResource } from './handlers/resources.ts';
-import { serveAccessReview, serveSelfSubjectReview, serveTokenReview } from './handlers/reviews.ts';
+import { serveAccessReview, serveRulesReview, serveSelfSubjectReview, serveSubjectAccessReview, serveTokenReview } from './handlers/reviews.ts';
+import { serveTokenRequest } from './auth/tokens.ts';
+import { normalizeBooleanParameters } from './handlers/query.ts';
 import { parseResourcePath } from './handlers/router.ts';
 import type { ServerMetrics } from './metrics.ts';
 import { ADMIN_USER, userOfCertificate } from './pki.ts';
@@ -37,7 +39,7 @@ interface RequestLabels {
 
 /**
  * The user of a request: its bearer token's, the admin on the insecure port, or the subject of a client
- * certificate the cluster CA signed (CN the user, O its groups).
+ * certificate the cluster CA signed (CN the user, O its groups); every one is in `system:authenticated`.
  * @throws ApiError `Unauthorized` when none
  */
 function authenticate(req: IncomingMessage, ctx: ServerContext, insecureHttp: boolean): UserInfo {
@@ -53,6 +55,68 @@ function authenticate(req: IncomingMessage, ctx: ServerContext, insecureHttp: bo
   return user;
 }
 
+/** The values of a request header, one per header line (kubectl sends one `Impersonate-Group` line per group; values are not split at commas). */
+function headerValues(req: IncomingMessage, name: string): string[] {
+  const out: string[] = [];
+  for (let i = 0; i < req.rawHeaders.length; i += 2) if (req.rawHeaders[i]!.toLowerCase() === name) out.push(req.rawHeaders[i + 1]!);
+  return out;
+}
+
+/**
+ * The user a request acts as: the authenticated one, or the one its `Impersonate-User`,
+ * `Impersonate-Group`, `Impersonate-Uid` and `Impersonate-Extra-<key>` headers name (`kubectl --as`,
+ * `--as-group`) when the authenticated user may `impersonate` each of them (users, groups, uids and
+ * userextras in authentication.k8s.io; serviceaccounts in their namespace), as kube-apiserver's
+ * impersonation filter decides.
+ * @throws ApiError Forbidden naming what may not be impersonated; BadRequest for groups without a user
+ */
+function impersonate(req: IncomingMessage, ctx: ServerContext, user: UserInfo): UserInfo {
+  const names = headerValues(req, 'impersonate-user');
+  const groups = headerValues(req, 'impersonate-group');
+  const uids = headerValues(req, 'impersonate-uid');
+  const extraKeys = Object.keys(req.headers).filter((h) => h.startsWith('impersonate-extra-'));
+  if (names.length === 0) {
+    if (groups.length > 0 || uids.length > 0 || extraKeys.length > 0) throw new ApiError('BadRequest', 'requested impersonation of groups, uid or extra without impersonating a user');
+    return user;
+  }
+  const name = names[0]!;
+  const check = (verb: string, info: { group: string; plural: string; name?: string; namespace?: string }) => {
+    const d = ctx.authorizer.decide(user, verb, { group: info.group, plural: info.plural, name: info.name, namespace: info.namespace, subresource: undefined, subpath: '' });
+    if (!d.allowed) throw new ApiError('Forbidden', `${info.plural}${info.group ? `.${info.group}` : ''} "${info.name ?? ''}" is forbidden: User "${user.name}" cannot impersonate resource "${info.plural}" in API group "${info.group}"${info.namespace ? ` in the namespace "${info.namespace}"` : ' at the cluster scope'}`, {
+      name: info.name,
+      group: info.group || undefined,
+      kind: info.plural,
+    });
+  };
+  const sa = /^system:serviceaccount:([^:]+):([^:]+)$/.exec(name);
+  const out: UserInfo = { name, groups: [] };
+  if (sa) {
+    check('impersonate', { group: '', plural: 'serviceaccounts', namespace: sa[1], name: sa[2] });
+    out.groups.push('system:serviceaccounts', `system:serviceaccounts:${sa[1]}`);
+  } else {
+    check('impersonate', { group: '', plural: 'users', name });
+  }
+  for (const g of groups) {
+    check('impersonate', { group: '', plural: 'groups', name: g });
+    out.groups.push(g);
+  }
+  if (uids.length > 0) {
+    check('impersonate', { group: 'authentication.k8s.io', plural: 'uids', name: uids[0] });
+    out.uid = uids[0];
+  }
+  if (extraKeys.length > 0) {
+    out.extra = {};
+    for (const h of extraKeys) {
+      const key = decodeURIComponent(h.slice('impersonate-extra-'.length));
+      const values = headerValues(req, h);
+      for (const v of values) check('impersonate', { group: 'authentication.k8s.io', plural: 'userextras', name: v });
+      out.extra[key] = values;
+    }
+  }
+  if (name !== 'system:anonymous' && !out.groups.includes('system:authenticated')) out.groups.push('system:authenticated');
+  return { ...out, groups: [...new Set(out.groups)] };
+}
+
 /** Serves one request (labels filled in for the metrics). */
 async function serve(req: IncomingMessage, res: ServerResponse, ctx: ServerContext, o: DispatchOptions, labels: RequestLabels): Promise<void> {
   const url = new URL(req.url ?? '/', 'http://apiserver');
@@ -60,20 +124,25 @@ async function serve(req: IncomingMessage, res: ServerResponse, ctx: ServerConte
   // Health and version need no credentials, as in Kubernetes (system:unauthenticated may read them).
   if (isHealthPath(path)) return serveHealth(res, path, url.searchParams, o.health);
   if (path === '/version' || path === '/version/') return sendJson(res, 200, VERSION_INFO);
-  const user = authenticate(req, ctx, o.insecureHttp);
+  const user = impersonate(req, ctx, authenticate(req, ctx, o.insecureHttp));
+  const info = parseResourcePath(path);
+  // A proxied request's query is its target's (the node's, the service's), not the API server's.
+  if (info?.subresource !== 'proxy') normalizeBooleanParameters(url.searchParams);
   if (path === '/metrics') {
-    if (!user.groups.includes('system:masters')) throw new ApiError('Forbidden', `forbidden: User "${user.name}" cannot get path "/metrics"`);
+    ctx.authorizer.authorizePath(user, 'get', '/metrics');
     const body = await o.metrics.registry.metrics();
     res.writeHead(200, { 'Content-Type': o.metrics.registry.contentType });
     res.end(body);
     return;
   }
+  // Discovery, OpenAPI and health: every authenticated user may read them (system:discovery).
   if (req.method === 'GET' && serveNonResource(req, res, path)) return;
   if (req.method === 'POST') {
-    const review = REVIEWS[path];
+    const review = REVIEWS[path] ?? localReview(path);
     if (review) {
       labels.verb = 'create';
       labels.resource = review.resource;
+      ctx.authorizer.authorize(user, 'create', { group: review.group, plural: review.resource, namespace: review.namespace, name: undefined, subresource: undefined, subpath: '' });
       return review.serve(req, res, ctx, user);
     }
   }
@@ -83,22 +152,42 @@ async function serve(req: IncomingMessage, res: ServerResponse, ctx: ServerConte
     labels.verb = 'get';
     return serveBlob(ctx, res, blob[1]!);
   }
-  const info = parseResourcePath(path);
   if (!info?.def) throw resourceNotFound();
   labels.resource = info.plural;
   labels.subresource = info.subresource ?? '';
   labels.verb = verbOf(req.method ?? 'GET', info, url.searchParams.get('watch') === 'true');
   authorize(ctx.registry, user, labels.verb, info);
+  if (info.group === '' && info.plural === 'serviceaccounts' && info.subresource === 'token' && info.name && info.namespace) {
+    if (req.method !== 'POST') throw new ApiError('MethodNotAllowed', `${req.method} is not supported on serviceaccounts/token: create a TokenRequest with POST`);
+    return serveTokenRequest(req, res, ctx, info.namespace, info.name);
+  }
   const scope: RequestScope = { req, res, url, user, info, ctx };
   await serveResource(scope);
 }
 
+interface Review {
+  group: string;
+  resource: string;
+  namespace?: string;
+  serve(req: IncomingMessage, res: ServerResponse, ctx: ServerContext, user: UserInfo): Promise<void>;
+}
+
 /** The POSTed reviews, by path. */
-const REVIEWS: Record<string, { resource: string; serve(req: IncomingMessage, res: ServerResponse, ctx: ServerContext, user: UserInfo): Promise<void> }> = {
-  '/apis/authentication.k8s.io/v1/tokenreviews': { resource: 'tokenreviews', serve: (req, res, ctx) => serveTokenReview(req, res, ctx, ctx.maxBodyBytes) },
-  '/apis/authentication.k8s.io/v1/selfsubjectreviews': { resource: 'selfsubjectreviews', serve: (req, res, ctx, user) => serveSelfSubjectReview(req, res, user, ctx.maxBodyBytes) },
-  '/apis/authorization.k8s.io/v1/selfsubjectaccessreviews': { resource: 'selfsubjectaccessreviews', serve: (req, res, ctx, user) => serveAccessReview(req, res, ctx.registry, user, ctx.maxBodyBytes) },
+const REVIEWS: Record<string, Review> = {
+  '/apis/authentication.k8s.io/v1/tokenreviews': { group: 'authentication.k8s.io', resource: 'tokenreviews', serve: (req, res, ctx) => serveTokenReview(req, res, ctx, ctx.maxBodyBytes) },
+  '/apis/authentication.k8s.io/v1/selfsubjectreviews': { group: 'authentication.k8s.io', resource: 'selfsubjectreviews', serve: (req, res, ctx, user) => serveSelfSubjectReview(req, res, user, ctx.maxBodyBytes) },
+  '/apis/authorization.k8s.io/v1/selfsubjectaccessreviews': { group: 'authorization.k8s.io', resource: 'selfsubjectaccessreviews', serve: (req, res, ctx, user) => serveAccessReview(req, res, ctx, user, ctx.maxBodyBytes) },
+  '/apis/authorization.k8s.io/v1/selfsubjectrulesreviews': { group: 'authorization.k8s.io', resource: 'selfsubjectrulesreviews', serve: (req, res, ctx, user) => serveRulesReview(req, res, ctx, user, ctx.maxBodyBytes) },
+  '/apis/authorization.k8s.io/v1/subjectaccessreviews': { group: 'authorization.k8s.io', resource: 'subjectaccessreviews', serve: (req, res, ctx) => serveSubjectAccessReview(req, res, ctx, ctx.maxBodyBytes) },
 };
+
+/** `POST /apis/authorization.k8s.io/v1/namespaces/<ns>/localsubjectaccessreviews`. */
+function localReview(path: string): Review | undefined {
+  const m = /^\/apis\/authorization\.k8s\.io\/v1\/namespaces\/([^/]+)\/localsubjectaccessreviews$/.exec(path);
+  if (!m) return undefined;
+  const namespace = decodeURIComponent(m[1]!);
+  return { group: 'authorization.k8s.io', resource: 'localsubjectaccessreviews', namespace, serve: (req, res, ctx) => serveSubjectAccessReview(req, res, ctx, ctx.maxBodyBytes, namespace) };
+}
 
 /** The `request` listener of the API server's HTTP(S) server. */
 export function createDispatcher(ctx: ServerContext, o: DispatchOptions): (req: IncomingMessage, res: ServerResponse) => void {

@@ -136,6 +136,10 @@ export function badRequest(message: string): ApiError {
  */
 export function errorToStatus(err: unknown): { status: Status; headers: Record<string, string> } {
   if (err instanceof ApiError) return { status: err.toStatus(), headers: err.headers };
+  // Input nested past what a recursive step can walk (the body scan bounds it; this is the backstop).
+  if (err instanceof RangeError && /Maximum call stack size exceeded/.test(err.message)) {
+    return { status: new ApiError('BadRequest', 'the request nests arrays or objects too deeply to be processed (exceeded max depth)').toStatus(), headers: {} };
+  }
   const message = err instanceof Error ? err.message : String(err);
   return {
     status: { kind: 'Status', apiVersion: 'v1', metadata: {}, status: 'Failure', message: `Internal error occurred: ${message}`, reason: 'InternalError', code: 500 },

@@ -6,7 +6,7 @@
 export { createApiServer, type ApiServer, type ApiServerOptions, SYSTEM_NAMESPACES } from './server.ts';
 export { type NodeTunnel, NODE_TUNNEL_PROTOCOL } from './handlers/node-tunnel.ts';
 export type { FeosPodStreams } from './handlers/feos-pods.ts';
-export { issueNodeKubeconfig, issueClientCertificate, adminKubeconfigPath, mintToken, kubeconfigYaml, ADMIN_USER, APISERVER_USER } from './pki.ts';
+export { issueNodeKubeconfig, issueClientCertificate, userKubeconfig, adminKubeconfigPath, mintToken, kubeconfigYaml, ADMIN_USER, APISERVER_USER } from './pki.ts';
 export { ApiError, type Status, type StatusReason } from './errors.ts';
 export { evictionCheckpointName, evictionMoves, MIGRATION_ANNOTATION, TRIGGER_LABEL } from './registry/pods/eviction.ts';
 export { IMAGE_SHA_ANNOTATION } from './registry/modules/images.ts';

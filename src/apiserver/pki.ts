@@ -202,23 +202,57 @@ function tokenKey(dataDir: string): Buffer {
   return Buffer.from(readFileSync(p, 'utf8').trim(), 'hex');
 }
 
-/** Mints a bearer token for `user`. */
-export function mintToken(dataDir: string, user: UserInfo): string {
-  const payload = Buffer.from(JSON.stringify({ u: user.name, g: user.groups })).toString('base64url');
-  const sig = createHmac('sha256', tokenKey(dataDir)).update(payload).digest('base64url');
+/**
+ * What a bound token carries beyond its user (a ServiceAccount's TokenRequest): the account it was issued
+ * to (refused once that account, by uid, is gone), the pod it is bound to, its audiences and expiry.
+ */
+export interface TokenClaims {
+  /** The ServiceAccount: namespace, name, uid. */
+  serviceAccount?: { namespace: string; name: string; uid: string };
+  /** The object the token is bound to (a Pod or Secret by name and uid): the token dies with it. */
+  boundObject?: { kind: string; name: string; uid: string };
+  /** Audiences; a token for others than the API server's is refused by it. */
+  audiences?: string[];
+  /** Expiry, seconds since the epoch. */
+  expiresAt?: number;
+}
+
+/** The user of a token and what it is bound to. */
+export type TokenUser = UserInfo & TokenClaims;
+
+/** Mints a bearer token for `user` with `key` (`k32.<payload>.<HMAC-SHA256>`). */
+export function mintTokenWithKey(key: Buffer, user: UserInfo, claims: TokenClaims = {}): string {
+  const body: Record<string, unknown> = { u: user.name, g: user.groups };
+  if (user.uid) body.uid = user.uid;
+  if (claims.serviceAccount) body.sa = claims.serviceAccount;
+  if (claims.boundObject) body.obj = claims.boundObject;
+  if (claims.audiences) body.aud = claims.audiences;
+  if (claims.expiresAt !== undefined) body.exp = claims.expiresAt;
+  const payload = Buffer.from(JSON.stringify(body)).toString('base64url');
+  const sig = createHmac('sha256', key).update(payload).digest('base64url');
   return `k32.${payload}.${sig}`;
 }
 
-/** Checks bearer tokens against the key of a data dir. */
+/** Mints a bearer token for `user` with the key of a data dir. */
+export function mintToken(dataDir: string, user: UserInfo, claims: TokenClaims = {}): string {
+  return mintTokenWithKey(tokenKey(dataDir), user, claims);
+}
+
+/** The token signing key of a data dir (made on first use). */
+export function tokenKeyOf(dataDir: string): Buffer {
+  return tokenKey(dataDir);
+}
+
+/** Checks bearer tokens against a signing key (a data dir's, or one given). */
 export class TokenAuthenticator {
   private readonly key: Buffer;
-  /** Tokens already checked (a token's user never changes: it is signed into it). */
-  private readonly cache = new Map<string, UserInfo>();
-  constructor(dataDir: string) {
-    this.key = tokenKey(dataDir);
+  /** Tokens already checked (a token's user never changes: it is signed into it; expiry is checked by the caller). */
+  private readonly cache = new Map<string, TokenUser>();
+  constructor(dataDirOrKey: string | Buffer) {
+    this.key = typeof dataDirOrKey === 'string' ? tokenKey(dataDirOrKey) : dataDirOrKey;
   }
-  /** The user of `token`, or undefined when it is not one of this server's. */
-  authenticate(token: string): UserInfo | undefined {
+  /** The user of `token` and its claims, or undefined when it is not one of this server's. */
+  authenticate(token: string): TokenUser | undefined {
     const hit = this.cache.get(token);
     if (hit) return hit;
     const user = this.verify(token);
@@ -229,15 +263,21 @@ export class TokenAuthenticator {
     return user;
   }
 
-  private verify(token: string): UserInfo | undefined {
+  private verify(token: string): TokenUser | undefined {
     const m = /^k32\.([A-Za-z0-9_-]+)\.([A-Za-z0-9_-]+)$/.exec(token);
     if (!m) return undefined;
     const want = createHmac('sha256', this.key).update(m[1]!).digest();
     const got = Buffer.from(m[2]!, 'base64url');
     if (got.length !== want.length || !timingSafeEqual(got, want)) return undefined;
     try {
-      const p = JSON.parse(Buffer.from(m[1]!, 'base64url').toString()) as { u: string; g: string[] };
-      return { name: p.u, groups: [...new Set([...(p.g ?? []), 'system:authenticated'])] };
+      const p = JSON.parse(Buffer.from(m[1]!, 'base64url').toString()) as { u: string; g: string[]; uid?: string; sa?: TokenClaims['serviceAccount']; obj?: TokenClaims['boundObject']; aud?: string[]; exp?: number };
+      const user: TokenUser = { name: p.u, groups: [...new Set([...(p.g ?? []), 'system:authenticated'])] };
+      if (p.uid) user.uid = p.uid;
+      if (p.sa) user.serviceAccount = p.sa;
+      if (p.obj) user.boundObject = p.obj;
+      if (p.aud) user.audiences = p.aud;
+      if (p.exp !== undefined) user.expiresAt = p.exp;
+      return user;
     } catch {
       return undefined;
     }
@@ -295,4 +335,28 @@ export function issueNodeKubeconfig(dataDir: string, nodeName: string, opts: { p
   const path = opts.path ?? join(dir, `${nodeName}.kubeconfig`);
   writeFileAtomicSync(path, kubeconfigYaml({ server: c.server, token, user, caCertPem: caPem }), 0o600);
   return path;
+}
+
+/**
+ * A kubeconfig for a user with a client certificate the cluster CA signs (CN `name`, O each group; 1 year),
+ * the server address and CA taken from the data dir's admin kubeconfig (`kube32-cli kubeconfig user`).
+ * The user has no rights until RBAC grants them (`kubectl create rolebinding ... --user NAME`).
+ * @returns the kubeconfig's YAML text (it holds the private key: write it 0600)
+ * @throws Error when the data dir has no CA or admin kubeconfig yet (start the API server once)
+ */
+export async function userKubeconfig(dataDir: string, user: { name: string; groups: string[]; namespace?: string }): Promise<string> {
+  const admin = adminKubeconfigPath(dataDir);
+  if (!existsSync(admin)) throw new Error(`${admin}: no admin kubeconfig: start the API server with --data-dir ${dataDir} first`);
+  const cfg = parseYaml(readFileSync(admin, 'utf8')) as { clusters: { cluster: Record<string, unknown> }[] };
+  const cluster = cfg.clusters[0]!.cluster;
+  const { certPem, keyPem: key } = await issueClientCertificate(dataDir, user);
+  return toYaml({
+    apiVersion: 'v1',
+    kind: 'Config',
+    clusters: [{ name: 'kube32', cluster }],
+    users: [{ name: user.name, user: { 'client-certificate-data': Buffer.from(certPem).toString('base64'), 'client-key-data': Buffer.from(key).toString('base64') } }],
+    contexts: [{ name: `${user.name}@kube32`, context: { cluster: 'kube32', user: user.name, namespace: user.namespace ?? 'default' } }],
+    'current-context': `${user.name}@kube32`,
+    preferences: {},
+  });
 }

@@ -9,7 +9,8 @@
 import { createServer as createHttpServer, type IncomingMessage, type Server, type ServerResponse } from 'node:http';
 import { createServer as createHttpsServer } from 'node:https';
 import type { Duplex } from 'node:stream';
-import { mkdirSync } from 'node:fs';
+import { randomBytes } from 'node:crypto';
+import { chmodSync, mkdirSync } from 'node:fs';
 import { join } from 'node:path';
 import type { AddressInfo } from 'node:net';
 import { createLogger, type Logger, writeFileAtomicSync } from '../lib/index.ts';
@@ -23,7 +24,11 @@ import { healthChecks } from './handlers/health.ts';
 import { DEFAULT_MAX_BODY_BYTES } from './handlers/http.ts';
 import { createDispatcher } from './dispatch.ts';
 import { createMetrics } from './metrics.ts';
-import { ADMIN_USER, APISERVER_USER, TokenAuthenticator, adminKubeconfigPath, ensureServingPki, kubeconfigYaml, mintToken } from './pki.ts';
+import { ADMIN_USER, APISERVER_USER, TokenAuthenticator, type TokenClaims, type TokenUser, adminKubeconfigPath, ensureServingPki, kubeconfigYaml, mintToken, mintTokenWithKey, tokenKeyOf } from './pki.ts';
+import { checkTokenBinding } from './auth/tokens.ts';
+import { reconcileBootstrapPolicy } from './auth/policy.ts';
+import { RootCaPublisher } from './auth/root-ca.ts';
+import { createAuthorizer } from './handlers/auth.ts';
 import { CheckpointDataStore, DEFAULT_CHECKPOINT_DATA_BYTES } from './registry/checkpoints/data-store.ts';
 import { checkpoints } from './registry/checkpoints/index.ts';
 import { GarbageCollector } from './registry/gc.ts';
@@ -68,6 +73,12 @@ export interface ApiServerOptions {
   eventTtlMs?: number;
   /** Extra names or addresses for the serving certificate. */
   certificateSans?: string[];
+  /**
+   * Time a connection has to send a request's whole header, ms; one that has not is answered 408 and
+   * closed (Node's `headersTimeout`, checked every `min(1 s, this / 4)`). kube-apiserver's `ReadHeaderTimeout` is 32 s.
+   * @default 32000
+   */
+  headersTimeoutMs?: number;
   logger?: Logger;
 }
 
@@ -104,6 +115,8 @@ function checkOptions(opts: ApiServerOptions): { bind: string; kind: 'sqlite' | 
   if (!opts.insecureHttp && !opts.dataDir) throw new RangeError('HTTPS needs a data dir for its certificate authority (--data-dir), or use plain HTTP on loopback');
   const maxBodyBytes = opts.maxBodyBytes ?? DEFAULT_MAX_BODY_BYTES;
   if (!Number.isSafeInteger(maxBodyBytes) || maxBodyBytes <= 0) throw new RangeError(`maxBodyBytes must be a positive integer: current value is ${maxBodyBytes}`);
+  const ht = opts.headersTimeoutMs;
+  if (ht !== undefined && (!Number.isInteger(ht) || ht < 100)) throw new RangeError(`headersTimeoutMs must be an integer of at least 100: current value is ${ht}`);
   const leaseSeconds = opts.identityLeaseDurationSeconds;
   if (leaseSeconds !== undefined && (!Number.isInteger(leaseSeconds) || leaseSeconds < 3 || leaseSeconds > 3600)) throw new RangeError(`identityLeaseDurationSeconds must be an integer of 3 to 3600: current value is ${leaseSeconds}`);
   return { bind, kind, maxBodyBytes };
@@ -117,36 +130,45 @@ function openStorage(opts: ApiServerOptions, kind: 'sqlite' | 'memory' | 'etcd')
 }
 
 /**
- * The tokens of the admin and of the API server itself (toward kubelets), and the authenticator of bearer
- * tokens. Without a data dir (plain HTTP, memory store) there is no signing key: the two fixed tokens are the only ones.
+ * The tokens of the admin and of the API server itself (toward kubelets), the authenticator of bearer
+ * tokens and the minting of bound tokens (TokenRequest). Without a data dir (plain HTTP, memory store)
+ * the signing key lives in memory: the two fixed tokens and the bound tokens of this run are the only ones.
  */
-function tokens(dataDir: string | undefined): { adminToken: string; kubeletToken: string; authenticateToken(t: string): UserInfo | undefined } {
-  const signed = dataDir ? new TokenAuthenticator(dataDir) : undefined;
+function tokens(dataDir: string | undefined): { adminToken: string; kubeletToken: string; verifyToken(t: string): TokenUser | undefined; mint(user: UserInfo, claims: TokenClaims): string } {
+  const key = dataDir ? tokenKeyOf(dataDir) : randomBytes(32);
+  const signed = new TokenAuthenticator(key);
   const adminToken = dataDir ? mintToken(dataDir, ADMIN_USER) : 'insecure-admin';
   const kubeletToken = dataDir ? mintToken(dataDir, APISERVER_USER) : 'insecure-apiserver';
-  const authenticateToken = (t: string): UserInfo | undefined => {
-    if (signed) return signed.authenticate(t);
-    if (t === adminToken) return ADMIN_USER;
-    if (t === kubeletToken) return APISERVER_USER;
-    return undefined;
+  const verifyToken = (t: string): TokenUser | undefined => {
+    if (!dataDir && t === adminToken) return ADMIN_USER;
+    if (!dataDir && t === kubeletToken) return APISERVER_USER;
+    return signed.authenticate(t);
   };
-  return { adminToken, kubeletToken, authenticateToken };
+  return { adminToken, kubeletToken, verifyToken, mint: (user, claims) => mintTokenWithKey(key, user, claims) };
 }
+
+/** kube-apiserver's `ReadHeaderTimeout` (32 s), ms. */
+export const DEFAULT_HEADERS_TIMEOUT_MS = 32_000;
 
 /** The HTTP(S) server of `handler`, not yet listening; HTTPS with the cluster's serving certificate. */
 async function httpServer(opts: ApiServerOptions, bind: string, advertise: string, handler: (req: IncomingMessage, res: ServerResponse) => void): Promise<{ server: Server; caCertPem: string | undefined }> {
   let server: Server;
   let caCertPem: string | undefined;
+  const headersTimeout = opts.headersTimeoutMs ?? DEFAULT_HEADERS_TIMEOUT_MS;
+  // Node checks the header deadline of open connections at this interval (30 s by default, which would double the wait).
+  const connectionsCheckingInterval = Math.max(50, Math.min(1000, Math.floor(headersTimeout / 4)));
   if (opts.insecureHttp) {
-    server = createHttpServer({ keepAlive: true }, handler);
+    server = createHttpServer({ keepAlive: true, connectionsCheckingInterval }, handler);
   } else {
     const pki = await ensureServingPki(opts.dataDir!, [bind, advertise, ...(opts.certificateSans ?? [])]);
     caCertPem = pki.caCertPem;
     // Client certificates are asked for but not required: clients with tokens send none.
-    server = createHttpsServer({ cert: pki.certPem, key: pki.keyPem, ca: pki.caCertPem, requestCert: true, rejectUnauthorized: false, keepAlive: true }, handler);
+    server = createHttpsServer({ cert: pki.certPem, key: pki.keyPem, ca: pki.caCertPem, requestCert: true, rejectUnauthorized: false, keepAlive: true, connectionsCheckingInterval }, handler);
   }
+  // No deadline on a whole request (watches and proxied streams last), one on its header: a client that
+  // sends half a header is closed after headersTimeout instead of holding the connection for ever.
   server.requestTimeout = 0;
-  server.headersTimeout = 60_000;
+  server.headersTimeout = headersTimeout;
   server.keepAliveTimeout = 65_000;
   return { server, caCertPem };
 }
@@ -181,7 +203,11 @@ function urlOf(scheme: string, address: string, port: number): string {
 export async function createApiServer(opts: ApiServerOptions): Promise<ApiServer> {
   const { bind, kind, maxBodyBytes } = checkOptions(opts);
   const log = opts.logger ?? createLogger('apiserver');
-  if (opts.dataDir) mkdirSync(opts.dataDir, { recursive: true, mode: 0o700 });
+  // The data dir holds the database, keys and kubeconfigs: 0700 whatever mode it was made with.
+  if (opts.dataDir) {
+    mkdirSync(opts.dataDir, { recursive: true, mode: 0o700 });
+    chmodSync(opts.dataDir, 0o700);
+  }
   const advertise = advertiseAddressOf(bind, opts.advertiseAddress);
   // On etcd every API server of the cluster shares one CA and token key, kept in etcd (docs/etcd.md).
   if (kind === 'etcd' && opts.dataDir) await joinClusterIdentity({ dataDir: opts.dataDir, endpoints: opts.etcdEndpoints ?? [], log });
@@ -202,7 +228,14 @@ export async function createApiServer(opts: ApiServerOptions): Promise<ApiServer
   const gc = new GarbageCollector(registry, log);
   gc.start(opts.eventTtlMs ?? 3_600_000);
 
-  const { adminToken, kubeletToken, authenticateToken } = tokens(opts.dataDir);
+  reconcileBootstrapPolicy(registry, log);
+  const authorizer = createAuthorizer(registry, log);
+  const { adminToken, kubeletToken, verifyToken, mint } = tokens(opts.dataDir);
+  // A bound token counts while it has not expired, names the API server's audience, and its account (and pod) still exist.
+  const authenticateToken = (t: string): UserInfo | undefined => {
+    const user = verifyToken(t);
+    return user && checkTokenBinding(registry, user) ? user : undefined;
+  };
   const ctx: ServerContext = {
     registry,
     log,
@@ -212,6 +245,8 @@ export async function createApiServer(opts: ApiServerOptions): Promise<ApiServer
     checkpointData,
     kubeletToken,
     authenticateToken,
+    mintToken: mint,
+    authorizer,
     streams: new Set(),
   };
   const handler = createDispatcher(ctx, {
@@ -245,6 +280,9 @@ export async function createApiServer(opts: ApiServerOptions): Promise<ApiServer
     throw err;
   }
   ensureKubernetesService(registry, advertise, port, { endpoints: kind !== 'etcd' });
+  // kube-root-ca.crt in every namespace (kube-controller-manager's root-ca-cert-publisher; here, where the CA is).
+  const rootCa = caCertPem ? new RootCaPublisher(registry, caCertPem, log) : undefined;
+  rootCa?.start();
   const scheme = opts.insecureHttp ? 'http' : 'https';
   const url = urlOf(scheme, bind === '0.0.0.0' ? '127.0.0.1' : bind, port);
   const dataPeers =
@@ -273,6 +311,8 @@ export async function createApiServer(opts: ApiServerOptions): Promise<ApiServer
       if (closed) return;
       closed = true;
       dataPeers?.stop();
+      rootCa?.stop();
+      authorizer.rbac.stop();
       gc.stop();
       for (const s of ctx.streams) s.destroy();
       destroyAll(feosSockets);

@@ -25,10 +25,10 @@
  * while children run (an uncaught error, `process.exit`), they are killed (SIGKILL) on its way out.
  */
 import { type ChildProcess, spawn } from 'node:child_process';
-import { closeSync, existsSync, mkdirSync, openSync, readFileSync, rmSync, statSync, writeFileSync } from 'node:fs';
+import { chmodSync, closeSync, existsSync, fchmodSync, mkdirSync, openSync, readFileSync, rmSync, statSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { constants as osConstants } from 'node:os';
-import { isProcessAlive, unusedPort } from '../lib/index.ts';
+import { PARENT_PID_ENV, isProcessAlive, unusedPort } from '../lib/index.ts';
 import type { KubeConfig } from '@kubernetes/client-node';
 import { apiJson, rawRequest, serverUrl } from './api-client.ts';
 import { dataDirHolder, inUseMessage, UP_LOCK_FILE } from './data-dir-lock.ts';
@@ -68,7 +68,7 @@ export interface LocalClusterOptions {
    * or empty: `up` runs its own etcd in `<data-dir>/etcd/`.
    */
   etcdEndpoints?: string[];
-  /** Extra flags for `kube32-cli control-plane`, e.g. `['--node-monitor-grace-period', '10s']`. */
+  /** Extra flags for `kube32-cli control-plane`, e.g. `['--node-monitor-grace-period', '20s']`. */
   controlPlaneArgs?: string[];
   /** How long each component may take to become ready, ms. @default 60000 */
   readyTimeoutMs?: number;
@@ -259,13 +259,16 @@ function tail(path: string, lines = 15): string {
  */
 function startChild(name: string, file: string, args: string[], logDir: string, node = true): Child {
   const log = join(logDir, `${name}.log`);
-  const fd = openSync(log, 'a');
+  const fd = openSync(log, 'a', 0o600);
+  fchmodSync(fd, 0o600);
   writeFileSync(fd, `--- ${new Date().toISOString()} kube32-cli up starts ${name}: ${args.join(' ')}\n`);
   // detached: its own process group, so that a Ctrl-C on the terminal reaches only `up`, which then
   // stops the workers before the control plane.
+  // Each child watches for up's end (KUBE32_PARENT_PID, lib/parent-watch.ts): a SIGKILLed up leaves none running.
+  const env = { ...process.env, [PARENT_PID_ENV]: String(process.pid) };
   const proc = node
-    ? spawn(process.execPath, [file, ...args], { stdio: ['ignore', fd, fd], detached: true })
-    : spawn(file, args, { stdio: ['ignore', fd, fd], detached: true });
+    ? spawn(process.execPath, [file, ...args], { stdio: ['ignore', fd, fd], detached: true, env })
+    : spawn(file, args, { stdio: ['ignore', fd, fd], detached: true, env });
   closeSync(fd);
   const child: Child = { name, proc, log, exitCode: null, exited: Promise.resolve(0) };
   child.exited = new Promise<number>((resolve) => {
@@ -347,7 +350,9 @@ export async function startLocalCluster(opts: LocalClusterOptions): Promise<Loca
   const readyTimeoutMs = opts.readyTimeoutMs ?? 60_000;
   prepareDataDir(dataDir);
   const logDir = join(dataDir, 'logs');
-  mkdirSync(logDir, { recursive: true });
+  // Logs may hold what pods print and objects' contents: the folder 0700, each log 0600 (startChild).
+  mkdirSync(logDir, { recursive: true, mode: 0o700 });
+  chmodSync(logDir, 0o700);
   const lockPath = acquireLock(dataDir, print);
   // A `kube32-cli control-plane` of its own on this data dir (not a child of an earlier up: those are gone now).
   const holder = dataDirHolder(dataDir);

@@ -27,6 +27,7 @@ const COMMAND_MODULES: readonly CommandModule[] = [
   { commands: ['up'], load: () => import('./commands/cluster.ts') },
   { commands: ['push', 'move', 'checkpoint'], load: () => import('./commands/workloads.ts') },
   { commands: ['feos'], load: () => import('./commands/feos.ts') },
+  { commands: ['kubeconfig'], load: () => import('./commands/kubeconfig.ts') },
 ];
 
 /**

@@ -1,8 +1,8 @@
 /**
  * The end of a long-running server command (`apiserver`, `control-plane`): announce where it listens,
- * then serve until SIGINT or SIGTERM and shut down.
+ * then serve until SIGINT or SIGTERM (or, started by `up`, until `up` is gone) and shut down.
  */
-import { writeFileAtomic } from '../lib/index.ts';
+import { watchParent, writeFileAtomic } from '../lib/index.ts';
 
 /** What the announcement names. */
 export interface ServerAddress {
@@ -30,5 +30,7 @@ export async function serveUntilStopped(server: ServerAddress, listenFile: strin
     };
     process.on('SIGINT', stop);
     process.on('SIGTERM', stop);
+    // Started by `kube32-cli up`: a SIGKILLed up must not leave this server running (lib/parent-watch.ts).
+    watchParent();
   });
 }

@@ -7,7 +7,7 @@
 import { homedir, hostname } from 'node:os';
 import { join } from 'node:path';
 import { Command, CommanderError, InvalidArgumentError, Option } from 'commander';
-import { createLogger, parseBytes, parseDuration } from '../lib/index.ts';
+import { createLogger, parseBytes, parseDuration, watchParent } from '../lib/index.ts';
 import { configurePodThreads, MAX_PODS_PER_THREAD } from '../wasm/index.ts';
 import { MAX_NODES_PER_PROCESS, type NodeHost, type NodePlan, planNodes, startNodes } from './host.ts';
 
@@ -193,6 +193,8 @@ export async function main(argv: string[]): Promise<void> {
   };
   process.on('SIGINT', onSignal);
   process.on('SIGTERM', onSignal);
+  // Started by `kube32-cli up`: a SIGKILLed up must not leave this worker running (lib/parent-watch.ts).
+  watchParent();
   const started = Date.now();
   try {
     host = await startNodes(plans, {

@@ -178,12 +178,12 @@ test('up without --first-address takes free worker addresses when the default on
   assert.equal(await c.stop(), 0, c.output());
 });
 
-test('after up was killed with SIGKILL, the next up on its data dir stops what it left and takes the same addresses', { timeout: 180_000 }, async (t) => {
+test('after up was killed with SIGKILL, the next up on its data dir takes it over (its lock, the same addresses)', { timeout: 180_000 }, async (t) => {
   const first = await startCluster(t, { workers: 1 });
   const worker = first.childPid('worker-1');
   first.process.kill('SIGKILL');
+  // The children notice that up is gone and stop (up-sigkill.test.ts); one that had not yet is stopped by the next up.
   const second = await startCluster(t, { workers: 1, dataDir: first.dataDir, firstAddress: first.firstAddress });
-  assert.match(second.output(), new RegExp(`stopping worker-1 \\(pid ${worker}\\) left running by an earlier up`));
   assert.ok(!alive(worker), 'the old worker is gone');
   assert.match(second.output(), new RegExp(`worker-1\\s+ready\\s+${first.firstAddress.replaceAll('.', '\\.')}`), 'the same address, not another range');
   assert.equal(await second.stop(), 0, second.output());

@@ -193,7 +193,7 @@ test('a lost node: a pod with periodic checkpoints comes back on another node fr
   // A node silent for 10 s turns Unknown, and its pods are evicted 10 s later (defaults: 40 s and 5 min).
   const c = await startCluster(t, {
     workers: 2,
-    extraArgs: ['--node-monitor-grace-period', '10s', '--pod-eviction-timeout', '10s'],
+    extraArgs: ['--node-monitor-grace-period', '15s', '--pod-eviction-timeout', '10s'],
   });
   t.after(() => {
     if (process.exitCode) console.error(logTails(c.dataDir));

@@ -7,12 +7,16 @@ import type { Registry } from '../registry/store.ts';
 import type { CheckpointDataStore } from '../registry/checkpoints/data-store.ts';
 import type { FeosPodStreams } from './feos-pods.ts';
 import type { ResourceRequest } from './router.ts';
+import type { Authorizer } from '../auth/authorizer.ts';
+import type { TokenClaims } from '../pki.ts';
 
 /** An authenticated user (`user.Info`). */
 export interface UserInfo {
   name: string;
   uid?: string;
   groups: string[];
+  /** `user.Info`'s extra (impersonated `Impersonate-Extra-*`, a bound token's pod). */
+  extra?: Record<string, string[]>;
 }
 
 /** Server-wide state and settings the handlers share. */
@@ -27,6 +31,10 @@ export interface ServerContext {
   kubeletToken: string;
   /** Answers a TokenReview: the user of a bearer token, or undefined. */
   authenticateToken(token: string): UserInfo | undefined;
+  /** Mints a bound token (TokenRequest) with the server's signing key. */
+  mintToken(user: UserInfo, claims: TokenClaims): string;
+  /** The authorizer chain (system:masters, Node, RBAC). */
+  authorizer: Authorizer;
   /** Limit of a module upload in bytes. */
   maxModuleBytes: number;
   /** Open streaming responses (watch, proxy), ended on close. */

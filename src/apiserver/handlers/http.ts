@@ -38,13 +38,44 @@ export function mediaType(req: IncomingMessage): string {
 }
 
 /**
+ * The deepest nesting of arrays and objects a JSON or YAML body may have. kube-apiserver's decoder (Go's
+ * `encoding/json`) stops at 10 000 levels (`exceeded max depth`); here the limit is 1 000, because the
+ * registry copies objects with `structuredClone`, which exhausts Node's stack at about 2 000 levels (a
+ * 500 `Maximum call stack size exceeded` before). Kubernetes objects nest a few tens of levels.
+ */
+export const MAX_NESTING_DEPTH = 1000;
+
+/**
+ * Whether a JSON (or YAML flow) text nests `[`/`{` deeper than `max` outside strings; one pass, no parse.
+ */
+export function nestsDeeperThan(text: string, max: number): boolean {
+  let depth = 0;
+  let inString = false;
+  for (let i = 0; i < text.length; i++) {
+    const c = text.charCodeAt(i);
+    if (inString) {
+      if (c === 0x5c) i++; // backslash: skip the escaped character
+      else if (c === 0x22) inString = false;
+    } else if (c === 0x22) inString = true;
+    else if (c === 0x5b || c === 0x7b) {
+      if (++depth > max) return true;
+    } else if (c === 0x5d || c === 0x7d) depth--;
+  }
+  return false;
+}
+
+/**
  * Decodes a body as JSON, or YAML when the media type says so (apply-patch+yaml, yaml).
- * @throws ApiError BadRequest naming the decode error; UnsupportedMediaType for protobuf
+ * @throws ApiError BadRequest naming the decode error, or for a body nested deeper than MAX_NESTING_DEPTH; UnsupportedMediaType for protobuf
  */
 export function decodeBody(buf: Buffer, type: string): unknown {
   if (type === 'application/vnd.kubernetes.protobuf') return buf.length === 0 ? undefined : decodeKubernetesProtobuf(buf);
   const text = buf.toString('utf8');
   if (text.trim() === '') return undefined;
+  // Quotes in YAML may be single or absent, so the scan is exact for JSON and a bound for YAML's flow style.
+  if (nestsDeeperThan(text, MAX_NESTING_DEPTH)) {
+    throw badRequest(`the request body nests arrays or objects deeper than ${MAX_NESTING_DEPTH} levels (exceeded max depth): send a shallower object`);
+  }
   if (type.endsWith('yaml')) {
     try {
       return parseYaml(text, { uniqueKeys: true, maxAliasCount: 100 });

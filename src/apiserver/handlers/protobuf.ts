@@ -1,7 +1,8 @@
 /**
  * Decoding of the Kubernetes protobuf wire format (`application/vnd.kubernetes.protobuf`) for the
  * bodies kubectl's generator commands send (`kubectl create namespace|configmap|secret|
- * serviceaccount|service|deployment|job|cronjob|poddisruptionbudget`, `kubectl auth can-i`): the `k8s\0` magic, the `runtime.Unknown` envelope, then the
+ * serviceaccount|service|deployment|job|cronjob|poddisruptionbudget|role|clusterrole|rolebinding|clusterrolebinding|token`,
+ * `kubectl auth can-i [--list]`): the `k8s\0` magic, the `runtime.Unknown` envelope, then the
  * object by its kind, with the field numbers of Kubernetes' `generated.proto`. Fields this server
  * does not know are skipped; a kind it does not know is refused (415). The wire (varints, lengths,
  * skipping) is read by @bufbuild/protobuf's `BinaryReader`, as FeOS's generated code reads it.
@@ -108,6 +109,17 @@ const SERVICE_SPEC: Msg = {
 
 const PDB_SPEC: Msg = { 1: ['minAvailable', 'intstr'], 2: ['selector', LABEL_SELECTOR], 3: ['maxUnavailable', 'intstr'], 4: ['unhealthyPodEvictionPolicy', 'string'] };
 
+const POLICY_RULE: Msg = { 1: ['verbs', 'string', true], 2: ['apiGroups', 'string', true], 3: ['resources', 'string', true], 4: ['resourceNames', 'string', true], 5: ['nonResourceURLs', 'string', true] };
+const SUBJECT: Msg = { 1: ['kind', 'string'], 2: ['apiGroup', 'string'], 3: ['name', 'string'], 4: ['namespace', 'string'] };
+const ROLE_REF: Msg = { 1: ['apiGroup', 'string'], 2: ['kind', 'string'], 3: ['name', 'string'] };
+const BINDING: Msg = { 1: ['metadata', OBJECT_META], 2: ['subjects', SUBJECT, true], 3: ['roleRef', ROLE_REF] };
+const RESOURCE_ATTRIBUTES: Msg = { 1: ['namespace', 'string'], 2: ['verb', 'string'], 3: ['group', 'string'], 4: ['version', 'string'], 5: ['resource', 'string'], 6: ['subresource', 'string'], 7: ['name', 'string'] };
+const NON_RESOURCE_ATTRIBUTES: Msg = { 1: ['path', 'string'], 2: ['verb', 'string'] };
+const SUBJECT_ACCESS_REVIEW: Msg = {
+  1: ['metadata', OBJECT_META],
+  2: ['spec', { 1: ['resourceAttributes', RESOURCE_ATTRIBUTES], 2: ['nonResourceAttributes', NON_RESOURCE_ATTRIBUTES], 3: ['user', 'string'], 4: ['groups', 'string', true], 6: ['uid', 'string'] }],
+};
+
 /** The kinds this server decodes, by `apiVersion/kind`. */
 const KINDS: Record<string, Msg> = {
   'v1/Namespace': { 1: ['metadata', OBJECT_META], 2: ['spec', { 1: ['finalizers', 'string', true] }] },
@@ -120,16 +132,18 @@ const KINDS: Record<string, Msg> = {
   'batch/v1/Job': { 1: ['metadata', OBJECT_META], 2: ['spec', JOB_SPEC] },
   'batch/v1/CronJob': { 1: ['metadata', OBJECT_META], 2: ['spec', CRONJOB_SPEC] },
   'policy/v1/PodDisruptionBudget': { 1: ['metadata', OBJECT_META], 2: ['spec', PDB_SPEC] },
-  'authorization.k8s.io/v1/SelfSubjectAccessReview': {
+  'authorization.k8s.io/v1/SelfSubjectAccessReview': { 1: ['metadata', OBJECT_META], 2: ['spec', { 1: ['resourceAttributes', RESOURCE_ATTRIBUTES], 2: ['nonResourceAttributes', NON_RESOURCE_ATTRIBUTES] }] },
+  'authorization.k8s.io/v1/SelfSubjectRulesReview': { 1: ['metadata', OBJECT_META], 2: ['spec', { 1: ['namespace', 'string'] }] },
+  'authorization.k8s.io/v1/SubjectAccessReview': SUBJECT_ACCESS_REVIEW,
+  'authorization.k8s.io/v1/LocalSubjectAccessReview': SUBJECT_ACCESS_REVIEW,
+  'authentication.k8s.io/v1/TokenRequest': {
     1: ['metadata', OBJECT_META],
-    2: [
-      'spec',
-      {
-        1: ['resourceAttributes', { 1: ['namespace', 'string'], 2: ['verb', 'string'], 3: ['group', 'string'], 4: ['version', 'string'], 5: ['resource', 'string'], 6: ['subresource', 'string'], 7: ['name', 'string'] }],
-        2: ['nonResourceAttributes', { 1: ['path', 'string'], 2: ['verb', 'string'] }],
-      },
-    ],
+    2: ['spec', { 1: ['audiences', 'string', true], 3: ['boundObjectRef', { 1: ['kind', 'string'], 2: ['apiVersion', 'string'], 3: ['name', 'string'], 4: ['uid', 'string'] }], 4: ['expirationSeconds', 'int'] }],
   },
+  'rbac.authorization.k8s.io/v1/Role': { 1: ['metadata', OBJECT_META], 2: ['rules', POLICY_RULE, true] },
+  'rbac.authorization.k8s.io/v1/ClusterRole': { 1: ['metadata', OBJECT_META], 2: ['rules', POLICY_RULE, true], 3: ['aggregationRule', { 1: ['clusterRoleSelectors', LABEL_SELECTOR, true] }] },
+  'rbac.authorization.k8s.io/v1/RoleBinding': BINDING,
+  'rbac.authorization.k8s.io/v1/ClusterRoleBinding': BINDING,
 };
 
 const utf8 = new TextDecoder('utf-8', { fatal: false });

@@ -105,7 +105,7 @@ export async function serveResource(scope: RequestScope): Promise<void> {
   const include = (q.get('includeObject') ?? 'Metadata') as IncludeObject;
   if (!['None', 'Metadata', 'Object'].includes(include)) throw badRequest(`includeObject: Unsupported value: "${include}"`);
 
-  if (method === 'GET' && (q.get('watch') === 'true' || q.get('watch') === '1')) {
+  if (method === 'GET' && q.get('watch') === 'true') {
     serveWatch(scope);
     return;
   }

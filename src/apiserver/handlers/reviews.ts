@@ -1,12 +1,13 @@
 /**
  * The review resources, served without storage: TokenReview (kubelets check the API server's
- * token), SelfSubjectReview (`kubectl auth whoami`) and SelfSubjectAccessReview (`kubectl auth can-i`).
+ * token), SelfSubjectReview (`kubectl auth whoami`), SelfSubjectAccessReview (`kubectl auth can-i`),
+ * SelfSubjectRulesReview (`kubectl auth can-i --list`), SubjectAccessReview and LocalSubjectAccessReview.
  */
 import type { IncomingMessage, ServerResponse } from 'node:http';
 import { ApiError, badRequest } from '../errors.ts';
-import type { Registry } from '../registry/store.ts';
 import { rec } from '../registry/util.ts';
-import { authorize } from './auth.ts';
+import type { AuthzResource } from '../auth/authorizer.ts';
+import { nodeOfUser } from '../auth/node.ts';
 import type { ServerContext, UserInfo } from './context.ts';
 import { decodeBody, mediaType, readBody, sendJson } from './http.ts';
 
@@ -23,46 +24,103 @@ export async function serveTokenReview(req: IncomingMessage, res: ServerResponse
     });
   }
   const user = ctx.authenticateToken(token);
-  const status = user ? { authenticated: true, user: { username: user.name, groups: user.groups }, audiences: [] } : { authenticated: false, error: 'invalid bearer token' };
+  const status = user ? { authenticated: true, user: { username: user.name, ...(user.uid ? { uid: user.uid } : {}), groups: user.groups }, audiences: [] } : { authenticated: false, error: 'invalid bearer token' };
   sendJson(res, 201, { kind: 'TokenReview', apiVersion: 'authentication.k8s.io/v1', metadata: { creationTimestamp: null }, spec: { token }, status });
 }
 
 /** `POST selfsubjectreviews`: who the caller is. */
 export async function serveSelfSubjectReview(req: IncomingMessage, res: ServerResponse, user: UserInfo, limit: number): Promise<void> {
   await readBody(req, limit);
-  sendJson(res, 201, { kind: 'SelfSubjectReview', apiVersion: 'authentication.k8s.io/v1', metadata: { creationTimestamp: null }, status: { userInfo: { username: user.name, groups: user.groups } } });
+  sendJson(res, 201, { kind: 'SelfSubjectReview', apiVersion: 'authentication.k8s.io/v1', metadata: { creationTimestamp: null }, status: { userInfo: { username: user.name, ...(user.uid ? { uid: user.uid } : {}), groups: user.groups, ...(user.extra ? { extra: user.extra } : {}) } } });
+}
+
+function accessAttributes(spec: Record<string, unknown>, namespace?: string): { verb: string; info?: AuthzResource; path?: string } {
+  const nra = spec.nonResourceAttributes;
+  if (nra !== undefined && nra !== null) {
+    const n = rec(nra);
+    return { verb: String(n.verb ?? ''), path: String(n.path ?? '') };
+  }
+  const ra = rec(spec.resourceAttributes);
+  const s = (v: unknown) => (typeof v === 'string' && v ? v : undefined);
+  return {
+    verb: String(ra.verb ?? ''),
+    info: { group: String(ra.group ?? ''), plural: String(ra.resource ?? ''), namespace: namespace ?? s(ra.namespace), name: s(ra.name), subresource: s(ra.subresource), subpath: '' },
+  };
+}
+
+function decideAccess(ctx: ServerContext, user: UserInfo, spec: Record<string, unknown>, namespace?: string): { allowed: boolean; reason?: string } {
+  const a = accessAttributes(spec, namespace);
+  if (a.info) {
+    if (!a.info.plural) throw invalidReview('spec.resourceAttributes.resource', 'Required value');
+    const d = ctx.authorizer.decide(user, a.verb, a.info);
+    return d.allowed ? { allowed: true, reason: user.groups.includes('system:masters') ? 'allowed by the system:masters group' : 'RBAC: allowed' } : { allowed: false, ...(d.reason ? { reason: d.reason } : {}) };
+  }
+  if (spec.resourceAttributes === undefined && spec.nonResourceAttributes === undefined) throw invalidReview('spec.resourceAttributes', 'exactly one of nonResourceAttributes or resourceAttributes must be specified');
+  return { allowed: ctx.authorizer.decidePath(user, a.verb, a.path ?? '').allowed };
+}
+
+function invalidReview(field: string, why: string): ApiError {
+  return new ApiError('Invalid', `SubjectAccessReview.authorization.k8s.io "" is invalid: ${field}: ${why}`, {
+    group: 'authorization.k8s.io',
+    kind: 'SubjectAccessReview',
+    causes: [{ reason: 'FieldValueRequired', message: why, field }],
+  });
 }
 
 /** `POST selfsubjectaccessreviews` (`kubectl auth can-i`): whether the caller may do what the spec names. */
-export async function serveAccessReview(req: IncomingMessage, res: ServerResponse, registry: Registry, user: UserInfo, limit: number): Promise<void> {
+export async function serveAccessReview(req: IncomingMessage, res: ServerResponse, ctx: ServerContext, user: UserInfo, limit: number): Promise<void> {
   const body = rec(decodeBody(await readBody(req, limit), mediaType(req)));
   const spec = rec(body.spec);
-  const ra = rec(spec.resourceAttributes);
-  let allowed = false;
-  let reason = '';
-  if (spec.nonResourceAttributes !== undefined) {
-    allowed = true; // every authenticated user may read discovery, OpenAPI, health and version
-  } else {
-    const plural = String(ra.resource ?? '');
-    const group = String(ra.group ?? '');
-    const info = {
-      group,
-      version: String(ra.version ?? ''),
-      plural,
-      def: undefined,
-      namespace: typeof ra.namespace === 'string' && ra.namespace ? ra.namespace : undefined,
-      name: typeof ra.name === 'string' && ra.name ? ra.name : undefined,
-      subresource: typeof ra.subresource === 'string' && ra.subresource ? ra.subresource : undefined,
-      subpath: '',
-      trailingSlash: false,
-    };
-    try {
-      authorize(registry, user, String(ra.verb ?? ''), info);
-      allowed = true;
-    } catch (err: unknown) {
-      reason = err instanceof Error ? err.message : String(err);
-    }
-  }
-  sendJson(res, 201, { kind: 'SelfSubjectAccessReview', apiVersion: 'authorization.k8s.io/v1', metadata: { creationTimestamp: null }, spec, status: { allowed, ...(reason ? { reason } : {}) } });
+  const status = decideAccess(ctx, user, spec);
+  sendJson(res, 201, { kind: 'SelfSubjectAccessReview', apiVersion: 'authorization.k8s.io/v1', metadata: { creationTimestamp: null }, spec, status });
 }
 
+/**
+ * `POST subjectaccessreviews` and `namespaces/<ns>/localsubjectaccessreviews`: whether the user the spec
+ * names (`user`, `groups`, `uid`, `extra`) may do what it names; a local review's namespace is its URL's.
+ */
+export async function serveSubjectAccessReview(req: IncomingMessage, res: ServerResponse, ctx: ServerContext, limit: number, namespace?: string): Promise<void> {
+  const body = rec(decodeBody(await readBody(req, limit), mediaType(req)));
+  const spec = rec(body.spec);
+  const name = typeof spec.user === 'string' ? spec.user : '';
+  const groups = Array.isArray(spec.groups) ? spec.groups.map(String) : [];
+  if (!name && groups.length === 0) throw invalidReview('spec.user', 'at least one of user or group must be specified');
+  if (namespace !== undefined) {
+    const ns = rec(spec.resourceAttributes).namespace;
+    if (ns !== undefined && ns !== '' && ns !== namespace) throw invalidReview('spec.resourceAttributes.namespace', `must match metadata.namespace: "${namespace}"`);
+  }
+  const subject: UserInfo = { name, groups, ...(typeof spec.uid === 'string' && spec.uid ? { uid: spec.uid } : {}) };
+  const status = decideAccess(ctx, subject, spec, namespace);
+  const kind = namespace === undefined ? 'SubjectAccessReview' : 'LocalSubjectAccessReview';
+  sendJson(res, 201, { kind, apiVersion: 'authorization.k8s.io/v1', metadata: { creationTimestamp: null, ...(namespace ? { namespace } : {}) }, spec, status });
+}
+
+/**
+ * `POST selfsubjectrulesreviews` (`kubectl auth can-i --list`): the caller's rules in `spec.namespace`,
+ * as RBAC grants them (`system:masters` has cluster-admin's through its binding). A kubelet's rules are
+ * decided by the Node authorizer and are not listed: `incomplete` is then true.
+ */
+export async function serveRulesReview(req: IncomingMessage, res: ServerResponse, ctx: ServerContext, user: UserInfo, limit: number): Promise<void> {
+  const body = rec(decodeBody(await readBody(req, limit), mediaType(req)));
+  const spec = rec(body.spec);
+  const namespace = typeof spec.namespace === 'string' ? spec.namespace : '';
+  const rules = ctx.authorizer.rbac.rulesFor(user, namespace || undefined);
+  const resourceRules: Record<string, unknown>[] = [];
+  const nonResourceRules: Record<string, unknown>[] = [];
+  const seen = new Set<string>();
+  for (const r of rules) {
+    const key = JSON.stringify(r);
+    if (seen.has(key)) continue;
+    seen.add(key);
+    if ((r.nonResourceURLs ?? []).length > 0) nonResourceRules.push({ verbs: r.verbs, nonResourceURLs: r.nonResourceURLs });
+    else resourceRules.push({ verbs: r.verbs, apiGroups: r.apiGroups, resources: r.resources, ...((r.resourceNames ?? []).length ? { resourceNames: r.resourceNames } : {}) });
+  }
+  const node = nodeOfUser(user) !== undefined;
+  sendJson(res, 201, {
+    kind: 'SelfSubjectRulesReview',
+    apiVersion: 'authorization.k8s.io/v1',
+    metadata: { creationTimestamp: null },
+    spec,
+    status: { resourceRules, nonResourceRules, incomplete: node, ...(node ? { evaluationError: 'the Node authorizer decides a kubelet\'s requests: its rules are not listed' } : {}) },
+  });
+}

@@ -13,6 +13,7 @@ import { namespaces, nodes } from './nodes/index.ts';
 import { pods } from './pods/index.ts';
 import { poddisruptionbudgets } from './policy/index.ts';
 import { type ResourceDef, storageKey } from './types.ts';
+import { RBAC_RESOURCES } from '../auth/resources.ts';
 
 /** All resource definitions. */
 export const RESOURCES: readonly ResourceDef[] = [
@@ -37,6 +38,7 @@ export const RESOURCES: readonly ResourceDef[] = [
   eventsV1,
   endpointslices,
   replicationcontrollers,
+  ...RBAC_RESOURCES,
 ];
 
 const byPath = new Map<string, ResourceDef>();

@@ -88,10 +88,34 @@ const WITHOUT_GENERATION = new Set([
   '/Service',
   '/Node',
   '/Namespace',
+  'rbac.authorization.k8s.io/Role',
+  'rbac.authorization.k8s.io/ClusterRole',
+  'rbac.authorization.k8s.io/RoleBinding',
+  'rbac.authorization.k8s.io/ClusterRoleBinding',
 ]);
 
 /** Whether objects of `def` carry `metadata.generation` (see WITHOUT_GENERATION). */
 const hasGeneration = (def: ResourceDef): boolean => !WITHOUT_GENERATION.has(`${def.group}/${def.kind}`);
+
+/**
+ * The status kube-apiserver answers for an object created without one, by storage key: the Go zero
+ * value of the kind's status struct as `encoding/json` writes it (fields without `omitempty` appear,
+ * so `{}` for a Deployment, `{replicas: 0}` for a ReplicaSet). Clients read `status.availableReplicas`
+ * of a Deployment they just created. Pods, Services and Namespaces get theirs from their strategy;
+ * Kube32's own kinds (as custom resources would) get none.
+ */
+const STATUS_ON_CREATE: Record<string, Record<string, unknown>> = {
+  'deployments.apps': {},
+  'replicasets.apps': { replicas: 0 },
+  'daemonsets.apps': { currentNumberScheduled: 0, numberMisscheduled: 0, desiredNumberScheduled: 0, numberReady: 0 },
+  'jobs.batch': {},
+  'cronjobs.batch': {},
+  'poddisruptionbudgets.policy': { disruptionsAllowed: 0, currentHealthy: 0, desiredHealthy: 0, expectedPods: 0 },
+  nodes: {
+    daemonEndpoints: { kubeletEndpoint: { Port: 0 } },
+    nodeInfo: { machineID: '', systemUUID: '', bootID: '', kernelVersion: '', osImage: '', containerRuntimeVersion: '', kubeletVersion: '', kubeProxyVersion: '', operatingSystem: '', architecture: '' },
+  },
+};
 
 function keyOf(def: ResourceDef, namespace: string, name: string): ObjectKey {
   return { resource: storageKey(def), namespace: def.namespaced ? namespace : '', name };
@@ -282,6 +306,8 @@ export class Registry {
     // round trip of its own and the commit checks it (docs/control-plane-performance.md).
     const admit = (target: KubeObject): void => {
       def.prepareForCreate?.(target, this.ctx());
+      const zero = def.hasStatus && target.status === undefined ? STATUS_ON_CREATE[storageKey(def)] : undefined;
+      if (zero) target.status = structuredClone(zero);
       this.hooks.admitCreate?.(def, target);
       const causes = def.validate?.(target) ?? [];
       if (causes.length) throw invalid(def.kind, def.group, m.name ?? m.generateName ?? '', causes);

@@ -4,6 +4,7 @@
  * (resource, namespace, name); the resourceVersion is one counter row; module bytes are rows keyed
  * by their SHA-256.
  */
+import { chmodSync, closeSync, existsSync, openSync } from 'node:fs';
 import Database from 'better-sqlite3';
 import { BaseStorage, DEFAULT_WATCH_WINDOW } from './base.ts';
 import type { ObjectKey } from './interface.ts';
@@ -35,8 +36,16 @@ export class SqliteStorage extends BaseStorage {
    */
   constructor(path: string, opts: SqliteStorageOptions = {}) {
     super(opts.watchWindow ?? DEFAULT_WATCH_WINDOW);
+    // The database holds Secrets: the file, its WAL and shared memory 0600, whatever the umask or the modes
+    // an older run left (SQLite gives the -wal and -shm files the db's mode; the data dir is made 0700 by the server).
+    const own = () => {
+      for (const f of [path, `${path}-wal`, `${path}-shm`]) if (existsSync(f)) chmodSync(f, 0o600);
+    };
+    closeSync(openSync(path, 'a', 0o600));
+    own();
     this.db = new Database(path);
     this.db.pragma('journal_mode = WAL');
+    own();
     this.db.pragma('synchronous = FULL');
     this.db.pragma('busy_timeout = 5000');
     this.db.exec(`

@@ -25,6 +25,7 @@ export interface ApiServerFlags extends ApiServerClusterFlags {
   certSan: string[];
   watchWindow: string;
   eventTtl: string;
+  headersTimeout: string;
   issueNodeKubeconfig?: string;
   out?: string;
 }
@@ -51,6 +52,13 @@ export async function apiserver(flags: ApiServerFlags): Promise<void> {
   } catch (err: unknown) {
     throw new CliError(`--event-ttl: ${err instanceof Error ? err.message : String(err)}`);
   }
+  let headersTimeoutMs: number;
+  try {
+    headersTimeoutMs = parseDuration(flags.headersTimeout);
+  } catch (err: unknown) {
+    throw new CliError(`--headers-timeout: ${err instanceof Error ? err.message : String(err)}`);
+  }
+  if (headersTimeoutMs < 100) throw new CliError(`--headers-timeout must be at least 100ms: current value is ${flags.headersTimeout}`);
   let sizes: number[];
   try {
     sizes = [parseBytes(flags.checkpointDataBytes), parseBytes(flags.maxBodyBytes), parseBytes(flags.maxModuleBytes)];
@@ -80,6 +88,7 @@ export async function apiserver(flags: ApiServerFlags): Promise<void> {
           maxModuleBytes: sizes[2],
           certificateSans: flags.certSan,
           watchWindow,
+          headersTimeoutMs,
           eventTtlMs,
         }),
       (line) => process.stderr.write(`${line}\n`),

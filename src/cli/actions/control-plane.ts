@@ -11,6 +11,7 @@ import { type ApiServerClusterFlags, parseApiServerClusterFlags } from '../apise
 import { listenKeepingPort } from '../apiserver-port.ts';
 import { claimServerDataDir } from '../data-dir-lock.ts';
 import { CliError } from '../errors.ts';
+import { nodeMonitorGracePeriodMs } from '../node-monitor.ts';
 import { serveUntilStopped } from '../serve-until-stopped.ts';
 import { checkFeosPortFlags, type FeosPort, type FeosPortFlags, startFeosPort } from '../feos-flags.ts';
 
@@ -63,7 +64,7 @@ export async function controlPlane(flags: ControlPlaneFlags): Promise<void> {
     throw new CliError(`--checkpoint-data-bytes: ${err instanceof Error ? err.message : String(err)}`);
   }
   const timings: Partial<ControllerTimings> = {
-    nodeMonitorGracePeriodMs: duration('node-monitor-grace-period', flags.nodeMonitorGracePeriod),
+    nodeMonitorGracePeriodMs: nodeMonitorGracePeriodMs(flags.nodeMonitorGracePeriod),
     podEvictionTimeoutMs: duration('pod-eviction-timeout', flags.podEvictionTimeout),
     moveTimeoutMs: duration('move-timeout', flags.moveTimeout),
     checkpointRetentionMs: duration('checkpoint-retention', flags.checkpointRetention),

@@ -14,6 +14,7 @@ import { join } from 'node:path';
 import { parseBytes, unusedPort } from '../../lib/index.ts';
 import { CliError } from '../errors.ts';
 import { checkFeosNodesRoot, type FeosNodes, makeFeosBridge, MAX_FEOS_NODES, removeFeosBridge, startFeosNodes } from '../feos-nodes.ts';
+import { nodeMonitorGracePeriodMs } from '../node-monitor.ts';
 import type { LocalCluster } from '../local-cluster.ts';
 
 /** `up`'s flags as commander parses them. */
@@ -128,6 +129,7 @@ export async function up(flags: UpFlags): Promise<void> {
   const storage = storageFlag(flags.storage ?? 'sqlite');
   const etcdEndpoints = flags.etcdEndpoints === undefined ? undefined : endpointsFlag(flags.etcdEndpoints);
   if (etcdEndpoints && storage !== 'etcd') throw new CliError('--etcd-endpoints needs --storage etcd');
+  if (flags.nodeMonitorGracePeriod !== undefined) nodeMonitorGracePeriodMs(flags.nodeMonitorGracePeriod);
   const dataDir = flags.dataDir;
   const feosNodeCount = intFlag('--feos-nodes', flags.feosNodes ?? '0', 0, MAX_FEOS_NODES);
   if (feosNodeCount > 0 && flags.feosListen !== undefined) {

@@ -74,10 +74,16 @@ export async function serveCheckpoint(req: IncomingMessage, res: ServerResponse,
   const { leave, timeoutMs } = checkpointQuery(url);
   const found = findContainer(pods, ns, pod, container);
   const inst = found.runner.instance;
-  if (!inst) throw podNotFound(`container "${container}" of pod "${who}" is not running`, pod);
+  // What the spec and the module forbid holds whatever the container's state (an app pod restarting is
+  // still an app pod: 409 with its blocker, not 404); the module is kept by the runner once loaded.
+  const specBlockers = podSpecBlockers(found.pod, { entryPoint: (inst?.module ?? found.runner.module)?.entryPoint });
+  if (!inst) {
+    if (specBlockers.length > 0) throw new EndpointError(409, 'NotMovable', `pod ${who} cannot move: ${specBlockers.join('; ')}`, { blockers: specBlockers });
+    throw podNotFound(`container "${container}" of pod "${who}" is not running`, pod);
+  }
   // A call still running is not refused here: the freeze below waits for it up to timeoutMs (504).
   const nodeBlockers = inst.blockers().filter((b) => !b.startsWith('call '));
-  const blockers = [...new Set([...podSpecBlockers(found.pod, { entryPoint: inst.module.entryPoint }), ...nodeBlockers])];
+  const blockers = [...new Set([...specBlockers, ...nodeBlockers])];
   if (blockers.length > 0) throw new EndpointError(409, 'NotMovable', `pod ${who} cannot move: ${blockers.join('; ')}`, { blockers });
   const wasFrozen = inst.frozen;
   if (!wasFrozen) await freeze(inst, who, timeoutMs);

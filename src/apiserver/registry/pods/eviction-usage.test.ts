@@ -1,13 +1,14 @@
 /**
  * The eviction's move-target check reads the per-node sums the API server keeps from its storage
- * watch (src/apiserver/registry/pods/node-usage.ts): a pod that no other node can take is refused
- * with 429 NoMoveTarget, and once the pod in its way goes (deleted, or Succeeded), the same eviction
- * is accepted, without any list of pods.
+ * watch (src/apiserver/registry/pods/node-usage.ts), without any list of pods: a pod that no other node
+ * can take is deleted as an eviction deletes it (seed 002: a move that fails before the replacement),
+ * and once the pod in its way goes (deleted, or Succeeded), an eviction moves the pod.
  */
 import assert from 'node:assert/strict';
 import { test } from 'node:test';
-import { ApiError } from '../../errors.ts';
-import { evictPod } from './eviction.ts';
+import { checkpoints } from '../checkpoints/index.ts';
+import { evictPod, moveTargetProblem } from './eviction.ts';
+import { pods } from './index.ts';
 import { nodeUsageOf } from './node-usage.ts';
 import { Registry } from '../store.ts';
 import { MemoryStorage } from '../../storage/index.ts';
@@ -28,36 +29,32 @@ function pod(name: string, nodeName: string, phase = 'Running') {
   };
 }
 
-test('eviction move-target check: refused while the only other node has the port taken; accepted once that pod is gone or Succeeded', () => {
+test('eviction move-target check: a pod no other node can take is deleted as an eviction deletes it; moved once a node can take it', () => {
   const storage = new MemoryStorage();
   const reg = new Registry(storage);
   storage.create({ resource: 'namespaces', namespace: '', name: 'default' }, { metadata: { name: 'default', uid: 'u-ns' }, status: { phase: 'Active' } });
   for (const n of ['a', 'b']) storage.create({ resource: 'nodes', namespace: '', name: n }, node(n));
   storage.create({ resource: 'pods', namespace: 'default', name: 'mover' }, pod('mover', 'a'));
   const blocker = storage.create({ resource: 'pods', namespace: 'default', name: 'blocker' }, pod('blocker', 'b'));
-  const refused = (): ApiError => {
-    try {
-      evictPod(reg, 'default', 'mover', { kind: 'Eviction' }, { dryRun: true });
-    } catch (err: unknown) {
-      if (err instanceof ApiError) return err;
-      throw err;
-    }
-    assert.fail('the eviction was accepted');
-  };
-  const err = refused();
-  assert.equal(err.reason, 'TooManyRequests');
-  assert.match(err.message, /no node can take it: 0\/2 nodes are available: 1 node\(s\) didn't have free ports for the requested pod ports, 1 node\(s\) were the pod's own node/);
+  assert.match(moveTargetProblem(reg, reg.get(pods, 'default', 'mover')) ?? '', /^no node can take it: 0\/2 nodes are available: 1 node\(s\) didn't have free ports for the requested pod ports, 1 node\(s\) were the pod's own node$/);
   assert.equal(nodeUsageOf(storage).get('b')?.pods, 1);
   assert.equal(nodeUsageOf(storage).get('a')?.memory, 64 * 1024 * 1024);
 
   // The blocker ends (Succeeded): it no longer takes the port, and the check sees it without a list.
   storage.update({ resource: 'pods', namespace: 'default', name: 'blocker' }, { ...blocker, status: { phase: 'Succeeded' } });
   assert.equal(nodeUsageOf(storage).get('b')?.pods ?? 0, 0);
-  assert.equal(evictPod(reg, 'default', 'mover', { kind: 'Eviction' }, { dryRun: true }).code, 201);
+  assert.equal(moveTargetProblem(reg, reg.get(pods, 'default', 'mover')), undefined);
 
-  // Another pod takes b's port again: refused; deleted: accepted.
+  // Another pod takes b's port again: the eviction deletes the pod (gracefully: it is bound), no Checkpoint.
   storage.create({ resource: 'pods', namespace: 'default', name: 'blocker2' }, pod('blocker2', 'b'));
-  assert.equal(refused().reason, 'TooManyRequests');
+  assert.equal(evictPod(reg, 'default', 'mover', { kind: 'Eviction' }).code, 201);
+  assert.ok(reg.get(pods, 'default', 'mover').metadata.deletionTimestamp, 'the pod is being deleted');
+  assert.equal(reg.list(checkpoints, 'default').items.length, 0, 'no Checkpoint for a move that could only fail');
+
+  // With a target, the eviction moves the pod instead: a Move Checkpoint, the pod untouched.
   storage.delete({ resource: 'pods', namespace: 'default', name: 'blocker2' });
-  assert.equal(evictPod(reg, 'default', 'mover', { kind: 'Eviction' }, { dryRun: true }).code, 201);
+  storage.create({ resource: 'pods', namespace: 'default', name: 'mover2' }, pod('mover2', 'a'));
+  assert.equal(evictPod(reg, 'default', 'mover2', { kind: 'Eviction' }).code, 201);
+  assert.equal(reg.get(pods, 'default', 'mover2').metadata.deletionTimestamp, undefined);
+  assert.deepEqual(reg.list(checkpoints, 'default').items.map((c) => [c.metadata.labels?.['kube32.io/trigger'], (c.spec as { action: string }).action]), [['eviction', 'Move']]);
 });

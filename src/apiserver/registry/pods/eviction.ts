@@ -83,36 +83,27 @@ export function checkDisruptionBudgets(reg: Registry, pod: KubeObject): void {
 }
 
 /**
- * Checks that a pod an eviction would move has somewhere to go: the node the scheduler would pick for
- * it among the other nodes (Ready, schedulable, untainted or tolerated, matching its `nodeSelector`,
- * with its host ports free and its memory request), from the per-node sums the API server keeps
- * ({@link nodeUsageOf}).
- * @throws ApiError TooManyRequests (429, cause reason `NoMoveTarget`) naming why no node can take it. As
- *   Kubernetes' disruption budget refusal it carries no `Retry-After`: client-go would retry such an answer
- *   itself, silently, and `kubectl drain` would print nothing while it waits; without it kubectl prints the
- *   message and retries every 5 s.
+ * Whether a pod an eviction would move has somewhere to go: the node the scheduler would pick for it among
+ * the other nodes (Ready, schedulable, untainted or tolerated, matching its `nodeSelector`, with its host
+ * ports free and its memory request), from the per-node sums the API server keeps ({@link nodeUsageOf}).
+ * @returns why none can take it (`no node can take it: 0/2 nodes are available: ...`), or undefined when one can
  */
-export function checkMoveTarget(reg: Registry, pod: KubeObject): void {
+export function moveTargetProblem(reg: Registry, pod: KubeObject): string | undefined {
   const source = String(rec(pod.spec).nodeName ?? '');
   const allNodes = reg.list(nodes, undefined).items as unknown as V1Node[];
   // What each node's pods take, kept from the storage watch: O(nodes) a check, not a read of every pod.
   const usage = nodeUsageOf(reg.storage);
   const placement = pickNode(pod as unknown as V1Pod, allNodes, [], { usage, exclude: new Map([[source, "node(s) were the pod's own node"]]) });
-  if (placement.nodeName !== undefined) return;
-  const why = `no node can take it: ${placement.message.replace(/\.$/, '')}`;
-  throw new ApiError(
-    'TooManyRequests',
-    `Cannot evict pod as it would lose its state: ${why}. It keeps running on ${source}; to let it go without its state, delete it or set ${MIGRATION_ANNOTATION}: Never.`,
-    { causes: [{ reason: 'NoMoveTarget', message: why }] },
-  );
+  if (placement.nodeName !== undefined) return undefined;
+  return `no node can take it: ${placement.message.replace(/\.$/, '')}`;
 }
 
 /**
  * Evicts a pod.
  * @param body the Eviction (its name must be the pod's; `deleteOptions` are used for a deletion)
  * @returns the 201 Status of an accepted eviction
- * @throws ApiError NotFound, BadRequest, TooManyRequests (a disruption budget; a pod that would move and that no
- *   other node can take, see {@link checkMoveTarget})
+ * @throws ApiError NotFound, BadRequest, TooManyRequests (a disruption budget). A pod that would move and that
+ *   no other node can take ({@link moveTargetProblem}) is deleted as an eviction deletes it (seed 002).
  */
 export function evictPod(reg: Registry, namespace: string, name: string, body: unknown, opts: { dryRun?: boolean } = {}): Status {
   const ev = rec(body);
@@ -128,8 +119,10 @@ export function evictPod(reg: Registry, namespace: string, name: string, body: u
   // A move this eviction already asked for that Failed means the pod cannot move: it is deleted, as the seed says.
   const existing = reg.find(checkpoints, namespace, evictionCheckpointName(pod));
   const failed = rec(existing?.status).phase === 'Failed';
-  if (evictionMoves(pod) && !failed) {
-    if (!existing) checkMoveTarget(reg, pod);
+  // A move no other node can take fails before the replacement: the pod is deleted as an eviction deletes it,
+  // so that the drain completes (seed 002 "Drain and evictions"), without a Checkpoint that could only fail.
+  const noTarget = evictionMoves(pod) && !failed && !existing && moveTargetProblem(reg, pod) !== undefined;
+  if (evictionMoves(pod) && !failed && !noTarget) {
     const ckpt = {
       metadata: { name: evictionCheckpointName(pod), namespace, labels: { [TRIGGER_LABEL]: 'eviction' } },
       spec: { podName: name, action: 'Move' },

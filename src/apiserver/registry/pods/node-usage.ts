@@ -1,7 +1,7 @@
 /**
  * What the pods bound to each node take (memory requested, pod count, host ports), kept by the API
  * server from its own storage watch, for the eviction's move-target check (seed 002 "Drain and
- * evictions", {@link checkMoveTarget}). Summing every pod of the cluster for each eviction read all
+ * evictions", {@link moveTargetProblem}). Summing every pod of the cluster for each eviction read all
  * of them from storage: at 10 000 pods a drain of one node with 100 pods read and parsed a million
  * pods on the API server's one thread. This is the scheduler's {@link NodeUsage}, fed by the storage
  * watch instead of an informer (the API server may run without the scheduler: several API servers

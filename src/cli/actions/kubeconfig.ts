@@ -1,0 +1,32 @@
+/**
+ * `kube32-cli kubeconfig user`'s work (see ../commands/kubeconfig.ts).
+ */
+import { existsSync } from 'node:fs';
+import { join } from 'node:path';
+import { userKubeconfig } from '../../apiserver/index.ts';
+import { writeFileAtomicSync } from '../../lib/index.ts';
+import { CliError } from '../errors.ts';
+import type { KubeconfigUserFlags } from '../commands/kubeconfig.ts';
+
+/**
+ * Writes user `name`'s kubeconfig to `flags.out` (0600) or standard output.
+ * @throws CliError for a bad name or group, or a data dir without a cluster CA
+ */
+export async function kubeconfigUser(name: string, flags: KubeconfigUserFlags & { dataDir: string }): Promise<void> {
+  if (!name.trim() || /[\n\r]/.test(name)) throw new CliError(`the user name must be a non-empty line of text: current value is ${JSON.stringify(name)}`);
+  for (const g of flags.group) if (!g.trim() || /[\n\r]/.test(g)) throw new CliError(`--group must be a non-empty line of text: current value is ${JSON.stringify(g)}`);
+  if (name.startsWith('system:') || flags.group.includes('system:masters')) {
+    process.stderr.write(`kube32-cli: warning: ${name.startsWith('system:') ? `"${name}" is a system user name` : 'the group system:masters bypasses RBAC'}: the kubeconfig gets its privileges\n`);
+  }
+  if (!existsSync(join(flags.dataDir, 'pki', 'ca.key'))) {
+    throw new CliError(`${join(flags.dataDir, 'pki', 'ca.key')}: no cluster CA there: give the data dir of a cluster that has started (--data-dir, or $KUBE32_DATA_DIR)`);
+  }
+  let text: string;
+  try {
+    text = await userKubeconfig(flags.dataDir, { name, groups: flags.group, namespace: flags.namespace });
+  } catch (err: unknown) {
+    throw new CliError(err instanceof Error ? err.message : String(err));
+  }
+  if (flags.out) writeFileAtomicSync(flags.out, text, 0o600);
+  else process.stdout.write(text);
+}

@@ -1,0 +1,216 @@
+/**
+ * Wire behaviour real clients rely on (issue 19 "Wire behaviour"), against a real API server process:
+ * boolean query parameters read as Go's strconv.ParseBool (the official Python client sends
+ * `watch=True`), its `watch.Watch().stream` seeing ADDED, MODIFIED and DELETED and a resumed watch too
+ * old for the window surfacing 410; `"status": {}` on kinds created without one; a deeply nested body
+ * is 400, not 500; a connection that sends half a header is closed after the header timeout.
+ */
+import assert from 'node:assert/strict';
+import { execFile } from 'node:child_process';
+import { request as httpsRequest } from 'node:https';
+import { connect as tlsConnect } from 'node:tls';
+import { test } from 'node:test';
+import { startApiServer, type TestApiServer } from '../helpers/apiserver.ts';
+
+interface Reply {
+  status: number;
+  text: string;
+  json(): Record<string, unknown>;
+}
+
+function raw(api: TestApiServer, method: string, path: string, body?: string, type = 'application/json'): Promise<Reply> {
+  const ca = Buffer.from(api.kubeConfig.getCurrentCluster()!.caData!, 'base64');
+  const u = new URL(api.url + path);
+  const headers: Record<string, string | number> = { Authorization: `Bearer ${api.kubeConfig.getCurrentUser()!.token}` };
+  if (body !== undefined) {
+    headers['Content-Type'] = type;
+    headers['Content-Length'] = Buffer.byteLength(body);
+  }
+  return new Promise((resolve, reject) => {
+    const req = httpsRequest({ host: u.hostname, port: u.port, path: u.pathname + u.search, method, ca, headers, timeout: 20_000 }, (res) => {
+      const chunks: Buffer[] = [];
+      res.on('data', (c: Buffer) => chunks.push(c));
+      res.on('end', () => {
+        const text = Buffer.concat(chunks).toString();
+        resolve({ status: res.statusCode ?? 0, text, json: () => JSON.parse(text) as Record<string, unknown> });
+      });
+    });
+    req.on('timeout', () => req.destroy(new Error(`${method} ${path}: no answer within 20 s`)));
+    req.on('error', reject);
+    req.end(body);
+  });
+}
+
+/** Runs Debian's python3-kubernetes (`/usr/bin/python3`) on a script; answers its exit code and output. */
+function python(script: string, env: Record<string, string>, timeoutMs = 60_000): Promise<{ code: number; stdout: string; stderr: string }> {
+  return new Promise((resolve) => {
+    execFile('/usr/bin/python3', ['-c', script], { timeout: timeoutMs, env: { ...process.env, ...env } }, (err, stdout, stderr) => {
+      const code = err ? (typeof (err as { code?: unknown }).code === 'number' ? (err as { code: number }).code : 1) : 0;
+      resolve({ code, stdout: String(stdout), stderr: String(stderr) });
+    });
+  });
+}
+
+test('boolean query parameters are read as strconv.ParseBool, anything else is 400', { timeout: 120_000 }, async (t) => {
+  const api = await startApiServer(t);
+  const cm = await raw(api, 'POST', '/api/v1/namespaces/default/configmaps', JSON.stringify({ metadata: { name: 'b' }, data: { a: '1' } }));
+  assert.equal(cm.status, 201, cm.text);
+  for (const v of ['1', 't', 'T', 'TRUE', 'true', 'True']) {
+    const r = await raw(api, 'GET', `/api/v1/namespaces/default/configmaps?watch=${v}&timeoutSeconds=1`);
+    assert.equal(r.status, 200, `watch=${v}: ${r.text}`);
+    const first = JSON.parse(r.text.split('\n')[0]!) as { type: string; object: { metadata: { name: string } } };
+    assert.equal(first.type, 'ADDED', `watch=${v} streams events: ${r.text}`);
+    assert.equal(first.object.metadata.name, 'b');
+  }
+  for (const v of ['0', 'f', 'F', 'FALSE', 'false', 'False']) {
+    const r = await raw(api, 'GET', `/api/v1/namespaces/default/configmaps?watch=${v}`);
+    assert.equal(r.status, 200, r.text);
+    assert.equal(r.json().kind, 'ConfigMapList', `watch=${v} is a list`);
+  }
+  for (const [path, method] of [
+    ['/api/v1/namespaces/default/configmaps?watch=yes', 'GET'],
+    ['/api/v1/namespaces/default/configmaps?watch=', 'GET'],
+    ['/api/v1/namespaces/default/configmaps?watch=true&allowWatchBookmarks=on', 'GET'],
+    ['/api/v1/namespaces/default/configmaps/b?orphanDependents=yes', 'DELETE'],
+    ['/api/v1/namespaces/default/configmaps?pretty=2', 'GET'],
+    ['/api/v1/namespaces/default/pods/p/log?follow=y', 'GET'],
+  ] as const) {
+    const r = await raw(api, method, path);
+    assert.equal(r.status, 400, `${method} ${path}: ${r.text}`);
+    const s = r.json();
+    assert.equal(s.kind, 'Status');
+    assert.equal(s.reason, 'BadRequest');
+    assert.match(String(s.message), /^strconv\.ParseBool: parsing ".*": invalid syntax$/);
+  }
+  // The refused delete deleted nothing; a good spelling works.
+  const del = await raw(api, 'DELETE', '/api/v1/namespaces/default/configmaps/b?orphanDependents=False');
+  assert.equal(del.status, 200, del.text);
+});
+
+test("the official Python client's watch sees ADDED, MODIFIED, DELETED, and a too-old resumed watch gets 410", { timeout: 180_000 }, async (t) => {
+  const api = await startApiServer(t, { args: ['--watch-window', '5'] });
+  const script = `
+import threading, sys, json
+from kubernetes import client, config, watch
+from kubernetes.client.rest import ApiException
+config.load_kube_config()
+v1 = client.CoreV1Api()
+rv = v1.list_namespaced_config_map('default').metadata.resource_version
+seen = []
+def run():
+    w = watch.Watch()
+    for e in w.stream(v1.list_namespaced_config_map, 'default', resource_version=rv, timeout_seconds=30):
+        if e['object'].metadata.name == 'py':
+            seen.append((e['type'], e['object'].data))
+            if e['type'] == 'DELETED':
+                w.stop()
+th = threading.Thread(target=run)
+th.start()
+v1.create_namespaced_config_map('default', client.V1ConfigMap(metadata=client.V1ObjectMeta(name='py'), data={'a': '1'}))
+v1.patch_namespaced_config_map('py', 'default', {'data': {'a': '2'}})
+v1.delete_namespaced_config_map('py', 'default')
+th.join(40)
+print(json.dumps({'events': seen}))
+# Push the window past rv: more than 5 writes, then resume from rv.
+for i in range(8):
+    v1.create_namespaced_config_map('default', client.V1ConfigMap(metadata=client.V1ObjectMeta(name='f%d' % i)))
+try:
+    for e in watch.Watch().stream(v1.list_namespaced_config_map, 'default', resource_version=rv, timeout_seconds=10):
+        pass
+    print(json.dumps({'resumed': 'no error'}))
+except ApiException as e:
+    print(json.dumps({'resumed': e.status, 'reason': e.reason}))
+`;
+  const r = await python(script, { KUBECONFIG: api.kubeconfigPath, HOME: api.dataDir });
+  assert.equal(r.code, 0, r.stderr);
+  const [events, resumed] = r.stdout.trim().split('\n').map((l) => JSON.parse(l) as Record<string, unknown>);
+  assert.deepEqual(events!.events, [
+    ['ADDED', { a: '1' }],
+    ['MODIFIED', { a: '2' }],
+    ['DELETED', { a: '2' }],
+  ]);
+  assert.equal(resumed!.resumed, 410, JSON.stringify(resumed));
+  assert.match(String(resumed!.reason), /^Expired: /);
+});
+
+test('kinds created without a status are answered with the status kube-apiserver gives them', { timeout: 120_000 }, async (t) => {
+  const api = await startApiServer(t);
+  const tpl = { metadata: { labels: { app: 'x' } }, spec: { containers: [{ name: 'c', image: 'counter' }] } };
+  const sel = { matchLabels: { app: 'x' } };
+  const cases: [string, Record<string, unknown>, unknown][] = [
+    ['/apis/apps/v1/namespaces/default/deployments', { metadata: { name: 'd' }, spec: { selector: sel, template: tpl } }, {}],
+    ['/apis/apps/v1/namespaces/default/replicasets', { metadata: { name: 'r' }, spec: { selector: sel, template: tpl } }, { replicas: 0 }],
+    ['/apis/apps/v1/namespaces/default/daemonsets', { metadata: { name: 'ds' }, spec: { selector: sel, template: tpl } }, { currentNumberScheduled: 0, numberMisscheduled: 0, desiredNumberScheduled: 0, numberReady: 0 }],
+    ['/apis/batch/v1/namespaces/default/jobs', { metadata: { name: 'j' }, spec: { template: { spec: { ...tpl.spec, restartPolicy: 'Never' } } } }, {}],
+    ['/apis/batch/v1/namespaces/default/cronjobs', { metadata: { name: 'cj' }, spec: { schedule: '* * * * *', jobTemplate: { spec: { template: { spec: { ...tpl.spec, restartPolicy: 'Never' } } } } } }, {}],
+    ['/apis/policy/v1/namespaces/default/poddisruptionbudgets', { metadata: { name: 'pdb' }, spec: { minAvailable: 1, selector: sel } }, { disruptionsAllowed: 0, currentHealthy: 0, desiredHealthy: 0, expectedPods: 0 }],
+  ];
+  for (const [path, body, status] of cases) {
+    const r = await raw(api, 'POST', path, JSON.stringify(body));
+    assert.equal(r.status, 201, `${path}: ${r.text}`);
+    const created = r.json();
+    // A controller may already have written a status by the GET; the create's answer is the strategy's.
+    assert.deepEqual(created.status, status, `${path} status on create`);
+  }
+  // Kinds that have one already: Service, Namespace; kinds without a status get none.
+  const svc = (await raw(api, 'POST', '/api/v1/namespaces/default/services', JSON.stringify({ metadata: { name: 's' }, spec: { ports: [{ port: 80 }] } }))).json();
+  assert.deepEqual(svc.status, { loadBalancer: {} });
+  const cm = (await raw(api, 'POST', '/api/v1/namespaces/default/configmaps', JSON.stringify({ metadata: { name: 'c' } }))).json();
+  assert.equal('status' in cm, false);
+  // The client that crashed reading it: client-node sees the field.
+  const { AppsV1Api } = await import('@kubernetes/client-node');
+  const d = await api.kubeConfig.makeApiClient(AppsV1Api).readNamespacedDeployment({ name: 'd', namespace: 'default' });
+  assert.ok(d.status !== undefined);
+});
+
+test('a deeply nested body is 400 with a clear message, and the server goes on', { timeout: 60_000 }, async (t) => {
+  const api = await startApiServer(t);
+  for (const [type, body] of [
+    ['application/json', '['.repeat(100_000)],
+    ['application/json', `{"metadata":{"name":"n"},"data":${'['.repeat(2000)}${']'.repeat(2000)}}`],
+    ['application/yaml', `metadata: {name: n}\ndata: ${'['.repeat(100_000)}`],
+  ] as const) {
+    const r = await raw(api, 'POST', '/api/v1/namespaces/default/configmaps', body, type);
+    assert.equal(r.status, 400, `${type}: ${r.text.slice(0, 300)}`);
+    const s = r.json();
+    assert.equal(s.reason, 'BadRequest');
+    assert.match(String(s.message), /nests arrays or objects deeper than 1000 levels \(exceeded max depth\)/);
+  }
+  // A patch too.
+  const ok = await raw(api, 'POST', '/api/v1/namespaces/default/configmaps', JSON.stringify({ metadata: { name: 'n' } }));
+  assert.equal(ok.status, 201, ok.text);
+  const p = await raw(api, 'PATCH', '/api/v1/namespaces/default/configmaps/n', '['.repeat(100_000), 'application/merge-patch+json');
+  assert.equal(p.status, 400, p.text.slice(0, 300));
+  // Deep but within the limit: an ordinary decode error or a validation answer, never a 500.
+  const deep = await raw(api, 'POST', '/api/v1/namespaces/default/configmaps', `{"metadata":{"name":"m","annotations":${'['.repeat(999)}${']'.repeat(999)}}}`);
+  assert.ok(deep.status >= 400 && deep.status < 500, `${deep.status}: ${deep.text.slice(0, 300)}`);
+  assert.equal((await raw(api, 'GET', '/api/v1/namespaces/default/configmaps/n')).status, 200);
+});
+
+test('a connection that sends half a header is closed after the header timeout', { timeout: 60_000 }, async (t) => {
+  const api = await startApiServer(t, { args: ['--headers-timeout', '1s'] });
+  const u = new URL(api.url);
+  const ca = Buffer.from(api.kubeConfig.getCurrentCluster()!.caData!, 'base64');
+  const closed = await new Promise<{ answer: string }>((resolve, reject) => {
+    const sock = tlsConnect({ host: u.hostname, port: Number(u.port), ca, servername: 'localhost' }, () => {
+      sock.write('GET /api/v1/namespaces HTTP/1.1\r\nHost: x\r\nX-Half: ');
+    });
+    let answer = '';
+    sock.setEncoding('utf8');
+    sock.on('data', (d: string) => {
+      answer += d;
+    });
+    sock.on('error', () => undefined);
+    sock.on('close', () => resolve({ answer }));
+    // The test's bound: far past the 1 s timeout (Node's default would keep it for ever with requestTimeout 0).
+    setTimeout(() => {
+      sock.destroy();
+      reject(new Error('the half-header connection was still open after 30 s'));
+    }, 30_000).unref();
+  });
+  assert.match(closed.answer, /^HTTP\/1\.1 408/, `answer before the close: ${JSON.stringify(closed.answer)}`);
+  // A well-behaved client on a kept-alive connection is not cut: a watch outlives the header timeout.
+  const w = await raw(api, 'GET', '/api/v1/namespaces?watch=true&timeoutSeconds=3');
+  assert.equal(w.status, 200);
+  assert.match(w.text, /"type":"ADDED"/);
+});
