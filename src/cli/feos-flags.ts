@@ -69,7 +69,7 @@ export interface FeosPort {
 }
 
 /**
- * Starts the port for nodes when `--feos-listen` is given.
+ * Starts the port for nodes when `--feos-listen` is given, and the kubelet of the FeOS nodes beside it.
  * @param kubeConfig the admin kubeconfig the API server wrote
  * @param dataDir the API server's data dir (its pki/ holds the cluster CA)
  * @throws Error when the port cannot be bound or the CA read
@@ -77,7 +77,7 @@ export interface FeosPort {
 export async function startFeosPort(flags: FeosPortFlags, kubeConfig: KubeConfig, dataDir: string): Promise<FeosPort | undefined> {
   if (!flags.feosListen) return undefined;
   const { host, port } = hostPort('--feos-listen', flags.feosListen);
-  const { startFleetServer } = await import('../fleet/index.ts');
+  const { startFeosKubelet, startFleetServer } = await import('../fleet/index.ts');
   const server = await startFleetServer({
     kubeConfig,
     dataDir,
@@ -89,5 +89,20 @@ export async function startFeosPort(flags: FeosPortFlags, kubeConfig: KubeConfig
     nodeCertTtlMs: ttl(flags),
     log: createLogger('fleet'),
   });
-  return { address: server.address, tunnel: (node, socket, head) => server.tunnel(node, socket, head), close: () => server.close() };
+  // The kubelet of the FeOS nodes (issue 18): runs the Pods bound to them over their node connections.
+  let kubelet: Awaited<ReturnType<typeof startFeosKubelet>>;
+  try {
+    kubelet = await startFeosKubelet({ kubeConfig, connection: (node) => server.nodeConnection(node), log: createLogger('feos-kubelet') });
+  } catch (err: unknown) {
+    await server.close();
+    throw err;
+  }
+  return {
+    address: server.address,
+    tunnel: (node, socket, head) => server.tunnel(node, socket, head),
+    close: async () => {
+      await kubelet.stop();
+      await server.close();
+    },
+  };
 }

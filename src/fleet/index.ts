@@ -9,3 +9,4 @@ export { createJoinToken, listJoinTokens, deleteJoinToken, type JoinToken, TOKEN
 export { caPin } from './pki.ts';
 export { unary, serverStream, GrpcCallError, type CallOptions } from './node-client.ts';
 export { RUNTIME_LABEL, RUNTIME_FEOS, SERIALS_ANNOTATION } from './nodes.ts';
+export { startFeosKubelet, type FeosKubelet, type FeosKubeletOptions } from './kubelet/kubelet.ts';

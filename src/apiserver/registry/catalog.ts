@@ -12,6 +12,7 @@ import { modules } from './modules/index.ts';
 import { namespaces, nodes } from './nodes/index.ts';
 import { pods } from './pods/index.ts';
 import { poddisruptionbudgets } from './policy/index.ts';
+import { runtimeclasses } from './runtimeclasses/index.ts';
 import { type ResourceDef, storageKey } from './types.ts';
 
 /** All resource definitions. */
@@ -37,6 +38,7 @@ export const RESOURCES: readonly ResourceDef[] = [
   eventsV1,
   endpointslices,
   replicationcontrollers,
+  runtimeclasses,
 ];
 
 const byPath = new Map<string, ResourceDef>();
