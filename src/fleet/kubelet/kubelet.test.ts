@@ -60,8 +60,8 @@ test('PodInfo as the Pod\'s status: Pending, then Running with its address, then
   const info = create(PodInfoSchema, { id: 'x', state: PodState.RUNNING, ipv4Address: '10.200.0.5', ipv6Address: 'fd00::5', startedAt: timestampFromDate(started), containers: [{ name: 'app', state: 'running' }, { name: 'side', state: 'running' }] });
   const running = podStatusOf(POD, info, { restartCount: 0, hostIP: '10.1.2.2' }, now);
   assert.equal(running.phase, 'Running');
-  assert.equal(running.podIP, '10.200.0.5');
-  assert.deepEqual(running.podIPs, [{ ip: '10.200.0.5' }, { ip: 'fd00::5' }]);
+  assert.equal(running.podIP, 'fd00::5');
+  assert.deepEqual(running.podIPs, [{ ip: 'fd00::5' }, { ip: '10.200.0.5' }]);
   for (const type of ['Ready', 'ContainersReady']) assert.equal(running.conditions?.find((c) => c.type === type)?.status, 'True', type);
   assert.equal(String(running.containerStatuses?.[0]?.state?.running?.startedAt), started.toISOString());
   assert.equal(running.containerStatuses?.[0]?.imageID, 'registry.example:5000/shop/web:1');

@@ -72,7 +72,8 @@ export function podStatusOf(pod: V1Pod, info: PodInfo | undefined, local: LocalS
     return { type, status: s, lastProbeTime: null as unknown as undefined, lastTransitionTime: was?.status === s && was.lastTransitionTime ? was.lastTransitionTime : ((iso(now) as unknown) as Date), ...(reason && !status ? { reason } : {}) };
   };
   const notReady = ready ? undefined : 'ContainersNotReady';
-  const ips = [info?.ipv4Address, info?.ipv6Address].filter((a): a is string => !!a);
+  // The pod's address on its network (IPv6) first, then its IPv4 address for leaving the node.
+  const ips = [info?.ipv6Address, info?.ipv4Address].filter((a): a is string => !!a);
   const status: V1PodStatus = {
     phase,
     conditions: [cond('PodReadyToStartContainers', !!info && state !== PodState.PENDING), cond('Initialized', true), cond('Ready', ready, notReady), cond('ContainersReady', ready, notReady), cond('PodScheduled', true)],
