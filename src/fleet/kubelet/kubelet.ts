@@ -140,8 +140,13 @@ function keyOf(pod: V1Pod): string {
   return `${pod.metadata?.namespace}/${pod.metadata?.name}`;
 }
 
+/**
+ * The node's address as a Pod's hostIP: its first InternalIP that is not link-local (a FeOS node also lists
+ * the pods' network's 169.254.0.0/16 gateway), else its first InternalIP.
+ */
 function internalIp(node: V1Node | undefined): string | undefined {
-  return node?.status?.addresses?.find((a) => a.type === 'InternalIP')?.address;
+  const ips = (node?.status?.addresses ?? []).filter((a) => a.type === 'InternalIP').map((a) => a.address);
+  return ips.find((ip) => !ip.startsWith('169.254.') && !/^fe80:/i.test(ip)) ?? ips[0];
 }
 
 function grpcCode(err: unknown): number | undefined {
@@ -265,7 +270,8 @@ export async function startFeosKubelet(o: FeosKubeletOptions): Promise<FeosKubel
     w.restartCount += 1;
     w.sawPending = true;
     w.startedEvents = false;
-    w.failedGeneration = undefined;
+    // No second StartPod until this one's outcome is in (the FeOS pod's next failure sets the next time).
+    w.nextStartAt = Number.POSITIVE_INFINITY;
     for (const c of pod.spec?.containers ?? []) await event(pod, 'Normal', 'Pulling', `Pulling image "${c.image}"`);
     // Answers once RUNNING or FAILED; the pod's events say which meanwhile.
     unary(session, PodService.method.startPod, { id, pullToken: token }, { timeoutMs: 20 * 60_000 }).catch((err: unknown) => {

@@ -228,7 +228,7 @@ spec:
     await until('ErrImagePull', async () => (await waiting()) === 'ErrImagePull', BOOT_MS);
     await until('ImagePullBackOff', async () => (await waiting()) === 'ImagePullBackOff', 60_000);
     const ev = await events('badimg');
-    assert.match(ev, /^Failed\s+Failed to pull image ".*\/public\/missing:1": container app: create: /m);
+    assert.match(ev, /^Failed\s+Failed to pull image ".*\/public\/missing:1": container badimg: create: pull: .*HTTP 404/m);
     assert.match(ev, /^Failed\s+Error: ErrImagePull$/m);
     assert.match(ev, /^BackOff\s+Back-off pulling image ".*\/public\/missing:1"$/m);
     const uid = (await getPod('badimg'))!.metadata.uid;
