@@ -78,7 +78,10 @@ export async function startFeosPort(flags: FeosPortFlags, kubeConfig: KubeConfig
   if (!flags.feosListen) return undefined;
   const { host, port } = hostPort('--feos-listen', flags.feosListen);
   const { startFeosKubelet, startFleetServer } = await import('../fleet/index.ts');
+  // The kubelet starts once the port is up; reports before that find none (the next ones do).
+  let kubelet: Awaited<ReturnType<typeof startFeosKubelet>> | undefined;
   const server = await startFleetServer({
+    onReport: (node, pods, stale) => kubelet?.report(node, pods, stale),
     kubeConfig,
     dataDir,
     host,
@@ -90,7 +93,6 @@ export async function startFeosPort(flags: FeosPortFlags, kubeConfig: KubeConfig
     log: createLogger('fleet'),
   });
   // The kubelet of the FeOS nodes (issue 18): runs the Pods bound to them over their node connections.
-  let kubelet: Awaited<ReturnType<typeof startFeosKubelet>>;
   try {
     kubelet = await startFeosKubelet({ kubeConfig, connection: (node) => server.nodeConnection(node), log: createLogger('feos-kubelet') });
   } catch (err: unknown) {
@@ -101,7 +103,7 @@ export async function startFeosPort(flags: FeosPortFlags, kubeConfig: KubeConfig
     address: server.address,
     tunnel: (node, socket, head) => server.tunnel(node, socket, head),
     close: async () => {
-      await kubelet.stop();
+      await kubelet?.stop();
       await server.close();
     },
   };

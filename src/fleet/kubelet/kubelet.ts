@@ -51,6 +51,8 @@ export interface FeosKubeletOptions {
 
 /** A running kubelet of FeOS nodes. */
 export interface FeosKubelet {
+  /** Takes a node's report (the fleet server's `onReport`): its pods, for the sweep of orphans. */
+  report(node: string, pods: readonly PodInfo[], stale: boolean): void;
   stop(): Promise<void>;
 }
 
@@ -60,15 +62,22 @@ class NodePods {
   /** Whether ListPods answered on this session. */
   listed = false;
   readonly infos = new Map<string, PodInfo>();
+  /** The pods of the node's last fresh report (for the sweep while nothing is watched). */
+  reported: readonly PodInfo[] | undefined;
   #abort: AbortController | undefined;
+  /** No new watch before this time (ms): a watch that ended is not started again at once. */
+  #retryAt = 0;
+  #retryMs = 1000;
 
   /** Starts watching and listing the node's pods anew when its connection is not the one watched. */
   ensure(session: http2.ClientHttp2Session | undefined, log: Logger, onChange: () => void): void {
     if (session === this.session && session && !session.closed) return;
     this.#abort?.abort();
-    this.session = session;
+    this.session = undefined;
     this.listed = false;
-    if (!session || session.closed) return;
+    if (!session || session.closed || Date.now() < this.#retryAt) return;
+    this.session = session;
+    const since = Date.now();
     const abort = new AbortController();
     this.#abort = abort;
     const take = (p: PodInfo) => {
@@ -85,11 +94,17 @@ class NodePods {
         onChange();
       },
       { signal: abort.signal },
-    ).catch((err: unknown) => {
-      if (abort.signal.aborted) return;
-      log.info({ err: errorMessage(err) }, 'the node\'s pod events ended; watching again');
-      if (this.session === session) this.session = undefined;
-    });
+    )
+      .catch((err: unknown) => {
+        if (!abort.signal.aborted) log.info({ err: errorMessage(err) }, 'the node\'s pod events ended; watching again');
+      })
+      .finally(() => {
+        if (abort.signal.aborted) return;
+        // Again after 1 s, doubling to 30 s while watches end soon after their start.
+        this.#retryMs = Date.now() - since > 30_000 ? 1000 : Math.min(this.#retryMs * 2, 30_000);
+        this.#retryAt = Date.now() + this.#retryMs;
+        if (this.session === session) this.session = undefined;
+      });
     unary(session, PodService.method.listPods, {}, { timeoutMs: 30_000, signal: abort.signal }).then(
       (r) => {
         const seen = new Set<string>();
@@ -111,6 +126,8 @@ class NodePods {
 
   stop(): void {
     this.#abort?.abort();
+    this.session = undefined;
+    this.listed = false;
   }
 }
 
@@ -391,13 +408,18 @@ export async function startFeosKubelet(o: FeosKubeletOptions): Promise<FeosKubel
     }
   };
 
-  /** FeOS pods this cluster made whose Pod is gone: stopped and deleted. */
+  /**
+   * FeOS pods this cluster made whose Pod is gone: stopped and deleted. Read from the node's watched pods,
+   * or, while none of its Pods is there (nothing watched), from its last report.
+   */
   const sweepOrphans = (node: string, np: NodePods, bound: Map<string, V1Pod>): void => {
-    if (!np.session || !np.listed || !pods.synced) return;
-    for (const info of np.infos.values()) {
+    if (!pods.synced) return;
+    const known = np.listed ? [...np.infos.values()] : np.reported;
+    const session = o.connection(node);
+    if (!known || !session) return;
+    for (const info of known) {
       if (info.spec?.metadata[META.cluster] !== clusterId || bound.has(info.id) || orphans.has(info.id)) continue;
       orphans.add(info.id);
-      const session = np.session;
       log.info({ node, feosPod: info.id, pod: `${info.spec.metadata[META.namespace]}/${info.spec.metadata[META.name]}` }, 'the Pod of a FeOS pod this cluster made is gone; deleting the FeOS pod');
       stopAndDelete(session, info.id, 30_000)
         .then(() => np.infos.delete(info.id))
@@ -422,8 +444,10 @@ export async function startFeosKubelet(o: FeosKubeletOptions): Promise<FeosKubel
       const name = node.metadata?.name ?? '';
       const np = nodePods.get(name) ?? new NodePods();
       nodePods.set(name, np);
-      np.ensure(o.connection(name), log.child({ node: name }), schedule);
       const bound = byNode.get(name) ?? new Map<string, V1Pod>();
+      // The node's pods are watched while Pods are bound to it; its reports show the rest.
+      if (bound.size > 0) np.ensure(o.connection(name), log.child({ node: name }), schedule);
+      else np.stop();
       for (const p of bound.values()) void look(p, np);
       sweepOrphans(name, np, bound);
     }
@@ -455,6 +479,12 @@ export async function startFeosKubelet(o: FeosKubeletOptions): Promise<FeosKubel
   schedule();
   log.info({ clusterId }, 'FeOS kubelet started');
   return {
+    report(node, reported, stale) {
+      if (stopped || stale || !nodes.get(node)) return;
+      const np = nodePods.get(node) ?? new NodePods();
+      nodePods.set(node, np);
+      np.reported = reported;
+    },
     async stop() {
       stopped = true;
       clearInterval(timer);
