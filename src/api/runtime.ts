@@ -30,9 +30,13 @@ export function nodeRuntime(node: V1Node): PodRuntime {
   return node.metadata?.labels?.[LABELS.runtime] === RUNTIME_FEOS ? 'microvm' : 'wasm';
 }
 
-/** The pod's images, init containers first. */
+/** The pod's images, init containers first (a pod not yet validated may hold anything there: '' for what is not one). */
 function images(pod: V1Pod): string[] {
-  return [...(pod.spec?.initContainers ?? []), ...(pod.spec?.containers ?? [])].map((c) => String(c.image ?? ''));
+  const list = (v: unknown): unknown[] => (Array.isArray(v) ? v : []);
+  return [...list(pod.spec?.initContainers), ...list(pod.spec?.containers)].map((c) => {
+    const image = c !== null && typeof c === 'object' ? (c as { image?: unknown }).image : undefined;
+    return typeof image === 'string' ? image : '';
+  });
 }
 
 /** The pod's kind with the image that shows it (see the file's comment), or undefined. */
@@ -41,7 +45,8 @@ export function podRuntime(pod: V1Pod): { runtime: PodRuntime; image: string } |
   const wasm = all.find((i) => isWasmImage(i)) ?? (pod.metadata?.annotations?.[ANNOTATIONS.imageSha256] ? all[0] : undefined);
   if (wasm !== undefined) return { runtime: 'wasm', image: wasm };
   const oci = all.find((i) => i !== '' && !isBareModuleImage(i));
-  if (pod.spec?.runtimeClassName === RUNTIME_FEOS || pod.spec?.nodeSelector?.[LABELS.runtime] === RUNTIME_FEOS) return { runtime: 'microvm', image: oci ?? all[0] ?? '' };
+  const selector = pod.spec?.nodeSelector;
+  if (pod.spec?.runtimeClassName === RUNTIME_FEOS || (selector !== null && typeof selector === 'object' && selector[LABELS.runtime] === RUNTIME_FEOS)) return { runtime: 'microvm', image: oci ?? all[0] ?? '' };
   if (oci !== undefined) return { runtime: 'microvm', image: oci };
   return undefined;
 }

@@ -69,7 +69,7 @@ export function admitRuntimeClass(storage: Storage, pod: KubeObject): void {
   }
   const kind = podRuntime(pod as V1Pod);
   if (rc && rc.handler === RUNTIME_FEOS && kind?.runtime === 'wasm') {
-    const i = arr(spec.containers).findIndex((c) => c.image === kind.image);
+    const i = (Array.isArray(spec.containers) ? (spec.containers as unknown[]) : []).findIndex((c) => rec(c).image === kind.image);
     throw invalid('Pod', '', pod.metadata.name ?? '', [
       {
         reason: 'FieldValueInvalid',
