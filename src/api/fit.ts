@@ -23,8 +23,11 @@ import {
   nodeMops,
   nodeReadyStatus,
   podMemoryRequest,
+  nodeAllocatableCpu,
+  podCpuRequest,
 } from './pods.ts';
 import { ANNOTATIONS } from './names.ts';
+import { nodeRuntime, runtimeMismatchReason } from './runtime.ts';
 
 /** Options of {@link pickNode}. */
 export interface PickOptions {
@@ -106,9 +109,10 @@ export function podPorts(pod: V1Pod): string[] {
   return out;
 }
 
-/** What the pods on one node take: memory requested (bytes), how many pods, and the `port/protocol`s taken. */
+/** What the pods on one node take: memory requested (bytes), cpu requested (millicores), how many pods, and the `port/protocol`s taken. */
 export interface NodeUse {
   memory: number;
+  cpu: number;
   pods: number;
   ports: ReadonlySet<string>;
 }
@@ -119,8 +123,9 @@ function usage(pods: readonly V1Pod[], self: V1Pod): Map<string, NodeUse> {
   for (const p of pods) {
     const n = p.spec?.nodeName;
     if (!n || !podHoldsNode(p) || `${p.metadata?.namespace}/${p.metadata?.name}` === selfKey) continue;
-    const u = out.get(n) ?? { memory: 0, pods: 0, ports: new Set<string>() };
+    const u = out.get(n) ?? { memory: 0, cpu: 0, pods: 0, ports: new Set<string>() };
     u.memory += podMemoryRequest(p);
+    u.cpu += podCpuRequest(p);
     u.pods += 1;
     for (const port of podPorts(p)) u.ports.add(port);
     out.set(n, u);
@@ -134,6 +139,8 @@ function unfit(pod: V1Pod, node: V1Node, use: NodeUse | undefined, opts: PickOpt
   const excluded = opts.exclude?.get(name);
   if (excluded) return excluded;
   if (nodeReadyStatus(node) !== 'True') return 'node(s) were not ready';
+  const mismatch = runtimeMismatchReason(pod, node);
+  if (mismatch) return mismatch;
   if (node.spec?.unschedulable) return 'node(s) were unschedulable';
   if (opts.nodeName === undefined) {
     const tolerations = pod.spec?.tolerations ?? [];
@@ -148,6 +155,8 @@ function unfit(pod: V1Pod, node: V1Node, use: NodeUse | undefined, opts: PickOpt
   const maxPods = Number(node.status?.allocatable?.pods ?? Number.POSITIVE_INFINITY);
   if ((use?.pods ?? 0) + 1 > maxPods) return 'Too many pods';
   if ((use?.memory ?? 0) + podMemoryRequest(pod) > nodeAllocatableMemory(node)) return 'Insufficient memory';
+  // cpu is fitted on FeOS nodes, whose microVMs take their vCPUs (a Wasm worker's one cpu is its event loop's, not a budget).
+  if (nodeRuntime(node) === 'microvm' && (use?.cpu ?? 0) + podCpuRequest(pod) > nodeAllocatableCpu(node)) return 'Insufficient cpu';
   if (podPorts(pod).some((p) => use?.ports.has(p))) return "node(s) didn't have free ports for the requested pod ports";
   return undefined;
 }

@@ -55,7 +55,10 @@ export {
   nodeReadyStatus,
   podHoldsNode,
   podMemoryRequest,
+  podCpuRequest,
+  nodeAllocatableCpu,
 } from './pods.ts';
+export { isWasmImage, nodeRuntime, type PodRuntime, podRuntime, RUNTIME_FEOS, runtimeMismatch, runtimeMismatchReason } from './runtime.ts';
 export { matchesSelector, type NodeUse, type PickOptions, pickNode, type Placement, podPorts, tolerates } from './fit.ts';
 export { NodeUsage } from './node-usage.ts';
 export { type BudgetCounts, type BudgetPod, budgetCounts, isBudgetHealthy, scaledIntOrPercent } from './budget.ts';

@@ -43,6 +43,8 @@ export const LABELS = {
   trigger: 'kube32.io/trigger',
   /** Checkpoint (set by the controller on the ones it creates): the pod's name. */
   pod: 'kube32.io/pod',
+  /** Node: `feos` on a FeOS node (its microVM pods); absent on a Kube32 Wasm worker. */
+  runtime: 'kube32.io/runtime',
 } as const;
 
 /** The resource (and annotation, and volume driver) names of the seed's grants and devices. */

@@ -9,19 +9,20 @@
  * on its assumed node until the informer shows it, or until the assumption is dropped.
  */
 import type { V1Pod } from '@kubernetes/client-node';
-import { podHoldsNode, podMemoryRequest } from './pods.ts';
+import { podCpuRequest, podHoldsNode, podMemoryRequest } from './pods.ts';
 import { type NodeUse, podPorts } from './fit.ts';
 
 /** What one pod takes on one node. */
 interface Share {
   node: string;
   memory: number;
+  cpu: number;
   ports: string[];
 }
 
 /** The per-node sums, updated one pod at a time. */
 export class NodeUsage {
-  readonly #nodes = new Map<string, { memory: number; pods: number; ports: Set<string>; portCounts: Map<string, number> }>();
+  readonly #nodes = new Map<string, { memory: number; cpu: number; pods: number; ports: Set<string>; portCounts: Map<string, number> }>();
   /** Pod key → what the informer shows it taking, and what the scheduler assumed. */
   readonly #pods = new Map<string, { informed?: Share; assumed?: Share }>();
 
@@ -67,10 +68,11 @@ export class NodeUsage {
   #add(share: Share, sign: 1 | -1): void {
     let use = this.#nodes.get(share.node);
     if (!use) {
-      use = { memory: 0, pods: 0, ports: new Set<string>(), portCounts: new Map<string, number>() };
+      use = { memory: 0, cpu: 0, pods: 0, ports: new Set<string>(), portCounts: new Map<string, number>() };
       this.#nodes.set(share.node, use);
     }
     use.memory += sign * share.memory;
+    use.cpu += sign * share.cpu;
     use.pods += sign;
     for (const p of share.ports) {
       const n = (use.portCounts.get(p) ?? 0) + sign;
@@ -87,5 +89,5 @@ export class NodeUsage {
 }
 
 function shareOf(pod: V1Pod, node: string): Share {
-  return { node, memory: podMemoryRequest(pod), ports: podPorts(pod) };
+  return { node, memory: podMemoryRequest(pod), cpu: podCpuRequest(pod), ports: podPorts(pod) };
 }

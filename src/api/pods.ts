@@ -5,7 +5,7 @@
  * API server's eviction and the kubelet's drain read pods through these.
  */
 import type { V1Node, V1Pod } from '@kubernetes/client-node';
-import { parseBytes } from '../lib/index.ts';
+import { parseBytes, parseQuantity } from '../lib/index.ts';
 import { ANNOTATIONS } from './names.ts';
 import type { MigrationPolicy } from './types.ts';
 
@@ -53,14 +53,48 @@ export function isDaemonSetPod(pod: V1Pod): boolean {
   return controllerOf(pod)?.kind === 'DaemonSet';
 }
 
-/** The pod's memory request, bytes: the sum over containers (requests, else limits). */
+/**
+ * The pod's memory request, bytes: the sum over containers (requests, else limits), plus its
+ * `spec.overhead.memory` (its RuntimeClass's, set at create), as kube-scheduler counts it.
+ */
 export function podMemoryRequest(pod: V1Pod): number {
   let sum = 0;
   for (const c of pod.spec?.containers ?? []) {
     const q = c.resources?.requests?.memory ?? c.resources?.limits?.memory;
     if (q !== undefined) sum += safeBytes(q);
   }
+  const overhead = pod.spec?.overhead?.memory;
+  if (overhead !== undefined) sum += safeBytes(String(overhead));
   return sum;
+}
+
+/**
+ * The pod's cpu request, millicores: the sum over containers (requests, else limits), plus its
+ * `spec.overhead.cpu`. What the scheduler fits against a FeOS node's allocatable cpu (issue 18).
+ */
+export function podCpuRequest(pod: V1Pod): number {
+  let sum = 0;
+  for (const c of pod.spec?.containers ?? []) {
+    const q = c.resources?.requests?.cpu ?? c.resources?.limits?.cpu;
+    if (q !== undefined) sum += safeMillis(String(q));
+  }
+  const overhead = pod.spec?.overhead?.cpu;
+  if (overhead !== undefined) sum += safeMillis(String(overhead));
+  return sum;
+}
+
+function safeMillis(q: string): number {
+  try {
+    return Math.ceil(parseQuantity(q) * 1000);
+  } catch {
+    return 0;
+  }
+}
+
+/** A node's allocatable cpu in millicores (or capacity), `Infinity` when it reports none. */
+export function nodeAllocatableCpu(node: V1Node): number {
+  const q = node.status?.allocatable?.cpu ?? node.status?.capacity?.cpu;
+  return q === undefined ? Number.POSITIVE_INFINITY : safeMillis(q);
 }
 
 function safeBytes(q: string): number {

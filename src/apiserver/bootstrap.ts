@@ -11,6 +11,7 @@ import { ApiError } from './errors.ts';
 import { KUBERNETES_SERVICE_IP, endpoints, serviceaccounts, services } from './registry/core/index.ts';
 import { setKubernetesEndpointSlice } from './registry/discovery/kubernetes-slice.ts';
 import { namespaces } from './registry/nodes/index.ts';
+import { FEOS_RUNTIME_CLASS, runtimeclasses } from './registry/runtimeclasses/index.ts';
 import type { Registry } from './registry/store.ts';
 import { rec } from './registry/util.ts';
 import type { KubeObject } from './storage/index.ts';
@@ -33,6 +34,22 @@ export function bootstrap(registry: Registry, log: Logger): void {
       }
     }
     ensureDefaultServiceAccount(registry, name);
+  }
+  ensureFeosRuntimeClass(registry, log);
+}
+
+/**
+ * Makes the RuntimeClass `feos` (issue 18: FeOS microVM pods) unless one of that name exists (an operator's
+ * own is kept as it is; a deleted one is made again at the next start).
+ */
+export function ensureFeosRuntimeClass(registry: Registry, log: Logger): void {
+  const name = FEOS_RUNTIME_CLASS.metadata.name!;
+  if (registry.find(runtimeclasses, '', name)) return;
+  try {
+    registry.create(runtimeclasses, '', structuredClone(FEOS_RUNTIME_CLASS));
+    log.info({ runtimeClass: name }, 'created RuntimeClass');
+  } catch (err: unknown) {
+    if (!(err instanceof ApiError && err.reason === 'AlreadyExists')) throw err;
   }
 }
 

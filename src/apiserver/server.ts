@@ -33,6 +33,7 @@ import { CheckpointDataStore, DEFAULT_CHECKPOINT_DATA_BYTES } from './registry/c
 import { checkpoints } from './registry/checkpoints/index.ts';
 import { GarbageCollector } from './registry/gc.ts';
 import { resolvePodImage } from './registry/modules/images.ts';
+import { admitRuntimeClass } from './registry/runtimeclasses/admission.ts';
 import { Registry } from './registry/store.ts';
 import { MemoryStorage, SqliteStorage, type Storage } from './storage/index.ts';
 import { EtcdStorage } from './storage/etcd.ts';
@@ -216,7 +217,10 @@ export async function createApiServer(opts: ApiServerOptions): Promise<ApiServer
   const checkpointData = new CheckpointDataStore(opts.checkpointDataBytes ?? DEFAULT_CHECKPOINT_DATA_BYTES);
   const registry = new Registry(storage, {
     admitCreate(def, obj) {
-      if (def.group === '' && def.plural === 'pods') resolvePodImage(storage, obj);
+      if (def.group === '' && def.plural === 'pods') {
+        resolvePodImage(storage, obj);
+        admitRuntimeClass(storage, obj);
+      }
     },
     afterDelete(def, obj) {
       if (def === checkpoints) checkpointData.delete(`${obj.metadata.namespace}/${obj.metadata.name}`);

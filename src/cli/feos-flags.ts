@@ -71,7 +71,7 @@ export interface FeosPort {
 }
 
 /**
- * Starts the port for nodes when `--feos-listen` is given.
+ * Starts the port for nodes when `--feos-listen` is given, and the kubelet of the FeOS nodes beside it.
  * @param kubeConfig the admin kubeconfig the API server wrote
  * @param dataDir the API server's data dir (its pki/ holds the cluster CA)
  * @throws Error when the port cannot be bound or the CA read
@@ -79,8 +79,11 @@ export interface FeosPort {
 export async function startFeosPort(flags: FeosPortFlags, kubeConfig: KubeConfig, dataDir: string): Promise<FeosPort | undefined> {
   if (!flags.feosListen) return undefined;
   const { host, port } = hostPort('--feos-listen', flags.feosListen);
-  const { startFleetServer } = await import('../fleet/index.ts');
+  const { startFeosKubelet, startFleetServer } = await import('../fleet/index.ts');
+  // The kubelet starts once the port is up; reports before that find none (the next ones do).
+  let kubelet: Awaited<ReturnType<typeof startFeosKubelet>> | undefined;
   const server = await startFleetServer({
+    onReport: (node, pods, stale) => kubelet?.report(node, pods, stale),
     kubeConfig,
     dataDir,
     host,
@@ -91,11 +94,21 @@ export async function startFeosPort(flags: FeosPortFlags, kubeConfig: KubeConfig
     nodeCertTtlMs: ttl(flags),
     log: createLogger('fleet'),
   });
+  // The kubelet of the FeOS nodes (issue 18): runs the Pods bound to them over their node connections.
+  try {
+    kubelet = await startFeosKubelet({ kubeConfig, connection: (node) => server.nodeConnection(node), log: createLogger('feos-kubelet') });
+  } catch (err: unknown) {
+    await server.close();
+    throw err;
+  }
   const { fleetPodStreams } = await import('../fleet/index.ts');
   return {
     address: server.address,
     tunnel: (node, socket, head) => server.tunnel(node, socket, head),
     podStreams: fleetPodStreams((node) => server.nodeConnection(node)),
-    close: () => server.close(),
+    close: async () => {
+      await kubelet?.stop();
+      await server.close();
+    },
   };
 }

@@ -11,3 +11,4 @@ export { listFleetInstances, type InstanceRecord } from './instances.ts';
 export { unary, serverStream, GrpcCallError, type CallOptions } from './node-client.ts';
 export { RUNTIME_LABEL, RUNTIME_FEOS, SERIALS_ANNOTATION } from './nodes.ts';
 export { fleetPodStreams, type FleetPodStreams, type FeosExec, type FeosExecRequest, type FeosForward, type FeosLogRequest } from './pod-streams.ts';
+export { startFeosKubelet, type FeosKubelet, type FeosKubeletOptions } from './kubelet/kubelet.ts';

@@ -25,6 +25,7 @@ import { timestampFromDate } from '@bufbuild/protobuf/wkt';
 import { CoordinationV1Api, CoreV1Api, type KubeConfig } from '@kubernetes/client-node';
 import { type Logger, serviceDefinition } from '../lib/index.ts';
 import { JoinService, NodeService } from '../feos/gen/feos/fleet/v1/fleet_pb.js';
+import type { PodInfo } from '../feos/gen/feos/pod/v1/pod_pb.js';
 import { Instances, type InstanceRecord } from './instances.ts';
 import { FleetObjects, NodeNameTaken, NodeRevoked, NotAFeosNode, allowedSerials, isFeosNode } from './nodes.ts';
 import { type ClusterCa, CsrError, issueNodeCertificate, issueServerCertificate, loadClusterCa, nodeOfCertificate, parseCsr } from './pki.ts';
@@ -61,6 +62,8 @@ export interface FleetServerOptions {
   reportIntervalMs?: number;
   /** This instance's name. @default <hostname>-<pid> */
   instanceName?: string;
+  /** Sees each accepted report's pods (as the node's ListPods answered them; `stale` when they are its last answer). */
+  onReport?(node: string, pods: readonly PodInfo[], stale: boolean): void;
   log: Logger;
 }
 
@@ -234,6 +237,7 @@ export async function startFleetServer(o: FleetServerOptions): Promise<FleetServ
       report: async (req: MessageShape<typeof NodeService.method.report.input>, call) => {
         const c = caller(call);
         await checked(() => objects.report(c.name, c.serial, req.node, req.pods.length));
+        o.onReport?.(c.name, req.pods, req.podsStale);
         return { reportIntervalMs: interval, instances: await instanceList() };
       },
       sendEvents: async (req: MessageShape<typeof NodeService.method.sendEvents.input>, call) => {

@@ -12,6 +12,7 @@ import { modules } from './modules/index.ts';
 import { namespaces, nodes } from './nodes/index.ts';
 import { pods } from './pods/index.ts';
 import { poddisruptionbudgets } from './policy/index.ts';
+import { runtimeclasses } from './runtimeclasses/index.ts';
 import { type ResourceDef, storageKey } from './types.ts';
 import { RBAC_RESOURCES } from '../auth/resources.ts';
 
@@ -39,6 +40,7 @@ export const RESOURCES: readonly ResourceDef[] = [
   endpointslices,
   replicationcontrollers,
   ...RBAC_RESOURCES,
+  runtimeclasses,
 ];
 
 const byPath = new Map<string, ResourceDef>();

@@ -5,7 +5,7 @@
 import type { V1Pod } from '@kubernetes/client-node';
 import { type ReconcileResult, splitKey } from '../runtime/controller.ts';
 import { type ControllerContext, recordPodEvent } from '../runtime/context.ts';
-import { isConflict, isNotFound, type NodeUsage, pickNode, isPodActive } from '../../api/index.ts';
+import { isConflict, isNotFound, LABELS, type NodeUsage, pickNode, isPodActive, RUNTIME_FEOS } from '../../api/index.ts';
 
 /**
  * Pods this scheduler placed that the cache does not show bound yet (kube-scheduler's assumed pods): a pod
@@ -92,6 +92,7 @@ export async function reconcileSchedule(
     await recordPodEvent(ctx, pod, 'Normal', 'Scheduled', `Successfully assigned ${key} to ${placement.nodeName}`, 'default-scheduler', now);
     return undefined;
   }
+  placement.message = withRuntimeClass(pod, placement.message);
   const current = pod.status?.conditions?.find((c) => c.type === 'PodScheduled');
   if (current?.status !== 'False' || current.reason !== 'Unschedulable' || current.message !== placement.message) {
     const others = (pod.status?.conditions ?? []).filter((c) => c.type !== 'PodScheduled');
@@ -121,3 +122,17 @@ export async function reconcileSchedule(
   return { requeueAfterMs: ctx.timings.unschedulableRetryMs };
 }
 
+
+/**
+ * The message of an unschedulable pod with a `runtimeClassName`, naming the class and the nodes it
+ * selects (issue 18: a pod of RuntimeClass `feos` and no FeOS node says so), e.g. `0/2 nodes are
+ * available: 2 node(s) didn't match Pod's node affinity/selector. RuntimeClass "feos" runs the pod on
+ * nodes labelled kube32.io/runtime=feos (FeOS nodes, joined with feosd --control-plane).`
+ */
+export function withRuntimeClass(pod: V1Pod, message: string): string {
+  const rc = pod.spec?.runtimeClassName;
+  if (!rc) return message;
+  const selector = Object.entries(pod.spec?.nodeSelector ?? {}).map(([k, v]) => `${k}=${v}`).join(',');
+  const feos = pod.spec?.nodeSelector?.[LABELS.runtime] === RUNTIME_FEOS ? ' (FeOS nodes, joined with feosd --control-plane)' : '';
+  return `${message} RuntimeClass ${JSON.stringify(rc)} runs the pod on ${selector ? `nodes labelled ${selector}${feos}` : 'the nodes its handler runs on'}.`;
+}

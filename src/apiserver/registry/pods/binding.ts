@@ -2,7 +2,10 @@
  * The binding subresource (`POST pods/<name>/binding`, v1 Binding): how a scheduler assigns a pod
  * to a node. It sets `spec.nodeName` once and the condition PodScheduled True.
  */
-import { badRequest, conflict, type Status, successStatus } from '../../errors.ts';
+import type { V1Node, V1Pod } from '@kubernetes/client-node';
+import { runtimeMismatch } from '../../../api/index.ts';
+import { ApiError, badRequest, conflict, type Status, successStatus } from '../../errors.ts';
+import { nodes } from '../nodes/index.ts';
 import { timestamp } from '../meta.ts';
 import type { Registry } from '../store.ts';
 import { arr, rec } from '../util.ts';
@@ -23,6 +26,10 @@ export function bindPod(reg: Registry, namespace: string, name: string, body: un
     if (pod.metadata.deletionTimestamp) throw conflict('pods', '', name, 'pod is being deleted, cannot be assigned to a host');
     const spec = rec(pod.spec);
     if (spec.nodeName) throw conflict('pods', '', name, `pod ${name} is already assigned to node "${String(spec.nodeName)}"`);
+    // A pod on a node of the other runtime would never run there (issue 18): refused, saying which runs what.
+    const node = reg.find(nodes, '', String(target.name));
+    const why = node ? runtimeMismatch(pod as V1Pod, node as V1Node) : undefined;
+    if (why) throw new ApiError('Forbidden', `pods "${name}" is forbidden: cannot bind to node "${String(target.name)}": ${why}`, { name, kind: 'pods' });
     spec.nodeName = target.name;
     pod.spec = spec;
     const status = rec(pod.status);
