@@ -136,6 +136,20 @@ export class ContainerRunner {
     };
   }
 
+  /**
+   * What a request to the container meets now (src/kubelet/pod-ports.ts): the running instance; `'hold'`
+   * while it is frozen, starting, restoring or restarting at once; undefined when it will not run soon
+   * (ended for good, waiting after a crash or a failed pull: the request gets 503 at once).
+   */
+  serving(): PodInstance | 'hold' | undefined {
+    const inst = this.instance;
+    if (inst && !inst.exit) return inst.frozen ? 'hold' : inst;
+    if (this.#final || this.#stop.signal.aborted) return undefined;
+    const s = this.#state;
+    if (s.kind === 'running' || (s.kind === 'waiting' && s.reason === 'ContainerCreating')) return 'hold';
+    return undefined;
+  }
+
   /** Bytes of linear memory the container may hold (its memory limit); 0 once it has ended for good. */
   heldBytes(): number {
     if (this.#final) return 0;

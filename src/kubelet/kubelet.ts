@@ -17,6 +17,7 @@ import { type DrainReport, SELF_DRAIN_TIMEOUT_MS, selfDrain } from './drain.ts';
 import { EventRecorder } from './events.ts';
 import { LoadedModules, ModuleCache } from './modules.ts';
 import { NodeAgent } from './node.ts';
+import { type HoldLimits, PodPorts } from './pod-ports.ts';
 import { PodManager } from './pods.ts';
 import { createKubeletServer } from './server.ts';
 
@@ -40,6 +41,11 @@ export interface KubeletOptions {
   dataDir: string;
   /** The interpreter speed to report instead of measuring it (MOPS). */
   interpMops?: number;
+  /**
+   * Bounds of the requests held for a frozen or moving pod, and how long a moved pod's ports forward
+   * (`--hold-timeout`, `--hold-requests`, `--hold-bytes`, `--moved-forward`; see pod-ports.ts).
+   */
+  hold?: Partial<HoldLimits>;
   log?: Logger;
 }
 
@@ -144,8 +150,10 @@ export async function startKubelet(opts: KubeletOptions): Promise<Kubelet> {
     const port = (server.address() as AddressInfo).port;
     const node = new NodeAgent(cp, { name: nodeName, address, kubeletPort: port, heapBytes, maxPods, labels: opts.labels ?? {}, interpMops }, () => pods?.heldBytes() ?? 0, log);
     let pressure = false;
+    const ports = new PodPorts({ cp, nodeName, address, log, ...(opts.hold ? { limits: opts.hold } : {}) });
+    cleanups.push(() => ports.stop());
     pods = new PodManager({
-      cp, nodeName, address, dataDir, modules, log,
+      cp, nodeName, address, dataDir, modules, log, ports,
       onChannelSend: (ns, topic, payload) => channels.publish(ns, topic, payload),
       onResourcesChanged: () => {
         if (node.memoryPressure() !== pressure) {
