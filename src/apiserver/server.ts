@@ -184,7 +184,10 @@ export async function createApiServer(opts: ApiServerOptions): Promise<ApiServer
   if (kind === 'etcd' && opts.dataDir) await joinClusterIdentity({ dataDir: opts.dataDir, endpoints: opts.etcdEndpoints ?? [], log });
 
   const storage = openStorage(opts, kind);
-  const checkpointData = new CheckpointDataStore(opts.checkpointDataBytes ?? DEFAULT_CHECKPOINT_DATA_BYTES);
+  // Snapshots are kept in <data-dir>/checkpoint-data as well as in memory, and read back at a start (docs/checkpoints.md).
+  const dataDirOfCheckpoints = opts.dataDir ? join(opts.dataDir, 'checkpoint-data') : undefined;
+  if (dataDirOfCheckpoints) mkdirSync(dataDirOfCheckpoints, { recursive: true, mode: 0o700 });
+  const checkpointData = new CheckpointDataStore(opts.checkpointDataBytes ?? DEFAULT_CHECKPOINT_DATA_BYTES, dataDirOfCheckpoints);
   const registry = new Registry(storage, {
     admitCreate(def, obj) {
       if (def.group === '' && def.plural === 'pods') resolvePodImage(storage, obj);
@@ -194,6 +197,11 @@ export async function createApiServer(opts: ApiServerOptions): Promise<ApiServer
     },
   });
   bootstrap(registry, log);
+  const readBack = checkpointData.load((key, uid) => {
+    const [ns, name] = key.split('/') as [string, string];
+    return registry.find(checkpoints, ns, name)?.metadata.uid === uid;
+  });
+  if (readBack > 0) log.info({ snapshots: readBack, bytes: checkpointData.usedBytes }, 'checkpoint data read back from the data dir');
   ensureKubernetesService(registry, advertise, opts.port ?? 0, { endpoints: kind !== 'etcd' });
   let closed = false;
   const gc = new GarbageCollector(registry, log);
