@@ -10,3 +10,4 @@ export { Backoff, type BackoffOptions } from './backoff.ts';
 export { clampDelay, ManualClock, MAX_TIMER_DELAY_MS, realClock, type TimerClock, WorkQueue, type WorkQueueOptions } from './workqueue.ts';
 export { type CronSchedule, CronScheduleError, isTimeZone, parseCronSchedule } from './cron-schedule.ts';
 export { serviceDefinition } from './grpc-service.ts';
+export { pauseAt } from './test-pause.ts';
