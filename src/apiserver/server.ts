@@ -9,7 +9,8 @@
 import { createServer as createHttpServer, type IncomingMessage, type Server, type ServerResponse } from 'node:http';
 import { createServer as createHttpsServer } from 'node:https';
 import type { Duplex } from 'node:stream';
-import { mkdirSync } from 'node:fs';
+import { randomUUID } from 'node:crypto';
+import { existsSync, mkdirSync, readFileSync } from 'node:fs';
 import { join } from 'node:path';
 import type { AddressInfo } from 'node:net';
 import { createLogger, type Logger, writeFileAtomicSync } from '../lib/index.ts';
@@ -164,6 +165,19 @@ async function listen(server: Server, port: number, bind: string): Promise<numbe
   return (server.address() as AddressInfo).port;
 }
 
+/**
+ * This API server's id among several (the holder of checkpoint data it keeps on disk): read from
+ * `<data-dir>/instance-id`, written there (whole, fsynced) the first time.
+ */
+function stableInstanceId(dataDir: string): string {
+  const path = join(dataDir, 'instance-id');
+  const kept = existsSync(path) ? readFileSync(path, 'utf8').trim() : '';
+  if (/^[0-9a-f-]{36}$/.test(kept)) return kept;
+  const id = randomUUID();
+  writeFileAtomicSync(path, `${id}\n`, 0o600);
+  return id;
+}
+
 /** `scheme://host:port` of an address (IPv6 in brackets). */
 function urlOf(scheme: string, address: string, port: number): string {
   return `${scheme}://${address.includes(':') ? `[${address}]` : address}:${port}`;
@@ -246,7 +260,7 @@ export async function createApiServer(opts: ApiServerOptions): Promise<ApiServer
   const scheme = opts.insecureHttp ? 'http' : 'https';
   const url = urlOf(scheme, bind === '0.0.0.0' ? '127.0.0.1' : bind, port);
   const dataPeers =
-    kind === 'etcd' ? attachCheckpointDataPeers(ctx, storage, { selfUrl: urlOf(scheme, advertise, port), caCertPem, leaseDurationSeconds: opts.identityLeaseDurationSeconds }) : undefined;
+    kind === 'etcd' ? attachCheckpointDataPeers(ctx, storage, { selfUrl: urlOf(scheme, advertise, port), caCertPem, leaseDurationSeconds: opts.identityLeaseDurationSeconds, ...(opts.dataDir ? { instance: stableInstanceId(opts.dataDir) } : {}) }) : undefined;
   let kubeconfigPath: string | undefined;
   if (opts.dataDir) {
     kubeconfigPath = adminKubeconfigPath(opts.dataDir);
