@@ -126,6 +126,7 @@ export function buildCommand(): Command {
     .addOption(new Option('--hold-requests <n>', 'most requests held for one frozen or moving pod (more: 503 with Retry-After: 1)').argParser(rangeIntOption(1_000_000)).default(64))
     .addOption(new Option('--hold-bytes <bytes>', 'most bytes of request bodies held for one frozen or moving pod').argParser(bytesOption).default(16 << 20, '16Mi'))
     .addOption(new Option('--moved-forward <duration>', 'how long a moved pod\'s old address keeps answering, forwarding to its new node (0: not at all)').argParser(durationOption).default(30_000, '30s'))
+    .addOption(new Option('--fence-after <duration>', 'freeze (fence) the node\'s pods once its Lease could not be renewed for this long, so that the control plane may restore them elsewhere (0: never); at most the control plane\'s --node-monitor-grace-period').argParser(durationOption).default(40_000, '40s'))
     .addHelpText('after', SEVERAL_NODES_HELP)
     .version('0.1.0')
     // A bad flag gets its one `error:` line and a pointer to the help, not the whole help (as feosd).
@@ -137,7 +138,7 @@ export function buildCommand(): Command {
 interface SimFlags {
   kubeconfig?: string; kubeconfigDir?: string; name: string; nodes: number; address: string; kubeletPort: number; heap: number;
   maxPods: number; labels: Record<string, string>; dataDir?: string; interpMops?: number; drainTimeout: number; podsPerThread: number;
-  holdTimeout: number; holdRequests: number; holdBytes: number; movedForward: number;
+  holdTimeout: number; holdRequests: number; holdBytes: number; movedForward: number; fenceAfter: number;
 }
 
 /**
@@ -209,6 +210,7 @@ export async function main(argv: string[]): Promise<void> {
     host = await startNodes(plans, {
       heapBytes: o.heap, maxPods: o.maxPods, labels: o.labels,
       hold: { timeoutMs: o.holdTimeout, maxRequests: o.holdRequests, maxBytes: o.holdBytes, forwardMs: o.movedForward },
+      fenceAfterMs: o.fenceAfter,
       ...(o.interpMops !== undefined ? { interpMops: o.interpMops } : {}),
     }, log);
   } catch (err: unknown) {

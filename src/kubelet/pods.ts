@@ -39,6 +39,11 @@ export class PodManager {
   readonly #workers = new Map<string, PodWorker>();
   #informer: Informer<V1Pod> | undefined;
   #stopped = false;
+  /**
+   * True while the node has fenced its pods (fence.ts): the kubelet endpoint then refuses to checkpoint
+   * or thaw them, so that nothing runs a fenced pod before the control plane has been heard again.
+   */
+  fenced = false;
 
   constructor(opts: PodManagerOptions) {
     this.#o = opts;
@@ -140,6 +145,15 @@ export class PodManager {
       this.#o.log.info({ pod: podKey(pod), uid: w.uid }, 'pod no longer bound to the node: stopping it');
       this.#drop(w, true, true);
     }
+  }
+
+  /**
+   * Stops a pod the fence could not freeze (fence.ts); its files stay. Once the pod watch lists it
+   * again, still bound here, it starts afresh.
+   */
+  fenceStop(uid: string): void {
+    const w = this.#workers.get(uid);
+    if (w) this.#drop(w, false);
   }
 
   #drop(w: PodWorker, removeFiles: boolean, forward = false): void {
