@@ -93,11 +93,13 @@ test('a worker cut off from the control plane fences its pod, which restores els
 
   // Cut off: w1 runs on but cannot renew its Lease. Once fenced, its pod answers 503 (held, then the bound).
   await proxy.cut();
+  const cutAt = Date.now();
   await c.until('w1 to fence its pod', async () => (await view(w1.address)).status === 503, 60_000);
   await c.until('the pod to run on w2', async () => {
     const p = await c.getPod('keeper');
     return p?.spec?.nodeName === 'w2' && p.status?.phase === 'Running' ? p : undefined;
   }, 60_000);
+  t.diagnostic(`cut off to running on w2: ${((Date.now() - cutAt) / 1000).toFixed(1)} s (grace 20 s; a figure, not checked)`);
   const restored = JSON.parse((await view(w2.address, '/count')).body) as { count: number; restored: number };
   assert.equal(restored.count, 4, 'restored from the checkpoint with the count of 3, then this request');
   assert.equal(restored.restored, 1);
@@ -122,10 +124,12 @@ test('a worker cut off from the control plane fences its pod, which restores els
   }, 60_000);
   w2.proc.kill('SIGKILL');
   await w2.exited;
+  const killedAt = Date.now();
   await c.until('the pod to run on w1', async () => {
     const p = await c.getPod('keeper');
     return p?.spec?.nodeName === 'w1' && p.status?.phase === 'Running' ? p : undefined;
   }, 90_000);
+  t.diagnostic(`SIGKILL to running on w1: ${((Date.now() - killedAt) / 1000).toFixed(1)} s (grace 20 s; a figure, not checked)`);
   const back = JSON.parse((await view(w1.address, '/count')).body) as { count: number };
   assert.equal(back.count, 6, 'restored from the checkpoint taken after the fifth request');
 });
