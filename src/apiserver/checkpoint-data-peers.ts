@@ -1,11 +1,13 @@
 /**
  * Where a Checkpoint's data is when several API servers serve one cluster (issue 11; seed 002
- * "Checkpoint objects and data", "Limits"). The snapshot stays in the memory of API servers, bounded
- * and lost on restart as the seed says: the one that received the PUT copies it to every live peer
+ * "Checkpoint objects and data", "Limits"). The snapshot stays in the memory of API servers, bounded,
+ * and in each one's data dir (issue 26: read back after a restart, docs/checkpoints.md): the one that
+ * received the PUT copies it to every live peer
  * (peers announce themselves with identity Leases `kube-system/apiserver-<instance>`, as
  * kube-apiserver does), records those that took it in the annotation {@link DATA_HOLDER_ANNOTATION}
  * (`<url> <instance>, ...`), and an API server that holds no copy answers a GET by proxying it to a
- * holder, as `system:kube-apiserver`. So the data outlives any one API server but not all of them.
+ * holder, as `system:kube-apiserver`. So the data outlives any one API server, and with data dirs a
+ * restart of all of them.
  * The same identity Leases keep `default/kubernetes` Endpoints listing every live API server.
  * See docs/etcd.md.
  */
