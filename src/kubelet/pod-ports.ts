@@ -294,9 +294,9 @@ export class PodPorts {
   /** Hands `h` to the port's pod, forwards it, holds it, or answers 503. */
   #dispatch(p: Port, h: Held): void {
     if (h.res.destroyed) {
-        this.#drop(p, h);
-        return;
-      }
+      this.#drop(p, h);
+      return;
+    }
     if (p.holder) {
       const s = p.holder.serving();
       if (s === undefined) {
