@@ -1,11 +1,13 @@
 /**
  * Where a Checkpoint's data is when several API servers serve one cluster (issue 11; seed 002
- * "Checkpoint objects and data", "Limits"). The snapshot stays in the memory of API servers, bounded
- * and lost on restart as the seed says: the one that received the PUT copies it to every live peer
+ * "Checkpoint objects and data", "Limits"). The snapshot stays in the memory of API servers, bounded,
+ * and in each one's data dir (issue 26: read back after a restart, docs/checkpoints.md): the one that
+ * received the PUT copies it to every live peer
  * (peers announce themselves with identity Leases `kube-system/apiserver-<instance>`, as
  * kube-apiserver does), records those that took it in the annotation {@link DATA_HOLDER_ANNOTATION}
  * (`<url> <instance>, ...`), and an API server that holds no copy answers a GET by proxying it to a
- * holder, as `system:kube-apiserver`. So the data outlives any one API server but not all of them.
+ * holder, as `system:kube-apiserver`. So the data outlives any one API server, and with data dirs a
+ * restart of all of them.
  * The same identity Leases keep `default/kubernetes` Endpoints listing every live API server.
  * See docs/etcd.md.
  */
@@ -36,7 +38,10 @@ export const IDENTITY_LEASE_SECONDS = 30;
 export interface CheckpointDataPeers {
   /** This server's URL as peers reach it (`https://127.0.0.1:6443`). */
   readonly selfUrl: string;
-  /** Random id of this process: a restarted server is another holder, which holds nothing. */
+  /**
+   * This server's id: kept in its data dir when it has one (a restarted server holds the data it kept
+   * on disk, docs/checkpoints.md), else random for each process (a restarted server holds nothing).
+   */
   readonly instance: string;
   /** The annotation's value naming this server. */
   readonly holder: string;
@@ -58,6 +63,8 @@ export interface CheckpointDataPeersOptions {
   selfUrl: string;
   /** The CA that signs the peers' serving certificates (the cluster identity), or undefined for plain HTTP. */
   caCertPem: string | undefined;
+  /** This server's id across restarts (see {@link CheckpointDataPeers.instance}). @default a random one */
+  instance?: string;
   /** Duration of the identity Lease, s (renewed every third of it). @default 30 ({@link IDENTITY_LEASE_SECONDS}) */
   leaseDurationSeconds?: number;
   /**
@@ -81,7 +88,7 @@ export interface CheckpointDataPeersOptions {
 export function attachCheckpointDataPeers(ctx: ServerContext, storage: Storage, opts: CheckpointDataPeersOptions): CheckpointDataPeers {
   const leaseSeconds = opts.leaseDurationSeconds ?? IDENTITY_LEASE_SECONDS;
   if (!Number.isInteger(leaseSeconds) || leaseSeconds < 3 || leaseSeconds > 3600) throw new RangeError(`identity lease duration must be an integer of 3 to 3600 seconds: current value is ${leaseSeconds}`);
-  const instance = randomUUID();
+  const instance = opts.instance ?? randomUUID();
   const watch = storage.watch('checkpoints.kube32.io', storage.currentResourceVersion(), (e) => {
     if (e.type !== 'DELETED') return;
     const held = ctx.checkpointData.get(`${e.namespace}/${e.name}`, e.object.metadata.uid);

@@ -9,8 +9,8 @@
 import { createServer as createHttpServer, type IncomingMessage, type Server, type ServerResponse } from 'node:http';
 import { createServer as createHttpsServer } from 'node:https';
 import type { Duplex } from 'node:stream';
-import { randomBytes } from 'node:crypto';
-import { chmodSync, mkdirSync } from 'node:fs';
+import { randomBytes, randomUUID } from 'node:crypto';
+import { chmodSync, existsSync, mkdirSync, readFileSync } from 'node:fs';
 import { join } from 'node:path';
 import type { AddressInfo } from 'node:net';
 import { createLogger, type Logger, writeFileAtomicSync } from '../lib/index.ts';
@@ -190,6 +190,19 @@ async function listen(server: Server, port: number, bind: string): Promise<numbe
   return (server.address() as AddressInfo).port;
 }
 
+/**
+ * This API server's id among several (the holder of checkpoint data it keeps on disk): read from
+ * `<data-dir>/instance-id`, written there (whole, fsynced) the first time.
+ */
+function stableInstanceId(dataDir: string): string {
+  const path = join(dataDir, 'instance-id');
+  const kept = existsSync(path) ? readFileSync(path, 'utf8').trim() : '';
+  if (/^[0-9a-f-]{36}$/.test(kept)) return kept;
+  const id = randomUUID();
+  writeFileAtomicSync(path, `${id}\n`, 0o600);
+  return id;
+}
+
 /** `scheme://host:port` of an address (IPv6 in brackets). */
 function urlOf(scheme: string, address: string, port: number): string {
   return `${scheme}://${address.includes(':') ? `[${address}]` : address}:${port}`;
@@ -214,7 +227,10 @@ export async function createApiServer(opts: ApiServerOptions): Promise<ApiServer
   if (kind === 'etcd' && opts.dataDir) await joinClusterIdentity({ dataDir: opts.dataDir, endpoints: opts.etcdEndpoints ?? [], log });
 
   const storage = openStorage(opts, kind);
-  const checkpointData = new CheckpointDataStore(opts.checkpointDataBytes ?? DEFAULT_CHECKPOINT_DATA_BYTES);
+  // Snapshots are kept in <data-dir>/checkpoint-data as well as in memory, and read back at a start (docs/checkpoints.md).
+  const dataDirOfCheckpoints = opts.dataDir ? join(opts.dataDir, 'checkpoint-data') : undefined;
+  if (dataDirOfCheckpoints) mkdirSync(dataDirOfCheckpoints, { recursive: true, mode: 0o700 });
+  const checkpointData = new CheckpointDataStore(opts.checkpointDataBytes ?? DEFAULT_CHECKPOINT_DATA_BYTES, dataDirOfCheckpoints);
   const registry = new Registry(storage, {
     admitCreate(def, obj) {
       if (def.group === '' && def.plural === 'pods') {
@@ -227,6 +243,11 @@ export async function createApiServer(opts: ApiServerOptions): Promise<ApiServer
     },
   });
   bootstrap(registry, log);
+  const readBack = checkpointData.load((key, uid) => {
+    const [ns, name] = key.split('/') as [string, string];
+    return registry.find(checkpoints, ns, name)?.metadata.uid === uid;
+  });
+  if (readBack > 0) log.info({ snapshots: readBack, bytes: checkpointData.usedBytes }, 'checkpoint data read back from the data dir');
   ensureKubernetesService(registry, advertise, opts.port ?? 0, { endpoints: kind !== 'etcd' });
   let closed = false;
   const gc = new GarbageCollector(registry, log);
@@ -290,7 +311,7 @@ export async function createApiServer(opts: ApiServerOptions): Promise<ApiServer
   const scheme = opts.insecureHttp ? 'http' : 'https';
   const url = urlOf(scheme, bind === '0.0.0.0' ? '127.0.0.1' : bind, port);
   const dataPeers =
-    kind === 'etcd' ? attachCheckpointDataPeers(ctx, storage, { selfUrl: urlOf(scheme, advertise, port), caCertPem, leaseDurationSeconds: opts.identityLeaseDurationSeconds }) : undefined;
+    kind === 'etcd' ? attachCheckpointDataPeers(ctx, storage, { selfUrl: urlOf(scheme, advertise, port), caCertPem, leaseDurationSeconds: opts.identityLeaseDurationSeconds, ...(opts.dataDir ? { instance: stableInstanceId(opts.dataDir) } : {}) }) : undefined;
   let kubeconfigPath: string | undefined;
   if (opts.dataDir) {
     kubeconfigPath = adminKubeconfigPath(opts.dataDir);

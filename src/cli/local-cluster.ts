@@ -59,6 +59,11 @@ export interface LocalClusterOptions {
   /** Each worker's heap (`kube32-sim --heap`), as given, e.g. `64Mi`; the worker's default when absent. */
   workerHeap?: string;
   /**
+   * Each worker's `kube32-sim --fence-after`, as given: the control plane's `--node-monitor-grace-period`
+   * when one is given, so that a worker cut off fences its pods before they restore elsewhere (issue 26).
+   */
+  workerFenceAfter?: string;
+  /**
    * Where the control plane keeps its objects: `sqlite` (`<data-dir>/kube32.db`) or `etcd` (issue 11).
    * @default 'sqlite'
    */
@@ -453,6 +458,7 @@ export async function startLocalCluster(opts: LocalClusterOptions): Promise<Loca
       const nodeKubeconfig = await issueWorkerKubeconfig(dataDir, name, join(nodeDir, 'kubeconfig'));
       const args = ['--kubeconfig', nodeKubeconfig, '--name', name, '--address', workerAddress(i, firstAddress), '--data-dir', nodeDir];
       if (opts.workerHeap) args.push('--heap', opts.workerHeap);
+      if (opts.workerFenceAfter) args.push('--fence-after', opts.workerFenceAfter);
       const w = startChild(name, sim, args, logDir);
       w.proc.once('exit', (code, signal) => {
         if (!stopping) print(`${name} ${exitText(code, signal)}; it stays down until up is started again (log ${w.log})`);

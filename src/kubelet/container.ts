@@ -14,7 +14,7 @@
  */
 import { join } from 'node:path';
 import type { V1Container, V1Pod } from '@kubernetes/client-node';
-import type { Logger } from '../lib/index.ts';
+import { type Logger, pauseAt } from '../lib/index.ts';
 import { ModuleError, PodInstance, PodStartError, type PodExit, type PodModule } from '../wasm/index.ts';
 import { readText } from '../api/index.ts';
 import { type ControlPlane, errorMessage } from './client.ts';
@@ -136,6 +136,20 @@ export class ContainerRunner {
     };
   }
 
+  /**
+   * What a request to the container meets now (src/kubelet/pod-ports.ts): the running instance; `'hold'`
+   * while it is frozen, starting, restoring or restarting at once; undefined when it will not run soon
+   * (ended for good, waiting after a crash or a failed pull: the request gets 503 at once).
+   */
+  serving(): PodInstance | 'hold' | undefined {
+    const inst = this.instance;
+    if (inst && !inst.exit) return inst.frozen ? 'hold' : inst;
+    if (this.#final || this.#stop.signal.aborted) return undefined;
+    const s = this.#state;
+    if (s.kind === 'running' || (s.kind === 'waiting' && s.reason === 'ContainerCreating')) return 'hold';
+    return undefined;
+  }
+
   /** Bytes of linear memory the container may hold (its memory limit); 0 once it has ended for good. */
   heldBytes(): number {
     if (this.#final) return 0;
@@ -251,6 +265,7 @@ export class ContainerRunner {
   async #restoreStream(name: string, signal: AbortSignal): Promise<AsyncIterable<Uint8Array>> {
     const ns = this.#pod.metadata?.namespace ?? 'default';
     const path = `/apis/kube32.io/v1/namespaces/${ns}/checkpoints/${encodeURIComponent(name)}/data`;
+    await pauseAt('kubelet-restore'); // test-only (src/lib/test-pause.ts)
     this.#ctx.log.debug({ container: this.spec.name, checkpoint: name }, 'restore: requesting the data');
     const res = await this.#ctx.cp.request('GET', path, { signal: AbortSignal.any([this.#stop.signal, signal]) }).catch((err: unknown) => {
       throw new PodStartError('Error', `cannot fetch the snapshot of Checkpoint ${name}: ${errorMessage(err)}`);

@@ -15,8 +15,10 @@ import { ChannelRouter } from './channels.ts';
 import { ApiError, ControlPlane, errorMessage } from './client.ts';
 import { type DrainReport, SELF_DRAIN_TIMEOUT_MS, selfDrain } from './drain.ts';
 import { EventRecorder } from './events.ts';
+import { NodeFence } from './fence.ts';
 import { LoadedModules, ModuleCache } from './modules.ts';
 import { NodeAgent } from './node.ts';
+import { type HoldLimits, PodPorts } from './pod-ports.ts';
 import { PodManager } from './pods.ts';
 import { createKubeletServer } from './server.ts';
 
@@ -40,6 +42,17 @@ export interface KubeletOptions {
   dataDir: string;
   /** The interpreter speed to report instead of measuring it (MOPS). */
   interpMops?: number;
+  /**
+   * Bounds of the requests held for a frozen or moving pod, and how long a moved pod's ports forward
+   * (`--hold-timeout`, `--hold-requests`, `--hold-bytes`, `--moved-forward`; see pod-ports.ts).
+   */
+  hold?: Partial<HoldLimits>;
+  /**
+   * Fence the node's pods (freeze them) once the Lease has not been renewed for this long, ms; 0: never
+   * (`--fence-after`, see fence.ts). It must not be longer than the control plane's node monitor grace
+   * period. @default 40 000
+   */
+  fenceAfterMs?: number;
   log?: Logger;
 }
 
@@ -112,6 +125,9 @@ export async function startKubelet(opts: KubeletOptions): Promise<Kubelet> {
   if (!Number.isFinite(heapBytes) || heapBytes < 1) throw new RangeError(`heap must be a positive number of bytes: current value is ${heapBytes}`);
   const maxPods = opts.maxPods ?? 110;
   if (!Number.isInteger(maxPods) || maxPods < 1) throw new RangeError(`max pods must be a whole number of 1 or more: current value is ${maxPods}`);
+  if (opts.fenceAfterMs !== undefined && (!Number.isSafeInteger(opts.fenceAfterMs) || opts.fenceAfterMs < 0)) {
+    throw new RangeError(`fence-after must be a duration of 0 or more: current value is ${opts.fenceAfterMs} ms`);
+  }
   const dataDir = resolve(opts.dataDir);
   const log = opts.log ?? createLogger('kube32-sim', { node: nodeName });
   await mkdir(join(dataDir, 'pods'), { recursive: true });
@@ -144,8 +160,10 @@ export async function startKubelet(opts: KubeletOptions): Promise<Kubelet> {
     const port = (server.address() as AddressInfo).port;
     const node = new NodeAgent(cp, { name: nodeName, address, kubeletPort: port, heapBytes, maxPods, labels: opts.labels ?? {}, interpMops }, () => pods?.heldBytes() ?? 0, log);
     let pressure = false;
+    const ports = new PodPorts({ cp, nodeName, address, log, ...(opts.hold ? { limits: opts.hold } : {}) });
+    cleanups.push(() => ports.stop());
     pods = new PodManager({
-      cp, nodeName, address, dataDir, modules, log,
+      cp, nodeName, address, dataDir, modules, log, ports,
       onChannelSend: (ns, topic, payload) => channels.publish(ns, topic, payload),
       onResourcesChanged: () => {
         if (node.memoryPressure() !== pressure) {
@@ -165,8 +183,19 @@ export async function startKubelet(opts: KubeletOptions): Promise<Kubelet> {
     cleanups.push(() => pods!.stop());
     await channels.start().catch((err: unknown) => log.warn({ err: errorMessage(err) }, 'cannot watch nodes: channel messages stay on this node'));
     cleanups.push(() => channels.stop());
+    const fenceAfterMs = opts.fenceAfterMs ?? 40_000;
+    const podsForFence = pods;
+    const fence = new NodeFence({
+      cp, nodeName, pods: podsForFence, log, fenceAfterMs, lastRenewedAt: () => node.lastRenewedAt,
+      onChange: (fenced) => {
+        podsForFence.fenced = fenced;
+      },
+    });
+    node.onRenewed = () => fence.renewed();
+    fence.start();
+    cleanups.push(async () => fence.stop());
     node.start();
-    log.info({ address, kubeletPort: port, heapBytes, interpMops }, 'node ready');
+    log.info({ address, kubeletPort: port, heapBytes, interpMops, fenceAfterMs }, 'node ready');
     let stopped: Promise<void> | undefined;
     const podManager = pods;
     return {

@@ -41,6 +41,12 @@ function intOption(value: string): number {
   return n;
 }
 
+function positiveDurationOption(value: string): number {
+  const ms = durationOption(value);
+  if (ms < 1) throw new InvalidArgumentError(`expected a duration of at least 1ms: current value is "${value}"`);
+  return ms;
+}
+
 function durationOption(value: string): number {
   try {
     return parseDuration(value);
@@ -116,6 +122,11 @@ export function buildCommand(): Command {
     })
     .addOption(new Option('--drain-timeout <duration>', 'how long the self-drain waits for pods to leave').argParser(durationOption).default(20_000, '20s'))
     .addOption(new Option('--pods-per-thread <n>', `pods packed on one worker thread, 1 to ${MAX_PODS_PER_THREAD} (1: a thread of its own for each pod); shared by every node of the process`).argParser(rangeIntOption(MAX_PODS_PER_THREAD)).default(1))
+    .addOption(new Option('--hold-timeout <duration>', 'longest a request to a frozen or moving pod is held before 503 with Retry-After: 1').argParser(positiveDurationOption).default(10_000, '10s'))
+    .addOption(new Option('--hold-requests <n>', 'most requests held for one frozen or moving pod (more: 503 with Retry-After: 1)').argParser(rangeIntOption(1_000_000)).default(64))
+    .addOption(new Option('--hold-bytes <bytes>', 'most bytes of request bodies held for one frozen or moving pod').argParser(bytesOption).default(16 << 20, '16Mi'))
+    .addOption(new Option('--moved-forward <duration>', 'how long a moved pod\'s old address keeps answering, forwarding to its new node (0: not at all)').argParser(durationOption).default(30_000, '30s'))
+    .addOption(new Option('--fence-after <duration>', 'freeze (fence) the node\'s pods once its Lease could not be renewed for this long, so that the control plane may restore them elsewhere (0: never); at most the control plane\'s --node-monitor-grace-period').argParser(durationOption).default(40_000, '40s'))
     .addHelpText('after', SEVERAL_NODES_HELP)
     .version('0.1.0')
     // A bad flag gets its one `error:` line and a pointer to the help, not the whole help (as feosd).
@@ -127,6 +138,7 @@ export function buildCommand(): Command {
 interface SimFlags {
   kubeconfig?: string; kubeconfigDir?: string; name: string; nodes: number; address: string; kubeletPort: number; heap: number;
   maxPods: number; labels: Record<string, string>; dataDir?: string; interpMops?: number; drainTimeout: number; podsPerThread: number;
+  holdTimeout: number; holdRequests: number; holdBytes: number; movedForward: number; fenceAfter: number;
 }
 
 /**
@@ -199,6 +211,8 @@ export async function main(argv: string[]): Promise<void> {
   try {
     host = await startNodes(plans, {
       heapBytes: o.heap, maxPods: o.maxPods, labels: o.labels,
+      hold: { timeoutMs: o.holdTimeout, maxRequests: o.holdRequests, maxBytes: o.holdBytes, forwardMs: o.movedForward },
+      fenceAfterMs: o.fenceAfter,
       ...(o.interpMops !== undefined ? { interpMops: o.interpMops } : {}),
     }, log);
   } catch (err: unknown) {

@@ -91,6 +91,10 @@ export class NodeAgent {
   #ready = true;
   /** The last status posted, without its heartbeat times, and when (ms, Date.now()). */
   #posted: { status: string; at: number } | undefined;
+  /** When the Lease was last renewed (ms, Date.now()): the fence's clock (fence.ts). */
+  lastRenewedAt = Date.now();
+  /** Called after each successful renewal of the Lease. */
+  onRenewed: (() => void) | undefined;
 
   /**
    * @param heldBytes answers the bytes the node's pods hold now (their linear memories)
@@ -262,9 +266,13 @@ export class NodeAgent {
       await this.#cp.json('POST', '/apis/coordination.k8s.io/v1/namespaces/kube-node-lease/leases', {
         body: { apiVersion: 'coordination.k8s.io/v1', kind: 'Lease', metadata: { name, namespace: 'kube-node-lease', ownerReferences }, spec },
       });
+      this.lastRenewedAt = Date.now();
+      this.onRenewed?.();
       return;
     }
     await this.#cp.json('PUT', path, { body: { ...lease, spec: { ...lease.spec, ...spec } } });
+    this.lastRenewedAt = Date.now();
+    this.onRenewed?.();
   }
 
   /**

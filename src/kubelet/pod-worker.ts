@@ -1,25 +1,21 @@
 /**
- * One pod on this node: its containers (see `container.ts`), its HTTP listeners on each
- * `containerPort` at the node's address (a frozen or absent container answers 503 with
- * `Retry-After: 1`), its files under `<data-dir>/pods/<uid>`, and its status, written to the API
+ * One pod on this node: its containers (see `container.ts`), its HTTP ports on each `containerPort` at
+ * the node's address (the node's {@link PodPorts}: a request to a frozen, starting or restoring container
+ * is held until it runs, and after a move the ports forward to where the pod runs now), its files under `<data-dir>/pods/<uid>`, and its status, written to the API
  * server whenever it changes (a freeze turns `Ready` False after 500 ms unless thawed or replaced by then,
  * well within the seed's 2 s: see `FROZEN_REPORT_DELAY_MS` in container.ts).
  */
-import { createServer, type Server } from 'node:http';
 import { mkdir, rm } from 'node:fs/promises';
 import { join } from 'node:path';
 import type { V1Pod } from '@kubernetes/client-node';
 import type { Logger } from '../lib/index.ts';
-import { serveHttp } from '../wasm/index.ts';
 import { type ControlPlane, errorMessage, isApiError } from './client.ts';
 import { ContainerRunner } from './container.ts';
 import type { EventRecorder } from './events.ts';
 import type { LoadedModules } from './modules.ts';
+import type { PodPorts, PortHolder } from './pod-ports.ts';
 import { buildPodStatus } from './pod-status.ts';
 import { RESTORE_FROM_ANNOTATION, podTopics } from './pod-spec.ts';
-
-/** How often a containerPort taken on the node is tried again, ms. */
-const PORT_RETRY_MS = 2000;
 
 /** What a pod worker needs from its node. */
 export interface PodWorkerContext {
@@ -28,6 +24,8 @@ export interface PodWorkerContext {
   address: string;
   dataDir: string;
   log: Logger;
+  /** The node's pod ports. */
+  ports: PodPorts;
   onChannelSend(namespace: string, topic: string, payload: Uint8Array): void;
   /** Called when the memory the pod holds may have changed (start, end). */
   onResourcesChanged(): void;
@@ -47,7 +45,8 @@ export class PodWorker {
   readonly #ctx: PodWorkerContext;
   readonly #log: Logger;
   #pod: V1Pod;
-  readonly #servers: Server[] = [];
+  /** The ports claimed, with their holder. */
+  readonly #claims: Array<{ port: number; holder: PortHolder }> = [];
   /** `container/port` of containerPorts not listened on yet. */
   readonly #unserved = new Set<string>();
   readonly #acceptedAt = Date.now();
@@ -71,6 +70,7 @@ export class PodWorker {
         cp: ctx.cp, modules: ctx.modules, address: ctx.address, podDir: this.dir, log: this.#log,
         onChange: () => {
           this.requestStatus();
+          ctx.ports.kick(this.uid);
           ctx.onResourcesChanged();
         },
         onChannelSend: ctx.onChannelSend,
@@ -108,39 +108,39 @@ export class PodWorker {
     for (const runner of this.runners) {
       for (const port of runner.spec.ports ?? []) {
         if ((port.protocol ?? 'TCP') !== 'TCP') continue;
-        const server = createServer(serveHttp(() => (runner.instance && !runner.instance.exit ? runner.instance : undefined)));
-        server.keepAliveTimeout = 5000;
-        this.#servers.push(server);
-        // A port still held on the node (a pod being deleted holds it until it stops) is tried again
-        // every 2 s; meanwhile the container is not Ready, so no Service sends it requests.
+        const holder: PortHolder = { uid: this.uid, key: podKey(this.#pod), serving: () => runner.serving() };
+        this.#claims.push({ port: port.containerPort, holder });
+        // A port held on the node by a pod still stopping is taken once it lets it go; one another process
+        // holds is tried again every 2 s; meanwhile the container is not Ready, so no Service sends it requests.
         const key = `${runner.spec.name}/${port.containerPort}`;
         let told = false;
         await new Promise<void>((resolve) => {
-          server.on('listening', () => {
-            if (this.#unserved.delete(key)) {
-              this.#log.info({ port: port.containerPort }, 'serving the pod on its containerPort at last');
+          this.#unserved.add(key);
+          const now = this.#ctx.ports.claim(port.containerPort, holder, {
+            listening: () => {
+              if (this.#unserved.delete(key) && told) {
+                this.#log.info({ port: port.containerPort }, 'serving the pod on its containerPort at last');
+                this.requestStatus();
+              }
+              resolve();
+            },
+            error: (err) => {
+              if (!told) {
+                told = true;
+                this.#log.error({ port: port.containerPort, err: errorMessage(err) }, 'cannot serve the pod on its containerPort; trying again every 2 s');
+                this.#ctx.events.record(
+                  { apiVersion: 'v1', kind: 'Pod', name: this.#pod.metadata?.name, namespace: this.#pod.metadata?.namespace, uid: this.uid, fieldPath: `spec.containers{${runner.spec.name}}` },
+                  'Warning', 'FailedToServe', `cannot serve containerPort ${port.containerPort} on ${this.#ctx.address}: ${errorMessage(err)}; trying again every 2 s, not Ready until then`,
+                );
+              }
               this.requestStatus();
-            }
-            resolve();
+              resolve();
+            },
           });
-          server.on('error', (err) => {
-            if (this.#stopped) return resolve();
-            if (!told) {
-              told = true;
-              this.#log.error({ port: port.containerPort, err: errorMessage(err) }, 'cannot serve the pod on its containerPort; trying again every 2 s');
-              this.#ctx.events.record(
-                { apiVersion: 'v1', kind: 'Pod', name: this.#pod.metadata?.name, namespace: this.#pod.metadata?.namespace, uid: this.uid, fieldPath: `spec.containers{${runner.spec.name}}` },
-                'Warning', 'FailedToServe', `cannot serve containerPort ${port.containerPort} on ${this.#ctx.address}: ${errorMessage(err)}; trying again every 2 s, not Ready until then`,
-              );
-            }
-            this.#unserved.add(key);
-            this.requestStatus();
-            setTimeout(() => {
-              if (!this.#stopped) server.listen(port.containerPort, this.#ctx.address);
-            }, PORT_RETRY_MS).unref();
+          if (now === 'waiting') {
+            told = true; // "at last" once the pod holding it lets it go
             resolve();
-          });
-          server.listen(port.containerPort, this.#ctx.address);
+          }
         });
       }
       runner.start();
@@ -178,16 +178,15 @@ export class PodWorker {
   }
 
   /**
-   * Stops the containers and listeners; no status is written after this.
+   * Stops the containers and lets the ports go; no status is written after this.
    * @param opts.removeFiles also remove `<data-dir>/pods/<uid>`
+   * @param opts.forward the pod was replaced (moved): its ports forward its requests to where it runs now
+   *   for a while (see pod-ports.ts); else they close
    */
-  async stop(opts: { removeFiles?: boolean } = {}): Promise<void> {
+  async stop(opts: { removeFiles?: boolean; forward?: boolean } = {}): Promise<void> {
     this.#stopped = true;
+    for (const c of this.#claims.splice(0)) this.#ctx.ports.release(c.port, c.holder, { forward: opts.forward ?? false });
     await Promise.all(this.runners.map((r) => r.stop()));
-    await Promise.all(this.#servers.map((s) => new Promise<void>((resolve) => {
-      s.close(() => resolve());
-      s.closeAllConnections();
-    })));
     if (opts.removeFiles) await rm(this.dir, { recursive: true, force: true }).catch(() => {});
     this.#ctx.onResourcesChanged();
   }

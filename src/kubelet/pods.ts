@@ -11,6 +11,7 @@ import type { Logger } from '../lib/index.ts';
 import { ApiError, type ControlPlane, errorMessage, isApiError } from './client.ts';
 import type { EventRecorder } from './events.ts';
 import type { LoadedModules } from './modules.ts';
+import type { PodPorts } from './pod-ports.ts';
 import { PodWorker, podKey } from './pod-worker.ts';
 
 /** What the pod manager needs from its node. */
@@ -21,6 +22,8 @@ export interface PodManagerOptions {
   dataDir: string;
   modules: LoadedModules;
   log: Logger;
+  /** The node's pod ports (shared by the pods that hold a port in turn). */
+  ports: PodPorts;
   onChannelSend(namespace: string, topic: string, payload: Uint8Array): void;
   onResourcesChanged(): void;
   events: EventRecorder;
@@ -36,6 +39,11 @@ export class PodManager {
   readonly #workers = new Map<string, PodWorker>();
   #informer: Informer<V1Pod> | undefined;
   #stopped = false;
+  /**
+   * True while the node has fenced its pods (fence.ts): the kubelet endpoint then refuses to checkpoint
+   * or thaw them, so that nothing runs a fenced pod before the control plane has been heard again.
+   */
+  fenced = false;
 
   constructor(opts: PodManagerOptions) {
     this.#o = opts;
@@ -112,8 +120,9 @@ export class PodManager {
       return;
     }
     if (pod.spec?.nodeName !== this.#o.nodeName) return;
-    // A pod of the same name with another uid was replaced: stop the old one.
-    for (const w of this.#workers.values()) if (podKey(w.pod) === podKey(pod)) this.#drop(w, true);
+    // A pod of the same name with another uid was replaced: stop the old one (its ports hand its
+    // requests to the new one).
+    for (const w of this.#workers.values()) if (podKey(w.pod) === podKey(pod)) this.#drop(w, true, true);
     if (pod.metadata?.deletionTimestamp) {
       void this.#finalDelete(pod);
       return;
@@ -121,7 +130,7 @@ export class PodManager {
     if (terminal(pod)) return;
     const w = new PodWorker(pod, {
       cp: this.#o.cp, modules: this.#o.modules, address: this.#o.address, dataDir: this.#o.dataDir,
-      log: this.#o.log, onChannelSend: this.#o.onChannelSend, onResourcesChanged: this.#o.onResourcesChanged, events: this.#o.events,
+      log: this.#o.log, ports: this.#o.ports, onChannelSend: this.#o.onChannelSend, onResourcesChanged: this.#o.onResourcesChanged, events: this.#o.events,
     });
     this.#workers.set(uid, w);
     this.#o.log.info({ pod: podKey(pod), uid }, 'pod bound to the node: starting it');
@@ -131,14 +140,25 @@ export class PodManager {
   #gone(pod: V1Pod): void {
     const w = this.#workers.get(pod.metadata?.uid ?? '');
     if (w) {
+      // Replaced (a move: the same name, another uid and node) or deleted: its ports forward to where it
+      // runs now for a while (a deleted pod is found nowhere: they answer 503 at once).
       this.#o.log.info({ pod: podKey(pod), uid: w.uid }, 'pod no longer bound to the node: stopping it');
-      this.#drop(w, true);
+      this.#drop(w, true, true);
     }
   }
 
-  #drop(w: PodWorker, removeFiles: boolean): void {
+  /**
+   * Stops a pod the fence could not freeze (fence.ts); its files stay. Once the pod watch lists it
+   * again, still bound here, it starts afresh.
+   */
+  fenceStop(uid: string): void {
+    const w = this.#workers.get(uid);
+    if (w) this.#drop(w, false);
+  }
+
+  #drop(w: PodWorker, removeFiles: boolean, forward = false): void {
     this.#workers.delete(w.uid);
-    w.stop({ removeFiles }).catch((err: unknown) => this.#o.log.warn({ err: errorMessage(err) }, 'pod stop failed'));
+    w.stop({ removeFiles, forward }).catch((err: unknown) => this.#o.log.warn({ err: errorMessage(err) }, 'pod stop failed'));
   }
 
   async #finalDelete(pod: V1Pod): Promise<void> {

@@ -10,7 +10,8 @@
  * | `POST /publish/<ns>/<topic>` | a channel message from another node, for this node's subscribed pods |
  * | `GET /healthz` | `ok` (no token needed) |
  *
- * Every path but `/healthz` needs the control plane's identity (see `auth.ts`).
+ * Every path but `/healthz` needs the control plane's identity (see `auth.ts`). While the node has fenced
+ * its pods (fence.ts), checkpoints and thaws answer 503.
  */
 import { createServer, type IncomingMessage, type Server, type ServerResponse } from 'node:http';
 import type { Logger } from '../lib/index.ts';
@@ -64,6 +65,14 @@ function serialiser(): <T>(key: string, fn: () => Promise<T>) => Promise<T> {
   };
 }
 
+/**
+ * @throws EndpointError 503 `ServiceUnavailable` while the node has fenced its pods (it could not renew its
+ *   Lease: fence.ts), so that no snapshot or thaw runs a fenced pod again
+ */
+function unlessFenced(pods: PodManager | undefined): void {
+  if (pods?.fenced) throw new EndpointError(503, 'ServiceUnavailable', 'the node has fenced its pods: it could not renew its Lease for the grace period; they run again once it can');
+}
+
 /** The endpoints of the module doc's table. */
 function routes(opts: KubeletServerOptions): Route[] {
   const serial = serialiser();
@@ -72,14 +81,20 @@ function routes(opts: KubeletServerOptions): Route[] {
     {
       path: new RegExp(`^/checkpoint/${SEGMENT}/${SEGMENT}/${SEGMENT}$`),
       method: 'POST',
-      serve: (req, res, url, at) => serial(at.join('/'), () => serveCheckpoint(req, res, url, opts.pods(), container(at), opts.log)),
+      serve: (req, res, url, at) => serial(at.join('/'), () => {
+        unlessFenced(opts.pods());
+        return serveCheckpoint(req, res, url, opts.pods(), container(at), opts.log);
+      }),
     },
     {
       path: new RegExp(`^/thaw/${SEGMENT}/${SEGMENT}/${SEGMENT}$`),
       method: 'POST',
       serve: (_req, res, _url, at) => {
         const c = container(at);
-        return serial(at.join('/'), () => serveThaw(res, findContainer(opts.pods(), c.ns, c.pod, c.container), c));
+        return serial(at.join('/'), async () => {
+          unlessFenced(opts.pods());
+          return serveThaw(res, findContainer(opts.pods(), c.ns, c.pod, c.container), c);
+        });
       },
     },
     {

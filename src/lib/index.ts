@@ -11,3 +11,4 @@ export { clampDelay, ManualClock, MAX_TIMER_DELAY_MS, realClock, type TimerClock
 export { type CronSchedule, CronScheduleError, isTimeZone, parseCronSchedule } from './cron-schedule.ts';
 export { serviceDefinition } from './grpc-service.ts';
 export { PARENT_PID_ENV, watchParent } from './parent-watch.ts';
+export { pauseAt } from './test-pause.ts';

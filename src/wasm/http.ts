@@ -129,6 +129,90 @@ export interface ServeHttpOptions {
 }
 
 /**
+ * How {@link servePodRequest} ended: `answered` (a response was written or the request aborted), or
+ * `refused` when the pod was frozen, absent or ended before the call started, so that the request never
+ * ran and may be held and handed to the pod again (or to its replacement) without running twice.
+ */
+export type PodRequestOutcome = 'answered' | 'refused';
+
+/**
+ * Reads a request's body whole (at most 16 MiB) and calls `then` with it; a larger body is answered
+ * 413, a request that errors is destroyed.
+ */
+export function readRequestBody(req: IncomingMessage, res: ServerResponse, then: (body: Buffer) => void): void {
+  const chunks: Buffer[] = [];
+  let size = 0;
+  let tooLarge = false;
+  req.on('data', (c: Buffer) => {
+    size += c.length;
+    if (size > MAX_REQUEST_BODY) tooLarge = true;
+    else chunks.push(c);
+  });
+  req.on('error', () => res.destroy());
+  req.on('end', () => {
+    if (tooLarge) {
+      plain(res, 413, `request body over ${MAX_REQUEST_BODY} bytes`);
+      return;
+    }
+    then(Buffer.concat(chunks));
+  });
+}
+
+/**
+ * Hands one request (its body read whole) to `pod`'s `k32_handle` and writes the answer, as
+ * {@link serveHttp} does, except that a pod that is absent, ended or frozen, or that refuses the call
+ * `Frozen` before it started, gets no answer: the outcome is then `refused` and `res` untouched (the
+ * kubelet holds such requests, see src/kubelet/pod-ports.ts).
+ * @param report told of a request that failed on the pod's side
+ */
+export async function servePodRequest(pod: PodInstance | undefined, req: IncomingMessage, res: ServerResponse, body: Uint8Array, report: (message: string, pod: PodInstance | undefined) => void): Promise<PodRequestOutcome> {
+  if (!pod || pod.exit || pod.frozen) return 'refused';
+  const ac = new AbortController();
+  const onClose = (): void => {
+    if (!res.writableEnded) ac.abort();
+  };
+  res.on('close', onClose);
+  const name = `${pod.namespace}/${pod.podName}`;
+  let raw: Uint8Array;
+  try {
+    raw = await pod.handle(requestMessage(req, body), ac.signal);
+  } catch (err: unknown) {
+    res.off('close', onClose);
+    const code = err instanceof PodCallError ? err.code : undefined;
+    switch (code) {
+      case 'Aborted': res.destroy(); return 'answered';
+      case 'Frozen': return 'refused';
+      case 'NotRunning': return 'refused';
+      case 'NoMemory': plain(res, 503, 'the pod has no room for the request', { 'retry-after': '1' }); return 'answered';
+      case 'NotHandled': plain(res, 501, 'the pod does not serve HTTP (no k32_handle export)'); return 'answered';
+      case 'Trap':
+        report(`pod ${name}: k32_handle trapped: ${errorMessage(err)}`, pod);
+        plain(res, 502, `the pod crashed: ${errorMessage(err)}`);
+        return 'answered';
+      default:
+        report(`pod ${name}: ${errorMessage(err)}`, pod);
+        plain(res, 502, `the pod failed: ${errorMessage(err)}`);
+        return 'answered';
+    }
+  }
+  res.off('close', onClose);
+  let parts: HttpResponseParts;
+  try {
+    parts = parseHttpResponse(raw);
+  } catch (err: unknown) {
+    report(`pod ${name}: k32_handle's response does not parse: ${errorMessage(err)}`, pod);
+    plain(res, 502, `the pod's response does not parse: ${errorMessage(err)}`);
+    return 'answered';
+  }
+  const headers: string[] = [];
+  for (const [k, v] of parts.headers) if (!HOP_BY_HOP.has(k.toLowerCase())) headers.push(k, v);
+  headers.push('content-length', String(parts.body.length));
+  res.writeHead(parts.status, parts.reason, headers);
+  res.end(parts.body);
+  return 'answered';
+}
+
+/**
  * A Node request listener that serves the pod `getPod()` returns (`kube32-cli dev`, the kubelet's
  * pod ports). Answers:
  * - the pod's response as it wrote it (its `content-length` recomputed);
@@ -140,71 +224,12 @@ export interface ServeHttpOptions {
 export function serveHttp(getPod: () => PodInstance | undefined, opts: ServeHttpOptions = {}): RequestListener {
   const report = opts.onError ?? ((message: string) => process.stderr.write(`${message}\n`));
   return function servePod(req, res) {
-    const chunks: Buffer[] = [];
-    let size = 0;
-    let tooLarge = false;
-    req.on('data', (c: Buffer) => {
-      size += c.length;
-      if (size > MAX_REQUEST_BODY) tooLarge = true;
-      else chunks.push(c);
-    });
-    req.on('error', () => res.destroy());
-    req.on('end', () => {
-      if (tooLarge) {
-        plain(res, 413, `request body over ${MAX_REQUEST_BODY} bytes`);
-        return;
-      }
+    readRequestBody(req, res, (body) => {
       const pod = getPod();
-      if (!pod || pod.exit) {
-        plain(res, 503, 'the pod is not running', { 'retry-after': '1' });
-        return;
-      }
-      if (pod.frozen) {
-        plain(res, 503, 'the pod is frozen', { 'retry-after': '1' });
-        return;
-      }
-      const ac = new AbortController();
-      const onClose = (): void => {
-        if (!res.writableEnded) ac.abort();
-      };
-      res.on('close', onClose);
-      const name = `${pod.namespace}/${pod.podName}`;
-      pod.handle(requestMessage(req, Buffer.concat(chunks)), ac.signal).then(
-        (raw) => {
-          res.off('close', onClose);
-          let parts: HttpResponseParts;
-          try {
-            parts = parseHttpResponse(raw);
-          } catch (err: unknown) {
-            report(`pod ${name}: k32_handle's response does not parse: ${errorMessage(err)}`, pod);
-            plain(res, 502, `the pod's response does not parse: ${errorMessage(err)}`);
-            return;
-          }
-          const headers: string[] = [];
-          for (const [k, v] of parts.headers) if (!HOP_BY_HOP.has(k.toLowerCase())) headers.push(k, v);
-          headers.push('content-length', String(parts.body.length));
-          res.writeHead(parts.status, parts.reason, headers);
-          res.end(parts.body);
-        },
-        (err: unknown) => {
-          res.off('close', onClose);
-          const code = err instanceof PodCallError ? err.code : undefined;
-          switch (code) {
-            case 'Aborted': res.destroy(); return;
-            case 'Frozen': plain(res, 503, 'the pod is frozen', { 'retry-after': '1' }); return;
-            case 'NotRunning': plain(res, 503, 'the pod is not running', { 'retry-after': '1' }); return;
-            case 'NoMemory': plain(res, 503, 'the pod has no room for the request', { 'retry-after': '1' }); return;
-            case 'NotHandled': plain(res, 501, 'the pod does not serve HTTP (no k32_handle export)'); return;
-            case 'Trap':
-              report(`pod ${name}: k32_handle trapped: ${errorMessage(err)}`, pod);
-              plain(res, 502, `the pod crashed: ${errorMessage(err)}`);
-              return;
-            default:
-              report(`pod ${name}: ${errorMessage(err)}`, pod);
-              plain(res, 502, `the pod failed: ${errorMessage(err)}`);
-          }
-        },
-      );
+      void servePodRequest(pod, req, res, body, report).then((outcome) => {
+        if (outcome === 'answered') return;
+        plain(res, 503, pod && !pod.exit && pod.frozen ? 'the pod is frozen' : 'the pod is not running', { 'retry-after': '1' });
+      });
     });
   };
 }

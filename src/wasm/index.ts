@@ -23,7 +23,7 @@ export { loadModule } from './module.ts';
 export { PodInstance } from './instance.ts';
 export { warmWorkerPool, drainWorkerPool, podThreadCounts } from './pod-thread.ts';
 export { configurePodThreads, MAX_PODS_PER_THREAD, podThreadSettings, type PodThreadOptions } from './pod-threads-config.ts';
-export { serveHttp, parseHttpResponse, type HttpResponseParts } from './http.ts';
+export { serveHttp, servePodRequest, readRequestBody, parseHttpResponse, type HttpResponseParts, type PodRequestOutcome } from './http.ts';
 export { measureInterpMops, interpKernelPath } from './interp-mops.ts';
 export { ModuleError, PodCallError, PodStateError, PodStartError } from './errors.ts';
 export type { ModuleErrorCode, PodCallErrorCode, PodStateErrorCode } from './errors.ts';

@@ -5,6 +5,9 @@
  */
 import assert from 'node:assert/strict';
 import { test } from 'node:test';
+import { mkdtempSync, readdirSync, rmSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
 import { ApiError } from '../../src/apiserver/errors.ts';
 import { decodeKubernetesProtobuf } from '../../src/apiserver/handlers/protobuf.ts';
 import { CheckpointDataStore } from '../../src/apiserver/registry/checkpoints/data-store.ts';
@@ -86,18 +89,50 @@ test('the pod STATUS column follows kubectl: waiting reasons, Completed, Termina
   assert.equal(podStatusText(pod({ phase: 'Failed', reason: 'Evicted' })), 'Evicted');
 });
 
-test('the checkpoint data store drops the oldest other data first and refuses what never fits', () => {
+test('the checkpoint data store drops the oldest other data first and refuses what never fits', async () => {
   const s = new CheckpointDataStore(100);
-  assert.deepEqual(s.put('a', 'ua', Buffer.alloc(40)), []);
-  assert.deepEqual(s.put('b', 'ub', Buffer.alloc(40)), []);
-  assert.deepEqual(s.put('c', 'uc', Buffer.alloc(40)), ['a']);
-  assert.equal(s.get('a'), undefined);
-  assert.equal(s.get('b', 'other-uid'), undefined, 'data of an older Checkpoint of the same name is not served');
-  assert.deepEqual(s.put('b', 'ub', Buffer.alloc(60)), [], 'replacing its own data frees it first');
+  assert.deepEqual(await s.put('a/a', 'ua', Buffer.alloc(40)), []);
+  assert.deepEqual(await s.put('a/b', 'ub', Buffer.alloc(40)), []);
+  assert.deepEqual(await s.put('a/c', 'uc', Buffer.alloc(40)), ['a/a']);
+  assert.equal(s.get('a/a'), undefined);
+  assert.equal(s.get('a/b', 'other-uid'), undefined, 'data of an older Checkpoint of the same name is not served');
+  assert.deepEqual(await s.put('a/b', 'ub', Buffer.alloc(60)), [], 'replacing its own data frees it first');
   assert.equal(s.usedBytes, 100);
-  assert.throws(() => s.put('d', 'ud', Buffer.alloc(101)), (e: unknown) => e instanceof ApiError && e.code === 413);
+  await assert.rejects(s.put('a/d', 'ud', Buffer.alloc(101)), (e: unknown) => e instanceof ApiError && e.code === 413);
   assert.throws(() => new CheckpointDataStore(0), RangeError);
 });
+
+test('the checkpoint data store with a directory: the data is read back after a restart, within the bounds; what went is not', async (t) => {
+  const dir = mkdtempSync(join(tmpdir(), 'k32-ckdata-'));
+  t.after(() => rmSync(dir, { recursive: true, force: true }));
+  const a = new CheckpointDataStore(100, dir);
+  await a.put('ns/one', 'u1', Buffer.alloc(40, 1));
+  await a.put('ns/two', 'u2', Buffer.alloc(40, 2));
+  await a.put('ns/three', 'u3', Buffer.alloc(40, 3)); // drops ns/one, and its file
+  a.delete('ns/two');
+  await a.put('ns/four', 'u4', Buffer.alloc(10, 4));
+  await until(() => readdirSync(dir).length === 2);
+  const b = new CheckpointDataStore(100, dir);
+  const kept = new Set(['ns/three u3', 'ns/four u4', 'ns/one u1']);
+  assert.equal(b.load((key, uid) => kept.has(`${key} ${uid}`)), 2);
+  assert.deepEqual(b.get('ns/three', 'u3'), Buffer.alloc(40, 3));
+  assert.deepEqual(b.get('ns/four'), Buffer.alloc(10, 4));
+  assert.equal(b.get('ns/one'), undefined);
+  assert.equal(b.get('ns/two'), undefined);
+  // A Checkpoint gone while the server was down: its file goes at the next start.
+  const c = new CheckpointDataStore(100, dir);
+  assert.equal(c.load((key) => key === 'ns/four'), 1);
+  assert.deepEqual(readdirSync(dir), ['ns~four~u4.k32s']);
+});
+
+/** Polls `fn` until true, 5 s at most (file removals run in the background). */
+async function until(fn: () => boolean): Promise<void> {
+  const deadline = Date.now() + 5000;
+  while (!fn()) {
+    if (Date.now() > deadline) throw new Error('timed out');
+    await new Promise((r) => setTimeout(r, 10));
+  }
+}
 
 test('protobuf bodies of kubectl generator commands decode to JSON objects', () => {
   // A ConfigMap: k8s\0 + Unknown{typeMeta{apiVersion "v1", kind "ConfigMap"}, raw ConfigMap{metadata{name "cm"}, data{"a":"b"}}}

@@ -35,7 +35,8 @@ export interface ControllersCluster {
   rest: RestClient;
   core: CoreV1Api;
   workers: Map<string, Worker>;
-  startWorker(name: string, extra?: string[]): Promise<Worker>;
+  /** Starts a kube32-sim worker; `env` is added to its environment (LOG_LEVEL: debug, ...). */
+  startWorker(name: string, extra?: string[], env?: Record<string, string>): Promise<Worker>;
   /** Polls `fn` until it answers something other than undefined/false; throws after `ms` naming `what`. */
   until<T>(what: string, fn: () => Promise<T | undefined | false> | T | undefined | false, ms?: number): Promise<T>;
   getPod(name: string, ns?: string): Promise<V1Pod | undefined>;
@@ -83,13 +84,13 @@ export async function startControllersCluster(
 
   const until = <T>(what: string, fn: () => Promise<T | undefined | false> | T | undefined | false, ms = 20_000): Promise<T> => waitFor(what, ms, fn);
 
-  const startWorker = async (name: string, extra: string[] = []): Promise<Worker> => {
+  const startWorker = async (name: string, extra: string[] = [], env: Record<string, string> = {}): Promise<Worker> => {
     const address = `${prefix}.${next++}`;
     const kubeconfig = api.nodeKubeconfig(name);
     const proc = spawn(
       process.execPath,
       [join(ROOT, 'bin/kube32-sim.js'), '--kubeconfig', kubeconfig, '--name', name, '--address', address, '--kubelet-port', '0', '--data-dir', join(tmp, name), ...extra],
-      { stdio: ['ignore', 'pipe', 'pipe'], env: { ...process.env, LOG_LEVEL: process.env.LOG_LEVEL ?? 'warn' } },
+      { stdio: ['ignore', 'pipe', 'pipe'], env: { ...process.env, LOG_LEVEL: process.env.LOG_LEVEL ?? 'warn', ...env } },
     );
     let out = '';
     proc.stdout!.on('data', (d: Buffer) => {

@@ -96,7 +96,7 @@ export async function serveCheckpointData(scope: RequestScope): Promise<void> {
     // A peer's copy (docs/etcd.md): kept here for the Checkpoint of that uid; the peer writes the object.
     if (scope.user.name !== 'system:kube-apiserver') throw new ApiError('Forbidden', `forbidden: User "${scope.user.name}" cannot store a copy of checkpoint data`);
     if (replicaOf !== ckpt.metadata.uid) throw notFound('checkpoints', 'kube32.io', name);
-    ctx.checkpointData.put(key, ckpt.metadata.uid!, buf);
+    await ctx.checkpointData.put(key, ckpt.metadata.uid!, buf);
     sendJson(res, 200, ckpt);
     return;
   }
@@ -177,7 +177,7 @@ async function storeSnapshot(scope: RequestScope, ckpt: ReturnType<ServerContext
   const name = scope.info.name!;
   const key = `${ns}/${name}`;
   const peers = checkpointDataPeers(ctx);
-  const dropped = ctx.checkpointData.put(key, ckpt.metadata.uid!, buf);
+  const dropped = await ctx.checkpointData.put(key, ckpt.metadata.uid!, buf);
   if (dropped.length) ctx.log.info({ dropped, stored: key }, 'checkpoint data: dropped the oldest snapshots to make room');
   const holders = peers ? [{ url: peers.selfUrl, instance: peers.instance }, ...(await replicateToPeers(ctx, scope.url.pathname, ckpt.metadata.uid!, buf))] : [];
   try {

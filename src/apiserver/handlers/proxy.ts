@@ -3,15 +3,15 @@
  * InternalIP and `status.daemonEndpoints.kubeletEndpoint.Port`, plain HTTP, streaming both ways,
  * method, headers and body passed through, the kubelet's status and body passed back; the server
  * authenticates as `system:kube-apiserver` with its bearer token), pods' `log` (→ the node proxy's
- * `/containerLogs/<ns>/<pod>/<container>`) and the service proxy (→ a ready endpoint of the service).
+ * `/containerLogs/<ns>/<pod>/<container>`) and the service proxy (→ a ready endpoint of the service, held while there is none: service-proxy.ts).
  */
 import { request as httpRequest, type IncomingHttpHeaders } from 'node:http';
 import { ApiError, badRequest, notFound } from '../errors.ts';
 import { nodes } from '../registry/nodes/index.ts';
 import { pods } from '../registry/pods/index.ts';
-import { endpoints, services } from '../registry/core/index.ts';
 import { arr, rec } from '../registry/util.ts';
 import type { RequestScope } from './context.ts';
+import { serveServiceProxyHeld } from './service-proxy.ts';
 
 const HOP_BY_HOP = new Set(['connection', 'keep-alive', 'proxy-authenticate', 'proxy-authorization', 'te', 'trailer', 'transfer-encoding', 'upgrade', 'host', 'authorization']);
 
@@ -140,29 +140,10 @@ export async function servePodProxy(scope: RequestScope): Promise<void> {
   await forward(scope, { host: String(ip), port: number }, `${proxiedPath(info.subpath, info.trailingSlash)}${scope.url.search}`, false);
 }
 
-/** Serves `/api/v1/namespaces/<ns>/services/[<scheme>:]<name>[:<port>]/proxy/<path>`. */
+/**
+ * Serves `/api/v1/namespaces/<ns>/services/[<scheme>:]<name>[:<port>]/proxy/<path>`: a ready endpoint,
+ * the request held while there is none (see service-proxy.ts).
+ */
 export async function serveServiceProxy(scope: RequestScope): Promise<void> {
-  const { ctx, info } = scope;
-  const ns = info.namespace ?? '';
-  const parts = info.name!.split(':');
-  let name = parts[0]!;
-  let portName = parts[1] ?? '';
-  if (parts.length === 3) {
-    name = parts[1]!;
-    portName = parts[2]!;
-  }
-  const svc = ctx.registry.get(services, ns, name);
-  const ports = arr(rec(svc.spec).ports);
-  const port = portName ? ports.find((p) => p.name === portName || String(p.port) === portName) : ports[0];
-  if (!port) throw new ApiError('ServiceUnavailable', `no service port "${portName}" on service "${name}"`);
-  const ep = ctx.registry.find(endpoints, ns, name);
-  for (const subset of arr(ep?.subsets)) {
-    const epPort = arr(subset.ports).find((p) => (port.name ? p.name === port.name : true));
-    const addr = arr(subset.addresses)[0];
-    if (epPort && addr) {
-      await forward(scope, { host: String(addr.ip), port: Number(epPort.port) }, `${proxiedPath(info.subpath, info.trailingSlash)}${scope.url.search}`, false);
-      return;
-    }
-  }
-  throw new ApiError('ServiceUnavailable', `no endpoints available for service "${name}"`);
+  await serveServiceProxyHeld(scope, `${proxiedPath(scope.info.subpath, scope.info.trailingSlash)}${scope.url.search}`);
 }

@@ -25,6 +25,7 @@ export interface ControlPlaneFlags extends ApiServerClusterFlags, FeosPortFlags 
   checkpointDataBytes: string;
   nodeMonitorGracePeriod: string;
   podEvictionTimeout: string;
+  nodeLossRestoreDelay: string;
   moveTimeout: string;
   checkpointRetention: string;
   listenFile?: string;
@@ -66,6 +67,7 @@ export async function controlPlane(flags: ControlPlaneFlags): Promise<void> {
   const timings: Partial<ControllerTimings> = {
     nodeMonitorGracePeriodMs: nodeMonitorGracePeriodMs(flags.nodeMonitorGracePeriod),
     podEvictionTimeoutMs: duration('pod-eviction-timeout', flags.podEvictionTimeout),
+    nodeLossRestoreDelayMs: duration('node-loss-restore-delay', flags.nodeLossRestoreDelay),
     moveTimeoutMs: duration('move-timeout', flags.moveTimeout),
     checkpointRetentionMs: duration('checkpoint-retention', flags.checkpointRetention),
   };

@@ -186,6 +186,7 @@ export async function up(flags: UpFlags): Promise<void> {
       dataDir,
       port,
       workerHeap: flags.workerHeap,
+      ...(flags.nodeMonitorGracePeriod ? { workerFenceAfter: flags.nodeMonitorGracePeriod } : {}),
       firstAddress: flags.firstAddress,
       pickFreeAddresses: flags.firstAddress === undefined,
       storage,

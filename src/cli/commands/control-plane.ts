@@ -4,7 +4,7 @@
  * with the admin identity of the kubeconfig it writes, exactly as they would be of a remote one.
  *
  * `kube32-cli control-plane --data-dir D [--port P|0] [--bind ADDR] [--advertise-address IP] [--checkpoint-data-bytes Q]
- *   [--node-monitor-grace-period 40s] [--pod-eviction-timeout 5m] [--move-timeout 60s]
+ *   [--node-monitor-grace-period 40s] [--pod-eviction-timeout 5m] [--node-loss-restore-delay 5s] [--move-timeout 60s]
  *   [--checkpoint-retention 1h] [--leader-elect[=true|false] [--leader-elect-identity NAME]] [--listen-file F]
  *   [--feos-listen ADDRESS:PORT [--feos-server-name NAME...] [--feos-advertise-address HOST:PORT] [--trust-domain feos.local]
  *    [--feos-node-cert-ttl 24h]]`  (the port for FeOS nodes: ../feos-flags.ts, docs/feos/fleet.md)
@@ -45,6 +45,7 @@ export function register(program: Command): void {
     .addOption(new Option('--checkpoint-data-bytes <quantity>', 'memory for all checkpoint snapshots (e.g. 16Mi)').default('16Mi'))
     .addOption(new Option('--node-monitor-grace-period <duration>', 'a node that does not renew its Lease for this long turns NotReady (Unknown)').default('40s'))
     .addOption(new Option('--pod-eviction-timeout <duration>', 'pods of an unreachable node are evicted this long after it turned Unknown').default('5m'))
+    .addOption(new Option('--node-loss-restore-delay <duration>', 'pods of an unreachable node with a Saved periodic checkpoint restore elsewhere this long after it turned Unknown (its kube32-sim worker fenced them)').default('5s'))
     .addOption(new Option('--move-timeout <duration>', "a move's replacement that does not run within this rolls back").default('60s'))
     .addOption(new Option('--checkpoint-retention <duration>', 'finished Checkpoints (other than the latest periodic ones) go after this').default('1h'))
     .addOption(new Option('--cert-san <name...>', 'extra DNS names or IP addresses for the serving certificate').default([]))

@@ -16,7 +16,7 @@ import { type ControllerContext, recordPodEvent } from '../runtime/context.ts';
 import { ANNOTATIONS, type Checkpoint, type CheckpointStatus, errorMessage, isConflict, isNotFound, isPodRunning, nodeReadyStatus } from '../../api/index.ts';
 import { restoreFailure } from '../runtime/pods.ts';
 import { ckKey, failCheckpoint, writeStatus } from './status.ts';
-import { logStep } from './timeline.ts';
+import { logStep, passStep } from './timeline.ts';
 
 /**
  * The replacement pod for `pod`: what the seed says carries over, and `nodeName` (undefined: the scheduler
@@ -90,13 +90,13 @@ export async function replaceForMove(
     await failCheckpoint(ctx, ck, { message: 'the pod was deleted or replaced during the move', pod, beforeReplacement: true });
     return undefined;
   }
-  logStep(ctx, ck, 'replaced');
+  await passStep(ctx, ck, 'replaced');
   ctx.state.frozenAt.set(key, frozenAt);
   ctx.state.replacedAt.set(key, ctx.clock.now());
   // A 409 here (the Checkpoint changed meanwhile) ends the reconcile: the next one finds the pod replaced
   // and writes `Moving`, with its event, then (see `saving`).
   await writeStatus(ctx, ck, { ...facts, phase: 'Moving', targetNode: target, newPodName: replaced.metadata?.name });
-  logStep(ctx, ck, 'moving');
+  await passStep(ctx, ck, 'moving');
   ctx.log.info(
     { checkpoint: key, pod: pod.metadata?.name, from: ck.status?.nodeName, to: target, sinceFreezeMs: ctx.clock.now() - frozenAt },
     'replacement bound to the target',

@@ -19,7 +19,7 @@ import { replaceForMove, thawQuietly, watchMove } from './move.ts';
 import { retain } from './retention.ts';
 import { snapshotAndStore } from './save.ts';
 import { actionOf, ckKey, failCheckpoint, withResourceVersion, writeStatus } from './status.ts';
-import { logStep } from './timeline.ts';
+import { logStep, passStep } from './timeline.ts';
 
 /** Reconciles the Checkpoint `namespace/name`. */
 export async function reconcileCheckpoint(key: string, ctx: ControllerContext): Promise<ReconcileResult | undefined> {
@@ -147,7 +147,7 @@ async function start(ctx: ControllerContext, ck: Checkpoint): Promise<ReconcileR
     targetNode = target.node;
   }
   const next = await writeStatus(ctx, ck, { phase: 'Saving', nodeName: pod.spec.nodeName, targetNode });
-  logStep(ctx, ck, 'saving');
+  await passStep(ctx, ck, 'saving');
   return saving(ctx, next, pod);
 }
 

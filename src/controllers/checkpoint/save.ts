@@ -16,7 +16,7 @@ import type { V1Pod } from '@kubernetes/client-node';
 import type { ControllerContext } from '../runtime/context.ts';
 import type { SnapshotAnswer } from '../runtime/api.ts';
 import { type Checkpoint, type CheckpointStatus, errorMessage, hasCode } from '../../api/index.ts';
-import { logStep } from './timeline.ts';
+import { logStep, passStep } from './timeline.ts';
 
 /** Snapshots above this are refused before buffering when the kubelet sends no Content-Length. */
 const MAX_UNSIZED_SNAPSHOT_BYTES = 256 * 1024 * 1024;
@@ -68,7 +68,7 @@ export async function snapshotAndStore(
     }
     if (captured?.kind === 'refused') return refusal(captured, node, ns, podName, container);
     if (captured) {
-      logStep(ctx, ck, 'data-stored');
+      await passStep(ctx, ck, 'data-stored');
       const s = captured.checkpoint.status ?? {};
       const facts: CheckpointStatus = {
         takenAt: new Date(frozenAt).toISOString(),
@@ -138,7 +138,7 @@ async function relay(
       body = Readable.from([all]);
     }
     const stored = await ctx.api.putCheckpointData(ns, ck.metadata?.name ?? '', body, size);
-    logStep(ctx, ck, 'data-stored');
+    await passStep(ctx, ck, 'data-stored');
     const s = stored?.status ?? {};
     const facts: CheckpointStatus = {
       takenAt: new Date(frozenAt).toISOString(),

@@ -5,6 +5,7 @@
  * where a move's time goes (issue 6, "Performance"); an operator reads them the same way with
  * `LOG_LEVEL=debug`. Logging a step does no I/O beyond the log line and never throws.
  */
+import { pauseAt } from '../../lib/index.ts';
 import type { ControllerContext } from '../runtime/context.ts';
 import type { Checkpoint } from '../../api/index.ts';
 import { ckKey } from './status.ts';
@@ -41,4 +42,13 @@ export type CheckpointStep =
 /** Logs that `ck` reached `step` (debug level). */
 export function logStep(ctx: ControllerContext, ck: Checkpoint, step: CheckpointStep): void {
   ctx.log.debug({ checkpoint: ckKey(ck), step }, MOVE_STEP_MESSAGE);
+}
+
+/**
+ * Logs that `ck` reached `step`, then passes the test-only pause of that step (src/lib/test-pause.ts:
+ * a fault test stops the control plane exactly there); without it, the same as {@link logStep}.
+ */
+export async function passStep(ctx: ControllerContext, ck: Checkpoint, step: CheckpointStep): Promise<void> {
+  logStep(ctx, ck, step);
+  await pauseAt(step);
 }

@@ -37,10 +37,10 @@ test('a node silent for the grace period, by the controller clock, turns Unknown
   assert.deepEqual([cond.type, cond.status, cond.reason], ['Ready', 'Unknown', 'NodeStatusUnknown']);
   const taints = (fake.calls[1]!.args[1] as { spec: { taints: Array<{ key: string; effect: string }> } }).spec.taints;
   assert.deepEqual(taints.map((x) => `${x.key}:${x.effect}`), ['node.kubernetes.io/unreachable:NoSchedule', 'node.kubernetes.io/unreachable:NoExecute']);
-  assert.deepEqual(res, { requeueAfterMs: 300_000 }, 'evictions wait for the pod eviction timeout');
+  assert.deepEqual(res, { requeueAfterMs: 5_000 }, 'restores from checkpoints wait for the node loss restore delay');
 });
 
-test('after the eviction timeout, a pod with a Saved periodic checkpoint is replaced unbound with restore-from; others are deleted', { timeout: 5000 }, async () => {
+test('5 s after Unknown a pod with a Saved periodic checkpoint is replaced unbound with restore-from; after the eviction timeout the others are deleted', { timeout: 5000 }, async () => {
   const { ctx, fake, clock, cache } = setup();
   cache.pods.set(pod('keeper', { nodeName: 'a', running: true, uid: 'k1' }));
   cache.pods.set(pod('plain', { nodeName: 'a', running: true, uid: 'p1', owner: { kind: 'ReplicaSet', name: 'rs', uid: 'rs1' } }));
@@ -59,15 +59,23 @@ test('after the eviction timeout, a pod with a Saved periodic checkpoint is repl
   n.status!.conditions = [{ type: 'Ready', status: 'Unknown', lastTransitionTime: new Date(clock.now()).toISOString() as unknown as Date }];
   n.spec!.taints = [{ key: 'node.kubernetes.io/unreachable', effect: 'NoSchedule' }, { key: 'node.kubernetes.io/unreachable', effect: 'NoExecute' }];
   fake.calls.length = 0;
-  clock.advance(299_999);
+  // The fast path: 5 s after Unknown, the pod with a checkpoint restores elsewhere (its node fenced it).
+  clock.advance(4_999);
   assert.deepEqual(await reconcileNode('a', ctx), { requeueAfterMs: 1 });
   clock.advance(1);
-  await reconcileNode('a', ctx);
-  assert.deepEqual(fake.calls.map((c) => [c.op, c.args[1]]), [['replacePod', 'keeper'], ['deletePod', 'plain']]);
+  assert.deepEqual(await reconcileNode('a', ctx), { requeueAfterMs: 295_000 });
+  assert.deepEqual(fake.calls.map((c) => [c.op, c.args[1]]), [['replacePod', 'keeper']]);
   const replacement = fake.calls[0]!.args[2] as V1Pod;
   assert.equal(replacement.spec?.nodeName, undefined, 'the scheduler places it');
   assert.equal(replacement.metadata?.annotations?.['kube32.io/restore-from'], 'keeper-periodic-2', 'the latest one');
-  assert.deepEqual(fake.calls[1]!.args[2], { uid: 'p1', gracePeriodSeconds: 0 });
+  // The others at the eviction timeout.
+  fake.calls.length = 0;
+  clock.advance(295_000);
+  // b and c renewed meanwhile (else most nodes look unhealthy and nothing is evicted).
+  for (const x of ['b', 'c']) cache.leases.set(lease(x, '2026-01-01T00:05:00.000000Z', '2'));
+  await reconcileNode('a', ctx);
+  assert.deepEqual(fake.calls.filter((c) => c.op === 'deletePod').map((c) => [c.op, c.args[1]]), [['deletePod', 'plain']]);
+  assert.deepEqual(fake.calls.find((c) => c.op === 'deletePod')!.args[2], { uid: 'p1', gracePeriodSeconds: 0 });
 });
 
 test('no evictions while most nodes look unhealthy at once', { timeout: 5000 }, async () => {

@@ -5,9 +5,12 @@
  *   this controller's own clock (the time it saw the renewal change, not the node's timestamps), turns
  *   `Ready=Unknown` (reason `NodeStatusUnknown`) and gets the `node.kubernetes.io/unreachable` taints
  *   (`NoSchedule`, `NoExecute`). A node reporting `Ready=False` gets `node.kubernetes.io/not-ready:NoSchedule`.
- * - `podEvictionTimeoutMs` after it turned Unknown, its pods are evicted for rescheduling: a pod with a Saved
- *   periodic checkpoint is replaced, unbound, with `kube32.io/restore-from` naming the latest one (owners or
- *   not), so the node the scheduler picks restores it; any other pod is deleted (its owner makes a new one).
+ * - `nodeLossRestoreDelayMs` (5 s) after it turned Unknown, a pod with a Saved periodic checkpoint (and a
+ *   policy other than `Never`) is replaced, unbound, with `kube32.io/restore-from` naming the latest one
+ *   (owners or not), so the node the scheduler picks restores it (issue 26: the fast path; a kube32-sim
+ *   worker that cannot renew its Lease for the grace period has fenced its pods by then, so the pod never
+ *   runs twice: src/kubelet/fence.ts). `podEvictionTimeoutMs` (5 min) after it turned Unknown, any other pod
+ *   is deleted (its owner makes a new one).
  *   DaemonSet pods stay. Evictions stop while more than 55 % of at least 3 nodes look unhealthy (a partition
  *   of the control plane rather than node losses).
  * - A node that renews its Lease again loses the controller's taints.
@@ -121,8 +124,10 @@ export async function reconcileNode(name: string, ctx: ControllerContext): Promi
       : now;
   // Count eviction time from when *this* controller saw the node go silent past the grace, at the latest.
   const seenAt = (ctx.state.leaseSeen.get(name)?.at ?? now) + grace;
-  const evictAt = Math.max(since, seenAt) + ctx.timings.podEvictionTimeoutMs;
-  if (now < evictAt) return { requeueAfterMs: evictAt - now };
+  const unknownAt = Math.max(since, seenAt);
+  const restoreAt = unknownAt + Math.min(ctx.timings.nodeLossRestoreDelayMs, ctx.timings.podEvictionTimeoutMs);
+  const evictAt = unknownAt + ctx.timings.podEvictionTimeoutMs;
+  if (now < restoreAt) return { requeueAfterMs: restoreAt - now };
 
   const nodes = ctx.cache.nodes.list();
   const sick = nodes.filter((n) => unhealthy(ctx, n)).length;
@@ -130,12 +135,15 @@ export async function reconcileNode(name: string, ctx: ControllerContext): Promi
     ctx.log.warn({ node: name, unhealthy: sick, nodes: nodes.length }, 'most nodes look unhealthy: not evicting');
     return { requeueAfterMs: grace };
   }
-  await evictPods(ctx, name);
-  return { requeueAfterMs: grace };
+  await evictPods(ctx, name, { checkpointedOnly: now < evictAt });
+  return { requeueAfterMs: now < evictAt ? evictAt - now : grace };
 }
 
-/** Evicts the pods of a lost node for rescheduling; restores from the latest Saved periodic checkpoint where one exists. */
-export async function evictPods(ctx: ControllerContext, nodeName: string): Promise<void> {
+/**
+ * Evicts the pods of a lost node for rescheduling; restores from the latest Saved periodic checkpoint where one exists.
+ * @param opts.checkpointedOnly only the pods that restore from a checkpoint (the others wait for the eviction timeout)
+ */
+export async function evictPods(ctx: ControllerContext, nodeName: string, opts: { checkpointedOnly?: boolean } = {}): Promise<void> {
   for (const pod of ctx.cache.pods.list()) {
     if (pod.spec?.nodeName !== nodeName || !isPodActive(pod) || isDaemonSetPod(pod)) continue;
     const ns = pod.metadata?.namespace ?? 'default';
@@ -146,6 +154,7 @@ export async function evictPods(ctx: ControllerContext, nodeName: string): Promi
       ctx.log.info({ pod: `${ns}/${name}`, node: nodeName, checkpoint: latest.metadata?.name, replaced: replaced !== undefined }, 'node lost: the pod restores elsewhere from its periodic checkpoint');
       continue;
     }
+    if (opts.checkpointedOnly) continue;
     try {
       await ctx.api.deletePod(ns, name, { uid: pod.metadata?.uid, gracePeriodSeconds: 0 });
       ctx.log.info({ pod: `${ns}/${name}`, node: nodeName }, 'node lost: pod deleted for rescheduling');

@@ -21,6 +21,11 @@ export interface ControllerTimings {
   nodeMonitorGracePeriodMs: number;
   /** Pods of an unreachable node are evicted this long after it turned Unknown. @default 300000 */
   podEvictionTimeoutMs: number;
+  /**
+   * Pods of an unreachable node with a Saved periodic checkpoint restore elsewhere this long after it turned
+   * Unknown (issue 26: the node fenced them itself by then, see src/kubelet/fence.ts). @default 5000
+   */
+  nodeLossRestoreDelayMs: number;
   /** Finished non-periodic Checkpoints are removed this long after they finished (seed "Retention"). @default 3600000 */
   checkpointRetentionMs: number;
   /** An Auto pod moves on its own at most once per this (seed "Policies"). @default 600000 */
@@ -38,6 +43,7 @@ export const DEFAULT_TIMINGS: ControllerTimings = {
   freezeTimeoutMs: 10_000,
   nodeMonitorGracePeriodMs: 40_000,
   podEvictionTimeoutMs: 300_000,
+  nodeLossRestoreDelayMs: 5_000,
   checkpointRetentionMs: 3_600_000,
   autoMoveCooldownMs: 600_000,
   memoryPressureNodeCooldownMs: 60_000,

@@ -6,7 +6,7 @@
 import { once } from 'node:events';
 import type { IncomingMessage, ServerResponse } from 'node:http';
 import type { V1Pod } from '@kubernetes/client-node';
-import type { Logger } from '../../lib/index.ts';
+import { type Logger, pauseAt } from '../../lib/index.ts';
 import { PodStateError, type PodInstance } from '../../wasm/index.ts';
 import type { ContainerRunner } from '../container.ts';
 import type { PodManager } from '../pods.ts';
@@ -88,6 +88,7 @@ export async function serveCheckpoint(req: IncomingMessage, res: ServerResponse,
   const wasFrozen = inst.frozen;
   if (!wasFrozen) await freeze(inst, who, timeoutMs);
   log.debug({ pod: who, container, leave }, 'checkpoint: pod frozen');
+  await pauseAt('kubelet-frozen');
   let snapshot: Awaited<ReturnType<PodInstance['snapshot']>>;
   try {
     snapshot = await inst.snapshot({ digest: true });
