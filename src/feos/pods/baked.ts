@@ -171,8 +171,12 @@ export async function bakePoint(core: PodCore, pod: PodInfo, pull: { pullToken: 
   if (!(await thaw(core, pod, true))) return log('the guest cannot freeze its data volume (an older guest): not baked');
   if (!o.objectStore) return log('feosd has no object store (--object-store): not baked');
   const name = pod.spec!.containers[0]?.name;
-  const had = await guest.call('ListContainers', {}, GUEST_CALL_MS);
-  if (had.containers.some((c) => c.name === name)) return;
+  try {
+    const had = await guest.call('ListContainers', {}, GUEST_CALL_MS);
+    if (had.containers.some((c) => c.name === name)) return;
+  } catch (err: unknown) {
+    return log('the guest did not list its containers: not baked', err);
+  }
   let digest: string;
   try {
     const res = await guest.call('PullImage', { image: il.image, pullToken: pull.pullToken, registryEndpoints: pull.registryEndpoints }, CONTAINER_CREATE_MS);

@@ -103,11 +103,13 @@ test('a pod bakes its image into S3, a second pod on another feosd starts on the
   const logs = async (f: FeosdProcess, id: string) => (await feosctl(f.socket, ['pod', 'logs', id])).stdout;
   const blobFetches = (repo: string) => reg.seenRequests.filter((r) => r.includes(`/v2/${repo}/blobs/`));
 
-  // A's events, from before pod 1's create: the one that names the layer.
+  // A's events, from before pod 1's create (a watch of one pod needs the pod): the one that names the layer.
   const events: PodEvent[] = [];
-  const watch = a.pods.watchPodEvents({ podId: POD1 });
+  const watch = a.pods.watchPodEvents({});
   t.after(() => watch.cancel());
-  watch.on('data', (ev: PodEvent) => events.push(ev));
+  watch.on('data', (ev: PodEvent) => {
+    if (ev.podId === POD1) events.push(ev);
+  });
   watch.on('error', () => {});
 
   let layer = '';
