@@ -38,7 +38,6 @@ test('a pod bakes its image into S3, a second pod on another feosd starts on the
   assert.equal(process.getuid?.(), 0, 'this suite runs as root');
   execFileSync('bash', [join(REPO, 'scripts/build-guest.sh'), GUEST_DIR], { stdio: ['ignore', 'ignore', 'inherit'], timeout: 600_000 });
   const { dir, cleanup } = tempDir('feos-bake-');
-  t.after(cleanup);
   const s3 = await startS3Server();
   t.after(() => s3.stop());
   await s3.createBucket(BUCKET);
@@ -71,6 +70,8 @@ test('a pod bakes its image into S3, a second pod on another feosd starts on the
         if (vm.pid > 0) process.kill(vm.pid, 'SIGKILL');
       } catch {}
     }
+    // Last: the microVMs' records are in it.
+    cleanup();
   });
   let broken = '';
   const step = (name: string, fn: () => Promise<void>) =>
