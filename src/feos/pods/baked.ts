@@ -109,7 +109,7 @@ export function parseLayerManifest(bytes: Uint8Array, layer: string): LayerManif
  * object store (the manifest, then the layer, checked against the manifest's size and SHA-256).
  * @throws Error (FeosError for the store's failures) saying why it is not to be had
  */
-async function haveLayer(core: PodCore, layer: string): Promise<LayerManifest> {
+async function haveLayer(core: PodCore, layer: string, podId: string): Promise<LayerManifest> {
   const dir = localLayerDir(core, layer);
   if (existsSync(join(dir, 'layer.qcow2')) && existsSync(join(dir, 'manifest.json'))) {
     return parseLayerManifest(await readFile(join(dir, 'manifest.json')), layer);
@@ -118,7 +118,8 @@ async function haveLayer(core: PodCore, layer: string): Promise<LayerManifest> {
   if (!store) throw new Error('the node does not have it and feosd has no object store (--object-store)');
   const m = parseLayerManifest(await store.getBytes(layerKey(layer, 'manifest.json')), layer);
   await mkdir(dir, { recursive: true });
-  const tmp = join(dir, '.layer.qcow2.fetch');
+  // The pod's own: two pods' bring-ups may fetch one layer at once.
+  const tmp = join(dir, `.layer.qcow2.${podId}.fetch`);
   await fetchVerified(store, { key: layerKey(layer, 'layer.qcow2'), sizeBytes: m.sizeBytes, sha256: m.sha256 }, tmp, `layer ${layer}`);
   await rename(tmp, join(dir, 'layer.qcow2'));
   await writeFileAtomic(join(dir, 'manifest.json'), JSON.stringify(m, null, 2));
@@ -136,7 +137,7 @@ export async function makePodDisk(core: PodCore, pod: PodInfo, tmp: string): Pro
   for (const layer of pod.imageLayers?.layers ?? []) {
     let m: LayerManifest;
     try {
-      m = await haveLayer(core, layer);
+      m = await haveLayer(core, layer, pod.id);
       if (m.guestVersion !== pod.guestVersion) throw new Error(`it was made for guest version ${m.guestVersion}, the pod boots ${pod.guestVersion}`);
       if (m.image !== pod.imageLayers!.image) throw new Error(`it holds image ${m.image}, not ${pod.imageLayers!.image}`);
     } catch (err: unknown) {
