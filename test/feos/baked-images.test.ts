@@ -1,14 +1,18 @@
 // CreatePod's image_layers against a real feosd (no VM; seed "Baked images", docs/feos/baked-images.md):
 // bad ones are INVALID_ARGUMENT naming the field, a good one is kept in the record and never compared, a
 // layer the node cannot fetch (no object store) is passed over and the disk is made on the blank data
-// volume, which the record says; feosctl's --bake and --image-layer need one container.
+// volume, which the record says; feosctl's --bake and --image-layer need one container. A layer sealed on
+// the node whose push a restart cut off is put at feosd's start, and its pod's record then names it.
 import assert from 'node:assert/strict';
 import { execFileSync } from 'node:child_process';
-import { mkdirSync, writeFileSync } from 'node:fs';
+import { createHash, randomBytes } from 'node:crypto';
+import { existsSync, mkdirSync, writeFileSync } from 'node:fs';
+import { pathToFileURL } from 'node:url';
+import { create, toBinary } from '@bufbuild/protobuf';
 import { join } from 'node:path';
 import { test } from 'node:test';
 import { status } from '@grpc/grpc-js';
-import { PodState } from '../../src/feos/gen/feos/pod/v1/pod_pb.js';
+import { PodInfoSchema, PodState } from '../../src/feos/gen/feos/pod/v1/pod_pb.js';
 import { feosctl, startFeosd, tempDir, until } from './harness.ts';
 
 const code = (e: unknown) => (e as { code?: number }).code;
@@ -59,4 +63,47 @@ test('image_layers: checked, kept and never compared; a layer not to be had is p
   const ctl = await feosctl(feosd.socket, ['pod', 'create', '--bake', '--image', 'r.example/a:1', '--image', 'r.example/b:1']);
   assert.equal(ctl.code, 2);
   assert.match(ctl.stderr, /--bake and --image-layer need a pod with one container \(it has 2\)/);
+});
+
+test('a layer sealed here whose push a restart cut off is put at the next start, and its pod names it', { timeout: 120_000 }, async (t) => {
+  const { dir, cleanup } = tempDir('feos-baked-push-');
+  t.after(cleanup);
+  const state = join(dir, 'state');
+  const id = 'bkpxshpd0aa';
+  const image = 'r.example/app:1';
+  // As a kill after the seal leaves them: the pod's record (STOPPED, on the blank data volume, may
+  // bake) and the layer with its manifest in <state>/layers.
+  mkdirSync(join(state, 'pods'), { recursive: true });
+  const pod = create(PodInfoSchema, {
+    id,
+    spec: { vcpus: 1, memoryBytes: 256n * 1024n * 1024n, containers: [{ name: 'app', image }] },
+    state: PodState.STOPPED,
+    reason: 'stopped by StopPod',
+    recordVersion: 1,
+    generation: 5n,
+    guestVersion: '20260101-000000',
+    imageLayers: { image, bake: true },
+    disk: { layer: '' },
+  });
+  writeFileSync(join(state, 'pods', `${id}.pb`), toBinary(PodInfoSchema, pod));
+  const bytes = randomBytes(256 * 1024);
+  const layer = createHash('sha256').update(bytes).digest('hex');
+  mkdirSync(join(state, 'layers', layer), { recursive: true });
+  writeFileSync(join(state, 'layers', layer, 'layer.qcow2'), bytes);
+  const manifest = { version: 1, layer, guestVersion: '20260101-000000', image, imageDigest: `sha256:${'0'.repeat(64)}`, sizeBytes: bytes.length, sha256: layer, bakedBy: id, bakedAt: new Date().toISOString() };
+  writeFileSync(join(state, 'layers', layer, 'manifest.json'), JSON.stringify(manifest));
+  const store = join(dir, 'store');
+  const feosd = await startFeosd(dir, { extra: ['--object-store', pathToFileURL(store).href] });
+  t.after(() => feosd.stop('SIGKILL'));
+  const named = await until(
+    "the pod's record names the layer",
+    async () => {
+      const p = (await feosd.pods.getPod({ id })).pod!;
+      return p.baked ? p : undefined;
+    },
+    60_000,
+  );
+  assert.equal(named.baked, layer);
+  assert.equal(named.state, PodState.STOPPED, 'the pod stays as it was');
+  assert.ok(existsSync(join(store, 'layers', layer, 'layer.qcow2')) && existsSync(join(store, 'layers', layer, 'manifest.json')), 'the store has the layer and its manifest');
 });

@@ -20,7 +20,7 @@
  */
 import { createHash } from 'node:crypto';
 import { constants, createReadStream, existsSync } from 'node:fs';
-import { copyFile, mkdir, open, readFile, rename, rm } from 'node:fs/promises';
+import { copyFile, mkdir, open, readdir, readFile, rename, rm } from 'node:fs/promises';
 import { execFile } from 'node:child_process';
 import { promisify } from 'node:util';
 import { join } from 'node:path';
@@ -294,5 +294,33 @@ export async function pushLayer(core: PodCore, id: string, m: LayerManifest): Pr
     });
   } catch (err: unknown) {
     if (!(err instanceof FeosError && err.code === 'NOT_FOUND')) core.log.warn({ id, layer: m.layer, err: errorMessage(err) }, 'bake: the record does not name the layer');
+  }
+}
+
+/**
+ * At feosd's start: the layers this node sealed whose push a restart cut off (their pod's record may
+ * bake, names no baked layer, and its disk is on the blank data volume) are pushed again, in the
+ * background, as after a seal. A layer whose manifest cannot be read is left alone. Never throws.
+ */
+export async function resumeLayerPushes(core: PodCore): Promise<void> {
+  if (!core.o.objectStore) return;
+  const dir = join(core.o.records.dir, '..', 'layers');
+  let names: string[];
+  try {
+    names = await readdir(dir);
+  } catch {
+    return;
+  }
+  for (const layer of names.filter((n) => LAYER_ID.test(n)).sort()) {
+    let m: LayerManifest;
+    try {
+      m = parseLayerManifest(await readFile(join(dir, layer, 'manifest.json')), layer);
+    } catch {
+      continue;
+    }
+    const pod = core.o.records.get(m.bakedBy);
+    if (!pod?.imageLayers?.bake || pod.baked || pod.disk?.layer || !existsSync(join(dir, layer, 'layer.qcow2'))) continue;
+    core.log.info({ id: pod.id, layer }, 'bake: the layer is put again (a restart cut its push)');
+    void pushLayer(core, pod.id, m);
   }
 }

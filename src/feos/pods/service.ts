@@ -29,7 +29,7 @@ import { recoverInFlight } from './recovery.ts';
 import { deletePod, refuseUnsettled, resumeLocked, stopPod, suspendPod } from './lifecycle.ts';
 import { abandonable, hibernatePod, hibernationStatus } from './hibernate.ts';
 import { restorePod } from './restore.ts';
-import { checkImageLayers } from './baked.ts';
+import { checkImageLayers, resumeLayerPushes } from './baked.ts';
 
 export type { PodServiceOptions } from './core.ts';
 export { GUEST_ATTACH_MS, GUEST_CALL_MS, type PodAction } from './actions.ts';
@@ -92,6 +92,8 @@ export class PodService extends EventEmitter<{ event: [PodEvent] }> {
         }
       });
     }
+    // Layers sealed here whose push a restart cut off (seed "Baked images").
+    await resumeLayerPushes(core);
     this.#clock = new ClockKeeper(
       () =>
         o.records
