@@ -141,8 +141,12 @@ export const handlers = new Map<string, UnaryHandler>([
   ],
   [
     `/${S}/FreezeFilesystem`,
-    method(FreezeFilesystemRequestSchema, FreezeFilesystemResponseSchema, async () => {
+    method(FreezeFilesystemRequestSchema, FreezeFilesystemResponseSchema, async (req) => {
       needData();
+      if (req.trim) {
+        // Best effort: a disk without discard trims nothing, and the freeze goes on.
+        await run('/bin/busybox', ['fstrim', DATA_DIR], { timeout: 120_000 }).catch((err: unknown) => log(`fstrim ${DATA_DIR}: ${String(err)}`));
+      }
       const why = await fsfreeze('--freeze');
       // EBUSY: frozen already (a freeze whose answer a restart of feosd or of the agent cut off).
       if (why && !/busy/i.test(why)) throw new GrpcError(GrpcCode.FAILED_PRECONDITION, `freeze ${DATA_DIR}: ${why}`);

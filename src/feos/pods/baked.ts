@@ -187,7 +187,7 @@ export async function bakePoint(core: PodCore, pod: PodInfo, pull: { pullToken: 
   }
   let sealed: LayerManifest | undefined;
   try {
-    await guest.call('FreezeFilesystem', {}, FREEZE_MS);
+    await guest.call('FreezeFilesystem', { trim: true }, FREEZE_MS * 3);
     sealed = await sealLayer(core, pod, digest);
   } catch (err: unknown) {
     log('the freeze or the seal failed: not baked', err);
@@ -223,30 +223,33 @@ async function thaw(core: PodCore, pod: PodInfo, quiet: boolean): Promise<boolea
 
 /**
  * Seals the pod's disk as a layer while its data volume is frozen (the guest's freeze flushed it, so the
- * qcow2 QEMU writes is whole on the node): a copy of `<disks>/<id>.qcow2` hashed as it is written, kept as
- * `<state-dir>/layers/<sha256>/layer.qcow2` beside its manifest.
+ * qcow2 QEMU writes is whole on the node): `qemu-img convert -U` of `<disks>/<id>.qcow2` over the guest's
+ * `data.qcow2` (`-B`: the clusters the pod wrote, compacted; the trimmed ones as zeros), fsynced and
+ * hashed, kept as `<state-dir>/layers/<sha256>/layer.qcow2` beside its manifest.
  */
 async function sealLayer(core: PodCore, pod: PodInfo, imageDigest: string): Promise<LayerManifest> {
   const layersDir = join(core.o.records.dir, '..', 'layers');
   await mkdir(layersDir, { recursive: true });
   const tmp = join(layersDir, `.${pod.id}.sealing`);
-  const hash = createHash('sha256');
+  const data = join(core.o.guestDir, pod.guestVersion, 'data.qcow2');
+  let layer: string;
   let size = 0;
-  const out = await open(tmp, 'w', 0o600);
   try {
-    for await (const chunk of createReadStream(join(core.o.disksDir, `${pod.id}.qcow2`), { highWaterMark: 1 << 20 })) {
+    await rm(tmp, { force: true });
+    // -U: QEMU holds the disk's lock; the frozen volume writes nothing while it is read.
+    await run('qemu-img', ['convert', '-U', '-q', '-f', 'qcow2', '-O', 'qcow2', '-B', data, '-F', 'qcow2', join(core.o.disksDir, `${pod.id}.qcow2`), tmp]);
+    const hash = createHash('sha256');
+    for await (const chunk of createReadStream(tmp, { highWaterMark: 1 << 20 })) {
       hash.update(chunk as Buffer);
       size += (chunk as Buffer).byteLength;
-      await out.write(chunk as Buffer);
     }
-    await out.sync();
+    const fh = await open(tmp, 'r+');
+    await fh.sync().finally(() => fh.close());
+    layer = hash.digest('hex');
   } catch (err: unknown) {
-    await out.close().catch(() => {});
     await rm(tmp, { force: true });
     throw err;
   }
-  await out.close();
-  const layer = hash.digest('hex');
   const m: LayerManifest = {
     version: LAYER_MANIFEST_VERSION,
     layer,
