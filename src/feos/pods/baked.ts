@@ -202,16 +202,16 @@ export async function bakePoint(core: PodCore, pod: PodInfo, pull: { pullToken: 
 /**
  * Thaws the pod's data volume (three tries). Returns false when the guest does not know the call (an
  * older guest, which cannot freeze).
- * @param quiet a thaw of nothing frozen is not logged
+ * @param leftover this thaw looks for a freeze that a restart cut off (logged when it finds one)
  * @throws Error "the data volume stays frozen: ..." when it fails otherwise
  */
-async function thaw(core: PodCore, pod: PodInfo, quiet: boolean): Promise<boolean> {
+async function thaw(core: PodCore, pod: PodInfo, leftover: boolean): Promise<boolean> {
   const guest = core.o.vms.guest(pod.id);
   let last: unknown;
   for (let i = 0; i < 3; i++) {
     try {
       const res = await guest.call('ThawFilesystem', {}, FREEZE_MS);
-      if (res.wasFrozen && quiet) core.log.warn({ id: pod.id }, 'bake: a freeze a restart cut off was thawed');
+      if (res.wasFrozen && leftover) core.log.warn({ id: pod.id }, 'bake: a freeze a restart cut off was thawed');
       return true;
     } catch (err: unknown) {
       if (err instanceof GrpcError && err.code === GrpcCode.UNIMPLEMENTED) return false;
