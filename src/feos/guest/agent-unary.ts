@@ -144,8 +144,11 @@ export const handlers = new Map<string, UnaryHandler>([
     method(FreezeFilesystemRequestSchema, FreezeFilesystemResponseSchema, async (req) => {
       needData();
       if (req.trim) {
-        // Best effort: a disk without discard trims nothing, and the freeze goes on.
-        await run('/bin/busybox', ['fstrim', DATA_DIR], { timeout: 120_000 }).catch((err: unknown) => log(`fstrim ${DATA_DIR}: ${String(err)}`));
+        // Best effort: a disk without discard trims nothing, and the freeze goes on. The sync first: ext4
+        // trims only the blocks whose freeing its journal committed (a pull's tarball just deleted).
+        await run('/bin/busybox', ['sh', '-c', `sync && /bin/busybox fstrim -v ${DATA_DIR}`], { timeout: 120_000 })
+          .then(({ stdout }) => log(`fstrim: ${String(stdout).trim()}`))
+          .catch((err: unknown) => log(`fstrim ${DATA_DIR}: ${String(err)}`));
       }
       const why = await fsfreeze('--freeze');
       // EBUSY: frozen already (a freeze whose answer a restart of feosd or of the agent cut off).
