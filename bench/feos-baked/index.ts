@@ -67,6 +67,7 @@ try {
   await f.pods.deletePod({ id: FRESH });
   const bake = await timed(BAKE, { image, bake: true });
   const baked = await until('the layer is in the store', async () => (await f.pods.getPod({ id: BAKE })).pod!.baked || undefined, 600_000);
+  const trimmed = /feos-agent: fstrim.*/.exec(readFileSync(join(f.stateDir, 'vms', BAKE, 'serial.log'), 'utf8'))?.[0] ?? 'no fstrim line';
   await f.pods.deletePod({ id: BAKE });
   const before = blobs();
   const onLayer = await timed(LAYER, { image, layers: [baked] });
@@ -80,7 +81,7 @@ try {
   console.log(`  create to RUNNING, fresh pull                 ${s(fresh.ms)}`);
   console.log(`  create to RUNNING, pull and bake              ${s(bake.ms)}   ratio to the fresh pull ${(bake.ms / fresh.ms).toFixed(2)}`);
   console.log(`  create to RUNNING, on the baked layer         ${s(onLayer.ms)}   ratio to the fresh pull ${(onLayer.ms / fresh.ms).toFixed(2)}`);
-  console.log(`  layer ${(layerBytes / 2 ** 20).toFixed(1)} MiB; blobs fetched by the pod on the layer: ${pulledOnLayer}`);
+  console.log(`  layer ${(layerBytes / 2 ** 20).toFixed(1)} MiB; blobs fetched by the pod on the layer: ${pulledOnLayer}; ${trimmed}`);
 } finally {
   for (const id of [FRESH, BAKE, LAYER]) await feosd?.pods.deletePod({ id }).catch(() => {});
   await feosd?.stop();
