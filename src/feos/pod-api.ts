@@ -55,7 +55,7 @@ export function addPodService(server: grpc.Server, o: PodApiOptions): void {
     PodServiceDesc,
     {
       // The pull token goes to the pod layer's memory only (seed "Pull tokens").
-      createPod: async (req) => ({ pod: await act(req.id, { kind: 'create', spec: req.spec!, pullToken: req.pullToken }) }),
+      createPod: async (req) => ({ pod: await act(req.id, { kind: 'create', spec: req.spec!, pullToken: req.pullToken, imageLayers: req.imageLayers }) }),
       getPod: async (req) => ({ pod: await pods.getWithGuest(req.id) }),
       listPods: async () => ({ pods: pods.list() }),
       startPod: async (req) => ({ pod: await act(req.id, { kind: 'start', pullToken: req.pullToken }) }),

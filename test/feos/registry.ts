@@ -44,6 +44,8 @@ export interface LocalRegistry {
   gated: string;
   /** Every Authorization header the gate saw (to check what a pull sent). */
   seenAuth: string[];
+  /** Every request the gate saw, `METHOD /path`, in order (to check what a pull asked for). */
+  seenRequests: string[];
   stop(): Promise<void>;
 }
 
@@ -99,9 +101,11 @@ async function startDockerRegistry(dir: string, port: number): Promise<{ child: 
 /** The token gate in front of the registry on `port`, and the registry's handle. */
 async function withGate(child: ChildProcess, port: number, token: string): Promise<LocalRegistry> {
   const seenAuth: string[] = [];
+  const seenRequests: string[] = [];
   const gate = http.createServer((req, res) => {
     const auth = req.headers.authorization ?? '';
     seenAuth.push(auth);
+    seenRequests.push(`${req.method} ${req.url}`);
     // The token endpoint hands anonymous clients a token that opens public/* only.
     if ((req.url ?? '').startsWith('/token')) {
       res.writeHead(200, { 'content-type': 'application/json' });
@@ -126,6 +130,7 @@ async function withGate(child: ChildProcess, port: number, token: string): Promi
     direct: `127.0.0.1:${port}`,
     gated: `127.0.0.1:${gatePort}`,
     seenAuth,
+    seenRequests,
     async stop() {
       gate.closeAllConnections();
       await new Promise<void>((r) => gate.close(() => r()));

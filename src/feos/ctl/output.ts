@@ -68,6 +68,9 @@ export function printPods(pods: PodInfo[], output: Output, single: boolean): voi
       }
       process.stdout.write(`\n${table(crows)}`);
     }
+    // What its disk was made on, and the layer it baked (seed "Baked images").
+    if (single && p.disk) process.stdout.write(`\nDisk:  ${p.disk.layer ? `on baked layer ${p.disk.layer}` : 'on the blank data volume'}\n`);
+    if (single && p.baked) process.stdout.write(`Baked: ${p.baked}\n`);
   }
 }
 

@@ -54,8 +54,10 @@ export function addPodCommands(program: Command, ctx: CtlContext): void {
     .option('--pull-token-file <file>', "a Bearer token of the images' registry for this bring-up's pulls (kept in feosd's memory only)")
     .option('--metadata <key=value...>', "the pod's metadata (its metadata service's /metadata); over -f's and --metadata-file's")
     .option('--metadata-file <file>', 'metadata as a YAML or JSON mapping of keys to strings')
+    .option('--image-layer <layer...>', "baked layers of the pod's one container's image to start its disk on, in order (a pod's BAKED layer ID); one the node cannot fetch is passed over")
+    .option('--bake', "let the pod bake its one container's image into a layer when its disk is on the blank data volume (needs feosd's --object-store)")
     .addOption(output())
-    .action(async (o: { id?: string; vcpus?: number; memory?: bigint; image?: string[]; network?: boolean; filename?: string; wait?: boolean; pullTokenFile?: string; metadata?: string[]; metadataFile?: string; output: Output }) => {
+    .action(async (o: { id?: string; vcpus?: number; memory?: bigint; image?: string[]; network?: boolean; filename?: string; wait?: boolean; pullTokenFile?: string; metadata?: string[]; metadataFile?: string; imageLayer?: string[]; bake?: boolean; output: Output }) => {
       let spec = create(PodSpecSchema);
       if (o.filename) {
         let text: string;
@@ -80,7 +82,15 @@ export function addPodCommands(program: Command, ctx: CtlContext): void {
       const c = pods();
       const id = o.id ?? mintPodId();
       const pullToken = readToken(o.pullTokenFile);
-      const res = await call(() => c.createPod({ id, spec, pullToken }, { deadline: deadline() }));
+      let imageLayers: { image: string; layers: string[]; bake: boolean } | undefined;
+      if (o.bake || o.imageLayer) {
+        if (spec.containers.length !== 1) {
+          c.grpc.close();
+          throw new InvalidArgumentError(`--bake and --image-layer need a pod with one container (it has ${spec.containers.length}): give one --image, or one container in -f`);
+        }
+        imageLayers = { image: spec.containers[0].image, layers: o.imageLayer ?? [], bake: o.bake ?? false };
+      }
+      const res = await call(() => c.createPod({ id, spec, pullToken, imageLayers }, { deadline: deadline() }));
       const settled = o.wait ? await withContainerStates(c, await waitSettled(c, res.pod!.id || id), deadline()) : res.pod!;
       printPods([settled], o.output, true);
       c.grpc.close();

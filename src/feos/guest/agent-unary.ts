@@ -17,6 +17,8 @@ import {
   CreateContainerResponseSchema,
   EmptyMemoryRequestSchema,
   EmptyMemoryResponseSchema,
+  FreezeFilesystemRequestSchema,
+  FreezeFilesystemResponseSchema,
   GetTimeRequestSchema,
   GetTimeResponseSchema,
   ListContainersRequestSchema,
@@ -33,9 +35,11 @@ import {
   ShutdownResponseSchema,
   StartContainerRequestSchema,
   StartContainerResponseSchema,
+  ThawFilesystemRequestSchema,
+  ThawFilesystemResponseSchema,
 } from '../gen/feos/guest/v1/guest_pb.js';
 import { GrpcCode, GrpcError, type UnaryHandler } from './grpc-wire.ts';
-import { AGENT_VERSION, containerStatus, containers, images, log, memAvailable, method, needData, readFileOr, S, status } from './agent-base.ts';
+import { AGENT_VERSION, containerStatus, containers, DATA_DIR, images, log, memAvailable, method, needData, readFileOr, run, S, status } from './agent-base.ts';
 import { clock, configureNetwork, mountVolume, pullOptions } from './agent-system.ts';
 
 /** The unary calls by their path. */
@@ -136,6 +140,35 @@ export const handlers = new Map<string, UnaryHandler>([
     }),
   ],
   [
+    `/${S}/FreezeFilesystem`,
+    method(FreezeFilesystemRequestSchema, FreezeFilesystemResponseSchema, async (req) => {
+      needData();
+      if (req.trim) {
+        // Best effort: a disk without discard trims nothing, and the freeze goes on. The sync first: ext4
+        // trims only the blocks whose freeing its journal committed (a pull's tarball just deleted).
+        await run('/bin/busybox', ['sh', '-c', `sync && /bin/busybox fstrim -v ${DATA_DIR}`], { timeout: 120_000 })
+          .then(({ stdout }) => log(`fstrim: ${String(stdout).trim()}`))
+          .catch((err: unknown) => log(`fstrim ${DATA_DIR}: ${String(err)}`));
+      }
+      const why = await fsfreeze('--freeze');
+      // EBUSY: frozen already (a freeze whose answer a restart of feosd or of the agent cut off).
+      if (why && !/busy/i.test(why)) throw new GrpcError(GrpcCode.FAILED_PRECONDITION, `freeze ${DATA_DIR}: ${why}`);
+      log(`${DATA_DIR} frozen`);
+      return create(FreezeFilesystemResponseSchema);
+    }),
+  ],
+  [
+    `/${S}/ThawFilesystem`,
+    method(ThawFilesystemRequestSchema, ThawFilesystemResponseSchema, async () => {
+      needData();
+      const why = await fsfreeze('--unfreeze');
+      // EINVAL: it was not frozen.
+      if (why && !/invalid argument/i.test(why)) throw new GrpcError(GrpcCode.INTERNAL, `thaw ${DATA_DIR}: ${why}`);
+      if (!why) log(`${DATA_DIR} thawed`);
+      return create(ThawFilesystemResponseSchema, { wasFrozen: !why });
+    }),
+  ],
+  [
     `/${S}/CreateContainer`,
     method(CreateContainerRequestSchema, CreateContainerResponseSchema, async (req) => {
       try {
@@ -181,3 +214,17 @@ export const handlers = new Map<string, UnaryHandler>([
     ),
   ],
 ]);
+
+/**
+ * busybox's `fsfreeze` on the data disk's file system (FIFREEZE, FITHAW): '' when it did it, else its
+ * error's words (EBUSY for a freeze of a frozen one, EINVAL for a thaw of a thawed one).
+ */
+async function fsfreeze(how: '--freeze' | '--unfreeze'): Promise<string> {
+  try {
+    await run('/bin/busybox', ['fsfreeze', how, DATA_DIR], { timeout: 60_000 });
+    return '';
+  } catch (err: unknown) {
+    const e = err as { stderr?: string; message?: string };
+    return (e.stderr || e.message || String(err)).trim();
+  }
+}

@@ -2,7 +2,7 @@
  * Every call that changes a pod, as one discriminated union (STYLE.md 5.9), and the timeouts the seed
  * gives the pod service's calls to a guest (seed 000, "A pod", "The guest").
  */
-import type { PodSpec } from '../gen/feos/pod/v1/pod_pb.js';
+import type { ImageLayers, PodSpec } from '../gen/feos/pod/v1/pod_pb.js';
 
 /** How long a boot's guest has to attach (seed: 60 s). */
 export const GUEST_ATTACH_MS = 60_000;
@@ -24,8 +24,11 @@ export const CONTAINER_START_MS = 60_000;
  * says the state it needs.
  */
 export type PodAction =
-  /** Any state: the pod exists (same spec) or not. */
-  | { kind: 'create'; spec: PodSpec; pullToken?: string }
+  /**
+   * Any state: the pod exists (same spec) or not. `imageLayers` (seed "Baked images"): kept in a new
+   * pod's record, never compared.
+   */
+  | { kind: 'create'; spec: PodSpec; pullToken?: string; imageLayers?: ImageLayers }
   /** STOPPED or FAILED. */
   | { kind: 'start'; pullToken?: string }
   /** Any but deleted. */

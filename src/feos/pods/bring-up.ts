@@ -5,10 +5,9 @@
  */
 import { existsSync } from 'node:fs';
 import { mkdir, rename } from 'node:fs/promises';
-import { execFile } from 'node:child_process';
-import { promisify } from 'node:util';
 import { join } from 'node:path';
-import { type PodInfo, PodState } from '../gen/feos/pod/v1/pod_pb.js';
+import { create } from '@bufbuild/protobuf';
+import { DiskOriginSchema, type PodInfo, PodState } from '../gen/feos/pod/v1/pod_pb.js';
 import { MicroVmState } from '../gen/feos/microvm/v1/microvm_pb.js';
 import { errorMessage, FeosError } from '../api/index.ts';
 import { VolumeState } from '../gen/feos/volume/v1/volume_pb.js';
@@ -22,8 +21,7 @@ import type { PodNetworkAttachment } from './network.ts';
 import { guestVersions } from './guests.ts';
 import { CONTAINER_CREATE_MS, CONTAINER_START_MS, GUEST_ATTACH_MS } from './actions.ts';
 import type { Entry, PodCore } from './core.ts';
-
-const run = promisify(execFile);
+import { bakePoint, makePodDisk } from './baked.ts';
 
 /** Queues the bring-up behind the pod's lock (a create's answer goes first); failures are logged. */
 export function startBringUp(core: PodCore, id: string, entry: Entry): Promise<void> {
@@ -68,7 +66,11 @@ export async function bringUp(core: PodCore, pod: PodInfo, signal: AbortSignal):
     if (!existsSync(disk)) {
       await mkdir(o.disksDir, { recursive: true });
       const tmp = `${disk}.tmp`;
-      await run('qemu-img', ['create', '-q', '-f', 'qcow2', '-F', 'qcow2', '-b', join(o.guestDir, pod.guestVersion, 'data.qcow2'), tmp]);
+      // On a baked layer the create named, else on the blank data volume (seed "Baked images"); the
+      // record says which before the disk is there, so that a disk is never without its origin.
+      const layer = await makePodDisk(core, pod, tmp);
+      pod.disk = create(DiskOriginSchema, { layer });
+      await core.save(pod);
       await rename(tmp, disk);
     }
     step = 'network';
@@ -103,6 +105,12 @@ export async function bringUp(core: PodCore, pod: PodInfo, signal: AbortSignal):
     }
     const guest = o.vms.guest(id);
     const endpoints = guestRegistryEndpoints(o.registryForwards ?? [], o.insecureRegistries ?? []);
+    // A disk made on a baked layer has its image: its guest gets no pull token (seed "Pull tokens").
+    const token = pod.disk?.layer ? '' : pullToken;
+    if (pod.imageLayers?.bake) {
+      step = 'bake';
+      await bakePoint(core, pod, { pullToken: token, registryEndpoints: endpoints });
+    }
     for (const c of pod.spec!.containers) {
       signal.throwIfAborted();
       step = `container ${c.name}: create`;
@@ -110,7 +118,7 @@ export async function bringUp(core: PodCore, pod: PodInfo, signal: AbortSignal):
         'CreateContainer',
         {
           config: { name: c.name, image: c.image, command: c.command, args: c.args, env: c.env, volumeMounts: c.volumeMounts.map((m) => ({ name: m.name, path: m.path, readOnly: m.readOnly })) },
-          pullToken,
+          pullToken: token,
           registryEndpoints: endpoints,
         },
         CONTAINER_CREATE_MS,

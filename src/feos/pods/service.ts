@@ -14,7 +14,7 @@ import { EventEmitter } from 'node:events';
 import { existsSync } from 'node:fs';
 import { create, equals } from '@bufbuild/protobuf';
 import { timestampNow } from '@bufbuild/protobuf/wkt';
-import { ContainerStatusSchema, GuestStatusSchema, type PodEvent, type PodInfo, PodInfoSchema, PodSpecSchema, type PodSpec, PodState } from '../gen/feos/pod/v1/pod_pb.js';
+import { ContainerStatusSchema, GuestStatusSchema, type ImageLayers, type PodEvent, type PodInfo, PodInfoSchema, PodSpecSchema, type PodSpec, PodState } from '../gen/feos/pod/v1/pod_pb.js';
 import { MicroVmState } from '../gen/feos/microvm/v1/microvm_pb.js';
 import { FeosError, errorMessage, vmBusy } from '../api/index.ts';
 import type { MicroVmExit, MicroVmService } from '../microvm/index.ts';
@@ -29,6 +29,7 @@ import { recoverInFlight } from './recovery.ts';
 import { deletePod, refuseUnsettled, resumeLocked, stopPod, suspendPod } from './lifecycle.ts';
 import { abandonable, hibernatePod, hibernationStatus } from './hibernate.ts';
 import { restorePod } from './restore.ts';
+import { checkImageLayers, resumeLayerPushes } from './baked.ts';
 
 export type { PodServiceOptions } from './core.ts';
 export { GUEST_ATTACH_MS, GUEST_CALL_MS, type PodAction } from './actions.ts';
@@ -91,6 +92,8 @@ export class PodService extends EventEmitter<{ event: [PodEvent] }> {
         }
       });
     }
+    // Layers sealed here whose push a restart cut off (seed "Baked images").
+    await resumeLayerPushes(core);
     this.#clock = new ClockKeeper(
       () =>
         o.records
@@ -197,7 +200,7 @@ export class PodService extends EventEmitter<{ event: [PodEvent] }> {
     const core = this.#core;
     switch (action.kind) {
       case 'create':
-        return this.#create(id, action.spec, action.pullToken);
+        return this.#create(id, action.spec, action.pullToken, action.imageLayers);
       case 'start':
         return this.#start(id, action.pullToken);
       case 'stop':
@@ -220,10 +223,12 @@ export class PodService extends EventEmitter<{ event: [PodEvent] }> {
     }
   }
 
-  async #create(id: string, rawSpec: PodSpec, pullToken?: string): Promise<PodInfo> {
+  async #create(id: string, rawSpec: PodSpec, pullToken?: string, rawLayers?: ImageLayers): Promise<PodInfo> {
     const core = this.#core;
     const o = core.o;
     const spec = normalizeSpec(rawSpec);
+    // Kept in the record and never compared (seed "Baked images").
+    const imageLayers = checkImageLayers(rawLayers, spec);
     const existing = o.records.get(id);
     if (existing) {
       if (equals(PodSpecSchema, existing.spec!, spec)) return existing;
@@ -254,6 +259,7 @@ export class PodService extends EventEmitter<{ event: [PodEvent] }> {
         createdAt: now,
         stateChangedAt: now,
         recordVersion: POD_RECORD_VERSION,
+        imageLayers,
       });
       await core.save(pod);
       if (pullToken) core.pullTokens.set(id, pullToken);
