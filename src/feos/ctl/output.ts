@@ -68,9 +68,10 @@ export function printPods(pods: PodInfo[], output: Output, single: boolean): voi
       }
       process.stdout.write(`\n${table(crows)}`);
     }
-    // What its disk was made on, and the layer it baked (seed "Baked images").
-    if (single && p.disk) process.stdout.write(`\nDisk:  ${p.disk.layer ? `on baked layer ${p.disk.layer}` : 'on the blank data volume'}\n`);
-    if (single && p.baked) process.stdout.write(`Baked: ${p.baked}\n`);
+    // What its disk was made on when that was a baked layer, and the layer it baked (seed "Baked images"); a pod on
+    // the blank data volume, as most are, prints neither (-o yaml shows its disk).
+    if (single && p.disk?.layer) process.stdout.write(`\nDisk:  on baked layer ${p.disk.layer}\n`);
+    if (single && p.baked) process.stdout.write(`${p.disk?.layer ? '' : '\n'}Baked: ${p.baked}\n`);
   }
 }
 
