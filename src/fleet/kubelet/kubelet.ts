@@ -397,6 +397,14 @@ export async function startFeosKubelet(o: FeosKubeletOptions): Promise<FeosKubel
       if (moves.wantsRestore(pod, info)) {
         const r = await moves.restore(pod, info, session);
         if ('failed' in r) {
+          if (r.stale && pod.metadata?.annotations?.[ANNOTATIONS.restoreFrom] === undefined) {
+            // A Pod started afresh (a failed restore's replacement) over the stale HIBERNATED record of a
+            // pod another node restored: the record goes, and the next look creates the FeOS pod.
+            log.info({ pod: keyOf(pod), feosPod: id, err: r.failed }, 'the node\'s HIBERNATED record is stale; deleting it to start the pod afresh');
+            await stopAndDelete(session, id, 1000);
+            np.infos.delete(id);
+            return;
+          }
           await restoreFailed(pod, w, r.failed);
           return;
         }

@@ -26,6 +26,8 @@ import type { Logger } from '../../lib/index.ts';
 import { type PodInfo, PodService, PodState } from '../../feos/gen/feos/pod/v1/pod_pb.js';
 import { GrpcCallError, unary } from '../node-client.ts';
 
+/** gRPC FAILED_PRECONDITION. */
+const FAILED_PRECONDITION = 9;
 /** HibernatePod's deadline, ms: feosd's suspend budget (190 s + 5 s/GiB) and the upload. */
 const HIBERNATE_TIMEOUT_MS = 600_000;
 /** RestorePod's deadline, ms: the controller's deadline of a microVM move (5 min). */
@@ -52,9 +54,11 @@ export interface MicrovmMoves {
   wantsRestore(pod: V1Pod, info: PodInfo | undefined): boolean;
   /**
    * Restores the pod's FeOS pod on `session`'s node (see the file's comment).
-   * @returns the restored pod, or `{ failed }` with why (the caller ends the Pod `Failed`, `RestoreError`)
+   * @returns the restored pod, or `{ failed }` with why (the caller ends the Pod `Failed`, `RestoreError`);
+   *   `stale`: the node's HIBERNATED record names a checkpoint another node restored already (the pod's
+   *   memory lives there), so it can only start afresh
    */
-  restore(pod: V1Pod, info: PodInfo | undefined, session: http2.ClientHttp2Session): Promise<{ pod: PodInfo | undefined } | { failed: string }>;
+  restore(pod: V1Pod, info: PodInfo | undefined, session: http2.ClientHttp2Session): Promise<{ pod: PodInfo | undefined } | { failed: string; stale: boolean }>;
   start(): Promise<void>;
   stop(): Promise<void>;
 }
@@ -157,11 +161,11 @@ export function startMicrovmMoves(o: MicrovmMovesOptions): MicrovmMoves {
         try {
           ck = await rest.json<Checkpoint>({ method: 'GET', path: ckPath(ns, from) });
         } catch (err: unknown) {
-          if (isApiError(err, 404)) return { failed: `checkpoint ${from} not found` };
+          if (isApiError(err, 404)) return { failed: `checkpoint ${from} not found`, stale: false };
           throw err;
         }
         if (ck.status?.snapshotKind !== 'microvm' || !ck.status.snapshotName) {
-          return { failed: `checkpoint ${from} holds no microVM snapshot (snapshotKind ${ck.status?.snapshotKind ?? 'none'})` };
+          return { failed: `checkpoint ${from} holds no microVM snapshot (snapshotKind ${ck.status?.snapshotKind ?? 'none'})`, stale: false };
         }
         checkpoint = ck.status.snapshotName;
       }
@@ -171,7 +175,8 @@ export function startMicrovmMoves(o: MicrovmMovesOptions): MicrovmMoves {
         log.info({ pod: `${ns}/${pod.metadata?.name}`, feosPod: id, state: r.pod ? PodState[r.pod.state] : undefined }, 'microVM restored');
         return { pod: r.pod };
       } catch (err: unknown) {
-        return { failed: `RestorePod of ${id}${checkpoint ? ` from ${checkpoint}` : ''} on ${pod.spec?.nodeName}: ${why(err)}` };
+        const stale = err instanceof GrpcCallError && err.code === FAILED_PRECONDITION && /restored already/.test(err.details) && info?.state === PodState.HIBERNATED;
+        return { failed: `RestorePod of ${id}${checkpoint ? ` from ${checkpoint}` : ''} on ${pod.spec?.nodeName}: ${why(err)}`, stale };
       }
     },
     async start() {
