@@ -9,8 +9,11 @@
  *   `Moved` event gives the time from the freeze, the Deployment counts one pod throughout;
  * - the count goes on (`kubectl logs` of the new pod continues above the last number seen before the move)
  *   and so does the guest's uptime (`kubectl exec ... cat /proc/uptime`);
- * - the source's FeOS pod goes once the move is done (the sweep of orphans), the target's runs.
- * One microVM boots (on fleet-a); the move restores it on fleet-b.
+ * - the source's FeOS pod goes once the move is done (the sweep of orphans), the target's runs;
+ * - `kubectl drain fleet-b` moves it back (the eviction's Move Checkpoint), its count going on;
+ * - a move to a third feosd that cannot restore it (no guest installed: RestorePod refuses before it claims
+ *   the checkpoint) rolls it back to fleet-a, where it restores from its HIBERNATED record and goes on.
+ * One microVM boots (on fleet-a); the moves restore it (fleet-b, fleet-a, fleet-a again).
  */
 import assert from 'node:assert/strict';
 import { execFileSync } from 'node:child_process';
@@ -219,6 +222,7 @@ spec:
     assert.equal(most, 1, 'one pod of the Deployment throughout');
     const ev = await events(after.metadata.name);
     assert.match(ev, /^Moved\s+\S+: moved from fleet-a to fleet-b in \d+ ms from the freeze to Running$/m);
+    t.diagnostic(`kube32-cli move: ${moved.stdout.trim()}`);
     const wide = await k('get', 'ckpt', '-o', 'wide');
     assert.match(wide.stdout, /^NAME\s+POD\s+ACTION\s+PHASE\s+NODE\s+SIZE\s+AGE\s+TARGET\s+NEW POD\s+MESSAGE\s+KIND$/m);
     assert.match(wide.stdout, new RegExp(`^\\S+\\s+${before.metadata.name}\\s+Move\\s+Completed\\s+fleet-a\\s+.*fleet-b\\s+${before.metadata.name}\\s+moved in \\d+ ms from the freeze\\s+microvm$`, 'm'));
@@ -236,5 +240,46 @@ spec:
       const r = await feosctlNode(cp.kubeconfig, 'fleet-a', 'pod', 'list');
       return r.code === 0 && !r.stdout.includes(id);
     }, 120_000);
+    countBefore = count;
+    uptimeBefore = up;
+  });
+
+  let back: Pod;
+  await step('kubectl drain of fleet-b moves the pod back to fleet-a (an eviction\'s Move), its count going on', async () => {
+    const r = await run('kubectl', ['--kubeconfig', cp.kubeconfig, 'drain', 'fleet-b', '--ignore-daemonsets', '--timeout', '8m'], MOVE_MS);
+    assert.equal(r.code, 0, `${r.stderr}${r.stdout}`);
+    back = await until('the pod Running and Ready on fleet-a', async () => {
+      const p = (await webPods()).find((x) => x.metadata.name === before.metadata.name);
+      return p && p.spec.nodeName === 'fleet-a' && runningReady(p) ? p : undefined;
+    }, 120_000);
+    assert.notEqual(back.metadata.uid, after.metadata.uid);
+    const ck = await k('get', 'ckpt', '-l', 'kube32.io/trigger=eviction', '-o', 'jsonpath={.items[0].status.phase} {.items[0].status.snapshotKind} {.items[0].status.targetNode}');
+    assert.equal(ck.stdout, 'Completed microvm fleet-a');
+    const count = await until('a count in the pod\'s log', () => lastCount(back.metadata.name), 60_000);
+    assert.ok(count > countBefore, `the count goes on: ${count} after the drain, ${countBefore} before`);
+    const up = await until('the guest\'s uptime', () => uptime(back.metadata.name), 60_000);
+    assert.ok(up > uptimeBefore, `the guest's uptime goes on: ${up} s after, ${uptimeBefore} s before`);
+    assert.equal((await k('uncordon', 'fleet-b')).code, 0);
+    countBefore = count;
+    uptimeBefore = up;
+  });
+
+  await step('a restore that fails on the target (no guest installed on fleet-c) rolls the pod back to fleet-a, where it goes on', async () => {
+    const token = await createToken(cp.kubeconfig, '--ttl', '1h');
+    const netC = await nets.add('c');
+    nodes.push(await startNode(join(dir, 'c'), 'fleet-c', netC, port, CP_NAME, token, ['--object-store', store]));
+    await until('fleet-c Ready', async () => (await readyOf(cp.kubeconfig, 'fleet-c')) === 'True', 90_000);
+    const r = await run(process.execPath, [CLI, 'move', back.metadata.name, '--to', 'fleet-c', '--timeout', '10m', '--kubeconfig', cp.kubeconfig], MOVE_MS + 60_000);
+    assert.equal(r.code, 1, `${r.stderr}${r.stdout}`);
+    assert.match(r.stderr, /the replacement on fleet-c failed: RestoreError: .*; rolled back to fleet-a/);
+    const again = await until('the pod Running and Ready on fleet-a again', async () => {
+      const p = (await webPods()).find((x) => x.metadata.name === before.metadata.name);
+      return p && p.spec.nodeName === 'fleet-a' && p.metadata.uid !== back.metadata.uid && runningReady(p) ? p : undefined;
+    }, 180_000);
+    const count = await until('a count in the pod\'s log', () => lastCount(again.metadata.name), 60_000);
+    assert.ok(count > countBefore, `the count goes on after the rollback: ${count}, ${countBefore} before`);
+    const up = await until('the guest\'s uptime', () => uptime(again.metadata.name), 60_000);
+    assert.ok(up > uptimeBefore, `the guest's uptime goes on: ${up} s after, ${uptimeBefore} s before`);
+    assert.match(await events(again.metadata.name), /^Restored\s+restored from checkpoint \S+, taken/m);
   });
 });
