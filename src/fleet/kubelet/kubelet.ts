@@ -491,14 +491,12 @@ export async function startFeosKubelet(o: FeosKubeletOptions): Promise<FeosKubel
     const byNode = new Map<string, Map<string, V1Pod>>();
     const moving = new Set<string>();
     for (const p of pods.list()) {
-      if (p.metadata?.annotations?.[ANNOTATIONS.restoreFrom] !== undefined || moves.moveInFlight(p)) {
-        const mid = feosPodIdOf(p);
-        if (mid) moving.add(mid);
-      }
       const n = p.spec?.nodeName;
       if (!n || !nodes.get(n)) continue;
       const id = feosPodIdOf(p);
       if (!id) continue;
+      // A pod being moved is bound to a FeOS node throughout (the source, then the target).
+      if (p.metadata?.annotations?.[ANNOTATIONS.restoreFrom] !== undefined || moves.moveInFlight(p)) moving.add(id);
       const m = byNode.get(n) ?? new Map<string, V1Pod>();
       byNode.set(n, m);
       m.set(id, p);
