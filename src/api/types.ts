@@ -50,6 +50,17 @@ export interface CheckpointStatus {
   snapshotSha256?: string;
   imageSha256?: string;
   podTimeMs?: number;
+  /**
+   * Which kind of snapshot the Checkpoint holds (issue 18): `wasm`, a Wasm pod's snapshot in the Checkpoint's
+   * data (set by the checkpoint controller when the data is stored); `microvm`, a microVM pod's hibernation
+   * in the FeOS nodes' object store (set by the FeOS kubelet once HibernatePod answered).
+   */
+  snapshotKind?: 'wasm' | 'microvm';
+  /**
+   * `microvm`: the FeOS checkpoint in the object store (`pods/<pod ID>/<snapshotName>/`) that RestorePod
+   * takes. Absent with `snapshotKind: microvm`: the hibernation failed, `message` says why.
+   */
+  snapshotName?: string;
   /** The outcome of a move. */
   targetNode?: string;
   newPodName?: string;

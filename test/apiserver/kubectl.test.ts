@@ -263,20 +263,20 @@ test('kubectl works against the API server', { timeout: 480_000 }, async (t) => 
     assert.notEqual(moved.metadata?.uid, moverUid);
   });
 
-  await t.test('checkpoints print NAME POD ACTION PHASE NODE SIZE AGE, and TARGET NEW POD MESSAGE with -o wide', async () => {
+  await t.test('checkpoints print NAME POD ACTION PHASE NODE SIZE AGE, and TARGET NEW POD MESSAGE KIND with -o wide', async () => {
     const f = file(api, 'ckpt.yaml', 'apiVersion: kube32.io/v1\nkind: Checkpoint\nmetadata: {name: web-move}\nspec: {podName: demo, action: Move, target: {nodeName: node-2}}\n');
     let r = await api.kubectl(['create', '-f', f]);
     assert.equal(r.code, 0, r.stderr);
     assert.equal(r.stdout.trim(), 'checkpoint.kube32.io/web-move created');
-    const status = { status: { phase: 'Completed', nodeName: 'node-1', sizeBytes: 10 * 1024 * 1024, targetNode: 'node-2', newPodName: 'demo', message: 'moved' } };
+    const status = { status: { phase: 'Completed', nodeName: 'node-1', sizeBytes: 10 * 1024 * 1024, targetNode: 'node-2', newPodName: 'demo', message: 'moved', snapshotKind: 'microvm' } };
     const s = await fetchJson(api, 'PATCH', '/apis/kube32.io/v1/namespaces/default/checkpoints/web-move/status', status, 'application/merge-patch+json');
     assert.equal(s.status, 200);
     r = await api.kubectl(['get', 'ckpt']);
     assert.match(r.stdout, /^NAME\s+POD\s+ACTION\s+PHASE\s+NODE\s+SIZE\s+AGE$/m);
     assert.match(r.stdout, /^web-move\s+demo\s+Move\s+Completed\s+node-1\s+10Mi\s+\d+s$/m);
     r = await api.kubectl(['get', 'checkpoints', '-o', 'wide']);
-    assert.match(r.stdout, /^NAME\s+POD\s+ACTION\s+PHASE\s+NODE\s+SIZE\s+AGE\s+TARGET\s+NEW POD\s+MESSAGE$/m);
-    assert.match(r.stdout, /^web-move\s+demo\s+Move\s+Completed\s+node-1\s+10Mi\s+\d+s\s+node-2\s+demo\s+moved$/m);
+    assert.match(r.stdout, /^NAME\s+POD\s+ACTION\s+PHASE\s+NODE\s+SIZE\s+AGE\s+TARGET\s+NEW POD\s+MESSAGE\s+KIND$/m);
+    assert.match(r.stdout, /^web-move\s+demo\s+Move\s+Completed\s+node-1\s+10Mi\s+\d+s\s+node-2\s+demo\s+moved\s+microvm$/m);
     // Status stays out of writes to the object.
     r = await api.kubectl(['apply', '-f', file(api, 'ckpt2.yaml', 'apiVersion: kube32.io/v1\nkind: Checkpoint\nmetadata: {name: web-move, labels: {a: b}}\nspec: {podName: demo, action: Move, target: {nodeName: node-2}}\nstatus: {phase: Failed}\n')]);
     assert.equal(r.code, 0, r.stderr);

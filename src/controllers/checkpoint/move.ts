@@ -17,6 +17,7 @@ import { ANNOTATIONS, type Checkpoint, type CheckpointStatus, errorMessage, isCo
 import { restoreFailure } from '../runtime/pods.ts';
 import { ckKey, failCheckpoint, writeStatus } from './status.ts';
 import { logStep, passStep } from './timeline.ts';
+import { moveDeadlineMs } from './microvm.ts';
 
 /**
  * The replacement pod for `pod`: what the seed says carries over, and `nodeName` (undefined: the scheduler
@@ -102,7 +103,7 @@ export async function replaceForMove(
     'replacement bound to the target',
   );
   void recordPodEvent(ctx, replaced, 'Normal', 'Moving', `${ck.metadata?.name}: the replacement is bound to ${target}`);
-  return { requeueAfterMs: ctx.timings.moveTimeoutMs };
+  return { requeueAfterMs: moveDeadlineMs(ctx, ck) };
 }
 
 /** Thaws the pod on the Checkpoint's source node; a failure is logged (the node thaws on its own timeout). */
@@ -159,10 +160,11 @@ export async function watchMove(ctx: ControllerContext, ck: Checkpoint): Promise
   if (isPodRunning(pod)) return complete(ctx, ck, pod, names);
   const failure = restoreFailure(pod);
   if (failure) return rollBack(ctx, ck, pod, `the replacement on ${target} failed: ${failure}`);
-  const deadline = replacedAt(ctx, ck, pod) + ctx.timings.moveTimeoutMs;
+  const timeoutMs = moveDeadlineMs(ctx, ck);
+  const deadline = replacedAt(ctx, ck, pod) + timeoutMs;
   const left = deadline - ctx.clock.now();
   if (left <= 0) {
-    return rollBack(ctx, ck, pod, `the replacement did not run on ${target} within ${Math.round(ctx.timings.moveTimeoutMs / 1000)} s`);
+    return rollBack(ctx, ck, pod, `the replacement did not run on ${target} within ${Math.round(timeoutMs / 1000)} s`);
   }
   return { requeueAfterMs: left };
 }

@@ -20,6 +20,7 @@ import { retain } from './retention.ts';
 import { snapshotAndStore } from './save.ts';
 import { actionOf, ckKey, failCheckpoint, withResourceVersion, writeStatus } from './status.ts';
 import { logStep, passStep } from './timeline.ts';
+import { isFeosNode, microvmSaving } from './microvm.ts';
 
 /** Reconciles the Checkpoint `namespace/name`. */
 export async function reconcileCheckpoint(key: string, ctx: ControllerContext): Promise<ReconcileResult | undefined> {
@@ -176,6 +177,12 @@ async function saving(ctx: ControllerContext, ck: Checkpoint, fresh?: V1Pod): Pr
   if (!source || pod.spec?.nodeName !== source) {
     await failCheckpoint(ctx, ck, { message: `the pod left node ${source} while saving`, pod });
     return undefined;
+  }
+  if (isFeosNode(ctx, source)) {
+    // A microVM: the FeOS kubelet hibernates it (./microvm.ts).
+    const vm = await microvmSaving(ctx, ck, pod);
+    if ('wait' in vm) return vm.wait;
+    return replaceForMove(ctx, ck, vm.ready.pod, vm.ready.target, vm.ready.frozenAt);
   }
   const container = resolveContainer(pod, ck.spec.containerName);
   if (typeof container !== 'string') {

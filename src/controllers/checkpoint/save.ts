@@ -71,6 +71,7 @@ export async function snapshotAndStore(
       await passStep(ctx, ck, 'data-stored');
       const s = captured.checkpoint.status ?? {};
       const facts: CheckpointStatus = {
+        snapshotKind: 'wasm',
         takenAt: new Date(frozenAt).toISOString(),
         nodeName: node,
         sizeBytes: s.sizeBytes,
@@ -141,6 +142,7 @@ async function relay(
     await passStep(ctx, ck, 'data-stored');
     const s = stored?.status ?? {};
     const facts: CheckpointStatus = {
+      snapshotKind: 'wasm',
       takenAt: new Date(frozenAt).toISOString(),
       nodeName: node,
       sizeBytes: s.sizeBytes ?? size,

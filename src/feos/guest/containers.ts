@@ -176,6 +176,10 @@ export class Containers {
     fs.writeFileSync(join(dir, 'config.json'), JSON.stringify(ociSpec(k), null, 2));
     fs.rmSync(join(dir, 'exit'), { force: true });
     fs.rmSync(join(dir, 'pid'), { force: true });
+    // The boot its pid will belong to (see `status`).
+    const boot = bootId();
+    if (boot) fs.writeFileSync(join(dir, 'boot'), boot);
+    else fs.rmSync(join(dir, 'boot'), { force: true });
     // A container of an earlier agent's run that ended leaves crun's state: remove it first.
     await run(this.#crun, ['--root', this.#crunRoot, 'delete', '-f', name]).catch(() => {});
     const log = fs.openSync(join(dir, 'log'), 'a');
@@ -201,8 +205,14 @@ export class Containers {
     const exit = readOr(join(dir, 'exit'));
     if (exit !== undefined) return { name, state: 'exited', exitCode: Number.parseInt(exit, 10) || 0, pid: 0, imageDigest: k.imageDigest };
     const pid = Number.parseInt(readOr(join(dir, 'pid')) ?? '', 10);
-    // A pid file of an earlier boot names no process of this one (its number may be reused).
-    if (pid > 0 && fs.existsSync(`/proc/${pid}`) && fs.statSync(join(dir, 'pid')).mtimeMs >= bootTimeMs()) {
+    // A pid file of an earlier boot names no process of this one (its number may be reused). The boot is
+    // told by the kernel's boot_id, written beside it at the start: a guest resumed from its memory (a
+    // restore on another node, issue 18) is the same boot, though its wall clock jumped ahead by the time
+    // it was suspended, which an mtime against "now - uptime" takes for a reboot. Without the file (an
+    // older agent's container), the mtime is compared as before.
+    const boot = readOr(join(dir, 'boot'));
+    const sameBoot = boot !== undefined ? boot === bootId() : pid > 0 && fs.statSync(join(dir, 'pid')).mtimeMs >= bootTimeMs();
+    if (pid > 0 && fs.existsSync(`/proc/${pid}`) && sameBoot) {
       return { name, state: 'running', exitCode: 0, pid, imageDigest: k.imageDigest };
     }
     return { name, state: 'created', exitCode: 0, pid: 0, imageDigest: k.imageDigest };
@@ -225,6 +235,11 @@ export class Containers {
     if (!this.#kept(name)) throw new ContainerError('NOT_FOUND', `container ${name} not found`);
     return join(this.#dir(name), 'log');
   }
+}
+
+/** The kernel's ID of this boot (it stays across a suspend and resume of the microVM), or undefined. */
+function bootId(): string | undefined {
+  return readOr('/proc/sys/kernel/random/boot_id');
 }
 
 /** When the guest booted (ms since the epoch), from /proc/uptime. */

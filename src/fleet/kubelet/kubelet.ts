@@ -23,13 +23,14 @@
 import type http2 from 'node:http2';
 import { randomBytes } from 'node:crypto';
 import type { KubeConfig, V1Node, V1Pod } from '@kubernetes/client-node';
-import { errorMessage, feosPodIdOf, Informer, isApiError, RestClient } from '../../api/index.ts';
+import { ANNOTATIONS, errorMessage, feosPodIdOf, Informer, isApiError, RestClient } from '../../api/index.ts';
 import type { Logger } from '../../lib/index.ts';
 import { type PodInfo, PodService, PodState } from '../../feos/gen/feos/pod/v1/pod_pb.js';
 import { GrpcCallError, serverStream, unary } from '../node-client.ts';
 import { RUNTIME_FEOS, RUNTIME_LABEL } from '../nodes.ts';
 import { feosPodSpec, META, pullTokenOf } from './spec.ts';
 import { podStatusOf, type LocalState } from './status.ts';
+import { startMicrovmMoves } from './move.ts';
 
 /** gRPC codes the kubelet tells apart. */
 const NOT_FOUND = 5;
@@ -151,6 +152,8 @@ interface PodWork {
   written?: string;
   /** A create's failure that no retry fixes (an invalid spec). */
   refused?: boolean;
+  /** A restore (a move's, a rollback's) failed: the Pod was ended `Failed`, `RestoreError`. */
+  restoreFailed?: boolean;
 }
 
 function keyOf(pod: V1Pod): string {
@@ -186,6 +189,8 @@ export async function startFeosKubelet(o: FeosKubeletOptions): Promise<FeosKubel
   const orphans = new Set<string>();
   const firstBackoff = o.backoffMs ?? 10_000;
   let stopped = false;
+  // Moves of microVM pods (./move.ts): the hibernation on the source, the restore on the target.
+  const moves = startMicrovmMoves({ rest, log, pods, isFeosNode: (n) => nodes.get(n) !== undefined, connection: o.connection });
 
   const event = async (pod: V1Pod, type: 'Normal' | 'Warning', reason: string, message: string): Promise<void> => {
     const node = pod.spec?.nodeName ?? '';
@@ -331,6 +336,39 @@ export async function startFeosKubelet(o: FeosKubeletOptions): Promise<FeosKubel
     work.delete(pod.metadata?.uid ?? '');
   };
 
+  /** A restore that failed: the Pod ends `Failed`, reason `RestoreError` (a move's controller rolls it back). */
+  const restoreFailed = async (pod: V1Pod, w: PodWork, message: string): Promise<void> => {
+    w.restoreFailed = true;
+    log.warn({ pod: keyOf(pod), err: message }, 'the microVM did not restore');
+    await event(pod, 'Warning', 'Failed', `Error: RestoreError: ${message}`);
+    const finishedAt = new Date().toISOString();
+    try {
+      await rest.json({
+        method: 'PATCH',
+        path: `/api/v1/namespaces/${pod.metadata?.namespace}/pods/${encodeURIComponent(pod.metadata?.name ?? '')}/status`,
+        body: {
+          metadata: { uid: pod.metadata?.uid },
+          status: {
+            phase: 'Failed',
+            reason: 'RestoreError',
+            message,
+            containerStatuses: (pod.spec?.containers ?? []).map((c) => ({
+              name: c.name,
+              image: c.image,
+              imageID: '',
+              ready: false,
+              restartCount: 0,
+              state: { terminated: { exitCode: 1, reason: 'RestoreError', message, finishedAt } },
+            })),
+          },
+        },
+        contentType: 'application/merge-patch+json',
+      });
+    } catch (err: unknown) {
+      if (!isApiError(err, 404, 409)) log.warn({ pod: keyOf(pod), err: errorMessage(err) }, 'status not written');
+    }
+  };
+
   /** One look at one Pod bound to a FeOS node. */
   const look = async (pod: V1Pod, np: NodePods): Promise<void> => {
     const uid = pod.metadata?.uid ?? '';
@@ -352,11 +390,28 @@ export async function startFeosKubelet(o: FeosKubeletOptions): Promise<FeosKubel
       return;
     }
     const phase = pod.status?.phase;
-    if (phase === 'Succeeded' || phase === 'Failed') return;
+    if (phase === 'Succeeded' || phase === 'Failed' || w.restoreFailed) return;
     w.busy = true;
     try {
       const now = Date.now();
-      if (!info) {
+      if (moves.wantsRestore(pod, info)) {
+        const r = await moves.restore(pod, info, session);
+        if ('failed' in r) {
+          if (r.stale && pod.metadata?.annotations?.[ANNOTATIONS.restoreFrom] === undefined) {
+            // A Pod started afresh (a failed restore's replacement) over the stale HIBERNATED record of a
+            // pod another node restored: the record goes, and the next look creates the FeOS pod.
+            log.info({ pod: keyOf(pod), feosPod: id, err: r.failed }, 'the node\'s HIBERNATED record is stale; deleting it to start the pod afresh');
+            await stopAndDelete(session, id, 1000);
+            np.infos.delete(id);
+            return;
+          }
+          await restoreFailed(pod, w, r.failed);
+          return;
+        }
+        if (r.pod) np.infos.set(r.pod.id, r.pod);
+        w.sawPending = true;
+        w.startedEvents = false;
+      } else if (!info) {
         if (!w.refused) await createPod(pod, w, session, np, id);
       } else if (info.state === PodState.PENDING) {
         w.sawPending = true;
@@ -412,13 +467,16 @@ export async function startFeosKubelet(o: FeosKubeletOptions): Promise<FeosKubel
    * FeOS pods this cluster made whose Pod is gone: stopped and deleted. Read from the node's watched pods,
    * or, while none of its Pods is there (nothing watched), from its last report.
    */
-  const sweepOrphans = (node: string, np: NodePods, bound: Map<string, V1Pod>): void => {
+  const sweepOrphans = (node: string, np: NodePods, bound: Map<string, V1Pod>, moving: ReadonlySet<string>): void => {
     if (!pods.synced) return;
     const known = np.listed ? [...np.infos.values()] : np.reported;
     const session = o.connection(node);
     if (!known || !session) return;
     for (const info of known) {
       if (info.spec?.metadata[META.cluster] !== clusterId || bound.has(info.id) || orphans.has(info.id)) continue;
+      // The source's HIBERNATED record of a pod being moved: deleting it would take its checkpoint from the
+      // store before the target's restore claims it. It goes once the moved Pod runs without the annotation.
+      if (moving.has(info.id)) continue;
       orphans.add(info.id);
       log.info({ node, feosPod: info.id, pod: `${info.spec.metadata[META.namespace]}/${info.spec.metadata[META.name]}` }, 'the Pod of a FeOS pod this cluster made is gone; deleting the FeOS pod');
       stopAndDelete(session, info.id, 30_000)
@@ -429,13 +487,16 @@ export async function startFeosKubelet(o: FeosKubeletOptions): Promise<FeosKubel
   };
 
   const lookAll = (): void => {
-    if (stopped || !pods.synced || !nodes.synced) return;
+    if (stopped || !pods.synced || !nodes.synced || !moves.checkpoints.synced) return;
     const byNode = new Map<string, Map<string, V1Pod>>();
+    const moving = new Set<string>();
     for (const p of pods.list()) {
       const n = p.spec?.nodeName;
       if (!n || !nodes.get(n)) continue;
       const id = feosPodIdOf(p);
       if (!id) continue;
+      // A pod being moved is bound to a FeOS node throughout (the source, then the target).
+      if (p.metadata?.annotations?.[ANNOTATIONS.restoreFrom] !== undefined || moves.moveInFlight(p)) moving.add(id);
       const m = byNode.get(n) ?? new Map<string, V1Pod>();
       byNode.set(n, m);
       m.set(id, p);
@@ -449,7 +510,7 @@ export async function startFeosKubelet(o: FeosKubeletOptions): Promise<FeosKubel
       if (bound.size > 0) np.ensure(o.connection(name), log.child({ node: name }), schedule);
       else np.stop();
       for (const p of bound.values()) void look(p, np);
-      sweepOrphans(name, np, bound);
+      sweepOrphans(name, np, bound, moving);
     }
     for (const [name, np] of nodePods) {
       if (!nodes.get(name)) {
@@ -474,6 +535,7 @@ export async function startFeosKubelet(o: FeosKubeletOptions): Promise<FeosKubel
   nodes.on(() => schedule());
   await nodes.start();
   await pods.start();
+  await moves.start();
   const timer = setInterval(lookAll, o.resyncMs ?? 1000);
   timer.unref();
   schedule();
@@ -489,6 +551,7 @@ export async function startFeosKubelet(o: FeosKubeletOptions): Promise<FeosKubel
       stopped = true;
       clearInterval(timer);
       for (const np of nodePods.values()) np.stop();
+      await moves.stop();
       await pods.stop();
       await nodes.stop();
       rest.close();

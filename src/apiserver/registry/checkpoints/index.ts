@@ -84,6 +84,7 @@ export const checkpoints: ResourceDef = {
     { name: 'Target', type: 'string', priority: 1, description: 'The node the pod moves to' },
     { name: 'New Pod', type: 'string', priority: 1, description: 'The replacement pod' },
     { name: 'Message', type: 'string', priority: 1, description: 'The outcome' },
+    { name: 'Kind', type: 'string', priority: 1, description: 'The snapshot it holds: wasm (in its data) or microvm (a FeOS hibernation in the object store)' },
   ],
   cells(o, now) {
     const spec = rec(o.spec);
@@ -100,6 +101,7 @@ export const checkpoints: ResourceDef = {
       st.targetNode ?? rec(spec.target).nodeName ?? null,
       st.newPodName ?? null,
       st.message ?? null,
+      st.snapshotKind ?? null,
     ];
   },
 };
