@@ -232,8 +232,10 @@ try {
           Version: version,
           Architecture: 'amd64',
           Depends: `feos-node24 (>= 24), feos-guest, qemu-system-x86, qemu-utils, iproute2, nftables, systemd | systemd-standalone-sysusers, init-system-helpers (>= 1.52)`,
-          // A self-upgrade hands the resolver's sockets on through a python3 script (docs/feos/packages.md).
-          Recommends: 'python3',
+          // A self-upgrade hands the resolver's sockets on through a python3 script (docs/feos/packages.md); the traffic
+          // records read conntrack -E and tcpdump -i nflog:N (docs/feos/network.md): without them feosd runs, with
+          // no flows, drops or server names.
+          Recommends: 'python3, conntrack, tcpdump',
           Description: "FeOS node agent: pods as microVMs\nfeosd serves FeOS's gRPC API on /run/feos/api.sock and runs every pod as a QEMU microVM\nbooted from the newest installed guest. Its microVMs outlive it: a restart or an upgrade takes\nthem over.",
         },
         out,

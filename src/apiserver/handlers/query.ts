@@ -1,9 +1,8 @@
 /**
- * Boolean query parameters as kube-apiserver reads them: Go's `strconv.ParseBool` (`1 t T TRUE true
- * True` and `0 f F FALSE false False`), anything else a 400 BadRequest. The dispatcher normalizes them
- * once (to `true` / `false`) so that every handler, and the kubelet behind the log proxy, reads one form.
+ * Boolean query parameters as kube-apiserver reads them (apimachinery's `Convert_Slice_string_To_bool`):
+ * absent, `0` or `false` (any case) is false, anything else true. The dispatcher normalizes them once (to
+ * `true` / `false`) so that every handler, and the kubelet behind the log proxy, reads one form.
  */
-import { badRequest } from '../errors.ts';
 
 /** The boolean parameters of Kubernetes' query options (ListOptions, DeleteOptions, PodLogOptions, exec, proxy...). */
 export const BOOLEAN_PARAMETERS: readonly string[] = [
@@ -25,30 +24,24 @@ export const BOOLEAN_PARAMETERS: readonly string[] = [
   'export',
 ];
 
-const TRUE = new Set(['1', 't', 'T', 'TRUE', 'true', 'True']);
-const FALSE = new Set(['0', 'f', 'F', 'FALSE', 'false', 'False']);
-
 /**
- * Go's `strconv.ParseBool`.
- * @throws ApiError BadRequest `strconv.ParseBool: parsing "yes": invalid syntax`, as kube-apiserver answers
+ * A boolean query parameter's value as kube-apiserver reads it (apimachinery's `Convert_Slice_string_To_bool`,
+ * the conversion of every query options struct): `0` and `false` in any case are false; any other value, the
+ * empty one (`?watch=`) and `yes` included, is true. Never an error.
  */
 export function parseBool(value: string): boolean {
-  if (TRUE.has(value)) return true;
-  if (FALSE.has(value)) return false;
-  throw badRequest(`strconv.ParseBool: parsing ${JSON.stringify(value)}: invalid syntax`);
+  return !(value === '0' || value.toLowerCase() === 'false');
 }
 
 /**
- * Checks every boolean parameter of `q` and rewrites it as `true` or `false`, in place. A parameter
- * given with no value (`?watch=`) is refused, as `ParseBool("")` refuses it; of a repeated one the
- * first value counts, as Go's `url.Values.Get` reads it.
- * @throws ApiError BadRequest for a value ParseBool refuses
+ * Rewrites every boolean parameter of `q` as `true` or `false`, in place, so that every handler and the
+ * kubelet behind the log proxy read one form. Of a repeated one the first value counts, as the conversion
+ * reads it.
  */
 export function normalizeBooleanParameters(q: URLSearchParams): void {
   for (const name of BOOLEAN_PARAMETERS) {
     const values = q.getAll(name);
     if (values.length === 0) continue;
-    const v = parseBool(values[0]!);
-    q.set(name, v ? 'true' : 'false');
+    q.set(name, parseBool(values[0]!) ? 'true' : 'false');
   }
 }

@@ -16,7 +16,12 @@ export async function kubeconfigUser(name: string, flags: KubeconfigUserFlags & 
   if (!name.trim() || /[\n\r]/.test(name)) throw new CliError(`the user name must be a non-empty line of text: current value is ${JSON.stringify(name)}`);
   for (const g of flags.group) if (!g.trim() || /[\n\r]/.test(g)) throw new CliError(`--group must be a non-empty line of text: current value is ${JSON.stringify(g)}`);
   if (name.startsWith('system:') || flags.group.includes('system:masters')) {
-    process.stderr.write(`kube32-cli: warning: ${name.startsWith('system:') ? `"${name}" is a system user name` : 'the group system:masters bypasses RBAC'}: the kubeconfig gets its privileges\n`);
+    if (flags.group.includes('system:masters')) process.stderr.write('kube32-cli: warning: the group system:masters bypasses RBAC: the kubeconfig may do anything\n');
+    if (name.startsWith('system:')) {
+      // Names under system: are the components' (the default policy binds some of them, the Node authorizer reads
+      // system:node:<name> with the group system:nodes); the certificate gets whatever rights those give the name.
+      process.stderr.write(`kube32-cli: warning: "${name}": names starting with system: are reserved for the cluster's components; the kubeconfig gets whatever rights the cluster gives that name (kubectl auth can-i --list --as ${JSON.stringify(name)} shows them)\n`);
+    }
   }
   if (!existsSync(join(flags.dataDir, 'pki', 'ca.key'))) {
     throw new CliError(`${join(flags.dataDir, 'pki', 'ca.key')}: no cluster CA there: give the data dir of a cluster that has started (--data-dir, or $KUBE32_DATA_DIR)`);

@@ -253,7 +253,11 @@ spec:
     }, 90_000);
     assert.equal(again.status.podIP, web.status.podIP);
     await until('the FeOS kubelet looked at the node', async () => /FeOS kubelet started/.test(cp.logs()), 30_000);
-    const after = await feosctlNode(cp.kubeconfig, 'fleet-a', 'pod', 'get', web.metadata.uid, '-o', 'json');
+    // The node redials its node connections with a back-off (up to 16 s here): feosctl --node answers once one is back.
+    const after = await until('feosctl --node fleet-a answers after the restart', async () => {
+      const r = await feosctlNode(cp.kubeconfig, 'fleet-a', 'pod', 'get', web.metadata.uid, '-o', 'json');
+      return r.code === 0 ? r : undefined;
+    }, 60_000);
     assert.equal((JSON.parse(after.stdout) as { startedAt?: string }).startedAt, startedBefore, 'the same microVM runs: never brought up again');
     const list = await feosctlNode(cp.kubeconfig, 'fleet-a', 'pod', 'list');
     assert.equal(list.stdout.trim().split('\n').length, 2, `one FeOS pod on the node:\n${list.stdout}`);
