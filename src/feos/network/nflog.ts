@@ -5,6 +5,7 @@
  * payload, the IP packet, whose headers are read here. Pure and total: a malformed packet is
  * skipped, never thrown.
  */
+import { formatAddress } from './ip.ts';
 
 /** pcap's link type of nflog. */
 export const LINKTYPE_NFLOG = 239;
@@ -156,28 +157,11 @@ function ipv4Text(b: Uint8Array, o: number): string {
   return `${b[o]}.${b[o + 1]}.${b[o + 2]}.${b[o + 3]}`;
 }
 
+/** The 16 bytes at `o` as an IPv6 address in RFC 5952's canonical form (ip.ts's formatAddress). */
 function ipv6Text(b: Uint8Array, o: number): string {
-  const groups: number[] = [];
-  for (let i = 0; i < 8; i++) groups.push((b[o + 2 * i] << 8) | b[o + 2 * i + 1]);
-  // The longest run of two or more zero groups becomes "::" (RFC 5952).
-  let best = -1;
-  let bestLen = 1;
-  for (let i = 0; i < 8; ) {
-    if (groups[i] !== 0) {
-      i++;
-      continue;
-    }
-    let j = i;
-    while (j < 8 && groups[j] === 0) j++;
-    if (j - i > bestLen) {
-      best = i;
-      bestLen = j - i;
-    }
-    i = j;
-  }
-  const hex = groups.map((g) => g.toString(16));
-  if (best < 0) return hex.join(':');
-  return `${hex.slice(0, best).join(':')}::${hex.slice(best + bestLen).join(':')}`;
+  let v = 0n;
+  for (let i = 0; i < 16; i++) v = (v << 8n) | BigInt(b[o + i]!);
+  return formatAddress(6, v);
 }
 
 /**
