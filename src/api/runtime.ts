@@ -62,7 +62,12 @@ export function runtimeMismatch(pod: V1Pod, node: V1Node): string | undefined {
   const name = node.metadata?.name ?? '';
   return runs === 'microvm'
     ? `node "${name}" is a FeOS node: it runs OCI container images in microVMs (runtimeClassName: feos); ${JSON.stringify(kind.image)} is a Wasm module, which Kube32's Wasm workers run`
-    : `node "${name}" is a Kube32 Wasm worker: it runs Wasm modules (wasm://NAME); ${JSON.stringify(kind.image)} is an OCI container image, which FeOS nodes run in microVMs (give the pod runtimeClassName: feos)`;
+    : `node "${name}" is a Kube32 Wasm worker: it runs Wasm modules (wasm://NAME); ${JSON.stringify(kind.image)} is an OCI container image, which FeOS nodes run in microVMs (${hasFeosClass(pod) ? 'bind it to a FeOS node' : 'give the pod runtimeClassName: feos'})`;
+}
+
+/** Whether the pod already names the RuntimeClass feos (then the way out is another node, not the class). */
+function hasFeosClass(pod: V1Pod): boolean {
+  return pod.spec?.runtimeClassName === RUNTIME_FEOS;
 }
 
 /** The scheduler's reason for a node of the other runtime, node-agnostic (counted over nodes). */
@@ -72,5 +77,5 @@ export function runtimeMismatchReason(pod: V1Pod, node: V1Node): string | undefi
   if (!kind || kind.runtime === runs) return undefined;
   return runs === 'microvm'
     ? `node(s) were FeOS nodes, which run OCI container images in microVMs, not the Wasm module ${JSON.stringify(kind.image)}`
-    : `node(s) were Wasm workers, which run Wasm modules, not the OCI container image ${JSON.stringify(kind.image)} (runtimeClassName: feos runs it on a FeOS node)`;
+    : `node(s) were Wasm workers, which run Wasm modules, not the OCI container image ${JSON.stringify(kind.image)}${hasFeosClass(pod) ? '' : ' (runtimeClassName: feos runs it on a FeOS node)'}`;
 }

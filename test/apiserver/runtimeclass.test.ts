@@ -85,7 +85,7 @@ test('RuntimeClass: served, feos at start, applied to pods at create, runtimes k
     assert.notEqual(r.code, 0);
     assert.match(r.stderr, /Error from server \(Forbidden\): pods "wasm" is forbidden: cannot bind to node "vm-a": node "vm-a" is a FeOS node/);
     r = await bind('vm2', 'wasm-1');
-    assert.match(r.stderr, /Error from server \(Forbidden\): pods "vm2" is forbidden: cannot bind to node "wasm-1": node "wasm-1" is a Kube32 Wasm worker: it runs Wasm modules \(wasm:\/\/NAME\); "busybox:1.36" is an OCI container image, which FeOS nodes run in microVMs \(give the pod runtimeClassName: feos\)/);
+    assert.match(r.stderr, /Error from server \(Forbidden\): pods "vm2" is forbidden: cannot bind to node "wasm-1": node "wasm-1" is a Kube32 Wasm worker: it runs Wasm modules \(wasm:\/\/NAME\); "busybox:1.36" is an OCI container image, which FeOS nodes run in microVMs \(bind it to a FeOS node\)/, 'vm2 has the RuntimeClass already: the way out is a FeOS node');
     // The right pairs bind.
     assert.equal((await bind('vm2', 'vm-a')).code, 0);
     assert.equal((await bind('wasm', 'wasm-1')).code, 0);

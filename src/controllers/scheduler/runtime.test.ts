@@ -74,6 +74,6 @@ test('a pod of RuntimeClass feos and no FeOS node: FailedScheduling names the Ru
   assert.deepEqual(fake.eventReasons, ['FailedScheduling']);
   assert.equal(
     fake.events[0]!.message,
-    '0/2 nodes are available: 2 node(s) were Wasm workers, which run Wasm modules, not the OCI container image "busybox:1.36" (runtimeClassName: feos runs it on a FeOS node). RuntimeClass "feos" runs the pod on nodes labelled kube32.io/runtime=feos (FeOS nodes, joined with feosd --control-plane).',
+    '0/2 nodes are available: 2 node(s) were Wasm workers, which run Wasm modules, not the OCI container image "busybox:1.36". RuntimeClass "feos" runs the pod on nodes labelled kube32.io/runtime=feos (FeOS nodes, joined with feosd --control-plane).',
   );
 });
