@@ -373,6 +373,11 @@ export class PodPorts {
     const i = p.held.indexOf(h);
     if (i < 0) return;
     p.held.splice(i, 1);
+    this.#release(h);
+  }
+
+  /** Ends `h`'s timer and takes it off its pod's count and bytes held. */
+  #release(h: Held): void {
     if (h.timer) clearTimeout(h.timer);
     const load = this.#load.get(h.key);
     if (load) {
@@ -389,13 +394,7 @@ export class PodPorts {
   }
 
   #unhold(h: Held, why: string): void {
-    if (h.timer) clearTimeout(h.timer);
-    const load = this.#load.get(h.key);
-    if (load) {
-      load.count--;
-      load.bytes -= h.body.length;
-      if (load.count <= 0) this.#load.delete(h.key);
-    }
+    this.#release(h);
     if (!h.busy) unavailable(h.res, why);
   }
 
