@@ -146,9 +146,19 @@ case $cmd in
       setsid "$PY" "/usr/bin/swift-$s-server" "$dir/etc/$s-server.conf" >"$dir/log/$s.log" 2>&1 < /dev/null &
       echo $! > "$dir/run/$s.pid"
     done
-    url="http://127.0.0.1:$(cat "$dir/proxy.port")/healthcheck"
+    proxy_port=$(cat "$dir/proxy.port")
+    url="http://127.0.0.1:$proxy_port/healthcheck"
+    # Ready when the proxy's healthcheck says OK and each storage server answers HTTP at all (any status): a
+    # proxy up before its container server makes s3api answer NoSuchBucket for a bucket that exists.
+    storage_up() {
+      local p code
+      for p in $((proxy_port + 1)) $((proxy_port + 2)) $((proxy_port + 3)); do
+        code=$(curl -s -o /dev/null -w '%{http_code}' --max-time 2 "http://127.0.0.1:$p/" 2>/dev/null || true)
+        [ -n "$code" ] && [ "$code" != 000 ] || return 1
+      done
+    }
     for _ in $(seq 300); do
-      if [ "$(curl -s --max-time 2 "$url" 2>/dev/null)" = OK ]; then
+      if [ "$(curl -s --max-time 2 "$url" 2>/dev/null)" = OK ] && storage_up; then
         print_env
         exit 0
       fi
