@@ -10,11 +10,13 @@ hash -r
 # and tcpdump read the traffic records: src/feos/network/traffic.ts), OpenStack Swift, the S3 server of the
 # tests (scripts/s3-server.sh); dpkg-dev, gnupg, systemd and init-system-helpers for FeOS's packages
 # (npm run package, scripts/package-repo.ts, test/root/packages); the official Python client (python3-kubernetes,
-# run with /usr/bin/python3) that test/apiserver/wire.test.ts and rbac.test.ts use.
+# run with /usr/bin/python3) that test/apiserver/wire.test.ts and rbac.test.ts use; wireguard-go and wireguard-tools
+# for the FeOS mesh (no WireGuard kernel module here); wrk, the load generator of bench/runtime.
 APT_PACKAGES=(clang lld wabt qemu-system-x86 qemu-utils linux-image-amd64 busybox-static zstd cpio kmod
   crun nftables iproute2 dnsutils conntrack tcpdump docker-registry umoci skopeo etcd-server e2fsprogs binutils libc6-dev
   swift swift-proxy swift-object swift-container swift-account curl
-  dpkg-dev gnupg systemd init-system-helpers util-linux python3 python3-kubernetes)
+  dpkg-dev gnupg systemd init-system-helpers util-linux python3 python3-kubernetes
+  wireguard-go wireguard-tools wrk)
 if [ "${SKIP_APT:-0}" != 1 ] && [ "$(id -u)" = 0 ]; then
   missing=()
   for p in "${APT_PACKAGES[@]}"; do
