@@ -26,18 +26,18 @@
  */
 import { type ChildProcess, spawn } from 'node:child_process';
 import { chmodSync, closeSync, existsSync, fchmodSync, mkdirSync, openSync, readFileSync, rmSync, statSync, writeFileSync } from 'node:fs';
-import { join } from 'node:path';
 import { constants as osConstants } from 'node:os';
-import { PARENT_PID_ENV, isProcessAlive, unusedPort } from '../lib/index.ts';
+import { join } from 'node:path';
 import type { KubeConfig } from '@kubernetes/client-node';
+import { ANNOTATIONS } from '../api/index.ts';
+import { isProcessAlive, PARENT_PID_ENV, unusedPort } from '../lib/index.ts';
 import { apiJson, rawRequest, serverUrl } from './api-client.ts';
 import { dataDirHolder, inUseMessage, UP_LOCK_FILE } from './data-dir-lock.ts';
 import { CliError } from './errors.ts';
 import { loadClusterTarget } from './kubeconfig.ts';
 import { issueWorkerKubeconfig } from './node-credentials.ts';
 import { repoFile } from './paths.ts';
-import { DEFAULT_FIRST_ADDRESS, chooseWorkerRange, describeRange, portFree, workerAddress } from './worker-addresses.ts';
-import { ANNOTATIONS } from '../api/index.ts';
+import { chooseWorkerRange, DEFAULT_FIRST_ADDRESS, describeRange, nextWorkerRange, portFree, workerAddress } from './worker-addresses.ts';
 
 export { workerAddress } from './worker-addresses.ts';
 
@@ -290,6 +290,12 @@ function startChild(name: string, file: string, args: string[], logDir: string, 
   return child;
 }
 
+/** A worker that exited before it was ready because its address was taken (EADDRINUSE in its log). */
+class AddressTakenError extends CliError {}
+
+/** How many other ranges `up` tries when a worker's address is taken after the check (another `up` at the same moment). */
+const ADDRESS_RETRIES = 3;
+
 /** Resolves when `p` settles or `ms` pass; true when `p` settled first. */
 async function within(p: Promise<unknown>, ms: number): Promise<boolean> {
   let timer: NodeJS.Timeout | undefined;
@@ -321,11 +327,12 @@ async function until<T>(
     if (signal?.aborted) throw new CliError(`interrupted while waiting for ${child.name} (${what})`);
     if (child.exitCode !== null) {
       const end = tail(child.log);
-      const hint =
-        !NOT_WORKERS.has(child.name) && end.includes('EADDRINUSE')
-          ? '\n(its address is taken: another cluster on this computer, maybe one started at the same moment that found the same addresses free? run up again to let it pick free addresses, or pass another range, e.g. --first-address 127.0.1.2)'
-          : '';
-      throw new CliError(`${child.name} exited with code ${child.exitCode} before ${what}; the end of ${child.log}:\n${end}${hint}`);
+      const taken = !NOT_WORKERS.has(child.name) && end.includes('EADDRINUSE');
+      const hint = taken
+        ? '\n(its address is taken: another cluster on this computer, maybe one started at the same moment that found the same addresses free? run up again to let it pick free addresses, or pass another range, e.g. --first-address 127.0.1.2)'
+        : '';
+      const message = `${child.name} exited with code ${child.exitCode} before ${what}; the end of ${child.log}:\n${end}${hint}`;
+      throw taken ? new AddressTakenError(message) : new CliError(message);
     }
     try {
       const v = await check();
@@ -410,7 +417,7 @@ export async function startLocalCluster(opts: LocalClusterOptions): Promise<Loca
 
   try {
     const range = await chooseWorkerRange(opts.workers, opts.firstAddress ?? DEFAULT_FIRST_ADDRESS, opts.pickFreeAddresses === true);
-    const firstAddress = range.first;
+    let firstAddress = range.first;
     if (range.replaced) {
       print(
         `worker addresses ${describeRange(opts.workers, range.replaced)} are in use (another cluster on this computer?): using ${describeRange(opts.workers, firstAddress)}`,
@@ -449,29 +456,31 @@ export async function startLocalCluster(opts: LocalClusterOptions): Promise<Loca
     });
     print(`control plane   ready      ${server}   (${((Date.now() - started) / 1000).toFixed(1)}s)`);
 
-    const workers: string[] = [];
     const sim = repoFile('bin/kube32-sim.js');
-    for (let i = 1; i <= opts.workers; i++) {
-      const name = workerName(i);
-      const nodeDir = join(dataDir, 'nodes', name);
-      mkdirSync(nodeDir, { recursive: true, mode: 0o700 });
-      const nodeKubeconfig = await issueWorkerKubeconfig(dataDir, name, join(nodeDir, 'kubeconfig'));
-      const args = ['--kubeconfig', nodeKubeconfig, '--name', name, '--address', workerAddress(i, firstAddress), '--data-dir', nodeDir];
-      if (opts.workerHeap) args.push('--heap', opts.workerHeap);
-      if (opts.workerFenceAfter) args.push('--fence-after', opts.workerFenceAfter);
-      const w = startChild(name, sim, args, logDir);
-      w.proc.once('exit', (code, signal) => {
-        if (!stopping) print(`${name} ${exitText(code, signal)}; it stays down until up is started again (log ${w.log})`);
-      });
-      children.push(w);
-      workers.push(name);
-      recordChildren(lockPath, children);
-      print(`${name.padEnd(15)} starting   ${workerAddress(i, firstAddress)}   (log ${w.log})`);
-    }
-    await Promise.all(
-      children
-        .filter((c) => !NOT_WORKERS.has(c.name))
-        .map(async (w, idx) => {
+    // Starts the workers on the range from `first` and waits until each Node is Ready.
+    const startWorkers = async (first: string, started0: number): Promise<string[]> => {
+      const names: string[] = [];
+      const launched: Child[] = [];
+      for (let i = 1; i <= opts.workers; i++) {
+        const name = workerName(i);
+        const nodeDir = join(dataDir, 'nodes', name);
+        mkdirSync(nodeDir, { recursive: true, mode: 0o700 });
+        const nodeKubeconfig = await issueWorkerKubeconfig(dataDir, name, join(nodeDir, 'kubeconfig'));
+        const args = ['--kubeconfig', nodeKubeconfig, '--name', name, '--address', workerAddress(i, first), '--data-dir', nodeDir];
+        if (opts.workerHeap) args.push('--heap', opts.workerHeap);
+        if (opts.workerFenceAfter) args.push('--fence-after', opts.workerFenceAfter);
+        const w = startChild(name, sim, args, logDir);
+        w.proc.once('exit', (code, signal) => {
+          if (!stopping && !retired.has(w)) print(`${name} ${exitText(code, signal)}; it stays down until up is started again (log ${w.log})`);
+        });
+        children.push(w);
+        launched.push(w);
+        names.push(name);
+        recordChildren(lockPath, children);
+        print(`${name.padEnd(15)} starting   ${workerAddress(i, first)}   (log ${w.log})`);
+      }
+      await Promise.all(
+        launched.map(async (w, idx) => {
           const t0 = Date.now();
           const node = await until('its Node reporting Ready', w, readyTimeoutMs, opts.signal, async () => {
             const n = await apiJson<NodeObject>(admin!, { path: `/api/v1/nodes/${w.name}` });
@@ -479,14 +488,38 @@ export async function startLocalCluster(opts: LocalClusterOptions): Promise<Loca
             // A Node from an earlier run still says Ready until the node lifecycle controller notices; only
             // a heartbeat from this run counts (heartbeats have one-second precision).
             const beat = ready?.lastHeartbeatTime ? Date.parse(ready.lastHeartbeatTime) : 0;
-            return ready?.status === 'True' && beat >= started - 1000 ? n : undefined;
+            return ready?.status === 'True' && beat >= started0 - 1000 ? n : undefined;
           });
           const mops = node.metadata.annotations?.[ANNOTATIONS.interpMops];
           print(
-            `${w.name.padEnd(15)} ready      ${workerAddress(idx + 1, firstAddress)}   (${((Date.now() - t0) / 1000).toFixed(1)}s${mops ? `, interp-mops ${mops}` : ''})`,
+            `${w.name.padEnd(15)} ready      ${workerAddress(idx + 1, first)}   (${((Date.now() - t0) / 1000).toFixed(1)}s${mops ? `, interp-mops ${mops}` : ''})`,
           );
         }),
-    );
+      );
+      return names;
+    };
+    // Workers stopped to move to another range: their exit is no news.
+    const retired = new Set<Child>();
+    let workers: string[] = [];
+    for (let attempt = 0; ; attempt++) {
+      const started0 = Date.now();
+      try {
+        workers = await startWorkers(firstAddress, started0);
+        break;
+      } catch (err: unknown) {
+        // A range free at the check and taken since (another up started at the same moment): the next free
+        // range, unless --first-address chose this one.
+        if (!(err instanceof AddressTakenError) || opts.pickFreeAddresses !== true || attempt >= ADDRESS_RETRIES) throw err;
+        const ours = children.filter((c) => !NOT_WORKERS.has(c.name));
+        for (const w of ours) retired.add(w);
+        await Promise.all(ours.map((w) => stopChild(w, WORKER_STOP_MS)));
+        children.splice(0, children.length, ...children.filter((c) => !retired.has(c)));
+        recordChildren(lockPath, children);
+        const next = await chooseWorkerRange(opts.workers, nextWorkerRange(firstAddress), true);
+        print(`worker addresses ${describeRange(opts.workers, firstAddress)} were taken meanwhile (another cluster started at the same moment?): using ${describeRange(opts.workers, next.first)}`);
+        firstAddress = next.first;
+      }
+    }
     cp.proc.once('exit', (code, signal) => {
       if (!stopping) print(`control plane ${exitText(code, signal)}; the end of ${cp.log}:\n${tail(cp.log)}`);
     });

@@ -66,6 +66,16 @@ function nextRanges(first: string): string[] {
   return out;
 }
 
+/**
+ * The range after `first` (127.0.0.2 → 127.0.1.2), where `up` looks next when a range is taken after its check.
+ * @throws CliError when there is none (127.255.255.x)
+ */
+export function nextWorkerRange(first: string): string {
+  const next = nextRanges(first)[0];
+  if (next === undefined) throw new CliError(`no worker address range after ${first}: pass --first-address with a free one`);
+  return next;
+}
+
 /** A range of worker addresses `up` can use. */
 export interface WorkerRange {
   /** worker-1's address. */

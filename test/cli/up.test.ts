@@ -4,19 +4,20 @@
  * (`--workers 0`) coming up, answering kubectl, stopping on SIGTERM, and a second `up` finding its
  * objects again; SIGHUP (the terminal closed) and a closed standard output (`up | head -2`) never leave
  * the cluster running; worker addresses another cluster holds are refused before anything starts, or
- * replaced by free ones when `--first-address` is not given.
+ * replaced by free ones when `--first-address` is not given, also when they are taken after the check (two ups
+ * started at the same moment).
  */
 import assert from 'node:assert/strict';
 import { spawn } from 'node:child_process';
 import { existsSync, mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
 import { type AddressInfo, createServer } from 'node:net';
-import { connect as tlsConnect } from 'node:tls';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { test } from 'node:test';
-import { CLI, run, startCluster, waitFor } from '../e2e/cluster.ts';
+import { connect as tlsConnect } from 'node:tls';
 import { KUBELET_PORT, portFree } from '../../src/cli/worker-addresses.ts';
 import { isProcessAlive } from '../../src/lib/index.ts';
+import { CLI, run, startCluster, waitFor } from '../e2e/cluster.ts';
 
 function tempDir(t: import('node:test').TestContext): string {
   const d = mkdtempSync(join(tmpdir(), 'kube32-up-test-'));
@@ -176,6 +177,18 @@ test('up without --first-address takes free worker addresses when the default on
   const addr = await c.kubectl(['get', 'node', 'worker-1', '-o', 'jsonpath={.status.addresses[?(@.type=="InternalIP")].address}']);
   assert.equal(addr.stdout, moved[1], addr.stderr);
   assert.equal(await c.stop(), 0, c.output());
+});
+
+test('two ups started at the same moment find the same free addresses; the one whose worker finds its address taken moves to the next free range', { timeout: 240_000 }, async (t) => {
+  // Both check the range before either starts a worker (the control plane comes first), so both choose it.
+  const [a, b] = await Promise.all([startCluster(t, { workers: 1, firstAddress: null }), startCluster(t, { workers: 1, firstAddress: null })]);
+  const address = async (c: typeof a) => (await c.kubectl(['get', 'node', 'worker-1', '-o', 'jsonpath={.status.addresses[?(@.type=="InternalIP")].address}'])).stdout;
+  const [addrA, addrB] = [await address(a), await address(b)];
+  assert.notEqual(addrA, addrB, `${a.output()}\n---\n${b.output()}`);
+  const moved = [a, b].filter((c) => /worker addresses \S+ were taken meanwhile \(another cluster started at the same moment\?\): using 127\./.test(c.output()));
+  assert.equal(moved.length, 1, `exactly one up moved to another range:\n${a.output()}\n---\n${b.output()}`);
+  assert.equal(await a.stop(), 0, a.output());
+  assert.equal(await b.stop(), 0, b.output());
 });
 
 test('after up was killed with SIGKILL, the next up on its data dir takes it over (its lock, the same addresses)', { timeout: 180_000 }, async (t) => {
