@@ -29,9 +29,10 @@
  * ({@link RecentPods}).
  */
 import { type ChildProcess, spawn } from 'node:child_process';
+import { existsSync } from 'node:fs';
 import { createInterface } from 'node:readline';
-import type * as grpc from '@grpc/grpc-js';
 import { create } from '@bufbuild/protobuf';
+import type * as grpc from '@grpc/grpc-js';
 import type { Logger } from '../../lib/index.ts';
 import {
   DnsQuerySchema,
@@ -40,18 +41,22 @@ import {
   ServerNameSchema,
   type TrafficRecord,
   TrafficService,
-  WatchTrafficResponseSchema,
   type WatchTrafficRequest,
+  WatchTrafficResponseSchema,
 } from '../gen/feos/network/v1/network_pb.js';
-import { parseConntrackLine, type ConntrackEvent } from './conntrack-events.ts';
+import { type ConntrackEvent, parseConntrackLine } from './conntrack-events.ts';
 import type { DnsQueryRecord } from './dns.ts';
-import { grpcServiceDefinition, type GrpcService } from './grpc.ts';
+import { type GrpcService, grpcServiceDefinition } from './grpc.ts';
 import { canonicalAddress } from './ip.ts';
-import { PcapNflogReader, parseIpPacket, protocolName, type NflogPacket } from './nflog.ts';
+import { type NflogPacket, PcapNflogReader, parseIpPacket, protocolName } from './nflog.ts';
 import { TAP_PREFIX } from './pod-link.ts';
 import { ServerNameAssembler } from './server-names.ts';
 import { ipJson } from './system.ts';
 import { NFLOG_COPIES, NFLOG_DROPS } from './table.ts';
+
+/** util-linux's setpriv, which starts the readers with a death signal (see `#run`). */
+const SETPRIV = '/usr/bin/setpriv';
+const ORPHAN_PROOF = existsSync(SETPRIV);
 
 /** Records a caller may have queued, unsent, before more are dropped and counted as missed. */
 export const WATCH_BUFFER_RECORDS = 4096;
@@ -215,13 +220,20 @@ export class TrafficCollector {
       rl.on('line', (line) => this.#onConntrack(line));
     });
     for (const group of [NFLOG_DROPS, NFLOG_COPIES]) {
-      this.#run({ name: `tcpdump nflog:${group}`, ran: false }, td, ['-i', `nflog:${group}`, '-U', '-B', '4096', '-w', '-'], (child) => {
+      // -Z root: tcpdump keeps its user (Debian's drops to tcpdump), and so the death signal setpriv gave it.
+      this.#run({ name: `tcpdump nflog:${group}`, ran: false }, td, ['-i', `nflog:${group}`, '-U', '-B', '4096', '-Z', 'root', '-w', '-'], (child) => {
         const reader = new PcapNflogReader((p) => this.#onNflog(p));
         child.stdout!.on('data', (d: Buffer) => reader.push(d));
       });
     }
   }
 
+  /**
+   * Runs a reader, and again when it ends. Each runs under setpriv(1) with PR_SET_PDEATHSIG SIGKILL where
+   * util-linux's setpriv exists: a reader ends with feosd even when feosd is SIGKILLed, and none is left
+   * reading for a feosd that is gone (the kernel clears the death signal when a process changes its user,
+   * hence tcpdump's -Z root).
+   */
   #run(r: Reader, file: string, args: string[], wire: (c: ChildProcess) => void): void {
     this.#readers.push(r);
     const base = this.#o.restartMs ?? 1000;
@@ -233,7 +245,8 @@ export class TrafficCollector {
       if (r.ran) this.#o.channel.lost(1);
       r.ran = false;
       const startedAt = Date.now();
-      const child = spawn(file, args, { stdio: ['ignore', 'pipe', 'pipe'], env: { ...process.env, TZ: 'UTC' } });
+      const [cmd, argv] = ORPHAN_PROOF ? [SETPRIV, ['--pdeathsig', 'KILL', '--', file, ...args]] : [file, args];
+      const child = spawn(cmd, argv, { stdio: ['ignore', 'pipe', 'pipe'], env: { ...process.env, TZ: 'UTC' } });
       r.child = child;
       child.once('spawn', () => {
         r.ran = true;
@@ -316,6 +329,7 @@ export class TrafficCollector {
     }).catch((err: unknown) => this.#o.log.warn({ err: (err as Error).message }, 'a logged packet could not be read'));
   }
 }
+
 
 const isTap = (dev: string | undefined): dev is string => dev?.startsWith(TAP_PREFIX) === true;
 
