@@ -148,6 +148,36 @@ test('RBAC with kubectl: admin, a view user, a namespace edit user; nodes; token
     assert.match(denied.stderr, /users "vera" is forbidden: User "ed" cannot impersonate resource "users" in API group "" at the cluster scope/);
   });
 
+  await t.test('a namespace admin grants only what it holds: no escalation through Roles or bindings', async () => {
+    const boss = await mint('boss', []);
+    assert.equal((await admin(['create', 'rolebinding', 'boss-admin', '--clusterrole', 'admin', '--user', 'boss', '-n', 'team'])).code, 0);
+    const ok = await kubectlAs(api, boss, ['create', 'role', 'reader', '--verb', 'get,list', '--resource', 'secrets,pods', '-n', 'team']);
+    assert.equal(ok.code, 0, ok.stderr);
+    const bindEdit = await kubectlAs(api, boss, ['create', 'rolebinding', 'ed-too', '--clusterrole', 'edit', '--user', 'ed', '-n', 'team']);
+    assert.equal(bindEdit.code, 0, bindEdit.stderr);
+    // admin holds nothing of nodes (cluster-scoped: no namespace's role grants them).
+    const role = await kubectlAs(api, boss, ['create', 'role', 'node-writer', '--verb', 'create', '--resource', 'nodes', '-n', 'team']);
+    assert.equal(role.code, 1);
+    assert.match(role.stderr, /roles\.rbac\.authorization\.k8s\.io "node-writer" is forbidden: user "boss" \(groups=\["system:authenticated"\]\) is attempting to grant RBAC permissions not currently held:\n\{APIGroups:\[""\], Resources:\["nodes"\], Verbs:\["create"\]\}/);
+    const bind = await kubectlAs(api, boss, ['create', 'rolebinding', 'boss-root', '--clusterrole', 'cluster-admin', '--user', 'boss', '-n', 'team']);
+    assert.equal(bind.code, 1);
+    assert.match(bind.stderr, /rolebindings\.rbac\.authorization\.k8s\.io "boss-root" is forbidden: user "boss" .* is attempting to grant RBAC permissions not currently held/);
+    // A patch is checked as a create is: the Role grows by a rule admin lacks.
+    const patch = await kubectlAs(api, boss, ['patch', 'role', 'reader', '-n', 'team', '--type', 'json', '-p', '[{"op":"add","path":"/rules/-","value":{"apiGroups":[""],"resources":["nodes"],"verbs":["delete"]}}]']);
+    assert.equal(patch.code, 1);
+    assert.match(patch.stderr, /is attempting to grant RBAC permissions not currently held:\n\{APIGroups:\[""\], Resources:\["nodes"\], Verbs:\["delete"\]\}/);
+    const missing = await kubectlAs(api, boss, ['create', 'rolebinding', 'ghost', '--clusterrole', 'no-such-role', '--user', 'ed', '-n', 'team']);
+    assert.match(missing.stderr, /clusterroles\.rbac\.authorization\.k8s\.io "no-such-role" not found/);
+    // With bind granted on cluster-admin in the namespace, the binding is allowed; escalate lets a Role hold more.
+    const grant = { apiVersion: 'rbac.authorization.k8s.io/v1', kind: 'Role', metadata: { name: 'binder', namespace: 'team' }, rules: [{ apiGroups: ['rbac.authorization.k8s.io'], resources: ['clusterroles', 'roles'], verbs: ['bind', 'escalate'] }] };
+    assert.equal((await admin(['apply', '-f', '-'], JSON.stringify(grant))).code, 0);
+    assert.equal((await admin(['create', 'rolebinding', 'boss-binder', '--role', 'binder', '--user', 'boss', '-n', 'team'])).code, 0);
+    const bound = await kubectlAs(api, boss, ['create', 'rolebinding', 'boss-root', '--clusterrole', 'cluster-admin', '--user', 'ed', '-n', 'team']);
+    assert.equal(bound.code, 0, bound.stderr);
+    const escalated = await kubectlAs(api, boss, ['create', 'role', 'node-writer', '--verb', 'create', '--resource', 'nodes', '-n', 'team']);
+    assert.equal(escalated.code, 0, escalated.stderr);
+  });
+
   await t.test('a ClusterRole labelled aggregate-to-view extends view', async () => {
     const r = await admin(['apply', '-f', '-'], JSON.stringify({ apiVersion: 'rbac.authorization.k8s.io/v1', kind: 'ClusterRole', metadata: { name: 'extra-view', labels: { 'rbac.authorization.k8s.io/aggregate-to-view': 'true' } }, rules: [{ apiGroups: [''], resources: ['nodes'], verbs: ['get', 'list'] }] }));
     assert.equal(r.code, 0, r.stderr);

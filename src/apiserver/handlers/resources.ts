@@ -7,6 +7,7 @@ import { ApiError, badRequest, successStatus, resourceNotFound } from '../errors
 import type { DeleteOptions, PatchType, WriteOptions } from '../registry/store.ts';
 import type { FieldValidation } from '../registry/meta.ts';
 import { apiVersionOf, storageKey } from '../registry/types.ts';
+import { escalationAdmission } from '../auth/escalation.ts';
 import type { RequestScope } from './context.ts';
 import { decodeBody, mediaType, readBody, sendJson, sendRawJson, wantsPartial, wantsTable, warningHeader } from './http.ts';
 import { type IncludeObject, partialMetadata, toTable } from './table.ts';
@@ -138,7 +139,7 @@ export async function serveResource(scope: RequestScope): Promise<void> {
       case 'POST': {
         const body = await readObject(scope);
         guardNodeCreate(scope, body);
-        const created = reg.create(def, namespace, body, writeOptions(url, warnings));
+        const created = reg.create(def, namespace, body, { ...writeOptions(url, warnings), admit: escalationAdmission(reg, scope.user, def) });
         ctx.log.debug({ resource: storageKey(def), namespace, name: created.metadata.name }, 'created');
         sendJson(res, 201, created, warningHeader(warnings));
         return;
@@ -168,7 +169,7 @@ export async function serveResource(scope: RequestScope): Promise<void> {
     }
     case 'PUT': {
       const body = await readObject(scope);
-      const obj = reg.update(def, namespace, name, body, writeOptions(url, warnings));
+      const obj = reg.update(def, namespace, name, body, { ...writeOptions(url, warnings), admit: escalationAdmission(reg, scope.user, def) });
       sendJson(res, 200, obj, warningHeader(warnings));
       return;
     }
@@ -176,7 +177,7 @@ export async function serveResource(scope: RequestScope): Promise<void> {
       const type = PATCH_TYPES[mediaType(req)];
       if (!type) throw new ApiError('UnsupportedMediaType', `the body of the request was in an unknown format - accepted media types include: ${Object.keys(PATCH_TYPES).join(', ')}`);
       const body = await readObject(scope);
-      const opts = writeOptions(url, warnings);
+      const opts = { ...writeOptions(url, warnings), admit: escalationAdmission(reg, scope.user, def) };
       if (type === 'apply') {
         if (!opts.fieldManager) throw badRequest('PATCH of type apply requires a fieldManager (the fieldManager query parameter)');
         if (q.has('fieldValidation') === false) opts.fieldValidation = 'Strict';

@@ -24,6 +24,11 @@ export interface WriteOptions {
   warnings?: string[];
   /** managedFields of an object created by server-side apply. */
   managedFields?: unknown[];
+  /**
+   * The request's own admission (RBAC's escalation check), called inside the write with the object to be
+   * stored and, on update and patch, the stored one; may throw an ApiError.
+   */
+  admit?: (obj: KubeObject, old?: KubeObject) => void;
 }
 
 /** The patch content types. */
@@ -309,6 +314,7 @@ export class Registry {
       const zero = def.hasStatus && target.status === undefined ? STATUS_ON_CREATE[storageKey(def)] : undefined;
       if (zero) target.status = structuredClone(zero);
       this.hooks.admitCreate?.(def, target);
+      opts.admit?.(target);
       const causes = def.validate?.(target) ?? [];
       if (causes.length) throw invalid(def.kind, def.group, m.name ?? m.generateName ?? '', causes);
       delete target.apiVersion;
@@ -424,6 +430,7 @@ export class Registry {
         const current = this.storage.get(key);
         if (!current) throw notFound(def.plural, def.group, name);
         const next = this.nextState(def, current, body as KubeObject, sub);
+        opts.admit?.(next, current);
         if (opts.dryRun) return withTypeMeta(def, next);
         const stored = this.storage.update(key, next, { resourceVersion: current.metadata.resourceVersion });
         return withTypeMeta(def, this.finishIfDone(def, key, stored).object);
@@ -484,6 +491,7 @@ export class Registry {
         if (type === 'merge' || type === 'strategic') opts.warnings?.push(...checkBodyShape(def, patch, opts.fieldValidation ?? 'Ignore'));
         else if (type === 'json') checkBodyShape(def, p, 'Ignore');
         const next = this.nextState(def, current, p, sub, type === 'apply');
+        opts.admit?.(next, current);
         if (opts.dryRun) return { object: withTypeMeta(def, next), created: false };
         const stored = this.storage.update(key, next, { resourceVersion: current.metadata.resourceVersion });
         return { object: withTypeMeta(def, this.finishIfDone(def, key, stored).object), created: false };
