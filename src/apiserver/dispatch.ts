@@ -6,19 +6,21 @@
  */
 import type { IncomingMessage, ServerResponse } from 'node:http';
 import type { TLSSocket } from 'node:tls';
-import { ApiError, resourceNotFound } from './errors.ts';
+import { ApiError, badRequest, resourceNotFound } from './errors.ts';
 import { authorize, bearerToken, verbOf } from './handlers/auth.ts';
 import type { RequestScope, ServerContext, UserInfo } from './handlers/context.ts';
 import { serveBlob } from './handlers/data.ts';
 import { VERSION_INFO } from './handlers/discovery.ts';
 import { type HealthChecks, isHealthPath, serveHealth } from './handlers/health.ts';
-import { sendError, sendJson } from './handlers/http.ts';
+import { decodeBody, mediaType, readBody, sendError, sendJson } from './handlers/http.ts';
 import { serveNonResource } from './handlers/non-resource.ts';
 import { serveResource } from './handlers/resources.ts';
 import { serveAccessReview, serveRulesReview, serveSelfSubjectReview, serveSubjectAccessReview, serveTokenReview } from './handlers/reviews.ts';
 import { serveTokenRequest } from './auth/tokens.ts';
 import { normalizeBooleanParameters } from './handlers/query.ts';
 import { parseResourcePath } from './handlers/router.ts';
+import { bindPod } from './registry/pods/binding.ts';
+import { rec } from './registry/util.ts';
 import type { ServerMetrics } from './metrics.ts';
 import { ADMIN_USER, userOfCertificate } from './pki.ts';
 
@@ -146,6 +148,15 @@ async function serve(req: IncomingMessage, res: ServerResponse, ctx: ServerConte
       return review.serve(req, res, ctx, user);
     }
   }
+  const binding = /^\/api\/v1\/namespaces\/([^/]+)\/bindings\/?$/.exec(path);
+  if (binding) {
+    labels.resource = 'bindings';
+    labels.verb = 'create';
+    if (req.method !== 'POST') throw new ApiError('MethodNotAllowed', `${req.method} is not supported on bindings: create a Binding with POST`);
+    const namespace = decodeURIComponent(binding[1]!);
+    ctx.authorizer.authorize(user, 'create', { group: '', plural: 'bindings', namespace, name: undefined, subresource: undefined, subpath: '' });
+    return serveBinding(req, res, ctx, url, namespace);
+  }
   const blob = /^\/apis\/kube32\.io\/v1\/blobs\/([^/]+)$/.exec(path);
   if (blob && req.method === 'GET') {
     labels.resource = 'blobs';
@@ -163,6 +174,18 @@ async function serve(req: IncomingMessage, res: ServerResponse, ctx: ServerConte
   }
   const scope: RequestScope = { req, res, url, user, info, ctx };
   await serveResource(scope);
+}
+
+/**
+ * `POST /api/v1/namespaces/<ns>/bindings`: binds the pod the Binding's metadata.name names, as
+ * `pods/<name>/binding` does (the official Python client's `create_namespaced_binding`, `kubectl create -f`).
+ * @throws ApiError BadRequest without metadata.name; what pods/binding throws
+ */
+async function serveBinding(req: IncomingMessage, res: ServerResponse, ctx: ServerContext, url: URL, namespace: string): Promise<void> {
+  const body = decodeBody(await readBody(req, ctx.maxBodyBytes), mediaType(req));
+  const name = rec(rec(body).metadata).name;
+  if (typeof name !== 'string' || name === '') throw badRequest('a Binding needs metadata.name (the pod to bind)');
+  sendJson(res, 201, bindPod(ctx.registry, namespace, name, body, { dryRun: url.searchParams.getAll('dryRun').includes('All') }));
 }
 
 interface Review {

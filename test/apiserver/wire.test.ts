@@ -3,7 +3,8 @@
  * boolean query parameters read as kube-apiserver reads them (Convert_Slice_string_To_bool) (the official Python client sends
  * `watch=True`), its `watch.Watch().stream` seeing ADDED, MODIFIED and DELETED and a resumed watch too
  * old for the window surfacing 410; `"status": {}` on kinds created without one; a deeply nested body
- * is 400, not 500; a connection that sends half a header is closed after the header timeout.
+ * is 400, not 500; a connection that sends half a header is closed after the header timeout; a Binding created
+ * at the bindings resource (kubectl create -f, the Python client).
  */
 import assert from 'node:assert/strict';
 import { execFile } from 'node:child_process';
@@ -201,4 +202,44 @@ test('a connection that sends half a header is closed after the header timeout',
   const w = await raw(api, 'GET', '/api/v1/namespaces?watch=true&timeoutSeconds=3');
   assert.equal(w.status, 200);
   assert.match(w.text, /"type":"ADDED"/);
+});
+
+test('a Binding is created at /api/v1/namespaces/NS/bindings, with kubectl create -f and the Python client, as pods/NAME/binding binds', { timeout: 120_000 }, async (t) => {
+  const api = await startApiServer(t);
+  const node = await api.kubectl(['create', '-f', '-'], { input: JSON.stringify({ apiVersion: 'v1', kind: 'Node', metadata: { name: 'n1' } }) });
+  assert.equal(node.code, 0, node.stderr);
+  for (const name of ['by-kubectl', 'by-python']) {
+    const pod = { apiVersion: 'v1', kind: 'Pod', metadata: { name }, spec: { schedulerName: 'nobody', containers: [{ name: 'c', image: 'counter' }] } };
+    assert.equal((await api.kubectl(['create', '-f', '-'], { input: JSON.stringify(pod) })).code, 0);
+  }
+  const resources = await api.kubectl(['api-resources', '--api-group', '']);
+  assert.match(resources.stdout, /^bindings\s+v1\s+true\s+Binding$/m);
+  // kubectl validates on the client a kind whose OpenAPI v3 has no PATCH (/openapi/v2, empty, says there is no schema).
+  const binding = (name: string) => JSON.stringify({ apiVersion: 'v1', kind: 'Binding', metadata: { name }, target: { kind: 'Node', name: 'n1' } });
+  const made = await api.kubectl(['create', '-f', '-'], { input: binding('by-kubectl') });
+  assert.equal(made.code, 0, made.stderr);
+  const bound = await api.kubectl(['get', 'pod', 'by-kubectl', '-o', 'jsonpath={.spec.nodeName}']);
+  assert.equal(bound.stdout, 'n1');
+  const again = await api.kubectl(['create', '-f', '-'], { input: binding('by-kubectl') });
+  assert.match(again.stderr, /Error from server \(Conflict\): .*pod by-kubectl is already assigned to node "n1"/);
+  const missing = await api.kubectl(['create', '-f', '-'], { input: binding('no-such-pod') });
+  assert.match(missing.stderr, /Error from server \(NotFound\): .*pods "no-such-pod" not found/);
+  const r = await python(
+    `
+from kubernetes import client, config
+config.load_kube_config()
+v1 = client.CoreV1Api()
+try:
+    v1.create_namespaced_binding('default', client.V1Binding(metadata=client.V1ObjectMeta(name='by-python'), target=client.V1ObjectReference(kind='Node', name='n1')), _preload_content=False)
+except Exception as e:
+    print('error', e)
+print(v1.read_namespaced_pod('by-python', 'default').spec.node_name)
+`,
+    { KUBECONFIG: api.kubeconfigPath, HOME: api.dataDir },
+  );
+  assert.equal(r.code, 0, r.stderr);
+  assert.equal(r.stdout.trim(), 'n1');
+  const v2 = await raw(api, 'GET', '/openapi/v2');
+  assert.equal(v2.status, 200);
+  assert.equal(v2.json().swagger, '2.0');
 });

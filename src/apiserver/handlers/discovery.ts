@@ -54,7 +54,9 @@ function subresourceInfo(def: ResourceDef, sub: Subresource): SubInfo {
 }
 
 /** Resources served without storage. */
-const VIRTUAL = [
+const VIRTUAL: { group: string; version: string; plural: string; singular: string; kind: string; verbs: string[]; namespaced?: boolean }[] = [
+  // POST /api/v1/namespaces/<ns>/bindings binds the pod the Binding names, as pods/<name>/binding does.
+  { group: '', version: 'v1', plural: 'bindings', singular: 'binding', kind: 'Binding', verbs: ['create'], namespaced: true },
   { group: 'authentication.k8s.io', version: 'v1', plural: 'tokenreviews', singular: 'tokenreview', kind: 'TokenReview', verbs: ['create'] },
   { group: 'authentication.k8s.io', version: 'v1', plural: 'selfsubjectreviews', singular: 'selfsubjectreview', kind: 'SelfSubjectReview', verbs: ['create'] },
   { group: 'authorization.k8s.io', version: 'v1', plural: 'selfsubjectaccessreviews', singular: 'selfsubjectaccessreview', kind: 'SelfSubjectAccessReview', verbs: ['create'] },
@@ -92,7 +94,7 @@ export function aggregatedDiscovery(core: boolean): Record<string, unknown> {
     .map((gv) => {
       const resources: Record<string, unknown>[] = RESOURCES.filter((r) => r.group === gv.group && r.version === gv.version).map(aggregatedResource);
       for (const v of VIRTUAL.filter((x) => x.group === gv.group && x.version === gv.version)) {
-        resources.push({ resource: v.plural, responseKind: { group: v.group, version: v.version, kind: v.kind }, scope: 'Cluster', singularResource: v.singular, verbs: v.verbs });
+        resources.push({ resource: v.plural, responseKind: { group: v.group, version: v.version, kind: v.kind }, scope: v.namespaced ? 'Namespaced' : 'Cluster', singularResource: v.singular, verbs: v.verbs });
       }
       return { metadata: core ? { creationTimestamp: null } : { name: gv.group, creationTimestamp: null }, versions: [{ version: gv.version, freshness: 'Current', resources }] };
     });
@@ -143,7 +145,7 @@ export function legacyResourceList(group: string, version: string): Record<strin
     }
   }
   for (const v of VIRTUAL.filter((x) => x.group === group && x.version === version)) {
-    resources.push({ name: v.plural, singularName: v.singular, namespaced: false, kind: v.kind, verbs: v.verbs });
+    resources.push({ name: v.plural, singularName: v.singular, namespaced: v.namespaced === true, kind: v.kind, verbs: v.verbs });
   }
   return { kind: 'APIResourceList', apiVersion: 'v1', groupVersion: group ? `${group}/${version}` : version, resources };
 }

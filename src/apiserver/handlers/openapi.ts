@@ -4,7 +4,7 @@
  * `components.schemas` describe each kind in full for `kubectl explain`: the Checkpoint and Module
  * here, the built-in kinds (and every type they reach) from `@kubernetes/client-node`'s models
  * (openapi-models.ts). Documents are built on their first request, not at start, and kept.
- * `/openapi/v2` is not served (kubectl only reads it as protobuf).
+ * `/openapi/v2` is an empty document (non-resource.ts says why).
  */
 import { createHash } from 'node:crypto';
 import { RESOURCES, groupVersions } from '../registry/catalog.ts';
