@@ -42,6 +42,7 @@ export const CONTROLLER_NAMES = [
   'replicaset',
   'deployment',
   'daemonset',
+  'statefulset',
   'endpoints',
   'nodelifecycle',
   'policy',
@@ -203,6 +204,9 @@ function primeQueues(ctx: ControllerContext, controllers: Controller[]): void {
         break;
       case 'daemonset':
         for (const o of ctx.cache.daemonSets.list()) c.enqueue(key(o));
+        break;
+      case 'statefulset':
+        for (const o of ctx.cache.statefulSets.list()) c.enqueue(key(o));
         break;
       case 'endpoints':
         for (const o of ctx.cache.services.list()) c.enqueue(key(o));

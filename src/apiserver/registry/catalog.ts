@@ -1,7 +1,7 @@
 /**
  * Every resource the server serves, and lookups by URL parts. Order here is discovery order.
  */
-import { deployments, replicasets, daemonsets } from './apps/index.ts';
+import { deployments, replicasets, daemonsets, statefulsets, controllerrevisions } from './apps/index.ts';
 import { cronjobs } from './batch/cronjobs.ts';
 import { jobs } from './batch/index.ts';
 import { checkpoints } from './checkpoints/index.ts';
@@ -41,6 +41,8 @@ export const RESOURCES: readonly ResourceDef[] = [
   replicationcontrollers,
   ...RBAC_RESOURCES,
   runtimeclasses,
+  statefulsets,
+  controllerrevisions,
 ];
 
 const byPath = new Map<string, ResourceDef>();

@@ -85,6 +85,7 @@ const WITHOUT_GENERATION = new Set([
   '/Event',
   'events.k8s.io/Event',
   'coordination.k8s.io/Lease',
+  'apps/ControllerRevision',
   '/Service',
   '/Node',
   '/Namespace',
@@ -107,6 +108,7 @@ const hasGeneration = (def: ResourceDef): boolean => !WITHOUT_GENERATION.has(`${
 const STATUS_ON_CREATE: Record<string, Record<string, unknown>> = {
   'deployments.apps': {},
   'replicasets.apps': { replicas: 0 },
+  'statefulsets.apps': { replicas: 0, availableReplicas: 0 },
   'daemonsets.apps': { currentNumberScheduled: 0, numberMisscheduled: 0, desiredNumberScheduled: 0, numberReady: 0 },
   'jobs.batch': {},
   'cronjobs.batch': {},

@@ -18,6 +18,8 @@ import type {
   V1Pod,
   V1ReplicaSet,
   V1ServiceAccount,
+  V1StatefulSet,
+  V1ControllerRevision,
 } from '@kubernetes/client-node';
 import type { Checkpoint } from '../../api/index.ts';
 
@@ -103,6 +105,10 @@ export interface ClusterApi {
   patchDeployment(namespace: string, name: string, patch: MergePatch): Promise<V1Deployment>;
   patchDeploymentStatus(namespace: string, name: string, patch: MergePatch): Promise<V1Deployment>;
   patchDaemonSetStatus(namespace: string, name: string, patch: MergePatch): Promise<V1DaemonSet>;
+  patchStatefulSetStatus(namespace: string, name: string, patch: MergePatch): Promise<V1StatefulSet>;
+  /** Creates a StatefulSet's ControllerRevision (409 AlreadyExists when one of that name is there). */
+  createControllerRevision(namespace: string, revision: V1ControllerRevision): Promise<V1ControllerRevision>;
+  deleteControllerRevision(namespace: string, name: string): Promise<void>;
   /** Merge-patches a PodDisruptionBudget's status (`policy/v1`, the status subresource). */
   patchPodDisruptionBudgetStatus(namespace: string, name: string, patch: MergePatch): Promise<V1PodDisruptionBudget>;
   // Endpoints

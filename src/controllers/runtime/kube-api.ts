@@ -19,6 +19,8 @@ import type {
   V1Pod,
   V1ReplicaSet,
   V1ServiceAccount,
+  V1StatefulSet,
+  V1ControllerRevision,
 } from '@kubernetes/client-node';
 import type { CaptureAnswer, ClusterApi, DeletePodOptions, MergePatch, SnapshotAnswer } from './api.ts';
 import { ApiError, type Checkpoint, CHECKPOINT_PLURAL, errorFromAnswer, errorMessage, KUBE32_GROUP, KUBE32_VERSION, readText, RestClient, type RestRequest } from '../../api/index.ts';
@@ -168,6 +170,22 @@ export class KubeClusterApi implements ClusterApi {
 
   patchDaemonSetStatus(namespace: string, name: string, patch: MergePatch): Promise<V1DaemonSet> {
     return this.#merge(`patch daemonset status ${namespace}/${name}`, this.#ns(namespace, 'daemonsets', name, 'status', APPS), patch);
+  }
+
+  patchStatefulSetStatus(namespace: string, name: string, patch: MergePatch): Promise<V1StatefulSet> {
+    return this.#merge(`patch statefulset status ${namespace}/${name}`, this.#ns(namespace, 'statefulsets', name, 'status', APPS), patch);
+  }
+
+  createControllerRevision(namespace: string, revision: V1ControllerRevision): Promise<V1ControllerRevision> {
+    return this.#call(`create controllerrevision ${namespace}/${revision.metadata?.name}`, {
+      method: 'POST',
+      path: this.#ns(namespace, 'controllerrevisions', undefined, undefined, APPS),
+      body: { apiVersion: 'apps/v1', kind: 'ControllerRevision', ...revision },
+    });
+  }
+
+  async deleteControllerRevision(namespace: string, name: string): Promise<void> {
+    await this.#call(`delete controllerrevision ${namespace}/${name}`, { method: 'DELETE', path: this.#ns(namespace, 'controllerrevisions', name, undefined, APPS) });
   }
 
   patchPodDisruptionBudgetStatus(namespace: string, name: string, patch: MergePatch): Promise<V1PodDisruptionBudget> {

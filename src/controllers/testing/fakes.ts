@@ -40,6 +40,8 @@ export function fakeCaches(): FakeCaches {
     replicaSets: new FakeLister(),
     deployments: new FakeLister(),
     daemonSets: new FakeLister(),
+    statefulSets: new FakeLister(),
+    controllerRevisions: new FakeLister(),
     services: new FakeLister(),
     endpoints: new FakeLister(),
     endpointSlices: new FakeLister(),
