@@ -34,6 +34,7 @@ import { checkpoints } from './registry/checkpoints/index.ts';
 import { GarbageCollector } from './registry/gc.ts';
 import { resolvePodImage } from './registry/modules/images.ts';
 import { admitRuntimeClass } from './registry/runtimeclasses/admission.ts';
+import { admitLimitRanges, admitQuota } from './registry/quota/index.ts';
 import { Registry } from './registry/store.ts';
 import { MemoryStorage, SqliteStorage, type Storage } from './storage/index.ts';
 import { EtcdStorage } from './storage/etcd.ts';
@@ -236,7 +237,9 @@ export async function createApiServer(opts: ApiServerOptions): Promise<ApiServer
       if (def.group === '' && def.plural === 'pods') {
         resolvePodImage(storage, obj);
         admitRuntimeClass(storage, obj);
+        admitLimitRanges(storage, def, obj);
       }
+      admitQuota(storage, def, obj);
     },
     afterDelete(def, obj) {
       if (def === checkpoints) checkpointData.delete(`${obj.metadata.namespace}/${obj.metadata.name}`);

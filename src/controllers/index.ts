@@ -19,6 +19,7 @@ import { newJobController } from './jobs/controller.ts';
 import { newNodeLifecycleController } from './nodelifecycle/controller.ts';
 import { newPodLifecycleController } from './podlifecycle/controller.ts';
 import { newPolicyController } from './policy/controller.ts';
+import { newResourceQuotaController } from './resourcequota/controller.ts';
 import { Informers } from './runtime/cache.ts';
 import type { Controller, ControllerLog } from './runtime/controller.ts';
 import { type ControllerContext, type ControllerTimings, DEFAULT_TIMINGS, newSharedState } from './runtime/context.ts';
@@ -50,6 +51,7 @@ export const CONTROLLER_NAMES = [
   'cronjob',
   'disruption',
   'serviceaccount',
+  'resourcequota',
 ] as const;
 export type ControllerName = (typeof CONTROLLER_NAMES)[number];
 
@@ -139,6 +141,7 @@ async function startWith(
     newCronJobController(ctx, kubeConfig),
     newDisruptionController(ctx, informers),
     newServiceAccountController(ctx, informers),
+    newResourceQuotaController(ctx, informers),
   ];
   const controllers = all.filter((c) => !disable.includes(c.name as ControllerName));
   try {
@@ -223,6 +226,9 @@ function primeQueues(ctx: ControllerContext, controllers: Controller[]): void {
         break;
       case 'serviceaccount':
         for (const o of ctx.cache.namespaces.list()) c.enqueue(key(o));
+        break;
+      case 'resourcequota':
+        for (const o of ctx.cache.resourceQuotas.list()) c.enqueue(key(o));
         break;
     }
   }

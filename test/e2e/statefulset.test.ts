@@ -7,7 +7,7 @@
  */
 import assert from 'node:assert/strict';
 import { test } from 'node:test';
-import { COUNTER_WASM, askCounter, counterManifest, getPods, logTails, podReady, skipUnlessBuilt, startCluster, waitFor, type PodView } from './cluster.ts';
+import { askCounter, COUNTER_WASM, counterManifest, getPods, logTails, type PodView, podReady, skipUnlessBuilt, startCluster, waitFor } from './cluster.ts';
 
 const SET = `apiVersion: apps/v1
 kind: StatefulSet
@@ -73,8 +73,8 @@ test('a StatefulSet of counters: ordered stable names, scale down from the top, 
   assert.equal(ev.code, 0, ev.stderr);
   const creates = (JSON.parse(ev.stdout) as { items: Event[] }).items.map((e) => e.message).sort();
   assert.deepEqual(creates, [0, 1, 2].map((i) => `create Pod counter-${i} in StatefulSet counter successful`));
-  const readyAt = (p: PodView & { status: { conditions?: { type: string; lastTransitionTime?: string }[] } }) =>
-    Date.parse(p.status.conditions?.find((x) => x.type === 'Ready')?.lastTransitionTime ?? '');
+  const readyAt = (p: PodView) =>
+    Date.parse((p.status.conditions as { type: string; lastTransitionTime?: string }[] | undefined)?.find((x) => x.type === 'Ready')?.lastTransitionTime ?? '');
   const created = (p: PodView) => Date.parse((p.metadata as { creationTimestamp?: string }).creationTimestamp ?? '');
   for (let i = 1; i < 3; i++) assert.ok(created(pods[i]!) >= readyAt(pods[i - 1]!), `counter-${i} created after counter-${i - 1} was Ready`);
 

@@ -13,6 +13,7 @@ import { namespaces, nodes } from './nodes/index.ts';
 import { pods } from './pods/index.ts';
 import { poddisruptionbudgets } from './policy/index.ts';
 import { runtimeclasses } from './runtimeclasses/index.ts';
+import { limitranges, resourcequotas } from './quota/index.ts';
 import { type ResourceDef, storageKey } from './types.ts';
 import { RBAC_RESOURCES } from '../auth/resources.ts';
 
@@ -43,6 +44,8 @@ export const RESOURCES: readonly ResourceDef[] = [
   runtimeclasses,
   statefulsets,
   controllerrevisions,
+  resourcequotas,
+  limitranges,
 ];
 
 const byPath = new Map<string, ResourceDef>();

@@ -109,6 +109,7 @@ const STATUS_ON_CREATE: Record<string, Record<string, unknown>> = {
   'deployments.apps': {},
   'replicasets.apps': { replicas: 0 },
   'statefulsets.apps': { replicas: 0, availableReplicas: 0 },
+  resourcequotas: {},
   'daemonsets.apps': { currentNumberScheduled: 0, numberMisscheduled: 0, desiredNumberScheduled: 0, numberReady: 0 },
   'jobs.batch': {},
   'cronjobs.batch': {},

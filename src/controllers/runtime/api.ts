@@ -20,6 +20,8 @@ import type {
   V1ServiceAccount,
   V1StatefulSet,
   V1ControllerRevision,
+  V1ResourceQuota,
+  KubernetesObject,
 } from '@kubernetes/client-node';
 import type { Checkpoint } from '../../api/index.ts';
 
@@ -109,6 +111,13 @@ export interface ClusterApi {
   /** Creates a StatefulSet's ControllerRevision (409 AlreadyExists when one of that name is there). */
   createControllerRevision(namespace: string, revision: V1ControllerRevision): Promise<V1ControllerRevision>;
   deleteControllerRevision(namespace: string, name: string): Promise<void>;
+  // ResourceQuotas
+  patchResourceQuotaStatus(namespace: string, name: string, patch: MergePatch): Promise<V1ResourceQuota>;
+  /**
+   * Lists the objects of a namespace by storage key (`configmaps`, `deployments.apps`), at the group's
+   * preferred version; none when the server does not serve it (404).
+   */
+  listNamespaced(namespace: string, key: string): Promise<KubernetesObject[]>;
   /** Merge-patches a PodDisruptionBudget's status (`policy/v1`, the status subresource). */
   patchPodDisruptionBudgetStatus(namespace: string, name: string, patch: MergePatch): Promise<V1PodDisruptionBudget>;
   // Endpoints

@@ -21,9 +21,11 @@ import type {
   V1ServiceAccount,
   V1StatefulSet,
   V1ControllerRevision,
+  V1ResourceQuota,
+  KubernetesObject,
 } from '@kubernetes/client-node';
 import type { CaptureAnswer, ClusterApi, DeletePodOptions, MergePatch, SnapshotAnswer } from './api.ts';
-import { ApiError, type Checkpoint, CHECKPOINT_PLURAL, errorFromAnswer, errorMessage, KUBE32_GROUP, KUBE32_VERSION, readText, RestClient, type RestRequest } from '../../api/index.ts';
+import { ApiError, type Checkpoint, CHECKPOINT_PLURAL, errorFromAnswer, errorMessage, isNotFound, KUBE32_GROUP, KUBE32_VERSION, readText, RestClient, type RestRequest } from '../../api/index.ts';
 
 const MERGE = 'application/merge-patch+json';
 const seg = encodeURIComponent;
@@ -186,6 +188,35 @@ export class KubeClusterApi implements ClusterApi {
 
   async deleteControllerRevision(namespace: string, name: string): Promise<void> {
     await this.#call(`delete controllerrevision ${namespace}/${name}`, { method: 'DELETE', path: this.#ns(namespace, 'controllerrevisions', name, undefined, APPS) });
+  }
+
+  patchResourceQuotaStatus(namespace: string, name: string, patch: MergePatch): Promise<V1ResourceQuota> {
+    return this.#merge(`patch resourcequota status ${namespace}/${name}`, this.#ns(namespace, 'resourcequotas', name, 'status'), patch);
+  }
+
+  readonly #preferred = new Map<string, string>();
+
+  async listNamespaced(namespace: string, key: string): Promise<KubernetesObject[]> {
+    const dot = key.indexOf('.');
+    const plural = dot < 0 ? key : key.slice(0, dot);
+    const group = dot < 0 ? '' : key.slice(dot + 1);
+    try {
+      let base = CORE;
+      if (group) {
+        let gv = this.#preferred.get(group);
+        if (!gv) {
+          const g = await this.#call<{ preferredVersion?: { groupVersion?: string } }>(`discover group ${group}`, { method: 'GET', path: `/apis/${seg(group)}` });
+          gv = g.preferredVersion?.groupVersion ?? `${group}/v1`;
+          this.#preferred.set(group, gv);
+        }
+        base = `/apis/${gv}`;
+      }
+      const list = await this.#call<{ items?: KubernetesObject[] }>(`list ${key} in ${namespace}`, { method: 'GET', path: this.#ns(namespace, seg(plural), undefined, undefined, base) });
+      return list.items ?? [];
+    } catch (err: unknown) {
+      if (isNotFound(err)) return [];
+      throw err;
+    }
   }
 
   patchPodDisruptionBudgetStatus(namespace: string, name: string, patch: MergePatch): Promise<V1PodDisruptionBudget> {

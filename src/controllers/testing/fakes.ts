@@ -42,6 +42,7 @@ export function fakeCaches(): FakeCaches {
     daemonSets: new FakeLister(),
     statefulSets: new FakeLister(),
     controllerRevisions: new FakeLister(),
+    resourceQuotas: new FakeLister(),
     services: new FakeLister(),
     endpoints: new FakeLister(),
     endpointSlices: new FakeLister(),

@@ -27,9 +27,9 @@
  * name is taken and the API server answers 409 AlreadyExists, which the sync takes as "present".
  */
 import type { V1ControllerRevision, V1Pod, V1StatefulSet } from '@kubernetes/client-node';
-import { type ReconcileResult, splitKey } from '../runtime/controller.ts';
-import { type ControllerContext, recordEvent } from '../runtime/context.ts';
 import { ANNOTATIONS, controllerOf, errorMessage, isAlreadyExists, isConflict, isNotFound, isPodReady, statusMessage } from '../../api/index.ts';
+import { type ControllerContext, recordEvent } from '../runtime/context.ts';
+import { type ReconcileResult, splitKey } from '../runtime/controller.ts';
 import { podFromTemplate } from '../runtime/pods.ts';
 import { matchLabelSelector } from '../runtime/selectors.ts';
 import { templateHash } from './deployment.ts';

@@ -7,9 +7,9 @@ import { isDeepStrictEqual } from 'node:util';
 import type { StatusCause } from '../../errors.ts';
 import type { KubeObject } from '../../storage/index.ts';
 import { defaultPodSpec } from '../pods/index.ts';
+import { labelSelectorFromObject, parseLabelSelector } from '../selectors.ts';
 import type { ResourceDef } from '../types.ts';
-import { AGE_COLUMN, NAME_COLUMN, age, arr, immutable, invalidValue, rec, required, selectorString, validateMetaMaps, validateSubdomain, validateTemplateMetaMaps } from '../util.ts';
-import { parseLabelSelector, labelSelectorFromObject } from '../selectors.ts';
+import { AGE_COLUMN, age, arr, immutable, invalidValue, NAME_COLUMN, rec, required, selectorString, validateMetaMaps, validateSubdomain, validateTemplateMetaMaps } from '../util.ts';
 
 /**
  * Defaults a workload's pod template in place, and leaves out the zeros that mean "not set": a template's
