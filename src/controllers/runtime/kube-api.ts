@@ -10,22 +10,22 @@ import type { Readable } from 'node:stream';
 import type {
   CoreV1Event,
   KubeConfig,
+  KubernetesObject,
+  V1ControllerRevision,
   V1DaemonSet,
-  V1PodDisruptionBudget,
   V1Deployment,
-  V1Endpoints,
   V1EndpointSlice,
+  V1Endpoints,
   V1Node,
   V1Pod,
+  V1PodDisruptionBudget,
   V1ReplicaSet,
+  V1ResourceQuota,
   V1ServiceAccount,
   V1StatefulSet,
-  V1ControllerRevision,
-  V1ResourceQuota,
-  KubernetesObject,
 } from '@kubernetes/client-node';
+import { ApiError, CHECKPOINT_PLURAL, type Checkpoint, errorFromAnswer, errorMessage, isNotFound, KUBE32_GROUP, KUBE32_VERSION, RestClient, type RestRequest, readText } from '../../api/index.ts';
 import type { CaptureAnswer, ClusterApi, DeletePodOptions, MergePatch, SnapshotAnswer } from './api.ts';
-import { ApiError, type Checkpoint, CHECKPOINT_PLURAL, errorFromAnswer, errorMessage, isNotFound, KUBE32_GROUP, KUBE32_VERSION, readText, RestClient, type RestRequest } from '../../api/index.ts';
 
 const MERGE = 'application/merge-patch+json';
 const seg = encodeURIComponent;
@@ -184,6 +184,10 @@ export class KubeClusterApi implements ClusterApi {
       path: this.#ns(namespace, 'controllerrevisions', undefined, undefined, APPS),
       body: { apiVersion: 'apps/v1', kind: 'ControllerRevision', ...revision },
     });
+  }
+
+  patchControllerRevision(namespace: string, name: string, patch: MergePatch): Promise<V1ControllerRevision> {
+    return this.#merge(`patch controllerrevision ${namespace}/${name}`, this.#ns(namespace, 'controllerrevisions', name, undefined, APPS), patch);
   }
 
   async deleteControllerRevision(namespace: string, name: string): Promise<void> {

@@ -157,3 +157,16 @@ test('RollingUpdate: the highest ordinal at or above the partition not at the ne
   assert.equal(status.status.updateRevision, update);
   assert.equal(status.status.readyReplicas, 3);
 });
+
+test('a rollback to an older template makes its revision the newest, as kubectl rollout history shows it', { timeout: 5000 }, async () => {
+  const { ctx, cache, fake } = fakeContext();
+  cache.statefulSets.set(sts(1));
+  const owner = [{ apiVersion: 'apps/v1', kind: 'StatefulSet', name: 'web', uid: 'uid-web', controller: true }];
+  cache.controllerRevisions.set({ metadata: { name: REVISION, namespace: 'default', ownerReferences: owner }, revision: 1 });
+  cache.controllerRevisions.set({ metadata: { name: 'web-newer', namespace: 'default', ownerReferences: owner }, revision: 2 });
+  cache.pods.set(member(0));
+  await reconcileStatefulSet('default/web', ctx);
+  const patch = fake.writes.find((c) => c.op === 'patchControllerRevision');
+  assert.deepEqual(patch?.args.slice(1), [REVISION, { revision: 3 }]);
+  assert.equal(fake.writes.filter((c) => c.op === 'createControllerRevision').length, 0);
+});

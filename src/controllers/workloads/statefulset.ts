@@ -13,8 +13,8 @@
  *   deleted by hand. A pod is created from the set's current template (Kube32 keeps no older template to
  *   create a pod below the partition from).
  * - Revisions: a ControllerRevision `<set>-<hash>` per template (the hash is the Deployment's
- *   `templateHash`), `revision` one more than the newest, the oldest beyond `revisionHistoryLimit` that no
- *   pod runs removed; `status.currentRevision`/`updateRevision` name them, as `kubectl rollout status` reads.
+ *   `templateHash`), `revision` one more than the newest (a rollback raises the reused one's the same way),
+ *   the oldest beyond `revisionHistoryLimit` that no pod runs removed; `status.currentRevision`/`updateRevision` name them, as `kubectl rollout status` reads.
  * - A pod `Failed` is deleted and made again (as Kubernetes), except one whose restore failed (the pod
  *   lifecycle controller replaces it with the state it has, see podlifecycle).
  *
@@ -95,7 +95,17 @@ async function syncRevisions(ctx: ControllerContext, set: V1StatefulSet, pods: V
   const name = `${set.metadata?.name}-${templateHash(set.spec?.template, set.status?.collisionCount)}`;
   const revisions = ownedRevisions(ctx, set);
   const existing = revisions.find((r) => r.metadata?.name === name);
-  let number = existing?.revision ?? (revisions.at(-1)?.revision ?? 0) + 1;
+  const newest = revisions.at(-1)?.revision ?? 0;
+  let number = existing?.revision ?? newest + 1;
+  if (existing && existing !== revisions.at(-1) && existing.revision <= newest) {
+    // A rollback to an older template: that revision becomes the newest (Kubernetes' history, `kubectl rollout history`).
+    number = newest + 1;
+    try {
+      await ctx.api.patchControllerRevision(ns, name, { revision: number });
+    } catch (err: unknown) {
+      if (!isNotFound(err)) throw err;
+    }
+  }
   if (!existing) {
     const cr: V1ControllerRevision = {
       metadata: {
