@@ -26,7 +26,7 @@ import {
   quotaMatches,
 } from '../../../api/index.ts';
 import { ApiError } from '../../errors.ts';
-import type { KubeObject, Storage } from '../../storage/index.ts';
+import type { KubeObject, Storage, WatchHandle } from '../../storage/index.ts';
 import { qosClass } from '../pods/index.ts';
 import type { ResourceDef } from '../types.ts';
 import { storageKey } from '../types.ts';
@@ -188,7 +188,8 @@ export function admitQuota(storage: Storage, def: ResourceDef, obj: KubeObject):
       if (Object.keys(requested).length === 0) continue;
     }
     const names = Object.keys(requested);
-    const used = namespaceUsage(names, (k) => storage.list(k, ns).items, scopes);
+    // An object of the same name is the one being replaced (`pods/<name>/replace`, a move): not counted twice.
+    const used = namespaceUsage(names, (k) => storage.list(k, ns).items.filter((o) => k !== key || o.metadata.name !== obj.metadata.name), scopes);
     const exceeded = names.filter((n) => {
       const limit = amountOf(hard[n]);
       return !amountAtMost({ value: used[n]!.value + requested[n]!.value, format: used[n]!.format }, limit);
@@ -201,5 +202,51 @@ export function admitQuota(storage: Storage, def: ResourceDef, obj: KubeObject):
         `exceeded quota: ${q.metadata.name}, requested: ${prettyPrint(requested, exceeded)}, used: ${prettyPrint(used, exceeded)}, limited: ${prettyPrint(limited, exceeded)}`,
       );
     }
+  }
+}
+
+/**
+ * Which namespaces hold a ResourceQuota or a LimitRange, kept from the store's watch (as kube-apiserver's
+ * plugins read theirs from informers): a create in a namespace with neither reads nothing more in its
+ * transaction, so pods of namespaces without quotas cost no extra read (on etcd a read in a transaction is a
+ * round trip). Where there is one, admission reads the quotas and the usage in the transaction itself.
+ */
+export class QuotaNamespaces {
+  readonly #storage: Storage;
+  readonly #counts = new Map<string, Map<string, Set<string>>>();
+  readonly #watches: WatchHandle[] = [];
+
+  constructor(storage: Storage) {
+    this.#storage = storage;
+  }
+
+  /** Lists both kinds and follows them. */
+  start(): void {
+    const rv = this.#storage.currentResourceVersion();
+    for (const key of ['resourcequotas', 'limitranges']) {
+      const names = new Map<string, Set<string>>();
+      this.#counts.set(key, names);
+      const add = (ns: string, name: string) => names.set(ns, (names.get(ns) ?? new Set()).add(name));
+      for (const o of this.#storage.list(key).items) add(o.metadata.namespace ?? '', o.metadata.name ?? '');
+      this.#watches.push(
+        this.#storage.watch(key, rv, (e) => {
+          if (e.type === 'DELETED') {
+            names.get(e.namespace)?.delete(e.name);
+            if (names.get(e.namespace)?.size === 0) names.delete(e.namespace);
+          } else add(e.namespace, e.name);
+        }),
+      );
+    }
+  }
+
+  /** Whether `namespace` holds an object of `key` (`resourcequotas`, `limitranges`); true before `start`. */
+  has(key: 'resourcequotas' | 'limitranges', namespace: string): boolean {
+    const names = this.#counts.get(key);
+    return names === undefined || names.has(namespace);
+  }
+
+  /** Stops the watches. */
+  stop(): void {
+    for (const w of this.#watches.splice(0)) w.stop();
   }
 }

@@ -10,7 +10,7 @@ import type { KubeObject } from '../../storage/index.ts';
 import type { ResourceDef } from '../types.ts';
 import { AGE_COLUMN, age, arr, invalidValue, NAME_COLUMN, rec, validateMetaMaps, validateSubdomain } from '../util.ts';
 
-export { admitLimitRanges, admitQuota } from './admission.ts';
+export { admitLimitRanges, admitQuota, QuotaNamespaces } from './admission.ts';
 
 function quantityCauses(map: unknown, field: string): StatusCause[] {
   const out: StatusCause[] = [];
