@@ -170,3 +170,39 @@ test('a rollback to an older template makes its revision the newest, as kubectl 
   assert.deepEqual(patch?.args.slice(1), [REVISION, { revision: 3 }]);
   assert.equal(fake.writes.filter((c) => c.op === 'createControllerRevision').length, 0);
 });
+
+test('below the partition a pod is made again at the current revision, from its ControllerRevision', { timeout: 5000 }, async () => {
+  const { ctx, cache, fake } = fakeContext();
+  const set = sts(2, { podManagementPolicy: 'Parallel', updateStrategy: { type: 'RollingUpdate', rollingUpdate: { partition: 1 } } });
+  set.spec!.template.spec!.containers[0]!.image = 'wasm://counter-v2';
+  set.status = { replicas: 1, currentRevision: REVISION };
+  cache.statefulSets.set(set);
+  const owner = [{ apiVersion: 'apps/v1', kind: 'StatefulSet', name: 'web', uid: 'uid-web', controller: true }];
+  cache.controllerRevisions.set({ metadata: { name: REVISION, namespace: 'default', ownerReferences: owner }, revision: 1, data: { spec: { template: { ...sts(1).spec!.template, $patch: 'replace' } } } });
+  await reconcileStatefulSet('default/web', ctx);
+  const pods = fake.writes.filter((c) => c.op === 'createPod').map((c) => c.args[1] as V1Pod);
+  assert.deepEqual(
+    pods.map((p) => [p.metadata?.name, p.spec?.containers[0]?.image, p.metadata?.labels?.['controller-revision-hash']]),
+    [
+      ['web-0', 'wasm://counter', REVISION],
+      ['web-1', 'wasm://counter-v2', `web-${templateHash(set.spec!.template)}`],
+    ],
+  );
+});
+
+test('availableReplicas counts the pods Ready for minReadySeconds, and the sync comes back when the next one is', { timeout: 5000 }, async () => {
+  const { ctx, cache, fake, clock } = fakeContext();
+  cache.statefulSets.set(sts(2, { minReadySeconds: 10 }));
+  const since = (ms: number) => new Date(clock.now() - ms).toISOString() as unknown as Date;
+  const a = member(0);
+  a.status!.conditions = [{ type: 'Ready', status: 'True', lastTransitionTime: since(20_000) }];
+  const b = member(1);
+  b.status!.conditions = [{ type: 'Ready', status: 'True', lastTransitionTime: since(4_000) }];
+  cache.pods.set(a);
+  cache.pods.set(b);
+  const result = await reconcileStatefulSet('default/web', ctx);
+  const status = fake.writes.find((c) => c.op === 'patchStatefulSetStatus')?.args[2] as { status: Record<string, unknown> };
+  assert.equal(status.status.readyReplicas, 2);
+  assert.equal(status.status.availableReplicas, 1);
+  assert.equal(result?.requeueAfterMs, 6_000);
+});

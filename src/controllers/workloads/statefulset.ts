@@ -10,8 +10,8 @@
  * - `RollingUpdate` (partition 0 by default): once every pod is there (and, OrderedReady, Ready), the pod of
  *   the highest ordinal at or above the partition whose `controller-revision-hash` is not the update revision
  *   is deleted, and comes back from the new template; one at a time. `OnDelete`: pods change only when
- *   deleted by hand. A pod is created from the set's current template (Kube32 keeps no older template to
- *   create a pod below the partition from).
+ *   deleted by hand. A pod is created at the update revision, or, below a RollingUpdate's partition, at the
+ *   current revision from its ControllerRevision's template (Kubernetes' `newVersionedStatefulSetPod`).
  * - Revisions: a ControllerRevision `<set>-<hash>` per template (the hash is the Deployment's
  *   `templateHash`), `revision` one more than the newest (a rollback raises the reused one's the same way),
  *   the oldest beyond `revisionHistoryLimit` that no pod runs removed; `status.currentRevision`/`updateRevision` name them, as `kubectl rollout status` reads.
@@ -26,7 +26,7 @@
  * would start without the state. Should a create race a replacement anyway (another control plane), the
  * name is taken and the API server answers 409 AlreadyExists, which the sync takes as "present".
  */
-import type { V1ControllerRevision, V1Pod, V1StatefulSet } from '@kubernetes/client-node';
+import type { V1ControllerRevision, V1Pod, V1PodTemplateSpec, V1StatefulSet } from '@kubernetes/client-node';
 import { ANNOTATIONS, controllerOf, errorMessage, isAlreadyExists, isConflict, isNotFound, isPodReady, statusMessage } from '../../api/index.ts';
 import { type ControllerContext, recordEvent } from '../runtime/context.ts';
 import { type ReconcileResult, splitKey } from '../runtime/controller.ts';
@@ -65,10 +65,13 @@ function stsRef(s: V1StatefulSet) {
   return { apiVersion: 'apps/v1', kind: 'StatefulSet', namespace: s.metadata?.namespace, name: s.metadata?.name, uid: s.metadata?.uid };
 }
 
-/** The pod of ordinal `ordinal` (Kubernetes' `newVersionedStatefulSetPod`). */
-export function statefulSetPod(set: V1StatefulSet, ordinal: number, revision: string): V1Pod {
+/**
+ * The pod of ordinal `ordinal` at `revision` (Kubernetes' `newVersionedStatefulSetPod`), from `template` (the
+ * revision's; the set's own by default).
+ */
+export function statefulSetPod(set: V1StatefulSet, ordinal: number, revision: string, template = set.spec?.template): V1Pod {
   const name = `${set.metadata?.name}-${ordinal}`;
-  const pod = podFromTemplate(set, { apiVersion: 'apps/v1', kind: 'StatefulSet' });
+  const pod = podFromTemplate({ metadata: set.metadata, spec: { template } }, { apiVersion: 'apps/v1', kind: 'StatefulSet' });
   delete pod.metadata!.generateName;
   pod.metadata!.name = name;
   pod.metadata!.labels = { ...pod.metadata!.labels, [STS_POD_NAME_LABEL]: name, [STS_POD_INDEX_LABEL]: String(ordinal), [REVISION_HASH_LABEL]: revision };
@@ -157,6 +160,13 @@ export async function reconcileStatefulSet(key: string, ctx: ControllerContext):
   const owned = ownedPods(ctx, namespace, uid);
   const { update } = await syncRevisions(ctx, set, owned);
   const current = set.status?.currentRevision || update;
+  const strategy = set.spec?.updateStrategy?.type ?? 'RollingUpdate';
+  const partition = strategy === 'RollingUpdate' ? (set.spec?.updateStrategy?.rollingUpdate?.partition ?? 0) : 0;
+  // Below the partition a pod is made at the current revision, from the template its ControllerRevision keeps.
+  const currentTemplate =
+    current === update
+      ? undefined
+      : (ctx.cache.controllerRevisions.get(current, namespace)?.data as { spec?: { template?: V1PodTemplateSpec & { $patch?: string } } } | undefined)?.spec?.template;
   const replicas = set.spec?.replicas ?? 1;
   const start = set.spec?.ordinals?.start ?? 0;
   const parallel = set.spec?.podManagementPolicy === 'Parallel';
@@ -181,7 +191,8 @@ export async function reconcileStatefulSet(key: string, ctx: ControllerContext):
         continue;
       }
       try {
-        await ctx.api.createPod(namespace, statefulSetPod(set, o, update));
+        const old = currentTemplate && o < start + partition ? (({ $patch: _, ...t }) => t)(currentTemplate) : undefined;
+        await ctx.api.createPod(namespace, old ? statefulSetPod(set, o, current, old) : statefulSetPod(set, o, update));
         ctx.log.info({ statefulset: key, pod: podName }, 'created pod');
         await recordEvent(ctx, stsRef(set), 'Normal', 'SuccessfulCreate', `create Pod ${podName} in StatefulSet ${name} successful`, { component: COMPONENT });
       } catch (err: unknown) {
@@ -223,9 +234,7 @@ export async function reconcileStatefulSet(key: string, ctx: ControllerContext):
 
   // RollingUpdate: the highest ordinal at or above the partition not at the update revision, once every
   // pod is there; one at a time.
-  const strategy = set.spec?.updateStrategy?.type ?? 'RollingUpdate';
   if (failure === undefined && !blocked && condemned.length === 0 && strategy === 'RollingUpdate') {
-    const partition = set.spec?.updateStrategy?.rollingUpdate?.partition ?? 0;
     const present = [...byOrdinal.entries()].sort((a, b) => b[0] - a[0]);
     const settled = present.length === replicas && present.every(([, p]) => runningAndReady(p) && !p.metadata?.deletionTimestamp);
     if (settled) {
@@ -234,9 +243,9 @@ export async function reconcileStatefulSet(key: string, ctx: ControllerContext):
     }
   }
 
-  await writeStatus(ctx, set, owned, current, update);
+  const availableIn = await writeStatus(ctx, set, owned, current, update);
   if (failure !== undefined) throw failure;
-  return undefined;
+  return availableIn === undefined ? undefined : { requeueAfterMs: availableIn };
 }
 
 async function deleteMember(ctx: ControllerContext, set: V1StatefulSet, p: V1Pod): Promise<void> {
@@ -254,12 +263,24 @@ async function deleteMember(ctx: ControllerContext, set: V1StatefulSet, p: V1Pod
 
 /**
  * The status as Kubernetes' `updateStatefulSetStatus` computes it: pods counted (those that count for their
- * owner, moving ones included), Ready and available (no `minReadySeconds` wait), at the current and the
- * update revision; the current revision becomes the update revision once every pod runs it and is Ready.
+ * owner, moving ones included), Ready, available (Ready for `minReadySeconds`), at the current and the update
+ * revision; the current revision becomes the update revision once every pod runs it and is Ready.
+ * @returns ms until the next pod becomes available (a sync is due then), or undefined
  */
-async function writeStatus(ctx: ControllerContext, set: V1StatefulSet, owned: V1Pod[], current: string, update: string): Promise<void> {
+async function writeStatus(ctx: ControllerContext, set: V1StatefulSet, owned: V1Pod[], current: string, update: string): Promise<number | undefined> {
   const counted = owned.filter(countsForOwner);
-  const ready = counted.filter((p) => isPodReady(p)).length;
+  const readyPods = counted.filter((p) => isPodReady(p));
+  const ready = readyPods.length;
+  const minReadyMs = (set.spec?.minReadySeconds ?? 0) * 1000;
+  const now = ctx.clock.now();
+  let available = 0;
+  let next: number | undefined;
+  for (const p of readyPods) {
+    const since = Date.parse(String(p.status?.conditions?.find((c) => c.type === 'Ready')?.lastTransitionTime ?? ''));
+    const left = minReadyMs === 0 || Number.isNaN(since) ? 0 : since + minReadyMs - now;
+    if (left <= 0) available++;
+    else next = Math.min(next ?? left, left);
+  }
   const rev = (p: V1Pod) => p.metadata?.labels?.[REVISION_HASH_LABEL];
   const updated = counted.filter((p) => rev(p) === update).length;
   const replicas = set.spec?.replicas ?? 1;
@@ -273,7 +294,7 @@ async function writeStatus(ctx: ControllerContext, set: V1StatefulSet, owned: V1
     observedGeneration: set.metadata?.generation ?? 1,
     replicas: counted.length,
     readyReplicas: ready,
-    availableReplicas: ready,
+    availableReplicas: available,
     currentReplicas,
     updatedReplicas: updated,
     currentRevision,
@@ -281,10 +302,11 @@ async function writeStatus(ctx: ControllerContext, set: V1StatefulSet, owned: V1
     collisionCount: set.status?.collisionCount ?? 0,
   };
   const cur = (set.status ?? {}) as Record<string, unknown>;
-  if (Object.entries(status).every(([k, v]) => (cur[k] ?? (typeof v === 'number' ? 0 : '')) === v)) return;
+  if (Object.entries(status).every(([k, v]) => (cur[k] ?? (typeof v === 'number' ? 0 : '')) === v)) return next;
   try {
     await ctx.api.patchStatefulSetStatus(set.metadata?.namespace ?? 'default', set.metadata?.name ?? '', { status });
   } catch (err: unknown) {
     if (!isNotFound(err)) throw err;
   }
+  return next;
 }
