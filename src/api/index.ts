@@ -78,3 +78,20 @@ export {
 export { Backoff, type BackoffOptions } from '../lib/index.ts';
 export { MAX_SOCKETS, readBytes, readText, RestClient, type RestClientOptions, type RestRequest, type RestResponse, type WatchEvent } from './rest.ts';
 export { Informer, type InformerHandler, type InformerLog, type InformerOptions, type Lister } from './informer.ts';
+export {
+  type Amount,
+  addAmounts,
+  amountAtMost,
+  amountOf,
+  countedResource,
+  formatQuantity,
+  namespaceUsage,
+  objectUsage,
+  podComputeUsage,
+  podCountsForQuota,
+  QUOTA_COMPUTE_RESOURCES,
+  quantityFormat,
+  QUOTA_SCOPES,
+  quotaMatches,
+  quotaSources,
+} from './quota.ts';

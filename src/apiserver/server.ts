@@ -6,38 +6,40 @@
  * resources. Every error is answered as a `metav1.Status`; every request is logged once at debug
  * level and counted.
  */
-import { createServer as createHttpServer, type IncomingMessage, type Server, type ServerResponse } from 'node:http';
-import { createServer as createHttpsServer } from 'node:https';
-import type { Duplex } from 'node:stream';
+
 import { randomBytes, randomUUID } from 'node:crypto';
 import { chmodSync, existsSync, mkdirSync, readFileSync } from 'node:fs';
-import { join } from 'node:path';
+import { createServer as createHttpServer, type IncomingMessage, type Server, type ServerResponse } from 'node:http';
+import { createServer as createHttpsServer } from 'node:https';
 import type { AddressInfo } from 'node:net';
+import { join } from 'node:path';
+import type { Duplex } from 'node:stream';
 import { createLogger, type Logger, writeFileAtomicSync } from '../lib/index.ts';
-import { advertiseAddressOf, bootstrap, ensureKubernetesService } from './bootstrap.ts';
-import { joinClusterIdentity } from './cluster-identity.ts';
-import { destroyAll, type FeosPodStreams, isFeosPodUpgrade, serveFeosPodUpgrade } from './handlers/feos-pods.ts';
-import { isNodeTunnelUpgrade, type NodeTunnel, serveNodeTunnel } from './handlers/node-tunnel.ts';
-import type { ServerContext, UserInfo } from './handlers/context.ts';
-import { DEFAULT_MAX_MODULE_BYTES } from './handlers/data.ts';
-import { healthChecks } from './handlers/health.ts';
-import { DEFAULT_MAX_BODY_BYTES } from './handlers/http.ts';
-import { createDispatcher } from './dispatch.ts';
-import { createMetrics } from './metrics.ts';
-import { ADMIN_USER, APISERVER_USER, TokenAuthenticator, type TokenClaims, type TokenUser, adminKubeconfigPath, ensureServingPki, kubeconfigYaml, mintToken, mintTokenWithKey, tokenKeyOf } from './pki.ts';
-import { checkTokenBinding } from './auth/tokens.ts';
 import { reconcileBootstrapPolicy } from './auth/policy.ts';
 import { RootCaPublisher } from './auth/root-ca.ts';
+import { checkTokenBinding } from './auth/tokens.ts';
+import { advertiseAddressOf, bootstrap, ensureKubernetesService } from './bootstrap.ts';
+import { attachCheckpointDataPeers } from './checkpoint-data-peers.ts';
+import { joinClusterIdentity } from './cluster-identity.ts';
+import { createDispatcher } from './dispatch.ts';
 import { createAuthorizer } from './handlers/auth.ts';
+import type { ServerContext, UserInfo } from './handlers/context.ts';
+import { DEFAULT_MAX_MODULE_BYTES } from './handlers/data.ts';
+import { destroyAll, type FeosPodStreams, isFeosPodUpgrade, serveFeosPodUpgrade } from './handlers/feos-pods.ts';
+import { healthChecks } from './handlers/health.ts';
+import { DEFAULT_MAX_BODY_BYTES } from './handlers/http.ts';
+import { isNodeTunnelUpgrade, type NodeTunnel, serveNodeTunnel } from './handlers/node-tunnel.ts';
+import { createMetrics } from './metrics.ts';
+import { ADMIN_USER, APISERVER_USER, adminKubeconfigPath, ensureServingPki, kubeconfigYaml, mintToken, mintTokenWithKey, TokenAuthenticator, type TokenClaims, type TokenUser, tokenKeyOf } from './pki.ts';
 import { CheckpointDataStore, DEFAULT_CHECKPOINT_DATA_BYTES } from './registry/checkpoints/data-store.ts';
 import { checkpoints } from './registry/checkpoints/index.ts';
 import { GarbageCollector } from './registry/gc.ts';
 import { resolvePodImage } from './registry/modules/images.ts';
+import { admitLimitRanges, admitQuota, QuotaNamespaces } from './registry/quota/index.ts';
 import { admitRuntimeClass } from './registry/runtimeclasses/admission.ts';
 import { Registry } from './registry/store.ts';
-import { MemoryStorage, SqliteStorage, type Storage } from './storage/index.ts';
 import { EtcdStorage } from './storage/etcd.ts';
-import { attachCheckpointDataPeers } from './checkpoint-data-peers.ts';
+import { MemoryStorage, SqliteStorage, type Storage } from './storage/index.ts';
 
 /** Options of `createApiServer`. */
 export interface ApiServerOptions {
@@ -231,18 +233,23 @@ export async function createApiServer(opts: ApiServerOptions): Promise<ApiServer
   const dataDirOfCheckpoints = opts.dataDir ? join(opts.dataDir, 'checkpoint-data') : undefined;
   if (dataDirOfCheckpoints) mkdirSync(dataDirOfCheckpoints, { recursive: true, mode: 0o700 });
   const checkpointData = new CheckpointDataStore(opts.checkpointDataBytes ?? DEFAULT_CHECKPOINT_DATA_BYTES, dataDirOfCheckpoints);
+  // The namespaces with a ResourceQuota or a LimitRange: a create elsewhere reads neither.
+  const quotaNamespaces = new QuotaNamespaces(storage);
   const registry = new Registry(storage, {
     admitCreate(def, obj) {
       if (def.group === '' && def.plural === 'pods') {
         resolvePodImage(storage, obj);
         admitRuntimeClass(storage, obj);
+        if (quotaNamespaces.has('limitranges', obj.metadata.namespace ?? '')) admitLimitRanges(storage, def, obj);
       }
+      if (def.namespaced && quotaNamespaces.has('resourcequotas', obj.metadata.namespace ?? '')) admitQuota(storage, def, obj);
     },
     afterDelete(def, obj) {
       if (def === checkpoints) checkpointData.delete(`${obj.metadata.namespace}/${obj.metadata.name}`);
     },
   });
   bootstrap(registry, log);
+  quotaNamespaces.start();
   const readBack = checkpointData.load((key, uid) => {
     const [ns, name] = key.split('/') as [string, string];
     return registry.find(checkpoints, ns, name)?.metadata.uid === uid;
@@ -301,6 +308,7 @@ export async function createApiServer(opts: ApiServerOptions): Promise<ApiServer
     // Nothing stays behind a server that could not start (in-process callers go on).
     closed = true;
     gc.stop();
+    quotaNamespaces.stop();
     storage.close();
     throw err;
   }
@@ -338,6 +346,7 @@ export async function createApiServer(opts: ApiServerOptions): Promise<ApiServer
       dataPeers?.stop();
       rootCa?.stop();
       authorizer.rbac.stop();
+      quotaNamespaces.stop();
       gc.stop();
       for (const s of ctx.streams) s.destroy();
       destroyAll(feosSockets);

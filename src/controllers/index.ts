@@ -19,6 +19,7 @@ import { newJobController } from './jobs/controller.ts';
 import { newNodeLifecycleController } from './nodelifecycle/controller.ts';
 import { newPodLifecycleController } from './podlifecycle/controller.ts';
 import { newPolicyController } from './policy/controller.ts';
+import { newResourceQuotaController } from './resourcequota/controller.ts';
 import { Informers } from './runtime/cache.ts';
 import type { Controller, ControllerLog } from './runtime/controller.ts';
 import { type ControllerContext, type ControllerTimings, DEFAULT_TIMINGS, newSharedState } from './runtime/context.ts';
@@ -42,6 +43,7 @@ export const CONTROLLER_NAMES = [
   'replicaset',
   'deployment',
   'daemonset',
+  'statefulset',
   'endpoints',
   'nodelifecycle',
   'policy',
@@ -49,6 +51,7 @@ export const CONTROLLER_NAMES = [
   'cronjob',
   'disruption',
   'serviceaccount',
+  'resourcequota',
 ] as const;
 export type ControllerName = (typeof CONTROLLER_NAMES)[number];
 
@@ -138,6 +141,7 @@ async function startWith(
     newCronJobController(ctx, kubeConfig),
     newDisruptionController(ctx, informers),
     newServiceAccountController(ctx, informers),
+    newResourceQuotaController(ctx, informers),
   ];
   const controllers = all.filter((c) => !disable.includes(c.name as ControllerName));
   try {
@@ -204,6 +208,9 @@ function primeQueues(ctx: ControllerContext, controllers: Controller[]): void {
       case 'daemonset':
         for (const o of ctx.cache.daemonSets.list()) c.enqueue(key(o));
         break;
+      case 'statefulset':
+        for (const o of ctx.cache.statefulSets.list()) c.enqueue(key(o));
+        break;
       case 'endpoints':
         for (const o of ctx.cache.services.list()) c.enqueue(key(o));
         break;
@@ -219,6 +226,9 @@ function primeQueues(ctx: ControllerContext, controllers: Controller[]): void {
         break;
       case 'serviceaccount':
         for (const o of ctx.cache.namespaces.list()) c.enqueue(key(o));
+        break;
+      case 'resourcequota':
+        for (const o of ctx.cache.resourceQuotas.list()) c.enqueue(key(o));
         break;
     }
   }

@@ -1,7 +1,7 @@
 /**
  * Decoding of the Kubernetes protobuf wire format (`application/vnd.kubernetes.protobuf`) for the
  * bodies kubectl's generator commands send (`kubectl create namespace|configmap|secret|
- * serviceaccount|service|deployment|job|cronjob|poddisruptionbudget|role|clusterrole|rolebinding|clusterrolebinding|token`,
+ * serviceaccount|service|deployment|job|cronjob|poddisruptionbudget|quota|role|clusterrole|rolebinding|clusterrolebinding|token`,
  * `kubectl auth can-i [--list]`): the `k8s\0` magic, the `runtime.Unknown` envelope, then the
  * object by its kind, with the field numbers of Kubernetes' `generated.proto`. Fields this server
  * does not know are skipped; a kind it does not know is refused (415). The wire (varints, lengths,
@@ -128,6 +128,7 @@ const KINDS: Record<string, Msg> = {
   'v1/ServiceAccount': { 1: ['metadata', OBJECT_META], 2: ['secrets', OBJECT_REF, true], 3: ['imagePullSecrets', LOCAL_REF, true], 4: ['automountServiceAccountToken', 'bool'] },
   'v1/Service': { 1: ['metadata', OBJECT_META], 2: ['spec', SERVICE_SPEC] },
   'v1/Pod': { 1: ['metadata', OBJECT_META], 2: ['spec', POD_SPEC] },
+  'v1/ResourceQuota': { 1: ['metadata', OBJECT_META], 2: ['spec', { 1: ['hard', 'mapsq'], 2: ['scopes', 'string', true] }] },
   'apps/v1/Deployment': { 1: ['metadata', OBJECT_META], 2: ['spec', DEPLOYMENT_SPEC] },
   'batch/v1/Job': { 1: ['metadata', OBJECT_META], 2: ['spec', JOB_SPEC] },
   'batch/v1/CronJob': { 1: ['metadata', OBJECT_META], 2: ['spec', CRONJOB_SPEC] },

@@ -1,7 +1,7 @@
 /**
  * Every resource the server serves, and lookups by URL parts. Order here is discovery order.
  */
-import { deployments, replicasets, daemonsets } from './apps/index.ts';
+import { deployments, replicasets, daemonsets, statefulsets, controllerrevisions } from './apps/index.ts';
 import { cronjobs } from './batch/cronjobs.ts';
 import { jobs } from './batch/index.ts';
 import { checkpoints } from './checkpoints/index.ts';
@@ -13,6 +13,7 @@ import { namespaces, nodes } from './nodes/index.ts';
 import { pods } from './pods/index.ts';
 import { poddisruptionbudgets } from './policy/index.ts';
 import { runtimeclasses } from './runtimeclasses/index.ts';
+import { limitranges, resourcequotas } from './quota/index.ts';
 import { type ResourceDef, storageKey } from './types.ts';
 import { RBAC_RESOURCES } from '../auth/resources.ts';
 
@@ -41,6 +42,10 @@ export const RESOURCES: readonly ResourceDef[] = [
   replicationcontrollers,
   ...RBAC_RESOURCES,
   runtimeclasses,
+  statefulsets,
+  controllerrevisions,
+  resourcequotas,
+  limitranges,
 ];
 
 const byPath = new Map<string, ResourceDef>();

@@ -112,6 +112,10 @@ export const SPEC_SCHEMAS: Record<string, Known> = {
   ]),
   'apps/Deployment': obj(['replicas', 'selector', 'strategy', 'minReadySeconds', 'revisionHistoryLimit', 'paused', 'progressDeadlineSeconds'], { template: TEMPLATE }),
   'apps/ReplicaSet': obj(['replicas', 'minReadySeconds', 'selector'], { template: TEMPLATE }),
+  'apps/StatefulSet': obj(
+    ['replicas', 'selector', 'volumeClaimTemplates', 'serviceName', 'podManagementPolicy', 'updateStrategy', 'revisionHistoryLimit', 'minReadySeconds', 'persistentVolumeClaimRetentionPolicy', 'ordinals'],
+    { template: TEMPLATE },
+  ),
   'apps/DaemonSet': obj(['selector', 'updateStrategy', 'minReadySeconds', 'revisionHistoryLimit'], { template: TEMPLATE }),
   'coordination.k8s.io/Lease': obj(['holderIdentity', 'leaseDurationSeconds', 'acquireTime', 'renewTime', 'leaseTransitions', 'strategy', 'preferredHolder']),
   'policy/PodDisruptionBudget': obj(['minAvailable', 'selector', 'maxUnavailable', 'unhealthyPodEvictionPolicy']),

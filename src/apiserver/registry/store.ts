@@ -90,6 +90,7 @@ const WITHOUT_GENERATION = new Set([
   '/Event',
   'events.k8s.io/Event',
   'coordination.k8s.io/Lease',
+  'apps/ControllerRevision',
   '/Service',
   '/Node',
   '/Namespace',
@@ -112,6 +113,8 @@ const hasGeneration = (def: ResourceDef): boolean => !WITHOUT_GENERATION.has(`${
 const STATUS_ON_CREATE: Record<string, Record<string, unknown>> = {
   'deployments.apps': {},
   'replicasets.apps': { replicas: 0 },
+  'statefulsets.apps': { replicas: 0, availableReplicas: 0 },
+  resourcequotas: {},
   'daemonsets.apps': { currentNumberScheduled: 0, numberMisscheduled: 0, desiredNumberScheduled: 0, numberReady: 0 },
   'jobs.batch': {},
   'cronjobs.batch': {},

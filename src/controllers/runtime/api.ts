@@ -9,15 +9,19 @@
 import type { Readable } from 'node:stream';
 import type {
   CoreV1Event,
+  KubernetesObject,
+  V1ControllerRevision,
   V1DaemonSet,
-  V1PodDisruptionBudget,
   V1Deployment,
-  V1Endpoints,
   V1EndpointSlice,
+  V1Endpoints,
   V1Node,
   V1Pod,
+  V1PodDisruptionBudget,
   V1ReplicaSet,
+  V1ResourceQuota,
   V1ServiceAccount,
+  V1StatefulSet,
 } from '@kubernetes/client-node';
 import type { Checkpoint } from '../../api/index.ts';
 
@@ -103,6 +107,19 @@ export interface ClusterApi {
   patchDeployment(namespace: string, name: string, patch: MergePatch): Promise<V1Deployment>;
   patchDeploymentStatus(namespace: string, name: string, patch: MergePatch): Promise<V1Deployment>;
   patchDaemonSetStatus(namespace: string, name: string, patch: MergePatch): Promise<V1DaemonSet>;
+  patchStatefulSetStatus(namespace: string, name: string, patch: MergePatch): Promise<V1StatefulSet>;
+  /** Creates a StatefulSet's ControllerRevision (409 AlreadyExists when one of that name is there). */
+  createControllerRevision(namespace: string, revision: V1ControllerRevision): Promise<V1ControllerRevision>;
+  /** Merge-patches a ControllerRevision (its `revision` raised when a rollback reuses it). */
+  patchControllerRevision(namespace: string, name: string, patch: MergePatch): Promise<V1ControllerRevision>;
+  deleteControllerRevision(namespace: string, name: string): Promise<void>;
+  // ResourceQuotas
+  patchResourceQuotaStatus(namespace: string, name: string, patch: MergePatch): Promise<V1ResourceQuota>;
+  /**
+   * Lists the objects of a namespace by storage key (`configmaps`, `deployments.apps`), at the group's
+   * preferred version; none when the server does not serve it (404).
+   */
+  listNamespaced(namespace: string, key: string): Promise<KubernetesObject[]>;
   /** Merge-patches a PodDisruptionBudget's status (`policy/v1`, the status subresource). */
   patchPodDisruptionBudgetStatus(namespace: string, name: string, patch: MergePatch): Promise<V1PodDisruptionBudget>;
   // Endpoints

@@ -17,6 +17,9 @@ import type {
   V1ReplicaSet,
   V1Service,
   V1ServiceAccount,
+  V1StatefulSet,
+  V1ControllerRevision,
+  V1ResourceQuota,
 } from '@kubernetes/client-node';
 import type { ControllerLog } from './controller.ts';
 import { type Checkpoint, Informer, type Lister, type RestClient } from '../../api/index.ts';
@@ -33,6 +36,11 @@ export interface Caches {
   replicaSets: Lister<V1ReplicaSet>;
   deployments: Lister<V1Deployment>;
   daemonSets: Lister<V1DaemonSet>;
+  statefulSets: Lister<V1StatefulSet>;
+  /** `apps/v1` ControllerRevisions (the StatefulSets' template history). */
+  controllerRevisions: Lister<V1ControllerRevision>;
+  /** `v1` ResourceQuotas (the quota controller writes their status). */
+  resourceQuotas: Lister<V1ResourceQuota>;
   services: Lister<V1Service>;
   endpoints: Lister<V1Endpoints>;
   /** `discovery.k8s.io/v1` EndpointSlices (the endpoints controller's own, and others'). */
@@ -55,6 +63,9 @@ export const RESOURCES = {
   replicaSets: { path: '/apis/apps/v1/replicasets', optional: true },
   deployments: { path: '/apis/apps/v1/deployments', optional: true },
   daemonSets: { path: '/apis/apps/v1/daemonsets', optional: true },
+  statefulSets: { path: '/apis/apps/v1/statefulsets', optional: true },
+  controllerRevisions: { path: '/apis/apps/v1/controllerrevisions', optional: true },
+  resourceQuotas: { path: '/api/v1/resourcequotas', optional: true },
   services: { path: '/api/v1/services', optional: true },
   endpoints: { path: '/api/v1/endpoints', optional: true },
   endpointSlices: { path: '/apis/discovery.k8s.io/v1/endpointslices', optional: true },

@@ -10,18 +10,22 @@ import type { Readable } from 'node:stream';
 import type {
   CoreV1Event,
   KubeConfig,
+  KubernetesObject,
+  V1ControllerRevision,
   V1DaemonSet,
-  V1PodDisruptionBudget,
   V1Deployment,
-  V1Endpoints,
   V1EndpointSlice,
+  V1Endpoints,
   V1Node,
   V1Pod,
+  V1PodDisruptionBudget,
   V1ReplicaSet,
+  V1ResourceQuota,
   V1ServiceAccount,
+  V1StatefulSet,
 } from '@kubernetes/client-node';
+import { ApiError, CHECKPOINT_PLURAL, type Checkpoint, errorFromAnswer, errorMessage, isNotFound, KUBE32_GROUP, KUBE32_VERSION, RestClient, type RestRequest, readText } from '../../api/index.ts';
 import type { CaptureAnswer, ClusterApi, DeletePodOptions, MergePatch, SnapshotAnswer } from './api.ts';
-import { ApiError, type Checkpoint, CHECKPOINT_PLURAL, errorFromAnswer, errorMessage, KUBE32_GROUP, KUBE32_VERSION, readText, RestClient, type RestRequest } from '../../api/index.ts';
 
 const MERGE = 'application/merge-patch+json';
 const seg = encodeURIComponent;
@@ -168,6 +172,55 @@ export class KubeClusterApi implements ClusterApi {
 
   patchDaemonSetStatus(namespace: string, name: string, patch: MergePatch): Promise<V1DaemonSet> {
     return this.#merge(`patch daemonset status ${namespace}/${name}`, this.#ns(namespace, 'daemonsets', name, 'status', APPS), patch);
+  }
+
+  patchStatefulSetStatus(namespace: string, name: string, patch: MergePatch): Promise<V1StatefulSet> {
+    return this.#merge(`patch statefulset status ${namespace}/${name}`, this.#ns(namespace, 'statefulsets', name, 'status', APPS), patch);
+  }
+
+  createControllerRevision(namespace: string, revision: V1ControllerRevision): Promise<V1ControllerRevision> {
+    return this.#call(`create controllerrevision ${namespace}/${revision.metadata?.name}`, {
+      method: 'POST',
+      path: this.#ns(namespace, 'controllerrevisions', undefined, undefined, APPS),
+      body: { apiVersion: 'apps/v1', kind: 'ControllerRevision', ...revision },
+    });
+  }
+
+  patchControllerRevision(namespace: string, name: string, patch: MergePatch): Promise<V1ControllerRevision> {
+    return this.#merge(`patch controllerrevision ${namespace}/${name}`, this.#ns(namespace, 'controllerrevisions', name, undefined, APPS), patch);
+  }
+
+  async deleteControllerRevision(namespace: string, name: string): Promise<void> {
+    await this.#call(`delete controllerrevision ${namespace}/${name}`, { method: 'DELETE', path: this.#ns(namespace, 'controllerrevisions', name, undefined, APPS) });
+  }
+
+  patchResourceQuotaStatus(namespace: string, name: string, patch: MergePatch): Promise<V1ResourceQuota> {
+    return this.#merge(`patch resourcequota status ${namespace}/${name}`, this.#ns(namespace, 'resourcequotas', name, 'status'), patch);
+  }
+
+  readonly #preferred = new Map<string, string>();
+
+  async listNamespaced(namespace: string, key: string): Promise<KubernetesObject[]> {
+    const dot = key.indexOf('.');
+    const plural = dot < 0 ? key : key.slice(0, dot);
+    const group = dot < 0 ? '' : key.slice(dot + 1);
+    try {
+      let base = CORE;
+      if (group) {
+        let gv = this.#preferred.get(group);
+        if (!gv) {
+          const g = await this.#call<{ preferredVersion?: { groupVersion?: string } }>(`discover group ${group}`, { method: 'GET', path: `/apis/${seg(group)}` });
+          gv = g.preferredVersion?.groupVersion ?? `${group}/v1`;
+          this.#preferred.set(group, gv);
+        }
+        base = `/apis/${gv}`;
+      }
+      const list = await this.#call<{ items?: KubernetesObject[] }>(`list ${key} in ${namespace}`, { method: 'GET', path: this.#ns(namespace, seg(plural), undefined, undefined, base) });
+      return list.items ?? [];
+    } catch (err: unknown) {
+      if (isNotFound(err)) return [];
+      throw err;
+    }
   }
 
   patchPodDisruptionBudgetStatus(namespace: string, name: string, patch: MergePatch): Promise<V1PodDisruptionBudget> {

@@ -1,9 +1,10 @@
 /**
  * The workload controllers' wiring: ReplicaSets (pods → their controlling ReplicaSet, or for an orphan every
  * ReplicaSet whose selector matches it; a Module pushed → every ReplicaSet reporting `ReplicaFailure`), Deployments (ReplicaSets → their Deployment), DaemonSets (pods →
- * their DaemonSet; nodes → every DaemonSet).
+ * their DaemonSet; nodes → every DaemonSet), StatefulSets (pods and ControllerRevisions → their StatefulSet, or
+ * for an orphan every StatefulSet whose selector matches it).
  */
-import type { V1DaemonSet, V1Deployment, V1Pod, V1ReplicaSet } from '@kubernetes/client-node';
+import type { V1DaemonSet, V1Deployment, V1Pod, V1ReplicaSet, V1StatefulSet } from '@kubernetes/client-node';
 import type { Informers } from '../runtime/cache.ts';
 import { Controller, keyOf } from '../runtime/controller.ts';
 import type { ControllerContext } from '../runtime/context.ts';
@@ -12,6 +13,7 @@ import { matchLabelSelector } from '../runtime/selectors.ts';
 import { reconcileDaemonSet } from './daemonset.ts';
 import { reconcileDeployment } from './deployment.ts';
 import { Expectations, reconcileReplicaSet } from './replicaset.ts';
+import { reconcileStatefulSet } from './statefulset.ts';
 
 /**
  * The fields of a pod that a ReplicaSet's sync reads (whether it counts, is ready, is labelled, is being
@@ -30,7 +32,7 @@ function replicaSetView(pod: V1Pod): string {
   ].join('\u0000');
 }
 
-/** Builds the ReplicaSet, Deployment and DaemonSet controllers and subscribes them. */
+/** Builds the ReplicaSet, Deployment, DaemonSet and StatefulSet controllers and subscribes them. */
 export function newWorkloadControllers(ctx: ControllerContext, informers: Informers): Controller[] {
   const rsExp = new Expectations();
   const dsExp = new Expectations();
@@ -44,6 +46,13 @@ export function newWorkloadControllers(ctx: ControllerContext, informers: Inform
   });
   const dep = new Controller('deployment', (k) => reconcileDeployment(k, ctx), { clock: ctx.clock, log: ctx.log, workers: 2 });
   const ds = new Controller('daemonset', (k) => reconcileDaemonSet(k, ctx, dsExp), { clock: ctx.clock, log: ctx.log, workers: 1 });
+  // As the ReplicaSet's: a pod it cannot create (over quota, say) is tried again, at most a minute apart.
+  const sts = new Controller('statefulset', (k) => reconcileStatefulSet(k, ctx), {
+    clock: ctx.clock,
+    log: ctx.log,
+    workers: 1,
+    maxRetries: Number.POSITIVE_INFINITY,
+  });
 
   informers.on('replicaSets', (_verb, obj: V1ReplicaSet) => {
     rs.enqueue(keyOf(obj));
@@ -64,6 +73,13 @@ export function newWorkloadControllers(ctx: ControllerContext, informers: Inform
   informers.on('daemonSets', (verb, obj: V1DaemonSet) => {
     if (verb !== 'delete') ds.enqueue(keyOf(obj));
   });
+  informers.on('statefulSets', (verb, obj: V1StatefulSet) => {
+    if (verb !== 'delete') sts.enqueue(keyOf(obj));
+  });
+  informers.on('controllerRevisions', (_verb, obj) => {
+    const owner = controllerOf(obj);
+    if (owner?.kind === 'StatefulSet') sts.enqueue(`${obj.metadata?.namespace}/${owner.name}`);
+  });
   // What a ReplicaSet's sync reads of each of its pods; an update that changes none of it (a bind, a status
   // heartbeat) does not bring the ReplicaSet back: at 10 000 pods each sync walks 10 000 pods.
   const seenForRs = new Map<string, string>();
@@ -82,8 +98,10 @@ export function newWorkloadControllers(ctx: ControllerContext, informers: Inform
     }
     seenForRs.delete(podKey);
     if (owner?.kind === 'DaemonSet') ds.enqueue(`${ns}/${owner.name}`);
+    else if (owner?.kind === 'StatefulSet') sts.enqueue(`${ns}/${owner.name}`);
     else if (!owner) {
       for (const r of ctx.cache.replicaSets.list(ns)) if (matchLabelSelector(r.spec?.selector, pod.metadata?.labels)) rs.enqueue(keyOf(r));
+      for (const s of ctx.cache.statefulSets.list(ns)) if (matchLabelSelector(s.spec?.selector, pod.metadata?.labels)) sts.enqueue(keyOf(s));
     }
   });
   const lastReady = new Map<string, string | undefined>();
@@ -95,5 +113,5 @@ export function newWorkloadControllers(ctx: ControllerContext, informers: Inform
     lastReady.set(name, ready);
     for (const d of ctx.cache.daemonSets.list()) ds.enqueue(keyOf(d));
   });
-  return [rs, dep, ds];
+  return [rs, dep, ds, sts];
 }

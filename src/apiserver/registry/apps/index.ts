@@ -1,15 +1,15 @@
 /**
- * `apps/v1` workloads: deployments, replica sets (both with status and scale) and daemon sets (with
- * status): defaults, selector validation (it must match the template's labels and never change) and
- * the Table columns kubectl prints.
+ * `apps/v1` workloads: deployments, replica sets, stateful sets (with status and scale), daemon sets (with
+ * status) and controller revisions (a StatefulSet's template history): defaults, selector validation (it must
+ * match the template's labels and never change) and the Table columns kubectl prints.
  */
 import { isDeepStrictEqual } from 'node:util';
 import type { StatusCause } from '../../errors.ts';
 import type { KubeObject } from '../../storage/index.ts';
 import { defaultPodSpec } from '../pods/index.ts';
+import { labelSelectorFromObject, parseLabelSelector } from '../selectors.ts';
 import type { ResourceDef } from '../types.ts';
-import { AGE_COLUMN, NAME_COLUMN, age, arr, immutable, invalidValue, rec, required, selectorString, validateMetaMaps, validateSubdomain, validateTemplateMetaMaps } from '../util.ts';
-import { parseLabelSelector, labelSelectorFromObject } from '../selectors.ts';
+import { AGE_COLUMN, age, arr, immutable, invalidValue, NAME_COLUMN, rec, required, selectorString, validateMetaMaps, validateSubdomain, validateTemplateMetaMaps } from '../util.ts';
 
 /**
  * Defaults a workload's pod template in place, and leaves out the zeros that mean "not set": a template's
@@ -243,6 +243,129 @@ export const daemonsets: ResourceDef = {
       cs.map((c) => c.image).join(','),
       selectorString(spec.selector),
     ];
+  },
+};
+
+/** The StatefulSet spec fields an update may change (Kubernetes' `ValidateStatefulSetUpdate`). */
+const STATEFULSET_MUTABLE = ['replicas', 'ordinals', 'template', 'updateStrategy', 'revisionHistoryLimit', 'persistentVolumeClaimRetentionPolicy', 'minReadySeconds'];
+
+function validateStatefulSet(obj: KubeObject, old: KubeObject | undefined): StatusCause[] {
+  const out = validateWorkload(obj, old, true);
+  const spec = rec(obj.spec);
+  if (obj.spec === undefined) return out;
+  const policy = spec.podManagementPolicy;
+  if (policy !== 'OrderedReady' && policy !== 'Parallel') {
+    out.push({ reason: 'FieldValueNotSupported', message: `Unsupported value: ${JSON.stringify(policy)}: supported values: "OrderedReady", "Parallel"`, field: 'spec.podManagementPolicy' });
+  }
+  const strat = rec(spec.updateStrategy);
+  if (strat.type !== 'RollingUpdate' && strat.type !== 'OnDelete') {
+    out.push({ reason: 'FieldValueNotSupported', message: `Unsupported value: ${JSON.stringify(strat.type)}: supported values: "OnDelete", "RollingUpdate"`, field: 'spec.updateStrategy.type' });
+  }
+  const ru = rec(strat.rollingUpdate);
+  if (strat.type === 'OnDelete' && strat.rollingUpdate !== undefined) {
+    out.push({ reason: 'FieldValueInvalid', message: 'Invalid value: only allowed for updateStrategy \'RollingUpdate\'', field: 'spec.updateStrategy.rollingUpdate' });
+  }
+  if (ru.partition !== undefined && (typeof ru.partition !== 'number' || !Number.isInteger(ru.partition) || ru.partition < 0)) {
+    out.push(invalidValue('spec.updateStrategy.rollingUpdate.partition', ru.partition, 'must be greater than or equal to 0'));
+  }
+  const start = rec(spec.ordinals).start;
+  if (start !== undefined && (typeof start !== 'number' || !Number.isInteger(start) || start < 0)) {
+    out.push(invalidValue('spec.ordinals.start', start, 'must be greater than or equal to 0'));
+  }
+  const restart = rec(rec(spec.template).spec).restartPolicy;
+  if (restart !== undefined && restart !== 'Always') {
+    out.push({ reason: 'FieldValueNotSupported', message: `Unsupported value: ${JSON.stringify(restart)}: supported values: "Always"`, field: 'spec.template.spec.restartPolicy' });
+  }
+  if (old) {
+    const was = rec(old.spec);
+    const fixed = (s: Record<string, unknown>) => Object.fromEntries(Object.entries(s).filter(([k]) => !STATEFULSET_MUTABLE.includes(k) && k !== 'selector'));
+    if (!isDeepStrictEqual(fixed(spec), fixed(was))) {
+      out.push({
+        reason: 'FieldValueForbidden',
+        message: "Forbidden: updates to statefulset spec for fields other than 'replicas', 'ordinals', 'template', 'updateStrategy', 'revisionHistoryLimit', 'persistentVolumeClaimRetentionPolicy' and 'minReadySeconds' are forbidden",
+        field: 'spec',
+      });
+    }
+  }
+  return out;
+}
+
+/**
+ * Stateful sets: pods `<name>-<ordinal>` made in order (src/controllers/workloads/statefulset.ts). The defaults
+ * are kube-apiserver's: one replica, `OrderedReady`, `RollingUpdate` with partition 0, ten revisions kept, and
+ * the PVC retention policy `Retain` (Kube32 has no volume claims; kept as sent).
+ */
+export const statefulsets: ResourceDef = {
+  group: 'apps',
+  version: 'v1',
+  kind: 'StatefulSet',
+  listKind: 'StatefulSetList',
+  plural: 'statefulsets',
+  singular: 'statefulset',
+  namespaced: true,
+  shortNames: ['sts'],
+  categories: ['all'],
+  subresources: ['status', 'scale'],
+  hasStatus: true,
+  scale: { specReplicas: ['spec', 'replicas'], statusReplicas: ['status', 'replicas'], selector: ['spec', 'selector'] },
+  fields: ['spec', 'status'],
+  prepareForCreate(obj) {
+    const spec = rec(obj.spec);
+    if (obj.spec === undefined) return;
+    spec.replicas ??= 1;
+    spec.podManagementPolicy ??= 'OrderedReady';
+    spec.revisionHistoryLimit ??= 10;
+    const strat = rec(spec.updateStrategy);
+    spec.updateStrategy = strat;
+    strat.type ??= 'RollingUpdate';
+    if (strat.type === 'RollingUpdate') strat.rollingUpdate = { partition: 0, ...rec(strat.rollingUpdate) };
+    spec.persistentVolumeClaimRetentionPolicy = { whenDeleted: 'Retain', whenScaled: 'Retain', ...rec(spec.persistentVolumeClaimRetentionPolicy) };
+    defaultTemplate(spec);
+  },
+  prepareForUpdate(obj) {
+    if (obj.spec === undefined) return;
+    statefulsets.prepareForCreate!(obj, { now: new Date(), list: () => [] });
+  },
+  validate: (obj, old) => validateStatefulSet(obj, old),
+  columns: [NAME_COLUMN, { name: 'Ready', type: 'string' }, AGE_COLUMN, { name: 'Containers', type: 'string', priority: 1 }, { name: 'Images', type: 'string', priority: 1 }],
+  cells(o, now) {
+    const spec = rec(o.spec);
+    const st = rec(o.status);
+    const cs = arr(rec(rec(spec.template).spec).containers);
+    return [
+      o.metadata.name,
+      `${intOr(st.readyReplicas)}/${intOr(spec.replicas)}`,
+      age(o.metadata.creationTimestamp, now),
+      cs.map((c) => c.name).join(','),
+      cs.map((c) => c.image).join(','),
+    ];
+  },
+};
+
+/** Controller revisions: a StatefulSet's templates by revision (`data` is the template as a patch, `revision` its number). */
+export const controllerrevisions: ResourceDef = {
+  group: 'apps',
+  version: 'v1',
+  kind: 'ControllerRevision',
+  listKind: 'ControllerRevisionList',
+  plural: 'controllerrevisions',
+  singular: 'controllerrevision',
+  namespaced: true,
+  subresources: [],
+  hasStatus: false,
+  fields: ['data', 'revision'],
+  validate(obj, old) {
+    const out = [...validateSubdomain(obj.metadata.name, 'metadata.name'), ...validateMetaMaps(obj)];
+    const rev = (obj as Record<string, unknown>).revision;
+    if (typeof rev !== 'number' || !Number.isInteger(rev) || rev < 0) out.push(invalidValue('revision', rev, 'must be greater than or equal to 0'));
+    if (old && !isDeepStrictEqual((old as Record<string, unknown>).data, (obj as Record<string, unknown>).data)) out.push(immutable('data'));
+    return out;
+  },
+  columns: [NAME_COLUMN, { name: 'Controller', type: 'string' }, { name: 'Revision', type: 'integer' }, AGE_COLUMN],
+  cells(o, now) {
+    const owner = (o.metadata.ownerReferences ?? []).find((r) => r.controller);
+    const ctl = owner ? `${String(owner.kind).toLowerCase()}.${String(owner.apiVersion).split('/')[0]}/${owner.name}` : '<none>';
+    return [o.metadata.name, ctl, intOr((o as Record<string, unknown>).revision), age(o.metadata.creationTimestamp, now)];
   },
 };
 
