@@ -11,28 +11,14 @@ import { ApiError, notFound } from '../errors.ts';
 import type { UserInfo } from '../handlers/context.ts';
 import type { Registry } from '../registry/store.ts';
 import type { ResourceDef } from '../registry/types.ts';
-import { arr, rec } from '../registry/util.ts';
+import { rec } from '../registry/util.ts';
 import type { KubeObject } from '../storage/index.ts';
 import { authorizerOf } from '../handlers/auth.ts';
 import type { PolicyRule } from './policy.ts';
-import type { Attributes } from './rbac.ts';
+import { type Attributes, toRules } from './rbac.ts';
 import { clusterroles, roles } from './resources.ts';
 
 const RBAC_GROUP = 'rbac.authorization.k8s.io';
-
-function strings(v: unknown): string[] {
-  return Array.isArray(v) ? v.filter((x): x is string => typeof x === 'string') : [];
-}
-
-function rulesOf(obj: KubeObject | undefined): PolicyRule[] {
-  return arr(obj?.rules).map((r) => ({
-    verbs: strings(r.verbs),
-    apiGroups: strings(r.apiGroups),
-    resources: strings(r.resources),
-    resourceNames: strings(r.resourceNames),
-    nonResourceURLs: strings(r.nonResourceURLs),
-  }));
-}
 
 /** The single requests a rule stands for: each verb with each group, resource and name, or each URL. */
 function atoms(rule: PolicyRule, namespace: string | undefined): Attributes[] {
@@ -96,7 +82,7 @@ export function escalationAdmission(reg: Registry, user: UserInfo, def: Resource
         const namespace = def.plural === 'roles' ? (obj.metadata.namespace ?? '') : '';
         if (may('escalate', def.plural, namespace, obj.metadata.name)) return;
         const aggregated = def.plural === 'clusterroles' && obj.aggregationRule !== undefined && obj.aggregationRule !== null;
-        confirm(obj, aggregated ? FULL_AUTHORITY : rulesOf(obj), namespace || undefined);
+        confirm(obj, aggregated ? FULL_AUTHORITY : toRules(obj.rules), namespace || undefined);
       };
     case 'rolebindings':
     case 'clusterrolebindings':
@@ -109,7 +95,7 @@ export function escalationAdmission(reg: Registry, user: UserInfo, def: Resource
         if (may('bind', kind, namespace, name)) return;
         const role = reg.find(kind === 'roles' ? roles : clusterroles, kind === 'roles' ? namespace : '', name);
         if (!role) throw notFound(kind, RBAC_GROUP, name);
-        confirm(obj, rulesOf(role), namespace || undefined);
+        confirm(obj, toRules(role.rules), namespace || undefined);
       };
     default:
       return undefined;

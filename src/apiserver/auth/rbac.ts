@@ -71,7 +71,8 @@ interface Snapshot {
   bindingsByNamespace: Map<string, KubeObject[]>;
 }
 
-function toRules(v: unknown): PolicyRule[] {
+/** A role's `rules` as PolicyRules, every list a list of strings (what is not a string dropped). */
+export function toRules(v: unknown): PolicyRule[] {
   return arr(v).map((r) => ({
     verbs: strings(r.verbs),
     apiGroups: strings(r.apiGroups),
