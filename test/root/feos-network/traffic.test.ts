@@ -13,6 +13,7 @@ import { after, before, describe, it } from 'node:test';
 import { create } from '@bufbuild/protobuf';
 import { SecurityGroupSchema, SecurityGroupService, type TrafficRecord, TrafficService, type WatchTrafficResponse } from '../../../src/feos/gen/feos/network/v1/network_pb.js';
 import type { AttachedPod, PodAddresses } from '../../../src/feos/network/index.ts';
+import { isProcessAlive } from '../../../src/lib/index.ts';
 import { control, grpcClient, grpcStream, inNs, must, Namespaces, type Started, sh, startInNs } from './helpers.ts';
 
 const here = import.meta.dirname;
@@ -332,15 +333,7 @@ describe('traffic records in namespaces', { timeout: 420_000 }, () => {
     const readers = children().filter((p) => p.ppid === pid && /^(conntrack|tcpdump)$/.test(p.comm));
     assert.deepEqual([...new Set(readers.map((r) => r.comm))].sort(), ['conntrack', 'tcpdump'], JSON.stringify(children().filter((p) => p.ppid === pid)));
     node!.child.kill('SIGKILL');
-    // Gone, or a zombie that whatever adopted it has not reaped yet.
-    const running = (pid: number) => {
-      try {
-        const stat = readFileSync(`/proc/${pid}/stat`, 'utf8');
-        return stat.slice(stat.lastIndexOf(')') + 2, stat.lastIndexOf(')') + 3) !== 'Z';
-      } catch {
-        return false;
-      }
-    };
-    await until('the readers to end', 10_000, () => readers.every((r) => !running(r.pid)) || undefined);
+    // isProcessAlive counts a zombie that whatever adopted it has not reaped yet as gone.
+    await until('the readers to end', 10_000, () => readers.every((r) => !isProcessAlive(r.pid)) || undefined);
   });
 });
