@@ -18,7 +18,7 @@
 import type http2 from 'node:http2';
 import type { MessageInitShape } from '@bufbuild/protobuf';
 import { Backoff, type Logger } from '../../lib/index.ts';
-import { type MeshPeer, MeshPeerSchema, MeshService } from '../../feos/gen/feos/network/v1/network_pb.js';
+import { type MeshPeerSchema, MeshService } from '../../feos/gen/feos/network/v1/network_pb.js';
 import { GrpcCallError, unary } from '../node-client.ts';
 import type { MeshRecord } from './allocation.ts';
 
@@ -42,7 +42,7 @@ export function peersOf(rec: MeshRecord, node: string): Map<string, PeerInit> {
   return out;
 }
 
-function same(a: PeerInit | MeshPeer | undefined, b: PeerInit | MeshPeer | undefined): boolean {
+function same(a: PeerInit | undefined, b: PeerInit | undefined): boolean {
   return a !== undefined && b !== undefined && a.publicKey === b.publicKey && a.endpoint === b.endpoint && a.prefix === b.prefix;
 }
 
@@ -167,10 +167,9 @@ export class MeshPeers {
         if (s.check && s.version !== undefined) {
           s.check = false;
           const got = (await unary(session, MeshService.method.getMesh, {}, { timeoutMs: CALL_TIMEOUT_MS })).mesh;
-          const has = new Map((got?.peers ?? []).map((p) => [p.nodeName, p]));
-          const fits = got !== undefined && got.version === s.version && has.size === s.peers.size && [...s.peers].every(([n, p]) => same(p, has.get(n)));
+          // A version names one content of the record, whoever sent it: the versions alone are compared.
           if (got && got.version > version) return; // another instance is ahead: this one's record will follow
-          if (!fits) {
+          if (got?.version !== s.version) {
             log.info({ node, has: String(got?.version ?? 0n), want: String(version) }, 'mesh peers differ from what was sent: putting them whole');
             s.version = undefined;
           }
