@@ -47,7 +47,7 @@ export interface MeshRecord {
   clusterPrefix: string;
   /** +1 at each change; starts at the time it was made, ms, so that a record made anew never repeats a version. */
   generation: bigint;
-  /** The index (1 to the limit) the next search for a free /96 starts at. */
+  /** The index the next search for a free /96 starts at (1 when it is past the limit). */
   nextIndex: number;
   nodes: Record<string, MeshNode>;
 }
@@ -169,7 +169,7 @@ export function joinRecord(rec: MeshRecord, node: string, uid: string, publicKey
   while (taken.has(index)) index = index >= limit ? 1 : index + 1;
   const prefix = nodePrefix(clusterPrefix, index);
   nodes[node] = { prefix, publicKey, endpoint, uid };
-  return { next: { clusterPrefix, generation: rec.generation + 1n, nextIndex: index >= limit ? 1 : index + 1, nodes }, clusterPrefix, nodePrefix: prefix };
+  return { next: { clusterPrefix, generation: rec.generation + 1n, nextIndex: index + 1, nodes }, clusterPrefix, nodePrefix: prefix };
 }
 
 /** The ConfigMap's shape, as far as this file reads and writes it. */
