@@ -26,7 +26,7 @@ import { NetworkError, errorMessage, networkErrorToGrpc } from './errors.ts';
 import { grpcServiceDefinition, type GrpcService } from './grpc.ts';
 import { canonicalAddress, formatPrefix, parseAddress, parsePrefix, prefixCovers, prefixHolds, prefixMask, type Prefix } from './ip.ts';
 import { ip, ipJson } from './system.ts';
-import { MESH_DEVICE, WireGuardDevice, checkKey, ensureDevice, generatePrivateKey, publicKeyOf, type WireGuardImplementation } from './wireguard.ts';
+import { MESH_DEVICE, type WireGuardDevice, checkKey, ensureDevice, generatePrivateKey, publicKeyOf, type WireGuardImplementation } from './wireguard.ts';
 
 /** The mesh's UDP port's default. */
 export const MESH_PORT = 51820;
@@ -110,13 +110,12 @@ export function checkPeers(peers: MeshPeer[], clusterPrefix: Prefix): void {
     } catch (err: unknown) {
       bad(errorMessage(err));
     }
-    let prefix: Prefix | undefined;
+    let prefix: Prefix;
     try {
       prefix = parsePrefix(p.prefix, true);
     } catch (err: unknown) {
-      bad(`prefix: ${errorMessage(err)}`);
+      throw new NetworkError('INVALID_ARGUMENT', `${who}: prefix: ${errorMessage(err)}`);
     }
-    if (!prefix) return bad('no prefix');
     if (prefix.family !== 6 || prefix.length !== 96 || !prefixCovers(clusterPrefix, prefix)) bad(`prefix ${p.prefix} is not a /96 of the cluster's ULA ${formatPrefix(clusterPrefix)}`);
   }
 }
@@ -229,12 +228,14 @@ export class NodeMesh {
   /**
    * Takes a JoinMesh answer: the prefixes and the endpoint kept in mesh.pb (written whole); a /96
    * where there was none calls {@link onPrefix}. Another /96 than kept takes effect at the next start.
+   * @returns whether the answer was taken: a node with a key takes only one with a /96 (else it asks again)
    * @throws Error when the answer's prefixes do not parse or mesh.pb cannot be written (the answer is not taken)
    */
-  joined(ask: JoinMeshAsk, answer: JoinMeshAnswer): Promise<void> {
+  joined(ask: JoinMeshAsk, answer: JoinMeshAnswer): Promise<boolean> {
     return this.#serial(async () => {
       this.meshed = answer.meshed;
-      if (!this.keyed || !answer.meshed || answer.nodePrefix === '') return;
+      if (!this.keyed) return true;
+      if (!answer.meshed || answer.nodePrefix === '') return false;
       const cluster = parsePrefix(answer.clusterPrefix, true);
       const node = parsePrefix(answer.nodePrefix, true);
       if (cluster.family !== 6 || node.family !== 6 || !prefixCovers(cluster, node)) {
@@ -245,6 +246,7 @@ export class NodeMesh {
       if (had && had !== next.nodePrefix) this.#log.warn({ kept: had, given: next.nodePrefix }, 'the control plane gave another /96 than the network was set up with: it takes effect at the next start');
       await this.#write(next);
       if (!had) this.onPrefix?.(node, cluster);
+      return true;
     });
   }
 

@@ -141,7 +141,7 @@ export class WireGuardDevice {
         return [l.slice(0, i), l.slice(i + 1)] as [string, string];
       });
     const errno = pairs.find(([k]) => k === 'errno');
-    if (!errno || errno[1] !== '0') throw new NetworkError('INTERNAL', `${this.name}: ${lines[0]} failed (errno ${errno?.[1] ?? 'missing'})`);
+    if (errno?.[1] !== '0') throw new NetworkError('INTERNAL', `${this.name}: ${lines[0]} failed (errno ${errno?.[1] ?? 'missing'})`);
     return pairs;
   }
 
