@@ -83,6 +83,25 @@ export function controlPlane(v: string): string {
   return v;
 }
 
+/** `--mesh-port`: a UDP port, 1 to 65535. @throws InvalidArgumentError naming the value */
+export function meshPort(v: string): number {
+  const n = Number(v);
+  if (!/^\d{1,5}$/.test(v) || n < 1 || n > 65535) throw new InvalidArgumentError(`--mesh-port ${JSON.stringify(v)}: want a UDP port from 1 to 65535 (the default is 51820)`);
+  return n;
+}
+
+/** `--mesh-address`: an IPv4 or IPv6 address, without a port. @throws InvalidArgumentError naming the value */
+export function meshAddress(v: string): string {
+  if (isIP(v) === 0) throw new InvalidArgumentError(`--mesh-address ${JSON.stringify(v)}: want an IP address without a port (such as 192.0.2.10); the port is --mesh-port`);
+  return v;
+}
+
+/** `--mesh-device`: a network device name, 1 to 15 characters. @throws InvalidArgumentError naming the value */
+export function meshDevice(v: string): string {
+  if (!/^[A-Za-z0-9_.=+-]{1,15}$/.test(v)) throw new InvalidArgumentError(`--mesh-device ${JSON.stringify(v)}: want a device name of 1 to 15 letters, digits and _.=+- (the default is feos-mesh)`);
+  return v;
+}
+
 /**
  * `--node-name`'s value, lowercased: a DNS-1123 subdomain (at most 253 characters of [a-z0-9.-], each
  * label starting and ending with a letter or digit), as a Kubernetes Node's name.
@@ -145,6 +164,9 @@ export async function main(argv: string[]): Promise<void> {
     .option('--join-token-file <path>', 'the join token, feos-join-<secret>.<pin>, read while the node has not joined', '/etc/feos/join-token')
     .option('--node-dir <dir>', "the node's identity for the control plane (default: STATE-DIR/node, /var/lib/feos/node)")
     .option('--node-name <name>', "the node's name in the cluster (default: the hostname, lowercased)", nodeName)
+    .option('--mesh-port <port>', "the UDP port of the mesh's WireGuard device, on a node without --pod-prefix", meshPort, 51820)
+    .option('--mesh-address <address>', "where the other nodes reach the node's mesh (default: the address from which the node reaches the control plane)", meshAddress)
+    .option('--mesh-device <name>', "the mesh's WireGuard device (distinct names for nodes side by side on one machine)", meshDevice, 'feos-mesh')
     .allowExcessArguments(false);
   program.parse(argv);
   const opts = program.opts<{
@@ -178,6 +200,9 @@ export async function main(argv: string[]): Promise<void> {
     nodeDir?: string;
     nodeName?: string;
     insecureRegistry?: string[];
+    meshPort: number;
+    meshAddress?: string;
+    meshDevice: string;
   }>();
   if ((opts.s3Endpoint || opts.s3Region) && !opts.objectStore?.startsWith('s3:')) {
     program.error(`error: ${opts.s3Endpoint ? '--s3-endpoint' : '--s3-region'} is for an S3 object store: give --object-store s3://BUCKET/PREFIX too`);
@@ -248,6 +273,7 @@ export async function main(argv: string[]): Promise<void> {
         fleet: opts.controlPlane
           ? { controlPlane: opts.controlPlane, controlPlaneName: opts.controlPlaneName, trustDomain: opts.trustDomain, joinTokenFile: opts.joinTokenFile, nodeDir: opts.nodeDir ?? join(opts.stateDir, 'node'), nodeName: opts.nodeName }
           : undefined,
+        mesh: { port: opts.meshPort, address: opts.meshAddress, device: opts.meshDevice },
         log,
       },
       ac.signal,

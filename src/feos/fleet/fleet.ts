@@ -14,6 +14,8 @@ import { timestampFromDate } from '@bufbuild/protobuf/wkt';
 import type { DescMessage, MessageInitShape, MessageShape } from '@bufbuild/protobuf';
 import type { Logger } from '../../lib/index.ts';
 import {
+  JoinMeshRequestSchema,
+  JoinMeshResponseSchema,
   JoinRequestSchema,
   JoinResponseSchema,
   JoinService,
@@ -77,6 +79,16 @@ export interface FleetDeps {
   startAfter?: Promise<unknown>;
   /** How long the event loop or the pods may stay silent before the reports stop (ms). @default 90000 */
   watchdogMs?: number;
+  /**
+   * The node's mesh (src/feos/network's NodeMesh): JoinMesh after the first answered report, and
+   * again when what it asks (the key, the endpoint) changes or an answer was not taken. @default none
+   */
+  mesh?: {
+    /** The request's fields; `localAddress` is the address the uplink reaches the control plane from. */
+    joinAsk(localAddress: string): { publicKey: string; endpoint: string };
+    /** Takes the answer; false = not taken (asked again at the next report). */
+    joined(ask: { publicKey: string; endpoint: string }, answer: { meshed: boolean; clusterPrefix: string; nodePrefix: string }): Promise<boolean>;
+  };
 }
 
 /** The running fleet client. */
@@ -124,6 +136,8 @@ class Uplink {
   #at = 0;
   #session?: http2.ClientHttp2Session;
   #creds: Identity;
+  /** The local address of the last connection: the node's address as the control plane sees it. */
+  localAddress = '';
   readonly #name: string;
   readonly #trustDomain: string;
 
@@ -166,6 +180,7 @@ class Uplink {
     });
     const s = clientSession(socket, this.#name);
     this.#session = s;
+    this.localAddress = socket.localAddress ?? '';
     // A GOAWAY (the instance drains or restarts): the next call dials again.
     const forget = () => {
       if (this.#session === s) this.#session = undefined;
@@ -484,11 +499,36 @@ export function startFleet(flags: FleetFlags, deps: FleetDeps): Fleet {
         }
         await instancesChanged(res.instances);
         void flush(Math.max(interval, 3000));
+        void joinMesh();
       } catch (err: unknown) {
         if (err instanceof GrpcCallError && err.code === Code.PERMISSION_DENIED) removed?.(err.message);
         else once.warn('report', (err as Error).message);
       } finally {
         reporting = false;
+      }
+    };
+    // JoinMesh (the mesh): after an answered report, while what it asks was not taken.
+    let meshTaken: string | undefined;
+    let joiningMesh = false;
+    const joinMesh = async () => {
+      const mesh = deps.mesh;
+      if (!mesh || joiningMesh || stopSignal.aborted || isRemoved) return;
+      const ask = mesh.joinAsk(up.localAddress);
+      const asked = JSON.stringify(ask);
+      if (asked === meshTaken) return;
+      joiningMesh = true;
+      try {
+        const res = await up.call('JoinMesh', JoinMeshRequestSchema, JoinMeshResponseSchema, ask, 15_000);
+        if (await mesh.joined(ask, res)) {
+          meshTaken = asked;
+          once.clear('mesh');
+          log.info({ meshed: res.meshed, clusterPrefix: res.clusterPrefix, nodePrefix: res.nodePrefix }, 'control plane: JoinMesh answered');
+        } else once.warn('mesh', res.meshed ? 'JoinMesh gave no /96: asked again at the next report' : 'the cluster has no mesh yet: asked again at the next report');
+      } catch (err: unknown) {
+        if (err instanceof GrpcCallError && err.code === Code.PERMISSION_DENIED) removed?.(err.message);
+        else once.warn('mesh', (err as Error).message);
+      } finally {
+        joiningMesh = false;
       }
     };
     void report();
