@@ -6,7 +6,7 @@
  * --mesh-device names: the UAPI sockets' folder is the machine's). What an operator checks: each node's
  * GetMesh (the /64 the control plane chose, its /96, the other node as its peer), `wg show` in the
  * namespaces, the ConfigMap kube-system/feos-mesh, IPv6 between addresses of the two /96s through the
- * devices, a restart of the control plane and of a feosd keeping the /64, the key and the /96, and a
+ * devices, a ULA source sent over the nodes' own link dropped as spoofed, a restart of the control plane and of a feosd keeping the /64, the key and the /96, and a
  * deleted node leaving the other's peers. No microVM boots: pods with security groups across the mesh are
  * test/root/feos-network/mesh-node.test.ts's.
  */
@@ -152,6 +152,24 @@ test('two feosd in namespaces on the mesh of their control plane: /96s, peers, I
   await until(`${addrA} reaches ${addrB} through the mesh`, async () => (await probe(a, addrA, addrB)).code === 0, 30_000);
   assert.ok((await wgPeers(a, device.a))[0]!.handshake > 0, 'the devices shook hands');
   assert.equal((await probe(b, addrB, addrA)).code, 0, 'and back');
+
+  // --- a ULA source through another device than the one it is routed to is dropped: b sends to a over
+  // the nodes' own link instead of the mesh, and a's prerouting drops it as spoofed.
+  const spoofDrops = async () => {
+    const chain = await must('ip', ['netns', 'exec', a.net.ns, 'nft', 'list', 'chain', 'inet', 'feos', 'prerouting']);
+    const cluster = ma.clusterPrefix.replace(/[.:/]/g, (c) => `\\${c}`);
+    const m = new RegExp(`ip6 saddr ${cluster} fib saddr \\. iif oif missing .*counter packets (\\d+)`).exec(chain);
+    assert.ok(m, `the mesh's spoof rule in a's prerouting: ${chain}`);
+    return Number(m[1]);
+  };
+  const [aLink] = JSON.parse(await must('ip', ['netns', 'exec', a.net.ns, 'ip', '-j', '-6', 'addr', 'show', 'dev', ulIf, 'scope', 'link'])) as { addr_info: { local: string }[] }[];
+  const aLinkLocal = aLink!.addr_info[0]!.local;
+  const dropsBefore = await spoofDrops();
+  await must('ip', ['netns', 'exec', b.net.ns, 'ip', '-6', 'route', 'add', `${addrA}/128`, 'via', aLinkLocal, 'dev', ulIf]);
+  assert.notEqual((await probe(b, addrB, addrA)).code, 0, "b → a over the nodes' link: dropped");
+  assert.ok((await spoofDrops()) > dropsBefore, 'by a, as spoofed');
+  await must('ip', ['netns', 'exec', b.net.ns, 'ip', '-6', 'route', 'del', `${addrA}/128`, 'via', aLinkLocal, 'dev', ulIf]);
+  assert.equal((await probe(b, addrB, addrA)).code, 0, 'b → a through the mesh again');
 
   // --- the control plane restarted on its data dir: the same /64 and /96s; the peers put whole again
   await cp.stop();
