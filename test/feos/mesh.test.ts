@@ -110,6 +110,9 @@ test('MeshService: FAILED_PRECONDITION without a mesh, peers kept in mesh.pb, IN
     await assert.rejects(call('PutMeshPeers', { version: 1n, peers: [bad] }), code(3, re));
   }
   await assert.rejects(call('PutMeshPeers', { version: 1n, peers: [peerB, { ...peerB, publicKey: KEY_B }] }), code(3, /two peers of one node name/));
+  await assert.rejects(call('PutMeshPeers', { version: 1n, peers: [peerB, { ...peerB, nodeName: 'node-x' }] }), code(3, /two peers of one public key/));
+  await assert.rejects(call('PutMeshPeers', { version: 1n, peers: [{ ...peerB, publicKey: m.publicKey }] }), code(3, /the node's own public key/));
+  await assert.rejects(call('PutMeshPeers', { version: 1n, peers: [{ ...peerB, prefix: 'fd12:3456:789a:1:0:1::/96' }] }), code(3, /is the node's own/));
   await call('PutMeshPeers', { version: 4n, peers: [peerB] });
   const kept = fromBinary(MeshSchema, readFileSync(join(nodeDir, 'mesh', 'mesh.pb')));
   assert.equal(statSync(join(nodeDir, 'mesh', 'mesh.pb')).mode & 0o777, 0o600);

@@ -513,11 +513,11 @@ export function startFleet(flags: FleetFlags, deps: FleetDeps): Fleet {
     const joinMesh = async () => {
       const mesh = deps.mesh;
       if (!mesh || joiningMesh || stopSignal.aborted || isRemoved) return;
-      const ask = mesh.joinAsk(up.localAddress);
-      const asked = JSON.stringify(ask);
-      if (asked === meshTaken) return;
       joiningMesh = true;
       try {
+        const ask = mesh.joinAsk(up.localAddress);
+        const asked = JSON.stringify(ask);
+        if (asked === meshTaken) return;
         const res = await up.call('JoinMesh', JoinMeshRequestSchema, JoinMeshResponseSchema, ask, 15_000);
         if (await mesh.joined(ask, res)) {
           meshTaken = asked;

@@ -91,11 +91,15 @@ export function formatEndpoint(address: string, port: number): string {
 
 /**
  * Checks peers against the cluster's ULA (PutMeshPeers' and UpdateMeshPeers' rules).
+ * @param self the node's own public key and /96, which no peer may have
  * @throws NetworkError INVALID_ARGUMENT naming the peer: a key, endpoint or prefix that does not
- *   parse, a prefix that is not a /96 of the cluster's ULA, or two peers of one node name
+ *   parse, a prefix that is not a /96 of the cluster's ULA, two peers of one node name, key or
+ *   prefix, or the node's own key or /96
  */
-export function checkPeers(peers: MeshPeer[], clusterPrefix: Prefix): void {
+export function checkPeers(peers: MeshPeer[], clusterPrefix: Prefix, self?: { publicKey: string; prefix?: Prefix }): void {
   const names = new Set<string>();
+  const keys = new Set<string>();
+  const prefixes = new Set<string>();
   for (const p of peers) {
     const who = `peer "${p.nodeName}"`;
     const bad = (why: string): never => {
@@ -110,6 +114,9 @@ export function checkPeers(peers: MeshPeer[], clusterPrefix: Prefix): void {
     } catch (err: unknown) {
       bad(errorMessage(err));
     }
+    if (keys.has(p.publicKey)) bad('two peers of one public key');
+    keys.add(p.publicKey);
+    if (self && p.publicKey === self.publicKey) bad("the node's own public key");
     let prefix: Prefix;
     try {
       prefix = parsePrefix(p.prefix, true);
@@ -117,6 +124,10 @@ export function checkPeers(peers: MeshPeer[], clusterPrefix: Prefix): void {
       throw new NetworkError('INVALID_ARGUMENT', `${who}: prefix: ${errorMessage(err)}`);
     }
     if (prefix.family !== 6 || prefix.length !== 96 || !prefixCovers(clusterPrefix, prefix)) bad(`prefix ${p.prefix} is not a /96 of the cluster's ULA ${formatPrefix(clusterPrefix)}`);
+    const text = formatPrefix(prefix);
+    if (prefixes.has(text)) bad(`two peers of one prefix ${text}`);
+    prefixes.add(text);
+    if (self?.prefix && formatPrefix(self.prefix) === text) bad(`prefix ${text} is the node's own`);
   }
 }
 
@@ -341,7 +352,7 @@ export class NodeMesh {
    */
   putPeers(version: bigint, peers: MeshPeer[]): Promise<Mesh> {
     return this.#serial(async () => {
-      checkPeers(peers, this.#requireMesh());
+      checkPeers(peers, this.#requireMesh(), { publicKey: this.#publicKey, prefix: this.nodePrefix });
       const prev = this.#mesh.peers;
       const clean = peers.map((p) => create(MeshPeerSchema, { nodeName: p.nodeName, publicKey: p.publicKey, endpoint: p.endpoint, prefix: formatPrefix(parsePrefix(p.prefix)) }));
       await this.#write(create(MeshSchema, { ...this.#mesh, version, peers: clean }));
@@ -363,12 +374,12 @@ export class NodeMesh {
       if (fromVersion !== this.#mesh.version) {
         throw new NetworkError('FAILED_PRECONDITION', `the node has the peers' version ${this.#mesh.version}, not ${fromVersion}: put them whole`);
       }
-      checkPeers(put, cluster);
+      checkPeers(put, cluster, { publicKey: this.#publicKey, prefix: this.nodePrefix });
       const prev = this.#mesh.peers;
       const gone = new Set([...remove, ...put.map((p) => p.nodeName)]);
       const clean = put.map((p) => create(MeshPeerSchema, { nodeName: p.nodeName, publicKey: p.publicKey, endpoint: p.endpoint, prefix: formatPrefix(parsePrefix(p.prefix)) }));
       const peers = [...prev.filter((p) => !gone.has(p.nodeName)), ...clean];
-      checkPeers(peers, cluster);
+      checkPeers(peers, cluster, { publicKey: this.#publicKey, prefix: this.nodePrefix });
       await this.#write(create(MeshSchema, { ...this.#mesh, version: toVersion, peers }));
       await this.#apply(prev);
       this.onPeers?.();

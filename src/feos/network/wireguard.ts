@@ -15,7 +15,7 @@ import { stat } from 'node:fs/promises';
 import net from 'node:net';
 import { setTimeout as sleep } from 'node:timers/promises';
 import { NetworkError } from './errors.ts';
-import { ip, ipJson, isMissing, run } from './system.ts';
+import { ip, ipJson, isMissing, run, setSysctl } from './system.ts';
 
 /** The mesh's MTU: 1500 less WireGuard's 80 bytes over IPv6. */
 export const MESH_MTU = 1420;
@@ -268,7 +268,7 @@ export async function ensureDevice(o: EnsureDeviceOptions): Promise<WireGuardDev
     impl = 'wireguard-go';
   }
   const dev = new WireGuardDevice(o.name, impl, uapiDir);
-  await run('sysctl', ['-q', '-w', `net.ipv6.conf.${o.name}.accept_ra=0`]).catch(() => {});
+  await setSysctl(`net/ipv6/conf/${o.name}/accept_ra`, 0);
   await ip('link', 'set', 'dev', o.name, 'mtu', String(MESH_MTU), 'addrgenmode', 'none');
   await ip('addr', 'flush', 'dev', o.name);
   await ip('link', 'set', 'dev', o.name, 'up');

@@ -28,6 +28,7 @@ const here = import.meta.dirname;
 const NODE_FIXTURE = join(here, 'fixture-node.ts');
 const ECHO_FIXTURE = join(here, 'fixture-internet.ts');
 const PROBE = join(here, 'probe.ts');
+const FEOSCTL = join(here, '../../../bin/feosctl.js');
 const CLUSTER = 'fd12:3456:789a:1::/64';
 const PREFIX = { a: 'fd12:3456:789a:1:0:1::/96', b: 'fd12:3456:789a:1:0:2::/96' } as const;
 const UNDERLAY = { a: '10.9.0.1', b: '10.9.0.2' } as const;
@@ -289,6 +290,14 @@ describe('the mesh between two nodes in namespaces', { timeout: 300_000 }, () =>
     assert.equal(mesh.version, 3n);
     assert.deepEqual(mesh.peers.map((p) => p.nodeName), ['node-b']);
     assert.deepEqual((await wgDump('a')).map((p) => [p.publicKey, p.allowedIps]), [[keys.b, PREFIX.b]]);
+    // What a user reads with feosctl.
+    const json = JSON.parse(await must([process.execPath, FEOSCTL, '--socket', sock('a', 'grpc.sock'), 'mesh', 'get', '-o', 'json'])) as { mesh: Record<string, unknown> };
+    assert.equal(json.mesh.nodePrefix, PREFIX.a);
+    assert.equal(json.mesh.version, '3');
+    assert.equal(json.mesh.implementation, 'wireguard-go');
+    const text = await must([process.execPath, FEOSCTL, '--socket', sock('a', 'grpc.sock'), 'mesh', 'get']);
+    assert.match(text, new RegExp(`${device.a}\\s+wireguard-go\\s+${PORT.a}\\s+${CLUSTER}\\s+${PREFIX.a}\\s+3\\s+`));
+    assert.match(text, new RegExp(`node-b\\s+${PREFIX.b}\\s+${UNDERLAY.b}:${PORT.b}`));
     const { result } = await ctl('a', { method: 'joinMesh', localAddress: UNDERLAY.a, answer: { meshed: true, clusterPrefix: CLUSTER, nodePrefix: PREFIX.a } });
     assert.equal((result as { ask: { publicKey: string } }).ask.publicKey, keys.a, 'the same key asked for again');
   });
