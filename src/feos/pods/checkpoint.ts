@@ -1,10 +1,11 @@
 /**
  * A pod's checkpoint in the object store (seed 000, "A pod": Hibernate and Restore; docs/feos/object-store.md):
  * the memory (QEMU's migration stream, when the pod hibernated with it) and the disk (`disk.qcow2`, the pod's
- * overlay) as content-addressed chunks below `pods/<pod ID>/chunks/` (store/chunked.ts: a chunk the store has
+ * overlay) as content-defined chunks in packs below `pods/<pod ID>/packs/` (store/packs.ts: a chunk the store has
  * from an earlier checkpoint of the pod is not uploaded again), and `pods/<pod ID>/<checkpoint>/manifest.json`,
- * written last, naming every chunk: a checkpoint without its manifest is a half upload and never taken for a
- * whole one. (Manifests of version 1 named whole objects `pods/<pod ID>/<checkpoint>/<file>`; they are read
+ * written last, naming every chunk, or (version 4, `base`) runs of the chunks of the base checkpoint's manifest
+ * and the chunks it lacks: a checkpoint without its manifest is a half upload and never taken for a whole one.
+ * (Version 2 put each chunk as an object of its own below `pods/<pod ID>/chunks/`.) (Manifests of version 1 named whole objects `pods/<pod ID>/<checkpoint>/<file>`; they are read
  * still.) A restore writes `restored` (a claim
  * that only one restore wins): a checkpoint is restored once. The pod's volumes go beside, under
  * `volumes/<volume ID>/<checkpoint>/disk.qcow2`, so that a CHECKPOINTED volume outlives its pod's
