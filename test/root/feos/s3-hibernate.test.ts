@@ -107,7 +107,7 @@ test('hibernate to S3 on one feosd, restore on another with its memory, dedup th
         uploadedBytes: number;
         packs: string[];
         files: Array<{ name: string; sizeBytes: number; chunks: Array<[number, number, number, string] | [number, number]> }>;
-        volumes: Array<{ name: string; volumeId: string; key: string }>;
+        volumes: Array<{ name: string; volumeId: string; key: string; fileSizeBytes: number }>;
       }),
       bytes: Buffer.byteLength(text),
     };
@@ -148,7 +148,8 @@ test('hibernate to S3 on one feosd, restore on another with its memory, dedup th
     assert.equal(m.base, undefined, 'the first checkpoint names every chunk');
     assert.equal(m.memory, true);
     assert.deepEqual(m.files.map((f) => f.name).sort(), ['disk.qcow2', 'memory']);
-    firstTotal = m.files.reduce((n, f) => n + f.sizeBytes, 0);
+    // The memory and the disk in packs, the volume's disk whole: what uploadedBytes counts.
+    firstTotal = m.files.reduce((n, f) => n + f.sizeBytes, 0) + m.volumes.reduce((n, v) => n + v.fileSizeBytes, 0);
     const chunks = m.files.reduce((n, f) => n + f.chunks.length, 0);
     const stored = (await keys(`pods/${ID}/packs/`)).map((k) => k.split('/').at(-1));
     assert.deepEqual(stored.sort(), [...m.packs].sort(), 'the bucket holds the packs the manifest names');
@@ -193,7 +194,7 @@ test('hibernate to S3 on one feosd, restore on another with its memory, dedup th
     assert.equal(h.pod!.state, PodState.HIBERNATED);
     const second = h.pod!.checkpoint;
     const m = await manifest(second);
-    const total = m.files.reduce((n, f) => n + f.sizeBytes, 0);
+    const total = m.files.reduce((n, f) => n + f.sizeBytes, 0) + m.volumes.reduce((n, v) => n + v.fileSizeBytes, 0);
     t.diagnostic(
       `second hibernation: ${total} bytes, ${m.uploadedBytes} uploaded (${((100 * m.uploadedBytes) / total).toFixed(1)} %), its manifest ${m.bytes} bytes (${((100 * m.bytes) / total).toFixed(2)} %)`,
     );
