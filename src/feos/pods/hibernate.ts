@@ -20,7 +20,7 @@ import { errorMessage, FeosError } from '../api/index.ts';
 import { vmPaths } from '../microvm/index.ts';
 import { PackWriter, storeFailureCode } from '../store/index.ts';
 import { podDiskPath } from './bring-up.ts';
-import { checkpointKey, DISK_FILE, fileChunks, MANIFEST_VERSION, manifestBytes, MEMORY_FILE, newCheckpointName, packPrefix, podChunkIndex, prunePodChunks, volumeKey, type CheckpointFile, type CheckpointVolume } from './checkpoint.ts';
+import { checkpointKey, DISK_FILE, fileChunks, MANIFEST_VERSION, manifestBytes, MEMORY_FILE, hibernationBase, newCheckpointName, packPrefix, prunePodChunks, volumeKey, type CheckpointFile, type CheckpointManifest, type CheckpointVolume, neededBases } from './checkpoint.ts';
 import type { PodCore } from './core.ts';
 import { suspendLocked } from './lifecycle.ts';
 import { removeInFlight, writeInFlight } from './in-flight.ts';
@@ -156,7 +156,9 @@ async function hibernateLocked(core: PodCore, pod: PodInfo, h: Hibernation): Pro
   const volumes: CheckpointVolume[] = [];
   let volumeBytes = 0;
   let packs: PackWriter | undefined;
-  const t = { suspendMs: Math.round(performance.now() - t0), uploadMs: 0, waitedMs: 0, manifestMs: 0, manifestBytes: 0 };
+  // The newest checkpoint, whose manifest the new one names runs of chunks of (checkpoint.ts, manifestBytes).
+  let base: CheckpointManifest | undefined;
+  const t = { suspendMs: Math.round(performance.now() - t0), uploadMs: 0, waitedMs: 0, manifestMs: 0, manifestBytes: 0, base: '' };
   const u0 = performance.now();
   const removeUploads = async () => {
     await packs?.settle();
@@ -168,7 +170,9 @@ async function hibernateLocked(core: PodCore, pod: PodInfo, h: Hibernation): Pro
   };
   try {
     let before = 0;
-    packs = new PackWriter(store, packPrefix(id), await podChunkIndex(store, id), { signal: h.abandon.signal });
+    const stands = await hibernationBase(store, id);
+    base = stands.base;
+    packs = new PackWriter(store, packPrefix(id), stands.index, { signal: h.abandon.signal });
     for (const f of files) {
       if (h.abandon.signal.aborted) throw abandoned(id);
       const onProgress = (n: number) => {
@@ -223,8 +227,9 @@ async function hibernateLocked(core: PodCore, pod: PodInfo, h: Hibernation): Pro
         files: written,
         volumes,
         uploadedBytes: h.bytesUploaded,
-      });
+      }, base);
     t.manifestBytes = body.byteLength;
+    t.base = base?.checkpoint ?? '';
     await store.put(checkpointKey(id, h.checkpoint, 'manifest.json'), body);
     t.manifestMs = Math.round(performance.now() - m0);
   } catch (err: unknown) {
@@ -302,9 +307,11 @@ export async function dropClaimedCheckpoints(core: PodCore, pod: PodInfo): Promi
   if (!store || pod.state === PodState.HIBERNATED) return;
   try {
     const keys = await store.list(`pods/${pod.id}`);
+    // A checkpoint kept elsewhere (not restored yet) may be relative to a claimed one: that one's manifest stays.
+    const bases = await neededBases(store, pod.id);
     for (const k of keys) {
-      const m = /^(pods\/[^/]+\/[^/]+)\/restored$/.exec(k);
-      if (!m) continue;
+      const m = /^(pods\/[^/]+\/([^/]+))\/restored$/.exec(k);
+      if (!m || bases.has(m[2]!)) continue;
       for (const other of keys.filter((x) => x.startsWith(`${m[1]}/`) && x !== k)) await store.delete(other);
       await store.delete(k);
       await store.deleteLeftovers?.(m[1]);
