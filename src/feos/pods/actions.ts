@@ -51,7 +51,7 @@ export type PodAction =
    * RUNNING or SUSPENDED (with its memory), STOPPED or FAILED (its disk alone); HIBERNATED answers as
    * it is. `noAbandon`: a ResumePod does not abandon it (a drain).
    */
-  | { kind: 'hibernate'; noAbandon?: boolean }
+  | { kind: 'hibernate'; noAbandon?: boolean; keepRunning?: boolean }
   /**
    * HIBERNATED, or a pod the node does not have whose checkpoint is in the object store (the latest,
    * or `checkpoint`); `diskOnly`: a fresh boot on the checkpoint's disk.

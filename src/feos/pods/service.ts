@@ -213,7 +213,7 @@ export class PodService extends EventEmitter<{ event: [PodEvent] }> {
       case 'resume':
         return this.#resume(id, action.keepSuspendedOnFailure ?? false, action.diskOnly ?? false, action.keepSuspendedOnFailure ? 'resumed by feosd after its stop' : undefined);
       case 'hibernate':
-        return hibernatePod(core, id, action.noAbandon ?? false);
+        return hibernatePod(core, id, action.noAbandon ?? false, action.keepRunning ?? false);
       case 'restore':
         return restorePod(core, id, { checkpoint: action.checkpoint, diskOnly: action.diskOnly });
       default: {
