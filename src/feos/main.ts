@@ -44,6 +44,15 @@ function positive(name: string) {
   };
 }
 
+/** A flag's number of 0 or more (0 turns its feature off). */
+function nonNegative(name: string) {
+  return (v: string) => {
+    const n = Number(v);
+    if (!Number.isFinite(n) || n < 0) throw new InvalidArgumentError(`${name}: want a number of seconds, 0 or more, got ${JSON.stringify(v)}`);
+    return n;
+  };
+}
+
 /**
  * `--registry-forward`'s value: `host:port` or `[IPv6]:port`, a host name or an address (each microVM's
  * guestfwd runs `busybox nc host port`) and a port from 1 to 65535.
@@ -145,6 +154,7 @@ export async function main(argv: string[]): Promise<void> {
     .option('--join-token-file <path>', 'the join token, feos-join-<secret>.<pin>, read while the node has not joined', '/etc/feos/join-token')
     .option('--node-dir <dir>', "the node's identity for the control plane (default: STATE-DIR/node, /var/lib/feos/node)")
     .option('--node-name <name>', "the node's name in the cluster (default: the hostname, lowercased)", nodeName)
+    .option('--fence-after <seconds>', "with --control-plane: suspend the cluster's pods once no report reached it for this long, as it may restore them elsewhere (0: never)", nonNegative('--fence-after'), 40)
     .allowExcessArguments(false);
   program.parse(argv);
   const opts = program.opts<{
@@ -177,6 +187,7 @@ export async function main(argv: string[]): Promise<void> {
     joinTokenFile: string;
     nodeDir?: string;
     nodeName?: string;
+    fenceAfter: number;
     insecureRegistry?: string[];
   }>();
   if ((opts.s3Endpoint || opts.s3Region) && !opts.objectStore?.startsWith('s3:')) {
@@ -246,7 +257,7 @@ export async function main(argv: string[]): Promise<void> {
         insecureRegistries: opts.insecureRegistry,
         objectStore: opts.objectStore && openObjectStore(opts.objectStore, { endpoint: opts.s3Endpoint, region: opts.s3Region }),
         fleet: opts.controlPlane
-          ? { controlPlane: opts.controlPlane, controlPlaneName: opts.controlPlaneName, trustDomain: opts.trustDomain, joinTokenFile: opts.joinTokenFile, nodeDir: opts.nodeDir ?? join(opts.stateDir, 'node'), nodeName: opts.nodeName }
+          ? { controlPlane: opts.controlPlane, controlPlaneName: opts.controlPlaneName, trustDomain: opts.trustDomain, joinTokenFile: opts.joinTokenFile, nodeDir: opts.nodeDir ?? join(opts.stateDir, 'node'), nodeName: opts.nodeName, fenceAfterMs: opts.fenceAfter * 1000 }
           : undefined,
         log,
       },

@@ -209,7 +209,7 @@ export class PodService extends EventEmitter<{ event: [PodEvent] }> {
         await deletePod(core, id);
         return undefined;
       case 'suspend':
-        return suspendPod(core, id, action.deadline);
+        return suspendPod(core, id, action.deadline, action.reason);
       case 'resume':
         return this.#resume(id, action.keepSuspendedOnFailure ?? false, action.diskOnly ?? false, action.keepSuspendedOnFailure ? 'resumed by feosd after its stop' : undefined);
       case 'hibernate':
