@@ -5,7 +5,7 @@
  */
 import { execFile, spawn } from 'node:child_process';
 import { randomBytes, randomInt } from 'node:crypto';
-import { mkdirSync, mkdtempSync, readdirSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
+import { appendFileSync, mkdirSync, mkdtempSync, readdirSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { createInterface } from 'node:readline';
@@ -297,12 +297,14 @@ export async function startUp(t: { after(fn: () => Promise<void>): void }, args:
   const dataDir = mkdtempSync('/tmp/k32t-up-');
   const proc = spawn(process.execPath, [CLI, 'up', '--data-dir', dataDir, '--port', '0', ...args], { stdio: ['ignore', 'pipe', 'pipe'], env: { ...process.env, LOG_LEVEL: 'info' } });
   let out = '';
-  proc.stdout!.setEncoding('utf8').on('data', (d: string) => {
+  const logs = process.env.K32T_FLEET_LOGS;
+  if (logs) mkdirSync(logs, { recursive: true });
+  const take = (d: string) => {
     out += d;
-  });
-  proc.stderr!.setEncoding('utf8').on('data', (d: string) => {
-    out += d;
-  });
+    if (logs) appendFileSync(join(logs, 'up-stream.log'), d);
+  };
+  proc.stdout!.setEncoding('utf8').on('data', take);
+  proc.stderr!.setEncoding('utf8').on('data', take);
   const exited = new Promise<number | null>((resolve) => proc.once('exit', (code) => resolve(code)));
   const tagOf = () => /network namespace k32-([0-9a-f]{6})-feos-1 /.exec(out)?.[1] ?? '';
   t.after(async () => {
