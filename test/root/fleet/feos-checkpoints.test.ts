@@ -15,7 +15,7 @@ import { mkdtempSync, rmSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { test } from 'node:test';
 import { startRegistry } from '../../feos/registry.ts';
-import { keepLog, kubectl, run, startUp, until } from './helpers.ts';
+import { kubectl, run, startUp, until } from './helpers.ts';
 
 const REPO = new URL('../../../', import.meta.url).pathname;
 /** A boot and the pull in the guest under TCG on a loaded machine. */
@@ -42,14 +42,6 @@ test('a microVM pod\'s periodic Save checkpoints leave it running; after its nod
   });
   execFileSync('bash', [join(REPO, 'examples/feos-counter/build-image.sh'), reg.direct], { stdio: ['ignore', 'ignore', 'inherit'], timeout: 300_000 });
   const up = await startUp(t, ['--workers', '0', '--feos-nodes', '2', '--feos-accel', 'tcg', '--feos-registry', reg.direct, '--node-monitor-grace-period', '20s', '--ready-timeout', '300'], 1_200_000);
-  t.after(() => {
-    keepLog('fckpt-up', up.out());
-    for (const f of ['control-plane', 'feos-1', 'feos-2']) {
-      try {
-        keepLog(`fckpt-${f}`, execFileSync('tail', ['-n', '400', join(up.dataDir, 'logs', `${f}.log`)], { encoding: 'utf8' }));
-      } catch {}
-    }
-  });
   const k = (...args: string[]) => kubectl(up.kubeconfig, ...args);
   const pods = async (): Promise<Pod[]> => {
     const r = await k('get', 'pods', '-l', 'app=feos-counter', '-o', 'json');

@@ -330,6 +330,10 @@ export async function startUp(t: { after(fn: () => Promise<void>): void }, args:
       }
       await run('ip', ['link', 'del', `k32fb${tag}`]);
     }
+    // With K32T_FLEET_LOGS: the last lines of each component's log, before the data dir goes.
+    try {
+      for (const f of readdirSync(join(dataDir, 'logs'))) keepLog(`up-${f.replace(/\.log$/, '')}`, readFileSync(join(dataDir, 'logs', f), 'utf8').split('\n').slice(-400).join('\n'));
+    } catch {}
     rmSync(dataDir, { recursive: true, force: true });
   });
   await until(

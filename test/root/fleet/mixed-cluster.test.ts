@@ -16,7 +16,7 @@ import { mkdtempSync, rmSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { test } from 'node:test';
 import { startRegistry } from '../../feos/registry.ts';
-import { CLI, keepLog, kubectl, run, startUp, until } from './helpers.ts';
+import { CLI, kubectl, run, startUp, until } from './helpers.ts';
 
 const REPO = new URL('../../../', import.meta.url).pathname;
 /** A boot and the pull in the guest under TCG on a loaded machine. */
@@ -41,14 +41,6 @@ test('one cluster runs a Wasm pod and a microVM pod; kubectl drain moves each wi
   execFileSync('bash', [join(REPO, 'examples/feos-counter/build-image.sh'), reg.direct], { stdio: ['ignore', 'ignore', 'inherit'], timeout: 300_000 });
 
   const up = await startUp(t, ['--workers', '2', '--feos-nodes', '2', '--feos-accel', 'tcg', '--feos-registry', reg.direct, '--ready-timeout', '300'], 1_200_000);
-  t.after(() => {
-    keepLog('mixed-up', up.out());
-    for (const f of ['control-plane', 'feos-1', 'feos-2', 'worker-1', 'worker-2']) {
-      try {
-        keepLog(`mixed-${f}`, execFileSync('tail', ['-n', '400', join(up.dataDir, 'logs', `${f}.log`)], { encoding: 'utf8' }));
-      } catch {}
-    }
-  });
   const k = (...args: string[]) => kubectl(up.kubeconfig, ...args);
   const pods = async (app: string): Promise<Pod[]> => {
     const r = await k('get', 'pods', '-l', `app=${app}`, '-o', 'json');
