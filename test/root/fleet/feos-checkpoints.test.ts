@@ -74,8 +74,8 @@ test('a microVM pod\'s periodic Save checkpoints leave it running; after its nod
   await step('a Deployment of one microVM pod with a checkpoint interval runs on a FeOS node', async () => {
     const yaml = join(dir, 'feos-counter.yaml');
     const base = execFileSync('sed', [`s|127.0.0.1:5000|${reg.direct}|`, join(REPO, 'examples/feos-counter/counter.yaml')], { encoding: 'utf8' });
-    // Periodic checkpoints every 30 s (the template's annotation).
-    writeFileSync(yaml, base.replace(/( {2}template:\n {4}metadata:\n)/, '$1      annotations:\n        kube32.io/checkpoint-interval: 30s\n'));
+    // Periodic checkpoints every 90 s (the template's annotation): a checkpoint under TCG pauses the pod for 20 to 30 s.
+    writeFileSync(yaml, base.replace(/( {2}template:\n {4}metadata:\n)/, '$1      annotations:\n        kube32.io/checkpoint-interval: 90s\n'));
     const r = await k('apply', '-f', yaml);
     assert.equal(r.code, 0, r.stderr);
     pod = await until('the microVM counter Running and Ready', async () => (await pods()).find(runningReady), BOOT_MS);
