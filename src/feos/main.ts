@@ -44,6 +44,15 @@ function positive(name: string) {
   };
 }
 
+/** A flag's number of 0 or more (0 turns its feature off). */
+function nonNegative(name: string) {
+  return (v: string) => {
+    const n = Number(v);
+    if (!Number.isFinite(n) || n < 0) throw new InvalidArgumentError(`${name}: want a number of seconds, 0 or more, got ${JSON.stringify(v)}`);
+    return n;
+  };
+}
+
 /**
  * `--registry-forward`'s value: `host:port` or `[IPv6]:port`, a host name or an address (each microVM's
  * guestfwd runs `busybox nc host port`) and a port from 1 to 65535.
@@ -167,6 +176,7 @@ export async function main(argv: string[]): Promise<void> {
     .option('--mesh-port <port>', "the UDP port of the mesh's WireGuard device, on a node without --pod-prefix", meshPort, 51820)
     .option('--mesh-address <address>', "where the other nodes reach the node's mesh (default: the address from which the node reaches the control plane)", meshAddress)
     .option('--mesh-device <name>', "the mesh's WireGuard device (distinct names for nodes side by side on one machine)", meshDevice, 'feos-mesh')
+    .option('--fence-after <seconds>', "with --control-plane: suspend the cluster's pods once no report reached it for this long, as it may restore them elsewhere (0: never)", nonNegative('--fence-after'), 40)
     .allowExcessArguments(false);
   program.parse(argv);
   const opts = program.opts<{
@@ -199,6 +209,7 @@ export async function main(argv: string[]): Promise<void> {
     joinTokenFile: string;
     nodeDir?: string;
     nodeName?: string;
+    fenceAfter: number;
     insecureRegistry?: string[];
     meshPort: number;
     meshAddress?: string;
@@ -271,7 +282,7 @@ export async function main(argv: string[]): Promise<void> {
         insecureRegistries: opts.insecureRegistry,
         objectStore: opts.objectStore && openObjectStore(opts.objectStore, { endpoint: opts.s3Endpoint, region: opts.s3Region }),
         fleet: opts.controlPlane
-          ? { controlPlane: opts.controlPlane, controlPlaneName: opts.controlPlaneName, trustDomain: opts.trustDomain, joinTokenFile: opts.joinTokenFile, nodeDir: opts.nodeDir ?? join(opts.stateDir, 'node'), nodeName: opts.nodeName }
+          ? { controlPlane: opts.controlPlane, controlPlaneName: opts.controlPlaneName, trustDomain: opts.trustDomain, joinTokenFile: opts.joinTokenFile, nodeDir: opts.nodeDir ?? join(opts.stateDir, 'node'), nodeName: opts.nodeName, fenceAfterMs: opts.fenceAfter * 1000 }
           : undefined,
         mesh: { port: opts.meshPort, address: opts.meshAddress, device: opts.meshDevice },
         log,
