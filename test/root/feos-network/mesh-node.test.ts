@@ -20,7 +20,7 @@ import {
   SecurityGroupService,
   type UpdateMeshPeersResponse,
 } from '../../../src/feos/gen/feos/network/v1/network_pb.js';
-import type { AttachedPod, PodAddresses } from '../../../src/feos/network/index.ts';
+import { type AttachedPod, type PodAddresses, publicKeyOf } from '../../../src/feos/network/index.ts';
 import { waitFor } from '../../helpers/wait.ts';
 import { Namespaces, control, grpcClient, inNs, must, sh, startInNs, type Started } from './helpers.ts';
 
@@ -265,15 +265,28 @@ describe('the mesh between two nodes in namespaces', { timeout: 300_000 }, () =>
       meshCall('a', 'UpdateMeshPeers', { fromVersion: 7n, toVersion: 8n, put: [], remove: ['node-b'] }),
       (e: { code: number; details: string }) => e.code === 9 && /version 1, not 7/.test(e.details),
     );
-    const r = await meshCall<UpdateMeshPeersResponse>('a', 'UpdateMeshPeers', { fromVersion: 1n, toVersion: 2n, put: [], remove: ['node-b'] });
-    assert.equal(r.mesh!.version, 2n);
+    // A new peer: b, which stays, keeps its session (its handshake), and the new one is set.
+    const [b1] = await wgDump('a');
+    assert.ok(b1.lastHandshake > 0);
+    const keyC = publicKeyOf(Buffer.alloc(32, 11).toString('base64'));
+    await meshCall('a', 'UpdateMeshPeers', {
+      fromVersion: 1n,
+      toVersion: 2n,
+      put: [{ nodeName: 'node-c', publicKey: keyC, endpoint: '10.9.0.3:51820', prefix: 'fd12:3456:789a:1:0:3::/96' }],
+      remove: [],
+    });
+    const after = await wgDump('a');
+    assert.deepEqual(after.map((p) => p.publicKey).sort(), [keys.b, keyC].sort());
+    assert.equal(after.find((p) => p.publicKey === keys.b)!.lastHandshake, b1.lastHandshake, 'the peer that stays keeps its session');
+    const r = await meshCall<UpdateMeshPeersResponse>('a', 'UpdateMeshPeers', { fromVersion: 2n, toVersion: 3n, put: [], remove: ['node-b', 'node-c'] });
+    assert.equal(r.mesh!.version, 3n);
     assert.deepEqual(r.mesh!.peers, []);
     assert.deepEqual(await wgDump('a'), []);
     assert.equal((await probe('a', addrs.b.ipv6!, 8080)).code, 1, 'no way to b without its peer');
     // Back, as a delta: the peer is set again.
     await meshCall('a', 'UpdateMeshPeers', {
-      fromVersion: 2n,
-      toVersion: 3n,
+      fromVersion: 3n,
+      toVersion: 4n,
       put: [{ nodeName: 'node-b', publicKey: keys.b, endpoint: `${UNDERLAY.b}:${PORT.b}`, prefix: PREFIX.b }],
       remove: [],
     });
@@ -287,16 +300,16 @@ describe('the mesh between two nodes in namespaces', { timeout: 300_000 }, () =>
     const mesh = (await meshCall<GetMeshResponse>('a', 'GetMesh', {})).mesh!;
     assert.equal(mesh.publicKey, keys.a);
     assert.equal(mesh.nodePrefix, PREFIX.a);
-    assert.equal(mesh.version, 3n);
+    assert.equal(mesh.version, 4n);
     assert.deepEqual(mesh.peers.map((p) => p.nodeName), ['node-b']);
     assert.deepEqual((await wgDump('a')).map((p) => [p.publicKey, p.allowedIps]), [[keys.b, PREFIX.b]]);
     // What a user reads with feosctl.
     const json = JSON.parse(await must([process.execPath, FEOSCTL, '--socket', sock('a', 'grpc.sock'), 'mesh', 'get', '-o', 'json'])) as { mesh: Record<string, unknown> };
     assert.equal(json.mesh.nodePrefix, PREFIX.a);
-    assert.equal(json.mesh.version, '3');
+    assert.equal(json.mesh.version, '4');
     assert.equal(json.mesh.implementation, 'wireguard-go');
     const text = await must([process.execPath, FEOSCTL, '--socket', sock('a', 'grpc.sock'), 'mesh', 'get']);
-    assert.match(text, new RegExp(`${device.a}\\s+wireguard-go\\s+${PORT.a}\\s+${CLUSTER}\\s+${PREFIX.a}\\s+3\\s+`));
+    assert.match(text, new RegExp(`${device.a}\\s+wireguard-go\\s+${PORT.a}\\s+${CLUSTER}\\s+${PREFIX.a}\\s+4\\s+`));
     assert.match(text, new RegExp(`node-b\\s+${PREFIX.b}\\s+${UNDERLAY.b}:${PORT.b}`));
     const { result } = await ctl('a', { method: 'joinMesh', localAddress: UNDERLAY.a, answer: { meshed: true, clusterPrefix: CLUSTER, nodePrefix: PREFIX.a } });
     assert.equal((result as { ask: { publicKey: string } }).ask.publicKey, keys.a, 'the same key asked for again');
