@@ -4,7 +4,7 @@
  * namespace of its own (a veth pair to the host for the control plane, and one veth pair between the two
  * namespaces as the nodes' own network, their --mesh-address), each with its wireguard-go device (distinct
  * --mesh-device names: the UAPI sockets' folder is the machine's). What an operator checks: each node's
- * GetMesh (the /64 the control plane chose, its /96, the other node as its peer), `wg show` in the
+ * `feosctl --node NAME mesh get` through the cluster (the /64 the control plane chose, its /96, the other node as its peer), `wg show` in the
  * namespaces, the ConfigMap kube-system/feos-mesh, IPv6 between addresses of the two /96s through the
  * devices, a ULA source sent over the nodes' own link dropped as spoofed, a restart of the control plane and of a feosd keeping the /64, the key and the /96, and a
  * deleted node leaving the other's peers. No microVM boots: pods with security groups across the mesh are
@@ -16,29 +16,32 @@ import { randomInt } from 'node:crypto';
 import { rmSync } from 'node:fs';
 import { join } from 'node:path';
 import { test } from 'node:test';
-import * as grpc from '@grpc/grpc-js';
-import { serviceDefinition } from '../../../src/lib/index.ts';
-import { type GetMeshResponse, type Mesh, MeshService } from '../../../src/feos/gen/feos/network/v1/network_pb.js';
 import { tempDir } from '../../feos/harness.ts';
-import { createToken, type FleetNode, freePort, keepLog, kubectl, must, Nets, run, startControlPlane, startNode, until } from './helpers.ts';
+import { createToken, type FleetNode, feosctlNode, freePort, keepLog, kubectl, must, Nets, run, startControlPlane, startNode, until } from './helpers.ts';
 
 const CP_NAME = 'feos-cp.test';
 const PROBE = join(import.meta.dirname, '../feos-network/probe.ts');
 /** A TCP echo on [ADDRESS]:8080 that says when it listens. */
 const ECHO = "const s = require('node:net').createServer((c) => { c.on('error', () => {}); c.pipe(c); }); s.listen({ host: process.argv[1], port: 8080 }, () => console.log('listening'));";
 
-/** GetMesh on feosd's own socket. */
-async function getMesh(node: FleetNode): Promise<Mesh> {
-  const Ctor = grpc.makeGenericClientConstructor(serviceDefinition(MeshService), MeshService.typeName);
-  const client = new Ctor(`unix:${node.proc.socket}`, grpc.credentials.createInsecure());
-  try {
-    const res = await new Promise<GetMeshResponse>((resolve, reject) => {
-      (client as unknown as { getMesh: (r: unknown, o: unknown, cb: (e: Error | null, r: GetMeshResponse) => void) => void }).getMesh({}, { deadline: Date.now() + 10_000 }, (e, r) => (e ? reject(e) : resolve(r)));
-    });
-    return res.mesh!;
-  } finally {
-    client.close();
-  }
+/** The mesh as GetMesh answers it (protobuf JSON: camelCase, uint64 as strings, empty fields left out). */
+interface MeshJson {
+  clusterPrefix?: string;
+  nodePrefix?: string;
+  publicKey?: string;
+  listenPort?: number;
+  endpoint?: string;
+  version?: string;
+  implementation?: string;
+  device?: string;
+  peers?: { nodeName: string; publicKey: string; endpoint: string; prefix: string }[];
+}
+
+/** `feosctl --kubeconfig K --node NAME mesh get -o json`: through the cluster to the node's GetMesh. @throws Error with its stderr when it fails */
+async function meshGet(kubeconfig: string, node: FleetNode): Promise<MeshJson> {
+  const r = await feosctlNode(kubeconfig, node.name, 'mesh', 'get', '-o', 'json');
+  if (r.code !== 0) throw new Error(`feosctl --node ${node.name} mesh get: exit ${r.code}: ${r.stderr}`);
+  return (JSON.parse(r.stdout) as { mesh?: MeshJson }).mesh ?? {};
 }
 
 /** `wg show DEVICE dump` in the node's namespace: its peers (key, endpoint, allowed IPs, latest handshake). */
@@ -104,18 +107,22 @@ test('two feosd in namespaces on the mesh of their control plane: /96s, peers, I
   // --- their /96s of the cluster's /64, and each the other as its peer
   const meshOf = async (n: FleetNode, other: string) =>
     until(`${n.name} has its /96 and ${other} as its peer`, async () => {
-      const m = await getMesh(n);
-      return m.nodePrefix && m.peers.length === 1 && m.peers[0]!.nodeName === other ? m : undefined;
+      const m = await meshGet(cp.kubeconfig, n);
+      return m.nodePrefix && m.peers?.length === 1 && m.peers[0]!.nodeName === other ? m : undefined;
     }, 120_000);
   const ma = await meshOf(a, 'mesh-b');
   const mb = await meshOf(b, 'mesh-a');
-  assert.match(ma.clusterPrefix, /^fd[0-9a-f]{2}:[0-9a-f:]+\/64$/);
+  assert.match(ma.clusterPrefix ?? '', /^fd[0-9a-f]{2}:[0-9a-f:]+\/64$/);
   assert.equal(mb.clusterPrefix, ma.clusterPrefix, 'one /64');
   assert.notEqual(ma.nodePrefix, mb.nodePrefix);
   assert.equal(ma.implementation, 'wireguard-go');
   assert.equal(ma.device, device.a);
-  assert.deepEqual([ma.peers[0]!.publicKey, ma.peers[0]!.endpoint, ma.peers[0]!.prefix], [mb.publicKey, `${ul}.2:51820`, mb.nodePrefix]);
-  assert.deepEqual([mb.peers[0]!.publicKey, mb.peers[0]!.endpoint, mb.peers[0]!.prefix], [ma.publicKey, `${ul}.1:51820`, ma.nodePrefix]);
+  assert.deepEqual([ma.peers![0]!.publicKey, ma.peers![0]!.endpoint, ma.peers![0]!.prefix], [mb.publicKey, `${ul}.2:51820`, mb.nodePrefix]);
+  assert.deepEqual([mb.peers![0]!.publicKey, mb.peers![0]!.endpoint, mb.peers![0]!.prefix], [ma.publicKey, `${ul}.1:51820`, ma.nodePrefix]);
+  // The table an operator reads.
+  const table = await feosctlNode(cp.kubeconfig, a.name, 'mesh', 'get');
+  assert.equal(table.code, 0, table.stderr);
+  assert.ok(table.stdout.includes(ma.nodePrefix!) && table.stdout.includes('mesh-b') && table.stdout.includes(mb.nodePrefix!), table.stdout);
   assert.equal(ma.version, mb.version, "the peers' version is the record's, on both");
   const cm = JSON.parse((await kubectl(cp.kubeconfig, '-n', 'kube-system', 'get', 'configmap', 'feos-mesh', '-o', 'json')).stdout) as { data: Record<string, string> };
   assert.equal(cm.data['cluster-prefix'], ma.clusterPrefix);
@@ -130,8 +137,8 @@ test('two feosd in namespaces on the mesh of their control plane: /96s, peers, I
   }
 
   // --- IPv6 between the two /96s, through the devices: an address of each node's /96 on its loopback
-  const addrA = hostOf(ma.nodePrefix);
-  const addrB = hostOf(mb.nodePrefix);
+  const addrA = hostOf(ma.nodePrefix!);
+  const addrB = hostOf(mb.nodePrefix!);
   await must('ip', ['netns', 'exec', a.net.ns, 'ip', '-6', 'addr', 'add', `${addrA}/128`, 'dev', 'lo']);
   await must('ip', ['netns', 'exec', b.net.ns, 'ip', '-6', 'addr', 'add', `${addrB}/128`, 'dev', 'lo']);
   // An echo on port 8080 of each address, and a TCP probe from the other (test/root/feos-network/probe.ts).
@@ -157,7 +164,7 @@ test('two feosd in namespaces on the mesh of their control plane: /96s, peers, I
   // the nodes' own link instead of the mesh, and a's prerouting drops it as spoofed.
   const spoofDrops = async () => {
     const chain = await must('ip', ['netns', 'exec', a.net.ns, 'nft', 'list', 'chain', 'inet', 'feos', 'prerouting']);
-    const cluster = ma.clusterPrefix.replace(/[.:/]/g, (c) => `\\${c}`);
+    const cluster = ma.clusterPrefix!.replace(/[.:/]/g, (c) => `\\${c}`);
     const m = new RegExp(`ip6 saddr ${cluster} fib saddr \\. iif oif missing .*counter packets (\\d+)`).exec(chain);
     assert.ok(m, `the mesh's spoof rule in a's prerouting: ${chain}`);
     return Number(m[1]);
@@ -192,7 +199,7 @@ test('two feosd in namespaces on the mesh of their control plane: /96s, peers, I
   // --- kubectl delete node mesh-b: it leaves a's peers and device; its /96 is freed
   const del = await kubectl(cp.kubeconfig, 'delete', 'node', 'mesh-b');
   assert.equal(del.code, 0, del.stderr);
-  await until("mesh-b leaves mesh-a's peers", async () => (await getMesh(a)).peers.length === 0, 60_000);
+  await until("mesh-b leaves mesh-a's peers", async () => ((await meshGet(cp.kubeconfig, a)).peers ?? []).length === 0, 60_000);
   assert.deepEqual(await wgPeers(a, device.a), [], "and a's device");
   await until('the record no longer holds mesh-b', async () => {
     const r = JSON.parse((await kubectl(cp.kubeconfig, '-n', 'kube-system', 'get', 'configmap', 'feos-mesh', '-o', 'json')).stdout) as { data: Record<string, string> };
