@@ -136,6 +136,7 @@ test('hibernate to S3 on one feosd, restore on another with its memory, dedup th
   });
 
   let first = '';
+  let second = '';
   let firstTotal = 0;
   await step('feosctl pod hibernate on A puts it into the bucket as packs of chunks and a manifest, written last', async () => {
     const out = await feosctl(a.socket, ['pod', 'hibernate', ID, '-o', 'json'], 600_000);
@@ -192,7 +193,7 @@ test('hibernate to S3 on one feosd, restore on another with its memory, dedup th
     await withVolumes(a, (c) => c.deleteVolume({ id: VOLUME }));
     const h = await b.pods.hibernatePod({ id: ID, noAbandon: true });
     assert.equal(h.pod!.state, PodState.HIBERNATED);
-    const second = h.pod!.checkpoint;
+    second = h.pod!.checkpoint;
     const m = await manifest(second);
     const total = m.files.reduce((n, f) => n + f.sizeBytes, 0) + m.volumes.reduce((n, v) => n + v.fileSizeBytes, 0);
     t.diagnostic(
@@ -344,14 +345,16 @@ test('hibernate to S3 on one feosd, restore on another with its memory, dedup th
   });
 
   await step("a restore whose manifest's base is missing is DATA_LOSS naming the base's manifest; a restore of the node's own HIBERNATED pod whose manifest is missing is DATA_LOSS; the pod stays HIBERNATED", async () => {
+    // The second checkpoint stands on the first (A's own newest, after a new boot, names every chunk: its memory
+    // is another). A restore reads the manifest, and its base, before it looks at the claim.
     const checkpoint = (await a.pods.getPod({ id: ID })).pod!.checkpoint;
-    const m = await manifest(checkpoint);
-    assert.ok(m.base, `checkpoint ${checkpoint} stands on a base`);
-    const baseKey = `pods/${ID}/${m.base}/manifest.json`;
+    const m = await manifest(second);
+    assert.equal(m.base, first, `checkpoint ${second} stands on ${first}`);
+    const baseKey = `pods/${ID}/${first}/manifest.json`;
     await client.send(new DeleteObjectCommand({ Bucket: BUCKET, Key: `${PREFIX}/${baseKey}` }));
     await assert.rejects(
-      b.pods.restorePod({ id: ID }),
-      (e) => code(e) === status.DATA_LOSS && details(e).includes(`is relative to checkpoint ${m.base}`) && details(e).includes(baseKey) && /nothing was restored/.test(details(e)),
+      b.pods.restorePod({ id: ID, checkpoint: second }),
+      (e) => code(e) === status.DATA_LOSS && details(e).includes(`is relative to checkpoint ${first}`) && details(e).includes(baseKey) && /nothing was restored/.test(details(e)),
     );
     await assert.rejects(b.pods.getPod({ id: ID }), (e) => code(e) === status.NOT_FOUND, 'B has no pod');
     await client.send(new DeleteObjectCommand({ Bucket: BUCKET, Key: `${PREFIX}/pods/${ID}/${checkpoint}/manifest.json` }));
