@@ -60,6 +60,9 @@ const VIRTUAL: { group: string; version: string; plural: string; singular: strin
   { group: 'authentication.k8s.io', version: 'v1', plural: 'tokenreviews', singular: 'tokenreview', kind: 'TokenReview', verbs: ['create'] },
   { group: 'authentication.k8s.io', version: 'v1', plural: 'selfsubjectreviews', singular: 'selfsubjectreview', kind: 'SelfSubjectReview', verbs: ['create'] },
   { group: 'authorization.k8s.io', version: 'v1', plural: 'selfsubjectaccessreviews', singular: 'selfsubjectaccessreview', kind: 'SelfSubjectAccessReview', verbs: ['create'] },
+  // The resource metrics API (resource-metrics.ts), read from the kubelets' summaries: `kubectl top`.
+  { group: 'metrics.k8s.io', version: 'v1beta1', plural: 'nodes', singular: '', kind: 'NodeMetrics', verbs: ['get', 'list'] },
+  { group: 'metrics.k8s.io', version: 'v1beta1', plural: 'pods', singular: '', kind: 'PodMetrics', verbs: ['get', 'list'], namespaced: true },
 ];
 
 function aggregatedResource(def: ResourceDef): Record<string, unknown> {
