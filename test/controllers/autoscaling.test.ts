@@ -48,7 +48,7 @@ test('an HPA scales a CPU-busy Deployment up and back down', { timeout: 300_000 
     const bad = { apiVersion: 'autoscaling/v2', kind: 'HorizontalPodAutoscaler', metadata: { name: 'bad' }, spec: { scaleTargetRef: { apiVersion: 'apps/v1', kind: 'Deployment', name: 'burner' }, minReplicas: 3, maxReplicas: 2 } };
     const res = await kubectl(['create', '-f', '-'], { input: JSON.stringify(bad) });
     assert.notEqual(res.code, 0);
-    assert.match(res.stderr, /HorizontalPodAutoscaler.autoscaling "bad" is invalid: spec.maxReplicas: Invalid value: 2: must be greater than or equal to `minReplicas`/);
+    assert.match(res.stderr, /The HorizontalPodAutoscaler "bad" is invalid: spec.maxReplicas: Invalid value: 2: must be greater than or equal to `minReplicas`/);
     const zero = await kubectl(['create', '-f', '-'], { input: JSON.stringify({ ...bad, spec: { ...bad.spec, minReplicas: 0 } }) });
     assert.match(zero.stderr, /spec.minReplicas: Invalid value: 0: must be greater than or equal to 1/);
   });

@@ -35,7 +35,7 @@ export const METRICS_VERSION = 'v1beta1';
 const API_VERSION = `${METRICS_GROUP}/${METRICS_VERSION}`;
 /** How long one kubelet's summary may take, ms. */
 export const SUMMARY_TIMEOUT_MS = 5_000;
-/** The window a first reading of a node is said to cover, and the least any reading covers, s. */
+/** The least window any reading covers, s. */
 const MIN_WINDOW_S = 1;
 
 /** The part of a Summary read here. */
@@ -45,8 +45,8 @@ interface Usage {
   workingSetBytes?: number;
 }
 interface SummaryDoc {
-  node?: { cpu?: Usage; memory?: Usage };
-  pods?: Array<{ podRef?: { name?: string; namespace?: string; uid?: string }; containers?: Array<{ name?: string; cpu?: Usage; memory?: Usage }>; cpu?: Usage }>;
+  node?: { startTime?: string; cpu?: Usage; memory?: Usage };
+  pods?: Array<{ podRef?: { name?: string; namespace?: string; uid?: string }; containers?: Array<{ name?: string; startTime?: string; cpu?: Usage; memory?: Usage }>; cpu?: Usage }>;
 }
 
 /** When this server last read each node's summary (Unix ms), for the metrics' `window`. */
@@ -90,8 +90,21 @@ interface NodeReading {
   summary: SummaryDoc;
   /** RFC 3339, the reading's time. */
   timestamp: string;
-  /** e.g. `15s`, the time since this server's previous reading of the node (at least 1 s). */
-  window: string;
+  /** Unix ms of the reading, and of this server's previous reading of the node (undefined: none). */
+  atMs: number;
+  previousMs: number | undefined;
+}
+
+/**
+ * The window a rate covers, as `15s`: from this server's previous reading of the node, or from `startMs`
+ * (the node's or the container's start) when that is later or there was none; 1 s at least, as the
+ * kubelet measures a rate over at least that. A first reading covers the container's whole life, its
+ * start included, so that the HPA does not take a young pod's start for its load (see its CPU
+ * initialization period).
+ */
+function windowOf(r: NodeReading, startMs: number): string {
+  const from = Math.max(r.previousMs ?? startMs, startMs);
+  return `${Math.max(MIN_WINDOW_S, Math.round((r.atMs - from) / 1000))}s`;
 }
 
 /** Reads the summaries of `list` (Wasm nodes only: FeOS nodes give nothing yet) at once. */
@@ -109,10 +122,9 @@ async function readNodes(ctx: ServerContext, list: KubeObject[]): Promise<NodeRe
     const summary = docs[i];
     if (!summary) return;
     const name = node.metadata.name ?? '';
-    const prev = seen.get(name);
+    const previousMs = seen.get(name);
     seen.set(name, now);
-    const windowS = Math.max(MIN_WINDOW_S, prev === undefined ? MIN_WINDOW_S : Math.round((now - prev) / 1000));
-    out.push({ node, summary, timestamp: summary.node?.cpu?.time ?? new Date(now).toISOString().replace(/\.\d{3}Z$/, 'Z'), window: `${windowS}s` });
+    out.push({ node, summary, timestamp: summary.node?.cpu?.time ?? new Date(now).toISOString().replace(/\.\d{3}Z$/, 'Z'), atMs: now, previousMs });
   });
   return out;
 }
@@ -141,7 +153,7 @@ async function nodeMetrics(ctx: ServerContext, name: string | undefined, labelSe
     apiVersion: API_VERSION,
     metadata: metadataOf(r.node),
     timestamp: r.timestamp,
-    window: r.window,
+    window: windowOf(r, Date.parse(r.summary.node?.startTime ?? '') || 0),
     usage: { cpu: cpuQuantity(r.summary.node?.cpu), memory: memoryQuantity(r.summary.node?.memory) },
   }));
 }
@@ -177,7 +189,7 @@ async function podMetrics(ctx: ServerContext, namespace: string | undefined, nam
         apiVersion: API_VERSION,
         metadata: metadataOf(pod),
         timestamp: ps.cpu?.time ?? r.timestamp,
-        window: r.window,
+        window: windowOf(r, Math.max(0, ...(ps.containers ?? []).map((c) => Date.parse(c.startTime ?? '') || 0))),
         containers: (ps.containers ?? []).map((c) => ({ name: c.name ?? '', usage: { cpu: cpuQuantity(c.cpu), memory: memoryQuantity(c.memory) } })),
       });
     }
