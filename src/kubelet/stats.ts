@@ -114,7 +114,8 @@ export class UsageRates {
   }
 }
 
-const iso = (ms: number) => new Date(ms).toISOString().replace(/\.\d{3}Z$/, 'Z');
+/** RFC 3339 with ms, as the kubelet's Summary carries sub-second times (a reading's window is judged against readiness to the second). */
+const iso = (ms: number) => new Date(ms).toISOString();
 
 function memory(time: string, bytes: number, availableBytes?: number): MemoryStats {
   return { time, ...(availableBytes !== undefined ? { availableBytes } : {}), usageBytes: bytes, workingSetBytes: bytes, rssBytes: bytes, pageFaults: 0, majorPageFaults: 0 };

@@ -104,7 +104,8 @@ interface NodeReading {
  */
 function windowOf(r: NodeReading, startMs: number): string {
   const from = Math.max(r.previousMs ?? startMs, startMs);
-  return `${Math.max(MIN_WINDOW_S, Math.round((r.atMs - from) / 1000))}s`;
+  // Rounded up: a window said to be shorter than it was would let a start's CPU pass for load.
+  return `${Math.max(MIN_WINDOW_S, Math.ceil((r.atMs - from) / 1000))}s`;
 }
 
 /** Reads the summaries of `list` (Wasm nodes only: FeOS nodes give nothing yet) at once. */
