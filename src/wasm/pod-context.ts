@@ -9,7 +9,8 @@ import type { SnapshotDecoder } from '../k32s/index.ts';
 import { INSTR } from './abi.ts';
 import { HostState, makeImports, PodClock } from './host.ts';
 import { beginSnapshot, type KnownDigest, PodStateIO, sameEvents, type SnapshotStream, type TopicEvent } from './pod-state.ts';
-import type { FromWorker, ToWorker, WorkerInit } from './protocol.ts';
+import { splitHttpResponse } from './http-response.ts';
+import type { CallResult, FromWorker, ToWorker, WorkerInit } from './protocol.ts';
 import type { ThreadStatus } from './thread-status.ts';
 import { WA, type WasmInstance, type WasmMemory } from './wasm-api.ts';
 
@@ -51,6 +52,9 @@ export class PodContext {
   readonly #streams = new Map<number, SnapshotStream>();
   /** The snapshot SHA-256 of this freeze, once hashed (a digest pass, or a stream read to its end). */
   #digest: KnownDigest | undefined;
+  /** Results of the calls run in this turn of the thread's event loop, sent together (see {@link #reply}). */
+  #outbox: CallResult[] = [];
+  #outboxTransfer: ArrayBuffer[] = [];
 
   /**
    * @param slot the pod's slot on the thread (what {@link ThreadStatus} records while its code runs)
@@ -82,8 +86,34 @@ export class PodContext {
     port.on('message', (m: ToWorker) => this.#onMessage(m));
   }
 
+  /** Posts `m` to the main thread, after the results not yet sent (the order of messages is kept). */
   #post(m: FromWorker, transfer: ArrayBuffer[] = []): void {
-    if (!this.#closed) this.#port.postMessage(m, transfer);
+    if (this.#closed) return;
+    this.#flush();
+    this.#port.postMessage(m, transfer);
+  }
+
+  /**
+   * Queues a call's result: the main thread keeps several calls sent ahead, the port delivers those
+   * waiting in one turn of the event loop, and their results go back in one message once the turn is
+   * done (setImmediate runs after the port's messages), not one message a call.
+   */
+  #reply(r: CallResult, transfer: ArrayBuffer[]): void {
+    if (this.#closed) return;
+    if (this.#outbox.length === 0) setImmediate(() => this.#flush());
+    this.#outbox.push(r);
+    for (const b of transfer) this.#outboxTransfer.push(b);
+  }
+
+  #flush(): void {
+    if (this.#outbox.length === 0) return;
+    const results = this.#outbox;
+    const transfer = this.#outboxTransfer;
+    this.#outbox = [];
+    this.#outboxTransfer = [];
+    if (this.#closed) return;
+    if (results.length === 1) this.#port.postMessage(results[0]!, transfer);
+    else this.#port.postMessage({ op: 'results', results } satisfies FromWorker, transfer);
   }
 
   #ex<T>(name: string): T | undefined {
@@ -263,8 +293,8 @@ export class PodContext {
   }
 
   #call(m: Extract<ToWorker, { op: 'call' }>): void {
-    const reply = (r: Omit<Extract<FromWorker, { op: 'result' }>, 'op' | 'id' | 'openFiles'>, transfer: ArrayBuffer[] = []): void =>
-      this.#post({ op: 'result', id: m.id, ...r, openFiles: this.#host.openFiles() }, transfer);
+    const reply = (r: Omit<CallResult, 'op' | 'id' | 'openFiles'>, transfer: ArrayBuffer[] = []): void =>
+      this.#reply({ op: 'result', id: m.id, ...r, openFiles: this.#host.openFiles() }, transfer);
     const name = EXPORT_OF[m.kind];
     if (!this.#init.exportNames.includes(name)) {
       reply({ error: { code: 'NotHandled', message: `the module does not export ${name}` } });
@@ -306,8 +336,20 @@ export class PodContext {
           reply({ error: { code: 'BadResponse', message: `k32_handle returned the range ${rp}+${rl}, outside the module's memory (${buf.byteLength} bytes)` } });
           return;
         }
-        const response = new Uint8Array(buf.slice(rp, rp + rl));
-        reply({ response }, [response.buffer]);
+        if (!m.split) {
+          const response = new Uint8Array(buf.slice(rp, rp + rl));
+          reply({ response }, [response.buffer]);
+          return;
+        }
+        // Parsed here, from a view of the memory: the body is copied once, the main thread writes it as it comes.
+        let split: ReturnType<typeof splitHttpResponse>;
+        try {
+          split = splitHttpResponse(new Uint8Array(buf, rp, rl));
+        } catch (err: unknown) {
+          reply({ error: { code: 'BadResponse', message: `k32_handle's response does not parse: ${trapMessage(err)}` } });
+          return;
+        }
+        reply({ split }, [split.body.buffer as ArrayBuffer]);
       }
     } catch (err: unknown) {
       this.#status.leave();
