@@ -6,7 +6,7 @@
 import type { IncomingMessage, RequestListener, ServerResponse } from 'node:http';
 import { PodCallError, errorMessage } from './errors.ts';
 import type { SplitResponse } from './http-response.ts';
-import type { PodInstance } from './instance.ts';
+import type { CallCancel, PodInstance } from './instance.ts';
 
 /** Largest request body the adapter passes to a pod, bytes. */
 const MAX_REQUEST_BODY = 16 << 20;
@@ -94,16 +94,16 @@ export function readRequestBody(req: IncomingMessage, res: ServerResponse, then:
  */
 export async function servePodRequest(pod: PodInstance | undefined, req: IncomingMessage, res: ServerResponse, body: Uint8Array, report: (message: string, pod: PodInstance | undefined) => void): Promise<PodRequestOutcome> {
   if (!pod || pod.exit || pod.frozen) return 'refused';
-  const ac = new AbortController();
+  const cancel: CallCancel = {};
   const onClose = (): void => {
-    if (!res.writableEnded) ac.abort();
+    if (!res.writableEnded) cancel.cancel?.();
   };
   res.on('close', onClose);
   const name = `${pod.namespace}/${pod.podName}`;
   let split: SplitResponse;
   try {
     // Parsed on the pod's thread: written here as it comes (see PodInstance.handleSplit).
-    split = await pod.handleSplit(requestMessage(req, body), ac.signal);
+    split = await pod.handleSplit(requestMessage(req, body), cancel);
   } catch (err: unknown) {
     res.off('close', onClose);
     const code = err instanceof PodCallError ? err.code : undefined;

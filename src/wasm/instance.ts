@@ -17,6 +17,15 @@ import { CALLS_AHEAD, type CallKind, type CallResult, type FromWorker, type Open
 import { ChunkInbox, SNAPSHOT_CHUNK_BYTES, SNAPSHOT_WINDOW, snapshotChunks, type ChunkMessage } from './snapshot-stream.ts';
 import type { ExitReason, LogEntry, LogReadOptions, PodExit, PodModule, PodSnapshot, PodStartOptions, RunningCall } from './types.ts';
 
+/**
+ * How the caller of {@link PodInstance.handleSplit} stops waiting for its answer: the call sets
+ * `cancel`, the caller calls it (an `AbortSignal` a request, and its listener, cost more than the
+ * rest of the request path).
+ */
+export interface CallCancel {
+  cancel?: () => void;
+}
+
 /** Events queued (not frozen) beyond which new ones are dropped. */
 const MAX_QUEUED_EVENTS = 1024;
 /** Requests waiting for their turn beyond which new ones are refused (503). */
@@ -75,6 +84,9 @@ export class PodInstance extends EventEmitter {
   readonly #queue: QueuedCall[] = [];
   /** The calls sent to the thread and not yet answered, in order (at most {@link CALLS_AHEAD}); the first runs now. */
   readonly #inflight: RunningEntry[] = [];
+  /** Calls queued for the thread in this turn of the event loop, sent together by {@link #flushCalls}. */
+  readonly #outgoing: Array<Extract<ToWorker, { op: 'call' }>> = [];
+  readonly #outgoingTransfer: ArrayBuffer[] = [];
   #frozen = false;
   #held: Held[] = [];
   #dropped = 0;
@@ -252,7 +264,28 @@ export class PodInstance extends EventEmitter {
     } else {
       msg = { op: 'call', id, kind: 'tick' };
     }
-    this.#link.post(msg, transfer);
+    if (this.#outgoing.length === 0) setImmediate(() => this.#flushCalls());
+    this.#outgoing.push(msg as Extract<ToWorker, { op: 'call' }>);
+    for (const b of transfer) this.#outgoingTransfer.push(b);
+  }
+
+  /**
+   * Sends the calls queued in this turn of the event loop in one message (requests from many
+   * connections arrive in one turn: one message, one wake-up of the pod's thread, not one each).
+   */
+  #flushCalls(): void {
+    if (this.#outgoing.length === 0) return;
+    const calls = this.#outgoing.splice(0);
+    const transfer = this.#outgoingTransfer.splice(0);
+    if (this.#exit) return;
+    if (calls.length === 1) this.#link.post(calls[0]!, transfer);
+    else this.#link.post({ op: 'calls', calls }, transfer);
+  }
+
+  /** Posts a control message, after the calls not yet sent (the order of messages is kept). */
+  #post(m: ToWorker): void {
+    this.#flushCalls();
+    this.#link.post(m);
   }
 
   /**
@@ -345,7 +378,7 @@ export class PodInstance extends EventEmitter {
         if (m.op === 'snapshotChunk' && m.id === -1) reject(new PodStateError('NotRunning', m.error ?? 'the pod has ended'));
         else resolve(m as T);
       });
-      this.#link.post(msg);
+      this.#post(msg);
     });
   }
 
@@ -370,14 +403,15 @@ export class PodInstance extends EventEmitter {
    *
    * @param request the raw request bytes: transferred to the pod's thread, not copied, when the view
    *   covers its whole `ArrayBuffer` (which is then detached: pass a copy to keep the bytes), else copied
+   * @param cancel given its `cancel` function, which stops waiting as an aborted signal does (`Aborted`)
    * @throws PodCallError as {@link handle}; `BadResponse` with "k32_handle's response does not parse: <cause>"
    */
-  handleSplit(request: Uint8Array, signal?: AbortSignal): Promise<SplitResponse> {
+  handleSplit(request: Uint8Array, cancel?: CallCancel): Promise<SplitResponse> {
     const whole = request.byteOffset === 0 && request.byteLength === request.buffer.byteLength && request.buffer instanceof ArrayBuffer;
-    return this.#handle(whole ? request : new Uint8Array(request), true, signal) as Promise<SplitResponse>;
+    return this.#handle(whole ? request : new Uint8Array(request), true, undefined, cancel) as Promise<SplitResponse>;
   }
 
-  #handle(request: Uint8Array, split: boolean, signal: AbortSignal | undefined): Promise<Uint8Array | SplitResponse> {
+  #handle(request: Uint8Array, split: boolean, signal: AbortSignal | undefined, cancel?: CallCancel): Promise<Uint8Array | SplitResponse> {
     if (this.#exit) return Promise.reject(new PodCallError('NotRunning', `the pod has ended (${this.#exit.reason})`));
     if (this.module.kind === 'app') return Promise.reject(new PodCallError('NotHandled', `an app pod takes no requests: its entry point ${this.module.entryPoint} runs on its own thread`));
     if (this.#frozen) return Promise.reject(new PodCallError('Frozen', 'the pod is frozen'));
@@ -411,6 +445,7 @@ export class PodInstance extends EventEmitter {
         reject(new PodCallError('Aborted', 'the request was aborted'));
       };
       if (signal) signal.addEventListener('abort', onAbort, { once: true });
+      if (cancel) cancel.cancel = onAbort;
       this.#queue.push(call);
       this.#pump();
     });
@@ -517,7 +552,7 @@ export class PodInstance extends EventEmitter {
     if (this.#exit) throw new PodStateError('NotRunning', `the pod has ended (${this.#exit.reason})`);
     if (!this.#frozen) throw new PodStateError('NotFrozen', 'the pod is not frozen');
     for (const id of this.#activeSnapshots) {
-      this.#link.post({ op: 'snapshotCancel', id } satisfies ToWorker);
+      this.#post({ op: 'snapshotCancel', id } satisfies ToWorker);
       this.#pending.get(id)?.({ op: 'snapshotChunk', id, error: 'the pod was thawed during the snapshot' });
       this.#pending.delete(id);
     }
@@ -624,7 +659,7 @@ export class PodInstance extends EventEmitter {
         else if (m.op === 'snapshotChunk' && m.id === -1) reject(new PodStateError('NotRunning', m.error ?? 'the pod has ended'));
         else if (m.op === 'snapshotChunk') inbox.push(m);
       });
-      this.#link.post({
+      this.#post({
         op: 'snapshot',
         id,
         events: this.#held.map((h) => ({ topic: h.topic, payload: h.payload })),
@@ -645,7 +680,7 @@ export class PodInstance extends EventEmitter {
       ...(info.snapshotSha256 ? { snapshotSha256: info.snapshotSha256 } : {}),
       podTimeMs: info.podTimeMs,
       chunks: snapshotChunks(id, inbox, {
-        post: (m) => this.#link.post(m),
+        post: (m) => this.#post(m),
         ended: () => this.#exit?.reason,
         release: (sid) => {
           this.#pending.delete(sid);

@@ -420,6 +420,12 @@ export class PodContext {
     if (this.#dead) return;
     switch (m.op) {
       case 'call': this.#call(m); break;
+      case 'calls':
+        for (const c of m.calls) {
+          if (this.#dead) break;
+          this.#call(c);
+        }
+        break;
       case 'freeze':
         this.#frozenAt = { podTimeMs: this.#clock.now(), unixTimeMs: Date.now() };
         this.#digest = undefined;

@@ -84,6 +84,8 @@ export type ToWorker =
    */
   | { op: 'call'; id: number; kind: 'handle'; request: Uint8Array; split?: boolean }
   | { op: 'call'; id: number; kind: 'tick' }
+  /** Several calls at once, run in order (the calls the main thread queued in one turn of its event loop). */
+  | { op: 'calls'; calls: Array<Extract<ToWorker, { op: 'call' }>> }
   | { op: 'call'; id: number; kind: 'event'; topic: string; payload: Uint8Array }
   | { op: 'restoreChunk'; chunk: Uint8Array }
   | { op: 'restoreEnd' }
