@@ -10,7 +10,7 @@ import { INSTR } from './abi.ts';
 import { HostState, makeImports, PodClock } from './host.ts';
 import { beginSnapshot, type KnownDigest, PodStateIO, sameEvents, type SnapshotStream, type TopicEvent } from './pod-state.ts';
 import { splitHttpResponse } from './http-response.ts';
-import type { CallResult, FromWorker, ToWorker, WorkerInit } from './protocol.ts';
+import { type CallResult, type FromWorker, RESTORE_ACK_EVERY, type ToWorker, type WorkerInit } from './protocol.ts';
 import type { ThreadStatus } from './thread-status.ts';
 import { WA, type WasmInstance, type WasmMemory } from './wasm-api.ts';
 
@@ -47,7 +47,7 @@ export class PodContext {
   /** Set once detached: the context is freed and posts nothing more. */
   #closed = false;
   /** The restore in progress: its reader, and how the start continues. */
-  #restoring: { decoder: SnapshotDecoder; done: (err?: unknown, events?: TopicEvent[]) => void } | undefined;
+  #restoring: { decoder: SnapshotDecoder; read: number; done: (err?: unknown, events?: TopicEvent[]) => void } | undefined;
   /** Active snapshot streams by id. */
   readonly #streams = new Map<number, SnapshotStream>();
   /** The snapshot SHA-256 of this freeze, once hashed (a digest pass, or a stream read to its end). */
@@ -249,6 +249,7 @@ export class PodContext {
     return new Promise((resolve, reject) => {
       this.#restoring = {
         decoder,
+        read: 0,
         done: (err, events) => {
           this.#restoring = undefined;
           if (err !== undefined) reject(err);
@@ -264,9 +265,9 @@ export class PodContext {
     try {
       if (m.op === 'restoreChunk') {
         r.decoder.push(m.chunk);
-        // The reader keeps nothing of a chunk: its buffer goes back for the next bytes.
-        const whole = m.chunk.byteOffset === 0 && m.chunk.byteLength === m.chunk.buffer.byteLength;
-        this.#post({ op: 'restoreAck', ...(whole ? { chunk: m.chunk } : {}) }, whole ? [m.chunk.buffer as ArrayBuffer] : []);
+        // Told after the first chunk (the header is checked) and every few MiB, not once a MiB (pod-start.ts).
+        r.read++;
+        if (r.read === 1 || r.read % RESTORE_ACK_EVERY === 0) this.#post({ op: 'restoreRead', count: r.read });
       } else if (m.op === 'restoreAbort') {
         throw new Error(m.message);
       } else if (m.op === 'restoreEnd') {

@@ -46,6 +46,9 @@ export interface OpenFile {
 
 export type CallKind = 'handle' | 'tick' | 'event';
 
+/** A pod's context tells the main thread how far a restore has read once every this many chunks (see `restoreRead`). */
+export const RESTORE_ACK_EVERY = 4;
+
 /** Calls the main thread keeps sent ahead to a pod's context (issue 26, "a faster request path"). */
 export const CALLS_AHEAD = 8;
 
@@ -103,8 +106,11 @@ export type FromWorker =
   | { op: 'startCall'; name?: 'start' | 'k32_init' | 'k32_restored' }
   | { op: 'ready'; podTimeMs: number; events: Array<{ topic: string; payload: Uint8Array }> }
   | { op: 'startFailed'; reason: 'RestoreError' | 'Trap' | 'Error'; message: string }
-  /** A restore chunk was read: its buffer comes back (transferred) for the next bytes. */
-  | { op: 'restoreAck'; chunk?: Uint8Array }
+  /**
+   * A restore's chunks read so far (`count`): sent after the first (its header checked) and then
+   * after every {@link RESTORE_ACK_EVERY}th, not once a chunk.
+   */
+  | { op: 'restoreRead'; count: number }
   | CallResult
   /** Several calls' results at once, in the order of the calls (the calls the context ran in one turn). */
   | { op: 'results'; results: CallResult[] }
