@@ -4,8 +4,9 @@
  * `kube32-sim` workers: `kubectl autoscale` a Deployment of the burner example, keep its pod busy, and the
  * HPA scales it to its maximum (ScalingLimited TooManyReplicas, event SuccessfulRescale), `kubectl get hpa`
  * shows its CPU against the target; the load stops and, after the stabilization window, it scales back to
- * one pod. The pod requests 400m, so that a busy pod (a core, 250 %) is far above the 50 % target and an idle one
- * far below it: at 100m an idle pod once read above the target on a loaded machine, and the Deployment scaled up.
+ * one pod. The pod requests 200m, so that an idle pod stays below the 50 % target on a loaded machine (at 100m an
+ * idle pod once read above it and the Deployment scaled up) while one busy pod of two, given a third of a core by a
+ * loaded machine, still keeps their average above it (at 400m it did not).
  * Also: autoscaling/v1 reads the same object, and invalid HPAs are refused with kube-apiserver's words.
  */
 import assert from 'node:assert/strict';
@@ -32,7 +33,7 @@ test('an HPA scales a CPU-busy Deployment up and back down', { timeout: 300_000 
     apiVersion: 'apps/v1',
     kind: 'Deployment',
     metadata: { name: 'burner', namespace: 'default' },
-    spec: { replicas: 1, selector: { matchLabels: { app: 'burner' } }, template: { metadata: { labels: { app: 'burner' } }, spec: { containers: [burnerContainer('400m')] } } },
+    spec: { replicas: 1, selector: { matchLabels: { app: 'burner' } }, template: { metadata: { labels: { app: 'burner' } }, spec: { containers: [burnerContainer('200m')] } } },
   };
   let r = await kubectl(['create', '-f', '-'], { input: JSON.stringify(deployment) });
   assert.equal(r.code, 0, r.stderr);
