@@ -291,10 +291,13 @@ test('a pod that left is known by its addresses for five minutes, unless another
   held.delete('169.254.16.1');
   pods.left('aaaaaaaaaaa', ['169.254.16.1', '2001:DB8:1::0002']);
   now = 4 * 60_000;
+  assert.ok(pods.knows('aaaaaaaaaaa'), 'a pod that left is known (traffic watch --pod takes it)');
+  assert.ok(!pods.knows('ddddddddddd'));
   assert.equal(pods.podOf('2001:db8:1::2'), 'aaaaaaaaaaa', 'by either address, canonical');
   assert.equal(pods.podOf('169.254.16.1'), 'aaaaaaaaaaa');
   now = 5 * 60_000;
   assert.equal(pods.podOf('169.254.16.1'), undefined, 'five minutes on');
+  assert.ok(!pods.knows('aaaaaaaaaaa'), 'nor by its ID');
   pods.left('bbbbbbbbbbb', ['169.254.16.2', '2001:db8:1::3']);
   held.set('169.254.16.2', 'ccccccccccc');
   assert.equal(pods.podOf('2001:db8:1::3'), undefined, 'another pod holds its IPv4 address');

@@ -109,3 +109,37 @@ test('a watcher that reads nothing misses records, counted in its next record; t
     assert.equal(await w.exited, 0, w.out().slice(-300));
   }
 });
+
+test('`feosctl traffic watch --pod` of a bad ID or of a pod the node has no records of fails at once, with the code', { timeout: 60_000 }, async (t) => {
+  const dir = await mkdtemp(join(tmpdir(), 'k32t-traffic-watch-'));
+  const server = new grpc.Server();
+  const svc = trafficService(new TrafficChannel(), { podKnown: (id) => id === POD });
+  server.addService(svc.definition, svc.implementation);
+  const socket = join(dir, 'grpc.sock');
+  await new Promise<void>((resolve, reject) => server.bindAsync(`unix:${socket}`, grpc.ServerCredentials.createInsecure(), (err) => (err ? reject(err) : resolve())));
+  t.after(async () => {
+    server.forceShutdown();
+    await rm(dir, { recursive: true, force: true });
+  });
+  const watch = (...args: string[]) =>
+    new Promise<{ code: number | null; out: string }>((resolve) => {
+      const child = spawn(process.execPath, [FEOSCTL, '--socket', socket, 'traffic', 'watch', ...args], { stdio: ['ignore', 'pipe', 'pipe'] });
+      let out = '';
+      child.stdout.on('data', (d) => {
+        out += d;
+      });
+      child.stderr.on('data', (d) => {
+        out += d;
+      });
+      child.once('close', (code) => resolve({ code, out }));
+    });
+  const bad = await watch('--pod', 'NOT_A_POD');
+  assert.equal(bad.code, 1, bad.out);
+  assert.match(bad.out, /INVALID_ARGUMENT: pod ID "NOT_A_POD": must be 11 characters of lowercase Crockford base32/);
+  // One unknown among known ones fails the whole call, in table and JSON output alike.
+  for (const o of ['table', 'json']) {
+    const unknown = await watch('--pod', POD, '--pod', 'bcdefghjkmn', '-o', o);
+    assert.equal(unknown.code, 1, unknown.out);
+    assert.match(unknown.out, /^feosctl: NOT_FOUND: pod bcdefghjkmn has no network on this node, nor had one in the last 5 minutes\n$/);
+  }
+});

@@ -522,7 +522,7 @@ export class PodNetwork {
     return [
       securityGroupService(this.groups, (id) => this.podsNamingGroup(id)),
       nameService(this.tables, (id) => this.podsNamingTable(id)),
-      trafficService(this.#traffic, { queueRecords: this.#o.trafficQueueRecords }),
+      trafficService(this.#traffic, { queueRecords: this.#o.trafficQueueRecords, podKnown: (id) => this.#pods.has(id) || this.#recent.knows(id) }),
       ...(this.mesh ? [this.mesh.grpcService()] : []),
     ];
   }

@@ -46,10 +46,11 @@ import {
 } from '../gen/feos/network/v1/network_pb.js';
 import { type ConntrackEvent, parseConntrackLine } from './conntrack-events.ts';
 import type { DnsQueryRecord } from './dns.ts';
+import { NetworkError, networkErrorToGrpc } from './errors.ts';
 import { type GrpcService, grpcServiceDefinition } from './grpc.ts';
 import { canonicalAddress } from './ip.ts';
 import { type NflogPacket, PcapNflogReader, parseIpPacket, protocolName } from './nflog.ts';
-import { TAP_PREFIX } from './pod-link.ts';
+import { TAP_PREFIX, checkPodId } from './pod-link.ts';
 import { ServerNameAssembler } from './server-names.ts';
 import { ipJson } from './system.ts';
 import { NFLOG_COPIES, NFLOG_DROPS } from './table.ts';
@@ -160,6 +161,12 @@ export class RecentPods {
       if (l.addresses.includes(a)) return l.podId;
     }
     return undefined;
+  }
+
+  /** Whether `podId` left within the time (its records may still come: the ends of its connections). */
+  knows(podId: string): boolean {
+    const t = this.now();
+    return this.#left.some((l) => l.podId === podId && l.until > t);
   }
 }
 
@@ -444,6 +451,11 @@ export function nflogEntries(p: NflogPacket, inDev: string | undefined, outDev: 
 export interface TrafficServiceOptions {
   /** Records a caller may have queued; more are counted as missed. @default WATCH_BUFFER_RECORDS */
   queueRecords?: number;
+  /**
+   * Whether the node has records of a pod to give: it holds the pod's network, or the pod left
+   * within the five minutes it is known by its addresses. Without it, any well-formed ID is taken.
+   */
+  podKnown?: (podId: string) => boolean;
 }
 
 /**
@@ -454,6 +466,20 @@ export interface TrafficServiceOptions {
 export function trafficService(channel: TrafficChannel, o: TrafficServiceOptions = {}): GrpcService {
   const limit = o.queueRecords ?? WATCH_BUFFER_RECORDS;
   const watch: grpc.handleServerStreamingCall<WatchTrafficRequest, unknown> = (call) => {
+    // A pod ID that is not one, or a pod the node has no records of, fails the call at once rather
+    // than stream nothing: INVALID_ARGUMENT as every call with a bad ID (seed "Pods"), NOT_FOUND.
+    for (const id of call.request.podIds) {
+      try {
+        checkPodId(id);
+      } catch (err: unknown) {
+        call.emit('error', networkErrorToGrpc(err));
+        return;
+      }
+      if (o.podKnown && !o.podKnown(id)) {
+        call.emit('error', networkErrorToGrpc(new NetworkError('NOT_FOUND', `pod ${id} has no network on this node, nor had one in the last ${LEFT_POD_MEMORY_MS / 60_000} minutes`)));
+        return;
+      }
+    }
     const only = new Set(call.request.podIds);
     const queue: unknown[] = [];
     let missed = 0n;
