@@ -129,6 +129,11 @@ export async function main(argv: string[]): Promise<void> {
   // The resolver's sockets systemd (feosd.socket), feos-host-init or a self-upgrade handed over, taken
   // before anything else runs, and their variables out of the environment that QEMU inherits (seed "DNS").
   const listenFds = takeListenFds('dns');
+  if (listenFds.problem) {
+    // A socket unit that hands other sockets than feosd.socket's: the resolver's own would collide with them.
+    process.stderr.write(`feosd: ${listenFds.problem}\n`);
+    process.exit(1);
+  }
   const program = new Command('feosd')
     .description('FeOS node agent: pods as microVMs, served over gRPC')
     .version(FEOSD_VERSION)

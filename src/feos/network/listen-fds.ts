@@ -9,10 +9,15 @@ import { closeSync, readFileSync, readlinkSync } from 'node:fs';
 /** The first fd systemd hands over. */
 export const SD_LISTEN_FDS_START = 3;
 
-/** The sockets taken: their fds, of each kind at most one. */
+/**
+ * The sockets taken: their fds, both or neither. `problem` says, for the operator, why sockets
+ * handed to this process were not taken (none named `name`, or not a UDP and a listening TCP one):
+ * all of them are closed then.
+ */
 export interface ListenFds {
   udp?: number;
   tcp?: number;
+  problem?: string;
 }
 
 function socketInodes(files: string[]): Set<string> {
@@ -33,7 +38,8 @@ function socketInodes(files: string[]): Set<string> {
 }
 
 /**
- * Takes the `dns` sockets handed over, if any.
+ * Takes the `dns` sockets handed over, if any: a UDP socket and a listening TCP socket, both named
+ * `name`. Sockets handed over that are not such a pair are all closed, and `problem` says why.
  * @param name the name to take. @default 'dns'
  * @returns the fds, or an empty object when nothing was handed to this process
  */
@@ -60,6 +66,12 @@ export function takeListenFds(name = 'dns', env: NodeJS.ProcessEnv = process.env
     else if (names[i] === name && tcp.has(inode) && out.tcp === undefined) out.tcp = fd;
     else closeSync(fd);
   }
-  return out;
+  if (out.udp !== undefined && out.tcp !== undefined) return out;
+  // None, or half a pair: the resolver binds both of its own, which a kept half would block.
+  for (const fd of [out.udp, out.tcp]) if (fd !== undefined) closeSync(fd);
+  const given = names.slice(0, count).join(':');
+  return {
+    problem: `LISTEN_FDS handed ${count} socket(s) named ${JSON.stringify(given)} (LISTEN_FDNAMES), but the resolver takes a UDP socket and a listening TCP socket both named ${name}: name them so (FileDescriptorName=${name} in feosd.socket, with its ListenDatagram= and ListenStream=) or hand none`,
+  };
 }
 

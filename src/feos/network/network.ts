@@ -318,6 +318,7 @@ export class PodNetwork {
     let udp: dgram.Socket;
     let tcp: net.Server;
     const fds = this.#o.listenFds === false ? {} : typeof this.#o.listenFds === 'object' ? this.#o.listenFds : takeListenFds('dns');
+    if (fds.problem) this.#log.warn(`${fds.problem}; the resolver binds its own sockets`);
     if (fds.udp !== undefined && fds.tcp !== undefined) {
       udp = dgram.createSocket('udp4');
       await new Promise<void>((resolve, reject) => {
