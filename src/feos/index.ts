@@ -4,4 +4,4 @@
  * ./guest, ./host, ./microvm, ./network, ./pods, ./store, ./volumes (index.ts each).
  */
 export { startFeosd, checkTcpAddress, type Feosd, type FeosdOptions, type CloseOptions } from './daemon.ts';
-export { main as feosdMain, MAX_STOP_GRACE_S, registryForward, vmsCgroup } from './main.ts';
+export { main as feosdMain, MAX_STOP_GRACE_S, registryForward, vmsCgroup, vmsCgroupHint } from './main.ts';

@@ -11,6 +11,7 @@ import { createLogger } from '../lib/index.ts';
 import { errorMessage } from './api/index.ts';
 import { handOverVmsOf, startFeosd } from './daemon.ts';
 import { takeListenFds } from './network/index.ts';
+import { cgroup2Mount } from './microvm/index.ts';
 import { FEOSD_VERSION } from './host/index.ts';
 import { openObjectStore } from './store/index.ts';
 import { STOP_MARGIN_MS } from './pods/index.ts';
@@ -74,9 +75,22 @@ export function registryForward(v: string, prev: string[] = []): string[] {
  */
 export function vmsCgroup(v: string): string {
   if (!existsSync(join(v, 'cgroup.controllers'))) {
-    throw new InvalidArgumentError(`--vms-cgroup ${JSON.stringify(v)}: not a cgroup v2 directory (no cgroup.controllers there); leave it out for no cgroups`);
+    throw new InvalidArgumentError(`--vms-cgroup ${JSON.stringify(v)}: not a cgroup v2 directory (no cgroup.controllers there)${vmsCgroupHint(v, cgroup2Mount())}; leave it out for no cgroups`);
   }
   return v;
+}
+
+/**
+ * What `--vms-cgroup`'s error adds where this host's cgroup v2 is elsewhere: on a hybrid host (v2 at
+ * /sys/fs/cgroup/unified, as systemd's hybrid mode mounts it) the same path below that mount, which
+ * FEOSD_ARGS can give (the package's unit names /sys/fs/cgroup/system.slice/feos-vms.service); where no
+ * cgroup v2 is mounted, that. `mount` is {@link cgroup2Mount}'s answer.
+ */
+export function vmsCgroupHint(v: string, mount: string | undefined): string {
+  if (mount === undefined) return '; no cgroup v2 hierarchy is mounted on this host';
+  const base = '/sys/fs/cgroup';
+  if (mount === base || mount === v || v.startsWith(`${mount}/`) || !(v === base || v.startsWith(`${base}/`))) return '';
+  return `; cgroup v2 is at ${mount} on this host: give --vms-cgroup ${join(mount, v.slice(base.length))} (in FEOSD_ARGS of /etc/default/feosd, which comes after the unit's)`;
 }
 
 /**

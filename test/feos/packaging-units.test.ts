@@ -6,6 +6,7 @@ import { mkdtempSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { cgroup2Mount, givenCgroup } from '../../src/feos/microvm/index.ts';
+import { vmsCgroupHint } from '../../src/feos/index.ts';
 
 test("the cgroup feosd is given: its own, or the parent of systemd's leaf feosd or .control", () => {
   assert.equal(givenCgroup('/sys/fs/cgroup/system.slice/feosd.service/feosd'), '/sys/fs/cgroup/system.slice/feosd.service');
@@ -34,4 +35,15 @@ test("cgroup v2's mount point comes from mountinfo: /sys/fs/cgroup, or /sys/fs/c
   const v1 = join(dir, 'v1');
   writeFileSync(v1, '27 25 0:24 / /sys/fs/cgroup/cpu rw,relatime - cgroup cgroup rw,cpu\n');
   assert.equal(cgroup2Mount(v1), undefined);
+});
+
+test("--vms-cgroup's error names the path below this host's cgroup v2 where the unit's is under another mount", () => {
+  const unitPath = '/sys/fs/cgroup/system.slice/feos-vms.service';
+  // A hybrid host: the package's path is under the v1 tmpfs; the same cgroup is below the v2 mount.
+  assert.match(vmsCgroupHint(unitPath, '/sys/fs/cgroup/unified'), /cgroup v2 is at \/sys\/fs\/cgroup\/unified on this host: give --vms-cgroup \/sys\/fs\/cgroup\/unified\/system\.slice\/feos-vms\.service \(in FEOSD_ARGS/);
+  // Nothing to add on a unified host, for a path below the v2 mount already, or for one elsewhere.
+  assert.equal(vmsCgroupHint(unitPath, '/sys/fs/cgroup'), '');
+  assert.equal(vmsCgroupHint('/sys/fs/cgroup/unified/gone', '/sys/fs/cgroup/unified'), '');
+  assert.equal(vmsCgroupHint('/srv/cg', '/sys/fs/cgroup/unified'), '');
+  assert.match(vmsCgroupHint(unitPath, undefined), /no cgroup v2 hierarchy is mounted on this host/);
 });
