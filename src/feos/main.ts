@@ -90,7 +90,7 @@ export function vmsCgroupHint(v: string, mount: string | undefined): string {
   if (mount === undefined) return '; no cgroup v2 hierarchy is mounted on this host';
   const base = '/sys/fs/cgroup';
   if (mount === base || mount === v || v.startsWith(`${mount}/`) || !(v === base || v.startsWith(`${base}/`))) return '';
-  return `; cgroup v2 is at ${mount} on this host: give --vms-cgroup ${join(mount, v.slice(base.length))} (in FEOSD_ARGS of /etc/default/feosd, which comes after the unit's)`;
+  return `; cgroup v2 is at ${mount} on this host: give --vms-cgroup ${join(mount, v.slice(base.length))} (in FEOSD_ARGS of /etc/default/feosd: the last one given counts)`;
 }
 
 /**
@@ -158,7 +158,8 @@ export async function main(argv: string[]): Promise<void> {
     .option('--self-upgrade', 'allow HostService.UpgradeFeosBinary', false)
     .addOption(new Option('--accel <accel>', 'the VMM accelerator').choices(['auto', 'kvm', 'tcg']).default('auto'))
     .option('--qemu <path>', 'the QEMU binary', 'qemu-system-x86_64')
-    .option('--vms-cgroup <dir>', 'a cgroup v2 directory for the microVMs (vms/<id>)', vmsCgroup)
+    // Checked once parsed (vmsCgroup, below): the last one given counts, as FEOSD_ARGS' after the unit's.
+    .option('--vms-cgroup <dir>', 'a cgroup v2 directory for the microVMs (vms/<id>); the last one given counts')
     .option('--hand-over-vms', "move the microVMs below feosd's own cgroup to --vms-cgroup, then exit (feosd.service's ExecStopPost=)", false)
     .option('--clock-max-rtt <ms>', 'drop guest clock measurements whose round trip is longer', positive('--clock-max-rtt'), 10)
     .option('--pod-prefix <prefix>', "the IPv6 prefix routed to the node (runs the pods' network)")
@@ -234,6 +235,13 @@ export async function main(argv: string[]): Promise<void> {
     meshAddress?: string;
     meshDevice: string;
   }>();
+  if (opts.vmsCgroup !== undefined) {
+    try {
+      vmsCgroup(opts.vmsCgroup);
+    } catch (err: unknown) {
+      program.error(`error: option '--vms-cgroup <dir>' argument '${opts.vmsCgroup}' is invalid. ${errorMessage(err)}`);
+    }
+  }
   if ((opts.s3Endpoint || opts.s3Region) && !opts.objectStore?.startsWith('s3:')) {
     program.error(`error: ${opts.s3Endpoint ? '--s3-endpoint' : '--s3-region'} is for an S3 object store: give --object-store s3://BUCKET/PREFIX too`);
   }

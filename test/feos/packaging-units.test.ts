@@ -2,6 +2,7 @@
 // given, where cgroup v2 is mounted.
 import assert from 'node:assert/strict';
 import { test } from 'node:test';
+import { spawn } from 'node:child_process';
 import { mkdtempSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
@@ -46,4 +47,27 @@ test("--vms-cgroup's error names the path below this host's cgroup v2 where the 
   assert.equal(vmsCgroupHint('/sys/fs/cgroup/unified/gone', '/sys/fs/cgroup/unified'), '');
   assert.equal(vmsCgroupHint('/srv/cg', '/sys/fs/cgroup/unified'), '');
   assert.match(vmsCgroupHint(unitPath, undefined), /no cgroup v2 hierarchy is mounted on this host/);
+});
+
+test('feosd takes the last --vms-cgroup given (FEOSD_ARGS after the unit\'s), and refuses a bad last one', { timeout: 60_000 }, async (t) => {
+  const dir = mkdtempSync(join(tmpdir(), 'k32t-vmscg-'));
+  t.after(() => rmSync(dir, { recursive: true, force: true }));
+  const feosd = (...args: string[]) =>
+    new Promise<{ code: number | null; err: string }>((resolve) => {
+      const child = spawn(process.execPath, [join(import.meta.dirname, '../../bin/feosd.js'), ...args], { stdio: ['ignore', 'ignore', 'pipe'] });
+      let err = '';
+      child.stderr.on('data', (d) => {
+        err += d;
+      });
+      child.once('close', (code) => resolve({ code, err }));
+    });
+  // --hand-over-vms ends at once; a --vms-cgroup that is not cgroup v2 before the last one does not count.
+  const v2 = cgroup2Mount();
+  if (v2) {
+    const ok = await feosd('--hand-over-vms', '--vms-cgroup', join(dir, 'not-a-cgroup'), '--vms-cgroup', v2);
+    assert.equal(ok.code, 0, ok.err);
+  } else t.diagnostic('no cgroup v2 mounted here: only the refusal is checked');
+  const bad = await feosd('--hand-over-vms', '--vms-cgroup', v2 ?? '/', '--vms-cgroup', join(dir, 'not-a-cgroup'));
+  assert.equal(bad.code, 1, bad.err);
+  assert.match(bad.err, /error: option '--vms-cgroup <dir>' argument '.*not-a-cgroup' is invalid\. --vms-cgroup ".*not-a-cgroup": not a cgroup v2 directory \(no cgroup\.controllers there\)/);
 });
