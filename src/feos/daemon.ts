@@ -293,7 +293,7 @@ function createServer(
   };
   addPodService(server, { pods, stopping: stopping.signal, cancelling: cancelling.signal, onError });
   addService(server, VolumeServiceDesc, volumeHandlers(volumes, objectStore, log), onError);
-  for (const svc of network?.grpcServices() ?? []) server.addService(svc.definition, svc.implementation);
+  for (const svc of network?.grpcServices({ stopping: stopping.signal }) ?? []) server.addService(svc.definition, svc.implementation);
   addService(
     server,
     HostServiceDesc,

@@ -143,3 +143,37 @@ test('`feosctl traffic watch --pod` of a bad ID or of a pod the node has no reco
     assert.match(unknown.out, /^feosctl: NOT_FOUND: pod bcdefghjkmn has no network on this node, nor had one in the last 5 minutes\n$/);
   }
 });
+
+test('a watch ends at once when feosd stops, with UNAVAILABLE "feosd stops", so that it holds no stop for the grace of the calls', { timeout: 60_000 }, async (t) => {
+  const dir = await mkdtemp(join(tmpdir(), 'k32t-traffic-watch-'));
+  const channel = new TrafficChannel();
+  const stopping = new AbortController();
+  const server = new grpc.Server();
+  const svc = trafficService(channel, { stopping: stopping.signal });
+  server.addService(svc.definition, svc.implementation);
+  const socket = join(dir, 'grpc.sock');
+  await new Promise<void>((resolve, reject) => server.bindAsync(`unix:${socket}`, grpc.ServerCredentials.createInsecure(), (err) => (err ? reject(err) : resolve())));
+  t.after(async () => {
+    server.forceShutdown();
+    await rm(dir, { recursive: true, force: true });
+  });
+  const watch = () => {
+    const child = spawn(process.execPath, [FEOSCTL, '--socket', socket, 'traffic', 'watch'], { stdio: ['ignore', 'pipe', 'pipe'] });
+    let out = '';
+    for (const s of [child.stdout, child.stderr]) s.on('data', (d) => (out += d));
+    t.after(() => child.kill('SIGKILL'));
+    return { out: () => out, exited: new Promise<number | null>((r) => child.once('close', r)) };
+  };
+  const w = watch();
+  let i = 0;
+  await until('the watcher to stream', 30_000, () => {
+    channel.publish(dnsQueryEntry({ time: Date.now(), podId: POD, source: '169.254.16.1', transport: 'udp', name: `before-stop-${i++}`, type: 'A', rcode: 'NXDOMAIN', answeredBy: '11.0.0.2', addresses: [] }));
+    return w.out().includes('before-stop-') ? true : undefined;
+  });
+  // feosd's close() aborts `stopping` first, then waits for the calls to end (tryShutdown): the watch must end.
+  stopping.abort();
+  const shutdown = new Promise<void>((r) => server.tryShutdown(() => r()));
+  assert.equal(await w.exited, 1, w.out());
+  assert.match(w.out(), /\nfeosctl: UNAVAILABLE: feosd stops\n$/);
+  await shutdown;
+});

@@ -518,12 +518,19 @@ export class PodNetwork {
     return [...this.#pods.values()].filter((p) => p.spec.nameTables.includes(id)).map((p) => p.id);
   }
 
-  /** feos.network.v1.SecurityGroupService, NameService and TrafficService, for `server.addService`. */
-  grpcServices(): GrpcService[] {
+  /**
+   * feos.network.v1.SecurityGroupService, NameService and TrafficService, for `server.addService`.
+   * @param o.stopping aborted when feosd stops: the traffic watches end at once (UNAVAILABLE "feosd stops")
+   */
+  grpcServices(o: { stopping?: AbortSignal } = {}): GrpcService[] {
     return [
       securityGroupService(this.groups, (id) => this.podsNamingGroup(id)),
       nameService(this.tables, (id) => this.podsNamingTable(id)),
-      trafficService(this.#traffic, { queueRecords: this.#o.trafficQueueRecords, podKnown: (id) => this.#pods.has(id) || this.#recent.knows(id) }),
+      trafficService(this.#traffic, {
+        queueRecords: this.#o.trafficQueueRecords,
+        podKnown: (id) => this.#pods.has(id) || this.#recent.knows(id),
+        stopping: o.stopping,
+      }),
       ...(this.mesh ? [this.mesh.grpcService()] : []),
     ];
   }

@@ -32,6 +32,7 @@ import { type ChildProcess, spawn } from 'node:child_process';
 import { existsSync } from 'node:fs';
 import { createInterface } from 'node:readline';
 import { create } from '@bufbuild/protobuf';
+import { status as GrpcStatus } from '@grpc/grpc-js';
 import type * as grpc from '@grpc/grpc-js';
 import type { Logger } from '../../lib/index.ts';
 import {
@@ -456,6 +457,11 @@ export interface TrafficServiceOptions {
    * within the five minutes it is known by its addresses. Without it, any well-formed ID is taken.
    */
   podKnown?: (podId: string) => boolean;
+  /**
+   * Aborted when feosd stops: every watch ends at once with UNAVAILABLE "feosd stops", as the pods'
+   * watches do, instead of holding the stop for the calls' grace.
+   */
+  stopping?: AbortSignal;
 }
 
 /**
@@ -479,6 +485,11 @@ export function trafficService(channel: TrafficChannel, o: TrafficServiceOptions
         call.emit('error', networkErrorToGrpc(new NetworkError('NOT_FOUND', `pod ${id} has no network on this node, nor had one in the last ${LEFT_POD_MEMORY_MS / 60_000} minutes`)));
         return;
       }
+    }
+    const stopped = { code: GrpcStatus.UNAVAILABLE, details: 'feosd stops' };
+    if (o.stopping?.aborted) {
+      call.emit('error', stopped);
+      return;
     }
     const only = new Set(call.request.podIds);
     const queue: unknown[] = [];
@@ -511,10 +522,17 @@ export function trafficService(channel: TrafficChannel, o: TrafficServiceOptions
       pump();
     });
     const end = () => {
+      if (ended) return;
       ended = true;
       queue.length = 0;
       stop();
+      o.stopping?.removeEventListener('abort', onStop);
     };
+    const onStop = () => {
+      end();
+      call.emit('error', stopped);
+    };
+    o.stopping?.addEventListener('abort', onStop, { once: true });
     call.on('cancelled', end);
     call.on('close', end);
     call.on('error', end);
