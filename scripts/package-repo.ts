@@ -15,13 +15,21 @@ import { parseArgs } from 'node:util';
 import { gzipSync } from 'node:zlib';
 
 const REPO = resolve(import.meta.dirname, '..');
-const { values: args } = parseArgs({
-  options: {
-    debs: { type: 'string', multiple: true },
-    out: { type: 'string', default: join(REPO, 'dist/apt') },
-    'key-dir': { type: 'string', default: join(REPO, 'dist/apt-key') },
-  },
-});
+const { values: args } = (() => {
+  try {
+    return parseArgs({
+      options: {
+        debs: { type: 'string', multiple: true },
+        out: { type: 'string', default: join(REPO, 'dist/apt') },
+        'key-dir': { type: 'string', default: join(REPO, 'dist/apt-key') },
+      },
+    });
+  } catch (err: unknown) {
+    // A flag mistyped, or one without its value: say which, and how it is run, not a stack.
+    process.stderr.write(`package-repo: ${err instanceof Error ? err.message : String(err)}\nusage: node scripts/package-repo.ts [--debs DIR]... [--out DIR] [--key-dir DIR]\n`);
+    process.exit(2);
+  }
+})();
 const out = resolve(args.out);
 const keyDir = resolve(args['key-dir']);
 const debDirs = (args.debs ?? [join(REPO, 'dist/deb')]).map((d) => resolve(d));

@@ -17,13 +17,21 @@ import { dirname, join, relative, resolve } from 'node:path';
 import { parseArgs } from 'node:util';
 
 const REPO = resolve(import.meta.dirname, '..');
-const { values: args } = parseArgs({
-  options: {
-    version: { type: 'string' },
-    'guest-dir': { type: 'string', default: join(REPO, 'build/guest') },
-    out: { type: 'string', default: join(REPO, 'dist/deb') },
-  },
-});
+const { values: args } = (() => {
+  try {
+    return parseArgs({
+      options: {
+        version: { type: 'string' },
+        'guest-dir': { type: 'string', default: join(REPO, 'build/guest') },
+        out: { type: 'string', default: join(REPO, 'dist/deb') },
+      },
+    });
+  } catch (err: unknown) {
+    // A flag mistyped, or one without its value: say which, and how it is run, not a stack.
+    process.stderr.write(`package: ${err instanceof Error ? err.message : String(err)}\nusage: node scripts/package.ts [--version V] [--guest-dir DIR] [--out DIR] (npm run package -- ...)\n`);
+    process.exit(2);
+  }
+})();
 const fail = (msg: string): never => {
   process.stderr.write(`package: ${msg}\n`);
   process.exit(1);

@@ -71,3 +71,21 @@ test('feosd takes the last --vms-cgroup given (FEOSD_ARGS after the unit\'s), an
   assert.equal(bad.code, 1, bad.err);
   assert.match(bad.err, /error: option '--vms-cgroup <dir>' argument '.*not-a-cgroup' is invalid\. --vms-cgroup ".*not-a-cgroup": not a cgroup v2 directory \(no cgroup\.controllers there\)/);
 });
+
+test('npm run package and package-repo with a mistyped flag say which and how they are run, exit 2', { timeout: 60_000 }, async () => {
+  const run = (script: string, ...args: string[]) =>
+    new Promise<{ code: number | null; err: string }>((resolve) => {
+      const child = spawn(process.execPath, [join(import.meta.dirname, '../../scripts', script), ...args], { stdio: ['ignore', 'ignore', 'pipe'] });
+      let err = '';
+      child.stderr.on('data', (d) => {
+        err += d;
+      });
+      child.once('close', (code) => resolve({ code, err }));
+    });
+  const pkg = await run('package.ts', '--verison', '1.0');
+  assert.equal(pkg.code, 2, pkg.err);
+  assert.match(pkg.err, /^package: Unknown option '--verison'.*\nusage: node scripts\/package\.ts \[--version V\]/s);
+  const repo = await run('package-repo.ts', '--out');
+  assert.equal(repo.code, 2, repo.err);
+  assert.match(repo.err, /^package-repo: Option '--out <value>' argument missing\nusage: node scripts\/package-repo\.ts /);
+});
