@@ -30,6 +30,7 @@ import {
   type ScalingRules,
   stabilize,
   stabilizeWithBehavior,
+  windowMs,
 } from './replicas.ts';
 
 /** The workloads an HPA scales here, by kind: their `apps/v1` plural. */
@@ -80,12 +81,6 @@ function toUnits(resource: string, q: string): number {
 /** A quantity back as the API writes it: `250m` for cpu, bytes otherwise. */
 function fromUnits(resource: string, v: number): string {
   return resource === 'cpu' ? `${Math.round(v)}m` : String(Math.round(v));
-}
-
-/** The window of a PodMetrics (`15s`), ms. */
-function windowMs(w: string): number {
-  const m = /^(\d+(?:\.\d+)?)s$/.exec(w);
-  return m ? Number(m[1]) * 1000 : 0;
 }
 
 /** The samples of `pods` for `resource`, their usage from `metrics`. */
