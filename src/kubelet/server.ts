@@ -23,7 +23,7 @@ import { logQuery, serveLogs } from './http/logs.ts';
 import { servePublish } from './http/publish.ts';
 import { EndpointError, sendError, wrongMethod } from './http/status.ts';
 import type { PodManager } from './pods.ts';
-import { serveSummary, UsageRates } from './stats.ts';
+import { HOUSEKEEPING_INTERVAL_MS, sampleContainers, serveSummary, UsageRates } from './stats.ts';
 
 export { DEFAULT_FREEZE_TIMEOUT_MS, MAX_FREEZE_TIMEOUT_MS } from './http/checkpoint.ts';
 export { logTimestamp } from './http/logs.ts';
@@ -78,9 +78,8 @@ function unlessFenced(pods: PodManager | undefined): void {
 }
 
 /** The endpoints of the module doc's table. */
-function routes(opts: KubeletServerOptions): Route[] {
+function routes(opts: KubeletServerOptions, rates: UsageRates): Route[] {
   const serial = serialiser();
-  const rates = new UsageRates();
   const container = (at: string[]) => ({ ns: at[0]!, pod: at[1]!, container: at[2]! });
   return [
     {
@@ -126,7 +125,8 @@ function routes(opts: KubeletServerOptions): Route[] {
 
 /** Creates the kubelet's HTTP server (not yet listening). */
 export function createKubeletServer(opts: KubeletServerOptions): Server {
-  const table = routes(opts);
+  const rates = new UsageRates();
+  const table = routes(opts, rates);
   async function route(req: IncomingMessage, res: ServerResponse): Promise<void> {
     const url = new URL(req.url ?? '/', 'http://kubelet');
     const path = url.pathname;
@@ -151,10 +151,23 @@ export function createKubeletServer(opts: KubeletServerOptions): Server {
     throw new EndpointError(404, 'NotFound', `no such kubelet endpoint: ${path}`);
   }
 
-  return createServer((req, res) => {
+  const server = createServer((req, res) => {
     route(req, res).catch((err: unknown) => {
       const s = sendError(res, err);
       if (s.code === 500) opts.log.error({ err: errorMessage(err), url: req.url }, 'kubelet endpoint failed');
     });
   });
+  // The housekeeping samples of the containers' CPU counters (stats.ts), while the server serves.
+  let housekeeping: NodeJS.Timeout | undefined;
+  server.on('listening', () => {
+    housekeeping ??= setInterval(() => {
+      sampleContainers(opts.pods(), rates).catch((err: unknown) => opts.log.debug({ err: errorMessage(err) }, 'kubelet: sampling the containers\' CPU failed'));
+    }, HOUSEKEEPING_INTERVAL_MS);
+    housekeeping.unref();
+  });
+  server.on('close', () => {
+    clearInterval(housekeeping);
+    housekeeping = undefined;
+  });
+  return server;
 }

@@ -102,6 +102,7 @@ export class PodInstance extends EventEmitter {
   #freezing: Promise<void> | undefined;
   #activeSnapshots = new Set<number>();
   #podTimeMs = 0;
+  #startCpuNs: Promise<number> = Promise.resolve(0);
 
   private constructor(opts: PodStartOptions, module: PodModule) {
     super();
@@ -160,6 +161,8 @@ export class PodInstance extends EventEmitter {
       this.#starting = undefined;
     }
     this.#podTimeMs = r.podTimeMs;
+    // The counter as the start returned: what came before (compile, instantiate, start steps) was its start.
+    this.#startCpuNs = this.#link.usage().then((u) => u.cpuNs, () => 0);
     // Held events from the snapshot are delivered after k32_restored, before anything else.
     for (const e of r.events) this.#queue.push(this.#eventCall(e.topic, e.payload));
     const every = this.#opts.tickIntervalMs ?? 0;
@@ -613,6 +616,14 @@ export class PodInstance extends EventEmitter {
   async usage(): Promise<PodUsageFigures> {
     const u = await this.#link.usage();
     return { cpuNs: u.cpuNs, memoryBytes: u.memoryBytes + this.module.instrumentedBytes.byteLength };
+  }
+
+  /**
+   * The `cpuNs` of {@link usage} as the start returned (the module's instantiation and the start steps
+   * on its thread: `k32_init` or `k32_restored`), so that a rate since the start leaves the start out.
+   */
+  startCpuNs(): Promise<number> {
+    return this.#startCpuNs;
   }
 
   /** The pod's clock as of its last freeze (or start), in ms. */

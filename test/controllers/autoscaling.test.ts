@@ -5,7 +5,9 @@
  * HPA scales it to its maximum (ScalingLimited TooManyReplicas, event SuccessfulRescale), `kubectl get hpa`
  * shows its CPU against the target; the load stops and, after the stabilization window, it scales back to
  * one pod. The pod requests 200m: one busy pod of two, given a third of a core by a loaded machine, still keeps
- * their average above the target (at 400m it did not).
+ * their average above the target (at 400m it did not). Idle, a pod a few seconds old stays below the target:
+ * its start (compiling and instantiating its module, ~100 ms of its thread) is in its CPU counter but in no
+ * rate (it once read above the target, at 100m and at 200m, and the Deployment scaled to 2).
  * Also: autoscaling/v1 reads the same object, and invalid HPAs are refused with kube-apiserver's words.
  */
 import assert from 'node:assert/strict';
@@ -70,20 +72,28 @@ test('an HPA scales a CPU-busy Deployment up and back down', { timeout: 300_000 
     assert.equal(o.spec.targetCPUUtilizationPercentage, 50);
   });
 
-  await t.test('idle, it reports its CPU', async () => {
-    const h = await c.until('the HPA to report its CPU', async () => {
+  await t.test('idle, it stays at one pod and reports its CPU', async () => {
+    // Every reading from the pod's start until it has been Ready 6 s (three syncs at least): one pod wanted.
+    const readySince = Date.parse(String(first.status?.conditions?.find((x) => x.type === 'Ready')?.lastTransitionTime));
+    const seen: number[] = [];
+    let scaled: string | undefined;
+    const h = await c.until('the HPA to report its CPU with the pod Ready 6 s', async () => {
       const x = await hpa();
-      return x.status.currentMetrics?.[0]?.resource?.current?.averageUtilization !== undefined ? x : undefined;
+      if ((x.status.desiredReplicas ?? 1) > 1) scaled ??= `Ready ${Date.now() - readySince} ms: ${JSON.stringify(x.status)}`;
+      const u = x.status.currentMetrics?.[0]?.resource?.current?.averageUtilization;
+      if (u !== undefined && seen.at(-1) !== u) seen.push(u);
+      return u !== undefined && Date.now() - readySince > 6_000 ? x : undefined;
     }, 60_000);
-    // Not asserted here: that it stays at one pod. A pod a few seconds old sometimes reads above the target while
-    // idle (seen at 100m and at 200m requests; not yet understood: the CPU initialization period should leave its
-    // first samples out). The step after the load checks the way back to one pod.
+    assert.equal(scaled, undefined, 'the idle pod scaled the Deployment');
+    assert.equal(h.status.desiredReplicas, 1);
+    assert.ok(seen.every((u) => u < 50), `idle utilizations ${seen.join(', ')}`);
     const active = h.status.conditions?.find((x) => x.type === 'ScalingActive');
     assert.equal(active?.status, 'True', JSON.stringify(h.status.conditions));
     assert.equal(active?.reason, 'ValidMetricFound');
     const table = await kubectl(['get', 'hpa']);
     assert.match(table.stdout, /^NAME\s+REFERENCE\s+TARGETS\s+MINPODS\s+MAXPODS\s+REPLICAS\s+AGE$/m);
-    assert.match(table.stdout, /^burner\s+Deployment\/burner\s+cpu: \d+%\/50%\s+1\s+2\s+[12]\s+\S+$/m);
+    assert.match(table.stdout, /^burner\s+Deployment\/burner\s+cpu: \d+%\/50%\s+1\s+2\s+1\s+\S+$/m);
+    assert.ok(!(await c.events()).some((e) => e.reason === 'SuccessfulRescale'), 'no rescale while idle');
   });
 
   const load = startLoad([first], 200);

@@ -2,7 +2,7 @@
  * `kubectl drain` of a node whose movable pod no other node can take (seed 002 "Drain and evictions":
  * "When a move that an eviction asked for fails before the replacement, the pod is deleted as an
  * eviction deletes it, so the drain completes"): the eviction deletes the pod, no Checkpoint is made,
- * and the real `kubectl drain` completes. `kubectl drain --dry-run=server` then evicts nothing: a pod
+ * a Warning event `MoveFailed` on the pod says why, and the real `kubectl drain` completes. `kubectl drain --dry-run=server` then evicts nothing: a pod
  * that could move stays where it is, with its state.
  */
 import assert from 'node:assert/strict';
@@ -29,6 +29,10 @@ test('kubectl drain deletes a movable pod that no node can take, as an eviction 
   assert.equal(await c.getPod('pinned'), undefined, 'the pod was deleted');
   const ckpts = await c.rest.json<{ items: unknown[] }>({ method: 'GET', path: '/apis/kube32.io/v1/namespaces/default/checkpoints' });
   assert.equal(ckpts.items.length, 0, 'no Checkpoint for a move that could only fail');
+  const warning = (await c.events()).find((e) => e.involvedObject.name === 'pinned' && e.reason === 'MoveFailed');
+  assert.equal(warning?.type, 'Warning');
+  assert.equal(warning?.involvedObject.uid, pod.metadata?.uid);
+  assert.match(warning?.message ?? '', /^Evicted without a move, its state lost: no node can take it: 0\/2 nodes are available: .*node\(s\) didn't match Pod's node affinity\/selector/);
 
   // kubectl drain --dry-run=server: kubectl says what it would evict and nothing moves (it sends the dry
   // run inside the Eviction's deleteOptions, not on the URL).

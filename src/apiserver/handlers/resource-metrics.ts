@@ -13,9 +13,12 @@
  *
  * What a node cannot give is left out, without an error, as metrics-server leaves out what it could not
  * scrape: a node whose kubelet does not answer (or has no endpoint), a FeOS node (its pods are microVMs,
- * whose figures are not read yet: docs/apiserver.md), a pod not running, and a pod the registry no longer
- * holds with that uid. A named object left out is 404 `NotFound` (`nodes.metrics.k8s.io "x" not found`).
- * `usage.cpu` is in nanocores (`123456n`), `usage.memory` in KiB (`1024Ki`), as metrics-server writes them.
+ * whose figures are not read yet: docs/apiserver.md), a pod not running, a pod the registry no longer
+ * holds with that uid, and a pod with a container too young for a rate (the kubelet measures one over a
+ * second at least; metrics-server too lists a pod only once it has a rate). A named object left out is 404 `NotFound` (`nodes.metrics.k8s.io "x" not found`).
+ * `usage.cpu` is in nanocores (`123456n`), `usage.memory` in KiB (`1024Ki`), as metrics-server writes them;
+ * `window` is what the kubelet measured the rate over (its `cpu.window`: from its newest sample at least a
+ * second old, and it samples every 10 s), as metrics-server's is its scrape interval.
  */
 import { request as httpRequest } from 'node:http';
 import { nodeRuntime } from '../../api/index.ts';
@@ -35,22 +38,18 @@ export const METRICS_VERSION = 'v1beta1';
 const API_VERSION = `${METRICS_GROUP}/${METRICS_VERSION}`;
 /** How long one kubelet's summary may take, ms. */
 export const SUMMARY_TIMEOUT_MS = 5_000;
-/** The least window any reading covers, s. */
-const MIN_WINDOW_S = 1;
-
 /** The part of a Summary read here. */
 interface Usage {
   time?: string;
   usageNanoCores?: number;
+  /** The kubelet's window of usageNanoCores (Kube32's addition to CPUStats: src/kubelet/stats.ts). */
+  window?: string;
   workingSetBytes?: number;
 }
 interface SummaryDoc {
   node?: { startTime?: string; cpu?: Usage; memory?: Usage };
   pods?: Array<{ podRef?: { name?: string; namespace?: string; uid?: string }; containers?: Array<{ name?: string; startTime?: string; cpu?: Usage; memory?: Usage }>; cpu?: Usage }>;
 }
-
-/** When this server last read each node's summary (Unix ms), for the metrics' `window`. */
-const lastRead = new WeakMap<ServerContext, Map<string, number>>();
 
 /** `GET /stats/summary` of one node's kubelet; undefined when it cannot be read. */
 function fetchSummary(ctx: ServerContext, node: KubeObject): Promise<SummaryDoc | undefined> {
@@ -84,48 +83,26 @@ function fetchSummary(ctx: ServerContext, node: KubeObject): Promise<SummaryDoc 
   });
 }
 
-/** One node's summary, read now, with the window it covers. */
+/** One node's summary, read now. */
 interface NodeReading {
   node: KubeObject;
   summary: SummaryDoc;
   /** RFC 3339, the reading's time. */
   timestamp: string;
-  /** Unix ms of the reading, and of this server's previous reading of the node (undefined: none). */
-  atMs: number;
-  previousMs: number | undefined;
 }
 
-/**
- * The window a rate covers, as `15s`: from this server's previous reading of the node, or from `startMs`
- * (the node's or the container's start) when that is later or there was none; 1 s at least, as the
- * kubelet measures a rate over at least that. A first reading covers the container's whole life, its
- * start included, so that the HPA does not take a young pod's start for its load (see its CPU
- * initialization period).
- */
-function windowOf(r: NodeReading, startMs: number): string {
-  const from = Math.max(r.previousMs ?? startMs, startMs);
-  // Rounded up: a window said to be shorter than it was would let a start's CPU pass for load.
-  return `${Math.max(MIN_WINDOW_S, Math.ceil((r.atMs - from) / 1000))}s`;
-}
+/** A kubelet's window (`2.513s`) as metrics.k8s.io writes it; `1s` when it gave none. */
+const windowOf = (u: Usage | undefined) => (typeof u?.window === 'string' && /^(\d+m)?\d+(\.\d+)?s$/.test(u.window) ? u.window : '1s');
 
 /** Reads the summaries of `list` (Wasm nodes only: FeOS nodes give nothing yet) at once. */
 async function readNodes(ctx: ServerContext, list: KubeObject[]): Promise<NodeReading[]> {
-  let seen = lastRead.get(ctx);
-  if (!seen) {
-    seen = new Map();
-    lastRead.set(ctx, seen);
-  }
   const wasm = list.filter((n) => nodeRuntime(n as never) === 'wasm');
   const docs = await Promise.all(wasm.map((n) => fetchSummary(ctx, n)));
-  const now = Date.now();
   const out: NodeReading[] = [];
   wasm.forEach((node, i) => {
     const summary = docs[i];
     if (!summary) return;
-    const name = node.metadata.name ?? '';
-    const previousMs = seen.get(name);
-    seen.set(name, now);
-    out.push({ node, summary, timestamp: summary.node?.cpu?.time ?? new Date(now).toISOString().replace(/\.\d{3}Z$/, 'Z'), atMs: now, previousMs });
+    out.push({ node, summary, timestamp: summary.node?.cpu?.time ?? new Date().toISOString().replace(/\.\d{3}Z$/, 'Z') });
   });
   return out;
 }
@@ -154,7 +131,7 @@ async function nodeMetrics(ctx: ServerContext, name: string | undefined, labelSe
     apiVersion: API_VERSION,
     metadata: metadataOf(r.node),
     timestamp: r.timestamp,
-    window: windowOf(r, Date.parse(r.summary.node?.startTime ?? '') || 0),
+    window: windowOf(r.summary.node?.cpu),
     usage: { cpu: cpuQuantity(r.summary.node?.cpu), memory: memoryQuantity(r.summary.node?.memory) },
   }));
 }
@@ -185,12 +162,14 @@ async function podMetrics(ctx: ServerContext, namespace: string | undefined, nam
     for (const ps of arr(r.summary.pods) as NonNullable<SummaryDoc['pods']>) {
       const pod = byUid.get(ps.podRef?.uid ?? '');
       if (!pod || rec(pod.spec).nodeName !== r.node.metadata.name) continue;
+      // A container without a rate yet (started less than a second ago): no metrics for the pod yet.
+      if ((ps.containers ?? []).some((c) => typeof c.cpu?.usageNanoCores !== 'number')) continue;
       out.push({
         kind: 'PodMetrics',
         apiVersion: API_VERSION,
         metadata: metadataOf(pod),
         timestamp: ps.cpu?.time ?? r.timestamp,
-        window: windowOf(r, Math.max(0, ...(ps.containers ?? []).map((c) => Date.parse(c.startTime ?? '') || 0))),
+        window: windowOf(ps.cpu),
         containers: (ps.containers ?? []).map((c) => ({ name: c.name ?? '', usage: { cpu: cpuQuantity(c.cpu), memory: memoryQuantity(c.memory) } })),
       });
     }

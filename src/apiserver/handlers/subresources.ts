@@ -9,6 +9,7 @@ import { evictPod } from '../registry/pods/eviction.ts';
 import { replacePod } from '../registry/pods/replace.ts';
 import type { PatchType } from '../registry/store.ts';
 import { jsonPatch, mergePatch } from '../registry/patch.ts';
+import { scalarError } from '../registry/field-types.ts';
 import type { Subresource } from '../registry/types.ts';
 import { at, rec, selectorString } from '../registry/util.ts';
 import type { KubeObject } from '../storage/index.ts';
@@ -110,6 +111,9 @@ export async function serveSubresource(scope: RequestScope): Promise<void> {
         else throw new ApiError('UnsupportedMediaType', 'unsupported patch type');
       } else throw notAllowed();
       const replicas = rec(scale.spec).replicas;
+      // Decoded as kube-apiserver decodes a Scale: a string or a number beyond int32 is a 400, not a range error.
+      const typeError = scalarError(replicas, 'int32', 'ScaleSpec', 'spec.replicas');
+      if (typeError) throw new ApiError('BadRequest', `Scale in version "v1" cannot be handled as a Scale: ${typeError}`);
       if (typeof replicas !== 'number' || !Number.isInteger(replicas) || replicas < 0) {
         throw new ApiError('Invalid', `Scale.autoscaling "${name}" is invalid: spec.replicas: Invalid value: ${JSON.stringify(replicas)}: must be greater than or equal to 0`, {
           name,

@@ -7,7 +7,7 @@ import { randomBytes } from 'node:crypto';
 import { ApiError, badRequest, type StatusCause } from '../errors.ts';
 import type { KubeObject } from '../storage/index.ts';
 import { SPEC_SCHEMAS, unknownFields } from './schema.ts';
-import { SPEC_TYPES, specTypeError } from './field-types.ts';
+import { specTypeError, specTypesOf } from './field-types.ts';
 import { type ResourceDef, apiVersionOf } from './types.ts';
 
 /** ObjectMeta fields a client may send. */
@@ -49,8 +49,8 @@ export type FieldValidation = 'Strict' | 'Warn' | 'Ignore';
 /**
  * Checks a request body's shape against the resource: an object, `apiVersion`/`kind` (when given)
  * those of the resource, known top-level and metadata fields. Answers warnings for `Warn`.
- * @throws ApiError BadRequest for a wrong kind or apiVersion, a spec value of the wrong type (batch/v1,
- *   `field-types.ts`), or an unknown field under `Strict`
+ * @throws ApiError BadRequest for a wrong kind or apiVersion, a spec value of the wrong Go type
+ *   (`field-types.ts`), or an unknown field under `Strict`
  */
 export function checkBodyShape(def: ResourceDef, body: unknown, mode: FieldValidation, expectKind = def.kind, expectApiVersion = apiVersionOf(def)): string[] {
   if (body === null || typeof body !== 'object' || Array.isArray(body)) throw badRequest('the request body must be a JSON object');
@@ -65,7 +65,7 @@ export function checkBodyShape(def: ResourceDef, body: unknown, mode: FieldValid
     throw badRequest('metadata must be an object');
   }
   // kube-apiserver's JSON decoder refuses a value of the wrong type whatever the field validation.
-  const types = SPEC_TYPES[`${def.group}/${expectKind}`];
+  const types = specTypesOf(def.group, def.version, expectKind);
   const typeError = types && specTypeError(obj.spec, types);
   if (typeError) throw new ApiError('BadRequest', `${expectKind} in version "${def.version}" cannot be handled as a ${expectKind}: ${typeError}`);
   if (mode === 'Ignore') return [];

@@ -30,6 +30,7 @@ import {
   type ScalingRules,
   stabilize,
   stabilizeWithBehavior,
+  windowMs,
 } from './replicas.ts';
 
 /** The workloads an HPA scales here, by kind: their `apps/v1` plural. */
@@ -40,6 +41,8 @@ export interface AutoscalerMemory {
   recommendations: Recommendation[];
   ups: ScaleEvent[];
   downs: ScaleEvent[];
+  /** Its target's Scale's selector at its last sync (Kubernetes' `hpaSelectors`: which pods it controls). */
+  selector?: { namespace: string; selector: string };
 }
 
 /** The controller's memory of every HPA, by `namespace/name`. */
@@ -80,12 +83,6 @@ function toUnits(resource: string, q: string): number {
 /** A quantity back as the API writes it: `250m` for cpu, bytes otherwise. */
 function fromUnits(resource: string, v: number): string {
   return resource === 'cpu' ? `${Math.round(v)}m` : String(Math.round(v));
-}
-
-/** The window of a PodMetrics (`15s`), ms. */
-function windowMs(w: string): number {
-  const m = /^(\d+(?:\.\d+)?)s$/.exec(w);
-  return m ? Number(m[1]) * 1000 : 0;
 }
 
 /** The samples of `pods` for `resource`, their usage from `metrics`. */
@@ -182,10 +179,10 @@ function rules(r: { stabilizationWindowSeconds?: number; selectPolicy?: string; 
   };
 }
 
-/** Pods matching a Scale's `status.selector` (`k=v,k2 in (a,b)`): the workload's pods in the cache. */
-function podsOf(ctx: ControllerContext, namespace: string, selector: string): V1Pod[] {
+/** A matcher of a Scale's `status.selector` (`k=v,k2 in (a,b)`, `!k`, `k`). */
+function selectorMatcher(selector: string): (labels: Record<string, string>) => boolean {
   const reqs = selector.split(/,(?![^(]*\))/).map((s) => s.trim()).filter(Boolean);
-  const match = (labels: Record<string, string>) => reqs.every((r) => {
+  return (labels) => reqs.every((r) => {
     let m = /^([^!=\s]+)\s*(==|=|!=)\s*(.*)$/.exec(r);
     if (m) return m[2] === '!=' ? labels[m[1]!] !== m[3] : labels[m[1]!] === m[3];
     m = /^(\S+)\s+(in|notin)\s+\((.*)\)$/.exec(r);
@@ -197,7 +194,26 @@ function podsOf(ctx: ControllerContext, namespace: string, selector: string): V1
     if (r.startsWith('!')) return !(r.slice(1) in labels);
     return r in labels;
   });
+}
+
+/** Pods matching a Scale's `status.selector`: the workload's pods in the cache. */
+function podsOf(ctx: ControllerContext, namespace: string, selector: string): V1Pod[] {
+  const match = selectorMatcher(selector);
   return ctx.cache.pods.list(namespace).filter((p) => match(p.metadata?.labels ?? {}));
+}
+
+/**
+ * The HPAs (`namespace/name`, sorted) whose targets' selectors, as of their last sync, pick one of `pods`
+ * (`hpasControllingPodsUnderSelector`): more than one, and the pods are controlled by several HPAs.
+ */
+function hpasControlling(pods: V1Pod[], state: AutoscalerState): string[] {
+  const out: string[] = [];
+  for (const [key, m] of state) {
+    if (!m.selector) continue;
+    const match = selectorMatcher(m.selector.selector);
+    if (pods.some((p) => (p.metadata?.namespace ?? '') === m.selector!.namespace && match(p.metadata?.labels ?? {}))) out.push(key);
+  }
+  return out.sort();
 }
 
 /**
@@ -237,7 +253,7 @@ export async function reconcileHorizontalPodAutoscaler(key: string, ctx: Control
 
   let scale: V1Scale;
   try {
-    if (!resource) throw new Error(`no matches for kind "${target.kind}" in group "${(target.apiVersion ?? '').split('/')[0]}": the HPA scales apps/v1 Deployments, ReplicaSets and StatefulSets`);
+    if (!resource) throw new Error(`no matches for kind "${target.kind}" in group "${groupOf(target.apiVersion ?? '')}": the HPA scales apps/v1 Deployments, ReplicaSets and StatefulSets`);
     scale = await ctx.api.getScale(namespace, resource, target.name);
   } catch (err: unknown) {
     const msg = `the HPA controller was unable to get the target's current scale: ${errorMessage(err)}`;
@@ -264,7 +280,21 @@ export async function reconcileHorizontalPodAutoscaler(key: string, ctx: Control
     desired = min;
     rescaleReason = 'Current number of replicas below Spec.MinReplicas';
   } else {
-    const pods = podsOf(ctx, namespace, scale.status?.selector ?? '');
+    // validateAndParseSelector: a selector, and pods that no other HPA controls.
+    const selector = scale.status?.selector ?? '';
+    memory.selector = selector ? { namespace, selector } : undefined;
+    const pods = selector ? podsOf(ctx, namespace, selector) : [];
+    const controlling = selector ? hpasControlling(pods, state) : [];
+    if (!selector || controlling.length > 1) {
+      const [reason, msg] = !selector
+        ? ['InvalidSelector', 'the HPA target\'s scale is missing a selector']
+        : ['AmbiguousSelector', `pods by selector ${selector} are controlled by multiple HPAs: [${controlling.join(' ')}]`];
+      setCondition(conditions, old, 'ScalingActive', 'False', reason, msg, nowMs);
+      await event('Warning', !selector ? 'SelectorRequired' : 'AmbiguousSelector', !selector ? 'selector is required' : msg);
+      await event('Warning', 'FailedComputeMetricsReplicas', !selector ? 'selector is required' : msg);
+      await writeStatus({ ...base, currentReplicas: current, desiredReplicas: hpa.status?.desiredReplicas ?? current });
+      return again;
+    }
     let metrics: PodMetrics[] = [];
     let proposal = 0;
     let proposalMetric = '';
@@ -352,6 +382,12 @@ export async function reconcileHorizontalPodAutoscaler(key: string, ctx: Control
     ...(currentMetrics ? { currentMetrics } : {}),
   });
   return again;
+}
+
+/** The API group of an `apiVersion`: `apps` of `apps/v1`, `` (the core group) of `v1`. */
+export function groupOf(apiVersion: string): string {
+  const i = apiVersion.indexOf('/');
+  return i < 0 ? '' : apiVersion.slice(0, i);
 }
 
 /** The HPAs (their keys) whose target is `kind/name` in `namespace`. */

@@ -13,6 +13,7 @@ import {
   scaleUpLimit,
   stabilize,
   stabilizeWithBehavior,
+  windowMs,
 } from './replicas.ts';
 
 const NOW = 10_000_000;
@@ -125,4 +126,22 @@ test('with behavior: the policies\' rate over their periods', () => {
   assert.deepEqual(limitWithBehavior(10, 30, 1, 15, [], [], up, down, NOW).desired, 15);
   const slowDown = { ...down, policies: [{ type: 'Pods' as const, value: 1, periodSeconds: 60 }] };
   assert.deepEqual(limitWithBehavior(10, 2, 1, 15, [], [], up, slowDown, NOW), { desired: 9, limited: true, reason: 'ScaleDownLimit', message: 'the desired replica count is decreasing faster than the maximum scale rate' });
+});
+
+test('a PodMetrics window is read as Go writes a duration', () => {
+  assert.equal(windowMs('15s'), 15_000);
+  assert.equal(windowMs('2.513s'), 2_513);
+  assert.equal(windowMs('1m0.5s'), 60_500);
+  assert.equal(windowMs('500ms'), 500);
+  assert.equal(windowMs('1h2m3s'), 3_723_000);
+  assert.equal(windowMs('soon'), 0);
+  assert.equal(windowMs(''), 0);
+});
+
+test('a pod without a Ready condition or a start time is unready: nothing when scaling up', () => {
+  // a alone asks for 3 (120 % of its request over a 50 % target); with b as using nothing the ratio turns
+  // around (30 %): the replicas stay. Left out instead, b would let a scale the target to 3.
+  for (const b of [pod('b', 100, { readySinceMs: undefined }), pod('b', 100, { startMs: undefined })]) {
+    assert.equal(resourceReplicas([pod('a', 60), b], calc(2)).replicas, 2);
+  }
 });

@@ -91,8 +91,8 @@ function groupOf(p: PodSample, o: ResourceCalc): Group {
   if (p.pending) return 'unready';
   if (p.usage === undefined) return 'missing';
   if (!o.cpu) return 'ready';
-  // No Ready condition or no start time: nothing to judge its samples by.
-  if (p.startMs === undefined || p.readySinceMs === undefined) return 'ignored';
+  // No Ready condition or no start time: nothing to judge its samples by (unready, as Kubernetes has it).
+  if (p.startMs === undefined || p.readySinceMs === undefined) return 'unready';
   if (p.startMs + o.cpuInitializationPeriodMs > o.nowMs) {
     // Within the initialization period: unready unless Ready, with one window of metrics since it became so.
     if (!p.ready) return 'unready';
@@ -156,6 +156,15 @@ export function resourceReplicas(pods: PodSample[], o: ResourceCalc): ResourceAn
   const replicas = Math.ceil(next.ratio * all.length);
   if ((next.ratio < 1 && replicas > o.currentReplicas) || (next.ratio > 1 && replicas < o.currentReplicas)) return keep;
   return { replicas, utilization: first.utilization, averageValue: first.averageValue };
+}
+
+/** The window of a PodMetrics, a Go duration (`15s`, `2.513s`, `1m0.5s`, `500ms`), ms; 0 when unreadable. */
+export function windowMs(w: string): number {
+  const units: Record<string, number> = { h: 3_600_000, m: 60_000, s: 1000, ms: 1, us: 1e-3, 'µs': 1e-3, ns: 1e-6 };
+  if (!/^(\d+(\.\d+)?(h|m|s|ms|us|µs|ns))+$/.test(w)) return 0;
+  let ms = 0;
+  for (const [, n, unit] of w.matchAll(/(\d+(?:\.\d+)?)(h|ms|m|s|us|µs|ns)/g)) ms += Number(n) * units[unit!]!;
+  return ms;
 }
 
 /** One recommendation of an HPA, kept for the stabilization windows. */

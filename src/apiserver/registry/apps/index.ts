@@ -6,7 +6,7 @@
 import { isDeepStrictEqual } from 'node:util';
 import type { StatusCause } from '../../errors.ts';
 import type { KubeObject } from '../../storage/index.ts';
-import { defaultPodSpec } from '../pods/index.ts';
+import { defaultPodSpec, validateContainerPorts } from '../pods/index.ts';
 import { labelSelectorFromObject, parseLabelSelector } from '../selectors.ts';
 import type { ResourceDef } from '../types.ts';
 import { AGE_COLUMN, age, arr, immutable, invalidValue, NAME_COLUMN, rec, required, selectorString, validateMetaMaps, validateSubdomain, validateTemplateMetaMaps } from '../util.ts';
@@ -57,7 +57,18 @@ function validateWorkload(obj: KubeObject, old: KubeObject | undefined, withRepl
   containers.forEach((c, i) => {
     if (typeof c.image !== 'string' || !c.image) out.push(required(`spec.template.spec.containers[${i}].image`));
     if (typeof c.name !== 'string' || !c.name) out.push(required(`spec.template.spec.containers[${i}].name`));
+    out.push(...validateContainerPorts(c, `spec.template.spec.containers[${i}]`));
   });
+  // ValidateNonnegativeField of each workload's counts (their Go types were checked as the body was decoded).
+  for (const f of ['minReadySeconds', 'revisionHistoryLimit', 'progressDeadlineSeconds']) {
+    const v = spec[f];
+    if (typeof v === 'number' && v < 0) out.push(invalidValue(`spec.${f}`, v, 'must be greater than or equal to 0'));
+  }
+  // A Deployment's (no other workload has one).
+  const deadline = spec.progressDeadlineSeconds;
+  if (typeof deadline === 'number' && deadline >= 0 && deadline <= (typeof spec.minReadySeconds === 'number' ? spec.minReadySeconds : 0)) {
+    out.push(invalidValue('spec.progressDeadlineSeconds', deadline, 'must be greater than minReadySeconds'));
+  }
   if (old && !isDeepStrictEqual(rec(old.spec).selector, spec.selector)) out.push(immutable('spec.selector'));
   return out;
 }
@@ -364,7 +375,9 @@ export const controllerrevisions: ResourceDef = {
   columns: [NAME_COLUMN, { name: 'Controller', type: 'string' }, { name: 'Revision', type: 'integer' }, AGE_COLUMN],
   cells(o, now) {
     const owner = (o.metadata.ownerReferences ?? []).find((r) => r.controller);
-    const ctl = owner ? `${String(owner.kind).toLowerCase()}.${String(owner.apiVersion).split('/')[0]}/${owner.name}` : '<none>';
+    // As kubectl prints a GroupKind: `statefulset.apps/web`, and `kind/name` for the core group (`v1`).
+    const group = owner && String(owner.apiVersion).includes('/') ? `.${String(owner.apiVersion).split('/')[0]}` : '';
+    const ctl = owner ? `${String(owner.kind).toLowerCase()}${group}/${owner.name}` : '<none>';
     return [o.metadata.name, ctl, intOr((o as Record<string, unknown>).revision), age(o.metadata.creationTimestamp, now)];
   },
 };

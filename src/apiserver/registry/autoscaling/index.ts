@@ -117,12 +117,22 @@ function validate(obj: KubeObject): StatusCause[] {
   for (const dir of ['scaleUp', 'scaleDown'] as const) {
     const rules = rec(rec(spec.behavior)[dir]);
     const w = rules.stabilizationWindowSeconds;
-    if (w !== undefined && (!isInt(w) || w < 0 || w > 3600)) out.push(cause('FieldValueInvalid', `spec.behavior.${dir}.stabilizationWindowSeconds`, `Invalid value: ${JSON.stringify(w)}: must be less than or equal to 3600 and greater than or equal to 0`));
+    const wf = `spec.behavior.${dir}.stabilizationWindowSeconds`;
+    // validateScalingRules' words, one check each (the Go types were checked as the body was decoded).
+    if (isInt(w) && w < 0) out.push(cause('FieldValueInvalid', wf, `Invalid value: ${w}: must be greater than or equal to zero`));
+    if (isInt(w) && w > 3600) out.push(cause('FieldValueInvalid', wf, `Invalid value: ${w}: must be less than or equal to 3600`));
+    if (w !== undefined && w !== null && !isInt(w)) out.push(cause('FieldValueInvalid', wf, `Invalid value: ${JSON.stringify(w)}: must be an integer`));
+    if (rec(spec.behavior)[dir] !== undefined && Array.isArray(rules.policies) && rules.policies.length === 0) {
+      out.push(cause('FieldValueRequired', `spec.behavior.${dir}.policies`, 'Required value: must specify at least one Policy'));
+    }
     arr(rules.policies).forEach((p, i) => {
       const f = `spec.behavior.${dir}.policies[${i}]`;
       if (p.type !== 'Pods' && p.type !== 'Percent') out.push(cause('FieldValueNotSupported', `${f}.type`, `Unsupported value: ${JSON.stringify(p.type)}: supported values: "Percent", "Pods"`));
-      if (!isInt(p.value) || p.value <= 0) out.push(cause('FieldValueInvalid', `${f}.value`, `Invalid value: ${JSON.stringify(p.value)}: must be greater than zero`));
-      if (!isInt(p.periodSeconds) || p.periodSeconds <= 0 || p.periodSeconds > 1800) out.push(cause('FieldValueInvalid', `${f}.periodSeconds`, `Invalid value: ${JSON.stringify(p.periodSeconds)}: must be greater than zero and less than or equal to 1800`));
+      const value = isInt(p.value) ? p.value : 0;
+      const period = isInt(p.periodSeconds) ? p.periodSeconds : 0;
+      if (value <= 0) out.push(cause('FieldValueInvalid', `${f}.value`, `Invalid value: ${value}: must be greater than zero`));
+      if (period <= 0) out.push(cause('FieldValueInvalid', `${f}.periodSeconds`, `Invalid value: ${period}: must be greater than zero`));
+      if (period > 1800) out.push(cause('FieldValueInvalid', `${f}.periodSeconds`, `Invalid value: ${period}: must be less than or equal to 1800`));
     });
   }
   return out;

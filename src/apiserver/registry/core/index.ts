@@ -185,6 +185,8 @@ export const services: ResourceDef = {
     if (spec.selector !== undefined && (spec.selector === null || typeof spec.selector !== 'object' || Array.isArray(spec.selector))) out.push(invalidValue('spec.selector', spec.selector, 'must be a map of labels'));
     arr(spec.ports).forEach((p, i) => {
       if (typeof p.port !== 'number' || p.port < 1 || p.port > 65535) out.push(invalidValue(`spec.ports[${i}].port`, p.port, 'must be between 1 and 65535, inclusive'));
+      const np = p.nodePort;
+      if (typeof np === 'number' && np !== 0 && (np < 1 || np > 65535)) out.push(invalidValue(`spec.ports[${i}].nodePort`, np, 'must be between 1 and 65535, inclusive'));
     });
     if (spec.type !== 'ExternalName' && spec.clusterIP !== 'None' && arr(spec.ports).length === 0) out.push(required('spec.ports'));
     if (old && rec(old.spec).clusterIP && rec(old.spec).clusterIP !== spec.clusterIP) out.push(immutable('spec.clusterIP'));

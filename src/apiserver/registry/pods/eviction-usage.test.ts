@@ -7,6 +7,7 @@
 import assert from 'node:assert/strict';
 import { test } from 'node:test';
 import { checkpoints } from '../checkpoints/index.ts';
+import { events } from '../core/index.ts';
 import { evictPod, moveTargetProblem } from './eviction.ts';
 import { pods } from './index.ts';
 import { nodeUsageOf } from './node-usage.ts';
@@ -47,9 +48,17 @@ test('eviction move-target check: a pod no other node can take is deleted as an 
 
   // Another pod takes b's port again: the eviction deletes the pod (gracefully: it is bound), no Checkpoint.
   storage.create({ resource: 'pods', namespace: 'default', name: 'blocker2' }, pod('blocker2', 'b'));
+  assert.equal(evictPod(reg, 'default', 'mover', { kind: 'Eviction' }, { dryRun: true }).code, 201);
+  assert.equal(reg.get(pods, 'default', 'mover').metadata.deletionTimestamp, undefined, 'a dry run deletes nothing');
+  assert.equal(reg.list(events, 'default').items.length, 0, 'a dry run records nothing');
   assert.equal(evictPod(reg, 'default', 'mover', { kind: 'Eviction' }).code, 201);
   assert.ok(reg.get(pods, 'default', 'mover').metadata.deletionTimestamp, 'the pod is being deleted');
   assert.equal(reg.list(checkpoints, 'default').items.length, 0, 'no Checkpoint for a move that could only fail');
+  // A Warning on the pod says why it was deleted, not moved.
+  const warned = reg.list(events, 'default').items.map((e) => e as unknown as { type: string; reason: string; message: string; involvedObject: { kind: string; name: string; uid: string } });
+  assert.equal(warned.length, 1);
+  assert.deepEqual([warned[0]!.type, warned[0]!.reason, warned[0]!.involvedObject.kind, warned[0]!.involvedObject.name, warned[0]!.involvedObject.uid], ['Warning', 'MoveFailed', 'Pod', 'mover', 'u-mover']);
+  assert.match(warned[0]!.message, /^Evicted without a move, its state lost: no node can take it: 0\/2 nodes are available: 1 node\(s\) didn't have free ports/);
 
   // With a target, the eviction moves the pod instead: a Move Checkpoint, the pod untouched.
   storage.delete({ resource: 'pods', namespace: 'default', name: 'blocker2' });
@@ -57,4 +66,5 @@ test('eviction move-target check: a pod no other node can take is deleted as an 
   assert.equal(evictPod(reg, 'default', 'mover2', { kind: 'Eviction' }).code, 201);
   assert.equal(reg.get(pods, 'default', 'mover2').metadata.deletionTimestamp, undefined);
   assert.deepEqual(reg.list(checkpoints, 'default').items.map((c) => [c.metadata.labels?.['kube32.io/trigger'], (c.spec as { action: string }).action]), [['eviction', 'Move']]);
+  assert.equal(reg.list(events, 'default').items.length, 1, 'a move makes no such Warning');
 });

@@ -5,10 +5,10 @@
  * MOVED: a `kube32.io/v1` Checkpoint `<pod>-evict-<first 8 characters of the pod's uid>` with
  * `spec {podName, action: Move}` and label `kube32.io/trigger: eviction` is created (idempotently)
  * for the checkpoint controller, but only when some other node can take the pod now (the scheduler's
- * {@link pickNode}, the pod's own node excluded): otherwise the eviction is refused with 429
- * TooManyRequests, as a disruption budget refuses it ("Cannot evict pod as it would lose its state: no
- * node can take it: 0/2 nodes are available: ..."), so `kubectl drain` retries it until its `--timeout`
- * and the pod keeps running with its state. Any other pod, or one whose eviction Checkpoint has Failed
+ * {@link pickNode}, the pod's own node excluded): otherwise such a move could only fail before the
+ * replacement, so the pod is deleted as an eviction deletes it, so that the drain completes (seed 002),
+ * with a Warning event `MoveFailed` on the pod saying why no node could take it and that its state is
+ * lost. Any other pod, or one whose eviction Checkpoint has Failed
  * (a move that failed after it was accepted: seed "When a move that an eviction asked for fails before
  * the replacement, the pod is deleted"), is deleted gracefully, as Kubernetes' eviction deletes it.
  */
@@ -17,6 +17,7 @@ import { ANNOTATIONS, budgetCounts, LABELS, pickNode } from '../../../api/index.
 import { ApiError, badRequest, type Status, successStatus } from '../../errors.ts';
 import type { KubeObject } from '../../storage/index.ts';
 import { checkpoints } from '../checkpoints/index.ts';
+import { events } from '../core/index.ts';
 import { nodes } from '../nodes/index.ts';
 import { poddisruptionbudgets } from '../policy/index.ts';
 import { labelSelectorFromObject } from '../selectors.ts';
@@ -121,7 +122,7 @@ export function evictPod(reg: Registry, namespace: string, name: string, body: u
   const failed = rec(existing?.status).phase === 'Failed';
   // A move no other node can take fails before the replacement: the pod is deleted as an eviction deletes it,
   // so that the drain completes (seed 002 "Drain and evictions"), without a Checkpoint that could only fail.
-  const noTarget = evictionMoves(pod) && !failed && !existing && moveTargetProblem(reg, pod) !== undefined;
+  const noTarget = evictionMoves(pod) && !failed && !existing ? moveTargetProblem(reg, pod) : undefined;
   if (evictionMoves(pod) && !failed && !noTarget) {
     const ckpt = {
       metadata: { name: evictionCheckpointName(pod), namespace, labels: { [TRIGGER_LABEL]: 'eviction' } },
@@ -137,5 +138,38 @@ export function evictPod(reg: Registry, namespace: string, name: string, body: u
     return successStatus(201);
   }
   reg.delete(pods, namespace, name, { ...delOpts, dryRun: opts.dryRun, preconditions: { uid: pod.metadata.uid } });
+  if (noTarget !== undefined && !opts.dryRun) recordNoTarget(reg, pod, noTarget);
   return successStatus(201);
+}
+
+let eventSeq = 0;
+
+/**
+ * The Warning event on a movable pod that an eviction deleted because no node could take it (`kubectl
+ * describe pod`, `kubectl get events`): `MoveFailed`, as a move that fails later says it. A failure to
+ * write it does not undo the eviction (the pod is already being deleted).
+ */
+function recordNoTarget(reg: Registry, pod: KubeObject, problem: string): void {
+  const now = new Date();
+  const stamp = now.toISOString().replace(/\.\d{3}Z$/, 'Z');
+  const name = pod.metadata.name ?? '';
+  try {
+    reg.create(events, pod.metadata.namespace ?? 'default', {
+      apiVersion: 'v1',
+      kind: 'Event',
+      metadata: { name: `${name}.${now.getTime().toString(16)}${(++eventSeq).toString(16)}` },
+      involvedObject: { apiVersion: 'v1', kind: 'Pod', namespace: pod.metadata.namespace, name, uid: pod.metadata.uid, resourceVersion: pod.metadata.resourceVersion },
+      reason: 'MoveFailed',
+      message: `Evicted without a move, its state lost: ${problem}`,
+      type: 'Warning',
+      count: 1,
+      firstTimestamp: stamp,
+      lastTimestamp: stamp,
+      source: { component: 'kube-apiserver' },
+      reportingComponent: 'kube-apiserver',
+      reportingInstance: 'kube-apiserver',
+    });
+  } catch {
+    // The pod goes either way; an event is a note about it.
+  }
 }

@@ -134,13 +134,30 @@ function validateContainers(spec: Record<string, unknown>, list: string, require
     for (const list of ['ports', 'env', 'volumeMounts', 'command', 'args']) {
       if (c[list] !== undefined && !Array.isArray(c[list])) out.push(invalidValue(`${f}.${list}`, c[list], 'must be a list'));
     }
+    out.push(...validateContainerPorts(c, f));
     arr(c.ports).forEach((p, j) => {
-      const port = p.containerPort;
-      if (typeof port !== 'number' || !Number.isInteger(port) || port < 1 || port > 65535) {
-        out.push(invalidValue(`${f}.ports[${j}].containerPort`, port, 'must be between 1 and 65535, inclusive'));
-      }
       if (!['TCP', 'UDP', 'SCTP'].includes(String(p.protocol))) out.push({ reason: 'FieldValueNotSupported', message: `Unsupported value: "${String(p.protocol)}": supported values: "SCTP", "TCP", "UDP"`, field: `${f}.ports[${j}].protocol` });
     });
+  });
+  return out;
+}
+
+const IS_PORT = 'must be between 1 and 65535, inclusive';
+const isPort = (v: unknown) => typeof v === 'number' && Number.isInteger(v) && v >= 1 && v <= 65535;
+
+/**
+ * The causes of a container's ports as `validateContainerPorts` gives them: `containerPort` missing (or 0)
+ * is required, outside 1 to 65535 invalid; a `hostPort` other than 0 outside it invalid.
+ * @param f the container's field path (`spec.containers[0]`, `spec.template.spec.containers[0]`)
+ */
+export function validateContainerPorts(c: Record<string, unknown>, f: string): StatusCause[] {
+  const out: StatusCause[] = [];
+  arr(c.ports).forEach((p, j) => {
+    const port = p.containerPort;
+    if (port === undefined || port === null || port === 0) out.push(required(`${f}.ports[${j}].containerPort`));
+    else if (!isPort(port)) out.push(invalidValue(`${f}.ports[${j}].containerPort`, port, IS_PORT));
+    const host = p.hostPort;
+    if (host !== undefined && host !== null && host !== 0 && !isPort(host)) out.push(invalidValue(`${f}.ports[${j}].hostPort`, host, IS_PORT));
   });
   return out;
 }
