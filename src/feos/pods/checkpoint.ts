@@ -385,12 +385,21 @@ class LocalWriteError extends Error {
  * Copies an object from the store to `path` (made anew, fsynced), checking its size and SHA-256
  * against what the manifest says; a file that differs is removed.
  * @param what names the checkpoint in messages ("checkpoint C of pod P")
+ * @param outcome ends a DATA_LOSS message: what the failure leaves ("nothing was restored")
  * @throws FeosError DATA_LOSS naming the object, what the manifest says and what was read (also when
  *   the object is missing: the manifest names it); UNAVAILABLE when the store fails ("object store
  *   URL: ...") or the node's disk does ("this node's state dir is full (the object store is not):
  *   writing PATH: ENOSPC ..." or "this node's state dir failed: ...")
  */
-export async function fetchVerified(store: ObjectStore, want: ExpectedObject, path: string, what: string, signal?: AbortSignal, timings?: FetchTimings): Promise<void> {
+export async function fetchVerified(
+  store: ObjectStore,
+  want: ExpectedObject,
+  path: string,
+  what: string,
+  signal?: AbortSignal,
+  timings?: FetchTimings,
+  outcome = 'nothing was restored',
+): Promise<void> {
   const t0 = performance.now();
   let sha256: string;
   let size = 0;
@@ -421,9 +430,9 @@ export async function fetchVerified(store: ObjectStore, want: ExpectedObject, pa
       }
     } catch (err: unknown) {
       if (err instanceof LocalWriteError) throw err.toFeos();
-      if (err instanceof ObjectNotFoundError) throw new FeosError('DATA_LOSS', `${what}: ${err.key}, which its manifest names, is missing; nothing was restored`);
+      if (err instanceof ObjectNotFoundError) throw new FeosError('DATA_LOSS', `${what}: ${err.key}, which its manifest names, is missing; ${outcome}`);
       const code = storeFailureCode(err);
-      throw new FeosError(code, `${code === 'DATA_LOSS' ? `${what}: ` : ''}object store ${store.url}: ${errorMessage(err)}${code === 'DATA_LOSS' ? '; nothing was restored' : ''}`, { cause: err });
+      throw new FeosError(code, `${code === 'DATA_LOSS' ? `${what}: ` : ''}object store ${store.url}: ${errorMessage(err)}${code === 'DATA_LOSS' ? `; ${outcome}` : ''}`, { cause: err });
     }
     const s0 = performance.now();
     try {
@@ -440,7 +449,7 @@ export async function fetchVerified(store: ObjectStore, want: ExpectedObject, pa
   await fh.close();
   if (size !== want.sizeBytes || sha256 !== want.sha256) {
     await rm(path, { force: true });
-    throw new FeosError('DATA_LOSS', `${what}: ${want.key} is ${size} bytes with SHA-256 ${sha256}; its manifest says ${want.sizeBytes} bytes with ${want.sha256}; nothing was restored`);
+    throw new FeosError('DATA_LOSS', `${what}: ${want.key} is ${size} bytes with SHA-256 ${sha256}; its manifest says ${want.sizeBytes} bytes with ${want.sha256}; ${outcome}`);
   }
 }
 
