@@ -346,6 +346,65 @@ export async function* fileChunks(path: string, signal?: AbortSignal): AsyncIter
   for await (const chunk of createReadStream(path, { highWaterMark: 1024 * 1024, signal })) yield chunk as Buffer;
 }
 
+/** How often a file being written is looked at again while nothing new is in it (ms). */
+const GROWING_POLL_MS = 5;
+
+/**
+ * A file's bytes as its writer appends them: QEMU's migration stream while the suspend writes it (`exec:cat >`),
+ * so that a hibernation cuts and uploads the memory while QEMU is still writing it. Pieces of up to 1 MiB are
+ * read as they appear, from a file that may not exist yet; the bytes end once `written` has resolved and the
+ * file's end is read after it (the writer is done: the suspend returns once QEMU has quit). Nothing tells a
+ * reader that a file grew (QEMU sends nothing until the stream's end; inotify would wake it at every write of
+ * `cat`), so the file is looked at again every GROWING_POLL_MS while it has nothing new.
+ * @param written settles when the writer is done; its rejection ends the bytes with its error
+ * @throws the writer's error; ENOENT when the file is not there once the writer is done; the signal's reason
+ */
+export async function* growingFileChunks(path: string, written: Promise<unknown>, signal?: AbortSignal): AsyncIterable<Uint8Array> {
+  let end: { failed: boolean; err?: unknown } | undefined;
+  const settled = written.then(
+    () => {
+      end = { failed: false };
+    },
+    (err: unknown) => {
+      end = { failed: true, err };
+    },
+  );
+  const idle = () => Promise.race([settled, new Promise<void>((r) => setTimeout(r, GROWING_POLL_MS))]);
+  let fh: Awaited<ReturnType<typeof open>> | undefined;
+  try {
+    for (;;) {
+      signal?.throwIfAborted();
+      const done = end;
+      if (done?.failed) throw done.err;
+      try {
+        fh = await open(path, 'r');
+        break;
+      } catch (err: unknown) {
+        if ((err as NodeJS.ErrnoException).code !== 'ENOENT' || done) throw err;
+      }
+      await idle();
+    }
+    let pos = 0;
+    for (;;) {
+      signal?.throwIfAborted();
+      // Seen before the read: a read that finds nothing after the writer's end is the file's end.
+      const done = end;
+      if (done?.failed) throw done.err;
+      const buf = Buffer.allocUnsafe(1024 * 1024);
+      const { bytesRead } = await fh.read(buf, 0, buf.byteLength, pos);
+      if (bytesRead > 0) {
+        pos += bytesRead;
+        yield buf.subarray(0, bytesRead);
+        continue;
+      }
+      if (done) return;
+      await idle();
+    }
+  } finally {
+    await fh?.close();
+  }
+}
+
 /**
  * An object a restore copies: its key, and what its manifest says of it; with `chunks`, the file is those
  * chunks below `key` (a chunk prefix), in order.
