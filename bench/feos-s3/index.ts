@@ -145,7 +145,7 @@ try {
   console.log(`  SDK alone: upload ${mib(total1)} MiB ${s(upload)}, download ${s(download)}`);
   console.log(`  hibernate on A (suspend, chunks, manifest)        ${s(hibernate)}   ratio to the SDK's upload ${(hibernate / upload).toFixed(2)} (goal 1.5)`);
   console.log(
-    `    of it: suspend (QEMU writes its stream) ${s(t1.suspendMs ?? 0)}, chunk and upload ${s(t1.uploadMs ?? 0)} (waiting for the store ${s(t1.waitedMs ?? 0)}), manifest ${s(t1.manifestMs ?? 0)} (${mib(t1.manifestBytes ?? 0)} MiB); upload alone to the SDK's: ${((t1.uploadMs ?? 0) / upload).toFixed(2)}`,
+    `    of it: suspend (QEMU writes its stream) ${s(t1.suspendMs ?? 0)}, chunk and upload ${s(t1.uploadMs ?? 0)}${t1.overlapped ? " (from the suspend's start: the stream is cut and uploaded as QEMU writes it)" : ' (after the suspend)'} (waiting for the store ${s(t1.waitedMs ?? 0)}), manifest ${s(t1.manifestMs ?? 0)} (${mib(t1.manifestBytes ?? 0)} MiB); upload to the SDK's: ${((t1.uploadMs ?? 0) / upload).toFixed(2)}`,
   );
   console.log(`  restore on B with its memory (fetch, check, resume) ${s(restore)}   ratio to the SDK's download ${(restore / download).toFixed(2)} (goal 1.5)`);
   console.log(
@@ -159,7 +159,7 @@ try {
     `    of it: suspend ${s(t2.suspendMs ?? 0)}, chunk and upload ${s(t2.uploadMs ?? 0)}, manifest ${s(t2.manifestMs ?? 0)}; with the manifest (${((t2.manifestBytes ?? 0) / 2 ** 10).toFixed(0)} KiB, ${m2.base === h1.pod!.checkpoint ? "relative to the first's" : 'every chunk named'}; the first's ${((t1.manifestBytes ?? 0) / 2 ** 10).toFixed(0)} KiB) it sent ${((100 * (m2.uploadedBytes + (t2.manifestBytes ?? 0))) / total2).toFixed(1)} % (goal 5 %)`,
   );
   console.log(`  two local streams a few seconds apart, the second's bytes in chunks the first lacks, by average chunk size: ${shares.join('; ')}`);
-  console.log('  a baked layer against a fresh pull: not measured here (baked images: another branch)');
+  console.log('  a baked layer against a fresh pull: bench/feos-baked');
 } finally {
   for (const f of nodes) await f.stop('SIGKILL');
   try {
