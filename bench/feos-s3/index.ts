@@ -116,9 +116,13 @@ try {
   // moves within a run; the ratios are to the mean of the two).
   const file = join(work, 'bytes');
   writeFileSync(file, randomBytes(total1));
+  let sdkCpuMs = 0;
   const sdkUpload = async (key: string) => {
     const u0 = performance.now();
+    const c0 = process.cpuUsage();
     await new Upload({ client, params: { Bucket: BUCKET, Key: key, Body: createReadStream(file) }, partSize: 8 * 1024 * 1024, queueSize: 4 }).done();
+    const c = process.cpuUsage(c0);
+    sdkCpuMs = (c.user + c.system) / 1000;
     return ms(u0);
   };
   const uploadNear = await sdkUpload('sdk-alone-1');
@@ -154,6 +158,7 @@ try {
   console.log(
     `    of it: suspend (QEMU writes its stream) ${s(t1.suspendMs ?? 0)}, chunk and upload ${s(t1.uploadMs ?? 0)}${t1.overlapped ? " (from the suspend's start: the stream is cut and uploaded as QEMU writes it)" : ' (after the suspend)'} (waiting for the store ${s(t1.waitedMs ?? 0)}), manifest ${s(t1.manifestMs ?? 0)} (${mib(t1.manifestBytes ?? 0)} MiB); upload to the SDK's: ${((t1.uploadMs ?? 0) / upload).toFixed(2)}`,
   );
+  console.log(`    CPU time (less moved by the machine's load than the times): feosd's over the hibernation ${s(t1.cpuMs ?? 0)} (its hash workers' included), this process's for the SDK's upload ${s(sdkCpuMs)}`);
   console.log(`  restore on B with its memory (fetch, check, resume) ${s(restore)}   ratio to the SDK's download ${(restore / download).toFixed(2)} (goal 1.5)`);
   console.log(
     `    of it: copy ${s(tr.allMs ?? 0)}: ranged GETs, chunks checked and written ${s(tr.fetchMs ?? 0)} (to the SDK's download ${((tr.fetchMs ?? 0) / download).toFixed(2)}), whole files checked ${s(tr.checkMs ?? 0)}, fsync ${s(tr.syncMs ?? 0)}; the rest (claim, QEMU loads the stream, resume) ${s(restore - (tr.allMs ?? 0))}`,
