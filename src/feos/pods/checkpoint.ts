@@ -346,16 +346,19 @@ export async function* fileChunks(path: string, signal?: AbortSignal): AsyncIter
   for await (const chunk of createReadStream(path, { highWaterMark: 1024 * 1024, signal })) yield chunk as Buffer;
 }
 
-/** How often a file being written is looked at again while nothing new is in it (ms). */
+/** How often a file being written is looked at again while it has less than a piece more (ms). */
 const GROWING_POLL_MS = 5;
+/** The pieces a growing file is read in (bytes), as `fileChunks` reads a whole one. */
+const GROWING_PIECE_BYTES = 1024 * 1024;
 
 /**
  * A file's bytes as its writer appends them: QEMU's migration stream while the suspend writes it (`exec:cat >`),
- * so that a hibernation cuts and uploads the memory while QEMU is still writing it. Pieces of up to 1 MiB are
- * read as they appear, from a file that may not exist yet; the bytes end once `written` has resolved and the
- * file's end is read after it (the writer is done: the suspend returns once QEMU has quit). Nothing tells a
- * reader that a file grew (QEMU sends nothing until the stream's end; inotify would wake it at every write of
- * `cat`), so the file is looked at again every GROWING_POLL_MS while it has nothing new.
+ * so that a hibernation cuts and uploads the memory while QEMU is still writing it. Whole pieces of 1 MiB are read
+ * once the file holds them (each its own buffer, which the hash pool takes without a copy: smaller pieces as `cat`
+ * writes them cost more messages and copies than they gain), from a file that may not exist yet; the rest once
+ * `written` has resolved (the writer is done: the suspend returns once QEMU has quit), to the file's end. Nothing
+ * tells a reader that a file grew (QEMU says nothing until the stream's end; inotify would wake it at every write
+ * of `cat`), so its size is looked at again every GROWING_POLL_MS while it has less than a piece more.
  * @param written settles when the writer is done; its rejection ends the bytes with its error
  * @throws the writer's error; ENOENT when the file is not there once the writer is done; the signal's reason
  */
@@ -387,18 +390,20 @@ export async function* growingFileChunks(path: string, written: Promise<unknown>
     let pos = 0;
     for (;;) {
       signal?.throwIfAborted();
-      // Seen before the read: a read that finds nothing after the writer's end is the file's end.
+      // Seen before the size: a file looked at after the writer's end is whole.
       const done = end;
       if (done?.failed) throw done.err;
-      const buf = Buffer.allocUnsafe(1024 * 1024);
-      const { bytesRead } = await fh.read(buf, 0, buf.byteLength, pos);
-      if (bytesRead > 0) {
-        pos += bytesRead;
-        yield buf.subarray(0, bytesRead);
+      const size = (await fh.stat()).size;
+      if (size - pos < GROWING_PIECE_BYTES && !done) {
+        await idle();
         continue;
       }
-      if (done) return;
-      await idle();
+      if (size <= pos) return;
+      const buf = Buffer.allocUnsafe(Math.min(GROWING_PIECE_BYTES, size - pos));
+      const { bytesRead } = await fh.read(buf, 0, buf.byteLength, pos);
+      if (bytesRead === 0) return;
+      pos += bytesRead;
+      yield bytesRead === buf.byteLength ? buf : buf.subarray(0, bytesRead);
     }
   } finally {
     await fh?.close();
