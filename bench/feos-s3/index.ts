@@ -112,6 +112,20 @@ try {
   const chunks1 = m1.files.reduce((n, f) => n + f.chunks.length, 0);
   const packs1 = m1.packs?.length ?? 0;
   const t1 = logged(a, 'hibernated');
+  // The SDK alone, the same number of bytes up, right after the hibernation (and again at the end: the machine's load
+  // moves within a run; the ratios are to the mean of the two).
+  const file = join(work, 'bytes');
+  writeFileSync(file, randomBytes(total1));
+  let sdkCpuMs = 0;
+  const sdkUpload = async (key: string) => {
+    const u0 = performance.now();
+    const c0 = process.cpuUsage();
+    await new Upload({ client, params: { Bucket: BUCKET, Key: key, Body: createReadStream(file) }, partSize: 8 * 1024 * 1024, queueSize: 4 }).done();
+    const c = process.cpuUsage(c0);
+    sdkCpuMs = (c.user + c.system) / 1000;
+    return ms(u0);
+  };
+  const uploadNear = await sdkUpload('sdk-alone-1');
   const x0 = performance.now();
   await b.pods.restorePod({ id: ID });
   const restore = ms(x0);
@@ -126,11 +140,8 @@ try {
   const t2 = logged(b, 'hibernated');
 
   // The SDK alone: the same number of bytes up (lib-storage) and down, through the same server.
-  const file = join(work, 'bytes');
-  writeFileSync(file, randomBytes(total1));
-  const u0 = performance.now();
-  await new Upload({ client, params: { Bucket: BUCKET, Key: 'sdk-alone', Body: createReadStream(file) }, partSize: 8 * 1024 * 1024, queueSize: 4 }).done();
-  const upload = ms(u0);
+  const uploadEnd = await sdkUpload('sdk-alone');
+  const upload = (uploadNear + uploadEnd) / 2;
   const d0 = performance.now();
   const got = await client.send(new GetObjectCommand({ Bucket: BUCKET, Key: 'sdk-alone' }));
   let n = 0;
@@ -142,11 +153,12 @@ try {
   const mib = (x: number) => (x / 2 ** 20).toFixed(x < 2 ** 24 ? 1 : 0);
   const s = (t: number) => `${(t / 1000).toFixed(2)} s`;
   console.log(`feos S3 bench (TCG, 256 MiB pod, Swift s3api on loopback; ${mib(total1)} MiB of memory and disk in ${chunks1} chunks, ${packs1} packs)`);
-  console.log(`  SDK alone: upload ${mib(total1)} MiB ${s(upload)}, download ${s(download)}`);
+  console.log(`  SDK alone: upload ${mib(total1)} MiB ${s(upload)} (right after the hibernation ${s(uploadNear)}, at the end ${s(uploadEnd)}), download ${s(download)}`);
   console.log(`  hibernate on A (suspend, chunks, manifest)        ${s(hibernate)}   ratio to the SDK's upload ${(hibernate / upload).toFixed(2)} (goal 1.5)`);
   console.log(
-    `    of it: suspend (QEMU writes its stream) ${s(t1.suspendMs ?? 0)}, chunk and upload ${s(t1.uploadMs ?? 0)} (waiting for the store ${s(t1.waitedMs ?? 0)}), manifest ${s(t1.manifestMs ?? 0)} (${mib(t1.manifestBytes ?? 0)} MiB); upload alone to the SDK's: ${((t1.uploadMs ?? 0) / upload).toFixed(2)}`,
+    `    of it: suspend (QEMU writes its stream) ${s(t1.suspendMs ?? 0)}, chunk and upload ${s(t1.uploadMs ?? 0)}${t1.overlapped ? " (from the suspend's start: the stream is cut and uploaded as QEMU writes it)" : ' (after the suspend)'} (waiting for the store ${s(t1.waitedMs ?? 0)}), manifest ${s(t1.manifestMs ?? 0)} (${mib(t1.manifestBytes ?? 0)} MiB); upload to the SDK's: ${((t1.uploadMs ?? 0) / upload).toFixed(2)}`,
   );
+  console.log(`    CPU time (less moved by the machine's load than the times): feosd's over the hibernation ${s(t1.cpuMs ?? 0)} (its hash workers' included), this process's for the SDK's upload ${s(sdkCpuMs)}`);
   console.log(`  restore on B with its memory (fetch, check, resume) ${s(restore)}   ratio to the SDK's download ${(restore / download).toFixed(2)} (goal 1.5)`);
   console.log(
     `    of it: copy ${s(tr.allMs ?? 0)}: ranged GETs, chunks checked and written ${s(tr.fetchMs ?? 0)} (to the SDK's download ${((tr.fetchMs ?? 0) / download).toFixed(2)}), whole files checked ${s(tr.checkMs ?? 0)}, fsync ${s(tr.syncMs ?? 0)}; the rest (claim, QEMU loads the stream, resume) ${s(restore - (tr.allMs ?? 0))}`,
@@ -159,7 +171,7 @@ try {
     `    of it: suspend ${s(t2.suspendMs ?? 0)}, chunk and upload ${s(t2.uploadMs ?? 0)}, manifest ${s(t2.manifestMs ?? 0)}; with the manifest (${((t2.manifestBytes ?? 0) / 2 ** 10).toFixed(0)} KiB, ${m2.base === h1.pod!.checkpoint ? "relative to the first's" : 'every chunk named'}; the first's ${((t1.manifestBytes ?? 0) / 2 ** 10).toFixed(0)} KiB) it sent ${((100 * (m2.uploadedBytes + (t2.manifestBytes ?? 0))) / total2).toFixed(1)} % (goal 5 %)`,
   );
   console.log(`  two local streams a few seconds apart, the second's bytes in chunks the first lacks, by average chunk size: ${shares.join('; ')}`);
-  console.log('  a baked layer against a fresh pull: not measured here (baked images: another branch)');
+  console.log('  a baked layer against a fresh pull: bench/feos-baked');
 } finally {
   for (const f of nodes) await f.stop('SIGKILL');
   try {

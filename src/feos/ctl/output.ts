@@ -72,6 +72,8 @@ export function printPods(pods: PodInfo[], output: Output, single: boolean): voi
     // the blank data volume, as most are, prints neither (-o yaml shows its disk).
     if (single && p.disk?.layer) process.stdout.write(`\nDisk:  on baked layer ${p.disk.layer}\n`);
     if (single && p.baked) process.stdout.write(`${p.disk?.layer ? '' : '\n'}Baked: ${p.baked}\n`);
+    // The layers its create named that were not used, each with its status (a damaged one is DATA_LOSS naming its object).
+    if (single && (p.disk?.passedOver.length ?? 0) > 0) process.stdout.write(`\n${p.disk!.passedOver.map((w) => `Layer passed over: ${w}\n`).join('')}`);
   }
 }
 

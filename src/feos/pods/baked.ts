@@ -29,6 +29,7 @@ import { type ImageLayers, ImageLayersSchema, type PodInfo, type PodSpec } from 
 import { writeFileAtomic } from '../../lib/index.ts';
 import { errorMessage, FeosError } from '../api/index.ts';
 import { GrpcCode, GrpcError } from '../guest/index.ts';
+import { ObjectNotFoundError, storeFailureCode } from '../store/index.ts';
 import { fetchVerified } from './checkpoint.ts';
 import type { PodCore } from './core.ts';
 import { CONTAINER_CREATE_MS, GUEST_CALL_MS } from './actions.ts';
@@ -106,52 +107,88 @@ export function parseLayerManifest(bytes: Uint8Array, layer: string): LayerManif
 
 /**
  * The layer on this node: its manifest, from `<state-dir>/layers/<layer>/` or else fetched from the
- * object store (the manifest, then the layer, checked against the manifest's size and SHA-256).
- * @throws Error (FeosError for the store's failures) saying why it is not to be had
+ * object store (the manifest, then the layer, checked against the manifest's size and SHA-256; a copy
+ * that differs is removed, and the store's objects are left as they are, for their operator).
+ * @throws FeosError saying why it is not to be had: NOT_FOUND (no object store, or no manifest in it),
+ *   DATA_LOSS naming the object (a manifest that does not read, a layer whose bytes differ from the
+ *   manifest's size and SHA-256, a layer missing beside its manifest), UNAVAILABLE or FAILED_PRECONDITION
+ *   (the store failed or refused; the node's state dir failed)
  */
 async function haveLayer(core: PodCore, layer: string, podId: string): Promise<LayerManifest> {
   const dir = localLayerDir(core, layer);
   if (existsSync(join(dir, 'layer.qcow2')) && existsSync(join(dir, 'manifest.json'))) {
-    return parseLayerManifest(await readFile(join(dir, 'manifest.json')), layer);
+    try {
+      return parseLayerManifest(await readFile(join(dir, 'manifest.json')), layer);
+    } catch (err: unknown) {
+      throw new FeosError('DATA_LOSS', `layer ${layer}: this node's ${join(dir, 'manifest.json')}: ${errorMessage(err)}`);
+    }
   }
   const store = core.o.objectStore;
-  if (!store) throw new Error('the node does not have it and feosd has no object store (--object-store)');
-  const m = parseLayerManifest(await store.getBytes(layerKey(layer, 'manifest.json')), layer);
+  if (!store) throw new FeosError('NOT_FOUND', `layer ${layer}: the node does not have it and feosd has no object store (--object-store)`);
+  const mkey = layerKey(layer, 'manifest.json');
+  let bytes: Uint8Array;
+  try {
+    bytes = await store.getBytes(mkey);
+  } catch (err: unknown) {
+    if (err instanceof ObjectNotFoundError) throw new FeosError('NOT_FOUND', `layer ${layer}: the object store ${store.url} has no ${mkey}`);
+    throw new FeosError(storeFailureCode(err), `layer ${layer}: object store ${store.url}: ${errorMessage(err)}`, { cause: err });
+  }
+  let m: LayerManifest;
+  try {
+    m = parseLayerManifest(bytes, layer);
+  } catch (err: unknown) {
+    throw new FeosError('DATA_LOSS', `layer ${layer}: ${mkey} in the object store ${store.url} does not read: ${errorMessage(err)}`);
+  }
   await mkdir(dir, { recursive: true });
   // The pod's own: two pods' bring-ups may fetch one layer at once.
   const tmp = join(dir, `.layer.qcow2.${podId}.fetch`);
-  await fetchVerified(store, { key: layerKey(layer, 'layer.qcow2'), sizeBytes: m.sizeBytes, sha256: m.sha256 }, tmp, `layer ${layer}`);
+  // DATA_LOSS "layer L in URL: layers/L/layer.qcow2 is N bytes with SHA-256 X; its manifest says ...", the copy removed.
+  await fetchVerified(store, { key: layerKey(layer, 'layer.qcow2'), sizeBytes: m.sizeBytes, sha256: m.sha256 }, tmp, `layer ${layer} in ${store.url}`, undefined, undefined, 'the layer is not used');
   await rename(tmp, join(dir, 'layer.qcow2'));
   await writeFileAtomic(join(dir, 'manifest.json'), JSON.stringify(m, null, 2));
   core.log.info({ layer, from: store.url }, 'layer fetched');
   return m;
 }
 
+/** Why a layer was passed over, as `PodInfo.disk.passed_over` keeps it: "<layer>: <code>: <message>". */
+function passedOver(layer: string, err: unknown): string {
+  const code = err instanceof FeosError ? err.code : 'FAILED_PRECONDITION';
+  const msg = errorMessage(err);
+  return `${layer}: ${code}: ${msg.startsWith(`layer ${layer}`) ? msg : `layer ${layer}: ${msg}`}`;
+}
+
 /**
  * Makes the pod's new disk (at `tmp`): on the first of its ImageLayers' layers made for its guest version
- * (and its image) that the node has or fetches, else on the blank data volume. Others are passed over with
- * a log line. Returns the layer the disk was made on, '' for the blank data volume.
+ * (and its image) that the node has or fetches, else on the blank data volume (seed "Baked images": one it
+ * cannot fetch is passed over). Each one passed over is logged with its status and kept in what the call
+ * returns: a layer whose bytes differ from its manifest is DATA_LOSS naming the object, and the pod's
+ * image is pulled as without the layer.
+ * @returns the layer the disk was made on ('' for the blank data volume) and the layers passed over, each
+ *   "<layer>: <code>: <why>" (`DiskOrigin.passed_over`)
  */
-export async function makePodDisk(core: PodCore, pod: PodInfo, tmp: string): Promise<string> {
+export async function makePodDisk(core: PodCore, pod: PodInfo, tmp: string): Promise<{ layer: string; passedOver: string[] }> {
   const data = join(core.o.guestDir, pod.guestVersion, 'data.qcow2');
+  const over: string[] = [];
   for (const layer of pod.imageLayers?.layers ?? []) {
     let m: LayerManifest;
     try {
       m = await haveLayer(core, layer, pod.id);
-      if (m.guestVersion !== pod.guestVersion) throw new Error(`it was made for guest version ${m.guestVersion}, the pod boots ${pod.guestVersion}`);
-      if (m.image !== pod.imageLayers!.image) throw new Error(`it holds image ${m.image}, not ${pod.imageLayers!.image}`);
+      if (m.guestVersion !== pod.guestVersion) throw new FeosError('FAILED_PRECONDITION', `layer ${layer}: it was made for guest version ${m.guestVersion}, the pod boots ${pod.guestVersion}`);
+      if (m.image !== pod.imageLayers!.image) throw new FeosError('FAILED_PRECONDITION', `layer ${layer}: it holds image ${m.image}, not ${pod.imageLayers!.image}`);
     } catch (err: unknown) {
-      core.log.warn({ id: pod.id, layer, err: errorMessage(err) }, 'layer passed over');
+      const why = passedOver(layer, err);
+      over.push(why);
+      core.log.warn({ id: pod.id, layer, code: err instanceof FeosError ? err.code : undefined, err: why }, 'layer passed over');
       continue;
     }
     // A copy of the layer (a reflink where the file system can), on this node's blank data volume.
     await copyFile(join(localLayerDir(core, layer), 'layer.qcow2'), tmp, constants.COPYFILE_FICLONE);
     await run('qemu-img', ['rebase', '-u', '-F', 'qcow2', '-b', data, tmp]);
     core.log.info({ id: pod.id, layer, image: m.image }, 'disk made on a baked layer');
-    return layer;
+    return { layer, passedOver: over };
   }
   await run('qemu-img', ['create', '-q', '-f', 'qcow2', '-F', 'qcow2', '-b', data, tmp]);
-  return '';
+  return { layer: '', passedOver: over };
 }
 
 /**

@@ -68,8 +68,8 @@ export async function bringUp(core: PodCore, pod: PodInfo, signal: AbortSignal):
       const tmp = `${disk}.tmp`;
       // On a baked layer the create named, else on the blank data volume (seed "Baked images"); the
       // record says which before the disk is there, so that a disk is never without its origin.
-      const layer = await makePodDisk(core, pod, tmp);
-      pod.disk = create(DiskOriginSchema, { layer });
+      const made = await makePodDisk(core, pod, tmp);
+      pod.disk = create(DiskOriginSchema, { layer: made.layer, passedOver: made.passedOver });
       await core.save(pod);
       await rename(tmp, disk);
     }

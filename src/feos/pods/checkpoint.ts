@@ -346,6 +346,70 @@ export async function* fileChunks(path: string, signal?: AbortSignal): AsyncIter
   for await (const chunk of createReadStream(path, { highWaterMark: 1024 * 1024, signal })) yield chunk as Buffer;
 }
 
+/** How often a file being written is looked at again while it has less than a piece more (ms). */
+const GROWING_POLL_MS = 5;
+/** The pieces a growing file is read in (bytes), as `fileChunks` reads a whole one. */
+const GROWING_PIECE_BYTES = 1024 * 1024;
+
+/**
+ * A file's bytes as its writer appends them: QEMU's migration stream while the suspend writes it (`exec:cat >`),
+ * so that a hibernation cuts and uploads the memory while QEMU is still writing it. Whole pieces of 1 MiB are read
+ * once the file holds them (each its own buffer, which the hash pool takes without a copy: smaller pieces as `cat`
+ * writes them cost more messages and copies than they gain), from a file that may not exist yet; the rest once
+ * `written` has resolved (the writer is done: the suspend returns once QEMU has quit), to the file's end. Nothing
+ * tells a reader that a file grew (QEMU says nothing until the stream's end; inotify would wake it at every write
+ * of `cat`), so its size is looked at again every GROWING_POLL_MS while it has less than a piece more.
+ * @param written settles when the writer is done; its rejection ends the bytes with its error
+ * @throws the writer's error; ENOENT when the file is not there once the writer is done; the signal's reason
+ */
+export async function* growingFileChunks(path: string, written: Promise<unknown>, signal?: AbortSignal): AsyncIterable<Uint8Array> {
+  let end: { failed: boolean; err?: unknown } | undefined;
+  const settled = written.then(
+    () => {
+      end = { failed: false };
+    },
+    (err: unknown) => {
+      end = { failed: true, err };
+    },
+  );
+  const idle = () => Promise.race([settled, new Promise<void>((r) => setTimeout(r, GROWING_POLL_MS))]);
+  let fh: Awaited<ReturnType<typeof open>> | undefined;
+  try {
+    for (;;) {
+      signal?.throwIfAborted();
+      const done = end;
+      if (done?.failed) throw done.err;
+      try {
+        fh = await open(path, 'r');
+        break;
+      } catch (err: unknown) {
+        if ((err as NodeJS.ErrnoException).code !== 'ENOENT' || done) throw err;
+      }
+      await idle();
+    }
+    let pos = 0;
+    for (;;) {
+      signal?.throwIfAborted();
+      // Seen before the size: a file looked at after the writer's end is whole.
+      const done = end;
+      if (done?.failed) throw done.err;
+      const size = (await fh.stat()).size;
+      if (size - pos < GROWING_PIECE_BYTES && !done) {
+        await idle();
+        continue;
+      }
+      if (size <= pos) return;
+      const buf = Buffer.allocUnsafe(Math.min(GROWING_PIECE_BYTES, size - pos));
+      const { bytesRead } = await fh.read(buf, 0, buf.byteLength, pos);
+      if (bytesRead === 0) return;
+      pos += bytesRead;
+      yield bytesRead === buf.byteLength ? buf : buf.subarray(0, bytesRead);
+    }
+  } finally {
+    await fh?.close();
+  }
+}
+
 /**
  * An object a restore copies: its key, and what its manifest says of it; with `chunks`, the file is those
  * chunks below `key` (a chunk prefix), in order.
@@ -385,12 +449,21 @@ class LocalWriteError extends Error {
  * Copies an object from the store to `path` (made anew, fsynced), checking its size and SHA-256
  * against what the manifest says; a file that differs is removed.
  * @param what names the checkpoint in messages ("checkpoint C of pod P")
+ * @param outcome ends a DATA_LOSS message: what the failure leaves ("nothing was restored")
  * @throws FeosError DATA_LOSS naming the object, what the manifest says and what was read (also when
  *   the object is missing: the manifest names it); UNAVAILABLE when the store fails ("object store
  *   URL: ...") or the node's disk does ("this node's state dir is full (the object store is not):
  *   writing PATH: ENOSPC ..." or "this node's state dir failed: ...")
  */
-export async function fetchVerified(store: ObjectStore, want: ExpectedObject, path: string, what: string, signal?: AbortSignal, timings?: FetchTimings): Promise<void> {
+export async function fetchVerified(
+  store: ObjectStore,
+  want: ExpectedObject,
+  path: string,
+  what: string,
+  signal?: AbortSignal,
+  timings?: FetchTimings,
+  outcome = 'nothing was restored',
+): Promise<void> {
   const t0 = performance.now();
   let sha256: string;
   let size = 0;
@@ -421,9 +494,9 @@ export async function fetchVerified(store: ObjectStore, want: ExpectedObject, pa
       }
     } catch (err: unknown) {
       if (err instanceof LocalWriteError) throw err.toFeos();
-      if (err instanceof ObjectNotFoundError) throw new FeosError('DATA_LOSS', `${what}: ${err.key}, which its manifest names, is missing; nothing was restored`);
+      if (err instanceof ObjectNotFoundError) throw new FeosError('DATA_LOSS', `${what}: ${err.key}, which its manifest names, is missing; ${outcome}`);
       const code = storeFailureCode(err);
-      throw new FeosError(code, `${code === 'DATA_LOSS' ? `${what}: ` : ''}object store ${store.url}: ${errorMessage(err)}${code === 'DATA_LOSS' ? '; nothing was restored' : ''}`, { cause: err });
+      throw new FeosError(code, `${code === 'DATA_LOSS' ? `${what}: ` : ''}object store ${store.url}: ${errorMessage(err)}${code === 'DATA_LOSS' ? `; ${outcome}` : ''}`, { cause: err });
     }
     const s0 = performance.now();
     try {
@@ -440,7 +513,7 @@ export async function fetchVerified(store: ObjectStore, want: ExpectedObject, pa
   await fh.close();
   if (size !== want.sizeBytes || sha256 !== want.sha256) {
     await rm(path, { force: true });
-    throw new FeosError('DATA_LOSS', `${what}: ${want.key} is ${size} bytes with SHA-256 ${sha256}; its manifest says ${want.sizeBytes} bytes with ${want.sha256}; nothing was restored`);
+    throw new FeosError('DATA_LOSS', `${what}: ${want.key} is ${size} bytes with SHA-256 ${sha256}; its manifest says ${want.sizeBytes} bytes with ${want.sha256}; ${outcome}`);
   }
 }
 

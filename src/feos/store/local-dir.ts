@@ -11,7 +11,7 @@ import { link, mkdir, open, readdir, readFile, rename, rm, rmdir, stat } from 'n
 import { dirname, join } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { errorMessage } from '../api/index.ts';
-import { checkKey, ObjectNotFoundError, type ObjectStore, ObjectStoreError, type PutResult, type StoreCallOptions } from './store.ts';
+import { checkKey, ObjectNotFoundError, type ObjectStore, ObjectStoreError, type PutOptions, type PutResult, type StoreCallOptions } from './store.ts';
 
 async function syncDir(dir: string): Promise<void> {
   const fh = await open(dir, 'r');
@@ -73,7 +73,7 @@ export class LocalDirObjectStore implements ObjectStore {
     return join(this.root, ...checkKey(key));
   }
 
-  async put(key: string, body: AsyncIterable<Uint8Array> | Uint8Array, options: StoreCallOptions & { onProgress?: (bytes: number) => void } = {}): Promise<PutResult> {
+  async put(key: string, body: AsyncIterable<Uint8Array> | Uint8Array, options: PutOptions = {}): Promise<PutResult> {
     const path = this.#path(key);
     const tmp = join(dirname(path), `.${key.split('/').at(-1)}.${randomBytes(4).toString('hex')}.part`);
     let step = 'mkdir';
@@ -88,7 +88,7 @@ export class LocalDirObjectStore implements ObjectStore {
         const chunks = body instanceof Uint8Array ? [body] : body;
         for await (const chunk of chunks) {
           options.signal?.throwIfAborted();
-          hash.update(chunk);
+          if (!options.unhashed) hash.update(chunk);
           await fh.write(chunk);
           size += chunk.byteLength;
           options.onProgress?.(size);
@@ -103,7 +103,7 @@ export class LocalDirObjectStore implements ObjectStore {
       await rename(tmp, path);
       step = 'fsync directory';
       await syncDir(dirname(path));
-      return { sizeBytes: size, sha256: hash.digest('hex') };
+      return { sizeBytes: size, sha256: options.unhashed ? '' : hash.digest('hex') };
     } catch (err: unknown) {
       await rm(tmp, { force: true }).catch(() => {});
       if (options.signal?.aborted) throw options.signal.reason ?? err;

@@ -107,7 +107,7 @@ export class PackWriter {
     this.#parts = [];
     this.#fill = 0;
     const p = this.#store
-      .put(key, body, { signal: this.#signal })
+      .put(key, body, { signal: this.#signal, unhashed: true })
       .then(() => {
         this.uploadedBytes += body.byteLength;
         this.created.push(key);

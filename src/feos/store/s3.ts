@@ -29,7 +29,7 @@ import {
 } from '@aws-sdk/client-s3';
 import { Upload } from '@aws-sdk/lib-storage';
 import { errorMessage } from '../api/index.ts';
-import { checkKey, ObjectNotFoundError, type ObjectStore, ObjectStoreError, type PutResult, type StoreCallOptions } from './store.ts';
+import { checkKey, ObjectNotFoundError, type ObjectStore, ObjectStoreError, type PutOptions, type PutResult, type StoreCallOptions } from './store.ts';
 
 /** How an S3 store is reached, beside its URL. */
 export interface S3StoreOptions {
@@ -143,17 +143,17 @@ export class S3ObjectStore implements ObjectStore {
     return new ObjectStoreError(key, `${this.url}: ${step} ${key}: ${describeS3Error(err)}${hint}`, { cause: err, failure: refused ? 'refused' : 'unavailable' });
   }
 
-  async put(key: string, body: AsyncIterable<Uint8Array> | Uint8Array, options: StoreCallOptions & { onProgress?: (bytes: number) => void } = {}): Promise<PutResult> {
+  async put(key: string, body: AsyncIterable<Uint8Array> | Uint8Array, options: PutOptions = {}): Promise<PutResult> {
     const Key = this.#key(key);
     const hash = createHash('sha256');
     let size = 0;
     const signal = options.signal;
     signal?.throwIfAborted();
     if (body instanceof Uint8Array) {
-      hash.update(body);
-      const sha256 = hash.digest('hex');
+      // A pack's SHA-256 would say nothing its chunks' do not, and cost a pass over its bytes on this thread.
+      const sha256 = options.unhashed ? '' : hash.update(body).digest('hex');
       try {
-        await this.client.send(new PutObjectCommand({ Bucket: this.bucket, Key, Body: body, Metadata: { sha256 } }), { abortSignal: signal });
+        await this.client.send(new PutObjectCommand({ Bucket: this.bucket, Key, Body: body, ...(sha256 ? { Metadata: { sha256 } } : {}) }), { abortSignal: signal });
       } catch (err: unknown) {
         if (signal?.aborted) throw signal.reason ?? err;
         throw this.#error(key, 'put', err);
@@ -165,7 +165,7 @@ export class S3ObjectStore implements ObjectStore {
     async function* measured(): AsyncIterable<Uint8Array> {
       for await (const chunk of body as AsyncIterable<Uint8Array>) {
         signal?.throwIfAborted();
-        hash.update(chunk);
+        if (!options.unhashed) hash.update(chunk);
         size += chunk.byteLength;
         yield chunk;
       }
@@ -191,7 +191,7 @@ export class S3ObjectStore implements ObjectStore {
       signal?.removeEventListener('abort', onAbort);
     }
     signal?.throwIfAborted();
-    return { sizeBytes: size, sha256: hash.digest('hex') };
+    return { sizeBytes: size, sha256: options.unhashed ? '' : hash.digest('hex') };
   }
 
   async putIfAbsent(key: string, body: Uint8Array): Promise<boolean> {

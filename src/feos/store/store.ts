@@ -11,8 +11,19 @@
 /** An object's size and SHA-256, as `put` measured them while writing. */
 export interface PutResult {
   sizeBytes: number;
-  /** Lowercase hex. */
+  /** Lowercase hex; '' for a put `unhashed`. */
   sha256: string;
+}
+
+/** Options of a put. */
+export interface PutOptions extends StoreCallOptions {
+  /** Called with the bytes written so far. */
+  onProgress?: (bytes: number) => void;
+  /**
+   * The bytes are not hashed (no SHA-256 in the result, none kept as the object's metadata): for objects read only
+   * in parts whose own SHA-256s are checked, as a pack's chunks are (packs.ts). A whole read of one checks nothing.
+   */
+  unhashed?: boolean;
 }
 
 /** Options of a store call. */
@@ -27,10 +38,9 @@ export interface ObjectStore {
   readonly url: string;
   /**
    * Writes an object whole, replacing one of the key; it is visible only once complete.
-   * @param onProgress called with the bytes written so far
    * @throws ObjectStoreError naming the key and the step; AbortError when `signal` aborts
    */
-  put(key: string, body: AsyncIterable<Uint8Array> | Uint8Array, options?: StoreCallOptions & { onProgress?: (bytes: number) => void }): Promise<PutResult>;
+  put(key: string, body: AsyncIterable<Uint8Array> | Uint8Array, options?: PutOptions): Promise<PutResult>;
   /**
    * Writes an object only when the key has none (a claim: S3's `If-None-Match: *`).
    * @returns false when the key has an object already

@@ -7,15 +7,18 @@
 //   - at the same time on feosd B, pod F may bake too, names a layer the store does not have, and its
 //     seal fails (B's layers directory cannot be made): the layer is passed over, the image is pulled
 //     afresh, and the bring-up is RUNNING as it would have been, nothing baked;
-//   - then on feosd B, pod 2 names the missing layer and pod 1's: it starts on pod 1's layer (fetched
-//     from the bucket) and runs its container with no request to the registry, and its pull token goes
-//     to no guest.
+//   - then on feosd B, pod 2 names the missing layer, a layer damaged in the bucket (its bytes are not
+//     those its manifest's SHA-256 says) and pod 1's: the first two are passed over, the damaged one as
+//     DATA_LOSS naming its object in the pod's record (disk.passed_over) and nothing of it kept on B; it
+//     starts on pod 1's layer (fetched from the bucket) and runs its container with no request to the
+//     registry, and its pull token goes to no guest.
 import assert from 'node:assert/strict';
 import { execFileSync } from 'node:child_process';
-import { mkdirSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
+import { createHash } from 'node:crypto';
+import { existsSync, mkdirSync, readdirSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { test } from 'node:test';
-import { ListObjectsV2Command } from '@aws-sdk/client-s3';
+import { ListObjectsV2Command, PutObjectCommand } from '@aws-sdk/client-s3';
 import { fromBinary } from '@bufbuild/protobuf';
 import { MicroVmSchema } from '../../../src/feos/gen/feos/microvm/v1/microvm_pb.js';
 import type { PodEvent } from '../../../src/feos/gen/feos/pod/v1/pod_pb.js';
@@ -159,13 +162,32 @@ test('a pod bakes its image into S3, a second pod on another feosd starts on the
     assert.deepEqual(await keys('layers/'), [`layers/${layer}/layer.qcow2`, `layers/${layer}/manifest.json`], 'pod F put nothing');
   });
 
-  await step('pod 2 on B starts on the layer from the bucket, with no request to the registry and no token', async () => {
+  await step('pod 2 on B passes over a missing layer and a damaged one (DATA_LOSS naming the object), starts on the layer from the bucket, with no request to the registry and no token', async () => {
     rmSync(join(baseB, 'state', 'layers'));
+    // A layer damaged in the store: its manifest records the SHA-256 of bytes that differ by one from those in
+    // the bucket (pod 1's layer, one byte changed when it was recorded).
+    const bytes = readFileSync(join(baseA, 'state', 'layers', layer, 'layer.qcow2'));
+    const recorded = Buffer.from(bytes);
+    recorded[recorded.length >> 1] = recorded[recorded.length >> 1]! ^ 0xff;
+    const damaged = createHash('sha256').update(recorded).digest('hex');
+    const m1 = JSON.parse(readFileSync(join(baseA, 'state', 'layers', layer, 'manifest.json'), 'utf8'));
+    const put = (key: string, body: Uint8Array) => client.send(new PutObjectCommand({ Bucket: BUCKET, Key: `${PREFIX}/layers/${damaged}/${key}`, Body: body }));
+    await put('layer.qcow2', bytes);
+    await put('manifest.json', Buffer.from(JSON.stringify({ ...m1, layer: damaged, sha256: damaged })));
     const before = reg.seenRequests.length;
-    await b.pods.createPod({ id: POD2, spec: spec(image, 'echo "pod two $FEOS_IMAGE"; sleep 100000'), pullToken: TOKEN, imageLayers: { image, layers: [MISSING, layer] } });
+    await b.pods.createPod({ id: POD2, spec: spec(image, 'echo "pod two $FEOS_IMAGE"; sleep 100000'), pullToken: TOKEN, imageLayers: { image, layers: [MISSING, damaged, layer] } });
     const p2 = await waitForPod(b, POD2, (p) => p.state !== PodState.PENDING, BOOT_MS);
     assert.equal(p2.state, PodState.RUNNING, p2.reason);
     assert.equal(p2.disk?.layer, layer, 'the record says its disk was made on the layer');
+    const over = p2.disk!.passedOver;
+    assert.equal(over.length, 2, over.join('\n'));
+    assert.match(over[0]!, new RegExp(`^${MISSING}: NOT_FOUND: layer ${MISSING}: the object store s3://${BUCKET}/${PREFIX} has no layers/${MISSING}/manifest.json$`));
+    assert.match(over[1]!, new RegExp(`^${damaged}: DATA_LOSS: layer ${damaged} in s3://${BUCKET}/${PREFIX}: layers/${damaged}/layer.qcow2 is ${bytes.length} bytes with SHA-256 ${layer}; its manifest says ${bytes.length} bytes with ${damaged}; the layer is not used$`));
+    assert.ok(!existsSync(join(baseB, 'state', 'layers', damaged, 'layer.qcow2')), 'B kept no copy of the damaged layer');
+    assert.deepEqual(readdirSync(join(baseB, 'state', 'layers', damaged)), [], 'nor its half-fetched file');
+    assert.deepEqual(await keys(`layers/${damaged}/`), [`layers/${damaged}/layer.qcow2`, `layers/${damaged}/manifest.json`], "the store's objects are left for their operator");
+    const shown = await feosctl(b.socket, ['pod', 'get', POD2]);
+    assert.match(shown.stdout, new RegExp(`Layer passed over: ${damaged}: DATA_LOSS: .*layers/${damaged}/layer.qcow2`), shown.stdout);
     await running(b, POD2);
     assert.match(await logs(b, POD2), /pod two busybox/);
     assert.deepEqual(reg.seenRequests.slice(before), [], 'the registry saw no request');

@@ -3,7 +3,8 @@
 // it with its memory (its guest's uptime goes on), A's stale record cannot resume it, a second hibernation of the
 // unchanged pod uploads only the chunks the store lacks (small content-defined chunks in packs), the packs no
 // checkpoint needs are pruned, a disk-only restore on A boots it anew, a store that stops mid-upload leaves the pod on
-// its node, suspended, to hibernate once the store is back; a restore of a checkpoint without its manifest is
+// its node, suspended, to hibernate once the store is back, and so does a SIGKILL of feosd in the middle of an upload
+// (the next feosd withdraws the packs it put); a restore of a checkpoint without its manifest is
 // NOT_FOUND naming it, and one whose pack holds a damaged chunk is DATA_LOSS naming the pack, the pod kept HIBERNATED.
 // The pod has a volume: CHECKPOINTED in the bucket with the pod, it comes back ATTACHED on the node that restores it.
 // The second hibernation's manifest is relative to the first's (runs of its chunks); a restore whose base manifest
@@ -61,7 +62,7 @@ test('hibernate to S3 on one feosd, restore on another with its memory, dedup th
   mkdirSync(baseB);
   const flags = ['--object-store', `s3://${BUCKET}/${PREFIX}`, '--s3-endpoint', s3.endpoint, '--stop-grace', '120'];
   const env = { ...process.env, ...s3.env };
-  const a: FeosdProcess = await startFeosd(baseA, { guestDir: GUEST_DIR, extra: flags, env });
+  let a: FeosdProcess = await startFeosd(baseA, { guestDir: GUEST_DIR, extra: flags, env });
   const b: FeosdProcess = await startFeosd(baseB, { guestDir: GUEST_DIR, extra: flags, env });
   t.after(async () => {
     await a.stop('SIGKILL');
@@ -242,6 +243,41 @@ test('hibernate to S3 on one feosd, restore on another with its memory, dedup th
     } finally {
       await swap(good);
     }
+  });
+
+  await step('feosd A SIGKILLed in the middle of a hibernation to S3: the next feosd withdraws its packs, the pod stays SUSPENDED on A', async () => {
+    const kept = new Set(await keys(`pods/${ID}/packs/`));
+    const hibernating = a.pods.hibernatePod({ id: ID }).then(
+      () => 'the hibernation ended',
+      (e: unknown) => e,
+    );
+    // Killed once a pack of this hibernation is in the bucket (a condition on the store): its upload is under way.
+    const checkpoint = await until(
+      'a pack of the hibernation is in the bucket',
+      async () => {
+        const p = (await a.pods.getPod({ id: ID })).pod!;
+        const fresh = (await keys(`pods/${ID}/packs/`)).filter((k) => !kept.has(k));
+        return p.hibernation?.checkpoint && fresh.length > 0 ? p.hibernation.checkpoint : undefined;
+      },
+      120_000,
+    );
+    await a.stop('SIGKILL');
+    assert.notEqual(await hibernating, 'the hibernation ended', 'the kill came before its end');
+    assert.deepEqual(await keys(`pods/${ID}/${checkpoint}/`), [], 'it wrote no manifest');
+    a = await startFeosd(baseA, { guestDir: GUEST_DIR, extra: flags, env });
+    const settled = a
+      .stderr()
+      .split('\n')
+      .find((l) => l.includes('recovery: a cut hibernation or restore is settled'));
+    assert.ok(settled, 'the next feosd settled the cut hibernation before it served');
+    assert.equal(JSON.parse(settled).outcome, 'withdrawn', settled);
+    const pod = (await a.pods.getPod({ id: ID })).pod!;
+    assert.equal(pod.state, PodState.SUSPENDED, pod.reason);
+    assert.deepEqual(
+      (await keys(`pods/${ID}/packs/`)).filter((k) => !kept.has(k)),
+      [],
+      'the packs it put are withdrawn',
+    );
   });
 
   await step('a store that stops during a hibernation fails it UNAVAILABLE naming the store; the pod stays SUSPENDED on its node and hibernates once the store is back', async () => {
