@@ -63,14 +63,13 @@ const PING_INTERVAL_MS = 10_000;
 const PING_TIMEOUT_MS = 10_000;
 
 /**
- * The HTTP/2 session Node's http2 made on `socket` when grpc-js's injector was given it. Neither grpc-js
- * nor Node hands it out; Node's connection listener keeps it on the socket under its `session` symbol.
- * @returns the session, or undefined if this Node keeps it elsewhere
+ * The HTTP/2 server (node:http2) grpc-js made for the injector just created on `server`, the newest of
+ * its servers. grpc-js hands out neither it nor its sessions; it keeps them in its `http2Servers` map.
+ * @returns the server, or undefined if this grpc-js keeps them elsewhere
  */
-function sessionOf(socket: tls.TLSSocket): http2.ServerHttp2Session | undefined {
-  const key = Object.getOwnPropertySymbols(socket).find((k) => k.description === 'session');
-  const s = key ? (socket as unknown as Record<symbol, unknown>)[key] : undefined;
-  return s && typeof (s as http2.ServerHttp2Session).ping === 'function' ? (s as http2.ServerHttp2Session) : undefined;
+function newestHttp2Server(server: grpc.Server): http2.Http2Server | undefined {
+  const map = (server as unknown as { http2Servers?: unknown }).http2Servers;
+  return map instanceof Map ? ([...map.keys()].at(-1) as http2.Http2Server | undefined) : undefined;
 }
 
 /**
@@ -178,10 +177,10 @@ class Dialer {
     const conn: Conn = { socket, injector };
     const old = this.#current;
     this.#current = conn;
+    const h2 = newestHttp2Server(this.#owner.server);
+    if (h2) h2.once('session', (session) => keepAlive(session as http2.ServerHttp2Session));
+    else o.log.warn({ instance: this.address }, "node connection: grpc-js's HTTP/2 server was not found; it goes without pings");
     injector.injectConnection(socket);
-    const session = sessionOf(socket);
-    if (session) keepAlive(session);
-    else o.log.warn({ instance: this.address }, 'node connection: its HTTP/2 session was not found; it goes without pings');
     o.log.info({ instance: this.address }, 'node connection up');
     if (old) this.#drain(old, 30_000);
     socket.once('close', () => {
