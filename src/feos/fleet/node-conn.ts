@@ -58,6 +58,7 @@ export interface NodeConnectionsOptions {
 }
 
 const FIRST_BACKOFF_MS = 1000;
+const MAX_BACKOFF_MS = 30_000;
 /** A ping every 10 s on a node connection, and 10 s for its answer. */
 const PING_INTERVAL_MS = 10_000;
 const PING_TIMEOUT_MS = 10_000;
@@ -98,7 +99,6 @@ function keepAlive(session: http2.ServerHttp2Session): void {
     clearTimeout(answer);
   });
 }
-const MAX_BACKOFF_MS = 30_000;
 
 interface Tracked {
   call: grpc.ServerInterceptingCallInterface;
