@@ -166,3 +166,44 @@ test('SIGTERM: Stopping first, GOAWAY, then the stream in flight ends with UNAVA
   assert.ok(ev.some((e) => e.event.case === 'feosd' && e.event.value.reason === 'Stopping'), 'the Stopping event');
   assert.equal(feosd!.child.exitCode, 0);
 });
+
+test("a ping within the calls' grace: the stream in flight still ends with its UNAVAILABLE status", { timeout: 90_000 }, async () => {
+  // --stop-grace 120: 12 s for the calls, more than the 10 s between two pings, so one falls within
+  // the grace, on a node connection that drains (GOAWAY sent). Such a ping used to destroy the session
+  // (grpc-js's keepalive) and reset the stream: it ended without any status.
+  const n = cp.nodeSessions.length;
+  feosd = await startFeosd(dir, {
+    extra: ['--control-plane', cp.address, '--control-plane-name', 'cp.test', '--join-token-file', tokenFile, '--node-dir', nodeDir, '--node-name', 'n1', '--stop-grace', '120'],
+  });
+  await until('a node connection', async () => (cp.nodeSessions.length > n ? true : undefined), 30_000);
+  const s = cp.nodeSessions.at(-1)!;
+  let goaway = false;
+  let pingsAfterGoaway = 0;
+  s.once('goaway', () => {
+    goaway = true;
+  });
+  s.on('ping', () => {
+    if (goaway) pingsAfterGoaway++;
+  });
+  const watch = callStream(s, '/feos.pod.v1.PodService/WatchPodEvents', WatchPodEventsRequestSchema, PodEventSchema, {});
+  await unaryCall(s, PodService, 'ListPods', ListPodsRequestSchema, ListPodsResponseSchema, {}, 10_000);
+  await feosd.stop('SIGTERM');
+  const end = await watch.ended;
+  assert.equal(end.status, '14', `UNAVAILABLE, got ${end.status} ${end.message}`);
+  assert.match(end.message, /^the node stops: the call did not end within 12 s of feosd's stop$/);
+  assert.ok(goaway, 'GOAWAY on the node connection');
+  assert.ok(pingsAfterGoaway === 0, 'a draining node connection is not pinged');
+  assert.equal(feosd.child.exitCode, 0);
+});
+
+test('the node connection is pinged every 10 s', { timeout: 60_000 }, async () => {
+  const n = cp.nodeSessions.length;
+  feosd = await startFeosd(dir, {
+    extra: ['--control-plane', cp.address, '--control-plane-name', 'cp.test', '--join-token-file', tokenFile, '--node-dir', nodeDir, '--node-name', 'n1', '--stop-grace', '10'],
+  });
+  await until('a node connection', async () => (cp.nodeSessions.length > n ? true : undefined), 30_000);
+  const s = cp.nodeSessions.at(-1)!;
+  await new Promise<void>((r) => s.once('ping', () => r()));
+  assert.doesNotMatch(feosd.stderr(), /goes without pings/);
+  await feosd.stop('SIGTERM');
+});

@@ -3,8 +3,9 @@
  * instance the control plane lists. On each, feosd is the HTTP/2 gRPC server of the API it serves on
  * its socket (the same service handlers, on a grpc-js server of the fleet's own, injected into the TLS
  * socket feosd dialed: `createConnectionInjector(insecure).injectConnection(socket)`, the socket being
- * TLS already), with up to 1024 streams and pings of its own (grpc-js's keepalive: every 10 s, 10 s for
- * the answer). A lost one is dialed again after 1 s, doubling up to 30 s, until the stop.
+ * TLS already), with up to 1024 streams and pings of its own (every 10 s, 10 s for the answer; not
+ * grpc-js's keepalive, see {@link keepAlive}). A lost one is dialed again after 1 s, doubling up to 30 s,
+ * until the stop.
  *
  * The stop (`stop`): GOAWAY on every connection (the dialers dial no more), the calls in flight end as
  * they do up to the calls' grace, then those still running get UNAVAILABLE "the node stops: the call
@@ -12,6 +13,7 @@
  * answer, a stream as its trailers after what it sent; whatever the handler writes afterwards is
  * dropped), and the connections are closed within 5 s of that.
  */
+import type http2 from 'node:http2';
 import type tls from 'node:tls';
 import * as grpc from '@grpc/grpc-js';
 import type { Logger } from '../../lib/index.ts';
@@ -57,6 +59,46 @@ export interface NodeConnectionsOptions {
 
 const FIRST_BACKOFF_MS = 1000;
 const MAX_BACKOFF_MS = 30_000;
+/** A ping every 10 s on a node connection, and 10 s for its answer. */
+const PING_INTERVAL_MS = 10_000;
+const PING_TIMEOUT_MS = 10_000;
+
+/**
+ * The HTTP/2 server (node:http2) grpc-js made for the injector just created on `server`, the newest of
+ * its servers. grpc-js hands out neither it nor its sessions; it keeps them in its `http2Servers` map.
+ * @returns the server, or undefined if this grpc-js keeps them elsewhere
+ */
+function newestHttp2Server(server: grpc.Server): http2.Http2Server | undefined {
+  const map = (server as unknown as { http2Servers?: unknown }).http2Servers;
+  return map instanceof Map ? ([...map.keys()].at(-1) as http2.Http2Server | undefined) : undefined;
+}
+
+/**
+ * Pings `session` every 10 s and destroys it when a ping goes 10 s unanswered. Not grpc-js's keepalive:
+ * its ping on a session that drains (GOAWAY sent, `session.close()`) makes Node's `ping()` answer
+ * undefined (it does not ping a closed session), which grpc-js takes for a failed ping and destroys the
+ * session at once, resetting the streams still running; a call cut at feosd's stop then never got its
+ * UNAVAILABLE status whenever a ping fell within the calls' grace. A draining session is not pinged
+ * here; the drain's and the stop's own limits close it.
+ */
+function keepAlive(session: http2.ServerHttp2Session): void {
+  let answer: NodeJS.Timeout | undefined;
+  const tick = setInterval(() => {
+    if (session.closed || session.destroyed || answer) return;
+    answer = setTimeout(() => session.destroy(), PING_TIMEOUT_MS);
+    answer.unref();
+    // An error is a ping cancelled by the session's own end: nothing to do.
+    session.ping(() => {
+      clearTimeout(answer);
+      answer = undefined;
+    });
+  }, PING_INTERVAL_MS);
+  tick.unref();
+  session.once('close', () => {
+    clearInterval(tick);
+    clearTimeout(answer);
+  });
+}
 
 interface Tracked {
   call: grpc.ServerInterceptingCallInterface;
@@ -135,6 +177,9 @@ class Dialer {
     const conn: Conn = { socket, injector };
     const old = this.#current;
     this.#current = conn;
+    const h2 = newestHttp2Server(this.#owner.server);
+    if (h2) h2.once('session', (session) => keepAlive(session as http2.ServerHttp2Session));
+    else o.log.warn({ instance: this.address }, "node connection: grpc-js's HTTP/2 server was not found; it goes without pings");
     injector.injectConnection(socket);
     o.log.info({ instance: this.address }, 'node connection up');
     if (old) this.#drain(old, 30_000);
@@ -209,8 +254,7 @@ export class NodeConnections {
     };
     this.server = new grpc.Server({
       'grpc.max_concurrent_streams': 1024,
-      'grpc.keepalive_time_ms': 10_000,
-      'grpc.keepalive_timeout_ms': 10_000,
+      // No grpc-js keepalive (its default): the pings are keepAlive's.
       'grpc.max_receive_message_length': 512 * 1024 * 1024,
       interceptors: [interceptor],
     });
