@@ -77,7 +77,8 @@ async function bounded<T>(what: string, ms: number, fn: () => Promise<T>): Promi
 
 /** The order of the timeline's steps. */
 const STEP_ORDER = [
-  'created', 'seen', 'saving', 'freeze-requested', 'source: pod frozen', 'snapshot-answered', 'source: snapshot streamed', 'data-stored',
+  'created', 'seen', 'saving', 'freeze-requested', 'source: pod frozen', 'api: snapshot streaming', 'snapshot-answered', 'source: snapshot streamed',
+  'api: snapshot read', 'api: written to disk', 'api: stored', 'data-stored',
   'replaced', 'target: pod seen', 'moving', 'target: data requested', 'target: data answered', 'target: instance restored', 'target: status Running written', 'running-seen', 'completed',
 ];
 
@@ -111,7 +112,7 @@ function timeline(windows: number[], all: Mark[]): [string, number][] {
 }
 
 const tmp = mkdtempSync(join(tmpdir(), 'k32-bench-moves-'));
-const api = await startApiServer(undefined, { args: ['--checkpoint-data-bytes', '96Mi'] });
+const api = await startApiServer(undefined, { args: ['--checkpoint-data-bytes', '96Mi'], env: { LOG_LEVEL: 'debug' } });
 const children: ReturnType<typeof spawn>[] = [];
 /** A step of a move as some process logged it: its time (ms since the epoch) and where. */
 interface Mark {
@@ -121,6 +122,8 @@ interface Mark {
   worker?: string;
 }
 const marks: Mark[] = [];
+/** Restores of the target kubelets: from the copy the API server pushed while it stored the data, or fetched after. */
+const restores = { staged: 0, fetched: 0 };
 /** The kubelets' log lines that mark a step of a move, by message, with the name the timeline gives them. */
 const KUBELET_STEPS: Record<string, string> = {
   'checkpoint: pod frozen': 'pod frozen',
@@ -131,6 +134,24 @@ const KUBELET_STEPS: Record<string, string> = {
   'container restored': 'instance restored',
   'pod status written': 'status Running written',
 };
+/** The API server's log lines that mark a step of a move (its debug lines), with the name the timeline gives them. */
+const API_STEPS: Record<string, string> = {
+  'checkpoint data: snapshot streaming from the node': 'api: snapshot streaming',
+  'checkpoint data: snapshot read': 'api: snapshot read',
+  'checkpoint data: written to disk': 'api: written to disk',
+  'checkpoint data: stored': 'api: stored',
+};
+/** Reads the API server's step marks from its log so far. */
+function readApiMarks(): void {
+  for (const line of api.logs().split('\n')) {
+    if (!line.startsWith('{') || !line.includes('checkpoint data')) continue;
+    try {
+      const o = JSON.parse(line) as Record<string, unknown>;
+      const step = typeof o.msg === 'string' ? API_STEPS[o.msg] : undefined;
+      if (step) marks.push({ time: Number(o.time), step });
+    } catch {}
+  }
+}
 /** Keeps a JSON log line's step, if it marks one; passes warnings and errors on to standard error. */
 function readLogLine(line: string, worker?: string): void {
   if (!line.startsWith('{')) return;
@@ -142,6 +163,7 @@ function readLogLine(line: string, worker?: string): void {
   }
   if (o.msg === MOVE_STEP_MESSAGE) marks.push({ time: Number(o.time), step: String(o.step) });
   else if (worker && typeof o.msg === 'string' && KUBELET_STEPS[o.msg]) {
+    if (o.msg === 'restore: data answered') restores[o.staged === true ? 'staged' : 'fetched']++;
     if (o.msg !== 'pod status written' || o.phase === 'Running') marks.push({ time: Number(o.time), step: KUBELET_STEPS[o.msg]!, worker });
   } else if (Number(o.level) >= 40) process.stderr.write(`${line}\n`);
 }
@@ -281,7 +303,7 @@ try {
   console.log(`freeze to Running of a move between two kube32-sim workers (${MOVES} moves each), and the bare snapshot + restore in one process`);
   console.log('pod      snapshot bytes   p50 ms   p99 ms   bare p50 ms   p50/bare   create->Completed p50 ms');
   let port = 19000;
-  const timelines: { label: string; steps: [string, number][] }[] = [];
+  const timelines: { label: string; steps: [string, number][]; note: string }[] = [];
   for (const s of sizes) {
     const podName = `${s.module}-pod`;
     const pod: V1Pod = {
@@ -345,10 +367,15 @@ try {
     );
     const del = await rest.request({ method: 'DELETE', path: `/api/v1/namespaces/default/pods/${podName}?gracePeriodSeconds=0` });
     del.body.resume();
-    timelines.push({ label: s.label, steps: timeline(windows, marks) });
+    const note = `${restores.staged} restores from the copy pushed to the target while it was stored, ${restores.fetched} fetched after`;
+    restores.staged = 0;
+    restores.fetched = 0;
+    readApiMarks();
+    marks.sort((a, b) => a.time - b.time);
+    timelines.push({ label: s.label, steps: timeline(windows, marks), note });
   }
   for (const t of timelines) {
-    console.log(`\ntimeline of a move, ${t.label}: p50 over the moves, ms from the freeze request (step: at, since the step before)`);
+    console.log(`\ntimeline of a move, ${t.label}: p50 over the moves, ms from the freeze request (step: at, since the step before); ${t.note}`);
     let prev: number | undefined;
     for (const [step, at] of t.steps) {
       console.log(`  ${step.padEnd(28)}${at.toFixed(0).padStart(7)}${prev === undefined ? '' : `   +${(at - prev).toFixed(0)}`}`);

@@ -21,6 +21,7 @@ import { type ControlPlane, errorMessage } from './client.ts';
 import { ImagePullError, type LoadedModules, resolveImageDigest } from './modules.ts';
 import { ContainerConfigError, resolveContainerConfig, memoryLimitBytes } from './pod-spec.ts';
 import type { ContainerPhase, ContainerView } from './pod-status.ts';
+import type { StagedRestores } from './staged-restores.ts';
 
 /** The first back-off after a crash that follows a restart: 10 s (the kubelet's). */
 export const BACKOFF_INITIAL_MS = 10_000;
@@ -57,6 +58,8 @@ export interface RunnerContext {
   onChannelSend(namespace: string, topic: string, payload: Uint8Array): void;
   /** Records an event about this container (see `events.ts`). */
   record(type: 'Normal' | 'Warning', reason: string, message: string): void;
+  /** The node's staged snapshots (staged-restores.ts); none: every restore fetches its data. */
+  staged?: StagedRestores | undefined;
 }
 
 /**
@@ -266,10 +269,21 @@ export class ContainerRunner {
     const ns = this.#pod.metadata?.namespace ?? 'default';
     const path = `/apis/kube32.io/v1/namespaces/${ns}/checkpoints/${encodeURIComponent(name)}/data`;
     await pauseAt('kubelet-restore'); // test-only (src/lib/test-pause.ts)
-    this.#ctx.log.debug({ container: this.spec.name, checkpoint: name }, 'restore: requesting the data');
-    const res = await this.#ctx.cp.request('GET', path, { signal: AbortSignal.any([this.#stop.signal, signal]) }).catch((err: unknown) => {
+    // A copy the API server pushed here while it stored the data (staged-restores.ts) is used only if the
+    // control plane answers that its data is those bytes (304 to If-None-Match with their SHA-256).
+    const staged = await this.#ctx.staged?.take(ns, this.#pod.metadata?.name ?? '', this.spec.name, name);
+    this.#ctx.log.debug({ container: this.spec.name, checkpoint: name, staged: staged !== undefined }, 'restore: requesting the data');
+    const headers: Record<string, string> = staged ? { 'if-none-match': `"${staged.sha256}"` } : {};
+    const res = await this.#ctx.cp.request('GET', path, { signal: AbortSignal.any([this.#stop.signal, signal]), headers }).catch((err: unknown) => {
       throw new PodStartError('Error', `cannot fetch the snapshot of Checkpoint ${name}: ${errorMessage(err)}`);
     });
+    if (res.status === 304 && staged) {
+      res.body?.resume();
+      this.#ctx.log.debug({ container: this.spec.name, checkpoint: name, bytes: staged.byteLength, staged: true }, 'restore: data answered');
+      return (async function* () {
+        yield* staged.pieces;
+      })();
+    }
     if (res.status !== 200 || !res.body) {
       const text = await readText(res.body).catch(() => '');
       let detail = text.slice(0, 200);
