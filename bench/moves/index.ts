@@ -75,6 +75,28 @@ async function bounded<T>(what: string, ms: number, fn: () => Promise<T>): Promi
   }
 }
 
+/** CPU time (user + system, ms) so far of a process by its pid, from /proc (Linux). */
+function cpuMs(pid: number): number {
+  try {
+    const f = readFileSync(`/proc/${pid}/stat`, 'utf8').split(') ')[1]!.split(' ');
+    return ((Number(f[11]) + Number(f[12])) * 1000) / 100; // utime and stime in ticks of 1/100 s
+  } catch {
+    return 0;
+  }
+}
+/** CPU ms so far of the API server, each worker and this process (the controllers and the bench's own polling). */
+function cpuNow(): Record<string, number> {
+  const out: Record<string, number> = { apiserver: cpuMs(api.proc.pid!) };
+  workers.forEach((w) => {
+    out[w.name] = cpuMs(w.pid);
+  });
+  const u = process.cpuUsage();
+  out['controllers+bench'] = (u.user + u.system) / 1000;
+  return out;
+}
+/** The kube32-sim workers' names and pids. */
+const workers: { name: string; pid: number }[] = [];
+
 /** The order of the timeline's steps. */
 const STEP_ORDER = [
   'created', 'seen', 'saving', 'freeze-requested', 'source: pod frozen', 'api: snapshot streaming', 'snapshot-answered', 'source: snapshot streamed',
@@ -207,6 +229,7 @@ try {
   const startWorker = async (name: string, address: string) => {
     const proc = spawn(process.execPath, [join(ROOT, 'bin/kube32-sim.js'), '--kubeconfig', api.nodeKubeconfig(name), '--name', name, '--address', address, '--kubelet-port', '0', '--data-dir', join(tmp, name), '--interp-mops', '1000', '--heap', '256Mi'], { stdio: ['ignore', 'pipe', 'pipe'], env: { ...process.env, LOG_LEVEL: 'debug' } });
     children.push(proc);
+    workers.push({ name, pid: proc.pid! });
     createInterface({ input: proc.stderr! }).on('line', (line) => readLogLine(line, name));
     let out = '';
     proc.stdout!.on('data', (d: Buffer) => {
@@ -315,6 +338,7 @@ try {
     await rest.json({ method: 'POST', path: '/api/v1/namespaces/default/pods', body: pod });
     await until(`${podName} Running`, async () => (await rest.json<V1Pod>({ method: 'GET', path: `/api/v1/namespaces/default/pods/${podName}` })).status?.phase === 'Running');
     const windows: number[] = [];
+    const cpuBefore = cpuNow();
     marks.length = 0;
     const reported: number[] = [];
     const observed: number[] = [];
@@ -345,6 +369,8 @@ try {
         return p.status?.phase === 'Running' && !p.metadata?.annotations?.['kube32.io/restore-from'];
       });
     }
+    const cpuAfter = cpuNow();
+    const cpu = Object.keys(cpuAfter).map((k) => `${k} ${((cpuAfter[k]! - (cpuBefore[k] ?? 0)) / MOVES).toFixed(0)}`).join(', ');
     // The bare cost: freeze, snapshot, restore into a new instance until it runs, in this process.
     const mod = await loadModule(new Uint8Array(s.bytes), { memoryLimitBytes: s.limit });
     const bare: number[] = [];
@@ -367,7 +393,7 @@ try {
     );
     const del = await rest.request({ method: 'DELETE', path: `/api/v1/namespaces/default/pods/${podName}?gracePeriodSeconds=0` });
     del.body.resume();
-    const note = `${restores.staged} restores from the copy pushed to the target while it was stored, ${restores.fetched} fetched after`;
+    const note = `CPU ms a move: ${cpu}; ${restores.staged} restores from the copy pushed to the target while it was stored, ${restores.fetched} fetched after`;
     restores.staged = 0;
     restores.fetched = 0;
     readApiMarks();
