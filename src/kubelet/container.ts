@@ -88,6 +88,8 @@ export class ContainerRunner {
   readonly #ctx: RunnerContext;
   #pod: V1Pod;
   readonly #restoreFrom: string | undefined;
+  /** Where the last restore's data came from: the copy pushed here while it was stored, or fetched. */
+  #restoreData: 'pushed' | 'fetched' = 'fetched';
   readonly #stop = new AbortController();
   /** The running instance, if any. */
   instance: PodInstance | undefined;
@@ -279,6 +281,7 @@ export class ContainerRunner {
     });
     if (res.status === 304 && staged) {
       res.body?.resume();
+      this.#restoreData = 'pushed';
       this.#ctx.log.debug({ container: this.spec.name, checkpoint: name, bytes: staged.byteLength, staged: true }, 'restore: data answered');
       return (async function* () {
         yield* staged.pieces;
@@ -294,6 +297,7 @@ export class ContainerRunner {
       if (res.status === 429 || res.status >= 500) throw new PodStartError('Error', `cannot fetch the snapshot: ${why}`);
       throw new PodStartError('RestoreError', `cannot restore the snapshot: ${why}`);
     }
+    this.#restoreData = 'fetched';
     this.#ctx.log.debug({ container: this.spec.name, checkpoint: name, bytes: Number(res.headers['content-length']) }, 'restore: data answered');
     // The runtime gathers the body's 16 KiB pieces into 1 MiB messages to the pod's thread.
     return res.body as AsyncIterable<Uint8Array>;
@@ -350,7 +354,7 @@ export class ContainerRunner {
           return;
         }
         startedAt = Date.now();
-        if (restore) this.#ctx.log.info({ container: this.spec.name, checkpoint: restore }, 'container restored');
+        if (restore) this.#ctx.log.info({ container: this.spec.name, checkpoint: restore, data: this.#restoreData }, 'container restored');
         this.previous = this.current;
         this.current = inst;
         this.instance = inst;
