@@ -27,7 +27,7 @@ test('a Move has the API server store the frozen pod snapshot from its node, and
     ['patchCheckpointStatus', 'captureCheckpointData', 'replacePod', 'patchCheckpointStatus'],
   );
   assert.deepEqual(fake.writes[0]!.args[2], { status: { phase: 'Saving', nodeName: 'a', targetNode: 'b' } });
-  assert.deepEqual(fake.writes[1]!.args, ['default', 'm1', 'a', 'app', 'frozen', 10_000]);
+  assert.deepEqual(fake.writes[1]!.args, ['default', 'm1', 'a', 'app', 'frozen', 10_000, 'b'], 'the target too: the API server sends the bytes on to it');
   const replacement = fake.writes[2]!.args[2] as V1Pod;
   assert.equal(replacement.metadata?.uid, 'old-uid', 'the current uid is the precondition');
   assert.equal(replacement.spec?.nodeName, 'b');
