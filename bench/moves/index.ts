@@ -75,8 +75,7 @@ async function watchCheckpoint(name: string): Promise<Checkpoint> {
   try {
     for await (const piece of r.body) {
       rest_ += (piece as Buffer).toString();
-      let nl: number;
-      while ((nl = rest_.indexOf('\n')) >= 0) {
+      for (let nl = rest_.indexOf('\n'); nl >= 0; nl = rest_.indexOf('\n')) {
         const line = rest_.slice(0, nl);
         rest_ = rest_.slice(nl + 1);
         if (!line.trim()) continue;

@@ -346,7 +346,7 @@ export class ContainerRunner {
           topics: config.topics,
           fsDir: join(this.#ctx.podDir, 'fs', this.spec.name),
           onChannelSend: (topic, payload) => this.#ctx.onChannelSend(ns, topic, payload),
-          ...(restoreFrom ? { restoreFrom } : {}),
+          ...(restoreFrom ? { restoreFrom, restoreTransfer: this.#restoreData === 'pushed' } : {}),
         });
         if (signal.aborted) {
           this.#release();

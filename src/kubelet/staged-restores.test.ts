@@ -49,7 +49,7 @@ async function push(staged: StagedRestores, bytes: Buffer, sha: string, opts: { 
 
 test('a whole push is staged and taken once, its pieces the bytes sent', { timeout: 10_000 }, async () => {
   const staged = new StagedRestores();
-  const { bytes, sha } = withTrailer(300_000);
+  const { bytes, sha } = withTrailer((5 << 19) + 1000);
   const s = await push(staged, bytes, sha);
   assert.ok(!(s instanceof EndpointError));
   assert.equal(await s.whole, true);
@@ -57,6 +57,9 @@ test('a whole push is staged and taken once, its pieces the bytes sent', { timeo
   const taken = await staged.take('default', 'p', 'c', 'm1');
   assert.ok(taken);
   assert.ok(Buffer.concat(taken.pieces).equals(bytes));
+  // Gathered into 1 MiB chunks that own their buffers (a restore transfers them without a copy).
+  assert.deepEqual(taken.pieces.map((p) => p.byteLength), [1 << 20, 1 << 20, bytes.length - (2 << 20)]);
+  assert.ok(taken.pieces.every((p) => p.byteOffset === 0 && p.byteLength === p.buffer.byteLength));
   assert.equal(taken.sha256, sha);
   assert.equal(staged.stagedBytes, 0);
   assert.equal(await staged.take('default', 'p', 'c', 'm1'), undefined, 'taken once');

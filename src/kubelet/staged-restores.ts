@@ -21,6 +21,8 @@ import { EndpointError } from './http/status.ts';
 export const MAX_STAGED_BYTES = 64 * 1024 * 1024;
 /** How long a staged snapshot is kept unused: 60 s, the move timeout. */
 export const STAGED_TTL_MS = 60_000;
+/** Bytes of one staged chunk: 1 MiB, a restore's message to the pod's thread. */
+export const STAGED_CHUNK_BYTES = 1 << 20;
 /** How long a restore waits for a staged snapshot still arriving before it fetches the data instead: 10 s. */
 export const STAGED_WAIT_MS = 10_000;
 
@@ -29,8 +31,12 @@ export interface StagedSnapshot {
   /** The snapshot's SHA-256 (hex) as its sender named it; checked against its trailer once whole. */
   readonly sha256: string;
   readonly byteLength: number;
-  /** The pieces, in order (the request body's own buffers, never changed). */
-  readonly pieces: Buffer[];
+  /**
+   * The bytes in order, gathered while they arrive into chunks of {@link STAGED_CHUNK_BYTES}, each
+   * spanning its own buffer (the last one may be shorter), so that a restore can transfer them to the
+   * pod's thread without copying them again.
+   */
+  readonly pieces: Uint8Array[];
   /** True once every byte came and the trailer is {@link sha256}; false when the push broke or disagreed. */
   readonly whole: Promise<boolean>;
 }
@@ -64,7 +70,7 @@ export class StagedRestores {
     if (this.#bytes + length > MAX_STAGED_BYTES) {
       throw new EndpointError(413, 'RequestEntityTooLarge', `staging ${length} bytes would pass the node's ${MAX_STAGED_BYTES} bytes of staged snapshots`);
     }
-    const pieces: Buffer[] = [];
+    const pieces: Uint8Array[] = [];
     let settle!: (ok: boolean) => void;
     const whole = new Promise<boolean>((r) => { settle = r; });
     const staged: StagedSnapshot = { sha256, byteLength: length, pieces, whole };
@@ -73,12 +79,28 @@ export class StagedRestores {
     this.#entries.set(key, { staged, timer });
     this.#bytes += length;
     let got = 0;
+    let chunk: Uint8Array | undefined;
+    let filled = 0;
     try {
       for await (const c of req) {
         const b = c as Buffer;
+        if (got + b.length > length) {
+          got += b.length;
+          break;
+        }
+        for (let at = 0; at < b.length;) {
+          chunk ??= new Uint8Array(Math.min(STAGED_CHUNK_BYTES, length - got - at + filled));
+          const n = Math.min(chunk.length - filled, b.length - at);
+          chunk.set(b.subarray(at, at + n), filled);
+          filled += n;
+          at += n;
+          if (filled === chunk.length) {
+            pieces.push(chunk);
+            chunk = undefined;
+            filled = 0;
+          }
+        }
         got += b.length;
-        if (got > length) break;
-        pieces.push(b);
       }
     } catch {
       // The push broke (the API server went, or gave up on it): not whole.
@@ -125,8 +147,8 @@ export class StagedRestores {
 }
 
 /** The last 32 bytes of the pieces (a K32S snapshot's trailer), hex. */
-function trailerHex(pieces: Buffer[]): string {
-  const tail: Buffer[] = [];
+function trailerHex(pieces: Uint8Array[]): string {
+  const tail: Uint8Array[] = [];
   let need = 32;
   for (let i = pieces.length - 1; i >= 0 && need > 0; i--) {
     const p = pieces[i]!;
