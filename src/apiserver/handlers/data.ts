@@ -157,7 +157,7 @@ async function readSnapshot(
 ): Promise<{ buf: Buffer; facts: SnapshotFacts }> {
   const buf = Buffer.allocUnsafe(length);
   let off = 0;
-  /** Bytes given to `opts.file` so far. */
+  /** Bytes given to `opts.file` and `opts.push` so far. */
   let written = 0;
   let snap: DecodedSnapshot | undefined;
   let failure: unknown;
@@ -170,11 +170,12 @@ async function readSnapshot(
         if (off + chunk.length > length) throw invalidData(name, `the body is longer than its Content-Length (${length} bytes)`);
         decoder.push(chunk);
         chunk.copy(buf, off);
-        opts.push?.write(buf.subarray(off, off + chunk.length));
         off += chunk.length;
-        // Written to the data dir as it comes, a MiB at a time (the buffer's bytes, which stay as they are).
-        if (opts.file && off - written >= FILE_PIECE_BYTES) {
-          opts.file.write(buf.subarray(written, off), written);
+        // Written to the data dir (and sent on to a move's target) as it comes, a MiB at a time (the
+        // buffer's bytes, which stay as they are): one write a MiB, not one an HTTP piece.
+        if (off - written >= FILE_PIECE_BYTES) {
+          opts.file?.write(buf.subarray(written, off), written);
+          opts.push?.write(buf.subarray(written, off));
           written = off;
         }
       } catch (err: unknown) {
@@ -192,7 +193,10 @@ async function readSnapshot(
     try {
       if (off !== length) throw invalidData(name, `the body ended after ${off} of ${length} bytes`);
       snap = decoder.end();
-      if (opts.file && off > written) opts.file.write(buf.subarray(written, off), written);
+      if (off > written) {
+        opts.file?.write(buf.subarray(written, off), written);
+        opts.push?.write(buf.subarray(written, off));
+      }
     } catch (err: unknown) {
       failure = err;
     }
