@@ -19,6 +19,7 @@ function twoNodes() {
 
 test('a Move has the API server store the frozen pod snapshot from its node, and replaces the pod in one write on the target', { timeout: 5000 }, async () => {
   const { ctx, cache, fake } = twoNodes();
+  ctx.pushSnapshotsToTarget = true;
   cache.checkpoints.set(ckpt('m1', { podName: 'counter', action: 'Move' }));
   const res = await reconcileCheckpoint('default/m1', ctx);
   assert.deepEqual(res, { requeueAfterMs: 60_000 });

@@ -45,6 +45,7 @@ export interface SnapshotFailure {
  * Takes the snapshot of `container` of `pod` on `node` and stores it as `ck`'s data.
  * @param leave `frozen` for a move
  * @param target a move's target node, to which the API server sends the bytes on while it stores them
+ *   (only with the controllers' `pushSnapshotsToTarget`)
  */
 export async function snapshotAndStore(
   ctx: ControllerContext,
