@@ -27,7 +27,7 @@
  *
  * Prints figures and ratios; asserts nothing about time. Run: `node bench/moves/index.ts` (or
  * `npm run bench moves`); `BENCH_MOVES=10 BENCH_SIZES=32k,1m` for a shorter run,
- * `BENCH_LOAD_MOVES=0` without the moves under requests. Needs wat2wasm.
+ * `BENCH_LOAD_MOVES=0` without the moves under requests, `BENCH_PUSH=1` with the controllers' `pushSnapshotsToTarget`. Needs wat2wasm.
  */
 import { execFileSync, spawn } from 'node:child_process';
 import http from 'node:http';
@@ -62,6 +62,35 @@ async function until<T>(what: string | (() => string), fn: () => Promise<T | und
   }
 }
 
+/**
+ * Watches the Checkpoint `name` (default namespace) until it is `Completed`: a watch, not a poll, so that the
+ * bench adds no requests to the API server while the move runs (a poll every 5 ms did, some 100 a move).
+ * @throws Error when it turns `Failed`, or is not `Completed` within 60 s
+ */
+async function watchCheckpoint(name: string): Promise<Checkpoint> {
+  const path = `/apis/kube32.io/v1/namespaces/default/checkpoints?watch=true&fieldSelector=${encodeURIComponent(`metadata.name=${name}`)}&timeoutSeconds=60`;
+  const r = await rest.request({ method: 'GET', path, timeoutMs: 65_000 });
+  let last: Checkpoint | undefined;
+  let rest_ = '';
+  try {
+    for await (const piece of r.body) {
+      rest_ += (piece as Buffer).toString();
+      for (let nl = rest_.indexOf('\n'); nl >= 0; nl = rest_.indexOf('\n')) {
+        const line = rest_.slice(0, nl);
+        rest_ = rest_.slice(nl + 1);
+        if (!line.trim()) continue;
+        const c = (JSON.parse(line) as { object: Checkpoint }).object;
+        last = c;
+        if (c.status?.phase === 'Failed') throw new Error(`move ${name} failed: ${c.status.message}`);
+        if (c.status?.phase === 'Completed') return c;
+      }
+    }
+  } finally {
+    r.body.destroy();
+  }
+  throw new Error(`move ${name} not Completed within 60 s (last seen: ${JSON.stringify(last?.status)})`);
+}
+
 /** Runs `fn`, or throws naming `what` once `ms` have passed (a bench that hangs says where). */
 async function bounded<T>(what: string, ms: number, fn: () => Promise<T>): Promise<T> {
   let timer: NodeJS.Timeout | undefined;
@@ -75,9 +104,32 @@ async function bounded<T>(what: string, ms: number, fn: () => Promise<T>): Promi
   }
 }
 
+/** CPU time (user + system, ms) so far of a process by its pid, from /proc (Linux). */
+function cpuMs(pid: number): number {
+  try {
+    const f = readFileSync(`/proc/${pid}/stat`, 'utf8').split(') ')[1]!.split(' ');
+    return ((Number(f[11]) + Number(f[12])) * 1000) / 100; // utime and stime in ticks of 1/100 s
+  } catch {
+    return 0;
+  }
+}
+/** CPU ms so far of the API server, each worker and this process (the controllers and the bench's own polling). */
+function cpuNow(): Record<string, number> {
+  const out: Record<string, number> = { apiserver: cpuMs(api.proc.pid!) };
+  workers.forEach((w) => {
+    out[w.name] = cpuMs(w.pid);
+  });
+  const u = process.cpuUsage();
+  out['controllers+bench'] = (u.user + u.system) / 1000;
+  return out;
+}
+/** The kube32-sim workers' names and pids. */
+const workers: { name: string; pid: number }[] = [];
+
 /** The order of the timeline's steps. */
 const STEP_ORDER = [
-  'created', 'seen', 'saving', 'freeze-requested', 'source: pod frozen', 'snapshot-answered', 'source: snapshot streamed', 'data-stored',
+  'created', 'seen', 'saving', 'freeze-requested', 'source: pod frozen', 'api: snapshot streaming', 'snapshot-answered', 'source: snapshot streamed',
+  'api: snapshot read', 'api: written to disk', 'api: stored', 'data-stored',
   'replaced', 'target: pod seen', 'moving', 'target: data requested', 'target: data answered', 'target: instance restored', 'target: status Running written', 'running-seen', 'completed',
 ];
 
@@ -111,7 +163,7 @@ function timeline(windows: number[], all: Mark[]): [string, number][] {
 }
 
 const tmp = mkdtempSync(join(tmpdir(), 'k32-bench-moves-'));
-const api = await startApiServer(undefined, { args: ['--checkpoint-data-bytes', '96Mi'] });
+const api = await startApiServer(undefined, { args: ['--checkpoint-data-bytes', '96Mi'], env: { LOG_LEVEL: 'debug' } });
 const children: ReturnType<typeof spawn>[] = [];
 /** A step of a move as some process logged it: its time (ms since the epoch) and where. */
 interface Mark {
@@ -121,6 +173,8 @@ interface Mark {
   worker?: string;
 }
 const marks: Mark[] = [];
+/** Restores of the target kubelets: from the copy the API server pushed while it stored the data, or fetched after. */
+const restores = { staged: 0, fetched: 0 };
 /** The kubelets' log lines that mark a step of a move, by message, with the name the timeline gives them. */
 const KUBELET_STEPS: Record<string, string> = {
   'checkpoint: pod frozen': 'pod frozen',
@@ -131,6 +185,24 @@ const KUBELET_STEPS: Record<string, string> = {
   'container restored': 'instance restored',
   'pod status written': 'status Running written',
 };
+/** The API server's log lines that mark a step of a move (its debug lines), with the name the timeline gives them. */
+const API_STEPS: Record<string, string> = {
+  'checkpoint data: snapshot streaming from the node': 'api: snapshot streaming',
+  'checkpoint data: snapshot read': 'api: snapshot read',
+  'checkpoint data: written to disk': 'api: written to disk',
+  'checkpoint data: stored': 'api: stored',
+};
+/** Reads the API server's step marks from its log so far. */
+function readApiMarks(): void {
+  for (const line of api.logs().split('\n')) {
+    if (!line.startsWith('{') || !line.includes('checkpoint data')) continue;
+    try {
+      const o = JSON.parse(line) as Record<string, unknown>;
+      const step = typeof o.msg === 'string' ? API_STEPS[o.msg] : undefined;
+      if (step) marks.push({ time: Number(o.time), step });
+    } catch {}
+  }
+}
 /** Keeps a JSON log line's step, if it marks one; passes warnings and errors on to standard error. */
 function readLogLine(line: string, worker?: string): void {
   if (!line.startsWith('{')) return;
@@ -142,11 +214,14 @@ function readLogLine(line: string, worker?: string): void {
   }
   if (o.msg === MOVE_STEP_MESSAGE) marks.push({ time: Number(o.time), step: String(o.step) });
   else if (worker && typeof o.msg === 'string' && KUBELET_STEPS[o.msg]) {
+    if (o.msg === 'restore: data answered') restores[o.staged === true ? 'staged' : 'fetched']++;
     if (o.msg !== 'pod status written' || o.phase === 'Running') marks.push({ time: Number(o.time), step: KUBELET_STEPS[o.msg]!, worker });
   } else if (Number(o.level) >= 40) process.stderr.write(`${line}\n`);
 }
 const log = pino({ level: 'debug' }, { write: (s: string) => readLogLine(s.trimEnd()) });
-const controllers = await startControllers({ kubeConfig: api.kubeConfig, log });
+/** BENCH_PUSH=1: the API server sends each move's snapshot on to the target while it stores it (pushSnapshotsToTarget). */
+const push = process.env.BENCH_PUSH === '1';
+const controllers = await startControllers({ kubeConfig: api.kubeConfig, log, pushSnapshotsToTarget: push });
 const rest = new RestClient(api.kubeConfig);
 let cleaned = false;
 const cleanup = async () => {
@@ -185,6 +260,7 @@ try {
   const startWorker = async (name: string, address: string) => {
     const proc = spawn(process.execPath, [join(ROOT, 'bin/kube32-sim.js'), '--kubeconfig', api.nodeKubeconfig(name), '--name', name, '--address', address, '--kubelet-port', '0', '--data-dir', join(tmp, name), '--interp-mops', '1000', '--heap', '256Mi'], { stdio: ['ignore', 'pipe', 'pipe'], env: { ...process.env, LOG_LEVEL: 'debug' } });
     children.push(proc);
+    workers.push({ name, pid: proc.pid! });
     createInterface({ input: proc.stderr! }).on('line', (line) => readLogLine(line, name));
     let out = '';
     proc.stdout!.on('data', (d: Buffer) => {
@@ -278,10 +354,10 @@ try {
     del.body.resume();
   }
 
-  console.log(`freeze to Running of a move between two kube32-sim workers (${MOVES} moves each), and the bare snapshot + restore in one process`);
+  console.log(`freeze to Running of a move between two kube32-sim workers (${MOVES} moves each), and the bare snapshot + restore in one process${push ? "; the snapshot pushed to the target while it is stored (BENCH_PUSH=1)" : ""}`);
   console.log('pod      snapshot bytes   p50 ms   p99 ms   bare p50 ms   p50/bare   create->Completed p50 ms');
   let port = 19000;
-  const timelines: { label: string; steps: [string, number][] }[] = [];
+  const timelines: { label: string; steps: [string, number][]; note: string }[] = [];
   for (const s of sizes) {
     const podName = `${s.module}-pod`;
     const pod: V1Pod = {
@@ -293,6 +369,7 @@ try {
     await rest.json({ method: 'POST', path: '/api/v1/namespaces/default/pods', body: pod });
     await until(`${podName} Running`, async () => (await rest.json<V1Pod>({ method: 'GET', path: `/api/v1/namespaces/default/pods/${podName}` })).status?.phase === 'Running');
     const windows: number[] = [];
+    const cpuBefore = cpuNow();
     marks.length = 0;
     const reported: number[] = [];
     const observed: number[] = [];
@@ -303,13 +380,7 @@ try {
       marks.push({ time: Date.now(), step: 'created' });
       const t0 = performance.now();
       await rest.json({ method: 'POST', path: '/apis/kube32.io/v1/namespaces/default/checkpoints', body: { apiVersion: 'kube32.io/v1', kind: 'Checkpoint', metadata: { name }, spec: { podName, action: 'Move' } } });
-      let last: Checkpoint | undefined;
-      const ck = await until(() => `move ${name} (last seen: ${JSON.stringify(last?.status)})`, async () => {
-        const c = await rest.json<Checkpoint>({ method: 'GET', path: `/apis/kube32.io/v1/namespaces/default/checkpoints/${name}` });
-        last = c;
-        if (c.status?.phase === 'Failed') throw new Error(`move ${name} failed: ${c.status.message}`);
-        return c.status?.phase === 'Completed' ? c : undefined;
-      });
+      const ck = await watchCheckpoint(name);
       observed.push(performance.now() - t0);
       const m = /moved in (\d+) ms/.exec(ck.status?.message ?? '');
       if (m) reported.push(Number(m[1]));
@@ -323,6 +394,8 @@ try {
         return p.status?.phase === 'Running' && !p.metadata?.annotations?.['kube32.io/restore-from'];
       });
     }
+    const cpuAfter = cpuNow();
+    const cpu = Object.keys(cpuAfter).map((k) => `${k} ${((cpuAfter[k]! - (cpuBefore[k] ?? 0)) / MOVES).toFixed(0)}`).join(', ');
     // The bare cost: freeze, snapshot, restore into a new instance until it runs, in this process.
     const mod = await loadModule(new Uint8Array(s.bytes), { memoryLimitBytes: s.limit });
     const bare: number[] = [];
@@ -345,10 +418,15 @@ try {
     );
     const del = await rest.request({ method: 'DELETE', path: `/api/v1/namespaces/default/pods/${podName}?gracePeriodSeconds=0` });
     del.body.resume();
-    timelines.push({ label: s.label, steps: timeline(windows, marks) });
+    const note = `CPU ms a move: ${cpu}; ${restores.staged} restores from the copy pushed to the target while it was stored, ${restores.fetched} fetched after`;
+    restores.staged = 0;
+    restores.fetched = 0;
+    readApiMarks();
+    marks.sort((a, b) => a.time - b.time);
+    timelines.push({ label: s.label, steps: timeline(windows, marks), note });
   }
   for (const t of timelines) {
-    console.log(`\ntimeline of a move, ${t.label}: p50 over the moves, ms from the freeze request (step: at, since the step before)`);
+    console.log(`\ntimeline of a move, ${t.label}: p50 over the moves, ms from the freeze request (step: at, since the step before); ${t.note}`);
     let prev: number | undefined;
     for (const [step, at] of t.steps) {
       console.log(`  ${step.padEnd(28)}${at.toFixed(0).padStart(7)}${prev === undefined ? '' : `   +${(at - prev).toFixed(0)}`}`);

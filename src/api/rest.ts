@@ -32,6 +32,8 @@ export interface RestRequest {
   timeoutMs?: number;
   /** Cancels the request (and the reading of its answer). */
   signal?: AbortSignal;
+  /** Headers of this request (`If-None-Match` ...), added to the kubeconfig's. */
+  headers?: Record<string, string>;
 }
 
 /** An answer whose body is still a stream. */
@@ -133,6 +135,7 @@ export class RestClient {
     const headers: Record<string, string | number> = { Accept: 'application/json' };
     if (this.#userAgent) headers['User-Agent'] = this.#userAgent;
     for (const [k, v] of Object.entries(base.headers ?? {})) if (v !== undefined) headers[k] = String(v);
+    for (const [k, v] of Object.entries(req.headers ?? {})) headers[k] = v;
     let payload: Buffer | undefined;
     let stream: Readable | undefined;
     if (isStream(req.body)) {

@@ -65,6 +65,14 @@ export interface StartControllersOptions {
   timings?: Partial<ControllerTimings>;
   /** Controllers not to run (another scheduler runs, say). */
   disable?: readonly ControllerName[];
+  /**
+   * Have the API server send a move's snapshot on to the target's kubelet while it stores it (`&target=` of
+   * the capture, docs/checkpoints.md "Figures"): the target then holds the bytes when the replacement is
+   * bound to it. Off by default: on the 2-core build machine under other work it shortened the steps after
+   * the store but slowed the stream into the API server as much or more (bench/moves, `BENCH_PUSH=1`).
+   * @default false
+   */
+  pushSnapshotsToTarget?: boolean;
   /** The clock. @default realClock */
   clock?: TimerClock;
   /** The logger. @default pino, component `controllers` */
@@ -107,7 +115,7 @@ export async function startControllers(options: StartControllersOptions): Promis
   const log = options.log ?? createLogger('controllers');
   const api = new KubeClusterApi(options.kubeConfig);
   const informers = new Informers(options.kubeConfig, api.rest, log);
-  const ctx: ControllerContext = { api, cache: informers.caches, clock, log, timings, state: newSharedState(clock) };
+  const ctx: ControllerContext = { api, cache: informers.caches, clock, log, timings, state: newSharedState(clock), pushSnapshotsToTarget: options.pushSnapshotsToTarget === true };
   let elector: LeaderElector | undefined;
   if (options.leaderElection) {
     const given = typeof options.leaderElection === 'object' ? options.leaderElection : {};

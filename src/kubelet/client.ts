@@ -19,6 +19,8 @@ export interface RequestOptions {
   query?: Record<string, string | number | boolean | undefined>;
   /** Cancels the request (and its body stream). */
   signal?: AbortSignal;
+  /** Headers of this request (`If-None-Match` ...). */
+  headers?: Record<string, string>;
 }
 
 /**

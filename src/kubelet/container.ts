@@ -21,6 +21,7 @@ import { type ControlPlane, errorMessage } from './client.ts';
 import { ImagePullError, type LoadedModules, resolveImageDigest } from './modules.ts';
 import { ContainerConfigError, resolveContainerConfig, memoryLimitBytes } from './pod-spec.ts';
 import type { ContainerPhase, ContainerView } from './pod-status.ts';
+import type { StagedRestores } from './staged-restores.ts';
 
 /** The first back-off after a crash that follows a restart: 10 s (the kubelet's). */
 export const BACKOFF_INITIAL_MS = 10_000;
@@ -57,6 +58,8 @@ export interface RunnerContext {
   onChannelSend(namespace: string, topic: string, payload: Uint8Array): void;
   /** Records an event about this container (see `events.ts`). */
   record(type: 'Normal' | 'Warning', reason: string, message: string): void;
+  /** The node's staged snapshots (staged-restores.ts); none: every restore fetches its data. */
+  staged?: StagedRestores | undefined;
 }
 
 /**
@@ -85,6 +88,8 @@ export class ContainerRunner {
   readonly #ctx: RunnerContext;
   #pod: V1Pod;
   readonly #restoreFrom: string | undefined;
+  /** Where the last restore's data came from: the copy pushed here while it was stored, or fetched. */
+  #restoreData: 'pushed' | 'fetched' = 'fetched';
   readonly #stop = new AbortController();
   /** The running instance, if any. */
   instance: PodInstance | undefined;
@@ -266,10 +271,22 @@ export class ContainerRunner {
     const ns = this.#pod.metadata?.namespace ?? 'default';
     const path = `/apis/kube32.io/v1/namespaces/${ns}/checkpoints/${encodeURIComponent(name)}/data`;
     await pauseAt('kubelet-restore'); // test-only (src/lib/test-pause.ts)
-    this.#ctx.log.debug({ container: this.spec.name, checkpoint: name }, 'restore: requesting the data');
-    const res = await this.#ctx.cp.request('GET', path, { signal: AbortSignal.any([this.#stop.signal, signal]) }).catch((err: unknown) => {
+    // A copy the API server pushed here while it stored the data (staged-restores.ts) is used only if the
+    // control plane answers that its data is those bytes (304 to If-None-Match with their SHA-256).
+    const staged = await this.#ctx.staged?.take(ns, this.#pod.metadata?.name ?? '', this.spec.name, name);
+    this.#ctx.log.debug({ container: this.spec.name, checkpoint: name, staged: staged !== undefined }, 'restore: requesting the data');
+    const headers: Record<string, string> = staged ? { 'if-none-match': `"${staged.sha256}"` } : {};
+    const res = await this.#ctx.cp.request('GET', path, { signal: AbortSignal.any([this.#stop.signal, signal]), headers }).catch((err: unknown) => {
       throw new PodStartError('Error', `cannot fetch the snapshot of Checkpoint ${name}: ${errorMessage(err)}`);
     });
+    if (res.status === 304 && staged) {
+      res.body?.resume();
+      this.#restoreData = 'pushed';
+      this.#ctx.log.debug({ container: this.spec.name, checkpoint: name, bytes: staged.byteLength, staged: true }, 'restore: data answered');
+      return (async function* () {
+        yield* staged.pieces;
+      })();
+    }
     if (res.status !== 200 || !res.body) {
       const text = await readText(res.body).catch(() => '');
       let detail = text.slice(0, 200);
@@ -280,6 +297,7 @@ export class ContainerRunner {
       if (res.status === 429 || res.status >= 500) throw new PodStartError('Error', `cannot fetch the snapshot: ${why}`);
       throw new PodStartError('RestoreError', `cannot restore the snapshot: ${why}`);
     }
+    this.#restoreData = 'fetched';
     this.#ctx.log.debug({ container: this.spec.name, checkpoint: name, bytes: Number(res.headers['content-length']) }, 'restore: data answered');
     // The runtime gathers the body's 16 KiB pieces into 1 MiB messages to the pod's thread.
     return res.body as AsyncIterable<Uint8Array>;
@@ -328,7 +346,7 @@ export class ContainerRunner {
           topics: config.topics,
           fsDir: join(this.#ctx.podDir, 'fs', this.spec.name),
           onChannelSend: (topic, payload) => this.#ctx.onChannelSend(ns, topic, payload),
-          ...(restoreFrom ? { restoreFrom } : {}),
+          ...(restoreFrom ? { restoreFrom, restoreTransfer: this.#restoreData === 'pushed' } : {}),
         });
         if (signal.aborted) {
           this.#release();
@@ -336,7 +354,7 @@ export class ContainerRunner {
           return;
         }
         startedAt = Date.now();
-        if (restore) this.#ctx.log.info({ container: this.spec.name, checkpoint: restore }, 'container restored');
+        if (restore) this.#ctx.log.info({ container: this.spec.name, checkpoint: restore, data: this.#restoreData }, 'container restored');
         this.previous = this.current;
         this.current = inst;
         this.instance = inst;

@@ -16,6 +16,7 @@ import type { LoadedModules } from './modules.ts';
 import type { PodPorts, PortHolder } from './pod-ports.ts';
 import { buildPodStatus } from './pod-status.ts';
 import { RESTORE_FROM_ANNOTATION, podTopics } from './pod-spec.ts';
+import type { StagedRestores } from './staged-restores.ts';
 
 /** What a pod worker needs from its node. */
 export interface PodWorkerContext {
@@ -30,6 +31,8 @@ export interface PodWorkerContext {
   /** Called when the memory the pod holds may have changed (start, end). */
   onResourcesChanged(): void;
   events: EventRecorder;
+  /** The node's staged snapshots (a restore uses one the control plane confirms). */
+  staged?: StagedRestores;
 }
 
 /** The pod's `namespace/name`. */
@@ -67,7 +70,7 @@ export class PodWorker {
     const restoreFrom = pod.metadata?.annotations?.[RESTORE_FROM_ANNOTATION] || undefined;
     this.runners = (pod.spec?.containers ?? []).map(
       (c) => new ContainerRunner(pod, c, restoreFrom, {
-        cp: ctx.cp, modules: ctx.modules, address: ctx.address, podDir: this.dir, log: this.#log,
+        cp: ctx.cp, modules: ctx.modules, address: ctx.address, podDir: this.dir, log: this.#log, staged: ctx.staged,
         onChange: () => {
           this.requestStatus();
           ctx.ports.kick(this.uid);

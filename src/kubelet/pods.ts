@@ -13,6 +13,7 @@ import type { EventRecorder } from './events.ts';
 import type { LoadedModules } from './modules.ts';
 import type { PodPorts } from './pod-ports.ts';
 import { PodWorker, podKey } from './pod-worker.ts';
+import { StagedRestores } from './staged-restores.ts';
 
 /** What the pod manager needs from its node. */
 export interface PodManagerOptions {
@@ -44,6 +45,8 @@ export class PodManager {
    * or thaw them, so that nothing runs a fenced pod before the control plane has been heard again.
    */
   fenced = false;
+  /** Moves' snapshots pushed here ahead of their replacements (staged-restores.ts). */
+  readonly staged = new StagedRestores();
 
   constructor(opts: PodManagerOptions) {
     this.#o = opts;
@@ -108,6 +111,7 @@ export class PodManager {
     this.#stopped = true;
     await this.#informer?.stop();
     await Promise.all([...this.#workers.values()].map((w) => w.stop()));
+    this.staged.clear();
     this.#workers.clear();
   }
 
@@ -131,6 +135,7 @@ export class PodManager {
     const w = new PodWorker(pod, {
       cp: this.#o.cp, modules: this.#o.modules, address: this.#o.address, dataDir: this.#o.dataDir,
       log: this.#o.log, ports: this.#o.ports, onChannelSend: this.#o.onChannelSend, onResourcesChanged: this.#o.onResourcesChanged, events: this.#o.events,
+      staged: this.staged,
     });
     this.#workers.set(uid, w);
     this.#o.log.info({ pod: podKey(pod), uid }, 'pod bound to the node: starting it');

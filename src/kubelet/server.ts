@@ -6,6 +6,7 @@
  * |---|---|
  * | `POST /checkpoint/<ns>/<pod>/<container>?leave=running\|frozen&timeoutMs=<ms>` | the pod's K32S snapshot: 200, 404, 409 `NotMovable`, 504 `Timeout` |
  * | `POST /thaw/<ns>/<pod>/<container>` | 200 `{"thawed":true}`, or 404 when the pod is not frozen |
+ * | `POST /restore-data/<ns>/<pod>/<container>/<checkpoint>` | a move's snapshot pushed ahead of its replacement (staged-restores.ts): 200 `{"staged":true\|false}`, 413 |
  * | `GET /containerLogs/<ns>/<pod>/<container>?follow=&tailLines=&sinceSeconds=&sinceTime=&timestamps=&previous=&limitBytes=` | `kubectl logs` |
  * | `POST /publish/<ns>/<topic>` | a channel message from another node, for this node's subscribed pods |
  * | `GET /stats/summary` | the Summary API's document of the node and its pods (stats.ts) |
@@ -99,6 +100,19 @@ function routes(opts: KubeletServerOptions, rates: UsageRates): Route[] {
           unlessFenced(opts.pods());
           return serveThaw(res, findContainer(opts.pods(), c.ns, c.pod, c.container), c);
         });
+      },
+    },
+    {
+      path: new RegExp(`^/restore-data/${SEGMENT}/${SEGMENT}/${SEGMENT}/${SEGMENT}$`),
+      method: 'POST',
+      serve: async (req, res, _url, at) => {
+        const pods = opts.pods();
+        unlessFenced(pods);
+        if (!pods) throw new EndpointError(503, 'ServiceUnavailable', 'the node is not ready for pods yet');
+        const len = req.headers['content-length'];
+        const staged = await pods.staged.receive(req, { ns: at[0]!, pod: at[1]!, container: at[2]!, checkpoint: at[3]! }, len === undefined ? Number.NaN : Number(len), String(req.headers['x-kube32-snapshot-sha256'] ?? ''));
+        const body = JSON.stringify({ staged: await staged.whole });
+        res.writeHead(200, { 'content-type': 'application/json', 'content-length': Buffer.byteLength(body) }).end(body);
       },
     },
     {

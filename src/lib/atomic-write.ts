@@ -80,10 +80,18 @@ export function writeFileAtomicSync(path: string, data: Uint8Array | string, mod
 }
 
 /**
+ * Bytes an {@link AtomicFileWriter} writes between two flushes to the disk (`fdatasync`) while its pieces
+ * arrive: 4 MiB. A 16 MiB file flushed once at the end took 20 ms more there than one flushed as it went
+ * (issue 26: the commit is on a move's path, the pieces' writes are not).
+ */
+export const SYNC_EVERY_BYTES = 4 * 1024 * 1024;
+
+/**
  * A file written whole or not at all, as {@link writeFileAtomic} writes it, but piece by piece while
  * its bytes arrive (a snapshot streamed from a node: issue 26, the disk write overlaps the network,
  * and only the fsync is left once the last byte is in). Pieces are written in the order given, at
- * the positions given; {@link commit} waits for them, fsyncs, renames and fsyncs the directory.
+ * the positions given, flushed to the disk every {@link SYNC_EVERY_BYTES}; {@link commit} waits for them,
+ * fsyncs, renames and fsyncs the directory.
  * Nothing is visible at `path` before the commit; {@link abort} removes the temporary file.
  */
 export class AtomicFileWriter {
@@ -93,6 +101,8 @@ export class AtomicFileWriter {
   /** The writes so far, in order; the first failure is kept and reported by commit. */
   #chain: Promise<void>;
   #done = false;
+  /** Bytes queued since the last flush to the disk. */
+  #unsynced = 0;
 
   /**
    * Opens the temporary file beside `path` (at once, without waiting: the writes queue behind it).
@@ -114,12 +124,17 @@ export class AtomicFileWriter {
    */
   write(bytes: Uint8Array, position: number): void {
     if (this.#done) return;
+    this.#unsynced += bytes.length;
+    // Flushed to the disk as it goes (every SYNC_EVERY_BYTES), so that commit's fsync has little left.
+    const sync = this.#unsynced >= SYNC_EVERY_BYTES;
+    if (sync) this.#unsynced = 0;
     this.#chain = this.#chain.then(async () => {
       const fh = await this.#opened;
       for (let at = 0; at < bytes.length;) {
         const { bytesWritten } = await fh.write(bytes, at, bytes.length - at, position + at);
         at += bytesWritten;
       }
+      if (sync) await fh.datasync();
     });
     this.#chain.catch(() => {});
   }

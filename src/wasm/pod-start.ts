@@ -171,7 +171,7 @@ export class StartSequence {
 
   /**
    * Streams the snapshot in as it comes. The source's bytes are copied (the source keeps its
-   * buffers) into messages of {@link RESTORE_CHUNK_BYTES} (an HTTP body comes in pieces of 16 to
+   * buffers; with `restoreTransfer`, a chunk of 1 MiB or more that owns its buffer goes as it is) into messages of {@link RESTORE_CHUNK_BYTES} (an HTTP body comes in pieces of 16 to
    * 64 KiB: the thread is woken once a MiB, not once a piece), each transferred. The first waits
    * for the thread to read it (the header is checked: a refused snapshot's source is not read on);
    * then up to {@link RESTORE_AHEAD} go ahead of what the thread has read, which it tells every
@@ -192,9 +192,15 @@ export class StartSequence {
       sent++;
       return true;
     };
+    const transfer = this.#opts.restoreTransfer === true;
     try {
       for await (const chunk of source) {
         if (over()) return;
+        if (transfer && filled === 0 && chunk.byteLength >= RESTORE_CHUNK_BYTES && chunk.byteOffset === 0 && chunk.byteLength === chunk.buffer.byteLength && chunk.buffer instanceof ArrayBuffer) {
+          // The caller's own buffer (restoreTransfer): sent as it is, no copy.
+          if (!(await send(chunk))) return;
+          continue;
+        }
         for (let at = 0; at < chunk.length;) {
           gather ??= new Uint8Array(RESTORE_CHUNK_BYTES);
           const n = Math.min(RESTORE_CHUNK_BYTES - filled, chunk.length - at);

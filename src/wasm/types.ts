@@ -188,6 +188,13 @@ export interface PodStartOptions {
   /** A K32S snapshot to restore from instead of a fresh start (seed, "Kubelet endpoints"). */
   restoreFrom?: AsyncIterable<Uint8Array>;
   /**
+   * The chunks of {@link restoreFrom} are given up by the caller: one of at least 1 MiB that spans its whole
+   * `ArrayBuffer` is transferred to the pod's thread as it is instead of copied (its buffer is detached
+   * afterwards). The kubelet gathers a snapshot pushed to it into such chunks while it arrives (issue 26),
+   * so that the restore copies nothing more. Default false: every chunk is copied.
+   */
+  restoreTransfer?: boolean;
+  /**
    * A call that runs longer than this is reported (a log line and the `overdue` event); the pod keeps running
    * on a thread of its own. On a shared thread (dense pods, {@link configurePodThreads}) the time counts from
    * when the pod's own code began to run, and a call past it ends the pod (reason `Error`) and stops the

@@ -415,6 +415,46 @@ test('kube32-sim runs, serves, checkpoints and restores pods, and drains itself'
     assert.equal((await c.kubectl(['delete', 'pod', 'late', '--wait=true', '--timeout=20s'])).code, 0);
   });
 
+  await t.test('a snapshot taken with target= goes on to the target, whose restore uses that copy once the data GET answers 304 to it', async () => {
+    // Issue 26, "Faster moves": a move by hand, as the checkpoint controller makes it.
+    const p1 = await freePort('127.0.0.2');
+    await c.admin.json('POST', '/api/v1/namespaces/default/pods', { body: fixturePod('pushed', 'w1', p1) });
+    await runningPod(c, 'pushed');
+    await counter('127.0.0.2', p1);
+    assert.equal((await counter('127.0.0.2', p1)).count, 2);
+    await c.admin.json('POST', '/apis/kube32.io/v1/namespaces/default/checkpoints', {
+      body: { apiVersion: 'kube32.io/v1', kind: 'Checkpoint', metadata: { name: 'pushed-move' }, spec: { podName: 'pushed', action: 'Move' } },
+    });
+    const data = '/apis/kube32.io/v1/namespaces/default/checkpoints/pushed-move/data';
+    const taken = await c.admin.request('POST', `${data}?node=w1&container=c&leave=frozen&target=w2`);
+    const takenBody = (await readBytes(taken.body)).toString();
+    assert.equal(taken.status, 200, takenBody);
+    const st = (JSON.parse(takenBody) as { status: { snapshotSha256: string; sizeBytes: number } }).status;
+    // The data answers its trailer as its ETag; a GET naming it gets 304 and no bytes, another name the bytes.
+    const whole = await c.admin.request('GET', data);
+    assert.equal((await readBytes(whole.body)).length, st.sizeBytes);
+    assert.equal(whole.headers.etag, `"${st.snapshotSha256}"`);
+    const same = await c.admin.request('GET', data, { headers: { 'if-none-match': `"${st.snapshotSha256}"` } });
+    assert.equal(same.status, 304);
+    assert.equal((await readBytes(same.body)).length, 0);
+    const other = await c.admin.request('GET', data, { headers: { 'if-none-match': `"${'0'.repeat(64)}"` } });
+    assert.equal(other.status, 200);
+    assert.equal((await readBytes(other.body)).length, st.sizeBytes);
+    // The replacement: the same name on w2, restoring from the Checkpoint.
+    await c.admin.json('DELETE', '/api/v1/namespaces/default/pods/pushed?gracePeriodSeconds=0');
+    await c.until('pod pushed gone', async () => (await c.getPod('pushed')) === undefined);
+    const p2 = await freePort('127.0.0.3');
+    await c.admin.json('POST', '/api/v1/namespaces/default/pods', { body: fixturePod('pushed', 'w2', p2, { annotations: { 'kube32.io/restore-from': 'pushed-move' } }) });
+    await runningPod(c, 'pushed');
+    const s = await counter('127.0.0.3', p2);
+    assert.equal(s.count, 3, 'the count carries over');
+    assert.equal(s.restored, 1);
+    const restored = w2.stderr().split('\n').filter((l) => l.includes('"container restored"')).map((l) => JSON.parse(l) as { checkpoint?: string; data?: string });
+    assert.deepEqual(restored.filter((l) => l.checkpoint === 'pushed-move').map((l) => l.data), ['pushed'], 'restored from the copy pushed to w2');
+    await c.admin.json('DELETE', '/api/v1/namespaces/default/pods/pushed?gracePeriodSeconds=0');
+    await c.until('pod pushed gone', async () => (await c.getPod('pushed')) === undefined);
+  });
+
   await t.test('MemoryPressure when the free heap is below 24 KiB', async () => {
     await c.admin.json('POST', '/api/v1/namespaces/default/pods', { body: fixturePod('big', 'w2', await freePort('127.0.0.3'), { memory: '950Ki' }) });
     await c.until('w2 MemoryPressure', async () => {

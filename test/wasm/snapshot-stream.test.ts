@@ -126,6 +126,23 @@ test('a restore takes pieces of any size, leaves the caller\'s buffers as they w
   }
   assert.ok(Buffer.from(bytes).equals(kept), 'the source\'s buffers are not changed or taken');
 
+  // restoreTransfer: chunks of 1 MiB that own their buffers go to the thread as they are (detached here),
+  // shorter ones and views are copied; the pod restores the same.
+  const given: Uint8Array[] = [];
+  for (let at = 0; at < bytes.length; at += 1 << 20) given.push(Uint8Array.from(bytes.subarray(at, at + (1 << 20))));
+  const view = new Uint8Array(new ArrayBuffer(given[0]!.length + 8), 8);
+  view.set(given[0]!);
+  given[0] = view; // a view into a larger buffer: copied, not taken
+  const moved = await startPod(mod, { podName: 'r', restoreFrom: (async function* () { yield* given; })(), restoreTransfer: true });
+  t.after(() => moved.terminate());
+  await moved.freeze();
+  const back = await decode(await snapshotBytes(moved));
+  assert.ok(Buffer.from(back.memory!).equals(Buffer.from(original.memory!)), 'restoreTransfer: the memory restored is the snapshot\'s');
+  assert.equal(given[0]!.byteLength, 1 << 20, 'a view is copied, its buffer kept');
+  assert.equal(given[1]!.byteLength, 0, 'a whole 1 MiB chunk is transferred');
+  assert.ok(given[given.length - 1]!.byteLength > 0 && given[given.length - 1]!.byteLength < 1 << 20, 'the short last chunk is copied');
+  await moved.terminate();
+
   // One damaged byte in the middle of the memory, in pieces: refused before the pod runs (the trailer).
   const bad = Buffer.from(bytes);
   bad[(3 << 19) + 100]! ^= 0x01;

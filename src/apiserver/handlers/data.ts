@@ -18,6 +18,7 @@ import type { AtomicFileWriter } from '../../lib/index.ts';
 import type { RequestScope, ServerContext } from './context.ts';
 import { mediaType, sendJson } from './http.ts';
 import { kubeletAddress } from './proxy.ts';
+import { SnapshotPush } from './data-push.ts';
 
 /**
  * Header of an answer to `POST .../checkpoints/<name>/data` that is the kubelet's own (it sent no snapshot):
@@ -36,6 +37,20 @@ function requireOctetStream(scope: RequestScope): number {
   const len = scope.req.headers['content-length'];
   if (len === undefined || !/^\d+$/.test(len)) throw badRequest('the data must be sent with a Content-Length');
   return Number(len);
+}
+
+/**
+ * Sends a Checkpoint's data with its `ETag` (its K32S trailer, the SHA-256 of the bytes before it), or 304
+ * when the request's `If-None-Match` names it (a kubelet that holds those bytes already: issue 26).
+ */
+function sendData(req: IncomingMessage, res: ServerResponse, bytes: Uint8Array, headers: Record<string, string>): void {
+  const etag = `"${Buffer.from(bytes.subarray(Math.max(0, bytes.length - 32))).toString('hex')}"`;
+  if (req.headers['if-none-match'] === etag) {
+    res.writeHead(304, { ETag: etag, 'Cache-Control': 'no-cache, private', ...headers });
+    res.end();
+    return;
+  }
+  sendBytes(res, bytes, { ...headers, ETag: etag });
 }
 
 function sendBytes(res: ServerResponse, bytes: Uint8Array, headers: Record<string, string> = {}): void {
@@ -65,7 +80,7 @@ export async function serveCheckpointData(scope: RequestScope): Promise<void> {
     if (peers && holders.length > 0) {
       const named = holders.some((h) => h.instance === peers.instance);
       const local = named ? ctx.checkpointData.get(key, ckpt.metadata.uid) : undefined;
-      if (local) return sendBytes(res, local, headers);
+      if (local) return sendData(req, res, local, headers);
       if (!named) ctx.checkpointData.delete(key);
       if (req.headers[HOLDER_INSTANCE_HEADER] !== undefined) throw noData();
       for (const holder of holders.filter((h) => h.instance !== peers.instance)) {
@@ -82,7 +97,7 @@ export async function serveCheckpointData(scope: RequestScope): Promise<void> {
     }
     const bytes = ctx.checkpointData.get(key, ckpt.metadata.uid);
     if (!bytes) throw noData();
-    return sendBytes(res, bytes, headers);
+    return sendData(req, res, bytes, headers);
   }
   if (req.method === 'POST') return captureFromNode(scope);
   if (req.method !== 'PUT') throw new ApiError('MethodNotAllowed', `${req.method} is not supported on checkpoints/data`);
@@ -134,10 +149,15 @@ function invalidData(name: string, message: string): ApiError {
  *   would reset its connection); otherwise stop at once
  * @throws ApiError Invalid (422) naming the cause when the bytes are not a whole K32S snapshot of that length
  */
-async function readSnapshot(body: AsyncIterable<unknown>, length: number, name: string, opts: { drain: boolean; file?: AtomicFileWriter | undefined }): Promise<{ buf: Buffer; facts: SnapshotFacts }> {
+async function readSnapshot(
+  body: AsyncIterable<unknown>,
+  length: number,
+  name: string,
+  opts: { drain: boolean; file?: AtomicFileWriter | undefined; push?: SnapshotPush | undefined },
+): Promise<{ buf: Buffer; facts: SnapshotFacts }> {
   const buf = Buffer.allocUnsafe(length);
   let off = 0;
-  /** Bytes given to `opts.file` so far. */
+  /** Bytes given to `opts.file` and `opts.push` so far. */
   let written = 0;
   let snap: DecodedSnapshot | undefined;
   let failure: unknown;
@@ -151,9 +171,11 @@ async function readSnapshot(body: AsyncIterable<unknown>, length: number, name: 
         decoder.push(chunk);
         chunk.copy(buf, off);
         off += chunk.length;
-        // Written to the data dir as it comes, a MiB at a time (the buffer's bytes, which stay as they are).
-        if (opts.file && off - written >= FILE_PIECE_BYTES) {
-          opts.file.write(buf.subarray(written, off), written);
+        // Written to the data dir (and sent on to a move's target) as it comes, a MiB at a time (the
+        // buffer's bytes, which stay as they are): one write a MiB, not one an HTTP piece.
+        if (off - written >= FILE_PIECE_BYTES) {
+          opts.file?.write(buf.subarray(written, off), written);
+          opts.push?.write(buf.subarray(written, off));
           written = off;
         }
       } catch (err: unknown) {
@@ -163,6 +185,7 @@ async function readSnapshot(body: AsyncIterable<unknown>, length: number, name: 
     }
   } catch (err: unknown) {
     // The body itself failed (the connection broke): nothing is kept.
+    opts.push?.abort();
     await opts.file?.abort();
     throw err;
   }
@@ -170,16 +193,21 @@ async function readSnapshot(body: AsyncIterable<unknown>, length: number, name: 
     try {
       if (off !== length) throw invalidData(name, `the body ended after ${off} of ${length} bytes`);
       snap = decoder.end();
-      if (opts.file && off > written) opts.file.write(buf.subarray(written, off), written);
+      if (off > written) {
+        opts.file?.write(buf.subarray(written, off), written);
+        opts.push?.write(buf.subarray(written, off));
+      }
     } catch (err: unknown) {
       failure = err;
     }
   }
   if (failure || !snap) {
+    opts.push?.abort();
     await opts.file?.abort();
     if (failure instanceof K32SError) throw invalidData(name, failure.message);
     throw failure;
   }
+  opts.push?.end();
   return {
     buf,
     facts: { sizeBytes: length, snapshotSha256: toHex(snap.snapshotSha256), imageSha256: toHex(snap.header.imageSha256), podTimeMs: Number(snap.header.podTimeMs) },
@@ -200,6 +228,7 @@ async function storeSnapshot(scope: RequestScope, ckpt: ReturnType<ServerContext
   const key = `${ns}/${name}`;
   const peers = checkpointDataPeers(ctx);
   const dropped = await ctx.checkpointData.put(key, ckpt.metadata.uid!, buf, file);
+  ctx.log.debug({ checkpoint: key }, 'checkpoint data: written to disk');
   if (dropped.length) ctx.log.info({ dropped, stored: key }, 'checkpoint data: dropped the oldest snapshots to make room');
   const holders = peers ? [{ url: peers.selfUrl, instance: peers.instance }, ...(await replicateToPeers(ctx, scope.url.pathname, ckpt.metadata.uid!, buf))] : [];
   try {
@@ -217,7 +246,7 @@ async function storeSnapshot(scope: RequestScope, ckpt: ReturnType<ServerContext
 }
 
 /**
- * `POST .../checkpoints/<name>/data?node=<node>&container=<container>&leave=running|frozen&timeoutMs=<ms>`:
+ * `POST .../checkpoints/<name>/data?node=<node>&container=<container>&leave=running|frozen&timeoutMs=<ms>[&target=<node>]`:
  * the API server takes the snapshot of the Checkpoint's pod (`spec.podName`) from the kubelet of `node`
  * (its `POST /checkpoint/...`, seed "Kubelet endpoints", the way the node proxy reaches it) and stores it as
  * the Checkpoint's data, as a PUT of the same bytes would. The bytes cross one hop instead of three (kubelet
@@ -227,6 +256,9 @@ async function storeSnapshot(scope: RequestScope, ckpt: ReturnType<ServerContext
  * snapshot (404, 409 `NotMovable`, 504 `Timeout`, ...: status and body as the kubelet sent them), marked with
  * the header {@link NODE_STATUS_HEADER}; 503 when the node cannot be reached; 422 or 413 as for a PUT when the
  * snapshot is not a whole K32S one or does not fit (the pod is then frozen if `leave=frozen`: the caller thaws).
+ *
+ * With `target` (a move's target node), the bytes also go on to that node's kubelet as they are read
+ * ({@link SnapshotPush}, issue 26), which stages them for the replacement's restore; the answer is the same.
  */
 async function captureFromNode(scope: RequestScope): Promise<void> {
   const { req, res, ctx, info, url } = scope;
@@ -238,6 +270,7 @@ async function captureFromNode(scope: RequestScope): Promise<void> {
   const container = q.get('container') ?? '';
   if (!nodeName) throw badRequest('node is required: the node whose kubelet takes the snapshot');
   if (!container) throw badRequest('container is required: the container of the pod to snapshot');
+  const pushTo = q.get('target') ?? '';
   const leave = q.get('leave') ?? 'running';
   if (leave !== 'running' && leave !== 'frozen') throw badRequest(`leave must be "running" or "frozen": current value is "${leave}"`);
   const timeout = q.get('timeoutMs') ?? '10000';
@@ -267,13 +300,19 @@ async function captureFromNode(scope: RequestScope): Promise<void> {
     return;
   }
   const len = up.headers['content-length'];
+  ctx.log.debug({ checkpoint: `${ns}/${name}`, bytes: Number(len) }, 'checkpoint data: snapshot streaming from the node');
   try {
     if (len === undefined || !/^\d+$/.test(len)) throw new ApiError('InternalError', `the kubelet of node "${nodeName}" sent the snapshot without a Content-Length`);
     ctx.checkpointData.checkSize(Number(len));
     // Stored as it streams in: the data dir's file is written while the bytes arrive, fsynced at the end.
     const file = ctx.checkpointData.begin(`${ns}/${name}`, ckpt.metadata.uid!);
-    const { buf, facts } = await readSnapshot(up, Number(len), name, { drain: false, file });
-    sendJson(res, 200, await storeSnapshot(scope, ckpt, buf, facts, file));
+    const sha = up.headers['x-kube32-snapshot-sha256'];
+    const push = pushTo && typeof sha === 'string' ? SnapshotPush.open(ctx, { node: pushTo, namespace: ns, pod: podName, container, checkpoint: name }, Number(len), sha) : undefined;
+    const { buf, facts } = await readSnapshot(up, Number(len), name, { drain: false, file, push });
+    ctx.log.debug({ checkpoint: `${ns}/${name}` }, 'checkpoint data: snapshot read');
+    const stored = await storeSnapshot(scope, ckpt, buf, facts, file);
+    ctx.log.debug({ checkpoint: `${ns}/${name}` }, 'checkpoint data: stored');
+    sendJson(res, 200, stored);
   } finally {
     up.destroy();
   }

@@ -19,6 +19,7 @@ function twoNodes() {
 
 test('a Move has the API server store the frozen pod snapshot from its node, and replaces the pod in one write on the target', { timeout: 5000 }, async () => {
   const { ctx, cache, fake } = twoNodes();
+  ctx.pushSnapshotsToTarget = true;
   cache.checkpoints.set(ckpt('m1', { podName: 'counter', action: 'Move' }));
   const res = await reconcileCheckpoint('default/m1', ctx);
   assert.deepEqual(res, { requeueAfterMs: 60_000 });
@@ -27,7 +28,7 @@ test('a Move has the API server store the frozen pod snapshot from its node, and
     ['patchCheckpointStatus', 'captureCheckpointData', 'replacePod', 'patchCheckpointStatus'],
   );
   assert.deepEqual(fake.writes[0]!.args[2], { status: { phase: 'Saving', nodeName: 'a', targetNode: 'b' } });
-  assert.deepEqual(fake.writes[1]!.args, ['default', 'm1', 'a', 'app', 'frozen', 10_000]);
+  assert.deepEqual(fake.writes[1]!.args, ['default', 'm1', 'a', 'app', 'frozen', 10_000, 'b'], 'the target too: the API server sends the bytes on to it');
   const replacement = fake.writes[2]!.args[2] as V1Pod;
   assert.equal(replacement.metadata?.uid, 'old-uid', 'the current uid is the precondition');
   assert.equal(replacement.spec?.nodeName, 'b');

@@ -189,7 +189,7 @@ async function saving(ctx: ControllerContext, ck: Checkpoint, fresh?: V1Pod): Pr
     await failCheckpoint(ctx, ck, { message: container.error, pod, beforeReplacement: true });
     return undefined;
   }
-  const result = await snapshotAndStore(ctx, ck, pod, container, source, isMove ? 'frozen' : 'running');
+  const result = await snapshotAndStore(ctx, ck, pod, container, source, isMove ? 'frozen' : 'running', isMove && ctx.pushSnapshotsToTarget ? ck.status?.targetNode : undefined);
   if (!result.ok) {
     if (isMove && result.mayBeFrozen) await thawQuietly(ctx, ck, pod);
     await failCheckpoint(ctx, ck, { message: result.message, blockers: result.blockers, pod, beforeReplacement: true });

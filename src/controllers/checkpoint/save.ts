@@ -44,6 +44,8 @@ export interface SnapshotFailure {
 /**
  * Takes the snapshot of `container` of `pod` on `node` and stores it as `ck`'s data.
  * @param leave `frozen` for a move
+ * @param target a move's target node, to which the API server sends the bytes on while it stores them
+ *   (only with the controllers' `pushSnapshotsToTarget`)
  */
 export async function snapshotAndStore(
   ctx: ControllerContext,
@@ -52,6 +54,7 @@ export async function snapshotAndStore(
   container: string,
   node: string,
   leave: 'running' | 'frozen',
+  target?: string,
 ): Promise<StoredSnapshot | SnapshotFailure> {
   const ns = pod.metadata?.namespace ?? 'default';
   const podName = pod.metadata?.name ?? '';
@@ -60,7 +63,7 @@ export async function snapshotAndStore(
     logStep(ctx, ck, 'freeze-requested');
     let captured: Awaited<ReturnType<typeof ctx.api.captureCheckpointData>> | undefined;
     try {
-      captured = await ctx.api.captureCheckpointData(ns, ck.metadata?.name ?? '', node, container, leave, ctx.timings.freezeTimeoutMs);
+      captured = await ctx.api.captureCheckpointData(ns, ck.metadata?.name ?? '', node, container, leave, ctx.timings.freezeTimeoutMs, target);
     } catch (err: unknown) {
       // 405: an API server that cannot take the snapshot itself; the bytes then come through here.
       if (!hasCode(err, 405)) return { ok: false, message: `snapshot of node ${node} into the Checkpoint's data: ${errorMessage(err)}`, mayBeFrozen: true };

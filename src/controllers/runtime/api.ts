@@ -160,6 +160,8 @@ export interface ClusterApi {
   /**
    * `POST .../checkpoints/<name>/data?node=<node>&container=<c>&leave=...&timeoutMs=...`: the API server takes
    * the snapshot of the Checkpoint's pod from the node's kubelet and stores it as the data, in one hop.
+   * @param target a move's target node: the API server also sends the bytes on to its kubelet as they come
+   *   (`&target=`, staged there for the replacement's restore; issue 26)
    * @throws ApiError for the API server's own errors (405 from an API server without it, 413, 422, 503 ...)
    */
   captureCheckpointData(
@@ -169,6 +171,7 @@ export interface ClusterApi {
     container: string,
     leave: 'running' | 'frozen',
     timeoutMs: number,
+    target?: string,
   ): Promise<CaptureAnswer>;
   // The kubelet, through the node proxy
   /** `POST /api/v1/nodes/<node>/proxy/checkpoint/<ns>/<pod>/<container>?leave=...&timeoutMs=...`. */

@@ -180,6 +180,11 @@ export interface ControllerContext {
   log: ControllerLog;
   timings: ControllerTimings;
   state: SharedState;
+  /**
+   * A move's snapshot goes on to its target while the API server stores it (`&target=`, issue 26): see
+   * {@link StartControllersOptions}. @default false
+   */
+  pushSnapshotsToTarget?: boolean;
 }
 
 let eventSeq = 0;

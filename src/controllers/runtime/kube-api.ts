@@ -323,8 +323,9 @@ export class KubeClusterApi implements ClusterApi {
     container: string,
     leave: 'running' | 'frozen',
     timeoutMs: number,
+    target?: string,
   ): Promise<CaptureAnswer> {
-    const q = new URLSearchParams({ node, container, leave, timeoutMs: String(timeoutMs) });
+    const q = new URLSearchParams({ node, container, leave, timeoutMs: String(timeoutMs), ...(target ? { target } : {}) });
     const path = `/apis/${KUBE32_GROUP}/${KUBE32_VERSION}/namespaces/${seg(namespace)}/${CHECKPOINT_PLURAL}/${seg(name)}/data?${q}`;
     const res = await this.rest.request({ method: 'POST', path, timeoutMs: timeoutMs + 120_000 });
     const text = await readText(res.body);
