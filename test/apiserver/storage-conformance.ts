@@ -220,7 +220,7 @@ export function runStorageConformance(name: string, backend: ConformanceBackend)
       const a = await s.create(key('a'), obj('a'));
       await assert.rejects(async () =>
         await s.transaction(async () => {
-          s.create(key('b'), obj('b'));
+          await s.create(key('b'), obj('b'));
           throw new Error('inner');
         }),
       );
@@ -293,8 +293,8 @@ export function runStorageConformance(name: string, backend: ConformanceBackend)
 
   test(`${name}: concurrent writers: every write lands once, in one order, each answered after it is stored`, { timeout }, async (t) => {
     const s = await make(t);
-    await s.create(key('counter'), obj('counter', { spec: { n: 0 } }));
-    const w = collect(s, '*', s.currentResourceVersion());
+    const counter = await s.create(key('counter'), obj('counter', { spec: { n: 0 } }));
+    const w = collect(s, '*', rvOf(counter));
     // Distinct keys created at once, one key raced by several creators, and one counter bumped by many updaters.
     const creates = Array.from({ length: 40 }, (_, i) => s.create(key(`c${i}`), obj(`c${i}`)));
     const racers = Promise.allSettled(Array.from({ length: 5 }, () => s.create(key('same'), obj('same'))));
@@ -316,6 +316,7 @@ export function runStorageConformance(name: string, backend: ConformanceBackend)
     const seen = w.events.map((e) => e.rv);
     assert.deepEqual(seen, [...seen].sort((a, b) => a - b));
     assert.equal(w.events.filter((e) => e.type === 'ADDED').length, 41);
+    assert.equal(w.events.filter((e) => e.type === 'MODIFIED').length, 8);
   });
 
   test(`${name}: concurrent transactions are serializable: each sees the others' committed writes`, { timeout }, async (t) => {

@@ -62,7 +62,7 @@ function conformance(label: string, make: (t: import('node:test').TestContext) =
       await s.create(key('a'), obj('a'));
       await assert.rejects(async () =>
         await s.transaction(async () => {
-          s.create(key('b'), obj('b'));
+          await s.create(key('b'), obj('b'));
           throw new Error('inner');
         }),
       );
