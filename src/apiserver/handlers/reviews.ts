@@ -23,7 +23,7 @@ export async function serveTokenReview(req: IncomingMessage, res: ServerResponse
       causes: [{ reason: 'FieldValueRequired', message: 'Required value', field: 'spec.token' }],
     });
   }
-  const user = ctx.authenticateToken(token);
+  const user = await ctx.authenticateToken(token);
   const status = user ? { authenticated: true, user: { username: user.name, ...(user.uid ? { uid: user.uid } : {}), groups: user.groups }, audiences: [] } : { authenticated: false, error: 'invalid bearer token' };
   sendJson(res, 201, { kind: 'TokenReview', apiVersion: 'authentication.k8s.io/v1', metadata: { creationTimestamp: null }, spec: { token }, status });
 }
@@ -48,15 +48,15 @@ function accessAttributes(spec: Record<string, unknown>, namespace?: string): { 
   };
 }
 
-function decideAccess(ctx: ServerContext, user: UserInfo, spec: Record<string, unknown>, namespace?: string): { allowed: boolean; reason?: string } {
+async function decideAccess(ctx: ServerContext, user: UserInfo, spec: Record<string, unknown>, namespace?: string): Promise<{ allowed: boolean; reason?: string }> {
   const a = accessAttributes(spec, namespace);
   if (a.info) {
     if (!a.info.plural) throw invalidReview('spec.resourceAttributes.resource', 'Required value');
-    const d = ctx.authorizer.decide(user, a.verb, a.info);
+    const d = await ctx.authorizer.decide(user, a.verb, a.info);
     return d.allowed ? { allowed: true, reason: user.groups.includes('system:masters') ? 'allowed by the system:masters group' : 'RBAC: allowed' } : { allowed: false, ...(d.reason ? { reason: d.reason } : {}) };
   }
   if (spec.resourceAttributes === undefined && spec.nonResourceAttributes === undefined) throw invalidReview('spec.resourceAttributes', 'exactly one of nonResourceAttributes or resourceAttributes must be specified');
-  return { allowed: ctx.authorizer.decidePath(user, a.verb, a.path ?? '').allowed };
+  return { allowed: (await ctx.authorizer.decidePath(user, a.verb, a.path ?? '')).allowed };
 }
 
 function invalidReview(field: string, why: string): ApiError {
@@ -104,7 +104,7 @@ export async function serveRulesReview(req: IncomingMessage, res: ServerResponse
   const body = rec(decodeBody(await readBody(req, limit), mediaType(req)));
   const spec = rec(body.spec);
   const namespace = typeof spec.namespace === 'string' ? spec.namespace : '';
-  const rules = ctx.authorizer.rbac.rulesFor(user, namespace || undefined);
+  const rules = await ctx.authorizer.rbac.rulesFor(user, namespace || undefined);
   const resourceRules: Record<string, unknown>[] = [];
   const nonResourceRules: Record<string, unknown>[] = [];
   const seen = new Set<string>();
