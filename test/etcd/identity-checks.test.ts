@@ -49,7 +49,7 @@ test('default/kubernetes Endpoints: one subset per port, addresses sorted and de
   await bootstrap(registry, log);
   await ensureKubernetesService(registry, '127.0.0.1', 6443);
   const subsets = async () => (await registry.storage.get({ resource: 'endpoints', namespace: 'default', name: 'kubernetes' }))?.subsets;
-  assert.deepEqual(subsets(), [{ addresses: [{ ip: '127.0.0.1' }], ports: [{ name: 'https', port: 6443, protocol: 'TCP' }] }]);
+  assert.deepEqual(await subsets(), [{ addresses: [{ ip: '127.0.0.1' }], ports: [{ name: 'https', port: 6443, protocol: 'TCP' }] }]);
   await setKubernetesEndpoints(registry, [
     { ip: '10.0.0.3', port: 6443 },
     { ip: '10.0.0.2', port: 6443 },
@@ -57,7 +57,7 @@ test('default/kubernetes Endpoints: one subset per port, addresses sorted and de
     { ip: '10.0.0.2', port: 6443 },
     { ip: 'not-an-ip', port: 6443 },
   ]);
-  assert.deepEqual(subsets(), [
+  assert.deepEqual(await subsets(), [
     { addresses: [{ ip: '10.0.0.2' }, { ip: '10.0.0.3' }], ports: [{ name: 'https', port: 6443, protocol: 'TCP' }] },
     { addresses: [{ ip: '127.0.0.1' }], ports: [{ name: 'https', port: 6444, protocol: 'TCP' }] },
   ]);
@@ -65,5 +65,5 @@ test('default/kubernetes Endpoints: one subset per port, addresses sorted and de
   await setKubernetesEndpoints(registry, [{ ip: '127.0.0.1', port: 6444 }, { ip: '10.0.0.3', port: 6443 }, { ip: '10.0.0.2', port: 6443 }]);
   assert.equal((await registry.storage.get({ resource: 'endpoints', namespace: 'default', name: 'kubernetes' }))?.metadata.resourceVersion, rv, 'the same servers in another order write nothing');
   await setKubernetesEndpoints(registry, []);
-  assert.equal(subsets(), undefined);
+  assert.equal(await subsets(), undefined);
 });
