@@ -124,7 +124,7 @@ async function serve(req: IncomingMessage, res: ServerResponse, ctx: ServerConte
   const url = new URL(req.url ?? '/', 'http://apiserver');
   const path = url.pathname;
   // Health and version need no credentials, as in Kubernetes (system:unauthenticated may read them).
-  if (isHealthPath(path)) return serveHealth(res, path, url.searchParams, o.health);
+  if (isHealthPath(path)) return await serveHealth(res, path, url.searchParams, o.health);
   if (path === '/version' || path === '/version/') return sendJson(res, 200, VERSION_INFO);
   const user = await impersonate(req, ctx, await authenticate(req, ctx, o.insecureHttp));
   const info = parseResourcePath(path);

@@ -71,7 +71,7 @@ function invalidReview(field: string, why: string): ApiError {
 export async function serveAccessReview(req: IncomingMessage, res: ServerResponse, ctx: ServerContext, user: UserInfo, limit: number): Promise<void> {
   const body = rec(decodeBody(await readBody(req, limit), mediaType(req)));
   const spec = rec(body.spec);
-  const status = decideAccess(ctx, user, spec);
+  const status = await decideAccess(ctx, user, spec);
   sendJson(res, 201, { kind: 'SelfSubjectAccessReview', apiVersion: 'authorization.k8s.io/v1', metadata: { creationTimestamp: null }, spec, status });
 }
 
@@ -90,7 +90,7 @@ export async function serveSubjectAccessReview(req: IncomingMessage, res: Server
     if (ns !== undefined && ns !== '' && ns !== namespace) throw invalidReview('spec.resourceAttributes.namespace', `must match metadata.namespace: "${namespace}"`);
   }
   const subject: UserInfo = { name, groups, ...(typeof spec.uid === 'string' && spec.uid ? { uid: spec.uid } : {}) };
-  const status = decideAccess(ctx, subject, spec, namespace);
+  const status = await decideAccess(ctx, subject, spec, namespace);
   const kind = namespace === undefined ? 'SubjectAccessReview' : 'LocalSubjectAccessReview';
   sendJson(res, 201, { kind, apiVersion: 'authorization.k8s.io/v1', metadata: { creationTimestamp: null, ...(namespace ? { namespace } : {}) }, spec, status });
 }
