@@ -244,15 +244,18 @@ export class GarbageCollector {
     const refs = obj.metadata.ownerReferences ?? [];
     if (refs.length === 0 || obj.metadata.deletionTimestamp) return;
     const ns = obj.metadata.namespace ?? '';
-    const alive = refs.filter(async (r) => await this.ownerAlive(r, ns));
+    const aliveFlags = await Promise.all(refs.map((r) => this.ownerAlive(r, ns)));
+    const alive = refs.filter((_, i) => aliveFlags[i]);
     if (alive.length > 0) {
       if (alive.length < refs.length) {
         // Drop references to owners that are gone, keep the object.
         const gone = new Set(refs.filter((r) => !alive.includes(r)).map((r) => r.uid));
         const dying = refs.some((r) => gone.has(r.uid));
         if (dying) {
-          await this.reg.serverUpdate(def, ns, obj.metadata.name!, (o) => {
-            o.metadata.ownerReferences = (o.metadata.ownerReferences ?? []).filter(async (r) => !gone.has(r.uid) || await this.ownerAlive(r, ns));
+          await this.reg.serverUpdate(def, ns, obj.metadata.name!, async (o) => {
+            const current = o.metadata.ownerReferences ?? [];
+            const keep = await Promise.all(current.map(async (r) => !gone.has(r.uid) || (await this.ownerAlive(r, ns))));
+            o.metadata.ownerReferences = current.filter((_, i) => keep[i]);
             return o;
           });
         }
@@ -316,7 +319,8 @@ export class GarbageCollector {
     }
     if (remaining > 0) {
       // Whatever is left is terminating; its DELETED events bring the namespace back here.
-      const left = RESOURCES.some(async (d) => d.namespaced && (await this.reg.storage.list(storageKey(d), name)).items.length > 0);
+      let left = false;
+      for (const d of RESOURCES) if (d.namespaced && (await this.reg.storage.list(storageKey(d), name)).items.length > 0) left = true;
       if (left) return;
     }
     try {
