@@ -58,18 +58,21 @@ async function measure(s: Storage): Promise<Record<string, number>> {
     if (pending && e.rv >= pending.rv) pending.done();
   });
   for (let i = 0; i < 100; i++) {
-    await new Promise<void>(async (resolve) => {
-      const t0 = performance.now();
-      const done = () => {
-        lags.push((performance.now() - t0) * 1000);
-        pending = undefined;
-        resolve();
-      };
-      pending = { rv: 0, t0, done };
-      const o = await s.guaranteedUpdate(key(i), (cur) => ({ ...cur, metadata: { ...cur.metadata, labels: { ...cur.metadata.labels, w: String(i) } } }));
-      if (pending) pending.rv = Number(o.metadata.resourceVersion);
-      // SQLite delivered inside the write (pending already cleared); etcd delivers later.
+    let resolve!: () => void;
+    const seen = new Promise<void>((r) => {
+      resolve = r;
     });
+    const t0 = performance.now();
+    const done = () => {
+      lags.push((performance.now() - t0) * 1000);
+      pending = undefined;
+      resolve();
+    };
+    pending = { rv: 0, t0, done };
+    const o = await s.guaranteedUpdate(key(i), (cur) => ({ ...cur, metadata: { ...cur.metadata, labels: { ...cur.metadata.labels, w: String(i) } } }));
+    if (pending) pending.rv = Number(o.metadata.resourceVersion);
+    // SQLite delivered before the write was answered (pending already cleared); etcd delivers later.
+    await seen;
   }
   h.stop();
   return { create, get, list, update, watchP50: pct(lags, 50), watchP99: pct(lags, 99) };

@@ -46,13 +46,13 @@ test('a transaction acting on stale knowledge answers what a fresh read would', 
   await a.create(key('z'), obj('z'));
   await b.transaction(async () => await b.get(key('z')));
   await a.delete(key('z'));
-  assert.throws(async () => await b.update(key('z'), obj('z', { spec: { v: 9 } })), isCode('NotFound'));
-  assert.throws(async () => await b.delete(key('z')), isCode('NotFound'));
+  await assert.rejects(async () => await b.update(key('z'), obj('z', { spec: { v: 9 } })), isCode('NotFound'));
+  await assert.rejects(async () => await b.delete(key('z')), isCode('NotFound'));
   assert.equal(await a.get(key('z')), undefined);
 
   // A key B never saw is taken as absent by its create: the commit's condition finds it there.
   await a.create(key('w'), obj('w'));
-  assert.throws(async () => await b.create(key('w'), obj('w', { spec: { v: 2 } })), isCode('AlreadyExists'));
+  await assert.rejects(async () => await b.create(key('w'), obj('w', { spec: { v: 2 } })), isCode('AlreadyExists'));
   assert.equal((await a.get(key('w')))?.spec, undefined);
 
   // A precondition checked on stale knowledge: B knows v's old uid, A replaced the object.
@@ -60,7 +60,7 @@ test('a transaction acting on stale knowledge answers what a fresh read would', 
   await b.transaction(async () => await b.get(key('v')));
   await a.delete(key('v'));
   await a.create(key('v'), { metadata: { name: 'v', namespace: 'default', uid: 'u-v2' } });
-  assert.throws(async () => await b.delete(key('v'), { uid: 'u-v' }), isCode('Conflict'));
+  await assert.rejects(async () => await b.delete(key('v'), { uid: 'u-v' }), isCode('Conflict'));
   assert.equal((await b.delete(key('v'), { uid: 'u-v2' })).metadata.uid, 'u-v2');
 
   // An update that changes nothing writes nothing, so no commit checks what B knew: it is read again from etcd.
@@ -81,5 +81,5 @@ test('with cachedReads off every read goes to etcd and the answers are the same'
   await b.transaction(async () => await b.get(key('x')));
   await a.guaranteedUpdate(key('x'), (o) => ({ ...o, spec: { v: 2 } }));
   assert.deepEqual((await b.guaranteedUpdate(key('x'), (o) => ({ ...o, spec: { v: (o.spec as { v: number }).v + 1 } }))).spec, { v: 3 });
-  assert.throws(async () => await EtcdStorage.open({ endpoints: [etcd.url], cachedReads: 'yes' as unknown as boolean }), /cachedReads must be a boolean: current value is yes/);
+  await assert.rejects(async () => await EtcdStorage.open({ endpoints: [etcd.url], cachedReads: 'yes' as unknown as boolean }), /cachedReads must be a boolean: current value is yes/);
 });
