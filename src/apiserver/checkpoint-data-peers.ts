@@ -45,8 +45,10 @@ export interface CheckpointDataPeers {
   readonly instance: string;
   /** The annotation's value naming this server. */
   readonly holder: string;
+  /** Settles when the first renewal of the identity Lease (and of the Endpoints) is done; never rejects. */
+  readonly ready: Promise<void>;
   /** Stops following Checkpoint deletions and renewing the identity Lease, and deletes the Lease. */
-  stop(): void;
+  stop(): Promise<void>;
 }
 
 /** A parsed {@link DATA_HOLDER_ANNOTATION}. */
@@ -97,6 +99,8 @@ export function attachCheckpointDataPeers(ctx: ServerContext, storage: Storage, 
   const leases = findResource('coordination.k8s.io', 'v1', 'leases')!;
   const leaseName = `apiserver-${instance}`;
   let stopped = false;
+  /** Set when stop() begins: no renewal after it. */
+  let stopping = false;
   let expiryTimer: NodeJS.Timeout | undefined;
   const reconcileEndpoints = async () => {
     if (stopped || opts.kubernetesEndpoints === false) return;
@@ -124,6 +128,7 @@ export function attachCheckpointDataPeers(ctx: ServerContext, storage: Storage, 
     }
   };
   const renew = async () => {
+    if (stopping) return;
     const spec = { holderIdentity: leaseName, leaseDurationSeconds: leaseSeconds, renewTime: microTime(new Date()) };
     try {
       if (await ctx.registry.find(leases, 'kube-system', leaseName)) await ctx.registry.serverUpdate(leases, 'kube-system', leaseName, (o) => ({ ...o, spec: { ...(o.spec as object), ...spec } }));
@@ -142,19 +147,20 @@ export function attachCheckpointDataPeers(ctx: ServerContext, storage: Storage, 
     }
     await reconcileEndpoints();
   };
-  const renewLogged = () => {
+  const renewLogged = () =>
     renew().catch((err: unknown) => ctx.log.warn({ err: err instanceof Error ? err.message : String(err) }, 'checkpoint data: renewing the identity Lease failed'));
-  };
-  renewLogged();
-  const timer = setInterval(renewLogged, (leaseSeconds * 1000) / 3);
+  const ready = renewLogged();
+  const timer = setInterval(() => void renewLogged(), (leaseSeconds * 1000) / 3);
   timer.unref();
   const peers = {
     selfUrl: opts.selfUrl,
     instance,
     holder: `${opts.selfUrl} ${instance}`,
     caCertPem: opts.caCertPem,
+    ready,
     stop: async () => {
-      if (stopped) return;
+      if (stopped || stopping) return;
+      stopping = true;
       watch.stop();
       clearInterval(timer);
       try {

@@ -46,18 +46,20 @@ test('an API server that stops while another writes the kubernetes Endpoints is 
   await bootstrap(context(storageC).registry, context(storageC).log);
   const c = attachCheckpointDataPeers(context(storageC), storageC, { selfUrl: 'https://127.0.0.3:6443', caCertPem: undefined });
   t.after(() => c.stop());
-  assert.deepEqual(addresses(storageC), ['127.0.0.3:6443']);
+  await c.ready;
+  assert.deepEqual(await addresses(storageC), ['127.0.0.3:6443']);
 
   // A starts; the moment it writes the Endpoints (from the Leases it listed: A and C), C stops.
   const storageA = await open();
   let stopped = false;
+  let cStopped: Promise<void> | undefined;
   const racing = new Proxy(storageA, {
     get(target, prop, receiver) {
       if (prop === 'guaranteedUpdate') {
         return (key: ObjectKey, tryUpdate: (o: KubeObject) => KubeObject) => {
           if (isEndpoints(key) && !stopped) {
             stopped = true;
-            c.stop();
+            cStopped = c.stop();
           }
           return target.guaranteedUpdate(key, tryUpdate);
         };
@@ -68,7 +70,9 @@ test('an API server that stops while another writes the kubernetes Endpoints is 
   });
   const a = attachCheckpointDataPeers(context(racing), racing, { selfUrl: 'https://127.0.0.2:6443', caCertPem: undefined });
   t.after(() => a.stop());
+  await a.ready;
+  await cStopped;
   assert.ok(stopped, 'C stopped while A wrote the Endpoints');
-  assert.deepEqual(addresses(storageA), ['127.0.0.2:6443'], 'the Endpoints name A alone: C, stopped, was not written back');
-  assert.deepEqual(addresses(storageC), ['127.0.0.2:6443']);
+  assert.deepEqual(await addresses(storageA), ['127.0.0.2:6443'], 'the Endpoints name A alone: C, stopped, was not written back');
+  assert.deepEqual(await addresses(storageC), ['127.0.0.2:6443']);
 });
