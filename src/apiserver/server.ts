@@ -344,7 +344,7 @@ export async function createApiServer(opts: ApiServerOptions): Promise<ApiServer
     async close() {
       if (closed) return;
       closed = true;
-      dataPeers?.stop();
+      await dataPeers?.stop();
       rootCa?.stop();
       authorizer.rbac.stop();
       quotaNamespaces.stop();
