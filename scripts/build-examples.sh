@@ -2,7 +2,7 @@
 # Builds the example pods and the interp-mops kernel from source into build/ with the real
 # compilers: asc (AssemblyScript, from npm), clang and wasm-ld (Debian's clang and lld), wat2wasm
 # (Debian's wabt). Called by `npm run build`; scripts/setup.sh installs the tools.
-#   build/examples/echo.wasm, build/examples/counter.wasm, build/examples/counter-c.wasm
+#   build/examples/echo.wasm, build/examples/counter.wasm, build/examples/burner.wasm, build/examples/counter-c.wasm
 #   build/interp-mops.wasm
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -24,7 +24,7 @@ trap 'rm -f "$out"/.*.$$.tmp build/.*.$$.tmp' EXIT
 
 # AssemblyScript pods: the SDK's abort hook replaces the env.abort import.
 asc_flags=(-O3 --noAssert --runtime incremental --use abort=sdk/assemblyscript/index/k32_abort)
-for ex in echo counter; do
+for ex in echo counter burner; do
   t=$(tmp "$out/$ex.wasm")
   node_modules/.bin/asc "examples/$ex/$ex.ts" -o "$t" "${asc_flags[@]}"
   mv -f "$t" "$out/$ex.wasm"

@@ -234,8 +234,9 @@ try {
           Depends: `feos-node24 (>= 24), feos-guest, qemu-system-x86, qemu-utils, iproute2, nftables, systemd | systemd-standalone-sysusers, init-system-helpers (>= 1.52)`,
           // A self-upgrade hands the resolver's sockets on through a python3 script (docs/feos/packages.md); the traffic
           // records read conntrack -E and tcpdump -i nflog:N (docs/feos/network.md): without them feosd runs, with
-          // no flows, drops or server names.
-          Recommends: 'python3, conntrack, tcpdump',
+          // no flows, drops or server names. The mesh's device is wireguard-go where the kernel has no WireGuard, and `wg`
+          // sets the kernel's up (docs/feos/network.md, "The mesh").
+          Recommends: 'python3, conntrack, tcpdump, wireguard-go, wireguard-tools',
           Description: "FeOS node agent: pods as microVMs\nfeosd serves FeOS's gRPC API on /run/feos/api.sock and runs every pod as a QEMU microVM\nbooted from the newest installed guest. Its microVMs outlive it: a restart or an upgrade takes\nthem over.",
         },
         out,

@@ -44,7 +44,7 @@ try {
   const answers = (f: FeosdProcess) => until('the guest answers', async () => ((await f.pods.getPod({ id: ID })).pod!.guest?.answered ? true : undefined), 120_000);
   const manifest = async (checkpoint: string) => {
     const r = await client.send(new GetObjectCommand({ Bucket: BUCKET, Key: `bench/pods/${ID}/${checkpoint}/manifest.json` }));
-    return JSON.parse(await r.Body!.transformToString()) as { uploadedBytes: number; files: Array<{ sizeBytes: number; chunks: unknown[] }>; packs?: string[] };
+    return JSON.parse(await r.Body!.transformToString()) as { uploadedBytes: number; base?: string; files: Array<{ sizeBytes: number; chunks: unknown[] }>; packs?: string[] };
   };
 
   await a.pods.createPod({ id: ID, spec: { vcpus: 1, memoryBytes: 256n * 1024n * 1024n } });
@@ -155,7 +155,9 @@ try {
   console.log(
     `  second hibernation (on B, the pod unchanged)       ${s(hibernate2)}   uploaded ${mib(m2.uploadedBytes)} of ${mib(total2)} MiB: ${((100 * m2.uploadedBytes) / total2).toFixed(1)} % (goal 5 %; first: ${((100 * m1.uploadedBytes) / total1).toFixed(0)} %)`,
   );
-  console.log(`    of it: suspend ${s(t2.suspendMs ?? 0)}, chunk and upload ${s(t2.uploadMs ?? 0)}, manifest ${s(t2.manifestMs ?? 0)}; with the manifest (${((t2.manifestBytes ?? 0) / 2 ** 10).toFixed(0)} KiB) it sent ${((100 * (m2.uploadedBytes + (t2.manifestBytes ?? 0))) / total2).toFixed(1)} %`);
+  console.log(
+    `    of it: suspend ${s(t2.suspendMs ?? 0)}, chunk and upload ${s(t2.uploadMs ?? 0)}, manifest ${s(t2.manifestMs ?? 0)}; with the manifest (${((t2.manifestBytes ?? 0) / 2 ** 10).toFixed(0)} KiB, ${m2.base === h1.pod!.checkpoint ? "relative to the first's" : 'every chunk named'}; the first's ${((t1.manifestBytes ?? 0) / 2 ** 10).toFixed(0)} KiB) it sent ${((100 * (m2.uploadedBytes + (t2.manifestBytes ?? 0))) / total2).toFixed(1)} % (goal 5 %)`,
+  );
   console.log(`  two local streams a few seconds apart, the second's bytes in chunks the first lacks, by average chunk size: ${shares.join('; ')}`);
   console.log('  a baked layer against a fresh pull: not measured here (baked images: another branch)');
 } finally {

@@ -22,6 +22,9 @@
  * when the stream began (issue 26): the failed requests per move each way (the goal is 0), and the
  * longest added latency of a request (its time less the stream's median).
  *
+ * Last, as root, the microVM case (./microvm.ts): a microVM pod's move between two FeOS nodes against the
+ * node-level hibernate plus restore alone (`BENCH_MICROVM=0` skips it).
+ *
  * Prints figures and ratios; asserts nothing about time. Run: `node bench/moves/index.ts` (or
  * `npm run bench moves`); `BENCH_MOVES=10 BENCH_SIZES=32k,1m` for a shorter run. Needs wat2wasm.
  */
@@ -354,4 +357,10 @@ try {
   console.log('(seed, between ESP32 boards: 3.2 s Cardputer to devkit, 7.5 s devkit to Cardputer; targets: 32 KB p50 < 100 ms, p50/bare < 3)');
 } finally {
   await cleanup();
+}
+
+// The microVM case (./microvm.ts): as root, unless BENCH_MICROVM=0.
+if (process.env.BENCH_MICROVM !== '0') {
+  const { benchMicrovmMoves } = await import('./microvm.ts');
+  await benchMicrovmMoves();
 }

@@ -18,6 +18,7 @@ import { serveResource } from './handlers/resources.ts';
 import { serveAccessReview, serveRulesReview, serveSelfSubjectReview, serveSubjectAccessReview, serveTokenReview } from './handlers/reviews.ts';
 import { serveTokenRequest } from './auth/tokens.ts';
 import { normalizeBooleanParameters } from './handlers/query.ts';
+import { METRICS_GROUP, METRICS_VERSION, serveResourceMetrics } from './handlers/resource-metrics.ts';
 import { parseResourcePath } from './handlers/router.ts';
 import { bindPod } from './registry/pods/binding.ts';
 import { rec } from './registry/util.ts';
@@ -162,6 +163,12 @@ async function serve(req: IncomingMessage, res: ServerResponse, ctx: ServerConte
     labels.resource = 'blobs';
     labels.verb = 'get';
     return await serveBlob(ctx, res, blob[1]!);
+  }
+  if (info && !info.def && info.group === METRICS_GROUP && info.version === METRICS_VERSION) {
+    labels.resource = info.plural;
+    labels.verb = verbOf(req.method ?? 'GET', info, url.searchParams.get('watch') === 'true');
+    await authorize(ctx.registry, user, labels.verb, info);
+    return serveResourceMetrics({ req, res, url, user, info, ctx });
   }
   if (!info?.def) throw resourceNotFound();
   labels.resource = info.plural;

@@ -9,6 +9,13 @@ import type { FeosPodStreams, NodeTunnel } from '../apiserver/index.ts';
 import { createLogger, parseDuration } from '../lib/index.ts';
 import { CliError } from './errors.ts';
 
+/**
+ * `--feos-mesh-node-limit`'s default and bound: src/fleet/mesh's DEFAULT_MESH_NODE_LIMIT and
+ * MAX_MESH_NODE_LIMIT, written here again so that the fleet code stays unloaded without --feos-listen.
+ */
+const DEFAULT_MESH_NODE_LIMIT = 1024;
+const MAX_MESH_NODE_LIMIT = 4096;
+
 /** The flags, as commander parses them. */
 export interface FeosPortFlags {
   feosListen?: string;
@@ -16,6 +23,7 @@ export interface FeosPortFlags {
   feosAdvertiseAddress?: string;
   trustDomain?: string;
   feosNodeCertTtl?: string;
+  feosMeshNodeLimit?: string;
 }
 
 /** The options to add to `control-plane`. */
@@ -26,6 +34,7 @@ export function feosPortOptions(): Option[] {
     new Option('--feos-advertise-address <host:port>', 'the address nodes dial this instance at, as listed to them (default: the listen address, or this host\'s name for 0.0.0.0)'),
     new Option('--trust-domain <name>', "the SPIFFE trust domain of the nodes and of the control plane's certificate").default('feos.local'),
     new Option('--feos-node-cert-ttl <duration>', 'life of a node certificate; nodes renew at two thirds of it').default('24h'),
+    new Option('--feos-mesh-node-limit <n>', `how many FeOS nodes may hold a /96 of the mesh's ULA /64 (1 to ${MAX_MESH_NODE_LIMIT}); JoinMesh past it is RESOURCE_EXHAUSTED`).default(String(DEFAULT_MESH_NODE_LIMIT)),
   ];
 }
 
@@ -46,6 +55,7 @@ export function checkFeosPortFlags(flags: FeosPortFlags): void {
   hostPort('--feos-listen', flags.feosListen);
   if (flags.feosAdvertiseAddress) hostPort('--feos-advertise-address', flags.feosAdvertiseAddress);
   ttl(flags);
+  meshNodeLimit(flags);
   if (!/^[a-z0-9]([-a-z0-9.]*[a-z0-9])?$/.test(flags.trustDomain ?? 'feos.local')) throw new CliError(`--trust-domain ${JSON.stringify(flags.trustDomain)}: want a lowercase DNS name such as feos.local`, 2);
 }
 
@@ -57,6 +67,16 @@ function ttl(flags: FeosPortFlags): number {
   } catch (err: unknown) {
     throw new CliError(`--feos-node-cert-ttl: ${err instanceof Error ? err.message : String(err)}`, 2);
   }
+}
+
+/** `--feos-mesh-node-limit`, checked. @throws CliError when it is not a whole number from 1 to the maximum */
+function meshNodeLimit(flags: FeosPortFlags): number {
+  const v = flags.feosMeshNodeLimit ?? String(DEFAULT_MESH_NODE_LIMIT);
+  const n = /^\d{1,5}$/.test(v) ? Number(v) : Number.NaN;
+  if (!(n >= 1 && n <= MAX_MESH_NODE_LIMIT)) {
+    throw new CliError(`--feos-mesh-node-limit ${JSON.stringify(v)}: want a whole number from 1 to ${MAX_MESH_NODE_LIMIT} (the mesh's record is one ConfigMap, about 200 bytes a node)`, 2);
+  }
+  return n;
 }
 
 /** What {@link startFeosPort} started. */
@@ -92,6 +112,7 @@ export async function startFeosPort(flags: FeosPortFlags, kubeConfig: KubeConfig
     advertiseAddress: flags.feosAdvertiseAddress,
     trustDomain: flags.trustDomain ?? 'feos.local',
     nodeCertTtlMs: ttl(flags),
+    meshNodeLimit: meshNodeLimit(flags),
     log: createLogger('fleet'),
   });
   // The kubelet of the FeOS nodes (issue 18): runs the Pods bound to them over their node connections.

@@ -11,6 +11,7 @@ import { randomBytes } from 'node:crypto';
 import { hostname } from 'node:os';
 import type { KubeConfig } from '@kubernetes/client-node';
 import { createLogger, realClock, type TimerClock } from '../lib/index.ts';
+import { newHorizontalPodAutoscalerController } from './autoscaling/controller.ts';
 import { newCheckpointController } from './checkpoint/controller.ts';
 import { newCronJobController } from './cronjobs/controller.ts';
 import { newDisruptionController } from './disruption/controller.ts';
@@ -52,6 +53,7 @@ export const CONTROLLER_NAMES = [
   'disruption',
   'serviceaccount',
   'resourcequota',
+  'horizontalpodautoscaler',
 ] as const;
 export type ControllerName = (typeof CONTROLLER_NAMES)[number];
 
@@ -142,6 +144,7 @@ async function startWith(
     newDisruptionController(ctx, informers),
     newServiceAccountController(ctx, informers),
     newResourceQuotaController(ctx, informers),
+    newHorizontalPodAutoscalerController(ctx, informers),
   ];
   const controllers = all.filter((c) => !disable.includes(c.name as ControllerName));
   try {

@@ -72,6 +72,11 @@ export interface FeosdOptions {
   objectStore?: string | ObjectStore;
   /** `--control-plane` and its flags: feosd joins the control plane (seed 000, "The control plane"). */
   fleet?: FleetFlags;
+  /**
+   * The mesh's flags, with `fleet` (seed 000, "The mesh"): `--mesh-port` (51820), `--mesh-address`,
+   * `--mesh-device` (feos-mesh). Without `--pod-prefix`, the node's /96 of the mesh is its pod prefix.
+   */
+  mesh?: { port?: number; address?: string; device?: string; implementation?: 'auto' | 'kernel' | 'wireguard-go' };
   log?: Logger;
 }
 
@@ -160,8 +165,30 @@ async function startMicroVms(o: FeosdOptions, log: Logger): Promise<{ vms: Micro
  * or none (pods with a network are refused).
  */
 async function startNetwork(o: FeosdOptions, records: PodRecords, log: Logger): Promise<{ network?: PodNetwork; provider: PodNetworkProvider }> {
-  if (o.network || !o.networkFlags?.podPrefix) return { provider: o.network ?? unavailablePodNetwork };
-  const network = createNetwork({ stateDir: o.stateDir, log, ...o.networkFlags, listenFds: o.listenFds ?? true });
+  // A node of a control plane without --pod-prefix takes a /96 of its cluster's mesh.
+  if (o.network || (!o.networkFlags?.podPrefix && !o.fleet)) return { provider: o.network ?? unavailablePodNetwork };
+  const saveAddresses = async (addresses: Map<string, { ipv6?: string; ipv4?: string }>) => {
+    for (const [id, a] of addresses) {
+      const p = records.get(id);
+      if (p && (p.ipv6Address !== (a.ipv6 ?? '') || p.ipv4Address !== (a.ipv4 ?? ''))) {
+        p.ipv6Address = a.ipv6 ?? '';
+        p.ipv4Address = a.ipv4 ?? '';
+        await records.save(p);
+      }
+    }
+  };
+  const network = createNetwork({
+    stateDir: o.stateDir,
+    log,
+    ...o.networkFlags,
+    listenFds: o.listenFds ?? true,
+    mesh: o.fleet ? { nodeDir: o.fleet.nodeDir, log, ...o.mesh } : undefined,
+    onLateStart: (addresses) => {
+      saveAddresses(addresses).catch((err: unknown) => log.error({ err: errorMessage(err) }, "the pods' addresses could not be recorded"));
+      if (network.unavailableReason) log.error({ reason: network.unavailableReason }, "the pods' network is not up; pods with a network fail");
+      else log.info("the pods' network is up on the mesh's /96");
+    },
+  });
   const kept = records
     .list()
     // A hibernated pod has no place on the network until it is restored.
@@ -172,15 +199,7 @@ async function startNetwork(o: FeosdOptions, records: PodRecords, log: Logger): 
       ipv6: p.ipv6Address || undefined,
       ipv4: p.ipv4Address || undefined,
     }));
-  const addresses = await network.start(kept);
-  for (const [id, a] of addresses) {
-    const p = records.get(id);
-    if (p && (p.ipv6Address !== (a.ipv6 ?? '') || p.ipv4Address !== (a.ipv4 ?? ''))) {
-      p.ipv6Address = a.ipv6 ?? '';
-      p.ipv4Address = a.ipv4 ?? '';
-      await records.save(p);
-    }
-  }
+  await saveAddresses(await network.start(kept));
   const provider = { ...network.podNetworkProvider(), detach: (pod: { id: string }) => network.detachPod(pod.id) };
   if (network.unavailableReason) log.error({ reason: network.unavailableReason }, "the pods' network is not up; pods with a network fail");
   return { network, provider };
@@ -427,7 +446,7 @@ export async function startFeosd(opts: FeosdOptions, signal?: AbortSignal): Prom
   const stopRecord = new StopRecordKeeper(o.stateDir, pods, log);
   stopRecord.startResumes(stopping.signal);
   // The control plane: the join and the connections once the resumes are done (seed "Suspend on stop").
-  const fleet = o.fleet && startFleet(o.fleet, { services: served, pods, accelerator, guestVersions: () => guestVersions(o.guestDir), version: FEOSD_VERSION, log, startAfter: stopRecord.resumes });
+  const fleet = o.fleet && startFleet(o.fleet, { services: served, pods, accelerator, guestVersions: () => guestVersions(o.guestDir), version: FEOSD_VERSION, log, startAfter: stopRecord.resumes, mesh: network?.mesh });
   fleetRef.current = fleet;
 
   return {

@@ -44,6 +44,15 @@ function positive(name: string) {
   };
 }
 
+/** A flag's number of 0 or more (0 turns its feature off). */
+function nonNegative(name: string) {
+  return (v: string) => {
+    const n = Number(v);
+    if (!Number.isFinite(n) || n < 0) throw new InvalidArgumentError(`${name}: want a number of seconds, 0 or more, got ${JSON.stringify(v)}`);
+    return n;
+  };
+}
+
 /**
  * `--registry-forward`'s value: `host:port` or `[IPv6]:port`, a host name or an address (each microVM's
  * guestfwd runs `busybox nc host port`) and a port from 1 to 65535.
@@ -80,6 +89,25 @@ export function controlPlane(v: string): string {
   } catch (err: unknown) {
     throw new InvalidArgumentError(`--control-plane ${errorMessage(err)}`);
   }
+  return v;
+}
+
+/** `--mesh-port`: a UDP port, 1 to 65535. @throws InvalidArgumentError naming the value */
+export function meshPort(v: string): number {
+  const n = Number(v);
+  if (!/^\d{1,5}$/.test(v) || n < 1 || n > 65535) throw new InvalidArgumentError(`--mesh-port ${JSON.stringify(v)}: want a UDP port from 1 to 65535 (the default is 51820)`);
+  return n;
+}
+
+/** `--mesh-address`: an IPv4 or IPv6 address, without a port. @throws InvalidArgumentError naming the value */
+export function meshAddress(v: string): string {
+  if (isIP(v) === 0) throw new InvalidArgumentError(`--mesh-address ${JSON.stringify(v)}: want an IP address without a port (such as 192.0.2.10); the port is --mesh-port`);
+  return v;
+}
+
+/** `--mesh-device`: a network device name, 1 to 15 characters. @throws InvalidArgumentError naming the value */
+export function meshDevice(v: string): string {
+  if (!/^[A-Za-z0-9_.=+-]{1,15}$/.test(v)) throw new InvalidArgumentError(`--mesh-device ${JSON.stringify(v)}: want a device name of 1 to 15 letters, digits and _.=+- (the default is feos-mesh)`);
   return v;
 }
 
@@ -145,6 +173,10 @@ export async function main(argv: string[]): Promise<void> {
     .option('--join-token-file <path>', 'the join token, feos-join-<secret>.<pin>, read while the node has not joined', '/etc/feos/join-token')
     .option('--node-dir <dir>', "the node's identity for the control plane (default: STATE-DIR/node, /var/lib/feos/node)")
     .option('--node-name <name>', "the node's name in the cluster (default: the hostname, lowercased)", nodeName)
+    .option('--mesh-port <port>', "the UDP port of the mesh's WireGuard device, on a node without --pod-prefix", meshPort, 51820)
+    .option('--mesh-address <address>', "where the other nodes reach the node's mesh (default: the address from which the node reaches the control plane)", meshAddress)
+    .option('--mesh-device <name>', "the mesh's WireGuard device (distinct names for nodes side by side on one machine)", meshDevice, 'feos-mesh')
+    .option('--fence-after <seconds>', "with --control-plane: suspend the cluster's pods once no report reached it for this long, as it may restore them elsewhere (0: never)", nonNegative('--fence-after'), 40)
     .allowExcessArguments(false);
   program.parse(argv);
   const opts = program.opts<{
@@ -177,7 +209,11 @@ export async function main(argv: string[]): Promise<void> {
     joinTokenFile: string;
     nodeDir?: string;
     nodeName?: string;
+    fenceAfter: number;
     insecureRegistry?: string[];
+    meshPort: number;
+    meshAddress?: string;
+    meshDevice: string;
   }>();
   if ((opts.s3Endpoint || opts.s3Region) && !opts.objectStore?.startsWith('s3:')) {
     program.error(`error: ${opts.s3Endpoint ? '--s3-endpoint' : '--s3-region'} is for an S3 object store: give --object-store s3://BUCKET/PREFIX too`);
@@ -246,8 +282,9 @@ export async function main(argv: string[]): Promise<void> {
         insecureRegistries: opts.insecureRegistry,
         objectStore: opts.objectStore && openObjectStore(opts.objectStore, { endpoint: opts.s3Endpoint, region: opts.s3Region }),
         fleet: opts.controlPlane
-          ? { controlPlane: opts.controlPlane, controlPlaneName: opts.controlPlaneName, trustDomain: opts.trustDomain, joinTokenFile: opts.joinTokenFile, nodeDir: opts.nodeDir ?? join(opts.stateDir, 'node'), nodeName: opts.nodeName }
+          ? { controlPlane: opts.controlPlane, controlPlaneName: opts.controlPlaneName, trustDomain: opts.trustDomain, joinTokenFile: opts.joinTokenFile, nodeDir: opts.nodeDir ?? join(opts.stateDir, 'node'), nodeName: opts.nodeName, fenceAfterMs: opts.fenceAfter * 1000 }
           : undefined,
+        mesh: { port: opts.meshPort, address: opts.meshAddress, device: opts.meshDevice },
         log,
       },
       ac.signal,

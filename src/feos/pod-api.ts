@@ -66,7 +66,7 @@ export function addPodService(server: grpc.Server, o: PodApiOptions): void {
       },
       suspendPod: async (req) => ({ pod: await act(req.id, { kind: 'suspend' }) }),
       resumePod: async (req) => ({ pod: await act(req.id, { kind: 'resume', diskOnly: req.diskOnly }) }),
-      hibernatePod: async (req) => ({ pod: await act(req.id, { kind: 'hibernate', noAbandon: req.noAbandon }) }),
+      hibernatePod: async (req) => ({ pod: await act(req.id, { kind: 'hibernate', noAbandon: req.noAbandon, keepRunning: req.keepRunning }) }),
       restorePod: async (req) => ({ pod: await act(req.id, { kind: 'restore', checkpoint: req.checkpoint || undefined, diskOnly: req.diskOnly }) }),
       execPod: async (reqs, send, call) => {
         const it = reqs[Symbol.asyncIterator]();

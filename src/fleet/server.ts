@@ -10,6 +10,9 @@
  *   plane opens an HTTP/2 client session over the accepted socket and keeps it in the pool by the
  *   node's name (./node-client.ts calls over it).
  *
+ * The mesh (./mesh/): JoinMesh gives the node its /96 of the cluster's ULA, and every node connection
+ * is sent the node's peers (MeshService) as nodes join, change and leave.
+ *
  * Revocation: every NodeService call checks the node's Node and the serials it allows (./nodes.ts),
  * and a sweep every 2 s closes the node connections of nodes whose Node is gone or whose certificate
  * is no longer allowed.
@@ -31,6 +34,7 @@ import { FleetObjects, NodeNameTaken, NodeRevoked, NotAFeosNode, allowedSerials,
 import { type ClusterCa, CsrError, issueNodeCertificate, issueServerCertificate, loadClusterCa, nodeOfCertificate, parseCsr } from './pki.ts';
 import { TokenRefused, checkJoinToken } from './tokens.ts';
 import { serveTunnel } from './tunnel.ts';
+import { type Mesh, MeshArgumentError, MeshExhausted, MeshKeyTaken, startMesh } from './mesh/index.ts';
 
 /** ALPN of the uplink and of node connections. */
 export const ALPN_UPLINK = 'h2';
@@ -60,6 +64,8 @@ export interface FleetServerOptions {
   nodeCertTtlMs?: number;
   /** The report interval asked of nodes, ms. @default 3000 */
   reportIntervalMs?: number;
+  /** How many nodes may hold a /96 of the mesh (`--feos-mesh-node-limit`). @default 1024 */
+  meshNodeLimit?: number;
   /** This instance's name. @default <hostname>-<pid> */
   instanceName?: string;
   /** Sees each accepted report's pods (as the node's ListPods answered them; `stale` when they are its last answer). */
@@ -179,6 +185,12 @@ export async function startFleetServer(o: FleetServerOptions): Promise<FleetServ
 
   const server = new grpc.Server({ 'grpc.max_receive_message_length': 16 * 1024 * 1024 });
   let instances: Instances;
+  const newest = (node: string) => {
+    const s = [...(pool.get(node)?.keys() ?? [])].filter((x) => !x.closed && !x.destroyed);
+    return s.at(-1);
+  };
+  // The mesh (./mesh/): JoinMesh's answers and the peers sent over the node connections.
+  const mesh: Mesh = await startMesh({ kubeConfig: o.kubeConfig, nodeLimit: o.meshNodeLimit, connection: newest, log: log.child({ part: 'mesh' }) });
   const instanceList = async () => (await instances.list()).map((i) => ({ name: i.name, address: i.address }));
 
   addUnaryService(
@@ -269,6 +281,18 @@ export async function startFleetServer(o: FleetServerOptions): Promise<FleetServ
         log.info({ node: c.name, startId: req.startId, message: req.message }, 'node stopping');
         return {};
       },
+      joinMesh: async (req: MessageShape<typeof NodeService.method.joinMesh.input>, call) => {
+        const c = caller(call);
+        const node = await checked(() => objects.checkNode(c.name, c.serial));
+        try {
+          return await mesh.join(node, req.publicKey, req.endpoint);
+        } catch (err: unknown) {
+          if (err instanceof MeshArgumentError) throw new Status(grpc.status.INVALID_ARGUMENT, err.message);
+          if (err instanceof MeshExhausted) throw new Status(grpc.status.RESOURCE_EXHAUSTED, err.message);
+          if (err instanceof MeshKeyTaken) throw new Status(grpc.status.ALREADY_EXISTS, err.message);
+          throw err;
+        }
+      },
     },
     log,
   );
@@ -298,9 +322,13 @@ export async function startFleetServer(o: FleetServerOptions): Promise<FleetServ
     session.on('error', (err) => log.info({ node: name, err: err.message }, 'node connection failed'));
     session.once('close', () => {
       pool.get(name)?.delete(session);
-      if (pool.get(name)?.size === 0) pool.delete(name);
+      if (pool.get(name)?.size === 0) {
+        pool.delete(name);
+        mesh.disconnected(name);
+      }
       log.info({ node: name }, 'node connection closed');
     });
+    mesh.connected(name);
     // A ping every 10 s: a connection that stops answering is seen as gone.
     const ping = setInterval(() => {
       if (!session.closed) session.ping(() => {});
@@ -336,13 +364,18 @@ export async function startFleetServer(o: FleetServerOptions): Promise<FleetServ
     }
   });
   tlsServer.on('tlsClientError', (err) => log.debug({ err: err.message }, 'TLS handshake failed'));
-  await new Promise<void>((resolve, reject) => {
-    tlsServer.once('error', reject);
-    tlsServer.listen(o.port, o.host, () => {
-      tlsServer.off('error', reject);
-      resolve();
+  try {
+    await new Promise<void>((resolve, reject) => {
+      tlsServer.once('error', reject);
+      tlsServer.listen(o.port, o.host, () => {
+        tlsServer.off('error', reject);
+        resolve();
+      });
     });
-  });
+  } catch (err: unknown) {
+    await mesh.close();
+    throw err;
+  }
   const port = (tlsServer.address() as { port: number }).port;
   const shownHost = o.host.includes(':') ? `[${o.host}]` : o.host;
   const unspecified = o.host === '0.0.0.0' || o.host === '::';
@@ -371,10 +404,6 @@ export async function startFleetServer(o: FleetServerOptions): Promise<FleetServ
   sweep.unref();
 
   log.info({ address: `${shownHost}:${port}`, advertise, trustDomain, pin: ca.pin }, 'port for FeOS nodes listening');
-  const newest = (node: string) => {
-    const s = [...(pool.get(node)?.keys() ?? [])].filter((x) => !x.closed && !x.destroyed);
-    return s.at(-1);
-  };
   return {
     address: `${shownHost}:${port}`,
     port,
@@ -389,6 +418,7 @@ export async function startFleetServer(o: FleetServerOptions): Promise<FleetServ
     nodeConnections: (node) => [...(pool.get(node)?.keys() ?? [])].filter((x) => !x.closed && !x.destroyed).length,
     async close() {
       clearInterval(sweep);
+      await mesh.close();
       await new Promise<void>((resolve) => {
         tlsServer.close(() => resolve());
         for (const sessions of pool.values()) for (const s of sessions.keys()) s.destroy();

@@ -148,7 +148,13 @@ export async function startKubelet(opts: KubeletOptions): Promise<Kubelet> {
     const events = new EventRecorder(cp, nodeName, log);
     let pods: PodManager | undefined;
     const channels = new ChannelRouter(cp, nodeName, () => pods, log);
-    const server: Server = createKubeletServer({ pods: () => pods, auth: new KubeletAuthenticator(cp), log, deliver: (ns, t, p) => channels.deliver(ns, t, p) });
+    const server: Server = createKubeletServer({
+      pods: () => pods,
+      auth: new KubeletAuthenticator(cp),
+      log,
+      deliver: (ns, t, p) => channels.deliver(ns, t, p),
+      node: { name: nodeName, startedAtMs: Date.now(), heapBytes },
+    });
     await new Promise<void>((res, rej) => {
       server.once('error', rej);
       server.listen(kubeletPort, address, () => res());

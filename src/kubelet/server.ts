@@ -8,6 +8,7 @@
  * | `POST /thaw/<ns>/<pod>/<container>` | 200 `{"thawed":true}`, or 404 when the pod is not frozen |
  * | `GET /containerLogs/<ns>/<pod>/<container>?follow=&tailLines=&sinceSeconds=&sinceTime=&timestamps=&previous=&limitBytes=` | `kubectl logs` |
  * | `POST /publish/<ns>/<topic>` | a channel message from another node, for this node's subscribed pods |
+ * | `GET /stats/summary` | the Summary API's document of the node and its pods (stats.ts) |
  * | `GET /healthz` | `ok` (no token needed) |
  *
  * Every path but `/healthz` needs the control plane's identity (see `auth.ts`). While the node has fenced
@@ -22,6 +23,7 @@ import { logQuery, serveLogs } from './http/logs.ts';
 import { servePublish } from './http/publish.ts';
 import { EndpointError, sendError, wrongMethod } from './http/status.ts';
 import type { PodManager } from './pods.ts';
+import { serveSummary, UsageRates } from './stats.ts';
 
 export { DEFAULT_FREEZE_TIMEOUT_MS, MAX_FREEZE_TIMEOUT_MS } from './http/checkpoint.ts';
 export { logTimestamp } from './http/logs.ts';
@@ -36,6 +38,8 @@ export interface KubeletServerOptions {
   log: Logger;
   /** Delivers a channel message from another node to this node's subscribed pods; answers how many got it. */
   deliver(namespace: string, topic: string, payload: Uint8Array): number;
+  /** The node, for `/stats/summary`: its name, when its kubelet started (Unix ms), its heap in bytes. */
+  node: { name: string; startedAtMs: number; heapBytes: number };
 }
 
 const SEGMENT = '([^/]+)';
@@ -76,6 +80,7 @@ function unlessFenced(pods: PodManager | undefined): void {
 /** The endpoints of the module doc's table. */
 function routes(opts: KubeletServerOptions): Route[] {
   const serial = serialiser();
+  const rates = new UsageRates();
   const container = (at: string[]) => ({ ns: at[0]!, pod: at[1]!, container: at[2]! });
   return [
     {
@@ -110,6 +115,11 @@ function routes(opts: KubeletServerOptions): Route[] {
       path: new RegExp(`^/publish/${SEGMENT}/${SEGMENT}$`),
       method: 'POST',
       serve: (req, res, _url, at) => servePublish(req, res, at[0]!, at[1]!, (ns, topic, payload) => opts.deliver(ns, topic, payload)),
+    },
+    {
+      path: /^\/stats\/summary\/?$/,
+      method: 'GET',
+      serve: (_req, res) => serveSummary(res, { nodeName: opts.node.name, startedAtMs: opts.node.startedAtMs, heapBytes: opts.node.heapBytes, pods: opts.pods(), rates }),
     },
   ];
 }

@@ -42,6 +42,7 @@ export type {
   PodModule,
   PodSnapshot,
   PodStartOptions,
+  PodUsageFigures,
   RunningCall,
   ShapeGlobal,
   ShapeTable,

@@ -14,7 +14,7 @@ import { checkStartOptions, moduleForLimit, StartSequence, workerInit } from './
 import { attachPod, replenishWorkerPool, type PodLink } from './pod-thread.ts';
 import type { CallKind, FromWorker, OpenFile, ToWorker } from './protocol.ts';
 import { ChunkInbox, SNAPSHOT_CHUNK_BYTES, SNAPSHOT_WINDOW, snapshotChunks, type ChunkMessage } from './snapshot-stream.ts';
-import type { ExitReason, LogEntry, LogReadOptions, PodExit, PodModule, PodSnapshot, PodStartOptions, RunningCall } from './types.ts';
+import type { ExitReason, LogEntry, LogReadOptions, PodExit, PodModule, PodSnapshot, PodStartOptions, PodUsageFigures, RunningCall } from './types.ts';
 
 /** Events queued (not frozen) beyond which new ones are dropped. */
 const MAX_QUEUED_EVENTS = 1024;
@@ -512,6 +512,17 @@ export class PodInstance extends EventEmitter {
   /** The `k32_fs` descriptors the pod holds open between calls. */
   get openFiles(): readonly OpenFile[] {
     return this.#openFiles;
+  }
+
+  /**
+   * What the container has used since it started, for the kubelet's `/stats/summary`: `cpuNs`, the
+   * CPU time of its thread (a thread of its own) or the time its own code ran (a shared thread), in
+   * ns; `memoryBytes`, its linear memory plus its instance (the instrumented module's code), in bytes.
+   * Resolves with the last figures once the container has ended.
+   */
+  async usage(): Promise<PodUsageFigures> {
+    const u = await this.#link.usage();
+    return { cpuNs: u.cpuNs, memoryBytes: u.memoryBytes + this.module.instrumentedBytes.byteLength };
   }
 
   /** The pod's clock as of its last freeze (or start), in ms. */

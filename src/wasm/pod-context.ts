@@ -10,6 +10,7 @@ import { INSTR } from './abi.ts';
 import { HostState, makeImports, PodClock } from './host.ts';
 import { beginSnapshot, type KnownDigest, PodStateIO, sameEvents, type SnapshotStream, type TopicEvent } from './pod-state.ts';
 import type { FromWorker, ToWorker, WorkerInit } from './protocol.ts';
+import { accountedStatus, PodUsage, type RunRecorder } from './pod-usage.ts';
 import type { ThreadStatus } from './thread-status.ts';
 import { WA, type WasmInstance, type WasmMemory } from './wasm-api.ts';
 
@@ -30,7 +31,7 @@ export class PodContext {
   readonly #slot: number;
   readonly #port: MessagePort;
   readonly #init: WorkerInit;
-  readonly #status: ThreadStatus;
+  readonly #status: RunRecorder;
   readonly #gone: Int32Array;
   readonly #onEnd: () => void;
   readonly #clock = new PodClock();
@@ -55,13 +56,14 @@ export class PodContext {
   /**
    * @param slot the pod's slot on the thread (what {@link ThreadStatus} records while its code runs)
    * @param gone set to 1 by the main thread once the pod has ended there
+   * @param usage the buffer of the pod's {@link PodUsage} (its runs' time and memory, read by the main thread)
    * @param onEnd called once when the context is freed (detach)
    */
-  constructor(slot: number, port: MessagePort, init: WorkerInit, status: ThreadStatus, gone: Int32Array, onEnd: () => void) {
+  constructor(slot: number, port: MessagePort, init: WorkerInit, status: ThreadStatus, gone: Int32Array, usage: SharedArrayBuffer, onEnd: () => void) {
     this.#slot = slot;
     this.#port = port;
     this.#init = init;
-    this.#status = status;
+    this.#status = accountedStatus(status, new PodUsage(usage), () => this.#memory?.buffer.byteLength ?? 0);
     this.#gone = gone;
     this.#onEnd = onEnd;
     // The thread may have waited in the pool since the node booted: the pod's clock starts now.

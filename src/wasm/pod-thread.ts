@@ -17,6 +17,7 @@ import { MessageChannel, type MessagePort, Worker } from 'node:worker_threads';
 import { errorMessage } from './errors.ts';
 import { onPodThreadsChange, podThreadSettings } from './pod-threads-config.ts';
 import type { FromThread, FromWorker, ToThread, ToWorker, WorkerInit } from './protocol.ts';
+import { PodUsage } from './pod-usage.ts';
 import { nowAbsMs, ThreadStatus } from './thread-status.ts';
 
 const WORKER_URL = new URL(import.meta.url.endsWith('.ts') ? './worker.ts' : './worker.js', import.meta.url);
@@ -78,6 +79,30 @@ export interface PodLink {
    * @returns resolves when a thread of its own has ended (at once on a shared thread)
    */
   detach(deadlineMs: number, what: string): Promise<void>;
+  /**
+   * What the pod has used: on a thread of its own, the thread's CPU time since the pod joined it
+   * (`Worker.cpuUsage()`, user + system); on a shared thread, the time its own code has run (its
+   * co-tenants' runs are theirs); and its linear memory's length after its last run.
+   */
+  usage(): Promise<PodThreadUsage>;
+}
+
+/** A pod's use of its thread (see {@link PodLink.usage}). */
+export interface PodThreadUsage {
+  /** Nanoseconds of CPU the pod has taken on its thread. */
+  cpuNs: number;
+  /** Bytes of its linear memory. */
+  memoryBytes: number;
+}
+
+/** The CPU time a worker has taken so far, ns (undefined once it has ended). */
+async function workerCpuNs(w: Worker): Promise<number | undefined> {
+  try {
+    const u = await w.cpuUsage();
+    return (u.user + u.system) * 1000;
+  } catch {
+    return undefined;
+  }
 }
 
 interface Tenant {
@@ -157,11 +182,15 @@ class PodThread {
     // The thread, referenced while it holds pods, keeps the process alive; the ports need not.
     port1.unref();
     const gone = new Int32Array(new SharedArrayBuffer(4));
+    const usage = new PodUsage();
     const tenant: Tenant = { slot, label, port: port1, handlers, gone };
     this.tenants.set(slot, tenant);
     this.worker.ref();
-    this.worker.postMessage({ op: 'attach', slot, port: port2, init, gone: gone.buffer as SharedArrayBuffer } satisfies ToThread, [port2]);
+    // The thread's CPU before the pod (its boot and warm-up while it waited as a spare) is not the pod's.
+    const baseline = this.shared ? Promise.resolve(0) : workerCpuNs(this.worker).then((n) => n ?? 0);
+    this.worker.postMessage({ op: 'attach', slot, port: port2, init, gone: gone.buffer as SharedArrayBuffer, usage: usage.buffer } satisfies ToThread, [port2]);
     let detached = false;
+    let lastCpuNs = 0;
     return {
       shared: this.shared,
       post: (m, transfer = []) => {
@@ -170,6 +199,14 @@ class PodThread {
       runningSince: () => {
         const r = this.status.read();
         return r && r.slot === slot ? r.sinceAbsMs - performance.timeOrigin : undefined;
+      },
+      usage: async () => {
+        const own = usage.read();
+        if (this.shared) return { cpuNs: own.runNs, memoryBytes: own.memoryBytes };
+        const [now, base] = await Promise.all([this.#ended ? Promise.resolve(undefined) : workerCpuNs(this.worker), baseline]);
+        // Once the thread has ended its last figure stands (a counter never goes back).
+        if (now !== undefined) lastCpuNs = Math.max(lastCpuNs, now - base);
+        return { cpuNs: lastCpuNs, memoryBytes: own.memoryBytes };
       },
       detach: (deadlineMs, what) => {
         if (detached) return Promise.resolve();

@@ -48,9 +48,10 @@ export type ToThread =
    * A pod joins the thread: its context listens on `port` (transferred) and starts at once. `gone`
    * (an Int32Array's buffer of one element) is set to 1 by the main thread when the pod ends: the
    * context checks it before each run of the pod's code, so that nothing of a pod the main thread
-   * has let go starts to run (see PodContext's #enter).
+   * has let go starts to run (see PodContext's #enter). `usage` is the buffer of the pod's
+   * `PodUsage` (pod-usage.ts), which the context writes after each run of the pod's code.
    */
-  | { op: 'attach'; slot: number; port: MessagePort; init: WorkerInit; gone: SharedArrayBuffer }
+  | { op: 'attach'; slot: number; port: MessagePort; init: WorkerInit; gone: SharedArrayBuffer; usage: SharedArrayBuffer }
   /** A pod leaves: its context is freed (instance and memory unreferenced, port closed). */
   | { op: 'detach'; slot: number };
 

@@ -230,3 +230,11 @@ export interface RunningCall {
   /** When it started, ms on `performance.now()`'s clock. */
   startedAt: number;
 }
+
+/** What a container has used since it started ({@link PodInstance.usage}). */
+export interface PodUsageFigures {
+  /** Nanoseconds of CPU on its thread (a shared thread: the time its own code ran). */
+  cpuNs: number;
+  /** Bytes: its linear memory plus its instance (the instrumented module's code). */
+  memoryBytes: number;
+}

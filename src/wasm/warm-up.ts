@@ -67,7 +67,7 @@ function warmUpContext(init: WorkerInit): { post: (m: ToWorker) => void; next: (
     inbox.push(m);
     wake?.();
   });
-  const ctx = new PodContext(0, port2, init, new ThreadStatus(), new Int32Array(new SharedArrayBuffer(4)), () => {});
+  const ctx = new PodContext(0, port2, init, new ThreadStatus(), new Int32Array(new SharedArrayBuffer(4)), new SharedArrayBuffer(16), () => {});
   const next = async (op: FromWorker['op']): Promise<FromWorker> => {
     for (;;) {
       const i = inbox.findIndex((m) => m.op === op || m.op === 'startFailed');

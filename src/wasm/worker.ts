@@ -20,7 +20,7 @@ port.on('message', (m: ToThread) => {
     case 'attach': {
       let ctx: PodContext;
       try {
-        ctx = new PodContext(m.slot, m.port, m.init, status, new Int32Array(m.gone), () => contexts.delete(m.slot));
+        ctx = new PodContext(m.slot, m.port, m.init, status, new Int32Array(m.gone), m.usage, () => contexts.delete(m.slot));
       } catch (err: unknown) {
         // (its fsDir cannot be made, ...): this pod fails to start; the thread and its other pods go on.
         m.port.postMessage({ op: 'startFailed', reason: 'Error', message: `cannot start the pod: ${errorMessage(err)}` } satisfies FromWorker);

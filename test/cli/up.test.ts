@@ -69,12 +69,23 @@ test('up checks its flags before starting anything', { timeout: 90_000 }, async 
     [['--feos-nodes', '17'], /invalid value "17" for --feos-nodes: expected a whole number from 0 to 16/],
     [['--feos-nodes', '1', '--feos-listen', '127.0.0.1:7443'], /--feos-nodes puts the port for FeOS nodes on its nodes' bridge: leave --feos-listen out/],
     [['--feos-nodes', '1', '--feos-accel', 'fast'], /invalid value "fast" for --feos-accel: expected auto, kvm or tcg/],
+    [['--feos-nodes', '1', '--feos-registry', '127.0.0.1'], /argument '127\.0\.0\.1' is invalid\. expected HOST:PORT, such as 127\.0\.0\.1:5000/],
+    [['--feos-registry', '127.0.0.1:5000'], /--feos-object-store and --feos-registry are for the FeOS nodes of --feos-nodes N/],
+    [['--feos-nodes', '1', '--feos-object-store', 'ftp://host/x'], /invalid value "ftp:\/\/host\/x" for --feos-object-store: expected file:\/\/\/absolute\/path or s3:\/\/BUCKET\/PREFIX/],
   ] as const) {
     const r = await run(process.execPath, [CLI, 'up', '--data-dir', dir, ...args], { timeoutMs: 20_000 });
     assert.equal(r.code, 1, `${args.join(' ')}: ${r.stdout}${r.stderr}`);
     assert.match(r.stderr, msg);
   }
   assert.ok(!existsSync(join(dir, 'logs', 'control-plane.log')), 'no control plane was started');
+});
+
+test('as root, up --feos-nodes refuses a data dir too long for a microVM\'s unix sockets, naming the longest that fits', { timeout: 60_000, skip: process.getuid?.() !== 0 ? 'needs root (as another user, --feos-nodes says it needs root first)' : false }, async () => {
+  const long = join(tmpdir(), 'k32t-a-data-dir-whose-path-is-far-too-long-for-sockets');
+  const r = await run(process.execPath, [CLI, 'up', '--data-dir', long, '--feos-nodes', '2'], { timeoutMs: 20_000 });
+  assert.equal(r.code, 1, r.stderr);
+  assert.match(r.stderr, /--data-dir \S+ is too long for FeOS nodes: a microVM's sockets under it \(\S+\/feos\/feos-2\/state\/vms\/0{36}\/console\.sock\) take \d+ bytes, over the 107 of a unix socket path; give a data dir of at most \d+ bytes/);
+  assert.ok(!existsSync(join(long, 'logs')), 'nothing was started');
 });
 
 test('up --workers 0: the control plane alone; kubectl works; Ctrl-C stops it; a second up finds its objects', { timeout: 120_000 }, async (t) => {

@@ -124,10 +124,11 @@ export interface StandIn {
 const services = [JoinService, NodeService];
 
 /**
- * Starts a stand-in on 127.0.0.1 with `cert` (sent with the CA's certificate after it, as the port for
- * nodes does) and the given handlers (method name -> handler; a handler throws Refuse to fail a call).
+ * Starts a stand-in on `host` (127.0.0.1; a veth's address for a feosd in a namespace) with `cert` (sent
+ * with the CA's certificate after it, as the port for nodes does) and the given handlers (method name ->
+ * handler; a handler throws Refuse to fail a call).
  */
-export async function startStandIn(ca: TestCa, cert: { certPem: string; keyPem: string }, handlers: Record<string, Handler>, port = 0): Promise<StandIn> {
+export async function startStandIn(ca: TestCa, cert: { certPem: string; keyPem: string }, handlers: Record<string, Handler>, port = 0, host = '127.0.0.1'): Promise<StandIn> {
   const calls: RecordedCall[] = [];
   const connections: StandIn['connections'] = [];
   const nodeSessions: http2.ClientHttp2Session[] = [];
@@ -183,11 +184,11 @@ export async function startStandIn(ca: TestCa, cert: { certPem: string; keyPem: 
     },
   );
   server.on('tlsClientError', () => {});
-  await new Promise<void>((r) => server.listen(port, '127.0.0.1', () => r()));
+  await new Promise<void>((r) => server.listen(port, host, () => r()));
   const bound = (server.address() as AddressInfo).port;
   return Object.assign(st, {
     port: bound,
-    address: `127.0.0.1:${bound}`,
+    address: `${host}:${bound}`,
     close: async () => {
       for (const s of nodeSessions) s.destroy();
       for (const s of sockets) s.destroy();

@@ -116,6 +116,12 @@ test('feosctl pod hibernate of a pod that never booted says why and changes noth
   assert.match(out.stderr, /FAILED_PRECONDITION: pod hbndxsk0001 has no disk yet/);
   assert.equal((await feosd.pods.getPod({ id: 'hbndxsk0001' })).pod!.state, PodState.FAILED, 'as it was');
   assert.deepEqual(existsSync(join(dir, 'store')) ? readdirSync(join(dir, 'store')) : [], [], 'nothing put');
+  // A checkpoint that keeps the pod running is of a RUNNING or SUSPENDED pod alone.
+  await assert.rejects(
+    feosd.pods.hibernatePod({ id: 'hbndxsk0001', keepRunning: true }),
+    (e) => code(e) === status.FAILED_PRECONDITION && /pod hbndxsk0001 is FAILED: a checkpoint that keeps the pod running \(keep_running\) is of a RUNNING or SUSPENDED pod/.test(details(e)),
+  );
+  assert.equal((await feosd.pods.getPod({ id: 'hbndxsk0001' })).pod!.state, PodState.FAILED, 'as it was');
 });
 
 test('ResumePod with disk_only on a pod that is not HIBERNATED is INVALID_ARGUMENT, not a resume that ignores it', { timeout: 60_000 }, async (t) => {

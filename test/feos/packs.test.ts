@@ -22,6 +22,7 @@ import {
   ObjectStoreError,
   PACK_BYTES,
   PACKED_CHUNKS,
+  PIECES_AT_ONCE,
   type PackedChunk,
   PackWriter,
   prunePacks,
@@ -224,14 +225,15 @@ test('s3:// packs: a bucket that does not exist and refused credentials are FAIL
   assert.equal(storeFailureCode(e2), 'FAILED_PRECONDITION', String(e2));
   assert.match((e2 as Error).message, new RegExp(`put ${PREFIX}/[0-9a-f]{32}: (SignatureDoesNotMatch|AccessDenied|InvalidAccessKeyId)`));
 
-  // The server stops once the writer has uploaded a pack: the next uploads fail.
+  // The server stops once the writer has uploaded a pack (its packs lag the pieces read by those with the hash pool):
+  // the next uploads fail.
   const w = new PackWriter(good, PREFIX, new Map());
   let paused = false;
   async function* stopping(): AsyncIterable<Uint8Array> {
     let n = 0;
     for await (const p of pieces(data)) {
       n += p.byteLength;
-      if (!paused && n > PACK_BYTES + (1 << 20)) {
+      if (!paused && n > PACK_BYTES + (PIECES_AT_ONCE + 1) * (1 << 20)) {
         await until('a pack is uploaded', async () => (w.created.length > 0 ? true : undefined), 60_000);
         paused = true;
         await server!.pause();

@@ -125,10 +125,12 @@ export interface NodeConnection {
 
 /**
  * Dials a node connection (ALPN feos-node/1, the node's certificate) and serves on it a PodService
- * whose ListPods answers one RUNNING pod `podId`.
+ * whose ListPods answers one RUNNING pod `podId`, and whatever `more` adds to the server (a MeshService
+ * stand-in: ./mesh-stand-in.ts).
  */
-export async function dialNodeConnection(host: string, port: number, caPem: string, key: NodeKey, chainPem: string, podId: string): Promise<NodeConnection> {
+export async function dialNodeConnection(host: string, port: number, caPem: string, key: NodeKey, chainPem: string, podId: string, more?: (server: grpc.Server) => void): Promise<NodeConnection> {
   const server = new grpc.Server();
+  more?.(server);
   let calls = 0;
   const unimplemented = async () => {
     throw new FeosError('UNIMPLEMENTED', 'not in the stand-in');

@@ -88,7 +88,7 @@ for (const leave of ['running', 'frozen'] as const) {
     const hasAll = new Promise<void>((resolve) => (callerHasAll = resolve));
     const { state, pods } = standIn(hasAll);
     const auth = { check: async () => ({ ok: true, user: 'system:kube-apiserver' }) } as unknown as KubeletAuthenticator;
-    const server = createKubeletServer({ pods: () => pods, auth, log: pino({ level: 'silent' }), deliver: () => 0 });
+    const server = createKubeletServer({ pods: () => pods, auth, log: pino({ level: 'silent' }), deliver: () => 0, node: { name: 'n1', startedAtMs: Date.now(), heapBytes: 1 << 20 } });
     await new Promise<void>((resolve) => server.listen(0, '127.0.0.1', resolve));
     t.after(() => {
       server.closeAllConnections();

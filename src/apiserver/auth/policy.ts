@@ -94,6 +94,12 @@ export const DEFAULT_CLUSTER_ROLES: readonly DefaultRole[] = [
   { name: 'view', rules: [], aggregateFrom: 'view', labels: { [aggregateLabel('admin')]: 'true', [aggregateLabel('edit')]: 'true' } },
   { name: 'system:aggregate-to-admin', rules: ADMIN_RULES, labels: { [aggregateLabel('admin')]: 'true' } },
   { name: 'system:aggregate-to-edit', rules: EDIT_RULES, labels: { [aggregateLabel('admin')]: 'true', [aggregateLabel('edit')]: 'true' } },
+  // Kubernetes' metrics-server ships this role: whoever may view a namespace may read its metrics (kubectl top).
+  {
+    name: 'system:aggregated-metrics-reader',
+    rules: [r(['metrics.k8s.io'], ['pods', 'nodes'], READ)],
+    labels: { [aggregateLabel('admin')]: 'true', [aggregateLabel('edit')]: 'true', [aggregateLabel('view')]: 'true' },
+  },
   { name: 'system:aggregate-to-view', rules: VIEW_RULES, labels: { [aggregateLabel('admin')]: 'true', [aggregateLabel('edit')]: 'true', [aggregateLabel('view')]: 'true' } },
   {
     name: 'system:basic-user',

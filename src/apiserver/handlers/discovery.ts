@@ -60,6 +60,9 @@ const VIRTUAL: { group: string; version: string; plural: string; singular: strin
   { group: 'authentication.k8s.io', version: 'v1', plural: 'tokenreviews', singular: 'tokenreview', kind: 'TokenReview', verbs: ['create'] },
   { group: 'authentication.k8s.io', version: 'v1', plural: 'selfsubjectreviews', singular: 'selfsubjectreview', kind: 'SelfSubjectReview', verbs: ['create'] },
   { group: 'authorization.k8s.io', version: 'v1', plural: 'selfsubjectaccessreviews', singular: 'selfsubjectaccessreview', kind: 'SelfSubjectAccessReview', verbs: ['create'] },
+  // The resource metrics API (resource-metrics.ts), read from the kubelets' summaries: `kubectl top`.
+  { group: 'metrics.k8s.io', version: 'v1beta1', plural: 'nodes', singular: '', kind: 'NodeMetrics', verbs: ['get', 'list'] },
+  { group: 'metrics.k8s.io', version: 'v1beta1', plural: 'pods', singular: '', kind: 'PodMetrics', verbs: ['get', 'list'], namespaced: true },
 ];
 
 function aggregatedResource(def: ResourceDef): Record<string, unknown> {
@@ -87,16 +90,33 @@ function groupsWithVirtual(): { group: string; version: string }[] {
   return gvs;
 }
 
+/**
+ * The served group-versions by group, in discovery order: a group served at several versions
+ * (autoscaling v2 and v1) is one entry, its first version the preferred one.
+ */
+function servedGroups(): { group: string; versions: string[] }[] {
+  const out: { group: string; versions: string[] }[] = [];
+  for (const gv of groupsWithVirtual()) {
+    const g = out.find((x) => x.group === gv.group);
+    if (g) g.versions.push(gv.version);
+    else out.push({ group: gv.group, versions: [gv.version] });
+  }
+  return out;
+}
+
 /** The aggregated document of `/api` (core) or `/apis` (groups). */
 export function aggregatedDiscovery(core: boolean): Record<string, unknown> {
-  const items = groupsWithVirtual()
-    .filter((gv) => (gv.group === '') === core)
-    .map((gv) => {
-      const resources: Record<string, unknown>[] = RESOURCES.filter((r) => r.group === gv.group && r.version === gv.version).map(aggregatedResource);
-      for (const v of VIRTUAL.filter((x) => x.group === gv.group && x.version === gv.version)) {
-        resources.push({ resource: v.plural, responseKind: { group: v.group, version: v.version, kind: v.kind }, scope: v.namespaced ? 'Namespaced' : 'Cluster', singularResource: v.singular, verbs: v.verbs });
-      }
-      return { metadata: core ? { creationTimestamp: null } : { name: gv.group, creationTimestamp: null }, versions: [{ version: gv.version, freshness: 'Current', resources }] };
+  const items = servedGroups()
+    .filter((g) => (g.group === '') === core)
+    .map((g) => {
+      const versions = g.versions.map((version) => {
+        const resources: Record<string, unknown>[] = RESOURCES.filter((r) => r.group === g.group && r.version === version).map(aggregatedResource);
+        for (const v of VIRTUAL.filter((x) => x.group === g.group && x.version === version)) {
+          resources.push({ resource: v.plural, responseKind: { group: v.group, version: v.version, kind: v.kind }, scope: v.namespaced ? 'Namespaced' : 'Cluster', singularResource: v.singular, verbs: v.verbs });
+        }
+        return { version, freshness: 'Current', resources };
+      });
+      return { metadata: core ? { creationTimestamp: null } : { name: g.group, creationTimestamp: null }, versions };
     });
   return { kind: 'APIGroupDiscoveryList', apiVersion: 'apidiscovery.k8s.io/v2', metadata: {}, items };
 }
@@ -108,21 +128,19 @@ export function legacyApiVersions(req: IncomingMessage): Record<string, unknown>
 
 /** Legacy `/apis`. */
 export function legacyGroupList(): Record<string, unknown> {
-  const groups = groupsWithVirtual()
-    .filter((gv) => gv.group !== '')
-    .map((gv) => {
-      const v = { groupVersion: `${gv.group}/${gv.version}`, version: gv.version };
-      return { name: gv.group, versions: [v], preferredVersion: v };
-    });
-  return { kind: 'APIGroupList', apiVersion: 'v1', groups };
+  return { kind: 'APIGroupList', apiVersion: 'v1', groups: servedGroups().filter((g) => g.group !== '').map(apiGroup) };
+}
+
+function apiGroup(g: { group: string; versions: string[] }): Record<string, unknown> {
+  const versions = g.versions.map((version) => ({ groupVersion: `${g.group}/${version}`, version }));
+  return { name: g.group, versions, preferredVersion: versions[0] };
 }
 
 /** Legacy `/apis/<group>` (APIGroup), or undefined when not served. */
 export function legacyGroup(group: string): Record<string, unknown> | undefined {
-  const gv = groupsWithVirtual().find((g) => g.group === group);
-  if (!gv) return undefined;
-  const v = { groupVersion: `${gv.group}/${gv.version}`, version: gv.version };
-  return { kind: 'APIGroup', apiVersion: 'v1', name: group, versions: [v], preferredVersion: v };
+  const g = servedGroups().find((x) => x.group === group);
+  if (!g) return undefined;
+  return { kind: 'APIGroup', apiVersion: 'v1', ...apiGroup(g) };
 }
 
 /** Legacy `APIResourceList` of `/api/v1` or `/apis/<g>/<v>`, or undefined when not served. */

@@ -2,6 +2,7 @@
  * Decoding of the Kubernetes protobuf wire format (`application/vnd.kubernetes.protobuf`) for the
  * bodies kubectl's generator commands send (`kubectl create namespace|configmap|secret|
  * serviceaccount|service|deployment|job|cronjob|poddisruptionbudget|quota|role|clusterrole|rolebinding|clusterrolebinding|token`,
+ * `kubectl autoscale`,
  * `kubectl auth can-i [--list]`): the `k8s\0` magic, the `runtime.Unknown` envelope, then the
  * object by its kind, with the field numbers of Kubernetes' `generated.proto`. Fields this server
  * does not know are skipped; a kind it does not know is refused (415). The wire (varints, lengths,
@@ -109,6 +110,8 @@ const SERVICE_SPEC: Msg = {
 
 const PDB_SPEC: Msg = { 1: ['minAvailable', 'intstr'], 2: ['selector', LABEL_SELECTOR], 3: ['maxUnavailable', 'intstr'], 4: ['unhealthyPodEvictionPolicy', 'string'] };
 
+const CROSS_VERSION_REF: Msg = { 1: ['kind', 'string'], 2: ['name', 'string'], 3: ['apiVersion', 'string'] };
+const HPA_V1_SPEC: Msg = { 1: ['scaleTargetRef', CROSS_VERSION_REF], 2: ['minReplicas', 'int'], 3: ['maxReplicas', 'int'], 4: ['targetCPUUtilizationPercentage', 'int'] };
 const POLICY_RULE: Msg = { 1: ['verbs', 'string', true], 2: ['apiGroups', 'string', true], 3: ['resources', 'string', true], 4: ['resourceNames', 'string', true], 5: ['nonResourceURLs', 'string', true] };
 const SUBJECT: Msg = { 1: ['kind', 'string'], 2: ['apiGroup', 'string'], 3: ['name', 'string'], 4: ['namespace', 'string'] };
 const ROLE_REF: Msg = { 1: ['apiGroup', 'string'], 2: ['kind', 'string'], 3: ['name', 'string'] };
@@ -133,6 +136,8 @@ const KINDS: Record<string, Msg> = {
   'batch/v1/Job': { 1: ['metadata', OBJECT_META], 2: ['spec', JOB_SPEC] },
   'batch/v1/CronJob': { 1: ['metadata', OBJECT_META], 2: ['spec', CRONJOB_SPEC] },
   'policy/v1/PodDisruptionBudget': { 1: ['metadata', OBJECT_META], 2: ['spec', PDB_SPEC] },
+  // kubectl autoscale
+  'autoscaling/v1/HorizontalPodAutoscaler': { 1: ['metadata', OBJECT_META], 2: ['spec', HPA_V1_SPEC] },
   'authorization.k8s.io/v1/SelfSubjectAccessReview': { 1: ['metadata', OBJECT_META], 2: ['spec', { 1: ['resourceAttributes', RESOURCE_ATTRIBUTES], 2: ['nonResourceAttributes', NON_RESOURCE_ATTRIBUTES] }] },
   'authorization.k8s.io/v1/SelfSubjectRulesReview': { 1: ['metadata', OBJECT_META], 2: ['spec', { 1: ['namespace', 'string'] }] },
   'authorization.k8s.io/v1/SubjectAccessReview': SUBJECT_ACCESS_REVIEW,

@@ -1,6 +1,7 @@
 /**
  * Every resource the server serves, and lookups by URL parts. Order here is discovery order.
  */
+import { horizontalpodautoscalers, horizontalpodautoscalersV1 } from './autoscaling/index.ts';
 import { deployments, replicasets, daemonsets, statefulsets, controllerrevisions } from './apps/index.ts';
 import { cronjobs } from './batch/cronjobs.ts';
 import { jobs } from './batch/index.ts';
@@ -46,6 +47,9 @@ export const RESOURCES: readonly ResourceDef[] = [
   controllerrevisions,
   resourcequotas,
   limitranges,
+  // v2 first: the stored and preferred version.
+  horizontalpodautoscalers,
+  horizontalpodautoscalersV1,
 ];
 
 const byPath = new Map<string, ResourceDef>();
@@ -54,7 +58,7 @@ const byKind = new Map<string, ResourceDef>();
 for (const r of RESOURCES) {
   byPath.set(`${r.group}/${r.version}/${r.plural}`, r);
   if (!byKey.has(storageKey(r))) byKey.set(storageKey(r), r);
-  byKind.set(`${r.group}/${r.kind}`, r);
+  if (!byKind.has(`${r.group}/${r.kind}`)) byKind.set(`${r.group}/${r.kind}`, r);
 }
 
 /** The definition at `/api[s]/<group>/<version>/<plural>`, if served. */

@@ -28,6 +28,11 @@ export interface ControlPlaneFlags extends ApiServerClusterFlags, FeosPortFlags 
   nodeLossRestoreDelay: string;
   moveTimeout: string;
   checkpointRetention: string;
+  horizontalPodAutoscalerSyncPeriod: string;
+  horizontalPodAutoscalerDownscaleStabilization: string;
+  horizontalPodAutoscalerTolerance: string;
+  horizontalPodAutoscalerCpuInitializationPeriod: string;
+  horizontalPodAutoscalerInitialReadinessDelay: string;
   listenFile?: string;
   certSan: string[];
   /** `--leader-elect[=true|false]`; unset: true with `--storage etcd`, false with sqlite. */
@@ -44,6 +49,15 @@ function duration(flag: string, text: string): number {
   } catch (err: unknown) {
     throw new CliError(`--${flag}: ${err instanceof Error ? err.message : String(err)}`);
   }
+}
+
+/** `--horizontal-pod-autoscaler-tolerance`: a fraction above 0 and below 1 (0.1 is 10 %). */
+function tolerance(text: string): number {
+  const v = Number(text);
+  if (!/^\d*\.?\d+$/.test(text.trim()) || !(v > 0 && v < 1)) {
+    throw new CliError(`--horizontal-pod-autoscaler-tolerance must be a fraction between 0 and 1, such as 0.1 (10 %): current value is ${JSON.stringify(text)}`);
+  }
+  return v;
 }
 
 /**
@@ -70,6 +84,11 @@ export async function controlPlane(flags: ControlPlaneFlags): Promise<void> {
     nodeLossRestoreDelayMs: duration('node-loss-restore-delay', flags.nodeLossRestoreDelay),
     moveTimeoutMs: duration('move-timeout', flags.moveTimeout),
     checkpointRetentionMs: duration('checkpoint-retention', flags.checkpointRetention),
+    horizontalPodAutoscalerSyncPeriodMs: duration('horizontal-pod-autoscaler-sync-period', flags.horizontalPodAutoscalerSyncPeriod),
+    horizontalPodAutoscalerDownscaleStabilizationMs: duration('horizontal-pod-autoscaler-downscale-stabilization', flags.horizontalPodAutoscalerDownscaleStabilization),
+    horizontalPodAutoscalerCpuInitializationPeriodMs: duration('horizontal-pod-autoscaler-cpu-initialization-period', flags.horizontalPodAutoscalerCpuInitializationPeriod),
+    horizontalPodAutoscalerInitialReadinessDelayMs: duration('horizontal-pod-autoscaler-initial-readiness-delay', flags.horizontalPodAutoscalerInitialReadinessDelay),
+    horizontalPodAutoscalerTolerance: tolerance(flags.horizontalPodAutoscalerTolerance),
   };
   checkFeosPortFlags(flags);
   const cluster = parseApiServerClusterFlags(flags);

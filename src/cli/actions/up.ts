@@ -13,7 +13,7 @@ import { connect as netConnect } from 'node:net';
 import { join } from 'node:path';
 import { parseBytes, unusedPort } from '../../lib/index.ts';
 import { CliError } from '../errors.ts';
-import { checkFeosNodesRoot, type FeosNodes, makeFeosBridge, MAX_FEOS_NODES, removeFeosBridge, startFeosNodes } from '../feos-nodes.ts';
+import { checkFeosDataDir, checkFeosNodesRoot, type FeosNodes, makeFeosBridge, MAX_FEOS_NODES, removeFeosBridge, startFeosNodes } from '../feos-nodes.ts';
 import { nodeMonitorGracePeriodMs } from '../node-monitor.ts';
 import type { LocalCluster } from '../local-cluster.ts';
 
@@ -40,6 +40,10 @@ export interface UpFlags {
   feosGuestDir?: string;
   /** `--feos-accel`: feosd's `--accel`. */
   feosAccel?: string;
+  /** `--feos-object-store`: every FeOS node's `--object-store` (default `file://DATA_DIR/feos/objects`). */
+  feosObjectStore?: string;
+  /** `--feos-registry` (repeatable): registries the FeOS nodes' pods pull from, `HOST:PORT`. */
+  feosRegistry?: string[];
 }
 
 /** The signals that stop the cluster: Ctrl-C, a plain `kill`, and the terminal closing. */
@@ -136,7 +140,14 @@ export async function up(flags: UpFlags): Promise<void> {
     throw new CliError("--feos-nodes puts the port for FeOS nodes on its nodes' bridge: leave --feos-listen out");
   }
   if (flags.feosAccel !== undefined && !['auto', 'kvm', 'tcg'].includes(flags.feosAccel)) throw new CliError(`invalid value "${flags.feosAccel}" for --feos-accel: expected auto, kvm or tcg`);
+  if (feosNodeCount === 0 && (flags.feosObjectStore !== undefined || (flags.feosRegistry ?? []).length > 0)) {
+    throw new CliError('--feos-object-store and --feos-registry are for the FeOS nodes of --feos-nodes N: give --feos-nodes, or leave them out');
+  }
+  if (flags.feosObjectStore !== undefined && !/^(file:\/\/\/|s3:\/\/[^/]+)/.test(flags.feosObjectStore)) {
+    throw new CliError(`invalid value "${flags.feosObjectStore}" for --feos-object-store: expected file:///absolute/path or s3://BUCKET/PREFIX`);
+  }
   checkFeosNodesRoot(feosNodeCount);
+  checkFeosDataDir(dataDir, feosNodeCount);
   // Loaded once the flags are known to be good: it brings the Kubernetes client.
   const { exitStatusText, startLocalCluster } = await import('../local-cluster.ts');
   const { print, release } = resilientPrinter();
@@ -221,6 +232,8 @@ export async function up(flags: UpFlags): Promise<void> {
             dataDir,
             guestDir: flags.feosGuestDir,
             accel: flags.feosAccel,
+            ...(flags.feosObjectStore ? { objectStore: flags.feosObjectStore } : {}),
+            registries: flags.feosRegistry ?? [],
             readyTimeoutMs,
             print,
             signal: startupAbort.signal,

@@ -6,10 +6,17 @@
  * same data dir finds its objects again.
  */
 import { resolve } from 'node:path';
-import type { Command } from 'commander';
+import { type Command, InvalidArgumentError } from 'commander';
 import type { UpFlags } from '../actions/up.ts';
 
 import { defaultDataDir } from '../paths.ts';
+
+/** A `--feos-registry` value, `HOST:PORT` (repeatable). @throws InvalidArgumentError saying what to give */
+function feosRegistryFlag(value: string, prev: string[] = []): string[] {
+  const m = /^(\[[0-9a-fA-F:.]+\]|[A-Za-z0-9.-]+):(\d{1,5})$/.exec(value);
+  if (!m || Number(m[2]) < 1 || Number(m[2]) > 65535) throw new InvalidArgumentError('expected HOST:PORT, such as 127.0.0.1:5000');
+  return [...prev, value];
+}
 
 export { defaultDataDir };
 
@@ -46,6 +53,8 @@ export function register(program: Command): void {
     .option('--feos-nodes <n>', 'FeOS nodes to start beside the workers, each a feosd in a network namespace of its own (root only; the port for nodes then listens on their bridge)', '0')
     .option('--feos-guest-dir <dir>', "with --feos-nodes: the FeOS guest versions (default: /usr/lib/feos/guest if it has one, else one built into the package's build/guest)")
     .option('--feos-accel <accel>', "with --feos-nodes: feosd's --accel (auto, kvm or tcg)", 'auto')
+    .option('--feos-object-store <url>', "with --feos-nodes: the nodes' shared object store, where microVM pods hibernate to move (file:///path or s3://BUCKET/PREFIX; default file://DATA_DIR/feos/objects)")
+    .option('--feos-registry <host:port>', "with --feos-nodes: a registry the microVM pods pull from, named in their images as here (repeatable; a loopback one is forwarded into the nodes' namespaces)", feosRegistryFlag)
     .option('--ready-timeout <seconds>', 'how long each component may take to become ready', '60')
     .action(async (options: UpOptions) => {
       const { up } = await import('../actions/up.ts');

@@ -5,7 +5,9 @@
  *
  * `kube32-cli control-plane --data-dir D [--port P|0] [--bind ADDR] [--advertise-address IP] [--checkpoint-data-bytes Q]
  *   [--node-monitor-grace-period 40s] [--pod-eviction-timeout 5m] [--node-loss-restore-delay 5s] [--move-timeout 60s]
- *   [--checkpoint-retention 1h] [--leader-elect[=true|false] [--leader-elect-identity NAME]] [--listen-file F]
+ *   [--checkpoint-retention 1h] [--horizontal-pod-autoscaler-sync-period 15s] [--horizontal-pod-autoscaler-downscale-stabilization 5m]
+ *   [--horizontal-pod-autoscaler-tolerance 0.1] [--horizontal-pod-autoscaler-cpu-initialization-period 5m]
+ *   [--horizontal-pod-autoscaler-initial-readiness-delay 30s] [--leader-elect[=true|false] [--leader-elect-identity NAME]] [--listen-file F]
  *   [--feos-listen ADDRESS:PORT [--feos-server-name NAME...] [--feos-advertise-address HOST:PORT] [--trust-domain feos.local]
  *    [--feos-node-cert-ttl 24h]]`  (the port for FeOS nodes: ../feos-flags.ts, docs/feos/fleet.md)
  *
@@ -48,6 +50,11 @@ export function register(program: Command): void {
     .addOption(new Option('--node-loss-restore-delay <duration>', 'pods of an unreachable node with a Saved periodic checkpoint restore elsewhere this long after it turned Unknown (its kube32-sim worker fenced them)').default('5s'))
     .addOption(new Option('--move-timeout <duration>', "a move's replacement that does not run within this rolls back").default('60s'))
     .addOption(new Option('--checkpoint-retention <duration>', 'finished Checkpoints (other than the latest periodic ones) go after this').default('1h'))
+    .addOption(new Option('--horizontal-pod-autoscaler-sync-period <duration>', 'how often each HorizontalPodAutoscaler is synced').default('15s'))
+    .addOption(new Option('--horizontal-pod-autoscaler-downscale-stabilization <duration>', 'an HPA without behavior scales down to the highest recommendation of this window').default('5m'))
+    .addOption(new Option('--horizontal-pod-autoscaler-tolerance <fraction>', 'an HPA does not scale while usage is within this fraction of its target').default('0.1'))
+    .addOption(new Option('--horizontal-pod-autoscaler-cpu-initialization-period <duration>', 'a pod younger than this counts toward CPU only once Ready with a window of metrics since').default('5m'))
+    .addOption(new Option('--horizontal-pod-autoscaler-initial-readiness-delay <duration>', 'a pod not Ready this long after its start has never been Ready').default('30s'))
     .addOption(new Option('--cert-san <name...>', 'extra DNS names or IP addresses for the serving certificate').default([]))
     .addOption(cluster[0]!)
     .addOption(cluster[1]!)

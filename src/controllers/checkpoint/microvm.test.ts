@@ -64,15 +64,27 @@ test('a hibernation that failed fails the move before the replacement; an evicti
   assert.deepEqual(fake.eventReasons, ['MoveFailed']);
 });
 
-test('a Save checkpoint of a microVM pod is refused, saying a Move is what is built', { timeout: 5000 }, async () => {
+test('a Save checkpoint of a microVM pod waits for the kubelet\'s checkpoint, then is Saved with a Checkpointed event, the pod untouched', { timeout: 5000 }, async () => {
   const { ctx, cache, fake } = feosNodes();
   cache.checkpoints.set(saving('s1', {}, 'Save'));
+  const res = await reconcileCheckpoint('default/s1', ctx);
+  assert.ok(res && 'requeueAfterMs' in res && res.requeueAfterMs! > 0);
+  assert.equal(fake.writes.length, 0, 'nothing written while the kubelet checkpoints');
+  cache.checkpoints.set(saving('s1', { snapshotKind: 'microvm', snapshotName: 'c0ffee', takenAt: new Date().toISOString() }, 'Save'));
   await reconcileCheckpoint('default/s1', ctx);
+  assert.deepEqual(fake.writes.map((c) => c.op), ['patchCheckpointStatus'], 'no replacement, no delete');
+  assert.equal((fake.writes[0]!.args[2] as { status: { phase: string } }).status.phase, 'Saved');
+  assert.deepEqual(fake.eventReasons, ['Checkpointed']);
+});
+
+test('a Save whose checkpoint failed is Failed with feosd\'s message, the pod untouched', { timeout: 5000 }, async () => {
+  const { ctx, cache, fake } = feosNodes();
+  cache.checkpoints.set(saving('s2', { snapshotKind: 'microvm', message: 'HibernatePod of feos-uid-1 on vm-a: the store is down' }, 'Save'));
+  await reconcileCheckpoint('default/s2', ctx);
   assert.deepEqual(fake.writes.map((c) => c.op), ['patchCheckpointStatus']);
   const status = (fake.writes[0]!.args[2] as { status: { phase: string; message: string } }).status;
   assert.equal(status.phase, 'Failed');
-  assert.match(status.message, /a Save checkpoint of a microVM pod is not built/);
-  assert.deepEqual(fake.eventReasons, ['CheckpointFailed']);
+  assert.match(status.message, /the store is down/);
 });
 
 test('a microVM move\'s replacement that has not run after the Wasm deadline is still waited for', { timeout: 5000 }, async () => {

@@ -12,9 +12,9 @@
  */
 import type { V1Pod } from '@kubernetes/client-node';
 import type { ReconcileResult } from '../runtime/controller.ts';
-import type { ControllerContext } from '../runtime/context.ts';
+import { type ControllerContext, recordPodEvent } from '../runtime/context.ts';
 import { ANNOTATIONS, type Checkpoint, feosPodIdOf, nodeRuntime } from '../../api/index.ts';
-import { actionOf, failCheckpoint } from './status.ts';
+import { actionOf, ckKey, failCheckpoint, writeStatus } from './status.ts';
 
 /**
  * A microVM move's replacement that does not run within this rolls back, ms: 5 min. A VM's restore copies
@@ -48,7 +48,8 @@ export function moveDeadlineMs(ctx: ControllerContext, ck: Checkpoint): number {
  * Phase `Saving` of a Checkpoint whose pod is on a FeOS node: waits for the FeOS kubelet's hibernation;
  * once it is in, the caller writes the replacement (`replaceForMove`) with what this answers.
  *
- * A `Save` is refused (`Failed`: saving a microVM pod without moving it is not built). A hibernation that
+ * A `Save` (periodic ones too) waits the same way for the kubelet's HibernatePod with `keep_running` (the pod
+ * runs on where it is), then is `Saved` with a `Checkpointed` event; one that failed is `Failed`. A hibernation that
  * failed (`snapshotKind: microvm` without `snapshotName`), or that did not answer within
  * {@link MICROVM_HIBERNATE_TIMEOUT_MS}, fails the move before the replacement: the FeOS kubelet resumes the
  * pod on its node (RestorePod of its own checkpoint), and an eviction's pod is deleted as for a Wasm pod.
@@ -61,13 +62,7 @@ export async function microvmSaving(
   ck: Checkpoint,
   pod: V1Pod,
 ): Promise<{ wait: ReconcileResult | undefined } | { ready: { pod: V1Pod; target: string; frozenAt: number } }> {
-  if (actionOf(ck) !== 'Move') {
-    await failCheckpoint(ctx, ck, {
-      message: `the pod is a microVM on FeOS node ${pod.spec?.nodeName}: a Save checkpoint of a microVM pod is not built (a Move is: kube32-cli move)`,
-      pod,
-    });
-    return { wait: undefined };
-  }
+  const isSave = actionOf(ck) !== 'Move';
   const st = ck.status ?? {};
   if (st.snapshotKind !== 'microvm') {
     const created = Date.parse(String(ck.metadata?.creationTimestamp ?? ''));
@@ -83,7 +78,14 @@ export async function microvmSaving(
     return { wait: { requeueAfterMs: Math.min(left, 5000) } };
   }
   if (!st.snapshotName) {
-    await failCheckpoint(ctx, ck, { message: st.message ?? 'the hibernation failed', pod, beforeReplacement: true });
+    await failCheckpoint(ctx, ck, { message: st.message ?? 'the hibernation failed', pod, ...(isSave ? {} : { beforeReplacement: true }) });
+    return { wait: undefined };
+  }
+  if (isSave) {
+    // A Save (periodic ones too): the FeOS kubelet's HibernatePod kept the pod running (keep_running).
+    await writeStatus(ctx, ck, { phase: 'Saved' });
+    ctx.log.info({ checkpoint: ckKey(ck), feosCheckpoint: st.snapshotName }, 'microVM checkpoint saved');
+    await recordPodEvent(ctx, pod, 'Normal', 'Checkpointed', `${ck.metadata?.name}: saved the microVM (FeOS checkpoint ${st.snapshotName}) on ${st.nodeName}; the pod runs on`);
     return { wait: undefined };
   }
   const target = st.targetNode;
@@ -91,9 +93,15 @@ export async function microvmSaving(
     await failCheckpoint(ctx, ck, { message: 'no target node recorded', pod, beforeReplacement: true });
     return { wait: undefined };
   }
-  // The replacement has a new uid: the FeOS pod's ID goes with it, so that the target restores that pod.
-  const id = feosPodIdOf(pod) ?? '';
-  const withId: V1Pod = { ...pod, metadata: { ...(pod.metadata ?? {}), annotations: { ...(pod.metadata?.annotations ?? {}), [ANNOTATIONS.feosPodId]: id } } };
   const taken = Date.parse(st.takenAt ?? '');
-  return { ready: { pod: withId, target, frozenAt: Number.isFinite(taken) ? taken : ctx.clock.now() } };
+  return { ready: { pod: withFeosPodId(pod), target, frozenAt: Number.isFinite(taken) ? taken : ctx.clock.now() } };
+}
+
+/**
+ * The pod with `feos.kube32.io/pod-id` naming its FeOS pod: a replacement has a new uid, and the FeOS pod's
+ * ID goes with it so that the node that restores it restores that pod (a move's, a node loss's).
+ */
+export function withFeosPodId(pod: V1Pod): V1Pod {
+  const id = feosPodIdOf(pod) ?? '';
+  return { ...pod, metadata: { ...(pod.metadata ?? {}), annotations: { ...(pod.metadata?.annotations ?? {}), [ANNOTATIONS.feosPodId]: id } } };
 }

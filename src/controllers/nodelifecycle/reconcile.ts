@@ -18,6 +18,7 @@
 import type { V1Node, V1NodeCondition, V1Taint } from '@kubernetes/client-node';
 import { latestPeriodic } from '../checkpoint/retention.ts';
 import { replacePod } from '../checkpoint/move.ts';
+import { withFeosPodId } from '../checkpoint/microvm.ts';
 import type { ReconcileResult } from '../runtime/controller.ts';
 import type { ControllerContext } from '../runtime/context.ts';
 import { isConflict, isNotFound, isDaemonSetPod, isPodActive, migrationPolicy, nodeReadyStatus } from '../../api/index.ts';
@@ -150,7 +151,8 @@ export async function evictPods(ctx: ControllerContext, nodeName: string, opts: 
     const name = pod.metadata?.name ?? '';
     const latest = migrationPolicy(pod) === 'Never' ? undefined : latestPeriodic(ctx, ns, name);
     if (latest) {
-      const replaced = await replacePod(ctx, pod, undefined, latest.metadata?.name);
+      // A microVM's checkpoint restores its FeOS pod: the replacement names it (a new uid).
+      const replaced = await replacePod(ctx, latest.status?.snapshotKind === 'microvm' ? withFeosPodId(pod) : pod, undefined, latest.metadata?.name);
       ctx.log.info({ pod: `${ns}/${name}`, node: nodeName, checkpoint: latest.metadata?.name, replaced: replaced !== undefined }, 'node lost: the pod restores elsewhere from its periodic checkpoint');
       continue;
     }

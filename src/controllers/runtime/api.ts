@@ -8,6 +8,8 @@
  */
 import type { Readable } from 'node:stream';
 import type {
+  V1Scale,
+  V2HorizontalPodAutoscaler,
   CoreV1Event,
   KubernetesObject,
   V1ControllerRevision,
@@ -27,6 +29,16 @@ import type { Checkpoint } from '../../api/index.ts';
 
 /** A JSON merge patch (RFC 7386): `null` removes a field. */
 export type MergePatch = Record<string, unknown>;
+
+/** A `metrics.k8s.io/v1beta1` PodMetrics (client-node has no model of it). */
+export interface PodMetrics {
+  metadata: { name: string; namespace?: string; labels?: Record<string, string> };
+  /** RFC 3339: when the figures were taken. */
+  timestamp: string;
+  /** The window they cover, as `15s`. */
+  window: string;
+  containers: { name: string; usage: Record<string, string> }[];
+}
 
 /** The answer of the kubelet's `POST /checkpoint/...` through the node proxy (seed "Kubelet endpoints"). */
 export type SnapshotAnswer =
@@ -120,6 +132,15 @@ export interface ClusterApi {
    * preferred version; none when the server does not serve it (404).
    */
   listNamespaced(namespace: string, key: string): Promise<KubernetesObject[]>;
+  // HorizontalPodAutoscalers (src/controllers/autoscaling)
+  /** The `autoscaling/v1` Scale of a workload (`apps/v1` `deployments`, `replicasets`, `statefulsets`). */
+  getScale(namespace: string, resource: string, name: string): Promise<V1Scale>;
+  /** Writes a workload's Scale (PUT, the Scale's resourceVersion as a precondition). */
+  updateScale(namespace: string, resource: string, name: string, scale: V1Scale): Promise<V1Scale>;
+  /** Merge-patches an `autoscaling/v2` HorizontalPodAutoscaler's status. */
+  patchHorizontalPodAutoscalerStatus(namespace: string, name: string, patch: MergePatch): Promise<V2HorizontalPodAutoscaler>;
+  /** The `metrics.k8s.io/v1beta1` PodMetrics of a namespace's pods that `labelSelector` picks. */
+  listPodMetrics(namespace: string, labelSelector: string): Promise<PodMetrics[]>;
   /** Merge-patches a PodDisruptionBudget's status (`policy/v1`, the status subresource). */
   patchPodDisruptionBudgetStatus(namespace: string, name: string, patch: MergePatch): Promise<V1PodDisruptionBudget>;
   // Endpoints

@@ -20,6 +20,7 @@ import type {
   V1StatefulSet,
   V1ControllerRevision,
   V1ResourceQuota,
+  V2HorizontalPodAutoscaler,
 } from '@kubernetes/client-node';
 import type { ControllerLog } from './controller.ts';
 import { type Checkpoint, Informer, type Lister, type RestClient } from '../../api/index.ts';
@@ -52,6 +53,8 @@ export interface Caches {
   /** Namespaces (the ServiceAccount controller gives each its `default` account). */
   namespaces: Lister<V1Namespace>;
   serviceAccounts: Lister<V1ServiceAccount>;
+  /** `autoscaling/v2` HorizontalPodAutoscalers (the HPA controller writes their status). */
+  horizontalPodAutoscalers: Lister<V2HorizontalPodAutoscaler>;
 }
 
 /** The resources, their list paths, and whether the controllers can run without them. */
@@ -73,6 +76,7 @@ export const RESOURCES = {
   podDisruptionBudgets: { path: '/apis/policy/v1/poddisruptionbudgets', optional: true },
   namespaces: { path: '/api/v1/namespaces', optional: true },
   serviceAccounts: { path: '/api/v1/serviceaccounts', optional: true },
+  horizontalPodAutoscalers: { path: '/apis/autoscaling/v2/horizontalpodautoscalers', optional: true },
 } as const;
 
 export type ResourceName = keyof typeof RESOURCES;

@@ -36,6 +36,25 @@ export interface ControllerTimings {
   minCheckpointIntervalMs: number;
   /** An unschedulable pod is tried again after this even without a node event. @default 15000 */
   unschedulableRetryMs: number;
+  /** How often each HorizontalPodAutoscaler is synced (`--horizontal-pod-autoscaler-sync-period`). @default 15000 */
+  horizontalPodAutoscalerSyncPeriodMs: number;
+  /**
+   * An HPA without `behavior` scales down to the highest recommendation of this window
+   * (`--horizontal-pod-autoscaler-downscale-stabilization`). @default 300000
+   */
+  horizontalPodAutoscalerDownscaleStabilizationMs: number;
+  /**
+   * A pod younger than this counts toward CPU only once Ready with a window of metrics since
+   * (`--horizontal-pod-autoscaler-cpu-initialization-period`). @default 300000
+   */
+  horizontalPodAutoscalerCpuInitializationPeriodMs: number;
+  /** A pod unready this long after its start has never been Ready (`--horizontal-pod-autoscaler-initial-readiness-delay`). @default 30000 */
+  horizontalPodAutoscalerInitialReadinessDelayMs: number;
+  /**
+   * The ratio of usage to target within which an HPA does not scale (`--horizontal-pod-autoscaler-tolerance`;
+   * a fraction, not ms). @default 0.1
+   */
+  horizontalPodAutoscalerTolerance: number;
 }
 
 export const DEFAULT_TIMINGS: ControllerTimings = {
@@ -49,6 +68,11 @@ export const DEFAULT_TIMINGS: ControllerTimings = {
   memoryPressureNodeCooldownMs: 60_000,
   minCheckpointIntervalMs: 10_000,
   unschedulableRetryMs: 15_000,
+  horizontalPodAutoscalerSyncPeriodMs: 15_000,
+  horizontalPodAutoscalerDownscaleStabilizationMs: 300_000,
+  horizontalPodAutoscalerCpuInitializationPeriodMs: 300_000,
+  horizontalPodAutoscalerInitialReadinessDelayMs: 30_000,
+  horizontalPodAutoscalerTolerance: 0.1,
 };
 
 /**

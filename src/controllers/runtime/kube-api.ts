@@ -23,9 +23,11 @@ import type {
   V1ResourceQuota,
   V1ServiceAccount,
   V1StatefulSet,
+  V1Scale,
+  V2HorizontalPodAutoscaler,
 } from '@kubernetes/client-node';
 import { ApiError, CHECKPOINT_PLURAL, type Checkpoint, errorFromAnswer, errorMessage, isNotFound, KUBE32_GROUP, KUBE32_VERSION, RestClient, type RestRequest, readText } from '../../api/index.ts';
-import type { CaptureAnswer, ClusterApi, DeletePodOptions, MergePatch, SnapshotAnswer } from './api.ts';
+import type { CaptureAnswer, ClusterApi, DeletePodOptions, MergePatch, PodMetrics, SnapshotAnswer } from './api.ts';
 
 const MERGE = 'application/merge-patch+json';
 const seg = encodeURIComponent;
@@ -34,6 +36,8 @@ const NODE_STATUS_HEADER = 'x-kube32-node-status';
 const CORE = '/api/v1';
 const APPS = '/apis/apps/v1';
 const DISCOVERY = '/apis/discovery.k8s.io/v1';
+const AUTOSCALING = '/apis/autoscaling/v2';
+const METRICS = '/apis/metrics.k8s.io/v1beta1';
 const CHECKPOINTS = `/apis/${KUBE32_GROUP}/${KUBE32_VERSION}`;
 
 /** The controllers' API client; one per control plane process. */
@@ -196,6 +200,24 @@ export class KubeClusterApi implements ClusterApi {
 
   patchResourceQuotaStatus(namespace: string, name: string, patch: MergePatch): Promise<V1ResourceQuota> {
     return this.#merge(`patch resourcequota status ${namespace}/${name}`, this.#ns(namespace, 'resourcequotas', name, 'status'), patch);
+  }
+
+  getScale(namespace: string, resource: string, name: string): Promise<V1Scale> {
+    return this.#call(`get ${resource}/scale ${namespace}/${name}`, { method: 'GET', path: this.#ns(namespace, resource, name, 'scale', APPS) });
+  }
+
+  updateScale(namespace: string, resource: string, name: string, scale: V1Scale): Promise<V1Scale> {
+    return this.#call(`update ${resource}/scale ${namespace}/${name}`, { method: 'PUT', path: this.#ns(namespace, resource, name, 'scale', APPS), body: scale });
+  }
+
+  patchHorizontalPodAutoscalerStatus(namespace: string, name: string, patch: MergePatch): Promise<V2HorizontalPodAutoscaler> {
+    return this.#merge(`patch horizontalpodautoscaler status ${namespace}/${name}`, this.#ns(namespace, 'horizontalpodautoscalers', name, 'status', AUTOSCALING), patch);
+  }
+
+  async listPodMetrics(namespace: string, labelSelector: string): Promise<PodMetrics[]> {
+    const q = labelSelector ? `?labelSelector=${seg(labelSelector)}` : '';
+    const list = await this.#call<{ items?: PodMetrics[] }>(`list pod metrics in ${namespace}`, { method: 'GET', path: `${this.#ns(namespace, 'pods', undefined, undefined, METRICS)}${q}` });
+    return list.items ?? [];
   }
 
   readonly #preferred = new Map<string, string>();

@@ -50,6 +50,7 @@ export function fakeCaches(): FakeCaches {
     podDisruptionBudgets: new FakeLister(),
     namespaces: new FakeLister(),
     serviceAccounts: new FakeLister(),
+    horizontalPodAutoscalers: new FakeLister(),
   };
 }
 

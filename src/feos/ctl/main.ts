@@ -5,6 +5,7 @@
  *   feosctl [--socket PATH | --tcp ADDRESS] host info
  *   feosctl [--socket PATH | --tcp ADDRESS] security-group|name-table put|get|list|delete ... (./network.ts)
  *   feosctl [--socket PATH | --tcp ADDRESS] traffic watch [--pod ID]... [-o json] (./traffic.ts)
+ *   feosctl [--socket PATH | --tcp ADDRESS] mesh get [-o json|yaml] (./mesh.ts)
  *   feosctl --kubeconfig FILE --node NAME <any command>: through the cluster the node joined (./through-cluster.ts)
  * Every command prints a table, or with `-o json|yaml` the PodInfo (its `id` first). A gRPC error prints
  * as `feosctl: <CODE_NAME>: <message>` (with "(VmBusy)" when marked) and exits 1; bad usage exits 2.
@@ -16,6 +17,7 @@
 import { Command, InvalidArgumentError } from 'commander';
 import { CallFailed, ctlContext } from './context.ts';
 import { addHostCommands } from './host.ts';
+import { addMeshCommands } from './mesh.ts';
 import { addNetworkCommands } from './network.ts';
 import { addTrafficCommands } from './traffic.ts';
 import { type ClusterTunnel, openClusterTunnel } from './through-cluster.ts';
@@ -67,6 +69,7 @@ export async function main(argv: string[]): Promise<void> {
   addPodCommands(program, ctx);
   addVolumeCommands(program, ctx);
   addNetworkCommands(program, ctx);
+  addMeshCommands(program, ctx);
   addTrafficCommands(program, ctx);
   addHostCommands(program, ctx);
 

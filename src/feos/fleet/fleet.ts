@@ -14,6 +14,8 @@ import { timestampFromDate } from '@bufbuild/protobuf/wkt';
 import type { DescMessage, MessageInitShape, MessageShape } from '@bufbuild/protobuf';
 import type { Logger } from '../../lib/index.ts';
 import {
+  JoinMeshRequestSchema,
+  JoinMeshResponseSchema,
   JoinRequestSchema,
   JoinResponseSchema,
   JoinService,
@@ -29,7 +31,7 @@ import {
   StoppingResponseSchema,
   type Instance,
 } from '../gen/feos/fleet/v1/fleet_pb.js';
-import type { PodEvent, PodInfo } from '../gen/feos/pod/v1/pod_pb.js';
+import { type PodEvent, type PodInfo, PodState } from '../gen/feos/pod/v1/pod_pb.js';
 import { clientSession, Code, GrpcCallError, unaryCall } from './h2.ts';
 import {
   checkIssuedChain,
@@ -61,14 +63,35 @@ export interface FleetFlags {
   nodeDir: string;
   /** `--node-name`: the node's name. @default the hostname, lowercased */
   nodeName?: string;
+  /**
+   * `--fence-after SECONDS`, as ms: no report answered for this long, the node suspends the pods the
+   * control plane may restore elsewhere (see {@link FENCED_REASON}); 0: never. @default 40000 (the
+   * control plane's node monitor grace period, after which it sees the node Unknown)
+   */
+  fenceAfterMs?: number;
 }
+
+/**
+ * The start of a fenced pod's `reason`: the FeOS kubelet of the control plane resumes a SUSPENDED pod whose
+ * reason starts so once its Pod is still bound to this node (src/fleet/kubelet), and deletes it when its
+ * Pod was restored elsewhere (the sweep of orphans).
+ */
+export const FENCED_REASON = 'fenced:';
+/** The metadata key of pods a Kube32 control plane made (src/fleet/kubelet/spec.ts): only those are fenced. */
+const CLUSTER_ID_KEY = 'kube32.cluster-id';
 
 /** What the fleet needs of feosd. */
 export interface FleetDeps {
   /** The services feosd serves on its socket (recordServices), served on the node connections. */
   services: ServedService[];
   /** The pod service: its pods for the reports, its events for the uplink. */
-  pods: { list(): PodInfo[]; on(e: 'event', fn: (ev: PodEvent) => void): unknown; off(e: 'event', fn: (ev: PodEvent) => void): unknown };
+  pods: {
+    list(): PodInfo[];
+    on(e: 'event', fn: (ev: PodEvent) => void): unknown;
+    off(e: 'event', fn: (ev: PodEvent) => void): unknown;
+    /** SuspendPod with a reason (the fence); absent: the node never fences. */
+    act?(id: string, action: { kind: 'suspend'; reason?: string }): Promise<unknown>;
+  };
   accelerator: string;
   guestVersions: () => string[];
   version: string;
@@ -77,6 +100,16 @@ export interface FleetDeps {
   startAfter?: Promise<unknown>;
   /** How long the event loop or the pods may stay silent before the reports stop (ms). @default 90000 */
   watchdogMs?: number;
+  /**
+   * The node's mesh (src/feos/network's NodeMesh): JoinMesh after the first answered report, and
+   * again when what it asks (the key, the endpoint) changes or an answer was not taken. @default none
+   */
+  mesh?: {
+    /** The request's fields; `localAddress` is the address the uplink reaches the control plane from. */
+    joinAsk(localAddress: string): { publicKey: string; endpoint: string };
+    /** Takes the answer; false = not taken (asked again at the next report). */
+    joined(ask: { publicKey: string; endpoint: string }, answer: { meshed: boolean; clusterPrefix: string; nodePrefix: string }): Promise<boolean>;
+  };
 }
 
 /** The running fleet client. */
@@ -124,6 +157,8 @@ class Uplink {
   #at = 0;
   #session?: http2.ClientHttp2Session;
   #creds: Identity;
+  /** The local address of the last connection: the node's address as the control plane sees it. */
+  localAddress = '';
   readonly #name: string;
   readonly #trustDomain: string;
 
@@ -166,6 +201,7 @@ class Uplink {
     });
     const s = clientSession(socket, this.#name);
     this.#session = s;
+    this.localAddress = socket.localAddress ?? '';
     // A GOAWAY (the instance drains or restarts): the next call dials again.
     const forget = () => {
       if (this.#session === s) this.#session = undefined;
@@ -475,6 +511,11 @@ export function startFleet(flags: FleetFlags, deps: FleetDeps): Fleet {
           Math.max(interval, 3000),
         );
         once.clear('report');
+        lastAnswered = Date.now();
+        if (fenced.size > 0) {
+          log.info({ pods: [...fenced] }, 'fence: the control plane answers again; its FeOS kubelet resumes the fenced pods still bound here');
+          fenced.clear();
+        }
         const asked = res.reportIntervalMs || REPORT_INTERVAL_MS;
         if (asked !== interval) {
           interval = asked;
@@ -484,6 +525,7 @@ export function startFleet(flags: FleetFlags, deps: FleetDeps): Fleet {
         }
         await instancesChanged(res.instances);
         void flush(Math.max(interval, 3000));
+        void joinMesh();
       } catch (err: unknown) {
         if (err instanceof GrpcCallError && err.code === Code.PERMISSION_DENIED) removed?.(err.message);
         else once.warn('report', (err as Error).message);
@@ -491,7 +533,52 @@ export function startFleet(flags: FleetFlags, deps: FleetDeps): Fleet {
         reporting = false;
       }
     };
+    // JoinMesh (the mesh): after an answered report, while what it asks was not taken.
+    let meshTaken: string | undefined;
+    let joiningMesh = false;
+    const joinMesh = async () => {
+      const mesh = deps.mesh;
+      if (!mesh || joiningMesh || stopSignal.aborted || isRemoved) return;
+      joiningMesh = true;
+      try {
+        const ask = mesh.joinAsk(up.localAddress);
+        const asked = JSON.stringify(ask);
+        if (asked === meshTaken) return;
+        const res = await up.call('JoinMesh', JoinMeshRequestSchema, JoinMeshResponseSchema, ask, 15_000);
+        if (await mesh.joined(ask, res)) {
+          meshTaken = asked;
+          once.clear('mesh');
+          log.info({ meshed: res.meshed, clusterPrefix: res.clusterPrefix, nodePrefix: res.nodePrefix }, 'control plane: JoinMesh answered');
+        } else once.warn('mesh', res.meshed ? 'JoinMesh gave no /96: asked again at the next report' : 'the cluster has no mesh yet: asked again at the next report');
+      } catch (err: unknown) {
+        if (err instanceof GrpcCallError && err.code === Code.PERMISSION_DENIED) removed?.(err.message);
+        else once.warn('mesh', (err as Error).message);
+      } finally {
+        joiningMesh = false;
+      }
+    };
     void report();
+
+    // The fence (docs/feos/cluster-pods.md, "Fencing"): a node the control plane has not heard from for
+    // the grace sees itself as lost, and its pods may be restored elsewhere from their checkpoints; it
+    // suspends them (their memory on its disk) so that a pod never runs on two nodes.
+    let lastAnswered = Date.now();
+    const fenced = new Set<string>();
+    const fenceAfterMs = flags.fenceAfterMs ?? 40_000;
+    const fenceTimer = setInterval(() => {
+      if (fenceAfterMs <= 0 || !deps.pods.act || Date.now() - lastAnswered < fenceAfterMs) return;
+      for (const pod of deps.pods.list()) {
+        if (pod.state !== PodState.RUNNING || !pod.spec?.metadata?.[CLUSTER_ID_KEY] || fenced.has(pod.id)) continue;
+        fenced.add(pod.id);
+        const reason = `${FENCED_REASON} no report reached the control plane for ${Math.round((Date.now() - lastAnswered) / 1000)} s; it may restore the pod on another node`;
+        log.warn({ id: pod.id, fenceAfterMs }, 'fence: suspending a pod the control plane may restore elsewhere');
+        deps.pods.act(pod.id, { kind: 'suspend', reason }).catch((err: unknown) => {
+          fenced.delete(pod.id);
+          log.warn({ id: pod.id, err: (err as Error).message }, 'fence: the suspend failed; tried again in a second');
+        });
+      }
+    }, 1000);
+    fenceTimer.unref();
 
     // The renewal, at the certificate's renewal time.
     let renewTimer: NodeJS.Timeout | undefined;
@@ -530,6 +617,7 @@ export function startFleet(flags: FleetFlags, deps: FleetDeps): Fleet {
       clearTimeout(reportTimer);
       clearTimeout(renewTimer);
       clearInterval(ticker);
+      clearInterval(fenceTimer);
     });
     await reportsEnded;
     if (stopSignal.aborted) return;

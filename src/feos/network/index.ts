@@ -37,3 +37,5 @@ export { PcapNflogReader, parseNflog, parseIpPacket, protocolName, LINKTYPE_NFLO
 export { parseConntrackLine, parseCtimeUtc, type ConntrackEvent, type ConntrackTuple } from './conntrack-events.ts';
 export { parsePrefix, parseAddress, formatPrefix, formatAddress, canonicalAddress, subtractPrefixes, normalizePrefixes, type Prefix, type Family } from './ip.ts';
 export { hasIpv4DefaultRoute, hasIpv6DefaultRoute, missingPreconditions, nodeNetworkReason, readNodeNetwork, type NodeNetworkState, type ProcPaths } from './preflight.ts';
+export { NodeMesh, MESH_PORT, checkPeers, parseEndpoint, formatEndpoint, type MeshOptions, type JoinMeshAsk, type JoinMeshAnswer } from './mesh.ts';
+export { WireGuardDevice, ensureDevice, generatePrivateKey, publicKeyOf, checkKey, MESH_DEVICE, MESH_MTU, UAPI_DIR, type WireGuardImplementation, type DeviceState, type DevicePeer } from './wireguard.ts';

@@ -14,7 +14,7 @@ import { Resolver, bindResolverSockets, type DnsQueryRecord, type ResolverPod } 
 import { NetworkError, errorMessage } from './errors.ts';
 import { nameService, securityGroupService, type GrpcService } from './grpc.ts';
 import { RecentPods, TrafficChannel, TrafficCollector, dnsQueryEntry, trafficService } from './traffic.ts';
-import { canonicalAddress, isUla, parsePrefix, type Prefix } from './ip.ts';
+import { canonicalAddress, formatPrefix, isUla, parsePrefix, type Prefix } from './ip.ts';
 import { takeListenFds, type ListenFds } from './listen-fds.ts';
 import { MetadataService, checkMetadata, type PodMetadata } from './metadata.ts';
 import { IPV4_GATEWAY, IPV6_GATEWAY, checkPodUpstreams, parseNetworkFlags, type NetworkFlags, type NetworkSettings } from './options.ts';
@@ -23,6 +23,8 @@ import { NameTableStore, SecurityGroupStore } from './stores.ts';
 import { ipJson, nft, setSysctl } from './system.ts';
 import { ALWAYS_DENIED, compileTable, tableUpdate, type CompiledTable } from './table.ts';
 import { nodeNetworkReason, type ProcPaths } from './preflight.ts';
+import { NodeMesh, type MeshOptions } from './mesh.ts';
+import { MESH_MTU } from './wireguard.ts';
 
 /** How often the rules are written again, ms (the seed: every minute). */
 export const RULES_INTERVAL_MS = 60_000;
@@ -58,6 +60,17 @@ export interface NetworkOptions extends NetworkFlags {
   trafficRecords?: boolean;
   /** Records a WatchTraffic caller may have queued before more count as missed. @default WATCH_BUFFER_RECORDS (4096) */
   trafficQueueRecords?: number;
+  /**
+   * The mesh (the seed's "The mesh"), on a node with `--control-plane`: without `--pod-prefix`
+   * the node's /96 of it is the pod prefix; with, the node only learns whether the cluster is
+   * meshed (then its pods with a network fail: the two exclude each other). @default none
+   */
+  mesh?: MeshOptions;
+  /**
+   * Called when the network comes up after start, once the mesh gave the node its /96, with the
+   * kept pods' addresses as {@link PodNetwork.start} returns them (for feosd to record).
+   */
+  onLateStart?: (addresses: Map<string, PodAddresses>) => void;
 }
 
 /** A pod's network as its spec gives it (feos.pod.v1.PodNetwork and PodSpec.metadata). */
@@ -152,9 +165,18 @@ export class PodNetwork {
   readonly #traffic = new TrafficChannel();
   readonly #recent = new RecentPods((a) => this.#podBySource(a)?.id);
   #collector?: TrafficCollector;
+  /** The node's mesh, with `mesh` in the options. */
+  readonly mesh?: NodeMesh;
+  #kept: KeptPod[] = [];
 
   constructor(opts: NetworkOptions) {
     this.settings = parseNetworkFlags(opts);
+    if (opts.mesh) {
+      this.mesh = new NodeMesh(opts.mesh, !this.settings.podPrefix);
+      this.mesh.onPeers = () => {
+        if (this.#alloc && !this.#stopped) this.#writeTable(false).catch((err: unknown) => this.#log.error({ err: errorMessage(err) }, 'writing the table after the mesh peers changed failed'));
+      };
+    }
     this.#o = opts;
     this.#log = opts.log;
     this.groups = new SecurityGroupStore(join(opts.stateDir, 'security-groups'));
@@ -169,6 +191,7 @@ export class PodNetwork {
 
   /** Why pods with a network cannot be created or booted, or undefined while the network works. */
   get unavailableReason(): string | undefined {
+    if (this.mesh && !this.mesh.keyed && this.mesh.meshed) return "the node has --pod-prefix and its cluster is meshed: the two exclude each other (drop --pod-prefix to take the mesh's /96)";
     return this.#unavailable;
   }
 
@@ -189,15 +212,44 @@ export class PodNetwork {
     for (const k of kept) {
       this.#pods.set(k.id, { id: k.id, tap: tapName(k.id), spec: k.network, addresses: { ipv6: k.ipv6, ipv4: k.ipv4 }, attached: false });
     }
+    this.#kept = kept;
+    const mesh = this.mesh;
+    if (mesh) {
+      try {
+        await mesh.load();
+      } catch (err: unknown) {
+        this.#unavailable = `the mesh cannot be read: ${errorMessage(err)}`;
+        this.#log.error({ reason: this.#unavailable }, 'the pods network is not set up; pods with a network fail');
+        return result;
+      }
+      if (mesh.keyed) {
+        if (mesh.nodePrefix) this.settings.podPrefix = mesh.nodePrefix;
+        else {
+          // The network comes up once the control plane gives the node its /96, as at a start.
+          mesh.onPrefix = (prefix) => {
+            if (this.#stopped) return;
+            this.settings.podPrefix = prefix;
+            void this.#bringUp(this.#kept, new Map()).then((addresses) => this.#o.onLateStart?.(addresses));
+          };
+        }
+      }
+    }
     if (!this.settings.podPrefix) {
-      this.#unavailable = 'the node has no pod prefix (--pod-prefix)';
+      this.#unavailable = mesh?.keyed ? "the node has no /96 of its cluster's mesh yet (the control plane gives it after the join)" : 'the node has no pod prefix (--pod-prefix)';
       this.#log.error({ reason: this.#unavailable }, 'the pods network is not set up; pods with a network fail');
       return result;
     }
+    return this.#bringUp(kept, result);
+  }
+
+  /** The setup of {@link start} once the node has its pod prefix. */
+  async #bringUp(kept: KeptPod[], result: Map<string, PodAddresses>): Promise<Map<string, PodAddresses>> {
+    if (!this.settings.podPrefix) return result;
     try {
       const podsDir = join(this.#o.stateDir, 'pods');
       await removeLegacyNetwork(podsDir, this.#log, this.#o.legacyBpfDir);
       await setUpNode(this.settings);
+      if (this.mesh?.keyed) await this.mesh.up();
       this.#alloc = await AddressAllocator.open({
         podsDir,
         podPrefix: this.settings.podPrefix,
@@ -229,7 +281,7 @@ export class PodNetwork {
         this.#writeTable(true).catch((err: unknown) => this.#log.error({ err: errorMessage(err) }, 'writing the rules again failed'));
       }, interval);
       this.#timer.unref();
-      this.#log.info({ podPrefix: this.#o.podPrefix, metadataPort: this.#metadataPort }, 'the pods network is up');
+      this.#log.info({ podPrefix: formatPrefix(this.settings.podPrefix), metadataPort: this.#metadataPort }, 'the pods network is up');
       const lacking = nodeNetworkReason(this.#o.procPaths);
       if (lacking !== undefined) this.#log.warn({ reason: lacking }, `${lacking}; until then a create of a pod with a network is FAILED_PRECONDITION`);
     } catch (err: unknown) {
@@ -313,8 +365,9 @@ export class PodNetwork {
   }
 
   #requireUp(): AddressAllocator {
-    if (this.#unavailable !== undefined || !this.#alloc) {
-      throw new NetworkError('FAILED_PRECONDITION', `pods with a network cannot run on this node: ${this.#unavailable ?? 'the network is not set up'}`);
+    const why = this.unavailableReason;
+    if (why !== undefined || !this.#alloc) {
+      throw new NetworkError('FAILED_PRECONDITION', `pods with a network cannot run on this node: ${why ?? 'the network is not set up'}`);
     }
     return this.#alloc;
   }
@@ -402,6 +455,7 @@ export class PodNetwork {
     const p = this.#pods.get(podId);
     if (!p?.addresses.ipv4 || !p.addresses.ipv6) return undefined;
     const ula = isUla(p.addresses.ipv6);
+    const onMesh = ula && this.mesh?.keyed === true && this.mesh.nodePrefix !== undefined;
     return {
       macAddress: podMac(podId),
       ipv6Address: p.addresses.ipv6,
@@ -410,7 +464,8 @@ export class PodNetwork {
       ipv4Gateway: IPV4_GATEWAY,
       nameservers: [this.settings.dnsAddress],
       ipv6Routes: ula ? ['fc00::/7'] : [],
-      mtu: 0,
+      // The mesh's MTU: what WireGuard carries to the other nodes' pods.
+      mtu: onMesh ? MESH_MTU : 0,
     };
   }
 
@@ -468,6 +523,7 @@ export class PodNetwork {
       securityGroupService(this.groups, (id) => this.podsNamingGroup(id)),
       nameService(this.tables, (id) => this.podsNamingTable(id)),
       trafficService(this.#traffic, { queueRecords: this.#o.trafficQueueRecords }),
+      ...(this.mesh ? [this.mesh.grpcService()] : []),
     ];
   }
 
@@ -508,7 +564,8 @@ export class PodNetwork {
   } {
     return {
       check: (network) => {
-        if (this.#unavailable !== undefined) return `pods with a network cannot run on this node: ${this.#unavailable}`;
+        const why = this.unavailableReason;
+        if (why !== undefined) return `pods with a network cannot run on this node: ${why}`;
         const lacking = nodeNetworkReason(this.#o.procPaths);
         if (lacking !== undefined) return `pods with a network cannot run on this node: ${lacking}`;
         try {
@@ -541,7 +598,9 @@ export class PodNetwork {
   #writeTable(replace: boolean): Promise<void> {
     const run = this.#tableChain.then(async () => {
       const node = await this.nodeAddresses();
-      const denied: Prefix[] = [...this.settings.denyPrefixes, ...ALWAYS_DENIED, ...node.map((a) => parsePrefix(a))];
+      // The mesh's peers' endpoints are denied as the node's own addresses are.
+      const peers = this.mesh?.keyed ? this.mesh.peerAddresses() : [];
+      const denied: Prefix[] = [...this.settings.denyPrefixes, ...ALWAYS_DENIED, ...[...node, ...peers].map((a) => parsePrefix(a))];
       const groups = new Map<string, SecurityGroup>(this.groups.view());
       const next = compileTable({
         podIpv4Range: this.settings.podIpv4Range,
@@ -549,6 +608,7 @@ export class PodNetwork {
         otlpAddress: this.settings.otlpAddress,
         metadataPort: this.#metadataPort,
         denied,
+        meshPrefix: this.mesh?.keyed ? this.mesh.clusterPrefix : undefined,
         groups,
         pods: [...this.#pods.values()].filter((p) => p.attached).map((p) => ({ tap: p.tap, ipv6: p.addresses.ipv6, groups: p.spec.securityGroups })),
       });

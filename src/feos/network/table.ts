@@ -59,6 +59,8 @@ export interface TableInput {
   metadataPort?: number;
   /** What no pod reaches: the denied prefixes, the node's addresses and {@link ALWAYS_DENIED} (both families; split here). */
   denied: Prefix[];
+  /** The cluster's ULA on a mesh: a source in it is dropped when it comes through another device than the one it is routed to. */
+  meshPrefix?: Prefix;
   pods: TablePod[];
   /** The node's groups by ID (the default group is built in). */
   groups: ReadonlyMap<string, SecurityGroup>;
@@ -226,6 +228,11 @@ export function compileTable(input: TableInput): CompiledTable {
 
   // prerouting: spoofed sources, router advertisements and redirects from pods.
   drop('prerouting', 'spoofed', 'lim-spoofed', fromPod, match({ fib: { result: 'oif', flags: ['saddr', 'iif'] } }, false));
+  if (input.meshPrefix) {
+    const m = input.meshPrefix;
+    const ula = { prefix: { addr: formatAddress(6, m.address), len: m.length } };
+    drop('prerouting', 'spoofed', 'lim-spoofed', match(payload('ip6', 'saddr'), ula), match({ fib: { result: 'oif', flags: ['saddr', 'iif'] } }, false));
+  }
   rules.push(rule('prerouting', fromPod, match(payload('icmpv6', 'type'), { set: ['nd-router-advert', 'nd-redirect'] }), { drop: null }));
   rules.push(rule('prerouting', fromPod, match(payload('icmp', 'type'), 'redirect'), { drop: null }));
   // The metadata service: 169.254.169.254:80 from a pod goes to the node's responder.

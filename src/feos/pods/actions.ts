@@ -39,7 +39,7 @@ export type PodAction =
    * RUNNING (SUSPENDED answers as it is). `deadline` (`Date.now()` ms), feosd's own stop's: a snapshot
    * that would end later is cancelled then (busy), whatever its own timeout.
    */
-  | { kind: 'suspend'; deadline?: number }
+  | { kind: 'suspend'; deadline?: number; reason?: string }
   /**
    * SUSPENDED (RUNNING answers as it is); HIBERNATED restores from the pod's checkpoint (`diskOnly`:
    * a fresh boot on the checkpoint's disk). `keepSuspendedOnFailure` (feosd's resumes after a stop):
@@ -51,7 +51,7 @@ export type PodAction =
    * RUNNING or SUSPENDED (with its memory), STOPPED or FAILED (its disk alone); HIBERNATED answers as
    * it is. `noAbandon`: a ResumePod does not abandon it (a drain).
    */
-  | { kind: 'hibernate'; noAbandon?: boolean }
+  | { kind: 'hibernate'; noAbandon?: boolean; keepRunning?: boolean }
   /**
    * HIBERNATED, or a pod the node does not have whose checkpoint is in the object store (the latest,
    * or `checkpoint`); `diskOnly`: a fresh boot on the checkpoint's disk.

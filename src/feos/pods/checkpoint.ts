@@ -1,10 +1,11 @@
 /**
  * A pod's checkpoint in the object store (seed 000, "A pod": Hibernate and Restore; docs/feos/object-store.md):
  * the memory (QEMU's migration stream, when the pod hibernated with it) and the disk (`disk.qcow2`, the pod's
- * overlay) as content-addressed chunks below `pods/<pod ID>/chunks/` (store/chunked.ts: a chunk the store has
+ * overlay) as content-defined chunks in packs below `pods/<pod ID>/packs/` (store/packs.ts: a chunk the store has
  * from an earlier checkpoint of the pod is not uploaded again), and `pods/<pod ID>/<checkpoint>/manifest.json`,
- * written last, naming every chunk: a checkpoint without its manifest is a half upload and never taken for a
- * whole one. (Manifests of version 1 named whole objects `pods/<pod ID>/<checkpoint>/<file>`; they are read
+ * written last, naming every chunk, or (version 4, `base`) runs of the chunks of the base checkpoint's manifest
+ * and the chunks it lacks: a checkpoint without its manifest is a half upload and never taken for a whole one.
+ * (Version 2 put each chunk as an object of its own below `pods/<pod ID>/chunks/`.) (Manifests of version 1 named whole objects `pods/<pod ID>/<checkpoint>/<file>`; they are read
  * still.) A restore writes `restored` (a claim
  * that only one restore wins): a checkpoint is restored once. The pod's volumes go beside, under
  * `volumes/<volume ID>/<checkpoint>/disk.qcow2`, so that a CHECKPOINTED volume outlives its pod's
@@ -29,10 +30,16 @@ import { errorMessage, FeosError } from '../api/index.ts';
 import { type ChunkIndex, type ChunkRef, getChunked, isPackName, ObjectNotFoundError, type ObjectStore, PACKED_CHUNKS, type PackedChunk, pruneChunks, prunePacks, readPacked, storeFailureCode } from '../store/index.ts';
 
 /**
- * The manifest format this code writes: 3, chunks in packs. It reads 2 (chunks as objects of their own below
+ * The manifest format this code writes: 4, chunks in packs, the chunks a base checkpoint's file has in the same
+ * order named as runs of its chunks. It reads 3 (every chunk named), 2 (chunks as objects of their own below
  * `pods/<pod ID>/chunks/`) and 1 (whole files) still.
  */
-export const MANIFEST_VERSION = 3;
+export const MANIFEST_VERSION = 4;
+/**
+ * How many manifests a relative one may stand on (its base, the base's base, ...): the next hibernation names
+ * every chunk again, so that a restore reads a few small manifests at most.
+ */
+export const MAX_BASE_DEPTH = 8;
 /** The memory file's name in a checkpoint. */
 export const MEMORY_FILE = 'memory';
 /** The disk file's name in a checkpoint. */
@@ -69,7 +76,7 @@ export interface CheckpointVolume {
 
 /** What `manifest.json` holds. */
 export interface CheckpointManifest {
-  version: 1 | 2 | 3;
+  version: 1 | 2 | 3 | 4;
   podId: string;
   checkpoint: string;
   /** When the manifest was written (ISO 8601). */
@@ -86,6 +93,12 @@ export interface CheckpointManifest {
   volumes: CheckpointVolume[];
   /** How many bytes the hibernation uploaded (of the files' sizes: the others' chunks were in the store). */
   uploadedBytes?: number;
+  /**
+   * Version 4: the checkpoint whose manifest this one's runs of chunks refer to (it sorts before this one), and
+   * how many manifests stand below this one (0: none, every chunk named). Read: the files' `packed` are whole.
+   */
+  base?: string;
+  baseDepth?: number;
 }
 
 /** A new checkpoint name: the UTC time to the second and random hex, so names sort by time. */
@@ -120,35 +133,74 @@ export function checkpointKey(podId: string, checkpoint: string, file: string): 
 }
 
 /**
- * The manifest as it is written. Version 3 names its packs once (`packs`, a list) and each chunk as
- * `[pack's index in packs, offset, length, SHA-256]`, on one line (tens of thousands of chunks).
+ * The manifest as it is written. Versions 3 and 4 name the packs the files' chunks are in once (`packs`, a list,
+ * every pack the checkpoint needs) and each chunk as `[pack's index in packs, offset, length, SHA-256]`, on one
+ * line (tens of thousands of chunks). Version 4 with a `base` (its manifest as read, whole) names a run of chunks
+ * that the base's file of the same name has in the same order as `[index of the first in the base's file, count]`:
+ * a second hibernation of an unchanged pod writes a few hundred entries instead of every chunk again. A relative
+ * manifest that would not be under half the whole one's size is written whole (no `base`).
  */
-export function manifestBytes(m: CheckpointManifest): Uint8Array {
-  if (m.version !== 3) {
+export function manifestBytes(m: CheckpointManifest, base?: CheckpointManifest): Uint8Array {
+  if (m.version < 3) {
     const json = { ...m, spec: toJson(PodSpecSchema, m.spec) };
     return new TextEncoder().encode(`${JSON.stringify(json, null, 2)}\n`);
   }
-  const packs: string[] = [];
-  const index = new Map<string, number>();
-  const packOf = (name: string) => {
-    let i = index.get(name);
-    if (i === undefined) {
-      i = packs.push(name) - 1;
-      index.set(name, i);
-    }
-    return i;
+  const encode = (relativeTo?: CheckpointManifest) => {
+    const packs: string[] = [];
+    const index = new Map<string, number>();
+    const packOf = (name: string) => {
+      let i = index.get(name);
+      if (i === undefined) {
+        i = packs.push(name) - 1;
+        index.set(name, i);
+      }
+      return i;
+    };
+    const runPacks = new Set<string>();
+    const files = m.files.map((f) => {
+      const mine = f.packed ?? [];
+      const theirs = relativeTo?.files.find((x) => x.name === f.name)?.packed ?? [];
+      const first = new Map<string, number>();
+      for (const [j, c] of theirs.entries()) if (!first.has(c.sha256)) first.set(c.sha256, j);
+      const chunks: Array<[number, number] | [number, number, number, string]> = [];
+      for (let i = 0; i < mine.length; ) {
+        const c = mine[i]!;
+        const j = first.get(c.sha256);
+        if (j === undefined) {
+          chunks.push([packOf(c.pack), c.offset, c.sizeBytes, c.sha256]);
+          i++;
+          continue;
+        }
+        let n = 1;
+        while (i + n < mine.length && j + n < theirs.length && theirs[j + n]!.sha256 === mine[i + n]!.sha256) n++;
+        for (let k = j; k < j + n; k++) runPacks.add(theirs[k]!.pack);
+        chunks.push([j, n]);
+        i += n;
+      }
+      return { name: f.name, sizeBytes: f.sizeBytes, sha256: f.sha256, chunks };
+    });
+    for (const p of runPacks) packOf(p);
+    const { base: _b, baseDepth: _d, ...rest } = m;
+    const json = { ...rest, ...(relativeTo ? { base: relativeTo.checkpoint } : {}), spec: toJson(PodSpecSchema, m.spec), chunking: PACKED_CHUNKS, packs, files };
+    return new TextEncoder().encode(`${JSON.stringify(json)}\n`);
   };
-  const files = m.files.map((f) => ({ name: f.name, sizeBytes: f.sizeBytes, sha256: f.sha256, chunks: (f.packed ?? []).map((c) => [packOf(c.pack), c.offset, c.sizeBytes, c.sha256]) }));
-  const json = { ...m, spec: toJson(PodSpecSchema, m.spec), chunking: PACKED_CHUNKS, packs, files };
-  return new TextEncoder().encode(`${JSON.stringify(json)}\n`);
+  const whole = encode();
+  if (m.version < 4 || !base || (base.baseDepth ?? 0) + 1 > MAX_BASE_DEPTH) return whole;
+  const relative = encode(base);
+  return relative.byteLength < whole.byteLength / 2 ? relative : whole;
 }
 
 /**
- * Reads and checks a checkpoint's manifest.
+ * Reads and checks a checkpoint's manifest; a relative one (version 4 with a `base`) is read with its bases and
+ * comes back whole (every file's `packed` lists all its chunks).
+ * @param read manifests read already, by checkpoint (this call adds what it reads: several calls share the bases)
  * @throws FeosError NOT_FOUND (no manifest: no checkpoint, or a half upload), DATA_LOSS (not a manifest
- *   of this format and pod, naming what is wrong), UNAVAILABLE (the store did not answer)
+ *   of this format and pod, naming what is wrong; a base whose manifest is missing or does not read, naming it),
+ *   UNAVAILABLE (the store did not answer)
  */
-export async function readManifest(store: ObjectStore, podId: string, checkpoint: string): Promise<CheckpointManifest> {
+export async function readManifest(store: ObjectStore, podId: string, checkpoint: string, read: Map<string, CheckpointManifest> = new Map(), depth = 0): Promise<CheckpointManifest> {
+  const had = read.get(checkpoint);
+  if (had) return had;
   const key = checkpointKey(podId, checkpoint, 'manifest.json');
   let bytes: Uint8Array;
   try {
@@ -165,8 +217,8 @@ export async function readManifest(store: ObjectStore, podId: string, checkpoint
     throw bad(`not JSON (${errorMessage(err)})`);
   }
   if (!doc || typeof doc !== 'object' || Array.isArray(doc)) throw bad('not an object');
-  if (doc.version !== 1 && doc.version !== 2 && doc.version !== 3) throw bad(`version ${JSON.stringify(doc.version)}, want 1, 2 or ${MANIFEST_VERSION}`);
-  const packs = doc.version === 3 ? doc.packs : [];
+  if (doc.version !== 1 && doc.version !== 2 && doc.version !== 3 && doc.version !== 4) throw bad(`version ${JSON.stringify(doc.version)}, want 1, 2, 3 or ${MANIFEST_VERSION}`);
+  const packs = doc.version >= 3 ? doc.packs : [];
   if (!Array.isArray(packs) || !packs.every((p) => typeof p === 'string' && isPackName(p))) throw bad('packs: want a list of pack names (32 hex digits)');
   if (doc.podId !== podId) throw bad(`it names pod ${JSON.stringify(doc.podId)}`);
   if (doc.checkpoint !== checkpoint) throw bad(`it names checkpoint ${JSON.stringify(doc.checkpoint)}`);
@@ -179,6 +231,20 @@ export async function readManifest(store: ObjectStore, podId: string, checkpoint
     throw bad(`spec: ${errorMessage(err)}`);
   }
   if (!Array.isArray(doc.files)) throw bad('files: want a list');
+  // A relative manifest's base: an earlier checkpoint of the pod, read (and resolved) first.
+  let base: CheckpointManifest | undefined;
+  if (doc.version === 4 && doc.base !== undefined) {
+    if (typeof doc.base !== 'string' || !CHECKPOINT_NAME.test(doc.base) || doc.base >= checkpoint) throw bad(`base ${JSON.stringify(doc.base)}: want an earlier checkpoint's name`);
+    if (depth >= MAX_BASE_DEPTH) throw bad(`its bases are more than ${MAX_BASE_DEPTH} deep`);
+    try {
+      base = await readManifest(store, podId, doc.base, read, depth + 1);
+    } catch (err: unknown) {
+      if (!(err instanceof FeosError) || (err.code !== 'NOT_FOUND' && err.code !== 'DATA_LOSS')) throw err;
+      const why = err.code === 'NOT_FOUND' ? `whose manifest ${checkpointKey(podId, doc.base, 'manifest.json')} is not in the object store ${store.url}` : `which does not read (${err.message})`;
+      throw new FeosError('DATA_LOSS', `checkpoint ${checkpoint} of pod ${podId}: its manifest ${key} is relative to checkpoint ${doc.base}, ${why}; nothing was restored`);
+    }
+    if (base.version < 3) throw bad(`base ${doc.base} is a version ${base.version} manifest, not one of packs`);
+  }
   const files: CheckpointFile[] = [];
   for (const f of doc.files as Array<Record<string, unknown>>) {
     if (!f || typeof f.name !== 'string' || !Number.isSafeInteger(f.sizeBytes) || (f.sizeBytes as number) < 0 || typeof f.sha256 !== 'string' || !/^[0-9a-f]{64}$/.test(f.sha256)) {
@@ -194,11 +260,25 @@ export async function readManifest(store: ObjectStore, podId: string, checkpoint
       const sum = file.chunks.reduce((n, c) => n + c.sizeBytes, 0);
       if (sum !== file.sizeBytes) throw bad(`files: ${f.name}: its chunks hold ${sum} bytes, its sizeBytes says ${file.sizeBytes}`);
     }
-    if (doc.version === 3) {
+    if (doc.version >= 3) {
       if (!Array.isArray(f.chunks)) throw bad(`files: ${f.name}: chunks: want a list of [pack, offset, length, sha256]`);
       const packed: PackedChunk[] = [];
+      const theirs = base?.files.find((x) => x.name === f.name)?.packed;
       let sum = 0;
       for (const c of f.chunks as unknown[]) {
+        if (Array.isArray(c) && c.length === 2 && doc.version === 4) {
+          // A run of the base's file: [first, count].
+          const [first, count] = c as unknown[];
+          if (!theirs) throw bad(`files: ${f.name}: chunks: ${JSON.stringify(c)} is a run of the base's file, and ${base ? `base ${base.checkpoint} has no ${f.name}` : 'there is no base'}`);
+          if (!Number.isSafeInteger(first) || !Number.isSafeInteger(count) || (first as number) < 0 || (count as number) <= 0 || (first as number) + (count as number) > theirs.length) {
+            throw bad(`files: ${f.name}: chunks: ${JSON.stringify(c)} is not [first, count] within the base's ${theirs.length} chunks`);
+          }
+          for (const x of theirs.slice(first as number, (first as number) + (count as number))) {
+            packed.push(x);
+            sum += x.sizeBytes;
+          }
+          continue;
+        }
         const [p, offset, length, sha] = Array.isArray(c) ? c : [];
         const pack = Number.isSafeInteger(p) ? packs[p as number] : undefined;
         if (pack === undefined || !Number.isSafeInteger(offset) || (offset as number) < 0 || !Number.isSafeInteger(length) || (length as number) <= 0 || typeof sha !== 'string' || !/^[0-9a-f]{64}$/.test(sha)) {
@@ -243,7 +323,7 @@ export async function readManifest(store: ObjectStore, podId: string, checkpoint
   const names = new Set(files.map((f) => f.name));
   if (!names.has(DISK_FILE)) throw bad(`files: no ${DISK_FILE}`);
   if (doc.memory && !names.has(MEMORY_FILE)) throw bad(`files: memory is true but there is no ${MEMORY_FILE}`);
-  return {
+  const m: CheckpointManifest = {
     version: doc.version,
     podId,
     checkpoint,
@@ -255,7 +335,10 @@ export async function readManifest(store: ObjectStore, podId: string, checkpoint
     files,
     volumes,
     uploadedBytes: Number.isSafeInteger(doc.uploadedBytes) ? (doc.uploadedBytes as number) : undefined,
+    ...(base ? { base: base.checkpoint, baseDepth: (base.baseDepth ?? 0) + 1 } : { baseDepth: 0 }),
   };
+  read.set(checkpoint, m);
+  return m;
 }
 
 /** A local file's bytes, as `put` takes them. */
@@ -381,36 +464,57 @@ export async function listCheckpoints(store: ObjectStore, podId: string): Promis
 export async function keptManifests(store: ObjectStore, podId: string): Promise<CheckpointManifest[]> {
   const all = await listCheckpoints(store, podId);
   const out: CheckpointManifest[] = [];
+  const read = new Map<string, CheckpointManifest>();
   for (const [i, name] of all.entries()) {
     const newest = i === all.length - 1;
     if (!newest && (await store.exists(checkpointKey(podId, name, 'restored')))) continue;
-    out.push(await readManifest(store, podId, name));
+    out.push(await readManifest(store, podId, name, read));
   }
   return out;
 }
 
 /**
- * The chunks in the pod's packs that a new hibernation need not upload again: those the kept checkpoints
- * name (`keptManifests`; packs that no manifest names, left by a hibernation that failed or was killed, are
- * not counted: the next prune removes them). A manifest that does not read is skipped.
+ * What a new hibernation of the pod stands on: the chunks in its packs it need not upload again, those the kept
+ * checkpoints name (`keptManifests`; packs that no manifest names, left by a hibernation that failed or was
+ * killed, are not counted: the next prune removes them), and the base its manifest may be relative to, the
+ * newest checkpoint's manifest (when it reads and is one of packs). A manifest that does not read is skipped.
  * @throws what the store throws
  */
-export async function podChunkIndex(store: ObjectStore, podId: string): Promise<ChunkIndex> {
+export async function hibernationBase(store: ObjectStore, podId: string): Promise<{ index: ChunkIndex; base?: CheckpointManifest }> {
   const index: ChunkIndex = new Map();
   const all = await listCheckpoints(store, podId);
+  const read = new Map<string, CheckpointManifest>();
+  let base: CheckpointManifest | undefined;
   for (const [i, name] of all.entries()) {
     const newest = i === all.length - 1;
     if (!newest && (await store.exists(checkpointKey(podId, name, 'restored')))) continue;
     let m: CheckpointManifest;
     try {
-      m = await readManifest(store, podId, name);
+      m = await readManifest(store, podId, name, read);
     } catch (err: unknown) {
       if (err instanceof FeosError && err.code === 'DATA_LOSS') continue;
       throw err;
     }
     for (const f of m.files) for (const c of f.packed ?? []) index.set(c.sha256, c);
+    if (newest && m.version >= 3) base = m;
   }
-  return index;
+  return { index, base };
+}
+
+/**
+ * The checkpoints whose manifests the pod's checkpoints not restored yet stand on (their bases, and theirs): a
+ * delete of the pod's claimed checkpoints leaves these, since a restore may still take one standing on them.
+ * @throws what the store throws; FeosError DATA_LOSS for a manifest that does not read (then nothing is known to be
+ *   unneeded)
+ */
+export async function neededBases(store: ObjectStore, podId: string): Promise<Set<string>> {
+  const out = new Set<string>();
+  const read = new Map<string, CheckpointManifest>();
+  for (const name of await listCheckpoints(store, podId)) {
+    if (await store.exists(checkpointKey(podId, name, 'restored'))) continue;
+    for (let b = (await readManifest(store, podId, name, read)).base; b && !out.has(b); b = (await readManifest(store, podId, b, read)).base) out.add(b);
+  }
+  return out;
 }
 
 /**

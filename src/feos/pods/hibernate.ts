@@ -14,15 +14,15 @@
 import { hostname } from 'node:os';
 import { existsSync } from 'node:fs';
 import { rm, stat } from 'node:fs/promises';
-import { create } from '@bufbuild/protobuf';
-import { HibernationStatusSchema, type HibernationStatus, type PodInfo, PodState, type PodVolume } from '../gen/feos/pod/v1/pod_pb.js';
+import { clone, create } from '@bufbuild/protobuf';
+import { HibernationStatusSchema, type HibernationStatus, type PodInfo, PodInfoSchema, PodState, type PodVolume } from '../gen/feos/pod/v1/pod_pb.js';
 import { errorMessage, FeosError } from '../api/index.ts';
 import { vmPaths } from '../microvm/index.ts';
 import { PackWriter, storeFailureCode } from '../store/index.ts';
 import { podDiskPath } from './bring-up.ts';
-import { checkpointKey, DISK_FILE, fileChunks, MANIFEST_VERSION, manifestBytes, MEMORY_FILE, newCheckpointName, packPrefix, podChunkIndex, prunePodChunks, volumeKey, type CheckpointFile, type CheckpointVolume } from './checkpoint.ts';
+import { checkpointKey, DISK_FILE, fileChunks, MANIFEST_VERSION, manifestBytes, MEMORY_FILE, hibernationBase, newCheckpointName, packPrefix, prunePodChunks, volumeKey, type CheckpointFile, type CheckpointManifest, type CheckpointVolume, neededBases } from './checkpoint.ts';
 import type { PodCore } from './core.ts';
-import { suspendLocked } from './lifecycle.ts';
+import { resumeLocked, suspendLocked } from './lifecycle.ts';
 import { removeInFlight, writeInFlight } from './in-flight.ts';
 import { dirname } from 'node:path';
 
@@ -42,6 +42,8 @@ export interface Hibernation {
   noAbandon: boolean;
   /** Whether the pod hibernates with its memory (it was RUNNING or SUSPENDED). */
   memory: boolean;
+  /** `keep_running`: after the manifest the pod is resumed (if it was RUNNING) and keeps its microVM, disk and network. */
+  keepRunning: boolean;
   bytesDone: number;
   bytesTotal: number;
   /** Of `bytesDone`, the bytes uploaded (chunks the store lacked). */
@@ -78,17 +80,27 @@ export function abandonable(h: Hibernation): boolean {
  *   NOT_FOUND, ABORTED (a ResumePod abandoned it), UNAVAILABLE (busy; the store failed: the pod stays
  *   SUSPENDED or as it was, its uploads removed)
  */
-export function hibernatePod(core: PodCore, id: string, noAbandon: boolean): Promise<PodInfo> {
+export function hibernatePod(core: PodCore, id: string, noAbandon: boolean, keepRunning = false): Promise<PodInfo> {
   const store = core.o.objectStore;
   if (!store) return Promise.reject(new FeosError('FAILED_PRECONDITION', 'feosd has no object store: pods do not hibernate (start it with --object-store s3://BUCKET/PREFIX or file:///path)'));
   const pod0 = core.o.records.get(id);
   const entry = core.entries.get(id);
   if (!pod0 || !entry) return Promise.reject(new FeosError('NOT_FOUND', `pod ${id} not found`));
   if (entry.hibernation) {
+    // A hibernation that releases the pod after one that keeps it running: its turn after it.
+    if (entry.hibernation.keepRunning && !keepRunning) {
+      return entry.hibernation.done.then(
+        () => hibernatePod(core, id, noAbandon),
+        () => hibernatePod(core, id, noAbandon),
+      );
+    }
     if (noAbandon) entry.hibernation.noAbandon = true;
     return entry.hibernation.done;
   }
   if (pod0.state === PodState.HIBERNATED) return Promise.resolve(pod0);
+  if (keepRunning && pod0.state !== PodState.RUNNING && pod0.state !== PodState.SUSPENDED) {
+    return Promise.reject(new FeosError('FAILED_PRECONDITION', `pod ${id} is ${PodState[pod0.state]}: a checkpoint that keeps the pod running (keep_running) is of a RUNNING or SUSPENDED pod`));
+  }
   if (pod0.state === PodState.PENDING) {
     return Promise.reject(new FeosError('FAILED_PRECONDITION', `pod ${id} is PENDING: a RUNNING, SUSPENDED, STOPPED or FAILED pod hibernates; wait for its bring-up`));
   }
@@ -97,6 +109,7 @@ export function hibernatePod(core: PodCore, id: string, noAbandon: boolean): Pro
     step: 'waiting',
     noAbandon,
     memory: pod0.state === PodState.RUNNING || pod0.state === PodState.SUSPENDED,
+    keepRunning,
     bytesDone: 0,
     bytesTotal: 0,
     bytesUploaded: 0,
@@ -130,6 +143,7 @@ async function hibernateLocked(core: PodCore, pod: PodInfo, h: Hibernation): Pro
   }
   h.memory = pod.state === PodState.RUNNING || pod.state === PodState.SUSPENDED;
   const t0 = performance.now();
+  const wasRunning = pod.state === PodState.RUNNING;
   if (pod.state === PodState.RUNNING) {
     h.step = 'suspend';
     pod = await suspendLocked(core, pod, { reason: 'suspended to hibernate' });
@@ -156,7 +170,9 @@ async function hibernateLocked(core: PodCore, pod: PodInfo, h: Hibernation): Pro
   const volumes: CheckpointVolume[] = [];
   let volumeBytes = 0;
   let packs: PackWriter | undefined;
-  const t = { suspendMs: Math.round(performance.now() - t0), uploadMs: 0, waitedMs: 0, manifestMs: 0, manifestBytes: 0 };
+  // The newest checkpoint, whose manifest the new one names runs of chunks of (checkpoint.ts, manifestBytes).
+  let base: CheckpointManifest | undefined;
+  const t = { suspendMs: Math.round(performance.now() - t0), uploadMs: 0, waitedMs: 0, manifestMs: 0, manifestBytes: 0, base: '' };
   const u0 = performance.now();
   const removeUploads = async () => {
     await packs?.settle();
@@ -168,7 +184,9 @@ async function hibernateLocked(core: PodCore, pod: PodInfo, h: Hibernation): Pro
   };
   try {
     let before = 0;
-    packs = new PackWriter(store, packPrefix(id), await podChunkIndex(store, id), { signal: h.abandon.signal });
+    const stands = await hibernationBase(store, id);
+    base = stands.base;
+    packs = new PackWriter(store, packPrefix(id), stands.index, { signal: h.abandon.signal });
     for (const f of files) {
       if (h.abandon.signal.aborted) throw abandoned(id);
       const onProgress = (n: number) => {
@@ -223,8 +241,9 @@ async function hibernateLocked(core: PodCore, pod: PodInfo, h: Hibernation): Pro
         files: written,
         volumes,
         uploadedBytes: h.bytesUploaded,
-      });
+      }, base);
     t.manifestBytes = body.byteLength;
+    t.base = base?.checkpoint ?? '';
     await store.put(checkpointKey(id, h.checkpoint, 'manifest.json'), body);
     t.manifestMs = Math.round(performance.now() - m0);
   } catch (err: unknown) {
@@ -232,11 +251,36 @@ async function hibernateLocked(core: PodCore, pod: PodInfo, h: Hibernation): Pro
     await removeInFlight(stateDirOf(core), id, 'hibernate').catch(() => {});
     throw new FeosError(storeFailureCode(err), `hibernate pod ${id}: manifest: ${errorMessage(err)}; the pod stays ${PodState[pod.state]} on the node`, { cause: err });
   }
+  if (h.keepRunning) return keptRunning(core, pod, h, wasRunning, t, volumes);
   h.step = 'release';
   const released = await releaseHibernated(core, pod, h.checkpoint, h.memory, volumes);
   await pruneAfter(core, id, 'hibernate');
   core.log.info({ id, checkpoint: h.checkpoint, bytes: h.bytesDone, uploaded: h.bytesUploaded, ...t }, 'hibernated');
   return released;
+}
+
+/**
+ * The end of a `keep_running` hibernation whose manifest is in the store: nothing is released. Its volumes'
+ * disks stay the node's (the checkpoint holds a copy), its in-flight marker goes, and a pod that was
+ * RUNNING is resumed (`resumed after checkpoint X`): its processes go on, its microVM and addresses kept.
+ * A resume that fails leaves the pod SUSPENDED (the checkpoint is whole either way).
+ * @returns the pod's record with `checkpoint` naming the new checkpoint (in the answer only: the record
+ *   keeps `checkpoint` for a HIBERNATED pod's own)
+ */
+async function keptRunning(core: PodCore, pod: PodInfo, h: Hibernation, wasRunning: boolean, t: Record<string, number | string>, volumes: CheckpointVolume[]): Promise<PodInfo> {
+  const id = pod.id;
+  await removeInFlight(stateDirOf(core), id, 'hibernate');
+  let now = pod;
+  if (wasRunning) {
+    now = await resumeLocked(core, pod, true, `resumed after checkpoint ${h.checkpoint}`).catch((err: unknown) => {
+      core.log.warn({ id, checkpoint: h.checkpoint, err: errorMessage(err) }, 'checkpoint kept running: the resume failed; the pod stays SUSPENDED');
+      return core.o.records.get(id) ?? pod;
+    });
+  }
+  core.log.info({ id, checkpoint: h.checkpoint, bytes: h.bytesDone, uploaded: h.bytesUploaded, volumes: volumes.length, ...t }, 'checkpointed; the pod keeps running');
+  const answer = clone(PodInfoSchema, now);
+  answer.checkpoint = h.checkpoint;
+  return answer;
 }
 
 /** Prunes the pod's chunks that no checkpoint needs (checkpoint.ts); a failure is logged, the next prune retries. */
@@ -302,9 +346,11 @@ export async function dropClaimedCheckpoints(core: PodCore, pod: PodInfo): Promi
   if (!store || pod.state === PodState.HIBERNATED) return;
   try {
     const keys = await store.list(`pods/${pod.id}`);
+    // A checkpoint kept elsewhere (not restored yet) may be relative to a claimed one: that one's manifest stays.
+    const bases = await neededBases(store, pod.id);
     for (const k of keys) {
-      const m = /^(pods\/[^/]+\/[^/]+)\/restored$/.exec(k);
-      if (!m) continue;
+      const m = /^(pods\/[^/]+\/([^/]+))\/restored$/.exec(k);
+      if (!m || bases.has(m[2]!)) continue;
       for (const other of keys.filter((x) => x.startsWith(`${m[1]}/`) && x !== k)) await store.delete(other);
       await store.delete(k);
       await store.deleteLeftovers?.(m[1]);

@@ -114,14 +114,14 @@ export async function suspendLocked(core: PodCore, pod: PodInfo, how: { deadline
  * SuspendPod: `suspendLocked` in a task of its own holding the pod's lock, answered within the
  * suspend's budget (190 s + 5 s/GiB) or UNAVAILABLE busy; a late task runs on to its end.
  */
-export async function suspendPod(core: PodCore, id: string, deadline?: number): Promise<PodInfo> {
+export async function suspendPod(core: PodCore, id: string, deadline?: number, reason?: string): Promise<PodInfo> {
   const pod0 = core.o.records.get(id);
   if (!pod0) throw new FeosError('NOT_FOUND', `pod ${id} not found`);
   const budget = suspendBudgetMs(pod0.spec!.memoryBytes);
   const entry = core.entries.get(id);
   if (entry?.suspending) throw vmBusy(`pod ${id} is being suspended`);
   if (entry?.hibernation) throw vmBusy(`pod ${id} hibernates`);
-  const task = core.locked(id, (pod) => suspendLocked(core, pod, { deadline }));
+  const task = core.locked(id, (pod) => suspendLocked(core, pod, { deadline, ...(reason ? { reason } : {}) }));
   let timer: NodeJS.Timeout | undefined;
   const late = new Promise<never>((_, reject) => {
     timer = setTimeout(() => reject(vmBusy(`the suspend of pod ${id} did not end within its budget of ${budget / 1000} s`)), budget);

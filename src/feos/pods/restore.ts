@@ -93,7 +93,16 @@ async function restoreLocked(core: PodCore, id: string, existing: PodInfo | unde
     checkpoint = all.at(-1);
     if (!checkpoint) throw new FeosError('NOT_FOUND', `pod ${id} is not on this node and has no checkpoint in the object store ${store.url}`);
   }
-  const m = await readManifest(store, id, checkpoint);
+  let m: CheckpointManifest;
+  try {
+    m = await readManifest(store, id, checkpoint);
+  } catch (err: unknown) {
+    // The checkpoint this node's record names is gone from the store: not a wrong name, lost data.
+    if (!wanted && existing && err instanceof FeosError && err.code === 'NOT_FOUND') {
+      throw new FeosError('DATA_LOSS', `pod ${id} is HIBERNATED on this node naming checkpoint ${checkpoint}, and ${err.message}; the pod stays HIBERNATED, nothing was restored`);
+    }
+    throw err;
+  }
   const claimKey = checkpointKey(id, checkpoint, 'restored');
   const restoredAlready = async () => {
     const said = await store.getBytes(claimKey).then(

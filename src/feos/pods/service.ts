@@ -209,11 +209,11 @@ export class PodService extends EventEmitter<{ event: [PodEvent] }> {
         await deletePod(core, id);
         return undefined;
       case 'suspend':
-        return suspendPod(core, id, action.deadline);
+        return suspendPod(core, id, action.deadline, action.reason);
       case 'resume':
         return this.#resume(id, action.keepSuspendedOnFailure ?? false, action.diskOnly ?? false, action.keepSuspendedOnFailure ? 'resumed by feosd after its stop' : undefined);
       case 'hibernate':
-        return hibernatePod(core, id, action.noAbandon ?? false);
+        return hibernatePod(core, id, action.noAbandon ?? false, action.keepRunning ?? false);
       case 'restore':
         return restorePod(core, id, { checkpoint: action.checkpoint, diskOnly: action.diskOnly });
       default: {

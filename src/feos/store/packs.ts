@@ -7,9 +7,10 @@
  * request in tens of milliseconds). Reading fetches byte ranges of the packs in parallel, checks every chunk's
  * SHA-256 and writes it at its place in the file (seed 000, "Hibernate and Restore"; docs/feos/object-store.md).
  */
-import { createHash, randomBytes } from 'node:crypto';
+import { randomBytes } from 'node:crypto';
 import type { FileHandle } from 'node:fs/promises';
-import { ChunkCutter, type CdcParams, PACKED_CHUNKS } from './cdc.ts';
+import { type CdcParams, PACKED_CHUNKS } from './cdc.ts';
+import { type CutChunks, hashPool, type HashPool } from './hash-pool.ts';
 import { type ObjectStore, ObjectStoreError } from './store.ts';
 
 /** Where a chunk is: its pack, its offset and length in it (bytes), its SHA-256 (lowercase hex). */
@@ -39,6 +40,11 @@ export const PACK_UPLOADS_AT_ONCE = 6;
 /** How many ranged GETs a read runs at once, and the longest range (bytes). */
 export const RANGES_AT_ONCE = 8;
 export const RANGE_BYTES = 16 * 1024 * 1024;
+/**
+ * How many pieces of a file (as read: 1 MiB each from a file) are with the hash pool at once while `putFile` cuts
+ * it: the writer's packs lag the bytes read by as much.
+ */
+export const PIECES_AT_ONCE = 4;
 /** Bytes of a pack that a range reads past to reach the next chunk, rather than making another request. */
 const RANGE_GAP_BYTES = 64 * 1024;
 
@@ -65,6 +71,7 @@ export class PackWriter {
   readonly #index: ChunkIndex;
   readonly #params: CdcParams;
   readonly #signal?: AbortSignal;
+  readonly #pool: HashPool;
   readonly #inFlight = new Set<Promise<void>>();
   #failed: unknown;
   #pack = randomBytes(16).toString('hex');
@@ -77,7 +84,9 @@ export class PackWriter {
   /** How long the uploads of full packs made `putFile` wait (ms): the store was the slower side. */
   waitedMs = 0;
 
-  constructor(store: ObjectStore, prefix: string, index: ChunkIndex, options: { params?: CdcParams; signal?: AbortSignal } = {}) {
+  /** @param options.pool the workers that cut and hash (default: the process's, hash-pool.ts) */
+  constructor(store: ObjectStore, prefix: string, index: ChunkIndex, options: { params?: CdcParams; signal?: AbortSignal; pool?: HashPool } = {}) {
+    this.#pool = options.pool ?? hashPool();
     this.#store = store;
     this.#prefix = prefix;
     this.#index = index;
@@ -110,8 +119,7 @@ export class PackWriter {
     this.#inFlight.add(p);
   }
 
-  #add(chunk: Buffer, chunks: PackedChunk[]): void {
-    const sha256 = createHash('sha256').update(chunk).digest('hex');
+  #add(chunk: Buffer, sha256: string, chunks: PackedChunk[]): void {
     let at = this.#index.get(sha256);
     if (!at) {
       at = { pack: this.#pack, offset: this.#fill, sizeBytes: chunk.byteLength, sha256 };
@@ -130,26 +138,42 @@ export class PackWriter {
    *   (the packs uploaded so far stay: `created`, or a later prune, removes them)
    */
   async putFile(source: AsyncIterable<Uint8Array>, onProgress?: (bytes: number) => void): Promise<PackedFile> {
-    const cutter = new ChunkCutter(this.#params);
-    const whole = createHash('sha256');
+    // A worker cuts and hashes the pieces in order while this thread reads the next ones and uploads the packs.
+    const session = this.#pool.chunker(this.#params);
+    const cutting: Array<Promise<CutChunks>> = [];
     const chunks: PackedChunk[] = [];
+    const take = (cut: CutChunks) => {
+      for (const [i, c] of cut.chunks.entries()) this.#add(c, cut.sha256s[i]!, chunks);
+    };
     let size = 0;
-    for await (const data of source) {
-      this.#check();
-      whole.update(data);
-      size += data.byteLength;
-      for (const c of cutter.push(data)) this.#add(c, chunks);
-      // Reading waits while the uploads are many (memory stays at about PACK_UPLOADS_AT_ONCE packs).
-      if (this.#inFlight.size >= PACK_UPLOADS_AT_ONCE) {
-        const t0 = performance.now();
-        while (this.#inFlight.size >= PACK_UPLOADS_AT_ONCE) await Promise.race(this.#inFlight);
-        this.waitedMs += performance.now() - t0;
+    try {
+      for await (const data of source) {
+        this.#check();
+        size += data.byteLength;
+        const p = session.push(data);
+        // A failure is seen when its turn comes; until then it must not count as unhandled.
+        p.catch(() => {});
+        cutting.push(p);
+        while (cutting.length >= PIECES_AT_ONCE) take(await cutting.shift()!);
+        // Reading waits while the uploads are many (memory stays at about PACK_UPLOADS_AT_ONCE packs).
+        if (this.#inFlight.size >= PACK_UPLOADS_AT_ONCE) {
+          const t0 = performance.now();
+          while (this.#inFlight.size >= PACK_UPLOADS_AT_ONCE) await Promise.race(this.#inFlight);
+          this.waitedMs += performance.now() - t0;
+        }
+        onProgress?.(size);
       }
-      onProgress?.(size);
+      while (cutting.length > 0) take(await cutting.shift()!);
+    } catch (err: unknown) {
+      // The session ends on its worker all the same; its answers are awaited so that none is left over.
+      await Promise.allSettled([...cutting, session.end()]);
+      throw err;
     }
-    for (const c of cutter.end()) this.#add(c, chunks);
+    const last = await session.end();
+    take(last);
     this.#check();
-    return { sizeBytes: size, sha256: whole.digest('hex'), chunks };
+    if (last.sizeBytes !== size) throw new Error(`pack writer: the hash worker saw ${last.sizeBytes} bytes of ${size}`);
+    return { sizeBytes: size, sha256: last.sha256, chunks };
   }
 
   /** Uploads the last pack and waits for every upload. @throws as `putFile` */
@@ -210,8 +234,8 @@ function rangesOf(chunks: PackedChunk[]): Range[] {
 
 /**
  * Reads a packed file into `fh` (from its offset 0), each chunk written at its place: ranged GETs of the packs,
- * `RANGES_AT_ONCE` at a time, every chunk checked against its SHA-256 before it is written. The caller checks the
- * whole file (its size and SHA-256) once it is written.
+ * `RANGES_AT_ONCE` at a time, every chunk checked against its SHA-256 (on the hash pool's workers, `options.pool` or
+ * the process's) before it is written. The file is the chunks in order, so their checks are the whole file's.
  * @param onWriteError wraps a failed write to `fh` (so that the caller can tell the node's disk from the store)
  * @returns the file's size (bytes) and how many GETs read it
  * @throws ObjectNotFoundError (store.ts) for a missing pack; ObjectStoreError (failure `damaged`) naming the pack
@@ -222,7 +246,7 @@ export async function readPacked(
   prefix: string,
   chunks: PackedChunk[],
   fh: FileHandle,
-  options: { signal?: AbortSignal; onWriteError?: (err: unknown) => Error; rangesAtOnce?: number } = {},
+  options: { signal?: AbortSignal; onWriteError?: (err: unknown) => Error; rangesAtOnce?: number; pool?: HashPool } = {},
 ): Promise<{ sizeBytes: number; requests: number }> {
   const ranges = rangesOf(chunks);
   let next = 0;
@@ -234,22 +258,28 @@ export async function readPacked(
       throw options.onWriteError ? options.onWriteError(err) : err;
     }
   };
+  const pool = options.pool ?? hashPool();
   const one = async (r: Range) => {
     const key = packKey(prefix, r.pack);
-    const bytes = await store.getRange(key, r.start, r.end - r.start, { signal: options.signal });
+    const got = await store.getRange(key, r.start, r.end - r.start, { signal: options.signal });
+    // Each chunk once (a chunk the file holds twice is one span), hashed on a worker while other ranges download.
+    const spans: Array<[number, number]> = [];
+    const shaAt = new Map<number, number>();
+    for (const { chunk } of r.chunks) {
+      if (shaAt.has(chunk.offset)) continue;
+      shaAt.set(chunk.offset, spans.length);
+      spans.push([chunk.offset - r.start, chunk.sizeBytes]);
+    }
+    const { bytes, sha256s } = await pool.digests(got, spans);
     // Chunks that follow each other in the pack and in the file: one write for each such run.
     let run: { from: number; to: number; fileOffset: number } | undefined;
-    let checked = -1;
     for (const { chunk, fileOffset } of r.chunks) {
       const from = chunk.offset - r.start;
-      if (chunk.offset !== checked) {
-        const got = createHash('sha256').update(bytes.subarray(from, from + chunk.sizeBytes)).digest('hex');
-        if (got !== chunk.sha256) {
-          throw new ObjectStoreError(key, `${store.url}: pack ${key}: the chunk at bytes ${chunk.offset} to ${chunk.offset + chunk.sizeBytes - 1} has SHA-256 ${got}, not ${chunk.sha256} (damaged in storage or transfer)`, {
-            failure: 'damaged',
-          });
-        }
-        checked = chunk.offset;
+      const sha = sha256s[shaAt.get(chunk.offset)!]!;
+      if (sha !== chunk.sha256) {
+        throw new ObjectStoreError(key, `${store.url}: pack ${key}: the chunk at bytes ${chunk.offset} to ${chunk.offset + chunk.sizeBytes - 1} has SHA-256 ${sha}, not ${chunk.sha256} (damaged in storage or transfer)`, {
+          failure: 'damaged',
+        });
       }
       if (run && run.to === from && run.fileOffset + (run.to - run.from) === fileOffset) {
         run.to += chunk.sizeBytes;

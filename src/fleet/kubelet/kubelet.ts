@@ -174,6 +174,12 @@ function grpcCode(err: unknown): number | undefined {
 }
 
 /**
+ * The start of the `reason` feosd gives a pod it fenced (src/feos/fleet/fleet.ts, `FENCED_REASON`: its
+ * control plane unreachable for `--fence-after`); such a pod is resumed while its Pod is bound to its node.
+ */
+const FENCED_REASON = 'fenced:';
+
+/**
  * Starts the kubelet of FeOS nodes: its informers of Pods and FeOS Nodes, then its looks.
  * @throws ApiError when `kube-system` cannot be read (the cluster's ID)
  */
@@ -427,6 +433,13 @@ export async function startFeosKubelet(o: FeosKubeletOptions): Promise<FeosKubel
             await event(pod, 'Normal', 'Started', `Started container ${c.name}`);
           }
         }
+      } else if (info.state === PodState.SUSPENDED && info.reason.startsWith(FENCED_REASON) && !moves.moveInFlight(pod)) {
+        // Fenced by its node while the control plane could not hear from it (feosd --fence-after), and its
+        // Pod is still bound here (not restored elsewhere): it runs on where it stopped.
+        log.info({ pod: keyOf(pod), node: pod.spec?.nodeName, feosPod: id }, 'resuming a pod its node fenced; the Pod is still bound there');
+        const r = await unary(session, PodService.method.resumePod, { id }, { timeoutMs: 300_000 });
+        if (r.pod) np.infos.set(r.pod.id, r.pod);
+        await event(pod, 'Normal', 'Resumed', `Resumed the microVM its node fenced while the control plane could not reach it (${info.reason})`);
       } else if (info.state === PodState.FAILED || info.state === PodState.STOPPED) {
         const pull = /^container ([^:]+): create: /.exec(info.reason);
         const policy = pod.spec?.restartPolicy ?? 'Always';

@@ -3,6 +3,8 @@
  * "Moving a microVM pod"). The checkpoint controller (src/controllers/checkpoint) drives the move through the
  * Checkpoint, as for a Wasm pod; what happens on the FeOS nodes is done here, over their node connections:
  *
+ * - **Save** (a Save Checkpoint, periodic ones too): as the hibernation below, with `keep_running`: the pod is
+ *   checkpointed into the object store and resumed on its node; the status is the same.
  * - **Hibernate** ({@link MicrovmMoves.onCheckpoint}): a Move Checkpoint `Saving` whose `status.nodeName` is a
  *   FeOS node and which has no `snapshotKind` yet: HibernatePod of the pod's FeOS pod (`no_abandon`: a move
  *   is a drain's), memory and disk into the object store the FeOS nodes share; then the Checkpoint's status
@@ -101,9 +103,11 @@ export function startMicrovmMoves(o: MicrovmMovesOptions): MicrovmMoves {
       status = { snapshotKind: 'microvm', message: `FeOS node ${node} has no node connection: it cannot hibernate the pod` };
     } else {
       const id = feosPodIdOf(pod) ?? '';
-      log.info({ checkpoint: `${ns}/${ck.metadata?.name}`, node, feosPod: id }, 'hibernating the microVM for a move');
+      // A Save (periodic ones too) checkpoints the pod and leaves it running; a Move releases it.
+      const keepRunning = ck.spec?.action !== 'Move';
+      log.info({ checkpoint: `${ns}/${ck.metadata?.name}`, node, feosPod: id, keepRunning }, keepRunning ? 'checkpointing the microVM (it keeps running)' : 'hibernating the microVM for a move');
       try {
-        const r = await unary(session, PodService.method.hibernatePod, { id, noAbandon: true }, { timeoutMs: HIBERNATE_TIMEOUT_MS });
+        const r = await unary(session, PodService.method.hibernatePod, { id, noAbandon: true, keepRunning }, { timeoutMs: HIBERNATE_TIMEOUT_MS });
         const name = r.pod?.checkpoint ?? '';
         status = name
           ? { snapshotKind: 'microvm', snapshotName: name, takenAt, nodeName: node }
@@ -119,7 +123,7 @@ export function startMicrovmMoves(o: MicrovmMovesOptions): MicrovmMoves {
   const onCheckpoint = (ck: Checkpoint): void => {
     if (stopped) return;
     const st = ck.status ?? {};
-    if (ck.spec?.action !== 'Move' || st.phase !== 'Saving' || st.snapshotKind || !st.nodeName || !o.isFeosNode(st.nodeName)) return;
+    if (st.phase !== 'Saving' || st.snapshotKind || !st.nodeName || !o.isFeosNode(st.nodeName)) return;
     const uid = ck.metadata?.uid ?? '';
     if (hibernating.has(uid)) return;
     hibernating.add(uid);

@@ -17,7 +17,15 @@ interface Config {
 
 const config = JSON.parse(process.argv[2]) as Config;
 const log = createLogger('feos-network-fixture');
-const network = createNetwork({ stateDir: config.stateDir, log, legacyBpfDir: `${config.stateDir}/bpf-nat64`, ...config.flags });
+// flags.mesh: the mesh's options but the logger (MeshOptions), as feosd gives them with --control-plane.
+const meshFlags = config.flags.mesh as Record<string, unknown> | undefined;
+const network = createNetwork({
+  stateDir: config.stateDir,
+  log,
+  legacyBpfDir: `${config.stateDir}/bpf-nat64`,
+  ...config.flags,
+  mesh: meshFlags ? { nodeDir: String(meshFlags.nodeDir), ...meshFlags, log } : undefined,
+});
 const kept = await network.start(config.kept);
 
 const server = new grpc.Server();
@@ -26,7 +34,7 @@ await new Promise<void>((resolve, reject) =>
   server.bindAsync(`unix:${config.grpcSocket}`, grpc.ServerCredentials.createInsecure(), (err) => (err ? reject(err) : resolve())),
 );
 
-type Call = { method: string; id?: string; spec?: PodNetworkSpec; existing?: { ipv6?: string; ipv4?: string }; pod?: PodRecordView };
+type Call = { method: string; localAddress?: string; answer?: { meshed: boolean; clusterPrefix: string; nodePrefix: string }; id?: string; spec?: PodNetworkSpec; existing?: { ipv6?: string; ipv4?: string }; pod?: PodRecordView };
 const provider = network.podNetworkProvider();
 const control = http.createServer((req, res) => {
   let body = '';
@@ -62,6 +70,12 @@ const control = http.createServer((req, res) => {
         case 'unavailableReason':
           result = network.unavailableReason ?? null;
           break;
+        case 'joinMesh': {
+          // What the fleet client does with JoinMesh's answer (src/feos/fleet), the answer given by hand.
+          const ask = network.mesh!.joinAsk(call.localAddress ?? '');
+          result = { ask, taken: await network.mesh!.joined(ask, call.answer!) };
+          break;
+        }
         default:
           throw new Error(`unknown method ${call.method}`);
       }

@@ -5,16 +5,21 @@
 // checkpoint needs are pruned, a disk-only restore on A boots it anew, a store that stops mid-upload leaves the pod on
 // its node, suspended, to hibernate once the store is back; a restore of a checkpoint without its manifest is
 // NOT_FOUND naming it, and one whose pack holds a damaged chunk is DATA_LOSS naming the pack, the pod kept HIBERNATED.
+// The pod has a volume: CHECKPOINTED in the bucket with the pod, it comes back ATTACHED on the node that restores it.
+// The second hibernation's manifest is relative to the first's (runs of its chunks); a restore whose base manifest
+// is missing, and one of the node's own HIBERNATED pod whose manifest is missing, are DATA_LOSS naming the manifest.
 import assert from 'node:assert/strict';
 import { execFileSync } from 'node:child_process';
 import { mkdirSync, readdirSync, readFileSync, statSync, writeFileSync } from 'node:fs';
 import { createHash } from 'node:crypto';
 import { join } from 'node:path';
 import { test } from 'node:test';
-import { GetObjectCommand, ListObjectsV2Command } from '@aws-sdk/client-s3';
+import { DeleteObjectCommand, GetObjectCommand, ListObjectsV2Command } from '@aws-sdk/client-s3';
 import { fromBinary } from '@bufbuild/protobuf';
 import { status } from '@grpc/grpc-js';
 import { MicroVmSchema } from '../../../src/feos/gen/feos/microvm/v1/microvm_pb.js';
+import { VolumeService, VolumeState } from '../../../src/feos/gen/feos/volume/v1/volume_pb.js';
+import { makeClient } from '../../../src/feos/api/index.ts';
 import { startS3Server } from '../../helpers/s3-server.ts';
 import { feosctl, PodState, startFeosd, tempDir, until, waitForPod, type FeosdProcess } from '../../feos/harness.ts';
 
@@ -24,6 +29,19 @@ const ID = 'mks3test0aa';
 const BOOT_MS = 300_000;
 const BUCKET = 'feos-hibernate';
 const PREFIX = 'cluster-1';
+const VOLUME = 'eeeeeeee-3333-4333-8444-555555555555';
+
+/** A feosd's VolumeService, for one call. */
+const volumeClient = (f: FeosdProcess) => makeClient(VolumeService, `unix:${f.socket}`);
+async function withVolumes<T>(f: FeosdProcess, fn: (c: ReturnType<typeof volumeClient>) => Promise<T>): Promise<T> {
+  const c = volumeClient(f);
+  try {
+    return await fn(c);
+  } finally {
+    c.grpc.close();
+  }
+}
+const volumeOf = (f: FeosdProcess) => withVolumes(f, async (c) => (await c.getVolume({ id: VOLUME })).volume!);
 
 const code = (e: unknown) => (e as { code?: number }).code;
 const details = (e: unknown) => (e as { details?: string }).details ?? '';
@@ -80,12 +98,18 @@ test('hibernate to S3 on one feosd, restore on another with its memory, dedup th
   };
   const manifest = async (checkpoint: string) => {
     const r = await client.send(new GetObjectCommand({ Bucket: BUCKET, Key: `${PREFIX}/pods/${ID}/${checkpoint}/manifest.json` }));
-    return JSON.parse(await r.Body!.transformToString()) as {
-      version: number;
-      memory: boolean;
-      uploadedBytes: number;
-      packs: string[];
-      files: Array<{ name: string; sizeBytes: number; chunks: Array<[number, number, number, string]> }>;
+    const text = await r.Body!.transformToString();
+    return {
+      ...(JSON.parse(text) as {
+        version: number;
+        base?: string;
+        memory: boolean;
+        uploadedBytes: number;
+        packs: string[];
+        files: Array<{ name: string; sizeBytes: number; chunks: Array<[number, number, number, string] | [number, number]> }>;
+        volumes: Array<{ name: string; volumeId: string; key: string; fileSizeBytes: number }>;
+      }),
+      bytes: Buffer.byteLength(text),
     };
   };
   const guestAnswers = (f: FeosdProcess) =>
@@ -100,16 +124,19 @@ test('hibernate to S3 on one feosd, restore on another with its memory, dedup th
   let bootId = '';
   let uptime = 0n;
 
-  await step('a pod boots RUNNING on feosd A', async () => {
-    await a.pods.createPod({ id: ID, spec: { vcpus: 1, memoryBytes: 256n * 1024n * 1024n } });
+  await step('a pod with a volume boots RUNNING on feosd A', async () => {
+    await withVolumes(a, (c) => c.createVolume({ id: VOLUME, sizeBytes: 64n * 1024n * 1024n, labels: { role: 'data' } }));
+    await a.pods.createPod({ id: ID, spec: { vcpus: 1, memoryBytes: 256n * 1024n * 1024n, volumes: [{ name: 'data', volumeId: VOLUME }] } });
     const pod = await waitForPod(a, ID, (p) => p.state !== PodState.PENDING, BOOT_MS);
     assert.equal(pod.state, PodState.RUNNING, pod.reason);
+    assert.equal((await volumeOf(a)).formatted, true, 'the guest formatted and mounted the volume');
     const got = await guestAnswers(a);
     bootId = got.guest!.bootId;
     uptime = got.guest!.uptimeMs;
   });
 
   let first = '';
+  let second = '';
   let firstTotal = 0;
   await step('feosctl pod hibernate on A puts it into the bucket as packs of chunks and a manifest, written last', async () => {
     const out = await feosctl(a.socket, ['pod', 'hibernate', ID, '-o', 'json'], 600_000);
@@ -118,15 +145,25 @@ test('hibernate to S3 on one feosd, restore on another with its memory, dedup th
     assert.equal(pod.state, 'POD_STATE_HIBERNATED');
     first = pod.checkpoint;
     const m = await manifest(first);
-    assert.equal(m.version, 3);
+    assert.equal(m.version, 4);
+    assert.equal(m.base, undefined, 'the first checkpoint names every chunk');
     assert.equal(m.memory, true);
     assert.deepEqual(m.files.map((f) => f.name).sort(), ['disk.qcow2', 'memory']);
-    firstTotal = m.files.reduce((n, f) => n + f.sizeBytes, 0);
+    // The memory and the disk in packs, the volume's disk whole: what uploadedBytes counts.
+    firstTotal = m.files.reduce((n, f) => n + f.sizeBytes, 0) + m.volumes.reduce((n, v) => n + v.fileSizeBytes, 0);
     const chunks = m.files.reduce((n, f) => n + f.chunks.length, 0);
     const stored = (await keys(`pods/${ID}/packs/`)).map((k) => k.split('/').at(-1));
     assert.deepEqual(stored.sort(), [...m.packs].sort(), 'the bucket holds the packs the manifest names');
     assert.ok(m.packs.length < chunks / 100, `${chunks} chunks in ${m.packs.length} packs`);
     assert.ok(m.uploadedBytes > 0 && m.uploadedBytes <= firstTotal, `${m.uploadedBytes} of ${firstTotal} bytes uploaded`);
+    assert.deepEqual(
+      m.volumes.map((v) => [v.name, v.volumeId, v.key]),
+      [['data', VOLUME, `volumes/${VOLUME}/${first}/disk.qcow2`]],
+    );
+    assert.ok((await keys(`volumes/${VOLUME}/`)).includes(`volumes/${VOLUME}/${first}/disk.qcow2`), "the volume's disk is in the bucket");
+    const vol = await volumeOf(a);
+    assert.equal(vol.state, VolumeState.CHECKPOINTED, 'its data in the bucket alone');
+    assert.equal(vol.podId, ID);
     t.diagnostic(`first hibernation: ${firstTotal} bytes in ${chunks} chunks, ${m.packs.length} packs, ${m.uploadedBytes} uploaded`);
   });
 
@@ -141,20 +178,31 @@ test('hibernate to S3 on one feosd, restore on another with its memory, dedup th
     await assert.rejects(a.pods.resumePod({ id: ID }), (e) => code(e) === status.FAILED_PRECONDITION && /restored already/.test(details(e)));
     assert.equal((await a.pods.getPod({ id: ID })).pod!.state, PodState.HIBERNATED, "A's record stays as it was");
     assert.ok((await keys(`pods/${ID}/${first}/`)).includes(`pods/${ID}/${first}/restored`), 'the claim is in the bucket');
+    const vol = await volumeOf(b);
+    assert.equal(vol.state, VolumeState.ATTACHED, 'the volume came with it to feosd B');
+    assert.equal(vol.podId, ID);
+    assert.equal(vol.formatted, true);
+    assert.deepEqual(vol.labels, { role: 'data' });
+    assert.deepEqual(await keys(`volumes/${VOLUME}/`), [], "the claimed checkpoint's volume disk is B's now");
   });
 
   await step('a second hibernation of the unchanged pod, from B, uploads only the chunks the store lacks; the unneeded chunks are pruned', async () => {
-    // A's stale HIBERNATED record goes first (its checkpoint was claimed: the delete leaves the bucket alone).
+    // A's stale HIBERNATED record goes first (its checkpoint was claimed: the delete leaves the bucket alone), and
+    // its stale CHECKPOINTED record of the volume, whose data B has.
     await a.pods.deletePod({ id: ID });
+    await withVolumes(a, (c) => c.deleteVolume({ id: VOLUME }));
     const h = await b.pods.hibernatePod({ id: ID, noAbandon: true });
     assert.equal(h.pod!.state, PodState.HIBERNATED);
-    const second = h.pod!.checkpoint;
+    second = h.pod!.checkpoint;
     const m = await manifest(second);
-    const total = m.files.reduce((n, f) => n + f.sizeBytes, 0);
-    t.diagnostic(`second hibernation: ${total} bytes, ${m.uploadedBytes} uploaded (${((100 * m.uploadedBytes) / total).toFixed(1)} %)`);
+    const total = m.files.reduce((n, f) => n + f.sizeBytes, 0) + m.volumes.reduce((n, v) => n + v.fileSizeBytes, 0);
+    t.diagnostic(
+      `second hibernation: ${total} bytes, ${m.uploadedBytes} uploaded (${((100 * m.uploadedBytes) / total).toFixed(1)} %), its manifest ${m.bytes} bytes (${((100 * m.bytes) / total).toFixed(2)} %)`,
+    );
+    assert.equal(m.base, first, "its manifest names runs of the first's chunks");
     // The share depends on what the guest changed (bench/feos-s3 measures it: a few per cent); a fifth at most
     // says the chunks the first left were found and not uploaded again (with the 1 MiB chunks of version 2 it was 60 %).
-    assert.ok(m.uploadedBytes < total / 5, `the second hibernation uploaded ${m.uploadedBytes} of ${total} bytes: the chunks it shares with the first stay`);
+    assert.ok(m.uploadedBytes + m.bytes < total / 5, `the second hibernation uploaded ${m.uploadedBytes} of ${total} bytes and a manifest of ${m.bytes}: the chunks it shares with the first stay`);
     const stored = (await keys(`pods/${ID}/packs/`)).map((k) => k.split('/').at(-1));
     assert.deepEqual(stored.sort(), [...m.packs].sort(), 'only the packs the newest checkpoint names stay (the first was restored)');
   });
@@ -165,6 +213,9 @@ test('hibernate to S3 on one feosd, restore on another with its memory, dedup th
     assert.equal(JSON.parse(out.stdout).state, 'POD_STATE_RUNNING', out.stdout);
     const got = await guestAnswers(a);
     assert.notEqual(got.guest!.bootId, bootId, 'a new boot');
+    const vol = await volumeOf(a);
+    assert.equal(vol.state, VolumeState.ATTACHED, 'the volume came back to feosd A');
+    assert.equal(vol.podId, ID);
   });
 
   await step('credentials the store refuses fail a hibernation FAILED_PRECONDITION naming the store; the pod stays SUSPENDED on its node and hibernates once they are right', async () => {
@@ -232,8 +283,9 @@ test('hibernate to S3 on one feosd, restore on another with its memory, dedup th
   });
 
   await step('a restore from a bucket that does not exist is FAILED_PRECONDITION naming it; nothing changes', async () => {
-    // B's stale HIBERNATED record (of the checkpoint A restored) goes first: B has no pod then.
+    // B's stale HIBERNATED record (of the checkpoint A restored) goes first, and its volume's: B has no pod then.
     await b.pods.deletePod({ id: ID });
+    await withVolumes(b, (c) => c.deleteVolume({ id: VOLUME }));
     const baseC = join(dir, 'c');
     mkdirSync(baseC);
     const c = await startFeosd(baseC, { guestDir: GUEST_DIR, extra: ['--object-store', 's3://feos-no-such-bucket/x', '--s3-endpoint', s3.endpoint], env });
@@ -259,8 +311,10 @@ test('hibernate to S3 on one feosd, restore on another with its memory, dedup th
   await step('a restore whose pack holds a damaged chunk is DATA_LOSS naming the pack; the pod stays HIBERNATED on A, B has nothing', async () => {
     const checkpoint = (await a.pods.getPod({ id: ID })).pod!.checkpoint;
     const m = await manifest(checkpoint);
-    const disk = m.files.find((f) => f.name === 'disk.qcow2')!;
-    const [packIndex, offset, length] = disk.chunks[0]!;
+    // A chunk the manifest names itself (not in a run of its base's chunks).
+    const named = m.files.flatMap((f) => f.chunks).find((c) => c.length === 4);
+    assert.ok(named, 'the manifest names a chunk of its own');
+    const [packIndex, offset, length] = named;
     const pack = m.packs[packIndex]!;
     // Swift keeps an object as a .data file below its device: find the pack's by its bytes, change one, keep its size.
     const r = await client.send(new GetObjectCommand({ Bucket: BUCKET, Key: `${PREFIX}/pods/${ID}/packs/${pack}` }));
@@ -288,5 +342,28 @@ test('hibernate to S3 on one feosd, restore on another with its memory, dedup th
     assert.equal(pod.state, PodState.HIBERNATED, "A's pod stays HIBERNATED");
     assert.equal(pod.checkpoint, checkpoint);
     assert.ok(!(await keys(`pods/${ID}/${checkpoint}/`)).includes(`pods/${ID}/${checkpoint}/restored`), 'the checkpoint is not claimed');
+  });
+
+  await step("a restore whose manifest's base is missing is DATA_LOSS naming the base's manifest; a restore of the node's own HIBERNATED pod whose manifest is missing is DATA_LOSS; the pod stays HIBERNATED", async () => {
+    // The second checkpoint stands on the first (A's own newest, after a new boot, names every chunk: its memory
+    // is another). A restore reads the manifest, and its base, before it looks at the claim.
+    const checkpoint = (await a.pods.getPod({ id: ID })).pod!.checkpoint;
+    const m = await manifest(second);
+    assert.equal(m.base, first, `checkpoint ${second} stands on ${first}`);
+    const baseKey = `pods/${ID}/${first}/manifest.json`;
+    await client.send(new DeleteObjectCommand({ Bucket: BUCKET, Key: `${PREFIX}/${baseKey}` }));
+    await assert.rejects(
+      b.pods.restorePod({ id: ID, checkpoint: second }),
+      (e) => code(e) === status.DATA_LOSS && details(e).includes(`is relative to checkpoint ${first}`) && details(e).includes(baseKey) && /nothing was restored/.test(details(e)),
+    );
+    await assert.rejects(b.pods.getPod({ id: ID }), (e) => code(e) === status.NOT_FOUND, 'B has no pod');
+    await client.send(new DeleteObjectCommand({ Bucket: BUCKET, Key: `${PREFIX}/pods/${ID}/${checkpoint}/manifest.json` }));
+    await assert.rejects(
+      a.pods.restorePod({ id: ID }),
+      (e) => code(e) === status.DATA_LOSS && details(e).includes(`pods/${ID}/${checkpoint}/manifest.json`) && /the pod stays HIBERNATED/.test(details(e)),
+    );
+    const pod = (await a.pods.getPod({ id: ID })).pod!;
+    assert.equal(pod.state, PodState.HIBERNATED, "A's pod stays HIBERNATED");
+    assert.equal(pod.checkpoint, checkpoint);
   });
 });

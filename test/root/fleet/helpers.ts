@@ -5,7 +5,7 @@
  */
 import { execFile, spawn } from 'node:child_process';
 import { randomBytes, randomInt } from 'node:crypto';
-import { mkdirSync, mkdtempSync, rmSync, writeFileSync } from 'node:fs';
+import { appendFileSync, mkdirSync, mkdtempSync, readdirSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { createInterface } from 'node:readline';
@@ -261,4 +261,99 @@ export function keepLog(name: string, text: string): void {
   if (!dir) return;
   mkdirSync(dir, { recursive: true });
   writeFileSync(join(dir, `${name}.log`), text);
+}
+
+/** Pids of the processes whose command line names `needle` (a test's data dir: its own children only). */
+export function pidsNaming(needle: string): number[] {
+  const out: number[] = [];
+  for (const d of readdirSync('/proc')) {
+    if (!/^\d+$/.test(d)) continue;
+    try {
+      if (readFileSync(`/proc/${d}/cmdline`, 'utf8').includes(needle)) out.push(Number(d));
+    } catch {}
+  }
+  return out;
+}
+
+/** A running `kube32-cli up` (root suites): its kubeconfig and output, and its stop. */
+export interface UpCluster {
+  dataDir: string;
+  kubeconfig: string;
+  /** The tag of its FeOS nodes' namespaces and bridge (`k32-<tag>-feos-<i>`, `k32fb<tag>`), '' without them. */
+  tag: string;
+  out(): string;
+  /** SIGTERM, then its exit code (null when it was not gone within 180 s). */
+  stop(): Promise<number | null>;
+}
+
+/**
+ * Starts `kube32-cli up --data-dir <temp> --port 0 ARGS` and waits (up to `readyMs`) for its last line
+ * once ready. In `t.after`: SIGKILL if it runs, then whatever it left (processes naming its data dir, its
+ * FeOS nodes' namespaces with what runs in them, the bridge) is removed, and the data dir.
+ * @throws Error with its output when it exits first or is not ready in time
+ */
+export async function startUp(t: { after(fn: () => Promise<void>): void }, args: string[], readyMs: number): Promise<UpCluster> {
+  // Short: a FeOS node's microVM sockets live under it (up refuses a data dir too long for them).
+  const dataDir = mkdtempSync('/tmp/k32t-up-');
+  const proc = spawn(process.execPath, [CLI, 'up', '--data-dir', dataDir, '--port', '0', ...args], { stdio: ['ignore', 'pipe', 'pipe'], env: { ...process.env, LOG_LEVEL: 'info' } });
+  let out = '';
+  const logs = process.env.K32T_FLEET_LOGS;
+  if (logs) mkdirSync(logs, { recursive: true });
+  const take = (d: string) => {
+    out += d;
+    if (logs) appendFileSync(join(logs, 'up-stream.log'), d);
+  };
+  proc.stdout!.setEncoding('utf8').on('data', take);
+  proc.stderr!.setEncoding('utf8').on('data', take);
+  const exited = new Promise<number | null>((resolve) => proc.once('exit', (code) => resolve(code)));
+  const tagOf = () => /network namespace k32-([0-9a-f]{6})-feos-1 /.exec(out)?.[1] ?? '';
+  t.after(async () => {
+    if (proc.exitCode === null && proc.signalCode === null) {
+      proc.kill('SIGKILL');
+      await exited;
+    }
+    for (const pid of pidsNaming(dataDir)) {
+      try {
+        process.kill(pid, 'SIGKILL');
+      } catch {}
+    }
+    const tag = tagOf();
+    if (tag) {
+      for (const ns of (await run('ip', ['netns', 'list'])).stdout.split('\n').map((l) => l.split(' ')[0]!)) {
+        if (!ns.startsWith(`k32-${tag}-`)) continue;
+        for (const pid of (await run('ip', ['netns', 'pids', ns])).stdout.split('\n').filter(Boolean)) {
+          try {
+            process.kill(Number(pid), 'SIGKILL');
+          } catch {}
+        }
+        await run('ip', ['netns', 'del', ns]);
+      }
+      await run('ip', ['link', 'del', `k32fb${tag}`]);
+    }
+    // With K32T_FLEET_LOGS: the last lines of each component's log, before the data dir goes.
+    try {
+      for (const f of readdirSync(join(dataDir, 'logs'))) keepLog(`up-${f.replace(/\.log$/, '')}`, readFileSync(join(dataDir, 'logs', f), 'utf8').split('\n').slice(-400).join('\n'));
+    } catch {}
+    rmSync(dataDir, { recursive: true, force: true });
+  });
+  await until(
+    'kube32-cli up ready',
+    async () => {
+      if (proc.exitCode !== null || proc.signalCode !== null) throw new Error(`up exited (${proc.exitCode ?? proc.signalCode}):\n${out}`);
+      return out.includes('Press Ctrl-C to stop');
+    },
+    readyMs,
+  ).catch((err: unknown) => {
+    throw new Error(`${err instanceof Error ? err.message : String(err)}\n${out}`);
+  });
+  return {
+    dataDir,
+    kubeconfig: /export KUBECONFIG=(\S+)/.exec(out)?.[1] ?? join(dataDir, 'kubeconfig'),
+    tag: tagOf(),
+    out: () => out,
+    stop: async () => {
+      if (proc.exitCode === null && proc.signalCode === null) proc.kill('SIGTERM');
+      return Promise.race([exited, new Promise<null>((r) => setTimeout(() => r(null), 180_000).unref())]);
+    },
+  };
 }

@@ -7,23 +7,11 @@
  */
 import assert from 'node:assert/strict';
 import { spawn } from 'node:child_process';
-import { existsSync, mkdtempSync, readdirSync, readFileSync, rmSync } from 'node:fs';
+import { existsSync, mkdtempSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { test } from 'node:test';
-import { CLI, kubectl, run, until } from './helpers.ts';
-
-/** Pids of the processes whose command line names `needle` (this test's data dir: its own children only). */
-function pidsNaming(needle: string): number[] {
-  const out: number[] = [];
-  for (const d of readdirSync('/proc')) {
-    if (!/^\d+$/.test(d)) continue;
-    try {
-      if (readFileSync(`/proc/${d}/cmdline`, 'utf8').includes(needle)) out.push(Number(d));
-    } catch {}
-  }
-  return out;
-}
+import { CLI, kubectl, pidsNaming, run, until } from './helpers.ts';
 
 test('up --feos-nodes 1 brings a Ready FeOS node beside a worker and removes everything on SIGTERM', { timeout: 1_500_000 }, async (t) => {
   assert.equal(process.getuid?.(), 0, 'this suite runs as root');
