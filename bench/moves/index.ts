@@ -26,7 +26,8 @@
  * node-level hibernate plus restore alone (`BENCH_MICROVM=0` skips it).
  *
  * Prints figures and ratios; asserts nothing about time. Run: `node bench/moves/index.ts` (or
- * `npm run bench moves`); `BENCH_MOVES=10 BENCH_SIZES=32k,1m` for a shorter run. Needs wat2wasm.
+ * `npm run bench moves`); `BENCH_MOVES=10 BENCH_SIZES=32k,1m` for a shorter run,
+ * `BENCH_LOAD_MOVES=0` without the moves under requests. Needs wat2wasm.
  */
 import { execFileSync, spawn } from 'node:child_process';
 import http from 'node:http';
@@ -195,8 +196,8 @@ try {
   await startWorker('bench-b', '127.0.0.3');
 
   // Requests through the moves: 200 a second through the Service, 200 a second at the pod's first address.
-  {
-    const loadMoves = Number(process.env.BENCH_LOAD_MOVES ?? 10);
+  const loadMoves = Number(process.env.BENCH_LOAD_MOVES ?? 10);
+  if (loadMoves > 0) {
     const s = sizes.find((x) => x.key === '32k') ?? sizes[0]!;
     const podName = 'moves-load';
     const lport = 18990;

@@ -1,7 +1,8 @@
 /**
  * Benchmarks of the pod runtime (issue 3, "Performance"), ratios measured in one run:
  *  1. requests per second through k32_handle of `echo` (HTTP, serveHttp) against a plain Node.js
- *     HTTP server answering the same bytes (target ≥ 0.5×);
+ *     HTTP server answering the same bytes (target ≥ 0.5×), both driven by Debian's `wrk` (16
+ *     connections, one thread) in a process of its own;
  *  2. freeze + snapshot + restore of a pod with 64 KiB, 1 MiB and 16 MiB of memory, against copying
  *     and hashing those bytes (target within 2× for 1 MiB and more), by phase, with absolute times
  *     (snapshots.ts: interleaved repetitions, the ratio taken per repetition);
@@ -15,9 +16,9 @@
  * --runtime measures it instead, --compare measures it beside this one in the same process, round by
  * round (parts 1 and 2), for before/after figures that the machine's load affects alike.
  */
-import { spawnSync } from 'node:child_process';
+import { spawn, spawnSync } from 'node:child_process';
 import { existsSync, readFileSync } from 'node:fs';
-import { Agent, createServer, request, type Server } from 'node:http';
+import { createServer, type Server } from 'node:http';
 import { availableParallelism, loadavg } from 'node:os';
 import { join, resolve } from 'node:path';
 import { pathToFileURL } from 'node:url';
@@ -40,34 +41,31 @@ async function listen(server: Server): Promise<number> {
   return (server.address() as { port: number }).port;
 }
 
-/** Requests per second against `port` for `ms`, with `concurrency` keep-alive connections. */
+/**
+ * Requests per second against `port` for `ms`, with `concurrency` keep-alive connections, measured by
+ * Debian's `wrk` (scripts/setup.sh installs it) in a process of its own: a Node.js client in this
+ * process would share the event loop with the servers and cap the reference at its own speed.
+ * @throws Error when wrk is missing, fails, or saw non-2xx answers or socket errors
+ */
 async function load(port: number, ms: number, concurrency: number): Promise<number> {
-  const agent = new Agent({ keepAlive: true, maxSockets: concurrency });
-  let done = 0;
-  const end = performance.now() + ms;
-  const one = (): Promise<void> =>
-    new Promise((resolve, reject) => {
-      const req = request({ host: '127.0.0.1', port, path: '/bench?x=1', method: 'GET', agent }, (res) => {
-        res.on('data', () => {});
-        res.on('end', () => {
-          if (res.statusCode !== 200) reject(new Error(`status ${res.statusCode}`));
-          else resolve();
-        });
-      });
-      req.on('error', reject);
-      req.end();
+  const args = ['-t1', `-c${concurrency}`, `-d${Math.max(1, Math.round(ms / 1000))}s`, `http://127.0.0.1:${port}/bench?x=1`];
+  const out = await new Promise<string>((resolve, reject) => {
+    const child = spawn('wrk', args, { stdio: ['ignore', 'pipe', 'pipe'] });
+    let text = '';
+    child.stdout.on('data', (d: Buffer) => {
+      text += d.toString();
     });
-  const worker = async (): Promise<void> => {
-    while (performance.now() < end) {
-      await one();
-      done++;
-    }
-  };
-  const t0 = performance.now();
-  await Promise.all(Array.from({ length: concurrency }, worker));
-  const s = (performance.now() - t0) / 1000;
-  agent.destroy();
-  return done / s;
+    child.stderr.on('data', (d: Buffer) => {
+      text += d.toString();
+    });
+    child.on('error', (err) => reject(new Error(`cannot run wrk (apt-get install wrk, or scripts/setup.sh): ${err.message}`)));
+    child.on('close', (code) => (code === 0 ? resolve(text) : reject(new Error(`wrk ${args.join(' ')} exited ${code}: ${text.trim()}`))));
+  });
+  const bad = /Non-2xx or 3xx responses: (\d+)|Socket errors: .*/.exec(out);
+  if (bad) throw new Error(`wrk against port ${port}: ${bad[0]}`);
+  const rps = /Requests\/sec:\s+([\d.]+)/.exec(out);
+  if (!rps) throw new Error(`wrk printed no Requests/sec: ${out.trim()}`);
+  return Number(rps[1]);
 }
 
 /**
@@ -94,7 +92,7 @@ async function benchRequests(runtimes: Array<[string, typeof Runtime]>): Promise
   });
   const plainPort = await listen(plain);
   const ports = [plainPort, ...pods.map((p) => p.port)];
-  for (const port of ports) await load(port, 400, 16);
+  for (const port of ports) await load(port, 1000, 16);
   const rounds = 5;
   const rps: number[][] = ports.map(() => []);
   for (let r = 0; r < rounds; r++) {
@@ -104,7 +102,7 @@ async function benchRequests(runtimes: Array<[string, typeof Runtime]>): Promise
     }
   }
   const avg = (xs: number[]): number => xs.reduce((a, b) => a + b, 0) / xs.length;
-  console.log(`1. requests through k32_handle of echo (HTTP/1.1 keep-alive, 16 connections, same process; ${rounds} alternating rounds of 1 s)`);
+  console.log(`1. requests through k32_handle of echo (HTTP/1.1 keep-alive, wrk with 16 connections; ${rounds} alternating rounds of 1 s)`);
   console.log(`   plain Node HTTP server:   ${avg(rps[0]!).toFixed(0)} req/s`);
   runtimes.forEach(([label], i) => {
     const ratio = median(rps[i + 1]!.map((x, r) => x / rps[0]![r]!));

@@ -51,8 +51,8 @@ function hostPort(flag: string, v: string): { host: string; port: number } {
  * @throws CliError naming a bad flag
  */
 export function checkFeosPortFlags(flags: FeosPortFlags): void {
-  if (!flags.feosListen) return;
-  hostPort('--feos-listen', flags.feosListen);
+  // Checked with or without --feos-listen: a wrong value is refused even where the port for nodes is off.
+  if (flags.feosListen) hostPort('--feos-listen', flags.feosListen);
   if (flags.feosAdvertiseAddress) hostPort('--feos-advertise-address', flags.feosAdvertiseAddress);
   ttl(flags);
   meshNodeLimit(flags);

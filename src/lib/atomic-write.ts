@@ -78,3 +78,93 @@ export function writeFileAtomicSync(path: string, data: Uint8Array | string, mod
     throw new Error(`${path}: ${step} failed: ${err instanceof Error ? err.message : String(err)}`, { cause: err });
   }
 }
+
+/**
+ * A file written whole or not at all, as {@link writeFileAtomic} writes it, but piece by piece while
+ * its bytes arrive (a snapshot streamed from a node: issue 26, the disk write overlaps the network,
+ * and only the fsync is left once the last byte is in). Pieces are written in the order given, at
+ * the positions given; {@link commit} waits for them, fsyncs, renames and fsyncs the directory.
+ * Nothing is visible at `path` before the commit; {@link abort} removes the temporary file.
+ */
+export class AtomicFileWriter {
+  readonly path: string;
+  readonly #tmp: string;
+  readonly #opened: ReturnType<typeof open>;
+  /** The writes so far, in order; the first failure is kept and reported by commit. */
+  #chain: Promise<void>;
+  #done = false;
+
+  /**
+   * Opens the temporary file beside `path` (at once, without waiting: the writes queue behind it).
+   * @param mode file mode of the new file
+   * @default mode 0o644
+   */
+  constructor(path: string, mode = 0o644) {
+    this.path = path;
+    this.#tmp = tempPath(path);
+    this.#opened = open(this.#tmp, 'w', mode);
+    this.#opened.catch(() => {});
+    this.#chain = this.#opened.then(() => {});
+    this.#chain.catch(() => {});
+  }
+
+  /**
+   * Queues `bytes` to be written at `position`. The caller must not change `bytes` afterwards.
+   * Errors are reported by {@link commit}.
+   */
+  write(bytes: Uint8Array, position: number): void {
+    if (this.#done) return;
+    this.#chain = this.#chain.then(async () => {
+      const fh = await this.#opened;
+      for (let at = 0; at < bytes.length;) {
+        const { bytesWritten } = await fh.write(bytes, at, bytes.length - at, position + at);
+        at += bytesWritten;
+      }
+    });
+    this.#chain.catch(() => {});
+  }
+
+  /**
+   * Waits for the writes, fsyncs the file, renames it over `path` and fsyncs the directory.
+   * @throws Error whose message names the step that failed ("open", "write", "fsync", "rename",
+   *   "fsync directory"), with the system error as `cause`; the temporary file is then removed
+   */
+  async commit(): Promise<void> {
+    if (this.#done) throw new Error(`${this.path}: the write was already committed or aborted`);
+    this.#done = true;
+    let step = 'open';
+    let fh: Awaited<ReturnType<typeof open>> | undefined;
+    try {
+      fh = await this.#opened;
+      step = 'write';
+      await this.#chain;
+      step = 'fsync';
+      await fh.sync();
+      await fh.close();
+      fh = undefined;
+      step = 'rename';
+      await rename(this.#tmp, this.path);
+      step = 'fsync directory';
+      const dir = await open(dirname(this.path), 'r');
+      try {
+        await dir.sync();
+      } finally {
+        await dir.close();
+      }
+    } catch (err: unknown) {
+      await fh?.close().catch(() => {});
+      await rm(this.#tmp, { force: true }).catch(() => {});
+      throw new Error(`${this.path}: ${step} failed: ${err instanceof Error ? err.message : String(err)}`, { cause: err });
+    }
+  }
+
+  /** Drops the file: the writes queued end, the temporary file is removed. Never throws. */
+  async abort(): Promise<void> {
+    if (this.#done) return;
+    this.#done = true;
+    await this.#chain.catch(() => {});
+    const fh = await this.#opened.catch(() => undefined);
+    await fh?.close().catch(() => {});
+    await rm(this.#tmp, { force: true }).catch(() => {});
+  }
+}

@@ -1,7 +1,7 @@
 /** Small pieces shared by more than one component. */
 export { parseDuration, humanDuration } from './duration.ts';
 export { parseQuantity, parseBytes, formatBytes } from './quantity.ts';
-export { writeFileAtomic, writeFileAtomicSync } from './atomic-write.ts';
+export { AtomicFileWriter, writeFileAtomic, writeFileAtomicSync } from './atomic-write.ts';
 export { createLogger, type Logger } from './log.ts';
 export { isProcessAlive } from './process.ts';
 export { canListen, ephemeralLow, unusedPort } from './ports.ts';

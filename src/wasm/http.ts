@@ -5,92 +5,17 @@
  */
 import type { IncomingMessage, RequestListener, ServerResponse } from 'node:http';
 import { PodCallError, errorMessage } from './errors.ts';
-import type { PodInstance } from './instance.ts';
-
-/** A parsed HTTP/1.1 response message. */
-export interface HttpResponseParts {
-  /** Status code, 100 to 999. */
-  status: number;
-  /** Reason phrase (may be empty). */
-  reason: string;
-  /** Header pairs in order, names as the pod wrote them. */
-  headers: Array<[string, string]>;
-  /** The body: `content-length` bytes, de-chunked, or the rest of the message. */
-  body: Uint8Array;
-}
+import type { SplitResponse } from './http-response.ts';
+import type { CallCancel, PodInstance } from './instance.ts';
 
 /** Largest request body the adapter passes to a pod, bytes. */
 const MAX_REQUEST_BODY = 16 << 20;
-const latin1 = new TextDecoder('latin1');
-
-function indexOfHeaderEnd(raw: Uint8Array): { end: number; sep: number } | undefined {
-  for (let i = 0; i + 1 < raw.length; i++) {
-    if (raw[i] === 0x0a && raw[i + 1] === 0x0a) return { end: i, sep: 2 };
-    if (raw[i] === 0x0d && raw[i + 1] === 0x0a && raw[i + 2] === 0x0d && raw[i + 3] === 0x0a) return { end: i, sep: 4 };
-  }
-  return undefined;
-}
-
-function dechunk(body: Uint8Array): Uint8Array {
-  const parts: Uint8Array[] = [];
-  let p = 0;
-  for (;;) {
-    let eol = p;
-    while (eol < body.length && body[eol] !== 0x0a) eol++;
-    if (eol >= body.length) throw new Error('chunked body ends before its last chunk');
-    const size = Number.parseInt(latin1.decode(body.subarray(p, eol)).split(';')[0]!.trim(), 16);
-    if (!Number.isFinite(size) || size < 0) throw new Error('bad chunk size in chunked body');
-    p = eol + 1;
-    if (size === 0) break;
-    if (p + size > body.length) throw new Error('chunked body shorter than its chunk sizes');
-    parts.push(body.subarray(p, p + size));
-    p += size;
-    if (body[p] === 0x0d) p++;
-    if (body[p] === 0x0a) p++;
-  }
-  return Buffer.concat(parts);
-}
-
-/**
- * Parses a response message as `k32_handle` returns it.
- * @throws Error naming what does not parse (no status line, a bad status code, a header line
- *   without a colon, a `content-length` that is not a number or is longer than the body)
- * @example parseHttpResponse(new TextEncoder().encode('HTTP/1.1 200 OK\r\ncontent-length: 2\r\n\r\nhi')).status // 200
- */
-export function parseHttpResponse(raw: Uint8Array): HttpResponseParts {
-  const he = indexOfHeaderEnd(raw);
-  if (!he) throw new Error('the response has no empty line after its headers');
-  const head = latin1.decode(raw.subarray(0, he.end)).split(/\r?\n/);
-  const statusLine = head[0] ?? '';
-  const m = /^HTTP\/1\.[01] (\d{3})(?: (.*))?$/.exec(statusLine);
-  if (!m) throw new Error(`the response's status line ${JSON.stringify(statusLine.slice(0, 80))} is not "HTTP/1.1 <code> <reason>"`);
-  const status = Number(m[1]);
-  if (status < 100) throw new Error(`the response's status code ${status} is out of range`);
-  const headers: Array<[string, string]> = [];
-  for (const line of head.slice(1)) {
-    const c = line.indexOf(':');
-    if (c <= 0) throw new Error(`the response's header line ${JSON.stringify(line.slice(0, 80))} has no name and colon`);
-    const name = line.slice(0, c).trim();
-    if (!/^[!#$%&'*+\-.^_`|~0-9A-Za-z]+$/.test(name)) throw new Error(`the response's header name ${JSON.stringify(name)} is not a token`);
-    headers.push([name, line.slice(c + 1).trim()]);
-  }
-  let body = raw.subarray(he.end + he.sep);
-  const te = headers.find(([k]) => k.toLowerCase() === 'transfer-encoding');
-  const cl = headers.find(([k]) => k.toLowerCase() === 'content-length');
-  if (te && /chunked/i.test(te[1])) {
-    body = dechunk(body);
-  } else if (cl) {
-    if (!/^\d+$/.test(cl[1])) throw new Error(`the response's content-length ${JSON.stringify(cl[1])} is not a number`);
-    const n = Number(cl[1]);
-    if (n > body.length) throw new Error(`the response's content-length is ${n}, but its body has ${body.length} bytes`);
-    body = body.subarray(0, n);
-  }
-  return { status, reason: m[2] ?? '', headers, body };
-}
 
 /**
  * Builds the raw request message a pod receives: the request line as it came, header names in
- * lower case, the body whole (de-chunked by Node) with a `content-length`.
+ * lower case, the body whole (de-chunked by Node) with a `content-length`. The bytes are in an
+ * `ArrayBuffer` of their own (never Node's shared Buffer pool), so that they can be transferred to
+ * the pod's thread without another copy.
  */
 export function requestMessage(req: IncomingMessage, body: Uint8Array): Uint8Array {
   const lines = [`${req.method ?? 'GET'} ${req.url ?? '/'} HTTP/1.1`];
@@ -103,11 +28,13 @@ export function requestMessage(req: IncomingMessage, body: Uint8Array): Uint8Arr
   if (body.length > 0 || req.headers['content-length'] !== undefined || req.headers['transfer-encoding'] !== undefined) {
     lines.push(`content-length: ${body.length}`);
   }
-  const head = Buffer.from(`${lines.join('\r\n')}\r\n\r\n`, 'latin1');
-  return Buffer.concat([head, body]);
+  const head = `${lines.join('\r\n')}\r\n\r\n`;
+  const headBytes = Buffer.byteLength(head, 'latin1');
+  const out = Buffer.from(new ArrayBuffer(headBytes + body.length));
+  out.write(head, 0, 'latin1');
+  out.set(body, headBytes);
+  return out;
 }
-
-const HOP_BY_HOP = new Set(['content-length', 'transfer-encoding', 'connection', 'keep-alive']);
 
 function plain(res: ServerResponse, status: number, text: string, extra: Record<string, string> = {}): void {
   if (res.headersSent) {
@@ -167,15 +94,16 @@ export function readRequestBody(req: IncomingMessage, res: ServerResponse, then:
  */
 export async function servePodRequest(pod: PodInstance | undefined, req: IncomingMessage, res: ServerResponse, body: Uint8Array, report: (message: string, pod: PodInstance | undefined) => void): Promise<PodRequestOutcome> {
   if (!pod || pod.exit || pod.frozen) return 'refused';
-  const ac = new AbortController();
+  const cancel: CallCancel = {};
   const onClose = (): void => {
-    if (!res.writableEnded) ac.abort();
+    if (!res.writableEnded) cancel.cancel?.();
   };
   res.on('close', onClose);
   const name = `${pod.namespace}/${pod.podName}`;
-  let raw: Uint8Array;
+  let split: SplitResponse;
   try {
-    raw = await pod.handle(requestMessage(req, body), ac.signal);
+    // Parsed on the pod's thread: written here as it comes (see PodInstance.handleSplit).
+    split = await pod.handleSplit(requestMessage(req, body), cancel);
   } catch (err: unknown) {
     res.off('close', onClose);
     const code = err instanceof PodCallError ? err.code : undefined;
@@ -189,6 +117,10 @@ export async function servePodRequest(pod: PodInstance | undefined, req: Incomin
         report(`pod ${name}: k32_handle trapped: ${errorMessage(err)}`, pod);
         plain(res, 502, `the pod crashed: ${errorMessage(err)}`);
         return 'answered';
+      case 'BadResponse':
+        report(`pod ${name}: ${errorMessage(err)}`, pod);
+        plain(res, 502, `the pod's response does not parse: ${errorMessage(err).replace(/^k32_handle's response does not parse: /, '')}`);
+        return 'answered';
       default:
         report(`pod ${name}: ${errorMessage(err)}`, pod);
         plain(res, 502, `the pod failed: ${errorMessage(err)}`);
@@ -196,19 +128,8 @@ export async function servePodRequest(pod: PodInstance | undefined, req: Incomin
     }
   }
   res.off('close', onClose);
-  let parts: HttpResponseParts;
-  try {
-    parts = parseHttpResponse(raw);
-  } catch (err: unknown) {
-    report(`pod ${name}: k32_handle's response does not parse: ${errorMessage(err)}`, pod);
-    plain(res, 502, `the pod's response does not parse: ${errorMessage(err)}`);
-    return 'answered';
-  }
-  const headers: string[] = [];
-  for (const [k, v] of parts.headers) if (!HOP_BY_HOP.has(k.toLowerCase())) headers.push(k, v);
-  headers.push('content-length', String(parts.body.length));
-  res.writeHead(parts.status, parts.reason, headers);
-  res.end(parts.body);
+  res.writeHead(split.status, split.reason, split.headers);
+  res.end(split.body);
   return 'answered';
 }
 

@@ -12,9 +12,19 @@ import { PodCallError, PodStartError, PodStateError, errorMessage } from './erro
 import { LogRing } from './log-ring.ts';
 import { checkStartOptions, moduleForLimit, StartSequence, workerInit } from './pod-start.ts';
 import { attachPod, replenishWorkerPool, type PodLink } from './pod-thread.ts';
-import type { CallKind, FromWorker, OpenFile, ToWorker } from './protocol.ts';
+import type { SplitResponse } from './http-response.ts';
+import { CALLS_AHEAD, type CallKind, type CallResult, type FromWorker, type OpenFile, type ToWorker } from './protocol.ts';
 import { ChunkInbox, SNAPSHOT_CHUNK_BYTES, SNAPSHOT_WINDOW, snapshotChunks, type ChunkMessage } from './snapshot-stream.ts';
 import type { ExitReason, LogEntry, LogReadOptions, PodExit, PodModule, PodSnapshot, PodStartOptions, PodUsageFigures, RunningCall } from './types.ts';
+
+/**
+ * How the caller of {@link PodInstance.handleSplit} stops waiting for its answer: the call sets
+ * `cancel`, the caller calls it (an `AbortSignal` a request, and its listener, cost more than the
+ * rest of the request path).
+ */
+export interface CallCancel {
+  cancel?: () => void;
+}
 
 /** Events queued (not frozen) beyond which new ones are dropped. */
 const MAX_QUEUED_EVENTS = 1024;
@@ -24,13 +34,18 @@ const MAX_QUEUED_REQUESTS = 1024;
 interface QueuedCall {
   kind: CallKind;
   request?: Uint8Array;
+  /** A `handle` call whose response the pod thread splits (see {@link PodInstance.handleSplit}). */
+  split?: boolean;
   topic?: string;
   payload?: Uint8Array;
-  resolve: (r: Uint8Array | undefined) => void;
+  resolve: (r: Uint8Array | SplitResponse | undefined) => void;
   reject: (e: Error) => void;
 }
 
-/** A call sent to the thread; `startedAt` is when it was sent (`performance.now()`). */
+/**
+ * A call sent to the thread. `startedAt` (`performance.now()`) is when it became the first call in
+ * flight (the one the thread runs now or next: the calls behind it wait for it on the thread).
+ */
 type RunningEntry = QueuedCall & { startedAt: number; overdue?: NodeJS.Timeout };
 
 interface Held {
@@ -67,7 +82,11 @@ export class PodInstance extends EventEmitter {
   #starting: StartSequence | undefined;
   readonly #logs: LogRing;
   readonly #queue: QueuedCall[] = [];
-  #running: RunningEntry | undefined;
+  /** The calls sent to the thread and not yet answered, in order (at most {@link CALLS_AHEAD}); the first runs now. */
+  readonly #inflight: RunningEntry[] = [];
+  /** Calls queued for the thread in this turn of the event loop, sent together by {@link #flushCalls}. */
+  readonly #outgoing: Array<Extract<ToWorker, { op: 'call' }>> = [];
+  readonly #outgoingTransfer: ArrayBuffer[] = [];
   #frozen = false;
   #held: Held[] = [];
   #dropped = 0;
@@ -171,6 +190,12 @@ export class PodInstance extends EventEmitter {
         }
         break;
       case 'result': this.#onResult(m); break;
+      case 'results':
+        for (const r of m.results) {
+          if (this.#exit) break;
+          this.#onResult(r);
+        }
+        break;
       case 'exit': this.#end(m.reason, m.message); break;
       default: {
         const id = (m as { id?: number }).id;
@@ -179,10 +204,10 @@ export class PodInstance extends EventEmitter {
     }
   }
 
-  #onResult(m: Extract<FromWorker, { op: 'result' }>): void {
-    const c = this.#running;
-    this.#running = undefined;
+  #onResult(m: CallResult): void {
+    const c = this.#inflight.shift();
     if (c?.overdue) clearTimeout(c.overdue);
+    this.#startHead();
     this.#openFiles = m.openFiles;
     if (c?.kind === 'tick') this.#tickQueued = false;
     if (m.error) {
@@ -195,32 +220,72 @@ export class PodInstance extends EventEmitter {
       if (c?.kind !== 'handle' || m.error.code === 'NoMemory') this.#logs.append(`kube32: ${m.error.message}`);
       c?.reject(err);
     } else {
-      c?.resolve(m.response);
+      c?.resolve(m.split ?? m.response);
     }
-    for (const w of this.#idle) w();
-    this.#idle.clear();
+    if (this.#inflight.length === 0) {
+      for (const w of this.#idle) w();
+      this.#idle.clear();
+    }
     this.#pump();
   }
 
+  /** The first call in flight begins its turn on the thread now: its deadline counts from here. */
+  #startHead(): void {
+    const head = this.#inflight[0];
+    if (!head || this.#exit) return;
+    head.startedAt = performance.now();
+    this.#watchDeadline(head, this.#opts.callDeadlineMs ?? DEFAULT_FREEZE_TIMEOUT_MS);
+  }
+
+  /**
+   * Sends queued calls to the thread while fewer than {@link CALLS_AHEAD} are in flight: the thread
+   * runs the next as soon as one returns, without a round trip to the main thread in between.
+   */
   #pump(): void {
-    if (this.#running || this.#frozen || this.#exit) return;
-    const c = this.#queue.shift();
-    if (!c) return;
+    while (this.#inflight.length < CALLS_AHEAD && !this.#frozen && !this.#exit) {
+      const c = this.#queue.shift();
+      if (!c) return;
+      this.#send(c);
+    }
+  }
+
+  #send(c: QueuedCall): void {
     const id = this.#nextId++;
     const running: RunningEntry = { ...c, startedAt: performance.now() };
-    this.#watchDeadline(running, this.#opts.callDeadlineMs ?? DEFAULT_FREEZE_TIMEOUT_MS);
-    this.#running = running;
+    this.#inflight.push(running);
+    if (this.#inflight.length === 1) this.#startHead();
     let msg: ToWorker;
     const transfer: ArrayBuffer[] = [];
     if (c.kind === 'handle') {
-      msg = { op: 'call', id, kind: 'handle', request: c.request! };
+      msg = { op: 'call', id, kind: 'handle', request: c.request!, ...(c.split ? { split: true } : {}) };
       transfer.push(c.request!.buffer as ArrayBuffer);
     } else if (c.kind === 'event') {
       msg = { op: 'call', id, kind: 'event', topic: c.topic!, payload: c.payload! };
     } else {
       msg = { op: 'call', id, kind: 'tick' };
     }
-    this.#link.post(msg, transfer);
+    if (this.#outgoing.length === 0) setImmediate(() => this.#flushCalls());
+    this.#outgoing.push(msg as Extract<ToWorker, { op: 'call' }>);
+    for (const b of transfer) this.#outgoingTransfer.push(b);
+  }
+
+  /**
+   * Sends the calls queued in this turn of the event loop in one message (requests from many
+   * connections arrive in one turn: one message, one wake-up of the pod's thread, not one each).
+   */
+  #flushCalls(): void {
+    if (this.#outgoing.length === 0) return;
+    const calls = this.#outgoing.splice(0);
+    const transfer = this.#outgoingTransfer.splice(0);
+    if (this.#exit) return;
+    if (calls.length === 1) this.#link.post(calls[0]!, transfer);
+    else this.#link.post({ op: 'calls', calls }, transfer);
+  }
+
+  /** Posts a control message, after the calls not yet sent (the order of messages is kept). */
+  #post(m: ToWorker): void {
+    this.#flushCalls();
+    this.#link.post(m);
   }
 
   /**
@@ -236,7 +301,7 @@ export class PodInstance extends EventEmitter {
       running.overdue.unref();
     };
     const check = (): void => {
-      if (this.#running !== running || this.#exit) return;
+      if (this.#inflight[0] !== running || this.#exit) return;
       if (this.#link.shared) {
         const since = this.#link.runningSince();
         // Not begun yet (a co-tenant runs), or returned with its result on the way: look again.
@@ -273,12 +338,13 @@ export class PodInstance extends EventEmitter {
     if (this.#exit) return;
     const exit: PodExit = { reason, message, exitCode: reason === 'Completed' ? 0 : 1, finishedAt: Date.now() };
     this.#exit = exit;
-    const running = this.#running?.kind;
+    const running = this.#inflight[0]?.kind;
     if (this.#tick) clearInterval(this.#tick);
-    if (this.#running?.overdue) clearTimeout(this.#running.overdue);
     const gone = new PodCallError('NotRunning', `the pod has ended (${reason}: ${message})`);
-    if (this.#running) this.#running.reject(gone);
-    this.#running = undefined;
+    for (const c of this.#inflight.splice(0)) {
+      if (c.overdue) clearTimeout(c.overdue);
+      c.reject(gone);
+    }
     for (const c of this.#queue.splice(0)) c.reject(gone);
     for (const p of this.#pending.values()) p({ op: 'snapshotChunk', id: -1, error: `the pod has ended (${reason})` });
     this.#pending.clear();
@@ -312,7 +378,7 @@ export class PodInstance extends EventEmitter {
         if (m.op === 'snapshotChunk' && m.id === -1) reject(new PodStateError('NotRunning', m.error ?? 'the pod has ended'));
         else resolve(m as T);
       });
-      this.#link.post(msg);
+      this.#post(msg);
     });
   }
 
@@ -327,15 +393,35 @@ export class PodInstance extends EventEmitter {
    *   `Trap` (502; the container has ended with reason Trap), `BadResponse` (502), `NotHandled`, `Aborted`
    */
   handle(request: Uint8Array, signal?: AbortSignal): Promise<Uint8Array> {
+    return this.#handle(new Uint8Array(request), false, signal) as Promise<Uint8Array>;
+  }
+
+  /**
+   * As {@link handle}, but the pod's thread parses the response (as `parseHttpResponse` does) and
+   * answers it ready for Node's `res.writeHead(status, reason, headers)` (hop-by-hop headers dropped,
+   * `content-length` recomputed), so that the main thread does not parse it again: the HTTP adapter's path.
+   *
+   * @param request the raw request bytes: transferred to the pod's thread, not copied, when the view
+   *   covers its whole `ArrayBuffer` (which is then detached: pass a copy to keep the bytes), else copied
+   * @param cancel given its `cancel` function, which stops waiting as an aborted signal does (`Aborted`)
+   * @throws PodCallError as {@link handle}; `BadResponse` with "k32_handle's response does not parse: <cause>"
+   */
+  handleSplit(request: Uint8Array, cancel?: CallCancel): Promise<SplitResponse> {
+    const whole = request.byteOffset === 0 && request.byteLength === request.buffer.byteLength && request.buffer instanceof ArrayBuffer;
+    return this.#handle(whole ? request : new Uint8Array(request), true, undefined, cancel) as Promise<SplitResponse>;
+  }
+
+  #handle(request: Uint8Array, split: boolean, signal: AbortSignal | undefined, cancel?: CallCancel): Promise<Uint8Array | SplitResponse> {
     if (this.#exit) return Promise.reject(new PodCallError('NotRunning', `the pod has ended (${this.#exit.reason})`));
     if (this.module.kind === 'app') return Promise.reject(new PodCallError('NotHandled', `an app pod takes no requests: its entry point ${this.module.entryPoint} runs on its own thread`));
     if (this.#frozen) return Promise.reject(new PodCallError('Frozen', 'the pod is frozen'));
     if (signal?.aborted) return Promise.reject(new PodCallError('Aborted', 'the request was aborted'));
     if (this.#queue.length >= MAX_QUEUED_REQUESTS) return Promise.reject(new PodCallError('NotRunning', `${MAX_QUEUED_REQUESTS} requests are waiting for the pod`));
-    return new Promise<Uint8Array>((resolve, reject) => {
+    return new Promise<Uint8Array | SplitResponse>((resolve, reject) => {
       const call: QueuedCall = {
         kind: 'handle',
-        request: new Uint8Array(request),
+        request,
+        split,
         resolve: (r) => {
           signal?.removeEventListener('abort', onAbort);
           resolve(r!);
@@ -348,14 +434,18 @@ export class PodInstance extends EventEmitter {
       const onAbort = (): void => {
         const at = this.#queue.indexOf(call);
         if (at >= 0) this.#queue.splice(at, 1);
-        else if (this.#running && this.#running.resolve === call.resolve) {
-          // Started: it runs on, its result is dropped.
-          this.#running.resolve = () => {};
-          this.#running.reject = () => {};
+        else {
+          // Sent to the thread: it runs on, its result is dropped.
+          const sent = this.#inflight.find((c) => c.resolve === call.resolve);
+          if (sent) {
+            sent.resolve = () => {};
+            sent.reject = () => {};
+          }
         }
         reject(new PodCallError('Aborted', 'the request was aborted'));
       };
-      signal?.addEventListener('abort', onAbort, { once: true });
+      if (signal) signal.addEventListener('abort', onAbort, { once: true });
+      if (cancel) cancel.cancel = onAbort;
       this.#queue.push(call);
       this.#pump();
     });
@@ -413,9 +503,9 @@ export class PodInstance extends EventEmitter {
       if (c.kind === 'handle') c.reject(new PodCallError('Frozen', 'the pod is frozen'));
       else if (c.kind === 'event') this.#hold(c.topic!, c.payload!);
     }
-    this.#tickQueued = Boolean(this.#running && this.#running.kind === 'tick');
-    if (this.#running) {
-      const running = this.#running;
+    this.#tickQueued = this.#inflight.some((c) => c.kind === 'tick');
+    // The calls already sent to the thread run (the freeze waits for them all); none is sent after.
+    if (this.#inflight.length > 0) {
       const returned = await new Promise<boolean>((resolve) => {
         const t = setTimeout(() => {
           this.#idle.delete(done);
@@ -433,7 +523,7 @@ export class PodInstance extends EventEmitter {
         this.#frozen = false;
         this.#requeueHeld();
         this.#pump();
-        const blocker = runningCallBlocker(EXPORT_OF[running.kind], timeoutMs);
+        const blocker = runningCallBlocker(EXPORT_OF[this.#inflight[0]?.kind ?? 'handle'], timeoutMs);
         throw new PodStateError('Timeout', blocker, [blocker]);
       }
     }
@@ -462,7 +552,7 @@ export class PodInstance extends EventEmitter {
     if (this.#exit) throw new PodStateError('NotRunning', `the pod has ended (${this.#exit.reason})`);
     if (!this.#frozen) throw new PodStateError('NotFrozen', 'the pod is not frozen');
     for (const id of this.#activeSnapshots) {
-      this.#link.post({ op: 'snapshotCancel', id } satisfies ToWorker);
+      this.#post({ op: 'snapshotCancel', id } satisfies ToWorker);
       this.#pending.get(id)?.({ op: 'snapshotChunk', id, error: 'the pod was thawed during the snapshot' });
       this.#pending.delete(id);
     }
@@ -494,7 +584,7 @@ export class PodInstance extends EventEmitter {
 
   /** The call running now, if any. */
   get runningCall(): RunningCall | undefined {
-    const r = this.#running;
+    const r = this.#inflight[0];
     if (!r) return undefined;
     return { name: EXPORT_OF[r.kind], startedAt: this.#callStartedAt(r) ?? r.startedAt };
   }
@@ -545,7 +635,7 @@ export class PodInstance extends EventEmitter {
     for (const t of this.module.shape.tables) if (t.elementType !== 0x70) out.push(externrefTableBlocker(t.index));
     for (const g of this.module.shape.globals) if (![0x7f, 0x7e, 0x7d, 0x7c, 0x70].includes(g.type)) out.push(globalTypeBlocker(g.index, valueTypeName(g.type)));
     for (const f of this.#openFiles) out.push(openFileBlocker(f.path, f.fd));
-    const r = this.#running;
+    const r = this.#inflight[0];
     const since = r ? this.#callStartedAt(r) : undefined;
     if (r && since !== undefined && performance.now() - since > timeoutMs) out.push(runningCallBlocker(EXPORT_OF[r.kind], timeoutMs));
     return out;
@@ -580,7 +670,7 @@ export class PodInstance extends EventEmitter {
         else if (m.op === 'snapshotChunk' && m.id === -1) reject(new PodStateError('NotRunning', m.error ?? 'the pod has ended'));
         else if (m.op === 'snapshotChunk') inbox.push(m);
       });
-      this.#link.post({
+      this.#post({
         op: 'snapshot',
         id,
         events: this.#held.map((h) => ({ topic: h.topic, payload: h.payload })),
@@ -601,7 +691,7 @@ export class PodInstance extends EventEmitter {
       ...(info.snapshotSha256 ? { snapshotSha256: info.snapshotSha256 } : {}),
       podTimeMs: info.podTimeMs,
       chunks: snapshotChunks(id, inbox, {
-        post: (m) => this.#link.post(m),
+        post: (m) => this.#post(m),
         ended: () => this.#exit?.reason,
         release: (sid) => {
           this.#pending.delete(sid);

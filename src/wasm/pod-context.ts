@@ -9,8 +9,9 @@ import type { SnapshotDecoder } from '../k32s/index.ts';
 import { INSTR } from './abi.ts';
 import { HostState, makeImports, PodClock } from './host.ts';
 import { beginSnapshot, type KnownDigest, PodStateIO, sameEvents, type SnapshotStream, type TopicEvent } from './pod-state.ts';
-import type { FromWorker, ToWorker, WorkerInit } from './protocol.ts';
+import { splitHttpResponse } from './http-response.ts';
 import { accountedStatus, PodUsage, type RunRecorder } from './pod-usage.ts';
+import { type CallResult, type FromWorker, RESTORE_ACK_EVERY, type ToWorker, type WorkerInit } from './protocol.ts';
 import type { ThreadStatus } from './thread-status.ts';
 import { WA, type WasmInstance, type WasmMemory } from './wasm-api.ts';
 
@@ -47,11 +48,14 @@ export class PodContext {
   /** Set once detached: the context is freed and posts nothing more. */
   #closed = false;
   /** The restore in progress: its reader, and how the start continues. */
-  #restoring: { decoder: SnapshotDecoder; done: (err?: unknown, events?: TopicEvent[]) => void } | undefined;
+  #restoring: { decoder: SnapshotDecoder; read: number; done: (err?: unknown, events?: TopicEvent[]) => void } | undefined;
   /** Active snapshot streams by id. */
   readonly #streams = new Map<number, SnapshotStream>();
   /** The snapshot SHA-256 of this freeze, once hashed (a digest pass, or a stream read to its end). */
   #digest: KnownDigest | undefined;
+  /** Results of the calls run in this turn of the thread's event loop, sent together (see {@link #reply}). */
+  #outbox: CallResult[] = [];
+  #outboxTransfer: ArrayBuffer[] = [];
 
   /**
    * @param slot the pod's slot on the thread (what {@link ThreadStatus} records while its code runs)
@@ -84,8 +88,34 @@ export class PodContext {
     port.on('message', (m: ToWorker) => this.#onMessage(m));
   }
 
+  /** Posts `m` to the main thread, after the results not yet sent (the order of messages is kept). */
   #post(m: FromWorker, transfer: ArrayBuffer[] = []): void {
-    if (!this.#closed) this.#port.postMessage(m, transfer);
+    if (this.#closed) return;
+    this.#flush();
+    this.#port.postMessage(m, transfer);
+  }
+
+  /**
+   * Queues a call's result: the main thread keeps several calls sent ahead, the port delivers those
+   * waiting in one turn of the event loop, and their results go back in one message once the turn is
+   * done (setImmediate runs after the port's messages), not one message a call.
+   */
+  #reply(r: CallResult, transfer: ArrayBuffer[]): void {
+    if (this.#closed) return;
+    if (this.#outbox.length === 0) setImmediate(() => this.#flush());
+    this.#outbox.push(r);
+    for (const b of transfer) this.#outboxTransfer.push(b);
+  }
+
+  #flush(): void {
+    if (this.#outbox.length === 0) return;
+    const results = this.#outbox;
+    const transfer = this.#outboxTransfer;
+    this.#outbox = [];
+    this.#outboxTransfer = [];
+    if (this.#closed) return;
+    if (results.length === 1) this.#port.postMessage(results[0]!, transfer);
+    else this.#port.postMessage({ op: 'results', results } satisfies FromWorker, transfer);
   }
 
   #ex<T>(name: string): T | undefined {
@@ -221,6 +251,7 @@ export class PodContext {
     return new Promise((resolve, reject) => {
       this.#restoring = {
         decoder,
+        read: 0,
         done: (err, events) => {
           this.#restoring = undefined;
           if (err !== undefined) reject(err);
@@ -236,9 +267,9 @@ export class PodContext {
     try {
       if (m.op === 'restoreChunk') {
         r.decoder.push(m.chunk);
-        // The reader keeps nothing of a chunk: its buffer goes back for the next bytes.
-        const whole = m.chunk.byteOffset === 0 && m.chunk.byteLength === m.chunk.buffer.byteLength;
-        this.#post({ op: 'restoreAck', ...(whole ? { chunk: m.chunk } : {}) }, whole ? [m.chunk.buffer as ArrayBuffer] : []);
+        // Told after the first chunk (the header is checked) and every few MiB, not once a MiB (pod-start.ts).
+        r.read++;
+        if (r.read === 1 || r.read % RESTORE_ACK_EVERY === 0) this.#post({ op: 'restoreRead', count: r.read });
       } else if (m.op === 'restoreAbort') {
         throw new Error(m.message);
       } else if (m.op === 'restoreEnd') {
@@ -265,8 +296,8 @@ export class PodContext {
   }
 
   #call(m: Extract<ToWorker, { op: 'call' }>): void {
-    const reply = (r: Omit<Extract<FromWorker, { op: 'result' }>, 'op' | 'id' | 'openFiles'>, transfer: ArrayBuffer[] = []): void =>
-      this.#post({ op: 'result', id: m.id, ...r, openFiles: this.#host.openFiles() }, transfer);
+    const reply = (r: Omit<CallResult, 'op' | 'id' | 'openFiles'>, transfer: ArrayBuffer[] = []): void =>
+      this.#reply({ op: 'result', id: m.id, ...r, openFiles: this.#host.openFiles() }, transfer);
     const name = EXPORT_OF[m.kind];
     if (!this.#init.exportNames.includes(name)) {
       reply({ error: { code: 'NotHandled', message: `the module does not export ${name}` } });
@@ -308,8 +339,20 @@ export class PodContext {
           reply({ error: { code: 'BadResponse', message: `k32_handle returned the range ${rp}+${rl}, outside the module's memory (${buf.byteLength} bytes)` } });
           return;
         }
-        const response = new Uint8Array(buf.slice(rp, rp + rl));
-        reply({ response }, [response.buffer]);
+        if (!m.split) {
+          const response = new Uint8Array(buf.slice(rp, rp + rl));
+          reply({ response }, [response.buffer]);
+          return;
+        }
+        // Parsed here, from a view of the memory: the body is copied once, the main thread writes it as it comes.
+        let split: ReturnType<typeof splitHttpResponse>;
+        try {
+          split = splitHttpResponse(new Uint8Array(buf, rp, rl));
+        } catch (err: unknown) {
+          reply({ error: { code: 'BadResponse', message: `k32_handle's response does not parse: ${trapMessage(err)}` } });
+          return;
+        }
+        reply({ split }, [split.body.buffer as ArrayBuffer]);
       }
     } catch (err: unknown) {
       this.#status.leave();
@@ -380,6 +423,12 @@ export class PodContext {
     if (this.#dead) return;
     switch (m.op) {
       case 'call': this.#call(m); break;
+      case 'calls':
+        for (const c of m.calls) {
+          if (this.#dead) break;
+          this.#call(c);
+        }
+        break;
       case 'freeze':
         this.#frozenAt = { podTimeMs: this.#clock.now(), unixTimeMs: Date.now() };
         this.#digest = undefined;

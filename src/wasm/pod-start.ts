@@ -2,19 +2,19 @@
  * The start of a pod's container, on the main thread (seed, "Kubelet endpoints"): the options
  * checked, the module instrumented for the pod's memory limit, what the thread is sent, and the
  * start sequence: each bounded step (the start function, `k32_init`/`k32_restored`) timed from when
- * the thread begins it, the restore's snapshot streamed in a few chunks ahead of the thread's
- * acknowledgements, cancellation by `signal`.
+ * the thread begins it, the restore's snapshot streamed in ahead of what the thread has read (told
+ * every few MiB, not once a MiB), cancellation by `signal`.
  */
 import { DEFAULT_FREEZE_TIMEOUT_MS, runningCallBlocker } from './abi.ts';
 import { PodStartError, errorMessage } from './errors.ts';
 import { loadModule } from './module.ts';
 import type { PodLink } from './pod-thread.ts';
-import type { FromWorker, ToWorker, WorkerInit } from './protocol.ts';
+import { type FromWorker, RESTORE_ACK_EVERY, type ToWorker, type WorkerInit } from './protocol.ts';
 import type { PodModule, PodStartOptions } from './types.ts';
 import type { ValType } from '../k32s/index.ts';
 
-/** Messages of a restore in flight to the thread at once. */
-const RESTORE_WINDOW = 4;
+/** Restore chunks sent ahead of what the thread has read (at most 8 MiB in flight; it says how far it is every {@link RESTORE_ACK_EVERY}). */
+const RESTORE_AHEAD = 2 * RESTORE_ACK_EVERY;
 /** Bytes a restore gathers into one message from a source's smaller chunks (a larger chunk goes as it is). */
 const RESTORE_CHUNK_BYTES = 1 << 20;
 
@@ -96,10 +96,9 @@ export class StartSequence {
   readonly #opts: PodStartOptions;
   readonly #ready = Promise.withResolvers<ReadyMessage>();
   #timer: NodeJS.Timeout | undefined;
-  #acked = 0;
-  #ackWaiter: (() => void) | undefined;
-  /** The restore's buffers the thread has given back, to copy the next bytes into. */
-  readonly #returned: Uint8Array[] = [];
+  /** The restore's chunks the thread has read (its last `restoreRead`). */
+  #read = 0;
+  #readWaiter: (() => void) | undefined;
   /** The bounded step the thread runs now, as a blocker text; undefined between steps. */
   step: string | undefined;
   /** True once the pod is ready (or the start has failed): its messages are the running pod's. */
@@ -129,12 +128,11 @@ export class StartSequence {
         return true;
       }
       case 'ready': this.#ready.resolve(m); return true;
-      case 'startFailed': this.step = undefined; this.#ready.reject(new PodStartError(m.reason, m.message)); return true;
-      case 'restoreAck':
-        this.#acked++;
-        if (m.chunk?.byteLength === RESTORE_CHUNK_BYTES) this.#returned.push(m.chunk);
-        this.#ackWaiter?.();
+      case 'restoreRead':
+        this.#read = m.count;
+        this.#readWaiter?.();
         return true;
+      case 'startFailed': this.step = undefined; this.#ready.reject(new PodStartError(m.reason, m.message)); return true;
       default: return false;
     }
   }
@@ -155,7 +153,7 @@ export class StartSequence {
     if (source) {
       void ended.then(() => {
         over = true;
-        this.#ackWaiter?.();
+        this.#readWaiter?.();
       });
       void this.#streamRestore(link, source, () => over);
     }
@@ -172,19 +170,23 @@ export class StartSequence {
   }
 
   /**
-   * Streams the snapshot in, a few messages ahead of the thread's acknowledgements. The source's
-   * bytes are copied (the source keeps its buffers) into messages of {@link RESTORE_CHUNK_BYTES}
-   * (an HTTP body comes in pieces of 16 to 64 KiB: the thread is woken once a MiB, not once a piece),
-   * and the thread gives each buffer back with its acknowledgement, so the copies go into the same
-   * few buffers, already in memory, instead of fresh ones. When the pod ends (a refused snapshot),
-   * the loop stops and the source is closed (for-await calls return()).
+   * Streams the snapshot in as it comes. The source's bytes are copied (the source keeps its
+   * buffers) into messages of {@link RESTORE_CHUNK_BYTES} (an HTTP body comes in pieces of 16 to
+   * 64 KiB: the thread is woken once a MiB, not once a piece), each transferred. The first waits
+   * for the thread to read it (the header is checked: a refused snapshot's source is not read on);
+   * then up to {@link RESTORE_AHEAD} go ahead of what the thread has read, which it tells every
+   * {@link RESTORE_ACK_EVERY} chunks (issue 26: an acknowledgement a MiB, with 4 in flight, held
+   * the stream back). When the pod ends (a refused snapshot), the loop stops and the source is
+   * closed (for-await calls return()).
    */
   async #streamRestore(link: PodLink, source: AsyncIterable<Uint8Array>, over: () => boolean): Promise<void> {
-    let sent = 0;
     let gather: Uint8Array | undefined;
     let filled = 0;
+    let sent = 0;
     const send = async (own: Uint8Array): Promise<boolean> => {
-      while (sent - this.#acked >= RESTORE_WINDOW && !over()) await new Promise<void>((r) => { this.#ackWaiter = r; });
+      // One chunk until the thread has checked the header (a refused snapshot is not read on), then
+      // up to RESTORE_AHEAD; the thread says how far it has read every RESTORE_ACK_EVERY chunks.
+      while (sent - this.#read >= (this.#read === 0 ? 1 : RESTORE_AHEAD) && !over()) await new Promise<void>((r) => { this.#readWaiter = r; });
       if (over()) return false;
       link.post({ op: 'restoreChunk', chunk: own } satisfies ToWorker, [own.buffer as ArrayBuffer]);
       sent++;
@@ -194,7 +196,7 @@ export class StartSequence {
       for await (const chunk of source) {
         if (over()) return;
         for (let at = 0; at < chunk.length;) {
-          gather ??= this.#returned.pop() ?? new Uint8Array(RESTORE_CHUNK_BYTES);
+          gather ??= new Uint8Array(RESTORE_CHUNK_BYTES);
           const n = Math.min(RESTORE_CHUNK_BYTES - filled, chunk.length - at);
           gather.set(chunk.subarray(at, at + n), filled);
           filled += n;

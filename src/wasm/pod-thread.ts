@@ -3,8 +3,9 @@
  * happens to a thread's pods when the thread ends.
  *
  * - One pod a thread (`podsPerThread` 1, the default): a pod takes a thread of its own, booted
- *   ahead of need (one spare is kept warm: a thread takes tens of ms to boot, and a pod's start, so a
- *   move's freeze-to-running time, should not wait for it); its end terminates the thread.
+ *   ahead of need (two spares are kept warm: a thread takes tens of ms to boot, and a pod's start, so a
+ *   move's freeze-to-running time, should not wait for it, nor a second start right behind the first,
+ *   such as a restore next to a pod started a moment before); its end terminates the thread.
  * - Dense pods (`podsPerThread` N > 1, see {@link configurePodThreads}): a request pod joins the
  *   fullest shared thread that has room for it (at most N pods), or takes the spare when every thread
  *   is full; an app pod always takes a thread of its own. A pod's end detaches its context; an empty
@@ -22,8 +23,8 @@ import { nowAbsMs, ThreadStatus } from './thread-status.ts';
 
 const WORKER_URL = new URL(import.meta.url.endsWith('.ts') ? './worker.ts' : './worker.js', import.meta.url);
 
-/** Spare threads kept booted. */
-const SPARE = 1;
+/** Spare threads kept booted (each some 16 MiB of RSS while idle). */
+const SPARE = 2;
 
 /**
  * How often, in ms, a shared thread closed to new pods (a detached pod's code still runs on it)

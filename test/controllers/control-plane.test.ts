@@ -4,7 +4,7 @@
  */
 import assert from 'node:assert/strict';
 import { execFile, spawn } from 'node:child_process';
-import { mkdtempSync, rmSync } from 'node:fs';
+import { mkdtempSync, readdirSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { createInterface } from 'node:readline';
@@ -77,4 +77,25 @@ test('kube32-cli control-plane refuses a bad flag with a clear message', { timeo
   });
   assert.equal(r.code, 1);
   assert.match(r.stderr, /--move-timeout: invalid duration "soon"/);
+});
+
+test('kube32-cli control-plane refuses a bad FeOS flag without --feos-listen too, before anything starts', { timeout: 120_000 }, async () => {
+  const dataDir = mkdtempSync(join(tmpdir(), 'k32-feos-flags-'));
+  try {
+    for (const [flag, value, message] of [
+      ['--feos-mesh-node-limit', '0', /--feos-mesh-node-limit "0": want a whole number from 1 to 4096/],
+      ['--feos-node-cert-ttl', '5s', /--feos-node-cert-ttl: must be at least 1m/],
+    ] as const) {
+      const r = await new Promise<{ code: number; stderr: string }>((resolve) => {
+        execFile(process.execPath, [CLI, 'control-plane', '--data-dir', dataDir, '--port', '0', flag, value], { timeout: 50_000 }, (err, _out, stderr) => {
+          resolve({ code: err ? Number((err as { code?: number }).code ?? 1) : 0, stderr: String(stderr) });
+        });
+      });
+      assert.equal(r.code, 2, `${flag} ${value}: ${r.stderr}`);
+      assert.match(r.stderr, message);
+    }
+    assert.deepEqual(readdirSync(dataDir), [], 'nothing was started in the data dir');
+  } finally {
+    rmSync(dataDir, { recursive: true, force: true });
+  }
 });

@@ -14,6 +14,7 @@ import { checkpoints } from '../registry/checkpoints/index.ts';
 import { nodes } from '../registry/nodes/index.ts';
 import { K32SError, SnapshotDecoder, type DecodedSnapshot, toHex } from '../../k32s/index.ts';
 import { rec } from '../registry/util.ts';
+import type { AtomicFileWriter } from '../../lib/index.ts';
 import type { RequestScope, ServerContext } from './context.ts';
 import { mediaType, sendJson } from './http.ts';
 import { kubeletAddress } from './proxy.ts';
@@ -89,18 +90,20 @@ export async function serveCheckpointData(scope: RequestScope): Promise<void> {
   const ckpt = await reg.get(checkpoints, ns, name);
   ctx.checkpointData.checkSize(length);
   // A failure stops the checks but the body is still read to its end (breaking a for-await would reset the connection).
-  const { buf, facts } = await readSnapshot(req, length, name, { drain: true });
   const peers = checkpointDataPeers(ctx);
   const replicaOf = req.headers[REPLICA_HEADER];
-  if (peers && replicaOf !== undefined) {
+  const replica = peers !== undefined && replicaOf !== undefined;
+  if (replica && scope.user.name !== 'system:kube-apiserver') throw new ApiError('Forbidden', `forbidden: User "${scope.user.name}" cannot store a copy of checkpoint data`);
+  if (replica && replicaOf !== ckpt.metadata.uid) throw notFound('checkpoints', 'kube32.io', name);
+  const file = ctx.checkpointData.begin(key, ckpt.metadata.uid!);
+  const { buf, facts } = await readSnapshot(req, length, name, { drain: true, file });
+  if (replica) {
     // A peer's copy (docs/etcd.md): kept here for the Checkpoint of that uid; the peer writes the object.
-    if (scope.user.name !== 'system:kube-apiserver') throw new ApiError('Forbidden', `forbidden: User "${scope.user.name}" cannot store a copy of checkpoint data`);
-    if (replicaOf !== ckpt.metadata.uid) throw notFound('checkpoints', 'kube32.io', name);
-    await ctx.checkpointData.put(key, ckpt.metadata.uid!, buf);
+    await ctx.checkpointData.put(key, ckpt.metadata.uid!, buf, file);
     sendJson(res, 200, ckpt);
     return;
   }
-  sendJson(res, 200, await storeSnapshot(scope, ckpt, buf, facts));
+  sendJson(res, 200, await storeSnapshot(scope, ckpt, buf, facts, file));
 }
 
 /** The facts of a stored snapshot that go into the Checkpoint's status. */
@@ -110,6 +113,9 @@ interface SnapshotFacts {
   imageSha256: string;
   podTimeMs: number;
 }
+
+/** Bytes a snapshot's file is written in while they arrive (a write a MiB, not one an HTTP piece of 16 to 64 KiB). */
+const FILE_PIECE_BYTES = 1 << 20;
 
 function invalidData(name: string, message: string): ApiError {
   return new ApiError('Invalid', `Checkpoint.kube32.io "${name}" is invalid: data: ${message}`, {
@@ -122,39 +128,55 @@ function invalidData(name: string, message: string): ApiError {
 
 /**
  * Reads a K32S snapshot of `length` bytes into one buffer, checking magic, version, sections and trailer as
- * the bytes arrive (memory is hashed, not kept twice).
+ * the bytes arrive (memory is hashed, not kept twice), and writing them to `opts.file` as they come (which is
+ * aborted when they are refused).
  * @param opts.drain on a failure, read the body to its end anyway (a client's request: breaking a for-await
  *   would reset its connection); otherwise stop at once
  * @throws ApiError Invalid (422) naming the cause when the bytes are not a whole K32S snapshot of that length
  */
-async function readSnapshot(body: AsyncIterable<unknown>, length: number, name: string, opts: { drain: boolean }): Promise<{ buf: Buffer; facts: SnapshotFacts }> {
+async function readSnapshot(body: AsyncIterable<unknown>, length: number, name: string, opts: { drain: boolean; file?: AtomicFileWriter | undefined }): Promise<{ buf: Buffer; facts: SnapshotFacts }> {
   const buf = Buffer.allocUnsafe(length);
   let off = 0;
+  /** Bytes given to `opts.file` so far. */
+  let written = 0;
   let snap: DecodedSnapshot | undefined;
   let failure: unknown;
   const decoder = new SnapshotDecoder({ memory: 'discard' });
-  for await (const c of body) {
-    const chunk = c as Buffer;
-    if (failure) continue;
-    try {
-      if (off + chunk.length > length) throw invalidData(name, `the body is longer than its Content-Length (${length} bytes)`);
-      decoder.push(chunk);
-      chunk.copy(buf, off);
-      off += chunk.length;
-    } catch (err: unknown) {
-      failure = err;
-      if (!opts.drain) break;
+  try {
+    for await (const c of body) {
+      const chunk = c as Buffer;
+      if (failure) continue;
+      try {
+        if (off + chunk.length > length) throw invalidData(name, `the body is longer than its Content-Length (${length} bytes)`);
+        decoder.push(chunk);
+        chunk.copy(buf, off);
+        off += chunk.length;
+        // Written to the data dir as it comes, a MiB at a time (the buffer's bytes, which stay as they are).
+        if (opts.file && off - written >= FILE_PIECE_BYTES) {
+          opts.file.write(buf.subarray(written, off), written);
+          written = off;
+        }
+      } catch (err: unknown) {
+        failure = err;
+        if (!opts.drain) break;
+      }
     }
+  } catch (err: unknown) {
+    // The body itself failed (the connection broke): nothing is kept.
+    await opts.file?.abort();
+    throw err;
   }
   if (!failure) {
     try {
       if (off !== length) throw invalidData(name, `the body ended after ${off} of ${length} bytes`);
       snap = decoder.end();
+      if (opts.file && off > written) opts.file.write(buf.subarray(written, off), written);
     } catch (err: unknown) {
       failure = err;
     }
   }
   if (failure || !snap) {
+    await opts.file?.abort();
     if (failure instanceof K32SError) throw invalidData(name, failure.message);
     throw failure;
   }
@@ -170,14 +192,14 @@ async function readSnapshot(body: AsyncIterable<unknown>, length: number, name: 
  * @returns the Checkpoint as written
  * @throws ApiError NotFound when the Checkpoint went (or was replaced) meanwhile: its data is then dropped
  */
-async function storeSnapshot(scope: RequestScope, ckpt: Awaited<ReturnType<ServerContext['registry']['get']>>, buf: Buffer, facts: SnapshotFacts): Promise<unknown> {
+async function storeSnapshot(scope: RequestScope, ckpt: Awaited<ReturnType<ServerContext['registry']['get']>>, buf: Buffer, facts: SnapshotFacts, file?: AtomicFileWriter): Promise<unknown> {
   const { ctx } = scope;
   const reg = ctx.registry;
   const ns = scope.info.namespace ?? '';
   const name = scope.info.name!;
   const key = `${ns}/${name}`;
   const peers = checkpointDataPeers(ctx);
-  const dropped = await ctx.checkpointData.put(key, ckpt.metadata.uid!, buf);
+  const dropped = await ctx.checkpointData.put(key, ckpt.metadata.uid!, buf, file);
   if (dropped.length) ctx.log.info({ dropped, stored: key }, 'checkpoint data: dropped the oldest snapshots to make room');
   const holders = peers ? [{ url: peers.selfUrl, instance: peers.instance }, ...(await replicateToPeers(ctx, scope.url.pathname, ckpt.metadata.uid!, buf))] : [];
   try {
@@ -248,8 +270,10 @@ async function captureFromNode(scope: RequestScope): Promise<void> {
   try {
     if (len === undefined || !/^\d+$/.test(len)) throw new ApiError('InternalError', `the kubelet of node "${nodeName}" sent the snapshot without a Content-Length`);
     ctx.checkpointData.checkSize(Number(len));
-    const { buf, facts } = await readSnapshot(up, Number(len), name, { drain: false });
-    sendJson(res, 200, await storeSnapshot(scope, ckpt, buf, facts));
+    // Stored as it streams in: the data dir's file is written while the bytes arrive, fsynced at the end.
+    const file = ctx.checkpointData.begin(`${ns}/${name}`, ckpt.metadata.uid!);
+    const { buf, facts } = await readSnapshot(up, Number(len), name, { drain: false, file });
+    sendJson(res, 200, await storeSnapshot(scope, ckpt, buf, facts, file));
   } finally {
     up.destroy();
   }

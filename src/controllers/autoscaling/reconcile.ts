@@ -283,7 +283,8 @@ export async function reconcileHorizontalPodAutoscaler(key: string, ctx: Control
       try {
         const a = metricReplicas(m, pods, metrics, current, ctx);
         statuses.push(a.status);
-        if (a.replicas > proposal) {
+        // As Kubernetes' computeReplicasForMetrics: the first valid metric names the proposal, a higher one replaces it.
+        if (proposalMetric === '' || a.replicas > proposal) {
           proposal = a.replicas;
           proposalMetric = describe(m);
         }

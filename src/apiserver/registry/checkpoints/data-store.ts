@@ -13,7 +13,7 @@
 import { readdirSync, readFileSync, rmSync, statSync } from 'node:fs';
 import { rm } from 'node:fs/promises';
 import { join } from 'node:path';
-import { writeFileAtomic } from '../../../lib/index.ts';
+import { AtomicFileWriter, writeFileAtomic } from '../../../lib/index.ts';
 import { ApiError } from '../../errors.ts';
 
 /** A snapshot's file: `<namespace>~<name>~<uid>.k32s` (no `~` in a namespace, a name or a uid). */
@@ -92,17 +92,36 @@ export class CheckpointDataStore {
   }
 
   /**
+   * Begins writing a Checkpoint's snapshot file while its bytes arrive (issue 26: the disk write
+   * overlaps the network; {@link put} then only fsyncs and renames). Give each piece to the writer's
+   * `write(bytes, position)` as it comes, then the writer to {@link put}, or `abort()` it when the
+   * bytes are refused. Nothing is visible in the directory before the put.
+   * @returns undefined without a directory (memory only)
+   */
+  begin(key: string, uid: string): AtomicFileWriter | undefined {
+    return this.dir ? new AtomicFileWriter(join(this.dir, fileName(key, uid)), 0o600) : undefined;
+  }
+
+  /**
    * Stores the snapshot of a Checkpoint (replacing its previous one), dropping the oldest other
    * snapshots until it fits; with a directory, resolves once the snapshot's file is written and fsynced.
+   * @param written the file {@link begin} began for these bytes, already given every piece: it is
+   *   committed (fsync, rename) instead of written again
    * @returns the keys of the snapshots dropped
    * @throws ApiError RequestEntityTooLarge (413); InternalError (500) when the file cannot be written
    *   (the snapshot is then not kept at all)
    */
-  async put(key: string, uid: string, bytes: Buffer): Promise<string[]> {
-    this.checkSize(bytes.length);
+  async put(key: string, uid: string, bytes: Buffer, written?: AtomicFileWriter): Promise<string[]> {
+    try {
+      this.checkSize(bytes.length);
+    } catch (err: unknown) {
+      await written?.abort();
+      throw err;
+    }
     if (this.dir) {
       try {
-        await writeFileAtomic(join(this.dir, fileName(key, uid)), bytes, 0o600);
+        if (written) await written.commit();
+        else await writeFileAtomic(join(this.dir, fileName(key, uid)), bytes, 0o600);
       } catch (err: unknown) {
         throw new ApiError('InternalError', `the snapshot cannot be kept on disk: ${err instanceof Error ? err.message : String(err)}`);
       }
