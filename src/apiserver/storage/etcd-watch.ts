@@ -45,7 +45,7 @@ export class RegistryWatch {
         s.write({ create_request: { key: keyBuf(REGISTRY_PREFIX), range_end: keyBuf(prefixEnd(REGISTRY_PREFIX)), start_revision: from, prev_kv: true, progress_notify: true } });
       });
       if (created.canceled) {
-        s.end();
+        cancelStream(s);
         const compacted = num(created.compact_revision);
         if (compacted > from) {
           from = compacted;
@@ -69,13 +69,8 @@ export class RegistryWatch {
   }
 
   #endStream(): void {
-    try {
-      this.#stream?.removeAllListeners();
-      this.#stream?.on('error', () => {});
-      this.#stream?.end();
-    } catch {
-      // already gone
-    }
+    if (this.#stream) cancelStream(this.#stream);
+    this.#stream = undefined;
   }
 
   #post(batch: WatchBatch): void {
@@ -127,5 +122,21 @@ export class RegistryWatch {
       }, backoff.next()).unref();
     };
     retry();
+  }
+}
+
+/**
+ * Ends a watch stream at once: its gRPC call cancelled, as etcd3's own watcher does. Ending only our
+ * side (`end()`) leaves the call open (etcd keeps a half-closed watch), and an open call keeps the
+ * client's connection, and so the process, alive after `Etcd3.close()`.
+ */
+function cancelStream(s: Duplex): void {
+  try {
+    s.removeAllListeners();
+    s.on('error', () => {});
+    s.end();
+    (s as Duplex & { cancel?: () => void }).cancel?.();
+  } catch {
+    // already gone
   }
 }
