@@ -77,6 +77,14 @@ export abstract class BaseStorage implements Storage {
   protected abstract rawGet(key: ObjectKey): string | undefined;
   /** The durable rows of `resource` (in `namespace`, or all), sorted by namespace then name. */
   protected abstract rawList(resource: string, namespace: string | undefined): StoredRow[];
+  /**
+   * The durable JSON texts of `resource` in {@link rawList}'s order: what a read outside a
+   * transaction (every client's list) answers, without a row object a value. A backend with a
+   * cheaper way (SQLite: a plucked column) overrides it.
+   */
+  protected rawListValues(resource: string, namespace: string | undefined): string[] {
+    return this.rawList(resource, namespace).map((r) => r.value);
+  }
   /** The durable resourceVersion counter. */
   protected abstract readRv(): number;
   /**
@@ -132,12 +140,12 @@ export abstract class BaseStorage implements Storage {
 
   private rows(resource: string, namespace: string | undefined): { rows: string[]; resourceVersion: number } {
     const t = this.tx();
-    const durable = this.rawList(resource, namespace);
-    if (!t) return { rows: durable.map((r) => r.value), resourceVersion: this.publishedRv };
+    if (!t) return { rows: this.rawListValues(resource, namespace), resourceVersion: this.publishedRv };
     const overlay: Change[] = [];
     for (const c of this.applied.values()) if (c.key.resource === resource && (namespace === undefined || c.key.namespace === namespace)) overlay.push(c);
     for (const c of t.writes.values()) if (c.key.resource === resource && (namespace === undefined || c.key.namespace === namespace)) overlay.push(c);
-    if (overlay.length === 0) return { rows: durable.map((r) => r.value), resourceVersion: t.rv };
+    if (overlay.length === 0) return { rows: this.rawListValues(resource, namespace), resourceVersion: t.rv };
+    const durable = this.rawList(resource, namespace);
     const byKey = new Map<string, StoredRow>(durable.map((r) => [`${r.namespace}\0${r.name}`, r]));
     for (const c of overlay) {
       const k = `${c.key.namespace}\0${c.key.name}`;

@@ -25,6 +25,8 @@ export class SqliteStorage extends BaseStorage {
     get: Database.Statement;
     listAll: Database.Statement;
     listNs: Database.Statement;
+    listAllValues: Database.Statement;
+    listNsValues: Database.Statement;
     put: Database.Statement;
     del: Database.Statement;
     setRv: Database.Statement;
@@ -63,6 +65,8 @@ export class SqliteStorage extends BaseStorage {
       get: this.db.prepare('SELECT value FROM objects WHERE resource = ? AND namespace = ? AND name = ?').pluck(),
       listAll: this.db.prepare('SELECT namespace, name, value FROM objects WHERE resource = ? ORDER BY namespace, name'),
       listNs: this.db.prepare('SELECT namespace, name, value FROM objects WHERE resource = ? AND namespace = ? ORDER BY name'),
+      listAllValues: this.db.prepare('SELECT value FROM objects WHERE resource = ? ORDER BY namespace, name').pluck(),
+      listNsValues: this.db.prepare('SELECT value FROM objects WHERE resource = ? AND namespace = ? ORDER BY name').pluck(),
       put: this.db.prepare('INSERT OR REPLACE INTO objects (resource, namespace, name, value) VALUES (?, ?, ?, ?)'),
       del: this.db.prepare('DELETE FROM objects WHERE resource = ? AND namespace = ? AND name = ?'),
       setRv: this.db.prepare('UPDATE counter SET rv = ? WHERE id = 1'),
@@ -78,6 +82,9 @@ export class SqliteStorage extends BaseStorage {
   }
   protected rawList(resource: string, namespace: string | undefined): StoredRow[] {
     return (namespace === undefined ? this.stmts.listAll.all(resource) : this.stmts.listNs.all(resource, namespace)) as StoredRow[];
+  }
+  protected override rawListValues(resource: string, namespace: string | undefined): string[] {
+    return (namespace === undefined ? this.stmts.listAllValues.all(resource) : this.stmts.listNsValues.all(resource, namespace)) as string[];
   }
   protected readRv(): number {
     return this.stmts.rv.get() as number;
