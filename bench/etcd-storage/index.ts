@@ -42,13 +42,13 @@ function pct(xs: number[], p: number): number {
 }
 
 async function measure(s: Storage): Promise<Record<string, number>> {
-  const create = time(PODS, (i) => s.create(key(i), pod(i)));
-  const get = time(GETS, (i) => s.get(key(i % PODS)));
-  const list = time(LISTS, () => s.list('pods', 'default'));
-  const update = time(WRITES, (i) =>
-    s.transaction(() => {
-      const cur = s.get(key(i % PODS))!;
-      return s.update(key(i % PODS), { ...cur, metadata: { ...cur.metadata, annotations: { n: String(i) } } }, { resourceVersion: cur.metadata.resourceVersion });
+  const create = time(PODS, async (i) => await s.create(key(i), pod(i)));
+  const get = time(GETS, async (i) => await s.get(key(i % PODS)));
+  const list = time(LISTS, async () => await s.list('pods', 'default'));
+  const update = time(WRITES, async (i) =>
+    await s.transaction(async () => {
+      const cur = (await s.get(key(i % PODS)))!;
+      return await s.update(key(i % PODS), { ...cur, metadata: { ...cur.metadata, annotations: { n: String(i) } } }, { resourceVersion: cur.metadata.resourceVersion });
     }),
   );
   // Watch delivery: one write at a time, wait for its event.
@@ -58,18 +58,21 @@ async function measure(s: Storage): Promise<Record<string, number>> {
     if (pending && e.rv >= pending.rv) pending.done();
   });
   for (let i = 0; i < 100; i++) {
-    await new Promise<void>((resolve) => {
-      const t0 = performance.now();
-      const done = () => {
-        lags.push((performance.now() - t0) * 1000);
-        pending = undefined;
-        resolve();
-      };
-      pending = { rv: 0, t0, done };
-      const o = s.guaranteedUpdate(key(i), (cur) => ({ ...cur, metadata: { ...cur.metadata, labels: { ...cur.metadata.labels, w: String(i) } } }));
-      if (pending) pending.rv = Number(o.metadata.resourceVersion);
-      // SQLite delivered inside the write (pending already cleared); etcd delivers later.
+    let resolve!: () => void;
+    const seen = new Promise<void>((r) => {
+      resolve = r;
     });
+    const t0 = performance.now();
+    const done = () => {
+      lags.push((performance.now() - t0) * 1000);
+      pending = undefined;
+      resolve();
+    };
+    pending = { rv: 0, t0, done };
+    const o = await s.guaranteedUpdate(key(i), (cur) => ({ ...cur, metadata: { ...cur.metadata, labels: { ...cur.metadata.labels, w: String(i) } } }));
+    if (pending) pending.rv = Number(o.metadata.resourceVersion);
+    // SQLite delivered before the write was answered (pending already cleared); etcd delivers later.
+    await seen;
   }
   h.stop();
   return { create, get, list, update, watchP50: pct(lags, 50), watchP99: pct(lags, 99) };
@@ -83,8 +86,8 @@ try {
   cleanups.push(() => sqlite.close());
   const sq = await measure(sqlite);
   const etcd = await startEtcd({ after: (fn) => cleanups.push(fn) }, ['--data-dir', join(dir, 'etcd')]);
-  const es = new EtcdStorage({ endpoints: [etcd.url], compactionIntervalMs: 0 });
-  cleanups.push(() => es.close());
+  const es = await EtcdStorage.open({ endpoints: [etcd.url], compactionIntervalMs: 0 });
+  cleanups.push(async () => await es.close());
   const et = await measure(es);
   const rows = [
     ['create (fsynced write)', 'create'],

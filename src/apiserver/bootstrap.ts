@@ -23,30 +23,30 @@ export const SYSTEM_NAMESPACES = ['default', 'kube-system', 'kube-public', 'kube
  * Makes the system namespaces and their default service accounts. Several API servers starting at once
  * on one etcd may race: what another made first counts as made.
  */
-export function bootstrap(registry: Registry, log: Logger): void {
+export async function bootstrap(registry: Registry, log: Logger): Promise<void> {
   for (const name of SYSTEM_NAMESPACES) {
-    if (!registry.find(namespaces, '', name)) {
+    if (!await registry.find(namespaces, '', name)) {
       try {
-        registry.create(namespaces, '', { metadata: { name } });
+        await registry.create(namespaces, '', { metadata: { name } });
         log.info({ namespace: name }, 'created system namespace');
       } catch (err: unknown) {
         if (!(err instanceof ApiError && err.reason === 'AlreadyExists')) throw err;
       }
     }
-    ensureDefaultServiceAccount(registry, name);
+    await ensureDefaultServiceAccount(registry, name);
   }
-  ensureFeosRuntimeClass(registry, log);
+  await ensureFeosRuntimeClass(registry, log);
 }
 
 /**
  * Makes the RuntimeClass `feos` (issue 18: FeOS microVM pods) unless one of that name exists (an operator's
  * own is kept as it is; a deleted one is made again at the next start).
  */
-export function ensureFeosRuntimeClass(registry: Registry, log: Logger): void {
+export async function ensureFeosRuntimeClass(registry: Registry, log: Logger): Promise<void> {
   const name = FEOS_RUNTIME_CLASS.metadata.name!;
-  if (registry.find(runtimeclasses, '', name)) return;
+  if (await registry.find(runtimeclasses, '', name)) return;
   try {
-    registry.create(runtimeclasses, '', structuredClone(FEOS_RUNTIME_CLASS));
+    await registry.create(runtimeclasses, '', structuredClone(FEOS_RUNTIME_CLASS));
     log.info({ runtimeClass: name }, 'created RuntimeClass');
   } catch (err: unknown) {
     if (!(err instanceof ApiError && err.reason === 'AlreadyExists')) throw err;
@@ -84,16 +84,16 @@ export function advertiseAddressOf(bind: string, advertise?: string): string {
  * SQLite or memory), also sets its Endpoints to this server alone; with etcd the identity Leases of
  * every live API server set them ({@link setKubernetesEndpoints}).
  */
-export function ensureKubernetesService(registry: Registry, address: string, port: number, opts: { endpoints?: boolean } = {}): void {
+export async function ensureKubernetesService(registry: Registry, address: string, port: number, opts: { endpoints?: boolean } = {}): Promise<void> {
   if (port === 0) return;
   try {
-    if (!registry.find(services, 'default', 'kubernetes')) {
-      registry.create(services, 'default', {
+    if (!await registry.find(services, 'default', 'kubernetes')) {
+      await registry.create(services, 'default', {
         metadata: { name: 'kubernetes', labels: { component: 'apiserver', provider: 'kubernetes' } },
         spec: { type: 'ClusterIP', clusterIP: KUBERNETES_SERVICE_IP, ports: [{ name: 'https', port: 443, protocol: 'TCP', targetPort: port }] },
       });
     } else {
-      registry.serverUpdate(services, 'default', 'kubernetes', (o) => {
+      await registry.serverUpdate(services, 'default', 'kubernetes', (o) => {
         for (const p of (rec(o.spec).ports as Record<string, unknown>[] | undefined) ?? []) if (p.name === 'https') p.targetPort = port;
         return o;
       });
@@ -101,7 +101,7 @@ export function ensureKubernetesService(registry: Registry, address: string, por
   } catch (err: unknown) {
     if (!(err instanceof ApiError && err.reason === 'AlreadyExists')) throw err;
   }
-  if (opts.endpoints !== false) setKubernetesEndpoints(registry, [{ ip: address, port }]);
+  if (opts.endpoints !== false) await setKubernetesEndpoints(registry, [{ ip: address, port }]);
 }
 
 /**
@@ -110,7 +110,7 @@ export function ensureKubernetesService(registry: Registry, address: string, por
  * beside it (registry/discovery/kubernetes-slice.ts). Every API server computes the
  * same object from the same Leases, and a write that changes nothing is skipped.
  */
-export function setKubernetesEndpoints(registry: Registry, servers: ApiServerEndpoint[]): void {
+export async function setKubernetesEndpoints(registry: Registry, servers: ApiServerEndpoint[]): Promise<void> {
   const byPort = new Map<number, Set<string>>();
   for (const s of servers) {
     if (!isIP(s.ip) || !Number.isInteger(s.port) || s.port <= 0) continue;
@@ -119,16 +119,16 @@ export function setKubernetesEndpoints(registry: Registry, servers: ApiServerEnd
   const subsets = [...byPort.entries()]
     .sort((a, b) => a[0] - b[0])
     .map(([port, ips]) => ({ addresses: [...ips].sort().map((ip) => ({ ip })), ports: [{ name: 'https', port, protocol: 'TCP' }] }));
-  setKubernetesEndpointSlice(registry, subsets);
+  await setKubernetesEndpointSlice(registry, subsets);
   try {
-    if (!registry.find(endpoints, 'default', 'kubernetes')) {
-      registry.create(endpoints, 'default', { metadata: { name: 'kubernetes', labels: { 'endpointslice.kubernetes.io/skip-mirror': 'true' } }, subsets });
+    if (!await registry.find(endpoints, 'default', 'kubernetes')) {
+      await registry.create(endpoints, 'default', { metadata: { name: 'kubernetes', labels: { 'endpointslice.kubernetes.io/skip-mirror': 'true' } }, subsets });
       return;
     }
   } catch (err: unknown) {
     if (!(err instanceof ApiError && err.reason === 'AlreadyExists')) throw err;
   }
-  registry.serverUpdate(endpoints, 'default', 'kubernetes', (o) => {
+  await registry.serverUpdate(endpoints, 'default', 'kubernetes', (o) => {
     const next: KubeObject = { ...o, subsets };
     if (subsets.length === 0) delete next.subsets;
     return next;
@@ -136,11 +136,11 @@ export function setKubernetesEndpoints(registry: Registry, servers: ApiServerEnd
 }
 
 /** Makes the `default` ServiceAccount of a namespace, unless it exists or the namespace is going. */
-export function ensureDefaultServiceAccount(registry: Registry, namespace: string): void {
+export async function ensureDefaultServiceAccount(registry: Registry, namespace: string): Promise<void> {
   try {
-    const ns = registry.find(namespaces, '', namespace);
+    const ns = await registry.find(namespaces, '', namespace);
     if (!ns || ns.metadata.deletionTimestamp) return;
-    if (!registry.find(serviceaccounts, namespace, 'default')) registry.create(serviceaccounts, namespace, { metadata: { name: 'default' } });
+    if (!await registry.find(serviceaccounts, namespace, 'default')) await registry.create(serviceaccounts, namespace, { metadata: { name: 'default' } });
   } catch (err: unknown) {
     if (!(err instanceof ApiError && err.reason === 'AlreadyExists')) throw err;
   }

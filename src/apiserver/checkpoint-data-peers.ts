@@ -45,8 +45,10 @@ export interface CheckpointDataPeers {
   readonly instance: string;
   /** The annotation's value naming this server. */
   readonly holder: string;
+  /** Settles when the first renewal of the identity Lease (and of the Endpoints) is done; never rejects. */
+  readonly ready: Promise<void>;
   /** Stops following Checkpoint deletions and renewing the identity Lease, and deletes the Lease. */
-  stop(): void;
+  stop(): Promise<void>;
 }
 
 /** A parsed {@link DATA_HOLDER_ANNOTATION}. */
@@ -97,8 +99,10 @@ export function attachCheckpointDataPeers(ctx: ServerContext, storage: Storage, 
   const leases = findResource('coordination.k8s.io', 'v1', 'leases')!;
   const leaseName = `apiserver-${instance}`;
   let stopped = false;
+  /** Set when stop() begins: no renewal after it. */
+  let stopping = false;
   let expiryTimer: NodeJS.Timeout | undefined;
-  const reconcileEndpoints = () => {
+  const reconcileEndpoints = async () => {
     if (stopped || opts.kubernetesEndpoints === false) return;
     clearTimeout(expiryTimer);
     try {
@@ -106,12 +110,12 @@ export function attachCheckpointDataPeers(ctx: ServerContext, storage: Storage, 
       // its Lease, then writing the Endpoints without itself) between this read and this write makes
       // the commit lose and run again. Else this write put the stopped server back, until the next
       // renewal of some API server (a third of the Lease duration later).
-      const live = ctx.registry.storage.transaction(() => {
-        const servers = liveApiServers(ctx);
+      const live = await ctx.registry.storage.transaction(async () => {
+        const servers = await liveApiServers(ctx);
         // A list's condition catches Leases changed or added since, not deleted ones (etcd compares
         // the keys that exist): each Lease read by its key is a condition of its own.
-        for (const s of servers) ctx.registry.find(leases, 'kube-system', `apiserver-${s.instance}`);
-        setKubernetesEndpoints(ctx.registry, servers.flatMap((s) => endpointOf(s.url) ?? []));
+        for (const s of servers) await ctx.registry.find(leases, 'kube-system', `apiserver-${s.instance}`);
+        await setKubernetesEndpoints(ctx.registry, servers.flatMap((s) => endpointOf(s.url) ?? []));
         return servers;
       });
       const next = Math.min(...live.filter((s) => s.instance !== instance).map((s) => s.expiresAt));
@@ -123,44 +127,49 @@ export function attachCheckpointDataPeers(ctx: ServerContext, storage: Storage, 
       ctx.log.warn({ err: err instanceof Error ? err.message : String(err) }, 'cannot update the kubernetes Endpoints; next renewal tries again');
     }
   };
-  const renew = () => {
+  const renew = async () => {
+    if (stopping) return;
     const spec = { holderIdentity: leaseName, leaseDurationSeconds: leaseSeconds, renewTime: microTime(new Date()) };
     try {
-      if (ctx.registry.find(leases, 'kube-system', leaseName)) ctx.registry.serverUpdate(leases, 'kube-system', leaseName, (o) => ({ ...o, spec: { ...(o.spec as object), ...spec } }));
-      else ctx.registry.create(leases, 'kube-system', { metadata: { name: leaseName, labels: { [IDENTITY_LABEL]: 'kube-apiserver' }, annotations: { [URL_ANNOTATION]: opts.selfUrl } }, spec });
+      if (await ctx.registry.find(leases, 'kube-system', leaseName)) await ctx.registry.serverUpdate(leases, 'kube-system', leaseName, (o) => ({ ...o, spec: { ...(o.spec as object), ...spec } }));
+      else await ctx.registry.create(leases, 'kube-system', { metadata: { name: leaseName, labels: { [IDENTITY_LABEL]: 'kube-apiserver' }, annotations: { [URL_ANNOTATION]: opts.selfUrl } }, spec });
     } catch (err: unknown) {
       ctx.log.warn({ lease: leaseName, err: err instanceof Error ? err.message : String(err) }, 'cannot renew the API server identity Lease');
     }
     // Leases of API servers killed without a clean stop go an hour after their last renewal (as kube-apiserver's GC of them).
     try {
-      for (const l of ctx.registry.list(leases, 'kube-system', { labelSelector: `${IDENTITY_LABEL}=kube-apiserver` }).items) {
+      for (const l of (await ctx.registry.list(leases, 'kube-system', { labelSelector: `${IDENTITY_LABEL}=kube-apiserver` })).items) {
         const renewed = Date.parse(String((l.spec as { renewTime?: string } | undefined)?.renewTime ?? ''));
-        if (Date.now() - renewed > 3_600_000) ctx.registry.delete(leases, 'kube-system', l.metadata.name ?? '');
+        if (Date.now() - renewed > 3_600_000) await ctx.registry.delete(leases, 'kube-system', l.metadata.name ?? '');
       }
     } catch {
       // another API server deleted it first, or etcd is unreachable: next time
     }
-    reconcileEndpoints();
+    await reconcileEndpoints();
   };
-  renew();
-  const timer = setInterval(renew, (leaseSeconds * 1000) / 3);
+  const renewLogged = () =>
+    renew().catch((err: unknown) => ctx.log.warn({ err: err instanceof Error ? err.message : String(err) }, 'checkpoint data: renewing the identity Lease failed'));
+  const ready = renewLogged();
+  const timer = setInterval(() => void renewLogged(), (leaseSeconds * 1000) / 3);
   timer.unref();
   const peers = {
     selfUrl: opts.selfUrl,
     instance,
     holder: `${opts.selfUrl} ${instance}`,
     caCertPem: opts.caCertPem,
-    stop: () => {
-      if (stopped) return;
+    ready,
+    stop: async () => {
+      if (stopped || stopping) return;
+      stopping = true;
       watch.stop();
       clearInterval(timer);
       try {
-        ctx.registry.delete(leases, 'kube-system', leaseName);
+        await ctx.registry.delete(leases, 'kube-system', leaseName);
       } catch {
         // gone already, or the storage is unreachable: the Lease expires
       }
       // The others' Endpoints without this server, at once (as kube-apiserver removes itself on shutdown).
-      reconcileEndpoints();
+      await reconcileEndpoints();
       stopped = true;
       clearTimeout(expiryTimer);
     },
@@ -192,11 +201,11 @@ export interface LiveApiServer extends DataHolder {
 }
 
 /** Every API server whose identity Lease is current (this one included, once it has renewed). */
-export function liveApiServers(ctx: ServerContext): LiveApiServer[] {
+export async function liveApiServers(ctx: ServerContext): Promise<LiveApiServer[]> {
   const leases = findResource('coordination.k8s.io', 'v1', 'leases')!;
   const now = Date.now();
   const out: LiveApiServer[] = [];
-  for (const l of ctx.registry.list(leases, 'kube-system', { labelSelector: `${IDENTITY_LABEL}=kube-apiserver` }).items) {
+  for (const l of (await ctx.registry.list(leases, 'kube-system', { labelSelector: `${IDENTITY_LABEL}=kube-apiserver` })).items) {
     const spec = (l.spec ?? {}) as { renewTime?: string; leaseDurationSeconds?: number };
     const url = l.metadata.annotations?.[URL_ANNOTATION];
     const instance = (l.metadata.name ?? '').replace(/^apiserver-/, '');
@@ -208,9 +217,9 @@ export function liveApiServers(ctx: ServerContext): LiveApiServer[] {
 }
 
 /** The other API servers whose identity Lease is current: their URL and instance. */
-export function livePeers(ctx: ServerContext): DataHolder[] {
+export async function livePeers(ctx: ServerContext): Promise<DataHolder[]> {
   const self = peersOf.get(ctx);
-  return liveApiServers(ctx)
+  return (await liveApiServers(ctx))
     .filter((s) => s.instance !== self?.instance)
     .map(({ url, instance }) => ({ url, instance }));
 }
@@ -223,7 +232,7 @@ export function livePeers(ctx: ServerContext): DataHolder[] {
 export async function replicateToPeers(ctx: ServerContext, path: string, uid: string, bytes: Buffer): Promise<DataHolder[]> {
   const peers = peersOf.get(ctx);
   const results = await Promise.all(
-    livePeers(ctx).map(
+    (await livePeers(ctx)).map(
       (peer) =>
         new Promise<DataHolder | undefined>((resolve) => {
           const url = new URL(path, peer.url);

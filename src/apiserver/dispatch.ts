@@ -45,10 +45,10 @@ interface RequestLabels {
  * certificate the cluster CA signed (CN the user, O its groups); every one is in `system:authenticated`.
  * @throws ApiError `Unauthorized` when none
  */
-function authenticate(req: IncomingMessage, ctx: ServerContext, insecureHttp: boolean): UserInfo {
+async function authenticate(req: IncomingMessage, ctx: ServerContext, insecureHttp: boolean): Promise<UserInfo> {
   const token = bearerToken(req);
   let user: UserInfo | undefined;
-  if (token) user = ctx.authenticateToken(token);
+  if (token) user = await ctx.authenticateToken(token);
   else if (insecureHttp) user = ADMIN_USER;
   else {
     const sock = req.socket as TLSSocket;
@@ -73,7 +73,7 @@ function headerValues(req: IncomingMessage, name: string): string[] {
  * impersonation filter decides.
  * @throws ApiError Forbidden naming what may not be impersonated; BadRequest for groups without a user
  */
-function impersonate(req: IncomingMessage, ctx: ServerContext, user: UserInfo): UserInfo {
+async function impersonate(req: IncomingMessage, ctx: ServerContext, user: UserInfo): Promise<UserInfo> {
   const names = headerValues(req, 'impersonate-user');
   const groups = headerValues(req, 'impersonate-group');
   const uids = headerValues(req, 'impersonate-uid');
@@ -83,8 +83,8 @@ function impersonate(req: IncomingMessage, ctx: ServerContext, user: UserInfo): 
     return user;
   }
   const name = names[0]!;
-  const check = (verb: string, info: { group: string; plural: string; name?: string; namespace?: string }) => {
-    const d = ctx.authorizer.decide(user, verb, { group: info.group, plural: info.plural, name: info.name, namespace: info.namespace, subresource: undefined, subpath: '' });
+  const check = async (verb: string, info: { group: string; plural: string; name?: string; namespace?: string }) => {
+    const d = await ctx.authorizer.decide(user, verb, { group: info.group, plural: info.plural, name: info.name, namespace: info.namespace, subresource: undefined, subpath: '' });
     if (!d.allowed) throw new ApiError('Forbidden', `${info.plural}${info.group ? `.${info.group}` : ''} "${info.name ?? ''}" is forbidden: User "${user.name}" cannot impersonate resource "${info.plural}" in API group "${info.group}"${info.namespace ? ` in the namespace "${info.namespace}"` : ' at the cluster scope'}`, {
       name: info.name,
       group: info.group || undefined,
@@ -94,17 +94,17 @@ function impersonate(req: IncomingMessage, ctx: ServerContext, user: UserInfo): 
   const sa = /^system:serviceaccount:([^:]+):([^:]+)$/.exec(name);
   const out: UserInfo = { name, groups: [] };
   if (sa) {
-    check('impersonate', { group: '', plural: 'serviceaccounts', namespace: sa[1], name: sa[2] });
+    await check('impersonate', { group: '', plural: 'serviceaccounts', namespace: sa[1], name: sa[2] });
     out.groups.push('system:serviceaccounts', `system:serviceaccounts:${sa[1]}`);
   } else {
-    check('impersonate', { group: '', plural: 'users', name });
+    await check('impersonate', { group: '', plural: 'users', name });
   }
   for (const g of groups) {
-    check('impersonate', { group: '', plural: 'groups', name: g });
+    await check('impersonate', { group: '', plural: 'groups', name: g });
     out.groups.push(g);
   }
   if (uids.length > 0) {
-    check('impersonate', { group: 'authentication.k8s.io', plural: 'uids', name: uids[0] });
+    await check('impersonate', { group: 'authentication.k8s.io', plural: 'uids', name: uids[0] });
     out.uid = uids[0];
   }
   if (extraKeys.length > 0) {
@@ -112,7 +112,7 @@ function impersonate(req: IncomingMessage, ctx: ServerContext, user: UserInfo): 
     for (const h of extraKeys) {
       const key = decodeURIComponent(h.slice('impersonate-extra-'.length));
       const values = headerValues(req, h);
-      for (const v of values) check('impersonate', { group: 'authentication.k8s.io', plural: 'userextras', name: v });
+      for (const v of values) await check('impersonate', { group: 'authentication.k8s.io', plural: 'userextras', name: v });
       out.extra[key] = values;
     }
   }
@@ -125,14 +125,14 @@ async function serve(req: IncomingMessage, res: ServerResponse, ctx: ServerConte
   const url = new URL(req.url ?? '/', 'http://apiserver');
   const path = url.pathname;
   // Health and version need no credentials, as in Kubernetes (system:unauthenticated may read them).
-  if (isHealthPath(path)) return serveHealth(res, path, url.searchParams, o.health);
+  if (isHealthPath(path)) return await serveHealth(res, path, url.searchParams, o.health);
   if (path === '/version' || path === '/version/') return sendJson(res, 200, VERSION_INFO);
-  const user = impersonate(req, ctx, authenticate(req, ctx, o.insecureHttp));
+  const user = await impersonate(req, ctx, await authenticate(req, ctx, o.insecureHttp));
   const info = parseResourcePath(path);
   // A proxied request's query is its target's (the node's, the service's), not the API server's.
   if (info?.subresource !== 'proxy') normalizeBooleanParameters(url.searchParams);
   if (path === '/metrics') {
-    ctx.authorizer.authorizePath(user, 'get', '/metrics');
+    await ctx.authorizer.authorizePath(user, 'get', '/metrics');
     const body = await o.metrics.registry.metrics();
     res.writeHead(200, { 'Content-Type': o.metrics.registry.contentType });
     res.end(body);
@@ -145,7 +145,7 @@ async function serve(req: IncomingMessage, res: ServerResponse, ctx: ServerConte
     if (review) {
       labels.verb = 'create';
       labels.resource = review.resource;
-      ctx.authorizer.authorize(user, 'create', { group: review.group, plural: review.resource, namespace: review.namespace, name: undefined, subresource: undefined, subpath: '' });
+      await ctx.authorizer.authorize(user, 'create', { group: review.group, plural: review.resource, namespace: review.namespace, name: undefined, subresource: undefined, subpath: '' });
       return review.serve(req, res, ctx, user);
     }
   }
@@ -155,26 +155,26 @@ async function serve(req: IncomingMessage, res: ServerResponse, ctx: ServerConte
     labels.verb = 'create';
     if (req.method !== 'POST') throw new ApiError('MethodNotAllowed', `${req.method} is not supported on bindings: create a Binding with POST`);
     const namespace = decodeURIComponent(binding[1]!);
-    ctx.authorizer.authorize(user, 'create', { group: '', plural: 'bindings', namespace, name: undefined, subresource: undefined, subpath: '' });
+    await ctx.authorizer.authorize(user, 'create', { group: '', plural: 'bindings', namespace, name: undefined, subresource: undefined, subpath: '' });
     return serveBinding(req, res, ctx, url, namespace);
   }
   const blob = /^\/apis\/kube32\.io\/v1\/blobs\/([^/]+)$/.exec(path);
   if (blob && req.method === 'GET') {
     labels.resource = 'blobs';
     labels.verb = 'get';
-    return serveBlob(ctx, res, blob[1]!);
+    return await serveBlob(ctx, res, blob[1]!);
   }
   if (info && !info.def && info.group === METRICS_GROUP && info.version === METRICS_VERSION) {
     labels.resource = info.plural;
     labels.verb = verbOf(req.method ?? 'GET', info, url.searchParams.get('watch') === 'true');
-    authorize(ctx.registry, user, labels.verb, info);
+    await authorize(ctx.registry, user, labels.verb, info);
     return serveResourceMetrics({ req, res, url, user, info, ctx });
   }
   if (!info?.def) throw resourceNotFound();
   labels.resource = info.plural;
   labels.subresource = info.subresource ?? '';
   labels.verb = verbOf(req.method ?? 'GET', info, url.searchParams.get('watch') === 'true');
-  authorize(ctx.registry, user, labels.verb, info);
+  await authorize(ctx.registry, user, labels.verb, info);
   if (info.group === '' && info.plural === 'serviceaccounts' && info.subresource === 'token' && info.name && info.namespace) {
     if (req.method !== 'POST') throw new ApiError('MethodNotAllowed', `${req.method} is not supported on serviceaccounts/token: create a TokenRequest with POST`);
     return serveTokenRequest(req, res, ctx, info.namespace, info.name);
@@ -192,7 +192,7 @@ async function serveBinding(req: IncomingMessage, res: ServerResponse, ctx: Serv
   const body = decodeBody(await readBody(req, ctx.maxBodyBytes), mediaType(req));
   const name = rec(rec(body).metadata).name;
   if (typeof name !== 'string' || name === '') throw badRequest('a Binding needs metadata.name (the pod to bind)');
-  sendJson(res, 201, bindPod(ctx.registry, namespace, name, body, { dryRun: url.searchParams.getAll('dryRun').includes('All') }));
+  sendJson(res, 201, await bindPod(ctx.registry, namespace, name, body, { dryRun: url.searchParams.getAll('dryRun').includes('All') }));
 }
 
 interface Review {

@@ -37,8 +37,8 @@ export function createMetrics(storage: Storage, checkpointData: CheckpointDataSt
     help: 'Objects stored, by resource.',
     labelNames: ['resource'],
     registers: [metrics],
-    collect() {
-      for (const def of RESOURCES) this.set({ resource: storageKey(def) }, storage.listRaw(storageKey(def)).rows.length);
+    async collect() {
+      for (const def of RESOURCES) this.set({ resource: storageKey(def) }, (await storage.listRaw(storageKey(def))).rows.length);
     },
   });
   new Gauge({ name: 'kube32_checkpoint_data_bytes', help: 'Bytes of checkpoint snapshots held in memory.', registers: [metrics], collect() { this.set(checkpointData.usedBytes); } });

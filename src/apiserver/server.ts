@@ -25,7 +25,7 @@ import { createDispatcher } from './dispatch.ts';
 import { createAuthorizer } from './handlers/auth.ts';
 import type { ServerContext, UserInfo } from './handlers/context.ts';
 import { DEFAULT_MAX_MODULE_BYTES } from './handlers/data.ts';
-import { destroyAll, type FeosPodStreams, isFeosPodUpgrade, serveFeosPodUpgrade } from './handlers/feos-pods.ts';
+import { destroyAll, FeosPodIndex, type FeosPodStreams, isFeosPodUpgrade, serveFeosPodUpgrade } from './handlers/feos-pods.ts';
 import { healthChecks } from './handlers/health.ts';
 import { DEFAULT_MAX_BODY_BYTES } from './handlers/http.ts';
 import { isNodeTunnelUpgrade, type NodeTunnel, serveNodeTunnel } from './handlers/node-tunnel.ts';
@@ -126,8 +126,8 @@ function checkOptions(opts: ApiServerOptions): { bind: string; kind: 'sqlite' | 
 }
 
 /** The store of `kind`: etcd, memory, or `<data-dir>/kube32.db`. */
-function openStorage(opts: ApiServerOptions, kind: 'sqlite' | 'memory' | 'etcd'): Storage {
-  if (kind === 'etcd') return new EtcdStorage({ endpoints: opts.etcdEndpoints ?? [], watchWindow: opts.watchWindow });
+async function openStorage(opts: ApiServerOptions, kind: 'sqlite' | 'memory' | 'etcd'): Promise<Storage> {
+  if (kind === 'etcd') return EtcdStorage.open({ endpoints: opts.etcdEndpoints ?? [], watchWindow: opts.watchWindow });
   if (kind === 'memory') return new MemoryStorage({ watchWindow: opts.watchWindow });
   return new SqliteStorage(join(opts.dataDir!, 'kube32.db'), { watchWindow: opts.watchWindow });
 }
@@ -228,7 +228,7 @@ export async function createApiServer(opts: ApiServerOptions): Promise<ApiServer
   // On etcd every API server of the cluster shares one CA and token key, kept in etcd (docs/etcd.md).
   if (kind === 'etcd' && opts.dataDir) await joinClusterIdentity({ dataDir: opts.dataDir, endpoints: opts.etcdEndpoints ?? [], log });
 
-  const storage = openStorage(opts, kind);
+  const storage = await openStorage(opts, kind);
   // Snapshots are kept in <data-dir>/checkpoint-data as well as in memory, and read back at a start (docs/checkpoints.md).
   const dataDirOfCheckpoints = opts.dataDir ? join(opts.dataDir, 'checkpoint-data') : undefined;
   if (dataDirOfCheckpoints) mkdirSync(dataDirOfCheckpoints, { recursive: true, mode: 0o700 });
@@ -236,37 +236,37 @@ export async function createApiServer(opts: ApiServerOptions): Promise<ApiServer
   // The namespaces with a ResourceQuota or a LimitRange: a create elsewhere reads neither.
   const quotaNamespaces = new QuotaNamespaces(storage);
   const registry = new Registry(storage, {
-    admitCreate(def, obj) {
+    async admitCreate(def, obj) {
       if (def.group === '' && def.plural === 'pods') {
-        resolvePodImage(storage, obj);
-        admitRuntimeClass(storage, obj);
-        if (quotaNamespaces.has('limitranges', obj.metadata.namespace ?? '')) admitLimitRanges(storage, def, obj);
+        await resolvePodImage(storage, obj);
+        await admitRuntimeClass(storage, obj);
+        if (quotaNamespaces.has('limitranges', obj.metadata.namespace ?? '')) await admitLimitRanges(storage, def, obj);
       }
-      if (def.namespaced && quotaNamespaces.has('resourcequotas', obj.metadata.namespace ?? '')) admitQuota(storage, def, obj);
+      if (def.namespaced && quotaNamespaces.has('resourcequotas', obj.metadata.namespace ?? '')) await admitQuota(storage, def, obj);
     },
     afterDelete(def, obj) {
       if (def === checkpoints) checkpointData.delete(`${obj.metadata.namespace}/${obj.metadata.name}`);
     },
   });
-  bootstrap(registry, log);
-  quotaNamespaces.start();
-  const readBack = checkpointData.load((key, uid) => {
-    const [ns, name] = key.split('/') as [string, string];
-    return registry.find(checkpoints, ns, name)?.metadata.uid === uid;
-  });
+  await bootstrap(registry, log);
+  await quotaNamespaces.start();
+  const checkpointUids = new Map((await registry.list(checkpoints, undefined)).items.map((c) => [`${c.metadata.namespace}/${c.metadata.name}`, c.metadata.uid]));
+  const readBack = checkpointData.load((key, uid) => checkpointUids.get(key) === uid);
   if (readBack > 0) log.info({ snapshots: readBack, bytes: checkpointData.usedBytes }, 'checkpoint data read back from the data dir');
-  ensureKubernetesService(registry, advertise, opts.port ?? 0, { endpoints: kind !== 'etcd' });
+  await ensureKubernetesService(registry, advertise, opts.port ?? 0, { endpoints: kind !== 'etcd' });
   let closed = false;
   const gc = new GarbageCollector(registry, log);
-  gc.start(opts.eventTtlMs ?? 3_600_000);
+  await gc.start(opts.eventTtlMs ?? 3_600_000);
+  const feosPods = new FeosPodIndex();
+  await feosPods.start(storage);
 
-  reconcileBootstrapPolicy(registry, log);
+  await reconcileBootstrapPolicy(registry, log);
   const authorizer = createAuthorizer(registry, log);
   const { adminToken, kubeletToken, verifyToken, mint } = tokens(opts.dataDir);
   // A bound token counts while it has not expired, names the API server's audience, and its account (and pod) still exist.
-  const authenticateToken = (t: string): UserInfo | undefined => {
+  const authenticateToken = async (t: string): Promise<UserInfo | undefined> => {
     const user = verifyToken(t);
-    return user && checkTokenBinding(registry, user) ? user : undefined;
+    return user && await checkTokenBinding(registry, user) ? user : undefined;
   };
   const ctx: ServerContext = {
     registry,
@@ -298,24 +298,25 @@ export async function createApiServer(opts: ApiServerOptions): Promise<ApiServer
   try {
     ({ server, caCertPem } = await httpServer(opts, bind, advertise, handler));
     // ...and the WebSockets of exec and port-forward into Pods bound to FeOS nodes (handlers/feos-pods.ts).
-    (server as Server & { shouldUpgradeCallback: (req: IncomingMessage) => boolean }).shouldUpgradeCallback = (req) => isNodeTunnelUpgrade(req) || isFeosPodUpgrade(req, registry);
-    server.on('upgrade', (req: IncomingMessage, socket: Duplex, head: Buffer) => {
-      if (isNodeTunnelUpgrade(req)) serveNodeTunnel(req, socket, head, { registry, authenticateToken, insecure: !!opts.insecureHttp, tunnel: () => nodeTunnel });
-      else serveFeosPodUpgrade(req, socket, head, { registry, log, authenticateToken, insecure: !!opts.insecureHttp, streams: () => feosPodStreams, sockets: feosSockets });
+    (server as Server & { shouldUpgradeCallback: (req: IncomingMessage) => boolean }).shouldUpgradeCallback = (req) => isNodeTunnelUpgrade(req) || isFeosPodUpgrade(req, feosPods);
+    server.on('upgrade', async (req: IncomingMessage, socket: Duplex, head: Buffer) => {
+      if (isNodeTunnelUpgrade(req)) await serveNodeTunnel(req, socket, head, { registry, authenticateToken, insecure: !!opts.insecureHttp, tunnel: () => nodeTunnel });
+      else await serveFeosPodUpgrade(req, socket, head, { registry, log, authenticateToken, insecure: !!opts.insecureHttp, streams: () => feosPodStreams, sockets: feosSockets });
     });
     port = await listen(server, opts.port ?? 0, bind);
   } catch (err: unknown) {
     // Nothing stays behind a server that could not start (in-process callers go on).
     closed = true;
     gc.stop();
+    feosPods.stop();
     quotaNamespaces.stop();
-    storage.close();
+    await storage.close();
     throw err;
   }
-  ensureKubernetesService(registry, advertise, port, { endpoints: kind !== 'etcd' });
+  await ensureKubernetesService(registry, advertise, port, { endpoints: kind !== 'etcd' });
   // kube-root-ca.crt in every namespace (kube-controller-manager's root-ca-cert-publisher; here, where the CA is).
   const rootCa = caCertPem ? new RootCaPublisher(registry, caCertPem, log) : undefined;
-  rootCa?.start();
+  await rootCa?.start();
   const scheme = opts.insecureHttp ? 'http' : 'https';
   const url = urlOf(scheme, bind === '0.0.0.0' ? '127.0.0.1' : bind, port);
   const dataPeers =
@@ -343,7 +344,7 @@ export async function createApiServer(opts: ApiServerOptions): Promise<ApiServer
     async close() {
       if (closed) return;
       closed = true;
-      dataPeers?.stop();
+      await dataPeers?.stop();
       rootCa?.stop();
       authorizer.rbac.stop();
       quotaNamespaces.stop();
@@ -354,7 +355,8 @@ export async function createApiServer(opts: ApiServerOptions): Promise<ApiServer
         server.close(() => resolve());
         server.closeAllConnections();
       });
-      storage.close();
+      feosPods.stop();
+      await storage.close();
     },
   };
 }

@@ -16,8 +16,8 @@ import { stopProcess } from '../helpers/process-stop.ts';
 
 const urls = new WeakMap<Storage, string>();
 
-function open(t: TestContext, url: string, opts: Partial<EtcdStorageOptions> = {}): EtcdStorage {
-  const s = new EtcdStorage({ endpoints: [url], compactionIntervalMs: 0, ...opts });
+async function open(t: TestContext, url: string, opts: Partial<EtcdStorageOptions> = {}): Promise<EtcdStorage> {
+  const s = await EtcdStorage.open({ endpoints: [url], compactionIntervalMs: 0, ...opts });
   urls.set(s, url);
   t.after(() => s.close());
   return s;
@@ -71,18 +71,18 @@ function client(t: TestContext, url: string): Etcd3 {
 
 test('two API servers on one etcd see each other\'s writes through watch, in the same order', { timeout: 60_000 }, async (t) => {
   const { url } = await startEtcd(t);
-  const a = open(t, url);
-  const b = open(t, url);
+  const a = await open(t, url);
+  const b = await open(t, url);
   const since = a.currentResourceVersion();
   const wa = watchAll(a, since);
   const wb = watchAll(b, since);
   let last = 0;
   for (let i = 0; i < 30; i++) {
     const writer = i % 2 === 0 ? a : b;
-    last = rvOf(writer.create(key(`p${i}`), obj(`p${i}`)));
-    if (i % 3 === 2) last = rvOf((i % 2 === 0 ? b : a).guaranteedUpdate(key(`p${i - 1}`), (o) => ({ ...o, spec: { by: i } })));
+    last = rvOf(await writer.create(key(`p${i}`), obj(`p${i}`)));
+    if (i % 3 === 2) last = rvOf(await (i % 2 === 0 ? b : a).guaranteedUpdate(key(`p${i - 1}`), (o) => ({ ...o, spec: { by: i } })));
   }
-  last = rvOf(b.delete(key('p0')));
+  last = rvOf(await b.delete(key('p0')));
   await Promise.all([wa.until((ev) => ev.some((e) => e.rv === last)), wb.until((ev) => ev.some((e) => e.rv === last))]);
   const line = (e: StorageEvent) => `${e.type} ${e.name} ${e.rv}`;
   assert.deepEqual(wa.events.map(line), wb.events.map(line));
@@ -90,17 +90,17 @@ test('two API servers on one etcd see each other\'s writes through watch, in the
   const rvs = wa.events.map((e) => e.rv);
   assert.deepEqual(rvs, [...rvs].sort((x, y) => x - y));
   // What one wrote, the other reads at once (linearizable reads).
-  assert.deepEqual(a.get(key('p1'))?.spec, { by: 2 });
-  assert.equal(b.list('pods').items.length, 29);
+  assert.deepEqual((await a.get(key('p1')))?.spec, { by: 2 });
+  assert.equal((await b.list('pods')).items.length, 29);
 });
 
 test('a later API server replays recent history: a watch from another server\'s resourceVersion resumes', { timeout: 30_000 }, async (t) => {
   const { url } = await startEtcd(t);
-  const a = open(t, url);
-  const first = a.create(key('a'), obj('a'));
-  const second = a.create(key('b'), obj('b'));
-  a.update(key('a'), obj('a', { spec: { x: 1 } }));
-  const b = open(t, url, { replayRevisions: 100 });
+  const a = await open(t, url);
+  const first = await a.create(key('a'), obj('a'));
+  const second = await a.create(key('b'), obj('b'));
+  await a.update(key('a'), obj('a', { spec: { x: 1 } }));
+  const b = await open(t, url, { replayRevisions: 100 });
   const w = watchAll(b, rvOf(first));
   await w.until((ev) => ev.length === 2);
   assert.deepEqual(w.events.map((e) => [e.type, e.name]), [['ADDED', 'b'], ['MODIFIED', 'a']]);
@@ -110,17 +110,17 @@ test('a later API server replays recent history: a watch from another server\'s 
 
 test('compaction: history before it is Expired for a new API server; the schedule compacts once per interval', { timeout: 30_000 }, async (t) => {
   const { url } = await startEtcd(t);
-  const a = open(t, url);
-  const old = a.create(key('a'), obj('a'));
+  const a = await open(t, url);
+  const old = await a.create(key('a'), obj('a'));
   let p4 = old;
-  for (let i = 0; i < 5; i++) p4 = a.create(key(`p${i}`), obj(`p${i}`));
+  for (let i = 0; i < 5; i++) p4 = await a.create(key(`p${i}`), obj(`p${i}`));
   // a's watch has delivered everything before the compaction (as it has after a few ms in a real cluster).
   await watchAll(a, rvOf(p4) - 1).until((ev) => ev.length > 0);
-  const cut = a.etcdRevision();
-  a.compact(cut);
-  const b = open(t, url, { replayRevisions: 1000 });
+  const cut = await a.etcdRevision();
+  await a.compact(cut);
+  const b = await open(t, url, { replayRevisions: 1000 });
   assert.throws(() => b.watch('pods', rvOf(old), () => {}), (e: unknown) => e instanceof StorageError && e.code === 'Expired');
-  const c = b.create(key('c'), obj('c'));
+  const c = await b.create(key('c'), obj('c'));
   const w = watchAll(b, cut);
   await w.until((ev) => ev.some((e) => e.rv === rvOf(c)));
   // The API server that was up keeps its window: its watchers resume across the compaction.
@@ -129,9 +129,9 @@ test('compaction: history before it is Expired for a new API server; the schedul
   assert.equal(wa.events[0]!.name, 'p0');
 
   // Scheduled: the revision recorded at one tick is compacted at the next.
-  open(t, url, { compactionIntervalMs: 150 });
-  const mark = b.etcdRevision();
-  b.create(key('d'), obj('d'));
+  await open(t, url, { compactionIntervalMs: 150 });
+  const mark = await b.etcdRevision();
+  await b.create(key('d'), obj('d'));
   const etcd = client(t, url);
   const deadline = Date.now() + 10_000;
   const compactedPast = async () => {
@@ -150,17 +150,17 @@ test('compaction: history before it is Expired for a new API server; the schedul
 
 test('a replacement (delete and create of one key in a transaction) is DELETED then ADDED; layout /registry/<resource>/<ns>/<name>', { timeout: 30_000 }, async (t) => {
   const { url } = await startEtcd(t);
-  const s = open(t, url);
-  s.create(key('a'), obj('a'));
-  s.create(key('n1', '', 'nodes'), { metadata: { name: 'n1', uid: 'n' } });
-  const w = watchAll(s, s.etcdRevision());
-  const created = s.transaction(() => {
-    s.delete(key('a'), { uid: 'u-a' });
-    return s.create(key('a'), { metadata: { name: 'a', namespace: 'default', uid: 'u-new' } });
+  const s = await open(t, url);
+  await s.create(key('a'), obj('a'));
+  await s.create(key('n1', '', 'nodes'), { metadata: { name: 'n1', uid: 'n' } });
+  const w = watchAll(s, await s.etcdRevision());
+  const created = await s.transaction(async () => {
+    await s.delete(key('a'), { uid: 'u-a' });
+    return await s.create(key('a'), { metadata: { name: 'a', namespace: 'default', uid: 'u-new' } });
   });
   await w.until((ev) => ev.length === 2);
   assert.deepEqual(w.events.map((e) => [e.type, e.object.metadata.uid, e.rv]), [['DELETED', 'u-a', rvOf(created)], ['ADDED', 'u-new', rvOf(created)]]);
-  assert.equal(s.get(key('a'))?.metadata.uid, 'u-new');
+  assert.equal((await s.get(key('a')))?.metadata.uid, 'u-new');
   const etcd = client(t, url);
   assert.deepEqual(await etcd.getAll().prefix('/registry/').keys(), ['/registry/nodes/n1', '/registry/pods/default/a']);
   const stored = JSON.parse((await etcd.get('/registry/pods/default/a').string()) ?? 'null');
@@ -172,19 +172,19 @@ test('calls are bounded: a stopped etcd gives EtcdError within the request timeo
   assert.throws(() => new EtcdStorage({ endpoints: ['127.0.0.1:2379'] }), RangeError);
   assert.throws(() => new EtcdStorage({ endpoints: ['http://127.0.0.1:1'], watchWindow: 0 }), RangeError);
   const e = await startEtcd(t);
-  const s = open(t, e.url, { requestTimeoutMs: 800 });
-  s.create(key('a'), obj('a'));
+  const s = await open(t, e.url, { requestTimeoutMs: 800 });
+  await s.create(key('a'), obj('a'));
   t.after(() => e.proc.kill('SIGCONT'));
   await stopProcess(e.proc.pid!);
   const t0 = Date.now();
-  assert.throws(() => s.get(key('a')), (err: unknown) => err instanceof EtcdError && /no answer within 800 ms|deadline/i.test(err.message));
+  await assert.rejects(async () => await s.get(key('a')), (err: unknown) => err instanceof EtcdError && /no answer within 800 ms|deadline/i.test(err.message));
   assert.ok(Date.now() - t0 < 3000, `bounded: ${Date.now() - t0} ms`);
   e.proc.kill('SIGCONT');
   // After it answers again, the same storage works (a late answer is discarded).
   const deadline = Date.now() + 10_000;
   for (;;) {
     try {
-      assert.equal(s.get(key('a'))?.metadata.name, 'a');
+      assert.equal((await s.get(key('a')))?.metadata.name, 'a');
       break;
     } catch (err: unknown) {
       if (Date.now() > deadline) throw err;
@@ -195,9 +195,9 @@ test('calls are bounded: a stopped etcd gives EtcdError within the request timeo
 
 test('the watch survives an etcd restart: it resumes from its last event, without repeats', { timeout: 60_000 }, async (t) => {
   const e = await startEtcd(t);
-  const s = open(t, e.url, { requestTimeoutMs: 3000 });
-  const w = watchAll(s, s.etcdRevision());
-  const a = s.create(key('a'), obj('a'));
+  const s = await open(t, e.url, { requestTimeoutMs: 3000 });
+  const w = watchAll(s, await s.etcdRevision());
+  const a = await s.create(key('a'), obj('a'));
   await w.until((ev) => ev.some((x) => x.rv === rvOf(a)));
   await e.restart();
   // Calls right after the restart may find the connection still down: retried within a deadline.
@@ -205,12 +205,12 @@ test('the watch survives an etcd restart: it resumes from its last event, withou
   let b: KubeObject | undefined;
   while (!b) {
     try {
-      b = s.create(key('b'), obj('b'));
+      b = await s.create(key('b'), obj('b'));
     } catch (err: unknown) {
       // A try whose answer was lost (etcd committed it, the answer came after the request timeout)
       // makes the next one AlreadyExists: b was created, once.
       if (err instanceof StorageError && err.code === 'AlreadyExists') {
-        b = s.get(key('b'));
+        b = await s.get(key('b'));
         break;
       }
       if (!(err instanceof EtcdError) || Date.now() > deadline) throw err;

@@ -17,8 +17,8 @@ runStorageConformance('sqlite', {
   make: (t, { watchWindow }) => {
     const dir = mkdtempSync(join(tmpdir(), 'kube32-conformance-'));
     const s = new SqliteStorage(join(dir, 'db'), { watchWindow });
-    t.after(() => {
-      s.close();
+    t.after(async () => {
+      await s.close();
       rmSync(dir, { recursive: true, force: true });
     });
     return s;

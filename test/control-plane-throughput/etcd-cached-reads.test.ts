@@ -15,10 +15,10 @@ const obj = (name: string, extra: Record<string, unknown> = {}): KubeObject => (
 
 async function twoServers(t: TestContext): Promise<{ a: EtcdStorage; b: EtcdStorage }> {
   const etcd = await startEtcd(t);
-  const a = new EtcdStorage({ endpoints: [etcd.url], compactionIntervalMs: 0 });
-  t.after(() => a.close());
-  const b = new EtcdStorage({ endpoints: [etcd.url], compactionIntervalMs: 0 });
-  t.after(() => b.close());
+  const a = await EtcdStorage.open({ endpoints: [etcd.url], compactionIntervalMs: 0 });
+  t.after(async () => await a.close());
+  const b = await EtcdStorage.open({ endpoints: [etcd.url], compactionIntervalMs: 0 });
+  t.after(async () => await b.close());
   return { a, b };
 }
 
@@ -28,58 +28,58 @@ test('a transaction acting on stale knowledge answers what a fresh read would', 
   const { a, b } = await twoServers(t);
 
   // B knows x at version 1; A moves it to 3. B's guaranteedUpdate applies to A's latest.
-  a.create(key('x'), obj('x', { spec: { v: 1 } }));
-  b.transaction(() => b.get(key('x')));
-  a.guaranteedUpdate(key('x'), (o) => ({ ...o, spec: { v: 2 } }));
-  a.guaranteedUpdate(key('x'), (o) => ({ ...o, spec: { v: 3 } }));
-  const updated = b.guaranteedUpdate(key('x'), (o) => ({ ...o, spec: { ...(o.spec as object), seenBy: 'b', v: (o.spec as { v: number }).v } }));
+  await a.create(key('x'), obj('x', { spec: { v: 1 } }));
+  await b.transaction(async () => await b.get(key('x')));
+  await a.guaranteedUpdate(key('x'), (o) => ({ ...o, spec: { v: 2 } }));
+  await a.guaranteedUpdate(key('x'), (o) => ({ ...o, spec: { v: 3 } }));
+  const updated = await b.guaranteedUpdate(key('x'), (o) => ({ ...o, spec: { ...(o.spec as object), seenBy: 'b', v: (o.spec as { v: number }).v } }));
   assert.deepEqual(updated.spec, { v: 3, seenBy: 'b' });
-  assert.deepEqual(a.get(key('x'))?.spec, { v: 3, seenBy: 'b' });
+  assert.deepEqual((await a.get(key('x')))?.spec, { v: 3, seenBy: 'b' });
 
   // B knows y as absent; A creates it: B's update finds it.
-  b.transaction(() => b.get(key('y')));
-  a.create(key('y'), obj('y', { spec: { v: 1 } }));
-  const y = b.update(key('y'), obj('y', { spec: { v: 2 } }));
+  await b.transaction(async () => await b.get(key('y')));
+  await a.create(key('y'), obj('y', { spec: { v: 1 } }));
+  const y = await b.update(key('y'), obj('y', { spec: { v: 2 } }));
   assert.deepEqual(y.spec, { v: 2 });
 
   // B knows z; A deletes it: B's update is NotFound, its delete too, and nothing is written.
-  a.create(key('z'), obj('z'));
-  b.transaction(() => b.get(key('z')));
-  a.delete(key('z'));
-  assert.throws(() => b.update(key('z'), obj('z', { spec: { v: 9 } })), isCode('NotFound'));
-  assert.throws(() => b.delete(key('z')), isCode('NotFound'));
-  assert.equal(a.get(key('z')), undefined);
+  await a.create(key('z'), obj('z'));
+  await b.transaction(async () => await b.get(key('z')));
+  await a.delete(key('z'));
+  await assert.rejects(async () => await b.update(key('z'), obj('z', { spec: { v: 9 } })), isCode('NotFound'));
+  await assert.rejects(async () => await b.delete(key('z')), isCode('NotFound'));
+  assert.equal(await a.get(key('z')), undefined);
 
   // A key B never saw is taken as absent by its create: the commit's condition finds it there.
-  a.create(key('w'), obj('w'));
-  assert.throws(() => b.create(key('w'), obj('w', { spec: { v: 2 } })), isCode('AlreadyExists'));
-  assert.equal(a.get(key('w'))?.spec, undefined);
+  await a.create(key('w'), obj('w'));
+  await assert.rejects(async () => await b.create(key('w'), obj('w', { spec: { v: 2 } })), isCode('AlreadyExists'));
+  assert.equal((await a.get(key('w')))?.spec, undefined);
 
   // A precondition checked on stale knowledge: B knows v's old uid, A replaced the object.
-  a.create(key('v'), obj('v'));
-  b.transaction(() => b.get(key('v')));
-  a.delete(key('v'));
-  a.create(key('v'), { metadata: { name: 'v', namespace: 'default', uid: 'u-v2' } });
-  assert.throws(() => b.delete(key('v'), { uid: 'u-v' }), isCode('Conflict'));
-  assert.equal(b.delete(key('v'), { uid: 'u-v2' }).metadata.uid, 'u-v2');
+  await a.create(key('v'), obj('v'));
+  await b.transaction(async () => await b.get(key('v')));
+  await a.delete(key('v'));
+  await a.create(key('v'), { metadata: { name: 'v', namespace: 'default', uid: 'u-v2' } });
+  await assert.rejects(async () => await b.delete(key('v'), { uid: 'u-v' }), isCode('Conflict'));
+  assert.equal((await b.delete(key('v'), { uid: 'u-v2' })).metadata.uid, 'u-v2');
 
   // An update that changes nothing writes nothing, so no commit checks what B knew: it is read again from etcd.
-  a.create(key('u'), obj('u', { spec: { v: 1 } }));
-  b.transaction(() => b.get(key('u')));
-  a.guaranteedUpdate(key('u'), (o) => ({ ...o, spec: { v: 2 } }));
-  const same = b.guaranteedUpdate(key('u'), (o) => o);
+  await a.create(key('u'), obj('u', { spec: { v: 1 } }));
+  await b.transaction(async () => await b.get(key('u')));
+  await a.guaranteedUpdate(key('u'), (o) => ({ ...o, spec: { v: 2 } }));
+  const same = await b.guaranteedUpdate(key('u'), (o) => o);
   assert.deepEqual(same.spec, { v: 2 }, 'a no-op answers the latest object, not the one B knew');
 });
 
 test('with cachedReads off every read goes to etcd and the answers are the same', { timeout: 60_000 }, async (t) => {
   const etcd = await startEtcd(t);
-  const a = new EtcdStorage({ endpoints: [etcd.url], compactionIntervalMs: 0 });
-  t.after(() => a.close());
-  const b = new EtcdStorage({ endpoints: [etcd.url], compactionIntervalMs: 0, cachedReads: false });
-  t.after(() => b.close());
-  a.create(key('x'), obj('x', { spec: { v: 1 } }));
-  b.transaction(() => b.get(key('x')));
-  a.guaranteedUpdate(key('x'), (o) => ({ ...o, spec: { v: 2 } }));
-  assert.deepEqual(b.guaranteedUpdate(key('x'), (o) => ({ ...o, spec: { v: (o.spec as { v: number }).v + 1 } })).spec, { v: 3 });
-  assert.throws(() => new EtcdStorage({ endpoints: [etcd.url], cachedReads: 'yes' as unknown as boolean }), /cachedReads must be a boolean: current value is yes/);
+  const a = await EtcdStorage.open({ endpoints: [etcd.url], compactionIntervalMs: 0 });
+  t.after(async () => await a.close());
+  const b = await EtcdStorage.open({ endpoints: [etcd.url], compactionIntervalMs: 0, cachedReads: false });
+  t.after(async () => await b.close());
+  await a.create(key('x'), obj('x', { spec: { v: 1 } }));
+  await b.transaction(async () => await b.get(key('x')));
+  await a.guaranteedUpdate(key('x'), (o) => ({ ...o, spec: { v: 2 } }));
+  assert.deepEqual((await b.guaranteedUpdate(key('x'), (o) => ({ ...o, spec: { v: (o.spec as { v: number }).v + 1 } }))).spec, { v: 3 });
+  await assert.rejects(async () => await EtcdStorage.open({ endpoints: [etcd.url], cachedReads: 'yes' as unknown as boolean }), /cachedReads must be a boolean: current value is yes/);
 });

@@ -29,35 +29,37 @@ const ENDPOINTS = { resource: 'endpoints', namespace: 'default', name: 'kubernet
 const isEndpoints = (k: ObjectKey) => k.resource === ENDPOINTS.resource && k.namespace === ENDPOINTS.namespace && k.name === ENDPOINTS.name;
 
 /** The addresses of `default/kubernetes` Endpoints as `ip:port`. */
-function addresses(storage: Storage): string[] {
-  const subsets = (storage.get(ENDPOINTS)?.subsets ?? []) as { addresses?: { ip: string }[]; ports?: { port: number }[] }[];
+async function addresses(storage: Storage): Promise<string[]> {
+  const subsets = ((await storage.get(ENDPOINTS))?.subsets ?? []) as { addresses?: { ip: string }[]; ports?: { port: number }[] }[];
   return subsets.flatMap((s) => (s.addresses ?? []).flatMap((a) => (s.ports ?? []).map((p) => `${a.ip}:${p.port}`))).sort();
 }
 
 test('an API server that stops while another writes the kubernetes Endpoints is not put back in them', { timeout: 60_000 }, async (t) => {
   const { url } = await startEtcd(t);
-  const open = () => {
-    const s = new EtcdStorage({ endpoints: [url], compactionIntervalMs: 0 });
-    t.after(() => s.close());
+  const open = async () => {
+    const s = await EtcdStorage.open({ endpoints: [url], compactionIntervalMs: 0 });
+    t.after(async () => await s.close());
     return s;
   };
   // C serves first: the system namespaces, its identity Lease, and the Endpoints naming it.
-  const storageC = open();
-  bootstrap(context(storageC).registry, context(storageC).log);
+  const storageC = await open();
+  await bootstrap(context(storageC).registry, context(storageC).log);
   const c = attachCheckpointDataPeers(context(storageC), storageC, { selfUrl: 'https://127.0.0.3:6443', caCertPem: undefined });
   t.after(() => c.stop());
-  assert.deepEqual(addresses(storageC), ['127.0.0.3:6443']);
+  await c.ready;
+  assert.deepEqual(await addresses(storageC), ['127.0.0.3:6443']);
 
   // A starts; the moment it writes the Endpoints (from the Leases it listed: A and C), C stops.
-  const storageA = open();
+  const storageA = await open();
   let stopped = false;
+  let cStopped: Promise<void> | undefined;
   const racing = new Proxy(storageA, {
     get(target, prop, receiver) {
       if (prop === 'guaranteedUpdate') {
         return (key: ObjectKey, tryUpdate: (o: KubeObject) => KubeObject) => {
           if (isEndpoints(key) && !stopped) {
             stopped = true;
-            c.stop();
+            cStopped = c.stop();
           }
           return target.guaranteedUpdate(key, tryUpdate);
         };
@@ -68,7 +70,9 @@ test('an API server that stops while another writes the kubernetes Endpoints is 
   });
   const a = attachCheckpointDataPeers(context(racing), racing, { selfUrl: 'https://127.0.0.2:6443', caCertPem: undefined });
   t.after(() => a.stop());
+  await a.ready;
+  await cStopped;
   assert.ok(stopped, 'C stopped while A wrote the Endpoints');
-  assert.deepEqual(addresses(storageA), ['127.0.0.2:6443'], 'the Endpoints name A alone: C, stopped, was not written back');
-  assert.deepEqual(addresses(storageC), ['127.0.0.2:6443']);
+  assert.deepEqual(await addresses(storageA), ['127.0.0.2:6443'], 'the Endpoints name A alone: C, stopped, was not written back');
+  assert.deepEqual(await addresses(storageC), ['127.0.0.2:6443']);
 });

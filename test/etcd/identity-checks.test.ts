@@ -42,28 +42,28 @@ test('a record whose CA key is not its certificate\'s key is refused, naming the
   await assert.rejects(parseClusterIdentity('nope'), /not JSON/);
 });
 
-test('default/kubernetes Endpoints: one subset per port, addresses sorted and deduplicated, none left when no server is', () => {
+test('default/kubernetes Endpoints: one subset per port, addresses sorted and deduplicated, none left when no server is', async () => {
   const registry = new Registry(new MemoryStorage());
   const log = createLogger('identity-checks');
   log.level = 'silent';
-  bootstrap(registry, log);
-  ensureKubernetesService(registry, '127.0.0.1', 6443);
-  const subsets = () => registry.storage.get({ resource: 'endpoints', namespace: 'default', name: 'kubernetes' })?.subsets;
-  assert.deepEqual(subsets(), [{ addresses: [{ ip: '127.0.0.1' }], ports: [{ name: 'https', port: 6443, protocol: 'TCP' }] }]);
-  setKubernetesEndpoints(registry, [
+  await bootstrap(registry, log);
+  await ensureKubernetesService(registry, '127.0.0.1', 6443);
+  const subsets = async () => (await registry.storage.get({ resource: 'endpoints', namespace: 'default', name: 'kubernetes' }))?.subsets;
+  assert.deepEqual(await subsets(), [{ addresses: [{ ip: '127.0.0.1' }], ports: [{ name: 'https', port: 6443, protocol: 'TCP' }] }]);
+  await setKubernetesEndpoints(registry, [
     { ip: '10.0.0.3', port: 6443 },
     { ip: '10.0.0.2', port: 6443 },
     { ip: '127.0.0.1', port: 6444 },
     { ip: '10.0.0.2', port: 6443 },
     { ip: 'not-an-ip', port: 6443 },
   ]);
-  assert.deepEqual(subsets(), [
+  assert.deepEqual(await subsets(), [
     { addresses: [{ ip: '10.0.0.2' }, { ip: '10.0.0.3' }], ports: [{ name: 'https', port: 6443, protocol: 'TCP' }] },
     { addresses: [{ ip: '127.0.0.1' }], ports: [{ name: 'https', port: 6444, protocol: 'TCP' }] },
   ]);
-  const rv = registry.storage.get({ resource: 'endpoints', namespace: 'default', name: 'kubernetes' })?.metadata.resourceVersion;
-  setKubernetesEndpoints(registry, [{ ip: '127.0.0.1', port: 6444 }, { ip: '10.0.0.3', port: 6443 }, { ip: '10.0.0.2', port: 6443 }]);
-  assert.equal(registry.storage.get({ resource: 'endpoints', namespace: 'default', name: 'kubernetes' })?.metadata.resourceVersion, rv, 'the same servers in another order write nothing');
-  setKubernetesEndpoints(registry, []);
-  assert.equal(subsets(), undefined);
+  const rv = (await registry.storage.get({ resource: 'endpoints', namespace: 'default', name: 'kubernetes' }))?.metadata.resourceVersion;
+  await setKubernetesEndpoints(registry, [{ ip: '127.0.0.1', port: 6444 }, { ip: '10.0.0.3', port: 6443 }, { ip: '10.0.0.2', port: 6443 }]);
+  assert.equal((await registry.storage.get({ resource: 'endpoints', namespace: 'default', name: 'kubernetes' }))?.metadata.resourceVersion, rv, 'the same servers in another order write nothing');
+  await setKubernetesEndpoints(registry, []);
+  assert.equal(await subsets(), undefined);
 });

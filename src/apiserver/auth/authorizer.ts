@@ -30,16 +30,16 @@ export class Authorizer {
   }
 
   /** Whether `user` may do `verb` on a resource. */
-  decide(user: UserInfo, verb: string, info: AuthzResource): Decision {
+  async decide(user: UserInfo, verb: string, info: AuthzResource): Promise<Decision> {
     if (user.groups.includes('system:masters')) return { allowed: true, reason: '' };
     let reason = '';
     const node = nodeOfUser(user);
     if (node !== undefined) {
-      const d = authorizeNode(this.#registry, node, verb, { ...info, version: '', def: undefined, trailingSlash: false });
+      const d = await authorizeNode(this.#registry, node, verb, { ...info, version: '', def: undefined, trailingSlash: false });
       if (d.allowed) return { allowed: true, reason: '' };
       reason = d.reason;
     }
-    const allowed = this.rbac.allows(user, {
+    const allowed = await this.rbac.allows(user, {
       verb,
       resource: { group: info.group, resource: info.plural, subresource: info.subresource, namespace: info.namespace, name: info.name },
     });
@@ -47,23 +47,23 @@ export class Authorizer {
   }
 
   /** Whether `user` may do `verb` (get, post...) on a non-resource path (`/metrics`, `/healthz`). */
-  decidePath(user: UserInfo, verb: string, path: string): Decision {
+  async decidePath(user: UserInfo, verb: string, path: string): Promise<Decision> {
     if (user.groups.includes('system:masters')) return { allowed: true, reason: '' };
-    return { allowed: this.rbac.allows(user, { verb, path }), reason: '' };
+    return { allowed: await this.rbac.allows(user, { verb, path }), reason: '' };
   }
 
   /**
    * Refuses what `user` may not do.
    * @throws ApiError Forbidden with kube-apiserver's message
    */
-  authorize(user: UserInfo, verb: string, info: AuthzResource): void {
-    const d = this.decide(user, verb, info);
+  async authorize(user: UserInfo, verb: string, info: AuthzResource): Promise<void> {
+    const d = await this.decide(user, verb, info);
     if (!d.allowed) throw forbidden(user, verb, info, d.reason);
   }
 
   /** @throws ApiError Forbidden `forbidden: User "x" cannot get path "/metrics"` */
-  authorizePath(user: UserInfo, verb: string, path: string): void {
-    if (!this.decidePath(user, verb, path).allowed) throw new ApiError('Forbidden', `forbidden: User "${user.name}" cannot ${verb} path "${path}"`);
+  async authorizePath(user: UserInfo, verb: string, path: string): Promise<void> {
+    if (!(await this.decidePath(user, verb, path)).allowed) throw new ApiError('Forbidden', `forbidden: User "${user.name}" cannot ${verb} path "${path}"`);
   }
 }
 

@@ -60,13 +60,15 @@ const FULL_AUTHORITY: PolicyRule[] = [
  * @throws ApiError Forbidden naming the rules the user does not hold, in kube-apiserver's words; NotFound for a
  *   binding of a role that does not exist (its rules cannot be checked), as kube-apiserver answers it
  */
-export function escalationAdmission(reg: Registry, user: UserInfo, def: ResourceDef): ((obj: KubeObject, old?: KubeObject) => void) | undefined {
+export function escalationAdmission(reg: Registry, user: UserInfo, def: ResourceDef): ((obj: KubeObject, old?: KubeObject) => Promise<void>) | undefined {
   if (def.group !== RBAC_GROUP || user.groups.includes('system:masters')) return undefined;
   const authorizer = authorizerOf(reg);
-  const may = (verb: string, plural: string, namespace: string, name: string | undefined) =>
-    authorizer.decide(user, verb, { group: RBAC_GROUP, plural, namespace, name, subresource: undefined, subpath: '' }).allowed;
-  const confirm = (obj: KubeObject, rules: PolicyRule[], namespace: string | undefined) => {
-    const missing = rules.flatMap((r) => atoms(r, namespace)).filter((a) => !authorizer.rbac.allows(user, a));
+  const may = async (verb: string, plural: string, namespace: string, name: string | undefined) =>
+    (await authorizer.decide(user, verb, { group: RBAC_GROUP, plural, namespace, name, subresource: undefined, subpath: '' })).allowed;
+  const confirm = async (obj: KubeObject, rules: PolicyRule[], namespace: string | undefined) => {
+    const atomsOf = rules.flatMap((r) => atoms(r, namespace));
+    const held = await Promise.all(atomsOf.map(async (a) => await authorizer.rbac.allows(user, a)));
+    const missing = atomsOf.filter((_, i) => !held[i]);
     if (missing.length === 0) return;
     const groups = user.groups.map((g) => JSON.stringify(g)).join(' ');
     const shown = [...new Set(missing.map(describe))];
@@ -78,24 +80,24 @@ export function escalationAdmission(reg: Registry, user: UserInfo, def: Resource
   switch (def.plural) {
     case 'roles':
     case 'clusterroles':
-      return (obj) => {
+      return async (obj) => {
         const namespace = def.plural === 'roles' ? (obj.metadata.namespace ?? '') : '';
-        if (may('escalate', def.plural, namespace, obj.metadata.name)) return;
+        if (await may('escalate', def.plural, namespace, obj.metadata.name)) return;
         const aggregated = def.plural === 'clusterroles' && obj.aggregationRule !== undefined && obj.aggregationRule !== null;
-        confirm(obj, aggregated ? FULL_AUTHORITY : toRules(obj.rules), namespace || undefined);
+        await confirm(obj, aggregated ? FULL_AUTHORITY : toRules(obj.rules), namespace || undefined);
       };
     case 'rolebindings':
     case 'clusterrolebindings':
-      return (obj) => {
+      return async (obj) => {
         const namespace = def.plural === 'rolebindings' ? (obj.metadata.namespace ?? '') : '';
         const ref = rec(obj.roleRef);
         const kind = ref.kind === 'Role' ? 'roles' : 'clusterroles';
         const name = typeof ref.name === 'string' ? ref.name : '';
         // bind is asked in the binding's namespace, for a ClusterRole too (a RoleBinding may grant it there).
-        if (may('bind', kind, namespace, name)) return;
-        const role = reg.find(kind === 'roles' ? roles : clusterroles, kind === 'roles' ? namespace : '', name);
+        if (await may('bind', kind, namespace, name)) return;
+        const role = await reg.find(kind === 'roles' ? roles : clusterroles, kind === 'roles' ? namespace : '', name);
         if (!role) throw notFound(kind, RBAC_GROUP, name);
-        confirm(obj, toRules(role.rules), namespace || undefined);
+        await confirm(obj, toRules(role.rules), namespace || undefined);
       };
     default:
       return undefined;

@@ -53,7 +53,7 @@ export function podReferences(pod: KubeObject, kind: 'secret' | 'configMap'): Se
  * Decides a kubelet's request. Reads (get, list, watch) of anything but Secrets, ConfigMaps, Checkpoint
  * data, logs and proxies are allowed, as the `system:node` role allows them.
  */
-export function authorizeNode(reg: Registry, node: string, verb: string, info: ResourceRequest): NodeDecision {
+export async function authorizeNode(reg: Registry, node: string, verb: string, info: ResourceRequest): Promise<NodeDecision> {
   const read = verb === 'get' || verb === 'list' || verb === 'watch';
   const key = `${info.group}/${info.plural}`;
   const sub = info.subresource;
@@ -67,18 +67,18 @@ export function authorizeNode(reg: Registry, node: string, verb: string, info: R
     const restores = (p: KubeObject | undefined) => p !== undefined && rec(p.spec).nodeName === node && p.metadata.annotations?.[ANNOTATIONS.restoreFrom] === info.name;
     // The pod a move replaced keeps its name, which the Checkpoint records: read it alone first
     // (a list of every pod of the namespace for each restore was 20 MB at 10 000 pods).
-    const ckpt = reg.find(checkpoints, ns, info.name ?? '');
+    const ckpt = await reg.find(checkpoints, ns, info.name ?? '');
     const podName = rec(ckpt?.spec).podName;
-    if (typeof podName === 'string' && restores(reg.find(pods, ns, podName))) return ALLOW;
+    if (typeof podName === 'string' && restores(await reg.find(pods, ns, podName))) return ALLOW;
     // Any other pod may restore from it too (a pod created with the annotation): look through them.
-    if (reg.list(pods, ns).items.some(restores)) return ALLOW;
+    if ((await reg.list(pods, ns)).items.some(restores)) return ALLOW;
     return deny(`no pod bound to node "${node}" restores from this Checkpoint`);
   }
   if (read && (key === '/secrets' || key === '/configmaps') && sub === undefined) {
     const what = key === '/secrets' ? 'secret' : 'configMap';
     if (verb !== 'get' || !info.name) return deny(`a node may only get ${info.plural} by name`);
     const name = info.name;
-    const bound = reg.list(pods, ns, { fieldSelector: `spec.nodeName=${node}` }).items;
+    const bound = (await reg.list(pods, ns, { fieldSelector: `spec.nodeName=${node}` })).items;
     if (bound.some((p) => podReferences(p, what).has(name))) return ALLOW;
     return deny(`no relationship found between node '${node}' and this object`);
   }
@@ -99,7 +99,7 @@ export function authorizeNode(reg: Registry, node: string, verb: string, info: R
       break;
     case '/pods': {
       if (!info.name || !(sub === 'status' || sub === 'eviction' || (sub === undefined && verb === 'delete'))) break;
-      const pod = reg.find(pods, ns, info.name);
+      const pod = await reg.find(pods, ns, info.name);
       if (!pod) return ALLOW; // NotFound follows
       if (rec(pod.spec).nodeName === node) return ALLOW;
       return deny(`pod is not bound to node "${node}"`);

@@ -131,11 +131,11 @@ export const DEFAULT_CLUSTER_ROLE_BINDINGS: readonly { name: string; role: strin
 
 const same = (a: unknown, b: unknown) => JSON.stringify(a) === JSON.stringify(b);
 
-function createOrGet(registry: Registry, def: typeof clusterroles, body: KubeObject): KubeObject | undefined {
-  const found = registry.find(def, '', body.metadata.name!);
+async function createOrGet(registry: Registry, def: typeof clusterroles, body: KubeObject): Promise<KubeObject | undefined> {
+  const found = await registry.find(def, '', body.metadata.name!);
   if (found) return found;
   try {
-    registry.create(def, '', body);
+    await registry.create(def, '', body);
   } catch (err: unknown) {
     if (!(err instanceof ApiError && err.reason === 'AlreadyExists')) throw err; // another API server made it first
   }
@@ -146,21 +146,21 @@ function createOrGet(registry: Registry, def: typeof clusterroles, body: KubeObj
  * Creates the default ClusterRoles and ClusterRoleBindings, and adds what an auto-updated one lacks
  * (rules, aggregation rule, labels, subjects). Idempotent; several API servers may run it at once.
  */
-export function reconcileBootstrapPolicy(registry: Registry, log: Logger): void {
+export async function reconcileBootstrapPolicy(registry: Registry, log: Logger): Promise<void> {
   for (const d of DEFAULT_CLUSTER_ROLES) {
     const body: KubeObject = {
       metadata: { name: d.name, labels: { ...BOOTSTRAP_LABEL, ...d.labels }, annotations: { [AUTOUPDATE]: 'true' } },
       rules: d.rules,
     };
     if (d.aggregateFrom) body.aggregationRule = { clusterRoleSelectors: [{ matchLabels: { [aggregateLabel(d.aggregateFrom)]: 'true' } }] };
-    const existing = createOrGet(registry, clusterroles, body);
+    const existing = await createOrGet(registry, clusterroles, body);
     if (!existing || existing.metadata.annotations?.[AUTOUPDATE] === 'false') continue;
     const rules = arr(existing.rules);
     const missing = d.aggregateFrom ? [] : d.rules.filter((want) => !rules.some((have) => same(have, want)));
     const labels = { ...existing.metadata.labels, ...body.metadata.labels };
     const aggregation = d.aggregateFrom && !same(existing.aggregationRule, body.aggregationRule);
     if (missing.length === 0 && !aggregation && same(labels, existing.metadata.labels)) continue;
-    registry.serverUpdate(clusterroles, '', d.name, (o) => ({ ...o, metadata: { ...o.metadata, labels }, rules: [...arr(o.rules), ...missing], ...(aggregation ? { aggregationRule: body.aggregationRule } : {}) }));
+    await registry.serverUpdate(clusterroles, '', d.name, (o) => ({ ...o, metadata: { ...o.metadata, labels }, rules: [...arr(o.rules), ...missing], ...(aggregation ? { aggregationRule: body.aggregationRule } : {}) }));
     log.info({ clusterrole: d.name, rulesAdded: missing.length }, 'reconciled default ClusterRole');
   }
   for (const b of DEFAULT_CLUSTER_ROLE_BINDINGS) {
@@ -169,12 +169,12 @@ export function reconcileBootstrapPolicy(registry: Registry, log: Logger): void 
       roleRef: { apiGroup: 'rbac.authorization.k8s.io', kind: 'ClusterRole', name: b.role },
       subjects: b.subjects,
     };
-    const existing = createOrGet(registry, clusterrolebindings, body);
+    const existing = await createOrGet(registry, clusterrolebindings, body);
     if (!existing || existing.metadata.annotations?.[AUTOUPDATE] === 'false') continue;
     const subjects = arr(existing.subjects);
     const missing = b.subjects.filter((want) => !subjects.some((have) => have.kind === want.kind && have.name === want.name));
     if (missing.length === 0) continue;
-    registry.serverUpdate(clusterrolebindings, '', b.name, (o) => ({ ...o, subjects: [...arr(o.subjects), ...missing] }));
+    await registry.serverUpdate(clusterrolebindings, '', b.name, (o) => ({ ...o, subjects: [...arr(o.subjects), ...missing] }));
     log.info({ clusterrolebinding: b.name, subjectsAdded: missing.length }, 'reconciled default ClusterRoleBinding');
   }
 }

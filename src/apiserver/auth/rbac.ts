@@ -116,6 +116,8 @@ export class RbacAuthorizer {
   #snapshot: Snapshot | undefined;
   readonly #watches: WatchHandle[] = [];
   #aggregating = false;
+  /** Bumped by every change of an RBAC kind: a snapshot read across one is not kept. */
+  #generation = 0;
 
   constructor(registry: Registry, log: Logger) {
     this.#registry = registry;
@@ -129,11 +131,16 @@ export class RbacAuthorizer {
       this.#watches.push(
         this.#registry.storage.watch(storageKey(def), rv, () => {
           this.#snapshot = undefined;
+          this.#generation++;
           if (def === clusterroles) this.#scheduleAggregation();
         }),
       );
     }
-    this.#aggregate();
+    this.#startAggregation();
+  }
+
+  #startAggregation(): void {
+    this.#aggregate().catch((err: unknown) => this.#log.warn({ err: err instanceof Error ? err.message : String(err) }, 'cannot aggregate ClusterRoles'));
   }
 
   /** Stops the watches. */
@@ -146,13 +153,13 @@ export class RbacAuthorizer {
     this.#aggregating = true;
     setImmediate(() => {
       this.#aggregating = false;
-      this.#aggregate();
+      this.#startAggregation();
     });
   }
 
   /** Writes each aggregated ClusterRole's rules: the union of the rules of the ClusterRoles its selectors match. */
-  #aggregate(): void {
-    const all = this.#registry.list(clusterroles, undefined).items;
+  async #aggregate(): Promise<void> {
+    const all = (await this.#registry.list(clusterroles, undefined)).items;
     for (const role of all) {
       const selectors = arr(rec(role.aggregationRule).clusterRoleSelectors);
       if (selectors.length === 0) continue;
@@ -172,26 +179,27 @@ export class RbacAuthorizer {
       }
       if (JSON.stringify(arr(role.rules)) === JSON.stringify(rules)) continue;
       try {
-        this.#registry.serverUpdate(clusterroles, '', role.metadata.name!, (o) => ({ ...o, rules }));
+        await this.#registry.serverUpdate(clusterroles, '', role.metadata.name!, (o) => ({ ...o, rules }));
       } catch (err: unknown) {
         this.#log.warn({ clusterrole: role.metadata.name, err: err instanceof Error ? err.message : String(err) }, 'cannot write the aggregated rules');
       }
     }
   }
 
-  #read(): Snapshot {
+  async #read(): Promise<Snapshot> {
     if (this.#snapshot) return this.#snapshot;
+    const generation = this.#generation;
     const reg = this.#registry;
-    const s: Snapshot = { clusterRoles: new Map(), roles: new Map(), clusterBindings: reg.list(clusterrolebindings, undefined).items, bindingsByNamespace: new Map() };
-    for (const r of reg.list(clusterroles, undefined).items) s.clusterRoles.set(r.metadata.name!, r);
-    for (const r of reg.list(roles, undefined).items) s.roles.set(`${r.metadata.namespace}/${r.metadata.name}`, r);
-    for (const b of reg.list(rolebindings, undefined).items) {
+    const s: Snapshot = { clusterRoles: new Map(), roles: new Map(), clusterBindings: (await reg.list(clusterrolebindings, undefined)).items, bindingsByNamespace: new Map() };
+    for (const r of (await reg.list(clusterroles, undefined)).items) s.clusterRoles.set(r.metadata.name!, r);
+    for (const r of (await reg.list(roles, undefined)).items) s.roles.set(`${r.metadata.namespace}/${r.metadata.name}`, r);
+    for (const b of (await reg.list(rolebindings, undefined)).items) {
       const ns = b.metadata.namespace ?? '';
       const list = s.bindingsByNamespace.get(ns) ?? [];
       list.push(b);
       s.bindingsByNamespace.set(ns, list);
     }
-    this.#snapshot = s;
+    if (generation === this.#generation) this.#snapshot = s;
     return s;
   }
 
@@ -204,8 +212,8 @@ export class RbacAuthorizer {
    * The rules that apply to `user` in `namespace` (cluster-wide ones always; a namespace's RoleBindings
    * when one is given), as `SelfSubjectRulesReview` lists them.
    */
-  rulesFor(user: UserInfo, namespace: string | undefined): PolicyRule[] {
-    const s = this.#read();
+  async rulesFor(user: UserInfo, namespace: string | undefined): Promise<PolicyRule[]> {
+    const s = await this.#read();
     const out: PolicyRule[] = [];
     for (const b of s.clusterBindings) if (arr(b.subjects).some((x) => subjectIs(x, user, ''))) out.push(...this.#roleRules(s, rec(b.roleRef), ''));
     if (namespace) {
@@ -215,8 +223,8 @@ export class RbacAuthorizer {
   }
 
   /** Whether RBAC allows `a` to `user`. */
-  allows(user: UserInfo, a: Attributes): boolean {
-    const s = this.#read();
+  async allows(user: UserInfo, a: Attributes): Promise<boolean> {
+    const s = await this.#read();
     for (const b of s.clusterBindings) {
       if (!arr(b.subjects).some((x) => subjectIs(x, user, ''))) continue;
       if (this.#roleRules(s, rec(b.roleRef), '').some((r) => ruleAllows(r, a))) return true;

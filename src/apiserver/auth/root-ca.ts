@@ -31,7 +31,7 @@ export class RootCaPublisher {
   }
 
   /** Publishes into every namespace now and after each namespace or ConfigMap change that needs it. */
-  start(): void {
+  async start(): Promise<void> {
     const rv = this.#registry.storage.currentResourceVersion();
     this.#watches.push(
       this.#registry.storage.watch(storageKey(namespaces), rv, (e) => {
@@ -41,7 +41,7 @@ export class RootCaPublisher {
         if (e.object.metadata.name === ROOT_CA_CONFIGMAP) this.#enqueue(e.object.metadata.namespace ?? '');
       }),
     );
-    for (const ns of this.#registry.list(namespaces, undefined).items) this.#enqueue(ns.metadata.name ?? '');
+    for (const ns of (await this.#registry.list(namespaces, undefined)).items) this.#enqueue(ns.metadata.name ?? '');
   }
 
   /** Stops the watches. */
@@ -59,20 +59,23 @@ export class RootCaPublisher {
       this.#scheduled = false;
       const todo = [...this.#pending];
       this.#pending.clear();
-      for (const n of todo) this.#publish(n);
+      void (async () => {
+        // #publish logs its own failures.
+        for (const n of todo) await this.#publish(n);
+      })();
     });
   }
 
-  #publish(ns: string): void {
+  async #publish(ns: string): Promise<void> {
     const reg = this.#registry;
     try {
-      const namespace = reg.find(namespaces, '', ns);
+      const namespace = await reg.find(namespaces, '', ns);
       if (!namespace || namespace.metadata.deletionTimestamp || rec(namespace.status).phase === 'Terminating') return;
-      const cm = reg.find(configmaps, ns, ROOT_CA_CONFIGMAP);
+      const cm = await reg.find(configmaps, ns, ROOT_CA_CONFIGMAP);
       if (!cm) {
-        reg.create(configmaps, ns, { metadata: { name: ROOT_CA_CONFIGMAP, annotations: { 'kubernetes.io/description': 'Contains a CA bundle that can be used to verify the kube-apiserver when using internal endpoints such as the internal service IP or kubernetes.default.svc. No other usage is guaranteed across distributions of Kubernetes clusters.' } }, data: { 'ca.crt': this.#pem } });
+        await reg.create(configmaps, ns, { metadata: { name: ROOT_CA_CONFIGMAP, annotations: { 'kubernetes.io/description': 'Contains a CA bundle that can be used to verify the kube-apiserver when using internal endpoints such as the internal service IP or kubernetes.default.svc. No other usage is guaranteed across distributions of Kubernetes clusters.' } }, data: { 'ca.crt': this.#pem } });
       } else if (rec(cm.data)['ca.crt'] !== this.#pem && !cm.metadata.deletionTimestamp) {
-        reg.serverUpdate(configmaps, ns, ROOT_CA_CONFIGMAP, (o) => ({ ...o, data: { ...rec(o.data), 'ca.crt': this.#pem } }));
+        await reg.serverUpdate(configmaps, ns, ROOT_CA_CONFIGMAP, (o) => ({ ...o, data: { ...rec(o.data), 'ca.crt': this.#pem } }));
       }
     } catch (err: unknown) {
       if (err instanceof ApiError && (err.reason === 'AlreadyExists' || err.reason === 'NotFound' || err.reason === 'Forbidden')) return;

@@ -30,16 +30,16 @@ export function serviceAccountUser(namespace: string, name: string, uid?: string
 }
 
 /** Whether a token's claims hold now: not expired, for the API server, its account and bound object alive (by uid). */
-export function checkTokenBinding(registry: Registry, user: TokenUser, audience = API_AUDIENCE): boolean {
+export async function checkTokenBinding(registry: Registry, user: TokenUser, audience = API_AUDIENCE): Promise<boolean> {
   if (user.expiresAt !== undefined && Date.now() / 1000 >= user.expiresAt) return false;
   if (user.audiences !== undefined && !user.audiences.includes(audience)) return false;
   const sa = user.serviceAccount;
   if (sa) {
-    if (registry.find(serviceaccounts, sa.namespace, sa.name)?.metadata.uid !== sa.uid) return false;
+    if ((await registry.find(serviceaccounts, sa.namespace, sa.name))?.metadata.uid !== sa.uid) return false;
     const obj = user.boundObject;
     if (obj) {
       const def = obj.kind === 'Pod' ? pods : secrets;
-      if (registry.find(def, sa.namespace, obj.name)?.metadata.uid !== obj.uid) return false;
+      if ((await registry.find(def, sa.namespace, obj.name))?.metadata.uid !== obj.uid) return false;
     }
   }
   return true;
@@ -62,7 +62,7 @@ function invalid(name: string, field: string, value: unknown, why: string): ApiE
 export async function serveTokenRequest(req: IncomingMessage, res: ServerResponse, ctx: ServerContext, namespace: string, name: string): Promise<void> {
   const body = rec(decodeBody(await readBody(req, ctx.maxBodyBytes), mediaType(req)));
   if (body.kind !== undefined && body.kind !== 'TokenRequest') throw badRequest(`the kind of the object (${String(body.kind)}) does not match TokenRequest`);
-  const sa = ctx.registry.get(serviceaccounts, namespace, name);
+  const sa = await ctx.registry.get(serviceaccounts, namespace, name);
   const spec = rec(body.spec);
   const seconds = spec.expirationSeconds === undefined || spec.expirationSeconds === null ? DEFAULT_TOKEN_SECONDS : Number(spec.expirationSeconds);
   if (!Number.isInteger(seconds) || seconds < MIN_TOKEN_SECONDS) throw invalid(name, 'spec.expirationSeconds', spec.expirationSeconds, 'may not specify a duration less than 10 minutes');
@@ -73,7 +73,7 @@ export async function serveTokenRequest(req: IncomingMessage, res: ServerRespons
   if (spec.boundObjectRef) {
     const kind = String(ref.kind ?? '');
     if (kind !== 'Pod' && kind !== 'Secret') throw invalid(name, 'spec.boundObjectRef.kind', kind, 'supported values: "Pod", "Secret"');
-    const obj = ctx.registry.get(kind === 'Pod' ? pods : secrets, namespace, String(ref.name ?? ''));
+    const obj = await ctx.registry.get(kind === 'Pod' ? pods : secrets, namespace, String(ref.name ?? ''));
     if (ref.uid && ref.uid !== obj.metadata.uid) throw new ApiError('Conflict', `the UID in the bound object reference (${String(ref.uid)}) does not match the UID in record. The object might have been deleted and then recreated`);
     boundObject = { kind, name: obj.metadata.name!, uid: obj.metadata.uid! };
   }

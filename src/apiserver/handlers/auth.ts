@@ -61,6 +61,6 @@ export function authorizerOf(registry: Registry, log?: Logger): Authorizer {
  * Decides whether `user` may do `verb` on `info`.
  * @throws ApiError Forbidden with kube-apiserver's message
  */
-export function authorize(reg: Registry, user: UserInfo, verb: string, info: AuthzResource): void {
-  authorizerOf(reg).authorize(user, verb, info);
+export async function authorize(reg: Registry, user: UserInfo, verb: string, info: AuthzResource): Promise<void> {
+  await authorizerOf(reg).authorize(user, verb, info);
 }

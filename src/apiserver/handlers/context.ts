@@ -30,7 +30,7 @@ export interface ServerContext {
   /** The bearer token the server presents to kubelets (user system:kube-apiserver). */
   kubeletToken: string;
   /** Answers a TokenReview: the user of a bearer token, or undefined. */
-  authenticateToken(token: string): UserInfo | undefined;
+  authenticateToken(token: string): Promise<UserInfo | undefined>;
   /** Mints a bound token (TokenRequest) with the server's signing key. */
   mintToken(user: UserInfo, claims: TokenClaims): string;
   /** The authorizer chain (system:masters, Node, RBAC). */

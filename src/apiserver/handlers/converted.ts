@@ -29,7 +29,7 @@ export async function serveConverted(scope: RequestScope): Promise<void> {
   if (info.subresource !== undefined) throw resourceNotFound();
   const include = (q.get('includeObject') ?? 'Metadata') as IncludeObject;
   if (method === 'GET' && q.get('watch') === 'true') {
-    serveWatch(scope);
+    await serveWatch(scope);
     return;
   }
   const toStoredBody = (body: unknown): KubeObject => {
@@ -40,7 +40,7 @@ export async function serveConverted(scope: RequestScope): Promise<void> {
   if (info.name === undefined) {
     if (method === 'GET') {
       const limit = q.get('limit');
-      const list = reg.list(stored, info.namespace, {
+      const list = await reg.list(stored, info.namespace, {
         labelSelector: q.get('labelSelector') ?? undefined,
         fieldSelector: q.get('fieldSelector') ?? undefined,
         limit: limit && /^\d+$/.test(limit) ? Number(limit) : undefined,
@@ -59,7 +59,7 @@ export async function serveConverted(scope: RequestScope): Promise<void> {
       return sendJson(res, 200, { kind: def.listKind, apiVersion: apiVersionOf(def), metadata, items: list.items.map(out) });
     }
     if (method === 'POST') {
-      const created = reg.create(stored, namespace, toStoredBody(await readObject(scope)), writeOptions(url, warnings));
+      const created = await reg.create(stored, namespace, toStoredBody(await readObject(scope)), writeOptions(url, warnings));
       return sendJson(res, 201, out(created), warningHeader(warnings));
     }
     throw new ApiError('MethodNotAllowed', `${method} is not supported on ${def.plural}.${def.group}`);
@@ -67,13 +67,13 @@ export async function serveConverted(scope: RequestScope): Promise<void> {
   const name = info.name;
   switch (method) {
     case 'GET':
-      return sendJson(res, 200, out(reg.get(stored, namespace, name)));
+      return sendJson(res, 200, out(await reg.get(stored, namespace, name)));
     case 'PUT':
-      return sendJson(res, 200, out(reg.update(stored, namespace, name, toStoredBody(await readObject(scope)), writeOptions(url, warnings))), warningHeader(warnings));
+      return sendJson(res, 200, out(await reg.update(stored, namespace, name, toStoredBody(await readObject(scope)), writeOptions(url, warnings))), warningHeader(warnings));
     case 'PATCH': {
       const type = mediaType(req);
       const body = await readObject(scope);
-      const current = out(reg.get(stored, namespace, name));
+      const current = out(await reg.get(stored, namespace, name));
       let patched: unknown;
       if (type === 'application/merge-patch+json') patched = mergePatch(current, body);
       else if (type === 'application/json-patch+json') patched = jsonPatch(current, body);
@@ -82,10 +82,10 @@ export async function serveConverted(scope: RequestScope): Promise<void> {
       if (patched === null || typeof patched !== 'object' || Array.isArray(patched)) throw badRequest('the patch must leave an object');
       const next = toStoredBody(patched);
       next.metadata = { ...next.metadata, resourceVersion: current.metadata.resourceVersion };
-      return sendJson(res, 200, out(reg.update(stored, namespace, name, next, writeOptions(url, warnings))), warningHeader(warnings));
+      return sendJson(res, 200, out(await reg.update(stored, namespace, name, next, writeOptions(url, warnings))), warningHeader(warnings));
     }
     case 'DELETE': {
-      const r = reg.delete(stored, namespace, name, {});
+      const r = await reg.delete(stored, namespace, name, {});
       return sendJson(res, 200, r.deleted ? successStatus(200, { name, group: def.group, kind: def.plural, uid: r.object.metadata.uid }) : out(r.object));
     }
     default:

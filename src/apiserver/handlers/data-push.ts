@@ -36,12 +36,12 @@ export class SnapshotPush {
   /**
    * Opens the push of a snapshot of `length` bytes whose SHA-256 is `sha256` (hex, the source's
    * `X-Kube32-Snapshot-Sha256`).
-   * @returns undefined when the target has no kubelet endpoint (nothing is pushed)
+   * @returns (a Promise of) undefined when the target has no kubelet endpoint (nothing is pushed)
    */
-  static open(ctx: ServerContext, to: PushTarget, length: number, sha256: string): SnapshotPush | undefined {
+  static async open(ctx: ServerContext, to: PushTarget, length: number, sha256: string): Promise<SnapshotPush | undefined> {
     let addr: { host: string; port: number };
     try {
-      addr = kubeletAddress(ctx.registry.get(nodes, '', to.node));
+      addr = kubeletAddress(await ctx.registry.get(nodes, '', to.node));
     } catch (err: unknown) {
       ctx.log.debug({ node: to.node, err: err instanceof Error ? err.message : String(err) }, 'checkpoint data: not pushed to the target');
       return undefined;

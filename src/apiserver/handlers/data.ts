@@ -66,7 +66,7 @@ export async function serveCheckpointData(scope: RequestScope): Promise<void> {
   const name = info.name!;
   const key = `${ns}/${name}`;
   if (req.method === 'GET') {
-    const ckpt = reg.get(checkpoints, ns, name);
+    const ckpt = await reg.get(checkpoints, ns, name);
     const st = rec(ckpt.status);
     const headers: Record<string, string> = {};
     if (typeof st.imageSha256 === 'string') headers['X-Kube32-Image-Sha256'] = st.imageSha256;
@@ -102,7 +102,7 @@ export async function serveCheckpointData(scope: RequestScope): Promise<void> {
   if (req.method === 'POST') return captureFromNode(scope);
   if (req.method !== 'PUT') throw new ApiError('MethodNotAllowed', `${req.method} is not supported on checkpoints/data`);
   const length = requireOctetStream(scope);
-  const ckpt = reg.get(checkpoints, ns, name);
+  const ckpt = await reg.get(checkpoints, ns, name);
   ctx.checkpointData.checkSize(length);
   // A failure stops the checks but the body is still read to its end (breaking a for-await would reset the connection).
   const peers = checkpointDataPeers(ctx);
@@ -220,7 +220,7 @@ async function readSnapshot(
  * @returns the Checkpoint as written
  * @throws ApiError NotFound when the Checkpoint went (or was replaced) meanwhile: its data is then dropped
  */
-async function storeSnapshot(scope: RequestScope, ckpt: ReturnType<ServerContext['registry']['get']>, buf: Buffer, facts: SnapshotFacts, file?: AtomicFileWriter): Promise<unknown> {
+async function storeSnapshot(scope: RequestScope, ckpt: Awaited<ReturnType<ServerContext['registry']['get']>>, buf: Buffer, facts: SnapshotFacts, file?: AtomicFileWriter): Promise<unknown> {
   const { ctx } = scope;
   const reg = ctx.registry;
   const ns = scope.info.namespace ?? '';
@@ -232,7 +232,7 @@ async function storeSnapshot(scope: RequestScope, ckpt: ReturnType<ServerContext
   if (dropped.length) ctx.log.info({ dropped, stored: key }, 'checkpoint data: dropped the oldest snapshots to make room');
   const holders = peers ? [{ url: peers.selfUrl, instance: peers.instance }, ...(await replicateToPeers(ctx, scope.url.pathname, ckpt.metadata.uid!, buf))] : [];
   try {
-    return reg.serverUpdate(checkpoints, ns, name, (o) => {
+    return await reg.serverUpdate(checkpoints, ns, name, (o) => {
       if (o.metadata.uid !== ckpt.metadata.uid) throw notFound('checkpoints', 'kube32.io', name);
       if (peers) o.metadata.annotations = { ...o.metadata.annotations, [DATA_HOLDER_ANNOTATION]: formatDataHolders(holders) };
       o.status = { ...rec(o.status), ...facts };
@@ -275,10 +275,10 @@ async function captureFromNode(scope: RequestScope): Promise<void> {
   if (leave !== 'running' && leave !== 'frozen') throw badRequest(`leave must be "running" or "frozen": current value is "${leave}"`);
   const timeout = q.get('timeoutMs') ?? '10000';
   if (!/^\d+$/.test(timeout) || Number(timeout) < 1 || Number(timeout) > 60_000) throw badRequest(`timeoutMs must be a whole number of ms from 1 to 60000: current value is "${timeout}"`);
-  const ckpt = reg.get(checkpoints, ns, name);
+  const ckpt = await reg.get(checkpoints, ns, name);
   const podName = rec(ckpt.spec).podName;
   if (typeof podName !== 'string' || !podName) throw invalidData(name, 'the Checkpoint has no spec.podName to take the snapshot of');
-  const target = kubeletAddress(reg.get(nodes, '', nodeName));
+  const target = kubeletAddress(await reg.get(nodes, '', nodeName));
   const path = `/checkpoint/${encodeURIComponent(ns)}/${encodeURIComponent(podName)}/${encodeURIComponent(container)}?leave=${leave}&timeoutMs=${timeout}`;
   req.resume();
   const up = await new Promise<IncomingMessage>((resolve, reject) => {
@@ -307,7 +307,7 @@ async function captureFromNode(scope: RequestScope): Promise<void> {
     // Stored as it streams in: the data dir's file is written while the bytes arrive, fsynced at the end.
     const file = ctx.checkpointData.begin(`${ns}/${name}`, ckpt.metadata.uid!);
     const sha = up.headers['x-kube32-snapshot-sha256'];
-    const push = pushTo && typeof sha === 'string' ? SnapshotPush.open(ctx, { node: pushTo, namespace: ns, pod: podName, container, checkpoint: name }, Number(len), sha) : undefined;
+    const push = pushTo && typeof sha === 'string' ? await SnapshotPush.open(ctx, { node: pushTo, namespace: ns, pod: podName, container, checkpoint: name }, Number(len), sha) : undefined;
     const { buf, facts } = await readSnapshot(up, Number(len), name, { drain: false, file, push });
     ctx.log.debug({ checkpoint: `${ns}/${name}` }, 'checkpoint data: snapshot read');
     const stored = await storeSnapshot(scope, ckpt, buf, facts, file);
@@ -319,9 +319,9 @@ async function captureFromNode(scope: RequestScope): Promise<void> {
 }
 
 /** Serves `GET /apis/kube32.io/v1/blobs/<sha256>`. */
-export function serveBlob(ctx: ServerContext, res: ServerResponse, sha: string): void {
+export async function serveBlob(ctx: ServerContext, res: ServerResponse, sha: string): Promise<void> {
   if (!/^[0-9a-f]{64}$/.test(sha)) throw badRequest(`"${sha}" is not a SHA-256 digest (64 lowercase hex digits)`);
-  const bytes = ctx.registry.storage.getBlob(sha);
+  const bytes = await ctx.registry.storage.getBlob(sha);
   if (!bytes) throw new ApiError('NotFound', `blob "${sha}" not found`, { name: sha, group: 'kube32.io', kind: 'blobs' });
   sendBytes(res, bytes, { 'X-Kube32-Image-Sha256': sha });
 }

@@ -30,7 +30,7 @@ import { nodes } from '../registry/nodes/index.ts';
 import { pods } from '../registry/pods/index.ts';
 import type { Registry } from '../registry/store.ts';
 import { arr, rec } from '../registry/util.ts';
-import type { KubeObject } from '../storage/index.ts';
+import type { KubeObject, Storage, WatchHandle } from '../storage/index.ts';
 import { authorize, bearerToken } from './auth.ts';
 import type { RequestScope, UserInfo } from './context.ts';
 import { parseResourcePath, type ResourceRequest } from './router.ts';
@@ -80,10 +80,10 @@ export const PORT_FORWARD_PROTOCOL = 'SPDY/3.1+portforward.k8s.io';
 const STREAM_SUBRESOURCES = new Set(['exec', 'attach', 'portforward']);
 
 /** The FeOS node a Pod is bound to (a Node labelled `kube32.io/runtime=feos`), or undefined. */
-export function feosNodeOf(registry: Registry, pod: KubeObject): string | undefined {
+export async function feosNodeOf(registry: Registry, pod: KubeObject): Promise<string | undefined> {
   const nodeName = rec(pod.spec).nodeName;
   if (typeof nodeName !== 'string' || !nodeName) return undefined;
-  const node = registry.find(nodes, '', nodeName);
+  const node = await registry.find(nodes, '', nodeName);
   return node?.metadata.labels?.['kube32.io/runtime'] === 'feos' ? nodeName : undefined;
 }
 
@@ -237,7 +237,7 @@ async function serveLog(scope: RequestScope, pod: KubeObject, node: string, stre
 export interface FeosUpgradeContext {
   registry: Registry;
   log: Logger;
-  authenticateToken(token: string): UserInfo | undefined;
+  authenticateToken(token: string): Promise<UserInfo | undefined>;
   /** Plain HTTP on loopback: no token is the admin. */
   insecure: boolean;
   streams(): FeosPodStreams | undefined;
@@ -254,15 +254,60 @@ function podStreamRequest(req: IncomingMessage): { url: URL; info: ResourceReque
 }
 
 /**
+ * Which Pods are bound to FeOS nodes (Nodes labelled `kube32.io/runtime=feos`), kept from the store's
+ * watch of pods and nodes: the server's `shouldUpgradeCallback` is synchronous and the store's reads are
+ * not, so the decision reads this index instead of the store.
+ */
+export class FeosPodIndex {
+  readonly #feosNodes = new Set<string>();
+  readonly #podNode = new Map<string, string>();
+  readonly #handles: WatchHandle[] = [];
+
+  /** Lists pods and nodes, then follows their events (those since the lists began are replayed). */
+  async start(storage: Storage): Promise<void> {
+    const rv = storage.currentResourceVersion();
+    const [n, p] = await Promise.all([storage.list('nodes'), storage.list('pods')]);
+    for (const o of n.items) this.#node(o, false);
+    for (const o of p.items) this.#pod(o, false);
+    this.#handles.push(
+      storage.watch('nodes', rv, (e) => this.#node(e.object, e.type === 'DELETED')),
+      storage.watch('pods', rv, (e) => this.#pod(e.object, e.type === 'DELETED')),
+    );
+  }
+
+  /** Stops following the store. */
+  stop(): void {
+    for (const h of this.#handles.splice(0)) h.stop();
+  }
+
+  #node(o: KubeObject, gone: boolean): void {
+    if (!gone && o.metadata.labels?.['kube32.io/runtime'] === 'feos') this.#feosNodes.add(o.metadata.name!);
+    else this.#feosNodes.delete(o.metadata.name!);
+  }
+
+  #pod(o: KubeObject, gone: boolean): void {
+    const key = `${o.metadata.namespace}/${o.metadata.name}`;
+    const node = rec(o.spec).nodeName;
+    if (gone || typeof node !== 'string' || !node) this.#podNode.delete(key);
+    else this.#podNode.set(key, node);
+  }
+
+  /** Whether the Pod `namespace/name` is bound to a FeOS node. */
+  isFeosPod(namespace: string, name: string): boolean {
+    const node = this.#podNode.get(`${namespace}/${name}`);
+    return node !== undefined && this.#feosNodes.has(node);
+  }
+}
+
+/**
  * Whether an upgrade is a WebSocket for exec, attach or port-forward of a Pod bound to a FeOS node
  * (part of the server's `shouldUpgradeCallback`); every other stays a plain request, as before.
  */
-export function isFeosPodUpgrade(req: IncomingMessage, registry: Registry): boolean {
+export function isFeosPodUpgrade(req: IncomingMessage, index: FeosPodIndex): boolean {
   if (!isWebSocketUpgrade(req)) return false;
   const r = podStreamRequest(req);
   if (!r) return false;
-  const pod = registry.find(pods, r.info.namespace!, r.info.name!);
-  return pod !== undefined && feosNodeOf(registry, pod) !== undefined;
+  return index.isFeosPod(r.info.namespace!, r.info.name!);
 }
 
 function refuse(socket: Duplex, err: unknown): void {
@@ -271,9 +316,9 @@ function refuse(socket: Duplex, err: unknown): void {
   socket.end(`HTTP/1.1 ${status.code} ${status.reason ?? ''}\r\nContent-Type: application/json\r\nContent-Length: ${Buffer.byteLength(body)}\r\nConnection: close\r\n\r\n${body}`);
 }
 
-function userOf(req: IncomingMessage, ctx: FeosUpgradeContext): UserInfo | undefined {
+async function userOf(req: IncomingMessage, ctx: FeosUpgradeContext): Promise<UserInfo | undefined> {
   const token = bearerToken(req);
-  if (token) return ctx.authenticateToken(token);
+  if (token) return await ctx.authenticateToken(token);
   if (ctx.insecure) return ADMIN_USER;
   const sock = req.socket as TLSSocket;
   if (sock.authorized) return userOfCertificate(sock.getPeerCertificate().subject as unknown as Record<string, string | string[] | undefined>);
@@ -286,17 +331,17 @@ function userOf(req: IncomingMessage, ctx: FeosUpgradeContext): UserInfo | undef
  * and the stream; a refusal is the Status as an HTTP answer (kubectl then tries SPDY and prints the
  * plain path's answer).
  */
-export function serveFeosPodUpgrade(req: IncomingMessage, socket: Duplex, head: Buffer, ctx: FeosUpgradeContext): void {
+export async function serveFeosPodUpgrade(req: IncomingMessage, socket: Duplex, head: Buffer, ctx: FeosUpgradeContext): Promise<void> {
   socket.on('error', () => {});
   try {
     const r = podStreamRequest(req);
     if (!r) throw new ApiError('NotFound', 'the server could not find the requested resource');
     const { url, info } = r;
-    const user = userOf(req, ctx);
+    const user = await userOf(req, ctx);
     if (!user) throw new ApiError('Unauthorized', 'Unauthorized');
-    authorize(ctx.registry, user, 'create', info);
-    const pod = ctx.registry.get(pods, info.namespace!, info.name!);
-    const node = feosNodeOf(ctx.registry, pod);
+    await authorize(ctx.registry, user, 'create', info);
+    const pod = await ctx.registry.get(pods, info.namespace!, info.name!);
+    const node = await feosNodeOf(ctx.registry, pod);
     if (!node) throw badRequest(`pod "${info.name}" is not bound to a FeOS node`);
     if (info.subresource === 'attach') throw attachRefused(pod);
     const streams = ctx.streams();

@@ -8,7 +8,7 @@ import { EtcdStorage } from '../storage/etcd.ts';
 import type { Storage } from '../storage/index.ts';
 
 /** Named health checks: each answers undefined when healthy, else why not; the flag says whether `/livez` runs it. */
-export type HealthChecks = Record<string, [check: () => string | undefined, inLivez: boolean]>;
+export type HealthChecks = Record<string, [check: () => string | undefined | Promise<string | undefined>, inLivez: boolean]>;
 
 /**
  * `/healthz`, `/livez`, `/readyz` and their `/<endpoint>/<check>` paths, as kube-apiserver answers them:
@@ -17,7 +17,7 @@ export type HealthChecks = Record<string, [check: () => string | undefined, inLi
  * (`<endpoint> check passed`); `?exclude=NAME` (repeatable) skips checks. One check alone answers `ok`,
  * or 500 `internal server error: <reason>`; an unknown one 404. `/livez` runs only the checks marked for it.
  */
-export function serveHealth(res: ServerResponse, path: string, query: URLSearchParams, checks: HealthChecks): void {
+export async function serveHealth(res: ServerResponse, path: string, query: URLSearchParams, checks: HealthChecks): Promise<void> {
   const [, endpoint = '', name] = path.split('/');
   const send = (code: number, body: string) => {
     res.writeHead(code, { 'Content-Type': 'text/plain; charset=utf-8', 'X-Content-Type-Options': 'nosniff' });
@@ -25,7 +25,7 @@ export function serveHealth(res: ServerResponse, path: string, query: URLSearchP
   };
   if (name) {
     const entry = Object.hasOwn(checks, name) ? checks[name] : undefined;
-    const reason = entry?.[0]();
+    const reason = await entry?.[0]();
     if (!entry) send(404, '404 page not found\n');
     else if (reason === undefined) send(200, 'ok');
     else send(500, `internal server error: ${reason}\n`);
@@ -40,7 +40,7 @@ export function serveHealth(res: ServerResponse, path: string, query: URLSearchP
       lines.push(`[+]${check} excluded: ok`);
       continue;
     }
-    const reason = run();
+    const reason = await run();
     if (reason === undefined) lines.push(`[+]${check} ok`);
     else {
       failed = true;
@@ -64,10 +64,10 @@ export function isHealthPath(path: string): boolean {
  */
 export function healthChecks(storage: Storage, log: Logger): HealthChecks {
   let storageFailing = false;
-  const storageCheck = (): string | undefined => {
+  const storageCheck = async (): Promise<string | undefined> => {
     try {
-      if (storage instanceof EtcdStorage) storage.etcdRevision();
-      else storage.getRaw({ resource: 'namespaces', namespace: '', name: 'default' });
+      if (storage instanceof EtcdStorage) await storage.etcdRevision();
+      else await storage.getRaw({ resource: 'namespaces', namespace: '', name: 'default' });
       if (storageFailing) log.info('storage answers again: ready');
       storageFailing = false;
       return undefined;

@@ -33,9 +33,9 @@ export async function serveModuleData(scope: RequestScope): Promise<void> {
   const reg = ctx.registry;
   const name = info.name!;
   if (req.method === 'GET') {
-    const mod = reg.get(modules, '', name);
+    const mod = await reg.get(modules, '', name);
     const sha = String(rec(mod.spec).sha256);
-    const bytes = reg.storage.getBlob(sha);
+    const bytes = await reg.storage.getBlob(sha);
     if (!bytes) throw new ApiError('NotFound', `modules.kube32.io "${name}" has no data`, { name, group: 'kube32.io', kind: 'modules' });
     res.writeHead(200, { 'Content-Type': 'application/octet-stream', 'Content-Length': bytes.byteLength, 'Cache-Control': 'no-cache, private', 'X-Kube32-Image-Sha256': sha });
     res.end(bytes);
@@ -70,11 +70,11 @@ export async function serveModuleData(scope: RequestScope): Promise<void> {
   if (length < 8 || buf.readUInt32BE(0) !== 0x0061736d) throw invalid(name, 'not a WebAssembly module (no \\0asm magic)');
   await validateModuleBytes(name, buf);
   const sha256 = hash.digest('hex');
-  const result = reg.storage.transaction(() => {
-    reg.storage.putBlob(sha256, buf);
-    const existing = reg.find(modules, '', name);
-    if (!existing) return { obj: reg.create(modules, '', { metadata: { name }, spec: { sha256, sizeBytes: length } }), created: true };
-    return { obj: reg.serverUpdate(modules, '', name, (o) => ({ ...o, spec: { ...rec(o.spec), sha256, sizeBytes: length } })), created: false };
+  const result = await reg.storage.transaction(async () => {
+    await reg.storage.putBlob(sha256, buf);
+    const existing = await reg.find(modules, '', name);
+    if (!existing) return { obj: await reg.create(modules, '', { metadata: { name }, spec: { sha256, sizeBytes: length } }), created: true };
+    return { obj: await reg.serverUpdate(modules, '', name, (o) => ({ ...o, spec: { ...rec(o.spec), sha256, sizeBytes: length } })), created: false };
   });
   sendJson(res, result.created ? 201 : 200, result.obj);
 }

@@ -35,7 +35,7 @@ export type NodeTunnel = (node: string, socket: Duplex, head: Buffer) => void;
 /** What {@link serveNodeTunnel} needs of the server. */
 export interface NodeTunnelContext {
   registry: Registry;
-  authenticateToken(token: string): UserInfo | undefined;
+  authenticateToken(token: string): Promise<UserInfo | undefined>;
   /** Plain HTTP on loopback: no token is the admin. */
   insecure: boolean;
   /** The registered tunnel, if any (the control plane with `--feos-listen`). */
@@ -50,7 +50,7 @@ function refuse(socket: Duplex, err: unknown): void {
 }
 
 /** Serves an HTTP/1.1 upgrade request (the server's 'upgrade' event). */
-export function serveNodeTunnel(req: IncomingMessage, socket: Duplex, head: Buffer, ctx: NodeTunnelContext): void {
+export async function serveNodeTunnel(req: IncomingMessage, socket: Duplex, head: Buffer, ctx: NodeTunnelContext): Promise<void> {
   socket.on('error', () => {});
   try {
     const url = new URL(req.url ?? '/', 'http://apiserver');
@@ -62,15 +62,15 @@ export function serveNodeTunnel(req: IncomingMessage, socket: Duplex, head: Buff
     if (req.method !== 'POST') throw new ApiError('MethodNotAllowed', `the tunnel to a node is a POST, not ${req.method}`);
     const token = bearerToken(req);
     let user: UserInfo | undefined;
-    if (token) user = ctx.authenticateToken(token);
+    if (token) user = await ctx.authenticateToken(token);
     else if (ctx.insecure) user = ADMIN_USER;
     else {
       const sock = req.socket as TLSSocket;
       if (sock.authorized) user = userOfCertificate(sock.getPeerCertificate().subject as unknown as Record<string, string | string[] | undefined>);
     }
     if (!user) throw new ApiError('Unauthorized', 'Unauthorized');
-    authorize(ctx.registry, user, 'create', info);
-    const node = ctx.registry.get(nodes, '', info.name);
+    await authorize(ctx.registry, user, 'create', info);
+    const node = await ctx.registry.get(nodes, '', info.name);
     if (node.metadata.labels?.['kube32.io/runtime'] !== 'feos') throw new ApiError('BadRequest', `node "${info.name}" is not a FeOS node (label kube32.io/runtime=feos): its node proxy is plain HTTP, without ${NODE_TUNNEL_PROTOCOL}`);
     const tunnel = ctx.tunnel();
     if (!tunnel) throw new ApiError('ServiceUnavailable', 'this API server has no port for FeOS nodes (kube32-cli control-plane --feos-listen): it holds no node connection');

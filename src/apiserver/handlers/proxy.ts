@@ -22,7 +22,7 @@ function forwardHeaders(h: IncomingHttpHeaders): Record<string, string | string[
 }
 
 /** Where a node's kubelet listens, from its status. */
-export function kubeletAddress(node: ReturnType<RequestScope['ctx']['registry']['get']>): { host: string; port: number } {
+export function kubeletAddress(node: Awaited<ReturnType<RequestScope['ctx']['registry']['get']>>): { host: string; port: number } {
   const st = rec(node.status);
   const addrs = arr(st.addresses);
   const host = (addrs.find((a) => a.type === 'InternalIP')?.address ?? addrs.find((a) => a.type === 'Hostname')?.address) as string | undefined;
@@ -85,7 +85,7 @@ export function proxiedPath(subpath: string | undefined, trailingSlash: boolean 
 
 /** Serves `/api/v1/nodes/<node>/proxy/<path>`. */
 export async function serveNodeProxy(scope: RequestScope): Promise<void> {
-  const node = scope.ctx.registry.get(nodes, '', scope.info.name!);
+  const node = await scope.ctx.registry.get(nodes, '', scope.info.name!);
   const target = kubeletAddress(node);
   await forward(scope, target, `${proxiedPath(scope.info.subpath, scope.info.trailingSlash)}${scope.url.search}`, true);
 }
@@ -94,7 +94,7 @@ export async function serveNodeProxy(scope: RequestScope): Promise<void> {
 export async function servePodLog(scope: RequestScope): Promise<void> {
   const { ctx, info, url } = scope;
   const ns = info.namespace ?? '';
-  const pod = ctx.registry.get(pods, ns, info.name!);
+  const pod = await ctx.registry.get(pods, ns, info.name!);
   const spec = rec(pod.spec);
   const names = arr(spec.containers).map((c) => String(c.name));
   let container = url.searchParams.get('container') ?? '';
@@ -107,7 +107,7 @@ export async function servePodLog(scope: RequestScope): Promise<void> {
   const all = [...names, ...arr(spec.initContainers).map((c) => String(c.name))];
   if (!all.includes(container)) throw badRequest(`container ${container} is not valid for pod ${info.name}`);
   if (!spec.nodeName) throw badRequest(`pod ${info.name} does not have a host assigned`);
-  const node = ctx.registry.find(nodes, '', String(spec.nodeName));
+  const node = await ctx.registry.find(nodes, '', String(spec.nodeName));
   if (!node) throw notFound('nodes', '', String(spec.nodeName));
   const target = kubeletAddress(node);
   const q = new URLSearchParams();
@@ -130,7 +130,7 @@ export async function servePodProxy(scope: RequestScope): Promise<void> {
   const parts = info.name!.split(':');
   const name = parts.length === 3 ? parts[1]! : parts[0]!;
   const portName = parts.length === 3 ? parts[2]! : (parts[1] ?? '');
-  const pod = ctx.registry.get(pods, ns, name);
+  const pod = await ctx.registry.get(pods, ns, name);
   const ip = rec(pod.status).podIP;
   if (!ip || rec(pod.status).phase !== 'Running') throw new ApiError('ServiceUnavailable', `pod ${name} is not running: it has no IP to proxy to`);
   const ports = arr(rec(pod.spec).containers).flatMap((c) => arr(c.ports));

@@ -121,10 +121,10 @@ function metadataOf(obj: KubeObject): Record<string, unknown> {
 async function nodeMetrics(ctx: ServerContext, name: string | undefined, labelSelector: string | null): Promise<Record<string, unknown>[]> {
   let list: KubeObject[];
   if (name !== undefined) {
-    const n = ctx.registry.find(nodes, '', name);
+    const n = await ctx.registry.find(nodes, '', name);
     list = n ? [n] : [];
   } else {
-    list = ctx.registry.list(nodes, undefined, labelSelector ? { labelSelector } : {}).items;
+    list = (await ctx.registry.list(nodes, undefined, labelSelector ? { labelSelector } : {})).items;
   }
   return (await readNodes(ctx, list)).map((r) => ({
     kind: 'NodeMetrics',
@@ -140,13 +140,15 @@ async function nodeMetrics(ctx: ServerContext, name: string | undefined, labelSe
 async function podMetrics(ctx: ServerContext, namespace: string | undefined, name: string | undefined, labelSelector: string | null, fieldSelector: string | null): Promise<Record<string, unknown>[]> {
   let wanted: KubeObject[];
   if (name !== undefined) {
-    const p = ctx.registry.find(pods, namespace ?? '', name);
+    const p = await ctx.registry.find(pods, namespace ?? '', name);
     wanted = p ? [p] : [];
   } else {
-    wanted = ctx.registry.list(pods, namespace, {
-      ...(labelSelector ? { labelSelector } : {}),
-      ...(fieldSelector ? { fieldSelector } : {}),
-    }).items;
+    wanted = (
+      await ctx.registry.list(pods, namespace, {
+        ...(labelSelector ? { labelSelector } : {}),
+        ...(fieldSelector ? { fieldSelector } : {}),
+      })
+    ).items;
   }
   const byUid = new Map<string, KubeObject>();
   const nodeNames = new Set<string>();
@@ -156,7 +158,7 @@ async function podMetrics(ctx: ServerContext, namespace: string | undefined, nam
     byUid.set(p.metadata.uid, p);
     nodeNames.add(node);
   }
-  const nodeObjs = [...nodeNames].map((n) => ctx.registry.find(nodes, '', n)).filter((n): n is KubeObject => n !== undefined);
+  const nodeObjs = (await Promise.all([...nodeNames].map((n) => ctx.registry.find(nodes, '', n)))).filter((n): n is KubeObject => n !== undefined);
   const out: Record<string, unknown>[] = [];
   for (const r of await readNodes(ctx, nodeObjs)) {
     for (const ps of arr(r.summary.pods) as NonNullable<SummaryDoc['pods']>) {

@@ -107,7 +107,7 @@ export async function serveResource(scope: RequestScope): Promise<void> {
   if (!['None', 'Metadata', 'Object'].includes(include)) throw badRequest(`includeObject: Unsupported value: "${include}"`);
 
   if (method === 'GET' && q.get('watch') === 'true') {
-    serveWatch(scope);
+    await serveWatch(scope);
     return;
   }
   if (info.name === undefined) {
@@ -122,10 +122,10 @@ export async function serveResource(scope: RequestScope): Promise<void> {
           continue: q.get('continue') ?? undefined,
         };
         if (!wantsTable(req) && !wantsPartial(req)) {
-          sendRawJson(res, 200, reg.listJson(def, def.namespaced ? info.namespace : undefined, listOpts));
+          sendRawJson(res, 200, await reg.listJson(def, def.namespaced ? info.namespace : undefined, listOpts));
           return;
         }
-        const list = reg.list(def, def.namespaced ? info.namespace : undefined, listOpts);
+        const list = await reg.list(def, def.namespaced ? info.namespace : undefined, listOpts);
         if (wantsTable(req)) {
           sendJson(res, 200, toTable(def, list.items, list.resourceVersion, include, now, { continue: list.continue, remainingItemCount: list.remainingItemCount }));
           return;
@@ -139,14 +139,14 @@ export async function serveResource(scope: RequestScope): Promise<void> {
       case 'POST': {
         const body = await readObject(scope);
         guardNodeCreate(scope, body);
-        const created = reg.create(def, namespace, body, { ...writeOptions(url, warnings), admit: escalationAdmission(reg, scope.user, def) });
+        const created = await reg.create(def, namespace, body, { ...writeOptions(url, warnings), admit: escalationAdmission(reg, scope.user, def) });
         ctx.log.debug({ resource: storageKey(def), namespace, name: created.metadata.name }, 'created');
         sendJson(res, 201, created, warningHeader(warnings));
         return;
       }
       case 'DELETE': {
         const body = await readObject(scope).catch(() => undefined);
-        const items = reg.deleteCollection(def, def.namespaced ? info.namespace : undefined, { labelSelector: q.get('labelSelector') ?? undefined, fieldSelector: q.get('fieldSelector') ?? undefined }, deleteOptions(url, body));
+        const items = await reg.deleteCollection(def, def.namespaced ? info.namespace : undefined, { labelSelector: q.get('labelSelector') ?? undefined, fieldSelector: q.get('fieldSelector') ?? undefined }, deleteOptions(url, body));
         sendJson(res, 200, { kind: def.listKind, apiVersion: apiVersionOf(def), metadata: { resourceVersion: String(reg.storage.currentResourceVersion()) }, items });
         return;
       }
@@ -158,10 +158,10 @@ export async function serveResource(scope: RequestScope): Promise<void> {
   switch (method) {
     case 'GET': {
       if (!wantsTable(req) && !wantsPartial(req)) {
-        sendRawJson(res, 200, reg.getJson(def, namespace, name));
+        sendRawJson(res, 200, await reg.getJson(def, namespace, name));
         return;
       }
-      const obj = reg.get(def, namespace, name);
+      const obj = await reg.get(def, namespace, name);
       if (wantsTable(req)) sendJson(res, 200, toTable(def, [obj], obj.metadata.resourceVersion ?? '', include, now));
       else if (wantsPartial(req)) sendJson(res, 200, partialMetadata(obj));
       else sendJson(res, 200, obj);
@@ -169,7 +169,7 @@ export async function serveResource(scope: RequestScope): Promise<void> {
     }
     case 'PUT': {
       const body = await readObject(scope);
-      const obj = reg.update(def, namespace, name, body, { ...writeOptions(url, warnings), admit: escalationAdmission(reg, scope.user, def) });
+      const obj = await reg.update(def, namespace, name, body, { ...writeOptions(url, warnings), admit: escalationAdmission(reg, scope.user, def) });
       sendJson(res, 200, obj, warningHeader(warnings));
       return;
     }
@@ -182,7 +182,7 @@ export async function serveResource(scope: RequestScope): Promise<void> {
         if (!opts.fieldManager) throw badRequest('PATCH of type apply requires a fieldManager (the fieldManager query parameter)');
         if (q.has('fieldValidation') === false) opts.fieldValidation = 'Strict';
       }
-      const r = reg.patch(def, namespace, name, type, body, opts);
+      const r = await reg.patch(def, namespace, name, type, body, opts);
       sendJson(res, r.created ? 201 : 200, r.object, warningHeader(warnings));
       return;
     }
@@ -191,7 +191,7 @@ export async function serveResource(scope: RequestScope): Promise<void> {
         if (err instanceof ApiError && err.reason === 'UnsupportedMediaType') return undefined; // drain's protobuf DeleteOptions
         throw err;
       });
-      const r = reg.delete(def, namespace, name, deleteOptions(url, body));
+      const r = await reg.delete(def, namespace, name, deleteOptions(url, body));
       if (r.deleted && !(def.group === '' && def.plural === 'pods')) {
         sendJson(res, 200, successStatus(200, { name, kind: def.plural, uid: r.object.metadata.uid }));
         return;

@@ -23,7 +23,7 @@ export async function serveTokenReview(req: IncomingMessage, res: ServerResponse
       causes: [{ reason: 'FieldValueRequired', message: 'Required value', field: 'spec.token' }],
     });
   }
-  const user = ctx.authenticateToken(token);
+  const user = await ctx.authenticateToken(token);
   const status = user ? { authenticated: true, user: { username: user.name, ...(user.uid ? { uid: user.uid } : {}), groups: user.groups }, audiences: [] } : { authenticated: false, error: 'invalid bearer token' };
   sendJson(res, 201, { kind: 'TokenReview', apiVersion: 'authentication.k8s.io/v1', metadata: { creationTimestamp: null }, spec: { token }, status });
 }
@@ -48,15 +48,15 @@ function accessAttributes(spec: Record<string, unknown>, namespace?: string): { 
   };
 }
 
-function decideAccess(ctx: ServerContext, user: UserInfo, spec: Record<string, unknown>, namespace?: string): { allowed: boolean; reason?: string } {
+async function decideAccess(ctx: ServerContext, user: UserInfo, spec: Record<string, unknown>, namespace?: string): Promise<{ allowed: boolean; reason?: string }> {
   const a = accessAttributes(spec, namespace);
   if (a.info) {
     if (!a.info.plural) throw invalidReview('spec.resourceAttributes.resource', 'Required value');
-    const d = ctx.authorizer.decide(user, a.verb, a.info);
+    const d = await ctx.authorizer.decide(user, a.verb, a.info);
     return d.allowed ? { allowed: true, reason: user.groups.includes('system:masters') ? 'allowed by the system:masters group' : 'RBAC: allowed' } : { allowed: false, ...(d.reason ? { reason: d.reason } : {}) };
   }
   if (spec.resourceAttributes === undefined && spec.nonResourceAttributes === undefined) throw invalidReview('spec.resourceAttributes', 'exactly one of nonResourceAttributes or resourceAttributes must be specified');
-  return { allowed: ctx.authorizer.decidePath(user, a.verb, a.path ?? '').allowed };
+  return { allowed: (await ctx.authorizer.decidePath(user, a.verb, a.path ?? '')).allowed };
 }
 
 function invalidReview(field: string, why: string): ApiError {
@@ -71,7 +71,7 @@ function invalidReview(field: string, why: string): ApiError {
 export async function serveAccessReview(req: IncomingMessage, res: ServerResponse, ctx: ServerContext, user: UserInfo, limit: number): Promise<void> {
   const body = rec(decodeBody(await readBody(req, limit), mediaType(req)));
   const spec = rec(body.spec);
-  const status = decideAccess(ctx, user, spec);
+  const status = await decideAccess(ctx, user, spec);
   sendJson(res, 201, { kind: 'SelfSubjectAccessReview', apiVersion: 'authorization.k8s.io/v1', metadata: { creationTimestamp: null }, spec, status });
 }
 
@@ -90,7 +90,7 @@ export async function serveSubjectAccessReview(req: IncomingMessage, res: Server
     if (ns !== undefined && ns !== '' && ns !== namespace) throw invalidReview('spec.resourceAttributes.namespace', `must match metadata.namespace: "${namespace}"`);
   }
   const subject: UserInfo = { name, groups, ...(typeof spec.uid === 'string' && spec.uid ? { uid: spec.uid } : {}) };
-  const status = decideAccess(ctx, subject, spec, namespace);
+  const status = await decideAccess(ctx, subject, spec, namespace);
   const kind = namespace === undefined ? 'SubjectAccessReview' : 'LocalSubjectAccessReview';
   sendJson(res, 201, { kind, apiVersion: 'authorization.k8s.io/v1', metadata: { creationTimestamp: null, ...(namespace ? { namespace } : {}) }, spec, status });
 }
@@ -104,7 +104,7 @@ export async function serveRulesReview(req: IncomingMessage, res: ServerResponse
   const body = rec(decodeBody(await readBody(req, limit), mediaType(req)));
   const spec = rec(body.spec);
   const namespace = typeof spec.namespace === 'string' ? spec.namespace : '';
-  const rules = ctx.authorizer.rbac.rulesFor(user, namespace || undefined);
+  const rules = await ctx.authorizer.rbac.rulesFor(user, namespace || undefined);
   const resourceRules: Record<string, unknown>[] = [];
   const nonResourceRules: Record<string, unknown>[] = [];
   const seen = new Set<string>();

@@ -53,8 +53,8 @@ function readBody(scope: RequestScope): Promise<Buffer> {
 }
 
 /** A ready endpoint of the service's port now, if any. */
-function pickEndpoint(scope: RequestScope, ns: string, name: string, port: Record<string, unknown>): { host: string; port: number } | undefined {
-  const ep = scope.ctx.registry.find(endpoints, ns, name);
+async function pickEndpoint(scope: RequestScope, ns: string, name: string, port: Record<string, unknown>): Promise<{ host: string; port: number } | undefined> {
+  const ep = await scope.ctx.registry.find(endpoints, ns, name);
   for (const subset of arr(ep?.subsets)) {
     const epPort = arr(subset.ports).find((p) => (port.name ? p.name === port.name : true));
     const addrs = arr(subset.addresses);
@@ -131,7 +131,7 @@ export async function serveServiceProxyHeld(scope: RequestScope, path: string): 
     name = parts[1]!;
     portName = parts[2]!;
   }
-  const svc = ctx.registry.get(services, ns, name);
+  const svc = await ctx.registry.get(services, ns, name);
   const ports = arr(rec(svc.spec).ports);
   const port = portName ? ports.find((p) => p.name === portName || String(p.port) === portName) : ports[0];
   if (!port) throw new ApiError('ServiceUnavailable', `no service port "${portName}" on service "${name}"`);
@@ -140,7 +140,7 @@ export async function serveServiceProxyHeld(scope: RequestScope, path: string): 
   let last = `no endpoints available for service "${name}"`;
   for (;;) {
     if (res.destroyed) return;
-    const target = pickEndpoint(scope, ns, name, port);
+    const target = await pickEndpoint(scope, ns, name, port);
     if (target) {
       const r = await attempt(scope, target, path, body);
       if (r === 'sent') return;

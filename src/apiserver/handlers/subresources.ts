@@ -75,8 +75,8 @@ export async function serveSubresource(scope: RequestScope): Promise<void> {
   const name = info.name!;
   if (def.kind === 'Pod' && def.group === '' && (STREAMING_SUBRESOURCES.has(info.subresource!) || info.subresource === 'log')) {
     // A Pod bound to a FeOS node: its log, exec and port-forward go through the node connection (./feos-pods.ts).
-    const pod = reg.get(def, namespace, name);
-    const feosNode = feosNodeOf(reg, pod);
+    const pod = await reg.get(def, namespace, name);
+    const feosNode = await feosNodeOf(reg, pod);
     if (feosNode && info.subpath === '') return serveFeosPodSubresource(scope, pod, feosNode, ctx.feosPodStreams?.());
     if (STREAMING_SUBRESOURCES.has(info.subresource!)) throw streamingNotSupported(pod, info.subresource!);
   }
@@ -86,20 +86,20 @@ export async function serveSubresource(scope: RequestScope): Promise<void> {
   const notAllowed = () => new ApiError('MethodNotAllowed', `${method} is not supported on ${def.plural}/${sub}`);
   switch (sub) {
     case 'status': {
-      if (method === 'GET') return sendJson(res, 200, reg.get(def, namespace, name));
-      if (method === 'PUT') return sendJson(res, 200, reg.update(def, namespace, name, await readObject(scope), writeOptions(url, warnings), 'status'), warningHeader(warnings));
+      if (method === 'GET') return sendJson(res, 200, await reg.get(def, namespace, name));
+      if (method === 'PUT') return sendJson(res, 200, await reg.update(def, namespace, name, await readObject(scope), writeOptions(url, warnings), 'status'), warningHeader(warnings));
       if (method === 'PATCH') {
         const type = PATCH_TYPES[mediaType(req)];
         if (!type) throw new ApiError('UnsupportedMediaType', `the body of the request was in an unknown format - accepted media types include: ${Object.keys(PATCH_TYPES).join(', ')}`);
         const opts = writeOptions(url, warnings);
         if (type === 'apply' && !opts.fieldManager) throw badRequest('PATCH of type apply requires a fieldManager');
-        return sendJson(res, 200, reg.patch(def, namespace, name, type, await readObject(scope), opts, 'status').object, warningHeader(warnings));
+        return sendJson(res, 200, (await reg.patch(def, namespace, name, type, await readObject(scope), opts, 'status')).object, warningHeader(warnings));
       }
       throw notAllowed();
     }
     case 'scale': {
       const paths = def.scale!;
-      const current = reg.get(def, namespace, name);
+      const current = await reg.get(def, namespace, name);
       if (method === 'GET') return sendJson(res, 200, toScale(current, paths));
       let scale: Record<string, unknown>;
       const body = await readObject(scope);
@@ -126,7 +126,7 @@ export async function serveSubresource(scope: RequestScope): Promise<void> {
       const next = structuredClone(current);
       rec(next.spec).replicas = replicas;
       if (typeof rv === 'string' && rv) next.metadata.resourceVersion = rv;
-      const updated = reg.update(def, namespace, name, next, writeOptions(url, warnings));
+      const updated = await reg.update(def, namespace, name, next, writeOptions(url, warnings));
       return sendJson(res, 200, toScale(updated, paths));
     }
     case 'eviction': {
@@ -135,16 +135,16 @@ export async function serveSubresource(scope: RequestScope): Promise<void> {
       // kubectl drain --dry-run=server sends the dry run inside the Eviction (deleteOptions.dryRun), not on the URL.
       const inBody = rec(rec(body).deleteOptions).dryRun;
       const dryRun = url.searchParams.getAll('dryRun').includes('All') || (Array.isArray(inBody) && inBody.includes('All'));
-      const status = evictPod(reg, namespace, name, body, { dryRun });
+      const status = await evictPod(reg, namespace, name, body, { dryRun });
       return sendJson(res, 201, status);
     }
     case 'binding': {
       if (method !== 'POST') throw notAllowed();
-      return sendJson(res, 201, bindPod(reg, namespace, name, await readObject(scope), { dryRun: url.searchParams.getAll('dryRun').includes('All') }));
+      return sendJson(res, 201, await bindPod(reg, namespace, name, await readObject(scope), { dryRun: url.searchParams.getAll('dryRun').includes('All') }));
     }
     case 'replace': {
       if (method !== 'POST') throw notAllowed();
-      const fresh = replacePod(reg, namespace, name, await readObject(scope), { dryRun: url.searchParams.getAll('dryRun').includes('All') });
+      const fresh = await replacePod(reg, namespace, name, await readObject(scope), { dryRun: url.searchParams.getAll('dryRun').includes('All') });
       ctx.log.info({ namespace, pod: name, node: rec(fresh.spec).nodeName, uid: fresh.metadata.uid }, 'pod replaced');
       return sendJson(res, 201, fresh);
     }

@@ -44,7 +44,7 @@ const MAX_BUFFERED_BYTES = 32 * 1024 * 1024;
  * Serves one watch request.
  * @throws ApiError BadRequest for bad selectors or resourceVersion (before the stream starts)
  */
-export function serveWatch(scope: RequestScope, filter?: (o: KubeObject) => boolean): void {
+export async function serveWatch(scope: RequestScope, filter?: (o: KubeObject) => boolean): Promise<void> {
   const { req, res, url, ctx, info } = scope;
   const def = info.def!;
   const q = url.searchParams;
@@ -113,7 +113,7 @@ export function serveWatch(scope: RequestScope, filter?: (o: KubeObject) => bool
   try {
     const key = storageKey(def);
     if (rvParam === '' || rvParam === '0') {
-      const { items, resourceVersion } = ctx.registry.storage.list(key, namespace);
+      const { items, resourceVersion } = await ctx.registry.storage.list(key, namespace);
       for (const o of items) if (inScope(o)) send('ADDED', o);
       handle = ctx.registry.storage.watch(key, resourceVersion, onEvent);
     } else {

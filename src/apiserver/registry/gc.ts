@@ -43,23 +43,41 @@ export class GarbageCollector {
    * Subscribes to the store and sweeps once; with `eventTtlMs`, deletes core events whose last
    * occurrence is older than that, once a minute (Kubernetes keeps events for 1 h).
    */
-  start(eventTtlMs?: number): void {
+  async start(eventTtlMs?: number): Promise<void> {
     this.reg.ownerIndex = this;
     if (eventTtlMs !== undefined && eventTtlMs > 0) {
-      this.ttlTimer = setInterval(() => this.expireEvents(eventTtlMs), Math.min(60_000, eventTtlMs));
+      this.ttlTimer = setInterval(() => {
+        this.expireEvents(eventTtlMs).catch((err: unknown) => this.log.warn({ err: err instanceof Error ? err.message : String(err) }, 'garbage collector: expiring events failed'));
+      }, Math.min(60_000, eventTtlMs));
       this.ttlTimer.unref();
     }
-    for (const def of RESOURCES) {
-      for (const o of this.reg.storage.list(storageKey(def)).items) this.index(storageKey(def), undefined, o);
-    }
-    this.handle = this.reg.storage.watch('*', this.reg.storage.currentResourceVersion(), (e) => {
+    // The watch from before the lists (their reads are asynchronous): what changes meanwhile is replayed
+    // after them, so the index ends at the store's state.
+    const rv = this.reg.storage.currentResourceVersion();
+    const lists = RESOURCES.map((def) => this.reg.storage.list(storageKey(def)));
+    const replay: StorageEvent[] = [];
+    let listed = false;
+    this.handle = this.reg.storage.watch('*', rv, (e) => {
+      if (!listed) {
+        replay.push(e);
+        return;
+      }
       this.index(e.resource, e.previous, e.type === 'DELETED' ? undefined : e.object);
-      this.onEvent(e);
+      this.onEvent(e).catch((err: unknown) => this.log.warn({ err: err instanceof Error ? err.message : String(err) }, 'garbage collector: event failed'));
     });
+    const listedItems = await Promise.all(lists);
+    RESOURCES.forEach((def, i) => {
+      for (const o of listedItems[i]!.items) this.index(storageKey(def), undefined, o);
+    });
+    listed = true;
+    for (const e of replay.splice(0)) {
+      this.index(e.resource, e.previous, e.type === 'DELETED' ? undefined : e.object);
+      this.onEvent(e).catch((err: unknown) => this.log.warn({ err: err instanceof Error ? err.message : String(err) }, 'garbage collector: event failed'));
+    }
     this.enqueue({ kind: 'orphans', namespace: undefined });
-    for (const ns of this.reg.storage.list('namespaces').items) if (ns.metadata.deletionTimestamp) this.enqueue({ kind: 'namespace', name: ns.metadata.name! });
+    for (const ns of (await this.reg.storage.list('namespaces')).items) if (ns.metadata.deletionTimestamp) this.enqueue({ kind: 'namespace', name: ns.metadata.name! });
     for (const def of RESOURCES) {
-      for (const o of this.reg.storage.list(storageKey(def)).items) {
+      for (const o of (await this.reg.storage.list(storageKey(def))).items) {
         const f = o.metadata.finalizers ?? [];
         if (o.metadata.deletionTimestamp && (f.includes(FINALIZER_FOREGROUND) || f.includes(FINALIZER_ORPHAN))) {
           this.enqueue({ kind: 'owner', resource: storageKey(def), namespace: o.metadata.namespace ?? '', name: o.metadata.name!, uid: o.metadata.uid! });
@@ -109,17 +127,17 @@ export class GarbageCollector {
     this.queue.push(t);
     if (!this.scheduled) {
       this.scheduled = true;
-      setImmediate(() => this.drain());
+      setImmediate(() => void this.drain());
     }
   }
 
-  private drain(): void {
+  private async drain(): Promise<void> {
     const started = Date.now();
     while (this.queue.length > 0 && Date.now() - started < 20) {
       const t = this.queue.shift()!;
       this.queued.delete(JSON.stringify(t));
       try {
-        this.run(t);
+        await this.run(t);
       } catch (err: unknown) {
         if (!(err instanceof ApiError && (err.reason === 'NotFound' || err.reason === 'Conflict'))) {
           this.log.warn({ task: t, err: err instanceof Error ? err.message : String(err) }, 'garbage collector: task failed');
@@ -127,14 +145,14 @@ export class GarbageCollector {
       }
     }
     if (this.queue.length > 0) {
-      setImmediate(() => this.drain());
+      setImmediate(() => void this.drain());
       return;
     }
     this.scheduled = false;
     for (const w of this.idleWaiters.splice(0)) w();
   }
 
-  private onEvent(e: StorageEvent): void {
+  private async onEvent(e: StorageEvent): Promise<void> {
     const m = e.object.metadata;
     if (e.type === 'DELETED') {
       if (!this.reg.replacedUids.has(m.uid ?? '')) this.enqueue({ kind: 'owner', resource: e.resource, namespace: e.namespace, name: e.name, uid: m.uid! });
@@ -145,7 +163,7 @@ export class GarbageCollector {
         if (def) this.enqueue({ kind: 'owner', resource: storageKey(def), namespace: def.namespaced ? e.namespace : '', name: ref.name, uid: ref.uid });
       }
       if (e.namespace) {
-        const ns = this.reg.storage.get({ resource: 'namespaces', namespace: '', name: e.namespace });
+        const ns = await this.reg.storage.get({ resource: 'namespaces', namespace: '', name: e.namespace });
         if (ns?.metadata.deletionTimestamp) this.enqueue({ kind: 'namespace', name: e.namespace });
       }
       return;
@@ -157,119 +175,122 @@ export class GarbageCollector {
     }
   }
 
-  private ownerAlive(ref: { apiVersion: string; kind: string; name: string; uid: string }, namespace: string): boolean {
+  private async ownerAlive(ref: { apiVersion: string; kind: string; name: string; uid: string }, namespace: string): Promise<boolean> {
     const def = RESOURCES.find((r) => r.kind === ref.kind && ref.apiVersion === (r.group ? `${r.group}/${r.version}` : r.version));
     if (!def) return true; // an owner of a kind we do not serve: leave the dependent alone
-    const o = this.reg.storage.get({ resource: storageKey(def), namespace: def.namespaced ? namespace : '', name: ref.name });
+    const o = await this.reg.storage.get({ resource: storageKey(def), namespace: def.namespaced ? namespace : '', name: ref.name });
     if (!o || o.metadata.uid !== ref.uid) return false;
     // An owner being deleted in the foreground still owns its dependents, but wants them gone.
     return !(o.metadata.deletionTimestamp && (o.metadata.finalizers ?? []).includes(FINALIZER_FOREGROUND));
   }
 
   /** Dependents of an owner uid, from the index. */
-  private dependents(uid: string): { def: ResourceDef; obj: KubeObject }[] {
+  private async dependents(uid: string): Promise<{ def: ResourceDef; obj: KubeObject }[]> {
     const out: { def: ResourceDef; obj: KubeObject }[] = [];
     for (const key of this.owned.get(uid) ?? []) {
       const [resource, namespace, ...rest] = key.split('/');
       const def = resourceByKey(resource!);
-      const obj = def && this.reg.storage.get({ resource: resource!, namespace: namespace!, name: rest.join('/') });
+      const obj = def && await this.reg.storage.get({ resource: resource!, namespace: namespace!, name: rest.join('/') });
       if (def && obj && (obj.metadata.ownerReferences ?? []).some((r) => r.uid === uid)) out.push({ def, obj });
     }
     return out;
   }
 
-  private run(t: Task): void {
+  private async run(t: Task): Promise<void> {
     if (t.kind === 'namespace') {
-      this.finalizeNamespace(t.name);
+      await this.finalizeNamespace(t.name);
       return;
     }
     if (t.kind === 'orphans') {
       for (const def of RESOURCES) {
-        for (const obj of this.reg.storage.list(storageKey(def), t.namespace).items) this.collectIfOrphaned(def, obj);
+        for (const obj of (await this.reg.storage.list(storageKey(def), t.namespace)).items) await this.collectIfOrphaned(def, obj);
       }
       return;
     }
     const def = resourceByKey(t.resource);
     if (!def) return;
-    const owner = this.reg.storage.get({ resource: t.resource, namespace: t.namespace, name: t.name });
+    const owner = await this.reg.storage.get({ resource: t.resource, namespace: t.namespace, name: t.name });
     const alive = owner && owner.metadata.uid === t.uid;
     // The dependents are read (one storage get each) only when something is to be done with them: a
     // live owner without a deletion finalizer (a ReplicaSet one of whose 10 000 pods was deleted)
     // needs nothing, and reading them all on every pod's deletion stalled drains at scale.
     if (!alive) {
-      for (const d of this.dependents(t.uid)) this.collectIfOrphaned(d.def, d.obj);
+      for (const d of await this.dependents(t.uid)) await this.collectIfOrphaned(d.def, d.obj);
       return;
     }
     const f = owner.metadata.finalizers ?? [];
     if (!f.includes(FINALIZER_ORPHAN) && !f.includes(FINALIZER_FOREGROUND)) return;
-    const deps = this.dependents(t.uid);
+    const deps = await this.dependents(t.uid);
     if (f.includes(FINALIZER_ORPHAN)) {
       for (const d of deps) {
-        this.reg.serverUpdate(d.def, d.obj.metadata.namespace ?? '', d.obj.metadata.name!, (o) => {
+        await this.reg.serverUpdate(d.def, d.obj.metadata.namespace ?? '', d.obj.metadata.name!, (o) => {
           o.metadata.ownerReferences = (o.metadata.ownerReferences ?? []).filter((r) => r.uid !== t.uid);
           if (o.metadata.ownerReferences.length === 0) delete o.metadata.ownerReferences;
           return o;
         });
       }
-      this.removeFinalizer(def, owner, FINALIZER_ORPHAN);
+      await this.removeFinalizer(def, owner, FINALIZER_ORPHAN);
       return;
     }
     if (f.includes(FINALIZER_FOREGROUND)) {
       for (const d of deps) {
-        if (!d.obj.metadata.deletionTimestamp) this.deleteDependent(d.def, d.obj, 'Foreground');
+        if (!d.obj.metadata.deletionTimestamp) await this.deleteDependent(d.def, d.obj, 'Foreground');
       }
-      if (this.dependents(t.uid).length === 0) this.removeFinalizer(def, owner, FINALIZER_FOREGROUND);
+      if ((await this.dependents(t.uid)).length === 0) await this.removeFinalizer(def, owner, FINALIZER_FOREGROUND);
     }
   }
 
-  private collectIfOrphaned(def: ResourceDef, obj: KubeObject): void {
+  private async collectIfOrphaned(def: ResourceDef, obj: KubeObject): Promise<void> {
     const refs = obj.metadata.ownerReferences ?? [];
     if (refs.length === 0 || obj.metadata.deletionTimestamp) return;
     const ns = obj.metadata.namespace ?? '';
-    const alive = refs.filter((r) => this.ownerAlive(r, ns));
+    const aliveFlags = await Promise.all(refs.map((r) => this.ownerAlive(r, ns)));
+    const alive = refs.filter((_, i) => aliveFlags[i]);
     if (alive.length > 0) {
       if (alive.length < refs.length) {
         // Drop references to owners that are gone, keep the object.
         const gone = new Set(refs.filter((r) => !alive.includes(r)).map((r) => r.uid));
         const dying = refs.some((r) => gone.has(r.uid));
         if (dying) {
-          this.reg.serverUpdate(def, ns, obj.metadata.name!, (o) => {
-            o.metadata.ownerReferences = (o.metadata.ownerReferences ?? []).filter((r) => !gone.has(r.uid) || this.ownerAlive(r, ns));
+          await this.reg.serverUpdate(def, ns, obj.metadata.name!, async (o) => {
+            const current = o.metadata.ownerReferences ?? [];
+            const keep = await Promise.all(current.map(async (r) => !gone.has(r.uid) || (await this.ownerAlive(r, ns))));
+            o.metadata.ownerReferences = current.filter((_, i) => keep[i]);
             return o;
           });
         }
       }
       return;
     }
-    this.deleteDependent(def, obj, 'Background');
+    await this.deleteDependent(def, obj, 'Background');
   }
 
-  private deleteDependent(def: ResourceDef, obj: KubeObject, policy: 'Background' | 'Foreground'): void {
+  private async deleteDependent(def: ResourceDef, obj: KubeObject, policy: 'Background' | 'Foreground'): Promise<void> {
     this.log.debug({ resource: storageKey(def), namespace: obj.metadata.namespace, name: obj.metadata.name }, 'garbage collector: deleting dependent');
     try {
-      this.reg.delete(def, obj.metadata.namespace ?? '', obj.metadata.name!, { propagationPolicy: policy, preconditions: { uid: obj.metadata.uid } });
+      await this.reg.delete(def, obj.metadata.namespace ?? '', obj.metadata.name!, { propagationPolicy: policy, preconditions: { uid: obj.metadata.uid } });
     } catch (err: unknown) {
       if (!(err instanceof ApiError && (err.reason === 'NotFound' || err.reason === 'Conflict'))) throw err;
     }
   }
 
-  private removeFinalizer(def: ResourceDef, owner: KubeObject, finalizer: string): void {
-    this.reg.serverUpdate(def, owner.metadata.namespace ?? '', owner.metadata.name!, (o) => {
+  private async removeFinalizer(def: ResourceDef, owner: KubeObject, finalizer: string): Promise<void> {
+    await this.reg.serverUpdate(def, owner.metadata.namespace ?? '', owner.metadata.name!, (o) => {
       o.metadata.finalizers = (o.metadata.finalizers ?? []).filter((f) => f !== finalizer);
       if (o.metadata.finalizers.length === 0) delete o.metadata.finalizers;
       return o;
     });
   }
 
-  private expireEvents(ttlMs: number): void {
+  private async expireEvents(ttlMs: number): Promise<void> {
     const cutoff = this.reg.now().getTime() - ttlMs;
     let n = 0;
-    for (const ev of this.reg.storage.list('events').items) {
+    for (const ev of (await this.reg.storage.list('events')).items) {
       const series = (ev.series ?? {}) as Record<string, unknown>;
       const last = [ev.lastTimestamp, series.lastObservedTime, ev.eventTime, ev.metadata.creationTimestamp].find((v) => typeof v === 'string') as string | undefined;
       if (last && Date.parse(last) < cutoff) {
         try {
-          this.reg.storage.delete({ resource: 'events', namespace: ev.metadata.namespace ?? '', name: ev.metadata.name! }, { uid: ev.metadata.uid });
+          await this.reg.storage.delete({ resource: 'events', namespace: ev.metadata.namespace ?? '', name: ev.metadata.name! }, { uid: ev.metadata.uid });
           n++;
         } catch {
           // changed or gone meanwhile
@@ -279,17 +300,17 @@ export class GarbageCollector {
     if (n > 0) this.log.debug({ expired: n }, 'events past their time to live deleted');
   }
 
-  private finalizeNamespace(name: string): void {
-    const ns = this.reg.storage.get({ resource: 'namespaces', namespace: '', name });
+  private async finalizeNamespace(name: string): Promise<void> {
+    const ns = await this.reg.storage.get({ resource: 'namespaces', namespace: '', name });
     if (!ns?.metadata.deletionTimestamp) return;
     let remaining = 0;
     for (const def of RESOURCES) {
       if (!def.namespaced) continue;
-      for (const obj of this.reg.storage.list(storageKey(def), name).items) {
+      for (const obj of (await this.reg.storage.list(storageKey(def), name)).items) {
         remaining++;
         if (!obj.metadata.deletionTimestamp) {
           try {
-            this.reg.delete(def, name, obj.metadata.name!, { propagationPolicy: 'Background' });
+            await this.reg.delete(def, name, obj.metadata.name!, { propagationPolicy: 'Background' });
           } catch (err: unknown) {
             if (!(err instanceof ApiError && err.reason === 'NotFound')) throw err;
           }
@@ -298,11 +319,12 @@ export class GarbageCollector {
     }
     if (remaining > 0) {
       // Whatever is left is terminating; its DELETED events bring the namespace back here.
-      const left = RESOURCES.some((d) => d.namespaced && this.reg.storage.list(storageKey(d), name).items.length > 0);
+      let left = false;
+      for (const d of RESOURCES) if (d.namespaced && (await this.reg.storage.list(storageKey(d), name)).items.length > 0) left = true;
       if (left) return;
     }
     try {
-      this.reg.storage.delete({ resource: 'namespaces', namespace: '', name }, { uid: ns.metadata.uid });
+      await this.reg.storage.delete({ resource: 'namespaces', namespace: '', name }, { uid: ns.metadata.uid });
       this.log.info({ namespace: name }, 'namespace deleted');
     } catch {
       // gone already

@@ -28,7 +28,7 @@ export interface WriteOptions {
    * The request's own admission (RBAC's escalation check), called inside the write with the object to be
    * stored and, on update and patch, the stored one; may throw an ApiError.
    */
-  admit?: (obj: KubeObject, old?: KubeObject) => void;
+  admit?: (obj: KubeObject, old?: KubeObject) => void | Promise<void>;
 }
 
 /** The patch content types. */
@@ -60,7 +60,7 @@ export interface DeleteResult {
 /** Hooks other parts of the server plug into the registry (image resolution, data dropped with a Checkpoint). */
 export interface RegistryHooks {
   /** Admission on create, after defaults and before validation; may mutate or throw an ApiError. */
-  admitCreate?(def: ResourceDef, obj: KubeObject): void;
+  admitCreate?(def: ResourceDef, obj: KubeObject): void | Promise<void>;
   /** Called after an object is removed from storage (not on dry runs). */
   afterDelete?(def: ResourceDef, obj: KubeObject): void;
 }
@@ -164,15 +164,15 @@ export class Registry {
   }
 
   private ctx(): StrategyContext {
-    return { now: this.now(), list: (resource, ns) => this.storage.list(resource, ns).items };
+    return { now: this.now(), list: async (resource, ns) => (await this.storage.list(resource, ns)).items };
   }
 
   /**
    * Reads one object.
    * @throws ApiError NotFound
    */
-  get(def: ResourceDef, namespace: string, name: string): KubeObject {
-    const obj = this.storage.get(keyOf(def, namespace, name));
+  async get(def: ResourceDef, namespace: string, name: string): Promise<KubeObject> {
+    const obj = await this.storage.get(keyOf(def, namespace, name));
     if (!obj) throw notFound(def.plural, def.group, name);
     return withTypeMeta(def, obj);
   }
@@ -182,8 +182,8 @@ export class Registry {
    * stringify): the answer of a plain GET.
    * @throws ApiError NotFound
    */
-  getJson(def: ResourceDef, namespace: string, name: string): string {
-    const raw = this.storage.getRaw(keyOf(def, namespace, name));
+  async getJson(def: ResourceDef, namespace: string, name: string): Promise<string> {
+    const raw = await this.storage.getRaw(keyOf(def, namespace, name));
     if (raw === undefined) throw notFound(def.plural, def.group, name);
     return withTypeMetaJson(def, raw);
   }
@@ -193,21 +193,21 @@ export class Registry {
    * from the store as text.
    * @throws ApiError BadRequest for bad selectors or a bad continue token
    */
-  listJson(def: ResourceDef, namespace: string | undefined, opts: ListOptions = {}): string {
+  async listJson(def: ResourceDef, namespace: string | undefined, opts: ListOptions = {}): Promise<string> {
     if (opts.labelSelector || opts.fieldSelector || opts.limit || opts.continue) {
-      const l = this.list(def, namespace, opts);
+      const l = await this.list(def, namespace, opts);
       const metadata: Record<string, unknown> = { resourceVersion: l.resourceVersion };
       if (l.continue) metadata.continue = l.continue;
       if (l.remainingItemCount !== undefined) metadata.remainingItemCount = l.remainingItemCount;
       return JSON.stringify({ kind: def.listKind, apiVersion: apiVersionOf(def), metadata, items: l.items });
     }
-    const { rows, resourceVersion } = this.storage.listRaw(storageKey(def), def.namespaced ? namespace : undefined);
+    const { rows, resourceVersion } = await this.storage.listRaw(storageKey(def), def.namespaced ? namespace : undefined);
     return `{"kind":"${def.listKind}","apiVersion":"${apiVersionOf(def)}","metadata":{"resourceVersion":"${resourceVersion}"},"items":[${rows.map((r) => withTypeMetaJson(def, r)).join(',')}]}`;
   }
 
   /** Reads one object or undefined. */
-  find(def: ResourceDef, namespace: string, name: string): KubeObject | undefined {
-    const obj = this.storage.get(keyOf(def, namespace, name));
+  async find(def: ResourceDef, namespace: string, name: string): Promise<KubeObject | undefined> {
+    const obj = await this.storage.get(keyOf(def, namespace, name));
     return obj ? withTypeMeta(def, obj) : undefined;
   }
 
@@ -240,9 +240,9 @@ export class Registry {
    * Lists objects, filtered, optionally paged (`limit`, `continue`: an opaque token of the last name).
    * @throws ApiError BadRequest for bad selectors or a bad continue token
    */
-  list(def: ResourceDef, namespace: string | undefined, opts: ListOptions = {}): { items: KubeObject[]; resourceVersion: string; continue?: string; remainingItemCount?: number } {
+  async list(def: ResourceDef, namespace: string | undefined, opts: ListOptions = {}): Promise<{ items: KubeObject[]; resourceVersion: string; continue?: string; remainingItemCount?: number }> {
     const match = this.matcher(def, opts);
-    const { items, resourceVersion } = this.storage.list(storageKey(def), def.namespaced ? namespace : undefined);
+    const { items, resourceVersion } = await this.storage.list(storageKey(def), def.namespaced ? namespace : undefined);
     let filtered = items.filter(match);
     let after: string | undefined;
     if (opts.continue) {
@@ -265,9 +265,9 @@ export class Registry {
     return out;
   }
 
-  private checkNamespace(def: ResourceDef, namespace: string): void {
+  private async checkNamespace(def: ResourceDef, namespace: string): Promise<void> {
     if (!def.namespaced) return;
-    const ns = this.storage.get({ resource: 'namespaces', namespace: '', name: namespace });
+    const ns = await this.storage.get({ resource: 'namespaces', namespace: '', name: namespace });
     if (!ns) throw notFound('namespaces', '', namespace);
     if (ns.metadata.deletionTimestamp) {
       throw new ApiError('Forbidden', `${def.plural} "${''}" is forbidden: unable to create new content in namespace ${namespace} because it is being terminated`, {
@@ -283,7 +283,7 @@ export class Registry {
    * and resourceVersion; `generateName` gets a random suffix.
    * @throws ApiError BadRequest (shape), Invalid, AlreadyExists, NotFound (namespace), Forbidden (namespace terminating)
    */
-  create(def: ResourceDef, namespace: string, body: unknown, opts: WriteOptions = {}): KubeObject {
+  async create(def: ResourceDef, namespace: string, body: unknown, opts: WriteOptions = {}): Promise<KubeObject> {
     const warnings = checkBodyShape(def, body, opts.fieldValidation ?? 'Ignore');
     opts.warnings?.push(...warnings);
     const obj = structuredClone(body) as KubeObject;
@@ -312,35 +312,35 @@ export class Registry {
     // Defaults, admission and validation, in this order; done inside the write's transaction below, so
     // that what admission reads (the Module a pod names) is read with it: on etcd that read then costs no
     // round trip of its own and the commit checks it (docs/control-plane-performance.md).
-    const admit = (target: KubeObject): void => {
+    const admit = async (target: KubeObject): Promise<void> => {
       def.prepareForCreate?.(target, this.ctx());
       const zero = def.hasStatus && target.status === undefined ? STATUS_ON_CREATE[storageKey(def)] : undefined;
       if (zero) target.status = structuredClone(zero);
-      this.hooks.admitCreate?.(def, target);
-      opts.admit?.(target);
+      await this.hooks.admitCreate?.(def, target);
+      await opts.admit?.(target);
       const causes = def.validate?.(target) ?? [];
       if (causes.length) throw invalid(def.kind, def.group, m.name ?? m.generateName ?? '', causes);
       delete target.apiVersion;
       delete target.kind;
     };
     if (opts.dryRun) {
-      admit(obj);
-      this.checkNamespace(def, namespace);
-      if (this.storage.get(keyOf(def, namespace, m.name!))) throw alreadyExists(def.plural, def.group, m.name!);
-      const allocated = def.allocate?.(obj, this.ctx()) ?? [];
+      await admit(obj);
+      await this.checkNamespace(def, namespace);
+      if (await this.storage.get(keyOf(def, namespace, m.name!))) throw alreadyExists(def.plural, def.group, m.name!);
+      const allocated = (await def.allocate?.(obj, this.ctx())) ?? [];
       if (allocated.length) throw invalid(def.kind, def.group, m.name!, allocated);
       return withTypeMeta(def, obj);
     }
     try {
-      const stored = this.storage.transaction(() => {
+      const stored = await this.storage.transaction(async () => {
         // A fresh copy at each attempt (a transaction may run again).
         const toStore = structuredClone(obj);
-        admit(toStore);
-        this.checkNamespace(def, namespace);
+        await admit(toStore);
+        await this.checkNamespace(def, namespace);
         // Allocations read and write in the same transaction: two API servers never hand out one value.
-        const allocated = def.allocate?.(toStore, this.ctx()) ?? [];
+        const allocated = (await def.allocate?.(toStore, this.ctx())) ?? [];
         if (allocated.length) throw invalid(def.kind, def.group, m.name!, allocated);
-        return this.storage.create(keyOf(def, namespace, m.name!), toStore);
+        return await this.storage.create(keyOf(def, namespace, m.name!), toStore);
       });
       return withTypeMeta(def, stored);
     } catch (err: unknown) {
@@ -410,10 +410,10 @@ export class Registry {
   }
 
   /** Removes an object whose deletion is complete (no finalizers left, grace over) after an update. */
-  private finishIfDone(def: ResourceDef, key: ObjectKey, obj: KubeObject): { object: KubeObject; deleted: boolean } {
+  private async finishIfDone(def: ResourceDef, key: ObjectKey, obj: KubeObject): Promise<{ object: KubeObject; deleted: boolean }> {
     const m = obj.metadata;
     if (m.deletionTimestamp && (m.finalizers ?? []).length === 0 && (m.deletionGracePeriodSeconds ?? 0) === 0) {
-      const gone = this.storage.delete(key, { uid: m.uid });
+      const gone = await this.storage.delete(key, { uid: m.uid });
       this.hooks.afterDelete?.(def, gone);
       return { object: gone, deleted: true };
     }
@@ -424,19 +424,19 @@ export class Registry {
    * Replaces an object (PUT) or its status (`sub = 'status'`).
    * @throws ApiError NotFound, Conflict, Invalid, BadRequest
    */
-  update(def: ResourceDef, namespace: string, name: string, body: unknown, opts: WriteOptions = {}, sub?: 'status'): KubeObject {
+  async update(def: ResourceDef, namespace: string, name: string, body: unknown, opts: WriteOptions = {}, sub?: 'status'): Promise<KubeObject> {
     const warnings = checkBodyShape(def, body, opts.fieldValidation ?? 'Ignore');
     opts.warnings?.push(...warnings);
     const key = keyOf(def, namespace, name);
     try {
-      return this.storage.transaction(() => {
-        const current = this.storage.get(key);
+      return await this.storage.transaction(async () => {
+        const current = await this.storage.get(key);
         if (!current) throw notFound(def.plural, def.group, name);
         const next = this.nextState(def, current, body as KubeObject, sub);
-        opts.admit?.(next, current);
+        await opts.admit?.(next, current);
         if (opts.dryRun) return withTypeMeta(def, next);
-        const stored = this.storage.update(key, next, { resourceVersion: current.metadata.resourceVersion });
-        return withTypeMeta(def, this.finishIfDone(def, key, stored).object);
+        const stored = await this.storage.update(key, next, { resourceVersion: current.metadata.resourceVersion });
+        return withTypeMeta(def, (await this.finishIfDone(def, key, stored)).object);
       });
     } catch (err: unknown) {
       throw mapStorageError(def, name, err);
@@ -449,19 +449,19 @@ export class Registry {
    * @returns the object and whether it was created (201)
    * @throws ApiError NotFound, Conflict, Invalid, BadRequest, UnsupportedMediaType
    */
-  patch(def: ResourceDef, namespace: string, name: string, type: PatchType, patch: unknown, opts: WriteOptions = {}, sub?: 'status'): { object: KubeObject; created: boolean } {
+  async patch(def: ResourceDef, namespace: string, name: string, type: PatchType, patch: unknown, opts: WriteOptions = {}, sub?: 'status'): Promise<{ object: KubeObject; created: boolean }> {
     const key = keyOf(def, namespace, name);
     if (type !== 'json' && (patch === null || typeof patch !== 'object' || Array.isArray(patch))) throw badRequest('the patch must be a JSON object');
     try {
-      return this.storage.transaction(() => {
-        const current = this.storage.get(key);
+      return await this.storage.transaction(async () => {
+        const current = await this.storage.get(key);
         if (!current) {
           if (type === 'apply' && sub === undefined) {
             const body = structuredClone(patch) as KubeObject;
             body.metadata = { ...(body.metadata ?? {}), name };
             if (!opts.fieldManager) throw badRequest('PATCH of type apply requires a fieldManager');
             const managedFields = managedFieldsForCreate(patch as Record<string, unknown>, opts.fieldManager, apiVersionOf(def), this.now());
-            return { object: this.create(def, namespace, body, { ...opts, managedFields }), created: true };
+            return { object: await this.create(def, namespace, body, { ...opts, managedFields }), created: true };
           }
           throw notFound(def.plural, def.group, name);
         }
@@ -494,10 +494,10 @@ export class Registry {
         if (type === 'merge' || type === 'strategic') opts.warnings?.push(...checkBodyShape(def, patch, opts.fieldValidation ?? 'Ignore'));
         else if (type === 'json') checkBodyShape(def, p, 'Ignore');
         const next = this.nextState(def, current, p, sub, type === 'apply');
-        opts.admit?.(next, current);
+        await opts.admit?.(next, current);
         if (opts.dryRun) return { object: withTypeMeta(def, next), created: false };
-        const stored = this.storage.update(key, next, { resourceVersion: current.metadata.resourceVersion });
-        return { object: withTypeMeta(def, this.finishIfDone(def, key, stored).object), created: false };
+        const stored = await this.storage.update(key, next, { resourceVersion: current.metadata.resourceVersion });
+        return { object: withTypeMeta(def, (await this.finishIfDone(def, key, stored)).object), created: false };
       });
     } catch (err: unknown) {
       throw mapStorageError(def, name, err);
@@ -509,7 +509,7 @@ export class Registry {
    * (`deletionTimestamp`) and stays until the kubelet or the finalizers' owners finish.
    * @throws ApiError NotFound, Conflict (preconditions), Forbidden (protected namespaces)
    */
-  delete(def: ResourceDef, namespace: string, name: string, options: DeleteOptions = {}): DeleteResult {
+  async delete(def: ResourceDef, namespace: string, name: string, options: DeleteOptions = {}): Promise<DeleteResult> {
     const key = keyOf(def, namespace, name);
     if (def.plural === 'namespaces' && def.group === '' && ['default', 'kube-system', 'kube-public'].includes(name)) {
       throw new ApiError('Forbidden', `namespaces "${name}" is forbidden: this namespace may not be deleted`, { name, kind: 'namespaces' });
@@ -519,8 +519,8 @@ export class Registry {
       throw invalid('DeleteOptions', '', '', [{ reason: 'FieldValueNotSupported', message: `Unsupported value: "${policy}": supported values: "Foreground", "Background", "Orphan"`, field: 'propagationPolicy' }]);
     }
     try {
-      return this.storage.transaction(() => {
-        const current = this.storage.get(key);
+      return await this.storage.transaction(async () => {
+        const current = await this.storage.get(key);
         if (!current) throw notFound(def.plural, def.group, name);
         const pre = options.preconditions;
         if (pre?.uid && pre.uid !== current.metadata.uid) {
@@ -541,7 +541,7 @@ export class Registry {
         const marks = finalizers.length > 0 || grace > 0 || isNamespace;
         if (!marks) {
           if (options.dryRun) return { object: withTypeMeta(def, current), deleted: true };
-          const gone = this.storage.delete(key, { uid: current.metadata.uid });
+          const gone = await this.storage.delete(key, { uid: current.metadata.uid });
           this.hooks.afterDelete?.(def, gone);
           return { object: withTypeMeta(def, gone), deleted: true };
         }
@@ -559,9 +559,9 @@ export class Registry {
         if (finalizers.length === 0) delete m.finalizers;
         if (isNamespace) next.status = { ...rec(next.status), phase: 'Terminating' };
         if (options.dryRun) return { object: withTypeMeta(def, next), deleted: false };
-        const stored = this.storage.update(key, next);
+        const stored = await this.storage.update(key, next);
         if (!isNamespace) {
-          const done = this.finishIfDone(def, key, stored);
+          const done = await this.finishIfDone(def, key, stored);
           return { object: withTypeMeta(def, done.object), deleted: done.deleted };
         }
         return { object: withTypeMeta(def, stored), deleted: false };
@@ -575,12 +575,12 @@ export class Registry {
    * Deletes every object a list with `opts` selects (deletecollection); answers those deleted or marked.
    * @throws ApiError BadRequest for bad selectors
    */
-  deleteCollection(def: ResourceDef, namespace: string | undefined, opts: ListOptions, options: DeleteOptions = {}): KubeObject[] {
-    const { items } = this.list(def, namespace, { labelSelector: opts.labelSelector, fieldSelector: opts.fieldSelector });
+  async deleteCollection(def: ResourceDef, namespace: string | undefined, opts: ListOptions, options: DeleteOptions = {}): Promise<KubeObject[]> {
+    const { items } = await this.list(def, namespace, { labelSelector: opts.labelSelector, fieldSelector: opts.fieldSelector });
     const out: KubeObject[] = [];
     for (const o of items) {
       try {
-        out.push(this.delete(def, o.metadata.namespace ?? '', o.metadata.name!, options).object);
+        out.push((await this.delete(def, o.metadata.namespace ?? '', o.metadata.name!, options)).object);
       } catch (err: unknown) {
         if (!(err instanceof ApiError && err.reason === 'NotFound')) throw err;
       }
@@ -593,12 +593,12 @@ export class Registry {
    * `mutate(current)` on the latest version, retried by the storage transaction.
    * @throws ApiError NotFound
    */
-  serverUpdate(def: ResourceDef, namespace: string, name: string, mutate: (o: KubeObject) => KubeObject): KubeObject {
+  async serverUpdate(def: ResourceDef, namespace: string, name: string, mutate: (o: KubeObject) => KubeObject | Promise<KubeObject>): Promise<KubeObject> {
     const key = keyOf(def, namespace, name);
     try {
-      return this.storage.transaction(() => {
-        const stored = this.storage.guaranteedUpdate(key, mutate);
-        return withTypeMeta(def, this.finishIfDone(def, key, stored).object);
+      return await this.storage.transaction(async () => {
+        const stored = await this.storage.guaranteedUpdate(key, mutate);
+        return withTypeMeta(def, (await this.finishIfDone(def, key, stored)).object);
       });
     } catch (err: unknown) {
       throw mapStorageError(def, name, err);

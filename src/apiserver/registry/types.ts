@@ -23,7 +23,7 @@ export type Subresource = 'status' | 'scale' | 'eviction' | 'log' | 'proxy' | 'b
 export interface StrategyContext {
   now: Date;
   /** Reads another object (for defaults that depend on the cluster, e.g. a Service's cluster IP). */
-  list(resource: string, namespace?: string): KubeObject[];
+  list(resource: string, namespace?: string): Promise<KubeObject[]>;
 }
 
 /** One resource's rules. */
@@ -52,7 +52,7 @@ export interface ResourceDef {
    * create's storage transaction on a fresh copy at each attempt, so its reads (`ctx.list`) are compared at
    * commit and a concurrent allocation elsewhere makes it run again. Answers the problems (Invalid).
    */
-  allocate?(obj: KubeObject, ctx: StrategyContext): StatusCause[];
+  allocate?(obj: KubeObject, ctx: StrategyContext): StatusCause[] | Promise<StatusCause[]>;
   /** Normalizes an update of the main resource, in place (defaults again, immutable fields kept). */
   prepareForUpdate?(obj: KubeObject, old: KubeObject, ctx: StrategyContext): void;
   /** Problems of an object; pure. `old` is given on update. */

@@ -1,5 +1,5 @@
 /**
- * The etcd worker's reads and writes (etcd-worker.ts): ranges read in pages at one revision, commits
+ * EtcdStorage's reads and writes: ranges read in pages at one revision, commits
  * as compare-and-swap transactions, content-addressed blobs in chunks, and kube-apiserver's compactor.
  */
 import type { Etcd3, ICompare, IKeyValue, IRequestOp } from 'etcd3';

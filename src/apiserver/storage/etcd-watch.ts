@@ -1,10 +1,9 @@
 /**
- * The etcd worker's one watch on `/registry/` (etcd-worker.ts): opened from a revision, its events
- * posted in revision order to the API server's thread as {@link WatchBatch}es; reopened where it
+ * EtcdStorage's one watch on `/registry/`: opened from a revision, its events handed in revision
+ * order to a {@link WatchSink} as {@link WatchBatch}es; reopened where it
  * left off when the stream is lost, with a gap announced when etcd compacted past it.
  */
 import type { Duplex } from 'node:stream';
-import type { MessagePort } from 'node:worker_threads';
 import type { Etcd3, IWatchResponse } from 'etcd3';
 import { Backoff } from '../../lib/index.ts';
 import { keyBuf, num, prefixEnd, REGISTRY_PREFIX, type WatchBatch, type WireEvent, withResourceVersion } from './etcd-wire.ts';
@@ -13,16 +12,21 @@ import { keyBuf, num, prefixEnd, REGISTRY_PREFIX, type WatchBatch, type WireEven
 const RETRY_FIRST_MS = 100;
 const RETRY_MAX_MS = 5000;
 
+/** Where the watch hands its batches, in revision order (EtcdStorage's `onBatch`). */
+export interface WatchSink {
+  postMessage(batch: WatchBatch): void;
+}
+
 /** The watch of `/registry/`, posting to `events`. */
 export class RegistryWatch {
   readonly #client: Etcd3;
-  readonly #events: MessagePort;
+  readonly #events: WatchSink;
   #stream: Duplex | undefined;
   #nextFrom = 0;
   #closed = false;
   #reconnecting = false;
 
-  constructor(client: Etcd3, events: MessagePort) {
+  constructor(client: Etcd3, events: WatchSink) {
     this.#client = client;
     this.#events = events;
   }
@@ -41,7 +45,7 @@ export class RegistryWatch {
         s.write({ create_request: { key: keyBuf(REGISTRY_PREFIX), range_end: keyBuf(prefixEnd(REGISTRY_PREFIX)), start_revision: from, prev_kv: true, progress_notify: true } });
       });
       if (created.canceled) {
-        s.end();
+        cancelStream(s);
         const compacted = num(created.compact_revision);
         if (compacted > from) {
           from = compacted;
@@ -65,13 +69,8 @@ export class RegistryWatch {
   }
 
   #endStream(): void {
-    try {
-      this.#stream?.removeAllListeners();
-      this.#stream?.on('error', () => {});
-      this.#stream?.end();
-    } catch {
-      // already gone
-    }
+    if (this.#stream) cancelStream(this.#stream);
+    this.#stream = undefined;
   }
 
   #post(batch: WatchBatch): void {
@@ -123,5 +122,21 @@ export class RegistryWatch {
       }, backoff.next()).unref();
     };
     retry();
+  }
+}
+
+/**
+ * Ends a watch stream at once: its gRPC call cancelled, as etcd3's own watcher does. Ending only our
+ * side (`end()`) leaves the call open (etcd keeps a half-closed watch), and an open call keeps the
+ * client's connection, and so the process, alive after `Etcd3.close()`.
+ */
+function cancelStream(s: Duplex): void {
+  try {
+    s.removeAllListeners();
+    s.on('error', () => {});
+    s.end();
+    (s as Duplex & { cancel?: () => void }).cancel?.();
+  } catch {
+    // already gone
   }
 }

@@ -1,13 +1,7 @@
 /**
- * The wire between `EtcdStorage` (etcd.ts, the API server's thread) and its etcd worker thread
- * (etcd-worker.ts): the key layout, the requests and answers, the watch events, and the
- * resourceVersion splice both sides apply.
- *
- * Wire of the request port: `{ id, req }` in, `{ id, ok: true, value } | { id, ok: false, error }`
- * out, then `Atomics.add(signal, 0, 1)` + `Atomics.notify`. Wire of the event port: `WatchBatch`.
+ * What `EtcdStorage` (etcd.ts), its reads and writes (etcd-kv.ts) and its watch (etcd-watch.ts)
+ * share: the key layout, commit conditions and writes, the watch events, and the resourceVersion splice.
  */
-import type { MessagePort } from 'node:worker_threads';
-
 /** Keys of the object store. */
 export const REGISTRY_PREFIX = '/registry/';
 /** Keys of content-addressed blobs: `/blobs/<sha256>` (a manifest) and `/blobs/<sha256>/<chunk>`. */
@@ -20,20 +14,6 @@ export const BLOB_CHUNK_BYTES = 1024 * 1024;
 export const PAGE_KEYS = 1000;
 /** The stored value's opening when its resourceVersion can be spliced in without parsing. */
 export const RV_OPENING = '{"metadata":{"resourceVersion":"';
-
-/** What `EtcdStorage` passes to the worker. */
-export interface EtcdWorkerData {
-  endpoints: string[];
-  signal: SharedArrayBuffer;
-  requests: MessagePort;
-  events: MessagePort;
-  /** Revisions of history replayed into the watch window at start. */
-  replayRevisions: number;
-  /** Compaction interval in ms; 0 disables compaction by this process. */
-  compactionIntervalMs: number;
-  /** Deadline of one etcd call, ms. */
-  callTimeoutMs: number;
-}
 
 /** A key-value as the API server's thread sees it; `value` has its resourceVersion spliced in. */
 export interface Row {
@@ -54,18 +34,6 @@ export interface Cond {
 
 /** A write of a commit. */
 export type Write = { key: string; put: string } | { key: string; del: true };
-
-/** Requests of the API server's thread. */
-export type EtcdRequest =
-  | { op: 'init' }
-  | { op: 'get'; key: string }
-  | { op: 'range'; prefix: string }
-  | { op: 'rev' }
-  | { op: 'commit'; conds: Cond[]; writes: Write[] }
-  | { op: 'putBlob'; sha256: string; bytes: Uint8Array }
-  | { op: 'getBlob'; sha256: string }
-  | { op: 'compact'; revision: number }
-  | { op: 'close' };
 
 /** One etcd event as posted to the API server's thread. */
 export interface WireEvent {

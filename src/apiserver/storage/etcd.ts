@@ -1,8 +1,8 @@
 /**
  * `EtcdStorage`: the object store on etcd v3, for several API servers on one cluster (ARCHITECTURE.md
- * "Storage"; issue 11). Same synchronous `Storage` interface as SQLite: the etcd client runs in a
- * worker thread (`etcd-worker.ts`) and each call waits for its answer with `Atomics.wait` on a
- * SharedArrayBuffer, bounded by `requestTimeoutMs`.
+ * "Storage"; issue 11). The same asynchronous `Storage` interface as SQLite, through etcd's async
+ * client (npm `etcd3`, gRPC) in the API server's thread: many calls in flight, each bounded by
+ * `requestTimeoutMs` (the gRPC deadline). No thread blocks on etcd (issue 20).
  *
  * Layout as in Kubernetes: `/registry/<resource>/<namespace>/<name>` (cluster-scoped:
  * `/registry/<resource>/<name>`), values the object's JSON. `resourceVersion` is etcd's revision:
@@ -17,8 +17,7 @@
  * transaction gets the same resourceVersion, the commit's revision: the objects that writes inside
  * the transaction answered carry a guess until the commit and the real revision after it.
  *
- * Each synchronous call blocks the API server's thread for an etcd round trip, so a transaction's
- * first attempt reads keys from what this API server last knew of them (its watch, its reads, its
+ * Each read is an etcd round trip, so a transaction's first attempt reads keys from what this API server last knew of them (its watch, its reads, its
  * commits) and a create takes a key it never saw as absent, with no round trip: the commit's
  * comparisons check every such read, and the attempt is accepted only when its commit succeeds;
  * otherwise (a stale read lost the comparison, or the attempt failed or wrote nothing) `fn` runs
@@ -31,9 +30,12 @@
  * Events reach watchers asynchronously, in revision order, whichever API server wrote them; a put
  * that changes a key's uid (a pod replaced in one transaction) is DELETED then ADDED.
  */
-import { MessageChannel, type MessagePort, receiveMessageOnPort, Worker } from 'node:worker_threads';
+import { AsyncLocalStorage } from 'node:async_hooks';
 import { isDeepStrictEqual } from 'node:util';
-import { type Cond, type EtcdRequest, type EtcdWorkerData, prefixEnd, REGISTRY_PREFIX, type Row, type WatchBatch, type WireEvent, type Write, withResourceVersion } from './etcd-wire.ts';
+import { Etcd3 } from 'etcd3';
+import { EtcdKv, scheduleCompaction, toRow } from './etcd-kv.ts';
+import { RegistryWatch } from './etcd-watch.ts';
+import { type Cond, num, prefixEnd, REGISTRY_PREFIX, type Row, type WatchBatch, type WireEvent, type Write, withResourceVersion } from './etcd-wire.ts';
 import { type KubeObject, type ObjectKey, type Preconditions, type Storage, StorageError, type StorageEvent, type WatchHandle } from './interface.ts';
 import { WatchWindow } from './watch-window.ts';
 
@@ -45,7 +47,7 @@ export interface EtcdStorageOptions {
   watchWindow?: number;
   /** Revisions of etcd history replayed into the window at start (so that a watch from a recent resourceVersion of another API server resumes). @default 5000 */
   replayRevisions?: number;
-  /** Bound of one synchronous call (the etcd call and the thread hand-off), ms. @default 10000 */
+  /** Bound of one etcd call (its gRPC deadline), ms. @default 10000 */
   requestTimeoutMs?: number;
   /** Interval of compaction (kube-apiserver's `--etcd-compaction-interval`), ms; 0 disables it. @default 300000 */
   compactionIntervalMs?: number;
@@ -89,6 +91,8 @@ interface Pending {
   cached: boolean;
   /** Whether a read was answered from that knowledge (so only a successful commit validates it). */
   usedCache: boolean;
+  /** Set when the attempt ended: calls still carrying its async context are not part of it. */
+  done: boolean;
 }
 
 /** What this API server last knew of a key: its value (undefined: absent), mod revision, and as of which revision. */
@@ -148,36 +152,35 @@ function checkPreconditions(current: KubeObject, pre: Preconditions | undefined)
 }
 
 /**
- * Objects in etcd, behind the synchronous `Storage` interface (see the file's header for the design).
- * Every call may also throw `EtcdError` (etcd failed or did not answer within `requestTimeoutMs`).
+ * Objects in etcd, behind the asynchronous `Storage` interface (see the file's header for the design).
+ * Every call may also reject with `EtcdError` (etcd failed or did not answer within `requestTimeoutMs`).
  * @example
- * const s = new EtcdStorage({ endpoints: ['http://127.0.0.1:2379'] });
- * s.create({ resource: 'pods', namespace: 'default', name: 'a' }, { metadata: { name: 'a', namespace: 'default' } });
- * s.close();
+ * const s = await EtcdStorage.open({ endpoints: ['http://127.0.0.1:2379'] });
+ * await s.create({ resource: 'pods', namespace: 'default', name: 'a' }, { metadata: { name: 'a', namespace: 'default' } });
+ * await s.close();
  */
 export class EtcdStorage implements Storage {
-  private readonly worker: Worker;
-  private readonly signal: Int32Array;
-  private readonly requests: MessagePort;
-  private readonly events: MessagePort;
+  private readonly client: Etcd3;
+  private readonly kv: EtcdKv;
+  private readonly registryWatch: RegistryWatch;
+  private stopCompaction: () => void = () => {};
   private readonly opts: Required<EtcdStorageOptions>;
-  private nextId = 1;
+  /** Settles when the client is connected and the watch open; every call waits for it. */
+  readonly ready: Promise<void>;
   private closed = false;
-  /** Why the worker stopped, when it did on its own: every later call fails at once with it. */
-  private failure: string | undefined;
   /** Set while events are handed to watchers. */
   private publishing = false;
-  private txn: Pending | undefined;
-  private window!: WatchWindow;
+  private readonly als = new AsyncLocalStorage<Pending>();
+  private window: WatchWindow;
   /** The revision of the latest event delivered. */
-  private deliveredUpTo: number;
+  private deliveredUpTo = 0;
   private readonly watchers = new Set<Watcher>();
   /** etcd key → its last value known here (from the watch, reads and commits), for transactions' first attempts. */
   private readonly known = new Map<string, Known>();
 
   /**
-   * Starts the worker, connects to etcd and opens the watch (synchronously).
-   * @throws RangeError for bad options; EtcdError when etcd does not answer within `requestTimeoutMs`
+   * Connects to etcd and opens the watch, in the background (`ready`, or use `EtcdStorage.open`).
+   * @throws RangeError for bad options
    */
   constructor(options: EtcdStorageOptions) {
     // Options given as undefined take their defaults.
@@ -195,70 +198,68 @@ export class EtcdStorage implements Storage {
     }
     if (typeof opts.cachedReads !== 'boolean') throw new RangeError(`EtcdStorage: cachedReads must be a boolean: current value is ${String(opts.cachedReads)}`);
     this.opts = opts;
-    const sab = new SharedArrayBuffer(4);
-    this.signal = new Int32Array(sab);
-    const req = new MessageChannel();
-    const ev = new MessageChannel();
-    this.requests = req.port1;
-    this.events = ev.port1;
-    const data: EtcdWorkerData = {
-      endpoints: opts.endpoints.map((e) => e.replace(/\/$/, '')),
-      signal: sab,
-      requests: req.port2,
-      events: ev.port2,
-      replayRevisions: opts.replayRevisions,
-      compactionIntervalMs: opts.compactionIntervalMs,
-      callTimeoutMs: opts.requestTimeoutMs,
-    };
-    const file = import.meta.url.endsWith('.ts') ? './etcd-worker.ts' : './etcd-worker.js';
-    this.worker = new Worker(new URL(file, import.meta.url), { workerData: data, transferList: [req.port2, ev.port2] });
-    this.worker.unref();
-    this.worker.on('error', (err: unknown) => {
-      this.failure = `the etcd client thread failed: ${err instanceof Error ? err.message : String(err)}`;
+    this.window = new WatchWindow(opts.watchWindow);
+    this.client = new Etcd3({
+      hosts: opts.endpoints.map((e) => e.replace(/\/$/, '')),
+      defaultCallOptions: (ctx) => (ctx.isStream ? {} : { deadline: Date.now() + opts.requestTimeoutMs }),
+      grpcOptions: { 'grpc.max_receive_message_length': 256 * 1024 * 1024 },
     });
-    this.worker.on('exit', (code) => {
-      this.failure ??= `the etcd client thread exited (${code})`;
-    });
-    this.events.on('message', (m: WatchBatch) => this.onBatch(m));
-    this.events.unref();
+    this.kv = new EtcdKv(this.client);
+    this.registryWatch = new RegistryWatch(this.client, { postMessage: (m) => this.onBatch(m) });
+    this.ready = this.init();
+    // A failed start is seen by every call (and by `open`); not an unhandled rejection meanwhile.
+    this.ready.catch(() => {});
+  }
+
+  /**
+   * A store whose client is connected and whose watch is open.
+   * @throws RangeError for bad options; EtcdError when etcd does not answer within `requestTimeoutMs`
+   */
+  static async open(options: EtcdStorageOptions): Promise<EtcdStorage> {
+    const s = new EtcdStorage(options);
     try {
-      // The worker loads the client first: the first call gets more time.
-      const init = this.call<{ rev: number; droppedUpTo: number }>({ op: 'init' }, opts.requestTimeoutMs + 5000);
-      this.window = new WatchWindow(opts.watchWindow, init.droppedUpTo);
-      this.deliveredUpTo = init.droppedUpTo;
+      await s.ready;
     } catch (err: unknown) {
-      void this.worker.terminate();
+      await s.close();
       throw err;
+    }
+    return s;
+  }
+
+  private async init(): Promise<void> {
+    try {
+      const rev = await this.kv.currentRev();
+      const start = await this.registryWatch.open(await this.kv.oldestReadable(Math.max(1, rev + 1 - this.opts.replayRevisions), rev));
+      this.window = new WatchWindow(this.opts.watchWindow, start - 1);
+      this.deliveredUpTo = Math.max(this.deliveredUpTo, start - 1);
+      if (!this.closed) this.stopCompaction = scheduleCompaction(this.client, this.opts.compactionIntervalMs);
+    } catch (err: unknown) {
+      throw new EtcdError('init', `${err instanceof Error ? err.message : String(err)} (endpoints ${this.opts.endpoints.join(',')})`, { cause: err });
     }
   }
 
-  /** One synchronous round trip to the worker. */
-  private call<T>(req: EtcdRequest, timeoutMs = this.opts.requestTimeoutMs): T {
-    if (this.closed) throw new EtcdError(req.op, 'the storage is closed');
-    if (this.failure) throw new EtcdError(req.op, this.failure);
-    const id = this.nextId++;
-    const deadline = Date.now() + timeoutMs;
-    this.requests.postMessage({ id, req });
-    for (;;) {
-      const seen = Atomics.load(this.signal, 0);
-      const got = receiveMessageOnPort(this.requests);
-      if (got) {
-        const reply = got.message as { id: number; ok: boolean; value?: unknown; error?: string };
-        if (reply.id !== id) continue; // the late answer of a call that timed out
-        if (!reply.ok) throw new EtcdError(req.op, `${reply.error ?? 'failed'}${req.op === 'init' ? ` (endpoints ${this.opts.endpoints.join(',')})` : ''}`);
-        return reply.value as T;
-      }
-      const left = deadline - Date.now();
-      if (this.failure) throw new EtcdError(req.op, this.failure);
-      if (left <= 0) throw new EtcdError(req.op, `no answer within ${timeoutMs} ms (endpoints ${this.opts.endpoints.join(',')})`);
-      Atomics.wait(this.signal, 0, seen, left);
+  /** One etcd call, once the store is ready; etcd's errors as EtcdError. */
+  private async call<T>(op: string, fn: () => Promise<T>): Promise<T> {
+    if (this.closed) throw new EtcdError(op, 'the storage is closed');
+    await this.ready;
+    try {
+      return await fn();
+    } catch (err: unknown) {
+      throw new EtcdError(op, `${err instanceof Error ? err.message : String(err)} (endpoints ${this.opts.endpoints.join(',')})`, { cause: err });
     }
+  }
+
+  /** The current attempt of the transaction whose async context this is, if any. */
+  private get txn(): Pending | undefined {
+    const t = this.als.getStore();
+    return t && !t.done ? t : undefined;
   }
 
   // ---- reads ----
 
-  private readRow(k: string): { row: Row | undefined; rev: number } {
-    const got = this.call<{ row: Row | undefined; rev: number }>({ op: 'get', key: k });
+  private async readRow(k: string): Promise<{ row: Row | undefined; rev: number }> {
+    const r = await this.call('get', () => this.kv.range(k));
+    const got = { row: r.kvs[0] ? toRow(r.kvs[0]) : undefined, rev: num(r.header.revision) };
     this.remember(k, got.row?.value, got.row?.mod ?? 0, got.rev);
     return got;
   }
@@ -281,12 +282,12 @@ export class EtcdStorage implements Storage {
     }
   }
 
-  get(key: ObjectKey): KubeObject | undefined {
-    const s = this.getRaw(key);
+  async get(key: ObjectKey): Promise<KubeObject | undefined> {
+    const s = await this.getRaw(key);
     return s === undefined ? undefined : (JSON.parse(s) as KubeObject);
   }
 
-  getRaw(key: ObjectKey): string | undefined {
+  async getRaw(key: ObjectKey): Promise<string | undefined> {
     const k = etcdKey(key);
     const t = this.txn;
     if (t) {
@@ -300,7 +301,7 @@ export class EtcdStorage implements Storage {
         return known.value;
       }
     }
-    const { row, rev } = this.readRow(k);
+    const { row, rev } = await this.readRow(k);
     if (t) {
       if (!t.reads.has(k)) t.reads.set(k, row?.mod ?? 0);
       t.rev = Math.max(t.rev, rev);
@@ -308,9 +309,9 @@ export class EtcdStorage implements Storage {
     return row?.value;
   }
 
-  listRaw(resource: string, namespace?: string): { rows: string[]; resourceVersion: number } {
+  async listRaw(resource: string, namespace?: string): Promise<{ rows: string[]; resourceVersion: number }> {
     const prefix = prefixOf(resource, namespace);
-    const { rows, rev } = this.call<{ rows: Row[]; rev: number }>({ op: 'range', prefix });
+    const { rows, rev } = await this.call('range', () => this.kv.rangeAll(prefix));
     const t = this.txn;
     if (!t) return { rows: sortRows(rows).map((r) => r.value), resourceVersion: rev };
     t.ranges.push({ prefix, rev });
@@ -325,30 +326,24 @@ export class EtcdStorage implements Storage {
     return { rows: merged.map((r) => r.value), resourceVersion: rev };
   }
 
-  list(resource: string, namespace?: string): { items: KubeObject[]; resourceVersion: number } {
-    const { rows, resourceVersion } = this.listRaw(resource, namespace);
+  async list(resource: string, namespace?: string): Promise<{ items: KubeObject[]; resourceVersion: number }> {
+    const { rows, resourceVersion } = await this.listRaw(resource, namespace);
     return { items: rows.map((s) => JSON.parse(s) as KubeObject), resourceVersion };
   }
 
   /**
    * The watch cache's revision: every event up to it has been delivered to this API server's
-   * watchers (event batches already posted by the worker are taken in first). It trails etcd's
+   * watchers. It trails etcd's
    * latest revision by the watch's latency, as kube-apiserver's cacher does, so that a BOOKMARK or
    * a watch started from it never skips an event.
    */
   currentResourceVersion(): number {
-    // Not from inside a listener: events must reach every watcher in order, one at a time.
-    while (!this.publishing) {
-      const m = receiveMessageOnPort(this.events);
-      if (!m) break;
-      this.onBatch(m.message as WatchBatch);
-    }
     return this.deliveredUpTo;
   }
 
   /** etcd's latest revision (a linearizable read; may be ahead of what watchers have seen). */
-  etcdRevision(): number {
-    return this.call<number>({ op: 'rev' });
+  etcdRevision(): Promise<number> {
+    return this.call('rev', () => this.kv.currentRev());
   }
 
   // ---- writes ----
@@ -359,37 +354,40 @@ export class EtcdStorage implements Storage {
    * safe to run more than once (it is, for the registry: it only reads and writes the store).
    * @throws StorageError Conflict after `maxAttempts` lost commits; whatever `fn` throws; EtcdError
    */
-  transaction<T>(fn: () => T): T {
-    if (this.txn) {
+  async transaction<T>(fn: () => Promise<T>): Promise<T> {
+    const outer = this.txn;
+    if (outer) {
       // Nested: a savepoint of the buffer.
-      const t = this.txn;
-      const writes = new Map(t.writes);
-      const answered = t.answered.length;
+      const writes = new Map(outer.writes);
+      const answered = outer.answered.length;
       try {
-        return fn();
+        return await fn();
       } catch (err: unknown) {
-        t.writes = writes;
-        t.answered.length = answered;
+        outer.writes = writes;
+        outer.answered.length = answered;
         throw err;
       }
     }
     for (let attempt = 1; ; attempt++) {
-      const t: Pending = { writes: new Map(), reads: new Map(), ranges: [], answered: [], rev: 0, cached: attempt === 1 && this.opts.cachedReads, usedCache: false };
-      this.txn = t;
+      const t: Pending = { writes: new Map(), reads: new Map(), ranges: [], answered: [], rev: 0, cached: attempt === 1 && this.opts.cachedReads, usedCache: false, done: false };
       let result: T;
       try {
-        result = fn();
+        result = await this.als.run(t, fn);
       } catch (err: unknown) {
+        t.done = true;
         // A decision taken on what this server knew (NotFound, AlreadyExists, a precondition) is checked on etcd.
         if (t.usedCache && !(err instanceof EtcdError)) continue;
+        // Reads of several round trips are not one snapshot: an answer (AlreadyExists after a list that
+        // did not show the key) stands only when every read is still current, else `fn` runs again.
+        if (!(err instanceof EtcdError) && (t.reads.size > 1 || t.ranges.length > 0) && !(await this.stillCurrent(t)) && attempt < this.opts.maxAttempts) continue;
         throw err;
       } finally {
-        this.txn = undefined;
+        t.done = true;
       }
       // Reads no commit will check (nothing to write) must be etcd's own.
       if (t.usedCache && t.writes.size === 0) continue;
       try {
-        this.commit(t);
+        await this.commit(t);
         return result;
       } catch (err: unknown) {
         if (!(err instanceof CommitConflict)) throw err;
@@ -400,19 +398,24 @@ export class EtcdStorage implements Storage {
     }
   }
 
-  private commit(t: Pending): void {
+  /** Whether every read of `t` still holds in etcd (a commit of no writes under its conditions). */
+  private async stillCurrent(t: Pending): Promise<boolean> {
+    const { ok } = await this.call('commit', () => this.kv.commit(conditions(t), []));
+    return ok;
+  }
+
+  private async commit(t: Pending): Promise<void> {
     if (t.writes.size === 0) return;
-    const conds: Cond[] = [...t.reads].map(([key, mod]) => ({ key, cmp: 'eq' as const, mod }));
-    for (const r of t.ranges) conds.push({ key: r.prefix, end: prefixEnd(r.prefix), cmp: 'lt', mod: r.rev + 1 });
+    const conds = conditions(t);
     const writes: Write[] = [...t.writes].map(([key, w]) => ('deleted' in w ? { key, del: true as const } : { key, put: w.json }));
-    const { ok, rev } = this.call<{ ok: boolean; rev: number }>({ op: 'commit', conds, writes });
+    const { ok, rev } = await this.call('commit', () => this.kv.commit(conds, writes));
     if (!ok) throw new CommitConflict();
     for (const o of t.answered) o.metadata.resourceVersion = String(rev);
     for (const w of writes) this.remember(w.key, 'del' in w ? undefined : withResourceVersion(w.put, rev), 'del' in w ? 0 : rev, rev);
   }
 
   /** Runs `fn` in a transaction (the current one, or a new one committed at its end). */
-  private inTxn<T>(fn: (t: Pending) => T): T {
+  private inTxn<T>(fn: (t: Pending) => Promise<T>): Promise<T> {
     return this.transaction(() => fn(this.txn!));
   }
 
@@ -423,9 +426,9 @@ export class EtcdStorage implements Storage {
     return answered;
   }
 
-  create(key: ObjectKey, obj: KubeObject): KubeObject {
-    return this.inTxn((t) => {
-      if (this.exists(t, key)) throw new StorageError('AlreadyExists', `${key.resource} "${key.name}" already exists`);
+  create(key: ObjectKey, obj: KubeObject): Promise<KubeObject> {
+    return this.inTxn(async (t) => {
+      if (await this.exists(t, key)) throw new StorageError('AlreadyExists', `${key.resource} "${key.name}" already exists`);
       return this.put(t, key, obj);
     });
   }
@@ -435,36 +438,36 @@ export class EtcdStorage implements Storage {
    * (a generated name) is taken as absent without asking etcd: the commit's condition that its mod
    * revision is 0 checks it, as kube-apiserver's create does.
    */
-  private exists(t: Pending, key: ObjectKey): boolean {
+  private async exists(t: Pending, key: ObjectKey): Promise<boolean> {
     const k = etcdKey(key);
     if (t.cached && !t.writes.has(k) && !this.known.has(k)) {
       if (!t.reads.has(k)) t.reads.set(k, 0);
       t.usedCache = true;
       return false;
     }
-    return this.getRaw(key) !== undefined;
+    return (await this.getRaw(key)) !== undefined;
   }
 
-  update(key: ObjectKey, obj: KubeObject, pre?: Preconditions): KubeObject {
-    return this.inTxn((t) => {
-      const current = this.get(key);
+  update(key: ObjectKey, obj: KubeObject, pre?: Preconditions): Promise<KubeObject> {
+    return this.inTxn(async (t) => {
+      const current = await this.get(key);
       if (!current) throw new StorageError('NotFound', `${key.resource} "${key.name}" not found`);
       checkPreconditions(current, pre);
       return this.write(t, key, current, obj);
     });
   }
 
-  guaranteedUpdate(key: ObjectKey, tryUpdate: (current: KubeObject) => KubeObject): KubeObject {
-    return this.inTxn((t) => {
-      const current = this.get(key);
+  guaranteedUpdate(key: ObjectKey, tryUpdate: (current: KubeObject) => KubeObject | Promise<KubeObject>): Promise<KubeObject> {
+    return this.inTxn(async (t) => {
+      const current = await this.get(key);
       if (!current) throw new StorageError('NotFound', `${key.resource} "${key.name}" not found`);
-      return this.write(t, key, current, tryUpdate(structuredClone(current)));
+      return this.write(t, key, current, await tryUpdate(structuredClone(current)));
     });
   }
 
-  delete(key: ObjectKey, pre?: Preconditions): KubeObject {
-    return this.inTxn((t) => {
-      const current = this.get(key);
+  delete(key: ObjectKey, pre?: Preconditions): Promise<KubeObject> {
+    return this.inTxn(async (t) => {
+      const current = await this.get(key);
       if (!current) throw new StorageError('NotFound', `${key.resource} "${key.name}" not found`);
       checkPreconditions(current, pre);
       const gone = withRv(current, t.rev + 1);
@@ -531,35 +534,39 @@ export class EtcdStorage implements Storage {
   // ---- blobs ----
 
   /** Stores `bytes` under `/blobs/<sha256>` in 1 MiB chunks, at once (not part of an enclosing transaction). */
-  putBlob(sha256: string, bytes: Uint8Array): void {
+  async putBlob(sha256: string, bytes: Uint8Array): Promise<void> {
     if (!/^[0-9A-Za-z]+$/.test(sha256)) throw new RangeError(`putBlob: sha256 must be a hex digest: current value is ${JSON.stringify(sha256)}`);
-    this.call<void>({ op: 'putBlob', sha256, bytes });
+    await this.call('putBlob', () => this.kv.putBlob(sha256, bytes));
   }
 
-  getBlob(sha256: string): Uint8Array | undefined {
+  async getBlob(sha256: string): Promise<Uint8Array | undefined> {
     if (!/^[0-9A-Za-z]+$/.test(sha256)) return undefined;
-    return this.call<Uint8Array | undefined>({ op: 'getBlob', sha256 });
+    return this.call('getBlob', () => this.kv.getBlob(sha256));
   }
 
   /** Compacts etcd's history up to `revision` (what the schedule does; for operators and tests). */
-  compact(revision: number): void {
-    this.call<void>({ op: 'compact', revision });
+  async compact(revision: number): Promise<void> {
+    await this.call('compact', () => this.client.kv.compact({ revision, physical: true }));
   }
 
-  close(): void {
+  async close(): Promise<void> {
     if (this.closed) return;
-    try {
-      this.call<void>({ op: 'close' }, 2000);
-    } catch {
-      // closing anyway
-    }
     this.closed = true;
-    this.failure ??= 'closed';
+    this.stopCompaction();
     this.watchers.clear();
-    this.events.close();
-    this.requests.close();
-    void this.worker.terminate();
+    // A start still under way ends first (its watch is then closed with the client).
+    await this.ready.catch(() => {});
+    this.stopCompaction();
+    this.registryWatch.close();
+    this.client.close();
   }
+}
+
+/** The commit conditions of `t`: every key read has its mod revision, no key of a range listed changed. */
+function conditions(t: Pending): Cond[] {
+  const conds: Cond[] = [...t.reads].map(([key, mod]) => ({ key, cmp: 'eq' as const, mod }));
+  for (const r of t.ranges) conds.push({ key: r.prefix, end: prefixEnd(r.prefix), cmp: 'lt', mod: r.rev + 1 });
+  return conds;
 }
 
 /** Rows in `(namespace, name)` order, as the interface promises (etcd's byte order differs around `-`). */

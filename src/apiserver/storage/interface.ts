@@ -82,51 +82,61 @@ export interface WatchHandle {
   stop(): void;
 }
 
-/** The operations every backend offers. All reads and writes are synchronous and atomic. */
+/**
+ * The operations every backend offers, asynchronous as kube-apiserver's `storage.Interface`: many
+ * calls may be in flight. A write's promise settles once the write is durable (SQLite: its group
+ * commit's fsync; etcd: the txn's answer), and watchers see its event no earlier. Reads answer what
+ * is durable; inside `transaction(fn)` they also see the transaction's own writes.
+ */
 export interface Storage {
   /** The object at `key`, or undefined. */
-  get(key: ObjectKey): KubeObject | undefined;
+  get(key: ObjectKey): Promise<KubeObject | undefined>;
   /** The stored JSON text of the object at `key` (no apiVersion/kind), or undefined: for answers that need no parsing. */
-  getRaw(key: ObjectKey): string | undefined;
+  getRaw(key: ObjectKey): Promise<string | undefined>;
   /** The stored JSON texts of `resource` (as `list`), with the store's current resourceVersion. */
-  listRaw(resource: string, namespace?: string): { rows: string[]; resourceVersion: number };
+  listRaw(resource: string, namespace?: string): Promise<{ rows: string[]; resourceVersion: number }>;
   /** Every object of `resource`, in one namespace or (undefined) all, sorted by namespace and name, with the store's current resourceVersion. */
-  list(resource: string, namespace?: string): { items: KubeObject[]; resourceVersion: number };
+  list(resource: string, namespace?: string): Promise<{ items: KubeObject[]; resourceVersion: number }>;
   /**
    * Stores a new object; sets `metadata.resourceVersion`.
    * @throws StorageError AlreadyExists
    */
-  create(key: ObjectKey, obj: KubeObject): KubeObject;
+  create(key: ObjectKey, obj: KubeObject): Promise<KubeObject>;
   /**
    * Replaces an object; sets `metadata.resourceVersion`. A write that changes nothing is skipped and answers the stored object.
    * @throws StorageError NotFound, Conflict (preconditions)
    */
-  update(key: ObjectKey, obj: KubeObject, pre?: Preconditions): KubeObject;
+  update(key: ObjectKey, obj: KubeObject, pre?: Preconditions): Promise<KubeObject>;
   /**
    * Removes an object and answers it with the deletion's resourceVersion.
    * @throws StorageError NotFound, Conflict (preconditions)
    */
-  delete(key: ObjectKey, pre?: Preconditions): KubeObject;
+  delete(key: ObjectKey, pre?: Preconditions): Promise<KubeObject>;
   /**
-   * Reads `key`, calls `tryUpdate(current)` and writes its result, in one transaction. Answers the
-   * stored object (unchanged when `tryUpdate` answered an equal object: no write, no event).
+   * Reads `key`, calls `tryUpdate(current)` and writes its result, in one transaction (kube-apiserver's
+   * GuaranteedUpdate: on etcd, `tryUpdate` runs again on the fresh object when another writer won). Answers
+   * the stored object (unchanged when `tryUpdate` answered an equal object: no write, no event).
    * @throws StorageError NotFound; whatever `tryUpdate` throws
    */
-  guaranteedUpdate(key: ObjectKey, tryUpdate: (current: KubeObject) => KubeObject): KubeObject;
-  /** Runs `fn` in one transaction: all its writes or none; watchers see its events after the commit, in order. */
-  transaction<T>(fn: () => T): T;
-  /** The latest resourceVersion handed out. */
+  guaranteedUpdate(key: ObjectKey, tryUpdate: (current: KubeObject) => KubeObject | Promise<KubeObject>): Promise<KubeObject>;
+  /**
+   * Runs `fn` in one transaction: all its writes or none; watchers see its events after the commit, in
+   * order. Calls made from `fn` (followed through its awaits) are part of it; a call inside is a savepoint.
+   * `fn` must be safe to run more than once (etcd runs it again when another writer committed first).
+   */
+  transaction<T>(fn: () => Promise<T>): Promise<T>;
+  /** The latest resourceVersion whose event watchers have been handed (every write up to it is durable). */
   currentResourceVersion(): number;
   /**
    * Calls `listener` for every event with `rv > sinceRv` on `resource` (all resources when `'*'`),
-   * first those still in the watch window, then live ones.
+   * first those still in the watch window, then live ones (synchronously: nothing is missed between).
    * @throws StorageError Expired when events after `sinceRv` have left the window (410 Gone)
    */
   watch(resource: string, sinceRv: number, listener: (e: StorageEvent) => void): WatchHandle;
   /** Content-addressed bytes (the module store): stores `bytes` under its SHA-256 hex digest. */
-  putBlob(sha256: string, bytes: Uint8Array): void;
+  putBlob(sha256: string, bytes: Uint8Array): Promise<void>;
   /** The bytes stored under `sha256`, or undefined. */
-  getBlob(sha256: string): Uint8Array | undefined;
-  /** Releases the backend (closes the database). */
-  close(): void;
+  getBlob(sha256: string): Promise<Uint8Array | undefined>;
+  /** Releases the backend (waits for writes in flight, then closes the database). */
+  close(): Promise<void>;
 }

@@ -1,12 +1,15 @@
 /**
  * The default backend: one SQLite file (better-sqlite3) in WAL mode with synchronous commits
- * (`synchronous = FULL`), so an answered write survives a crash. Objects are JSON rows keyed by
+ * (`synchronous = FULL`), so an answered write survives a crash. Writes are group-committed
+ * (base.ts): the transactions that committed while the event loop went round are written in one
+ * SQLite transaction, one fsync, and each is answered after it. The fsync itself still runs on the
+ * API server's thread (better-sqlite3 is synchronous): one per group instead of one per write. Objects are JSON rows keyed by
  * (resource, namespace, name); the resourceVersion is one counter row; module bytes are rows keyed
  * by their SHA-256.
  */
 import { chmodSync, closeSync, existsSync, openSync } from 'node:fs';
 import Database from 'better-sqlite3';
-import { BaseStorage, DEFAULT_WATCH_WINDOW } from './base.ts';
+import { BaseStorage, type Change, DEFAULT_WATCH_WINDOW, type StoredRow } from './base.ts';
 import type { ObjectKey } from './interface.ts';
 
 /** Options of `SqliteStorage`. */
@@ -22,9 +25,11 @@ export class SqliteStorage extends BaseStorage {
     get: Database.Statement;
     listAll: Database.Statement;
     listNs: Database.Statement;
+    listAllValues: Database.Statement;
+    listNsValues: Database.Statement;
     put: Database.Statement;
     del: Database.Statement;
-    bump: Database.Statement;
+    setRv: Database.Statement;
     rv: Database.Statement;
     putBlob: Database.Statement;
     getBlob: Database.Statement;
@@ -58,11 +63,13 @@ export class SqliteStorage extends BaseStorage {
     `);
     this.stmts = {
       get: this.db.prepare('SELECT value FROM objects WHERE resource = ? AND namespace = ? AND name = ?').pluck(),
-      listAll: this.db.prepare('SELECT value FROM objects WHERE resource = ? ORDER BY namespace, name').pluck(),
-      listNs: this.db.prepare('SELECT value FROM objects WHERE resource = ? AND namespace = ? ORDER BY name').pluck(),
+      listAll: this.db.prepare('SELECT namespace, name, value FROM objects WHERE resource = ? ORDER BY namespace, name'),
+      listNs: this.db.prepare('SELECT namespace, name, value FROM objects WHERE resource = ? AND namespace = ? ORDER BY name'),
+      listAllValues: this.db.prepare('SELECT value FROM objects WHERE resource = ? ORDER BY namespace, name').pluck(),
+      listNsValues: this.db.prepare('SELECT value FROM objects WHERE resource = ? AND namespace = ? ORDER BY name').pluck(),
       put: this.db.prepare('INSERT OR REPLACE INTO objects (resource, namespace, name, value) VALUES (?, ?, ?, ?)'),
       del: this.db.prepare('DELETE FROM objects WHERE resource = ? AND namespace = ? AND name = ?'),
-      bump: this.db.prepare('UPDATE counter SET rv = rv + 1 WHERE id = 1 RETURNING rv').pluck(),
+      setRv: this.db.prepare('UPDATE counter SET rv = ? WHERE id = 1'),
       rv: this.db.prepare('SELECT rv FROM counter WHERE id = 1').pluck(),
       putBlob: this.db.prepare('INSERT OR IGNORE INTO blobs (sha256, bytes) VALUES (?, ?)'),
       getBlob: this.db.prepare('SELECT bytes FROM blobs WHERE sha256 = ?').pluck(),
@@ -73,31 +80,32 @@ export class SqliteStorage extends BaseStorage {
   protected rawGet(key: ObjectKey): string | undefined {
     return this.stmts.get.get(key.resource, key.namespace, key.name) as string | undefined;
   }
-  protected rawList(resource: string, namespace: string | undefined): string[] {
-    return (namespace === undefined ? this.stmts.listAll.all(resource) : this.stmts.listNs.all(resource, namespace)) as string[];
+  protected rawList(resource: string, namespace: string | undefined): StoredRow[] {
+    return (namespace === undefined ? this.stmts.listAll.all(resource) : this.stmts.listNs.all(resource, namespace)) as StoredRow[];
   }
-  protected rawPut(key: ObjectKey, json: string): void {
-    this.stmts.put.run(key.resource, key.namespace, key.name, json);
-  }
-  protected rawDelete(key: ObjectKey): void {
-    this.stmts.del.run(key.resource, key.namespace, key.name);
-  }
-  protected nextRv(): number {
-    return this.stmts.bump.get() as number;
+  protected override rawListValues(resource: string, namespace: string | undefined): string[] {
+    return (namespace === undefined ? this.stmts.listAllValues.all(resource) : this.stmts.listNsValues.all(resource, namespace)) as string[];
   }
   protected readRv(): number {
     return this.stmts.rv.get() as number;
   }
-  protected atomically<T>(fn: () => T): T {
-    return this.db.transaction(fn)();
+  /** One SQLite transaction (one fsync at its commit) for the whole group. */
+  protected persist(changes: Change[], rv: number): void {
+    this.db.transaction(() => {
+      for (const { key, value } of changes) {
+        if (value === undefined) this.stmts.del.run(key.resource, key.namespace, key.name);
+        else this.stmts.put.run(key.resource, key.namespace, key.name, value);
+      }
+      this.stmts.setRv.run(rv);
+    })();
   }
-  putBlob(sha256: string, bytes: Uint8Array): void {
+  async putBlob(sha256: string, bytes: Uint8Array): Promise<void> {
     this.stmts.putBlob.run(sha256, Buffer.from(bytes.buffer, bytes.byteOffset, bytes.byteLength));
   }
-  getBlob(sha256: string): Uint8Array | undefined {
+  async getBlob(sha256: string): Promise<Uint8Array | undefined> {
     return this.stmts.getBlob.get(sha256) as Buffer | undefined;
   }
-  close(): void {
+  protected closeBackend(): void {
     if (this.db.open) this.db.close();
   }
 }

@@ -14,75 +14,75 @@ const key = (name: string, namespace = 'default', resource = 'pods') => ({ resou
 const obj = (name: string, extra: Record<string, unknown> = {}) => ({ metadata: { name, namespace: 'default', uid: `u-${name}` }, ...extra });
 
 function conformance(label: string, make: (t: import('node:test').TestContext) => Storage): void {
-  test(`${label}: create, get, list, AlreadyExists`, (t) => {
+  test(`${label}: create, get, list, AlreadyExists`, async (t) => {
     const s = make(t);
-    const a = s.create(key('a'), obj('a'));
+    const a = await s.create(key('a'), obj('a'));
     assert.equal(a.metadata.resourceVersion, '1');
-    assert.throws(() => s.create(key('a'), obj('a')), (e: unknown) => e instanceof StorageError && e.code === 'AlreadyExists');
-    s.create(key('c'), obj('c'));
-    s.create(key('b', 'other'), obj('b'));
-    assert.deepEqual(s.get(key('a'))?.metadata.resourceVersion, '1');
-    assert.equal(s.get(key('zz')), undefined);
-    assert.deepEqual(s.list('pods').items.map((o) => o.metadata.name), ['a', 'c', 'b']);
-    assert.deepEqual(s.list('pods', 'default').items.map((o) => o.metadata.name), ['a', 'c']);
-    assert.equal(s.list('pods').resourceVersion, 3);
+    await assert.rejects(async () => await s.create(key('a'), obj('a')), (e: unknown) => e instanceof StorageError && e.code === 'AlreadyExists');
+    await s.create(key('c'), obj('c'));
+    await s.create(key('b', 'other'), obj('b'));
+    assert.deepEqual((await s.get(key('a')))?.metadata.resourceVersion, '1');
+    assert.equal(await s.get(key('zz')), undefined);
+    assert.deepEqual((await s.list('pods')).items.map((o) => o.metadata.name), ['a', 'c', 'b']);
+    assert.deepEqual((await s.list('pods', 'default')).items.map((o) => o.metadata.name), ['a', 'c']);
+    assert.equal((await s.list('pods')).resourceVersion, 3);
     assert.equal(s.currentResourceVersion(), 3);
   });
 
-  test(`${label}: update with preconditions; a write that changes nothing is skipped`, (t) => {
+  test(`${label}: update with preconditions; a write that changes nothing is skipped`, async (t) => {
     const s = make(t);
-    s.create(key('a'), obj('a', { spec: { x: 1 } }));
+    await s.create(key('a'), obj('a', { spec: { x: 1 } }));
     const events: StorageEvent[] = [];
     s.watch('pods', 1, (e) => events.push(e));
-    assert.throws(() => s.update(key('a'), obj('a', { spec: { x: 2 } }), { resourceVersion: '7' }), (e: unknown) => e instanceof StorageError && e.code === 'Conflict');
-    assert.throws(() => s.update(key('a'), obj('a'), { uid: 'other' }), (e: unknown) => e instanceof StorageError && e.code === 'Conflict');
-    assert.throws(() => s.update(key('nope'), obj('nope')), (e: unknown) => e instanceof StorageError && e.code === 'NotFound');
-    const same = s.update(key('a'), obj('a', { spec: { x: 1 } }), { resourceVersion: '1' });
+    await assert.rejects(async () => await s.update(key('a'), obj('a', { spec: { x: 2 } }), { resourceVersion: '7' }), (e: unknown) => e instanceof StorageError && e.code === 'Conflict');
+    await assert.rejects(async () => await s.update(key('a'), obj('a'), { uid: 'other' }), (e: unknown) => e instanceof StorageError && e.code === 'Conflict');
+    await assert.rejects(async () => await s.update(key('nope'), obj('nope')), (e: unknown) => e instanceof StorageError && e.code === 'NotFound');
+    const same = await s.update(key('a'), obj('a', { spec: { x: 1 } }), { resourceVersion: '1' });
     assert.equal(same.metadata.resourceVersion, '1');
     assert.equal(events.length, 0);
-    const next = s.guaranteedUpdate(key('a'), (cur) => ({ ...cur, spec: { x: 3 } }));
+    const next = await s.guaranteedUpdate(key('a'), (cur) => ({ ...cur, spec: { x: 3 } }));
     assert.equal(next.metadata.resourceVersion, '2');
     assert.deepEqual(events.map((e) => [e.type, e.rv, (e.previous?.spec as { x: number } | undefined)?.x]), [['MODIFIED', 2, 1]]);
   });
 
-  test(`${label}: a failed transaction writes nothing and tells no watcher`, (t) => {
+  test(`${label}: a failed transaction writes nothing and tells no watcher`, async (t) => {
     const s = make(t);
     const events: StorageEvent[] = [];
     s.watch('*', 0, (e) => events.push(e));
-    assert.throws(() =>
-      s.transaction(() => {
-        s.create(key('a'), obj('a'));
-        s.create(key('b'), obj('b'));
+    await assert.rejects(async () =>
+      await s.transaction(async () => {
+        await s.create(key('a'), obj('a'));
+        await s.create(key('b'), obj('b'));
         throw new Error('boom');
       }),
     );
-    assert.equal(s.get(key('a')), undefined);
+    assert.equal(await s.get(key('a')), undefined);
     assert.equal(events.length, 0);
-    s.transaction(() => {
-      s.create(key('a'), obj('a'));
-      assert.throws(() =>
-        s.transaction(() => {
-          s.create(key('b'), obj('b'));
+    await s.transaction(async () => {
+      await s.create(key('a'), obj('a'));
+      await assert.rejects(async () =>
+        await s.transaction(async () => {
+          await s.create(key('b'), obj('b'));
           throw new Error('inner');
         }),
       );
-      s.create(key('c'), obj('c'));
+      await s.create(key('c'), obj('c'));
     });
-    assert.equal(s.get(key('b')), undefined);
+    assert.equal(await s.get(key('b')), undefined);
     assert.deepEqual(events.map((e) => e.name), ['a', 'c']);
-    assert.deepEqual(s.list('pods').items.map((o) => o.metadata.name), ['a', 'c']);
+    assert.deepEqual((await s.list('pods')).items.map((o) => o.metadata.name), ['a', 'c']);
   });
 
-  test(`${label}: watch replays the window after a resourceVersion, then goes live; older ones are Expired`, (t) => {
+  test(`${label}: watch replays the window after a resourceVersion, then goes live; older ones are Expired`, async (t) => {
     const s = make(t);
-    for (let i = 0; i < 10; i++) s.create(key(`p${i}`), obj(`p${i}`));
-    s.create(key('n', '', 'nodes'), obj('n'));
+    for (let i = 0; i < 10; i++) await s.create(key(`p${i}`), obj(`p${i}`));
+    await s.create(key('n', '', 'nodes'), obj('n'));
     const seen: number[] = [];
     const h = s.watch('pods', 7, (e) => seen.push(e.rv));
-    s.delete(key('p0'));
+    await s.delete(key('p0'));
     assert.deepEqual(seen, [8, 9, 10, 12]);
     h.stop();
-    s.delete(key('p1'));
+    await s.delete(key('p1'));
     assert.equal(seen.length, 4);
     // The window of 5 events holds rv 9..13: a watch from 7 has lost rv 8.
     assert.throws(() => s.watch('pods', 7, () => {}), (e: unknown) => e instanceof StorageError && e.code === 'Expired');
@@ -91,12 +91,12 @@ function conformance(label: string, make: (t: import('node:test').TestContext) =
     assert.deepEqual(all, ['ADDED nodes/n', 'DELETED pods/p0', 'DELETED pods/p1']);
   });
 
-  test(`${label}: blobs are content-addressed`, (t) => {
+  test(`${label}: blobs are content-addressed`, async (t) => {
     const s = make(t);
-    s.putBlob('ab', Uint8Array.of(1, 2, 3));
-    s.putBlob('ab', Uint8Array.of(9));
-    assert.deepEqual([...(s.getBlob('ab') ?? [])], [1, 2, 3]);
-    assert.equal(s.getBlob('cd'), undefined);
+    await s.putBlob('ab', Uint8Array.of(1, 2, 3));
+    await s.putBlob('ab', Uint8Array.of(9));
+    assert.deepEqual([...(await s.getBlob('ab') ?? [])], [1, 2, 3]);
+    assert.equal(await s.getBlob('cd'), undefined);
   });
 }
 
@@ -104,27 +104,27 @@ conformance('memory', () => new MemoryStorage({ watchWindow: 5 }));
 conformance('sqlite', (t) => {
   const dir = mkdtempSync(join(tmpdir(), 'kube32-storage-'));
   const s = new SqliteStorage(join(dir, 'db'), { watchWindow: 5 });
-  t.after(() => {
-    s.close();
+  t.after(async () => {
+    await s.close();
     rmSync(dir, { recursive: true, force: true });
   });
   return s;
 });
 
-test('sqlite: objects, the counter and blobs survive a reopen; watches from before it are Expired', (t) => {
+test('sqlite: objects, the counter and blobs survive a reopen; watches from before it are Expired', async (t) => {
   const dir = mkdtempSync(join(tmpdir(), 'kube32-storage-'));
   t.after(() => rmSync(dir, { recursive: true, force: true }));
   const s1 = new SqliteStorage(join(dir, 'db'));
-  s1.create(key('a'), obj('a'));
-  s1.create(key('b'), obj('b'));
-  s1.putBlob('ff', Uint8Array.of(7));
-  s1.close();
+  await s1.create(key('a'), obj('a'));
+  await s1.create(key('b'), obj('b'));
+  await s1.putBlob('ff', Uint8Array.of(7));
+  await s1.close();
   const s2 = new SqliteStorage(join(dir, 'db'));
   t.after(() => s2.close());
-  assert.deepEqual(s2.list('pods').items.map((o) => o.metadata.name), ['a', 'b']);
+  assert.deepEqual((await s2.list('pods')).items.map((o) => o.metadata.name), ['a', 'b']);
   assert.equal(s2.currentResourceVersion(), 2);
-  assert.equal(s2.create(key('c'), obj('c')).metadata.resourceVersion, '3');
-  assert.deepEqual([...(s2.getBlob('ff') ?? [])], [7]);
+  assert.equal((await s2.create(key('c'), obj('c'))).metadata.resourceVersion, '3');
+  assert.deepEqual([...(await s2.getBlob('ff') ?? [])], [7]);
   assert.throws(() => s2.watch('pods', 1, () => {}), (e: unknown) => e instanceof StorageError && e.code === 'Expired');
   const seen: number[] = [];
   s2.watch('pods', 2, (e) => seen.push(e.rv));

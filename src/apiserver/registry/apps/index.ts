@@ -104,7 +104,7 @@ export const deployments: ResourceDef = {
   },
   prepareForUpdate(obj) {
     if (obj.spec === undefined) return;
-    deployments.prepareForCreate!(obj, { now: new Date(), list: () => [] });
+    deployments.prepareForCreate!(obj, { now: new Date(), list: async () => [] });
   },
   validate: (obj, old) => validateWorkload(obj, old, true),
   columns: [
@@ -335,7 +335,7 @@ export const statefulsets: ResourceDef = {
   },
   prepareForUpdate(obj) {
     if (obj.spec === undefined) return;
-    statefulsets.prepareForCreate!(obj, { now: new Date(), list: () => [] });
+    statefulsets.prepareForCreate!(obj, { now: new Date(), list: async () => [] });
   },
   validate: (obj, old) => validateStatefulSet(obj, old),
   columns: [NAME_COLUMN, { name: 'Ready', type: 'string' }, AGE_COLUMN, { name: 'Containers', type: 'string', priority: 1 }, { name: 'Images', type: 'string', priority: 1 }],

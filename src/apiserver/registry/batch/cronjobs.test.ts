@@ -5,7 +5,7 @@ import { cronjobs, validateCronJob } from './cronjobs.ts';
 
 function created(spec: Record<string, unknown>, name = 'tick'): KubeObject {
   const obj = { apiVersion: 'batch/v1', kind: 'CronJob', metadata: { name, namespace: 'default', uid: 'u-1' }, spec } as unknown as KubeObject;
-  cronjobs.prepareForCreate!(obj, { now: new Date(), list: () => [] });
+  cronjobs.prepareForCreate!(obj, { now: new Date(), list: async () => [] });
   return obj;
 }
 

@@ -5,7 +5,7 @@ import { jobCompletionsText, jobs, jobStatusText, validateJob } from './index.ts
 
 function created(spec: Record<string, unknown>): KubeObject {
   const obj = { apiVersion: 'batch/v1', kind: 'Job', metadata: { name: 'pi', namespace: 'default', uid: 'u-1' }, spec } as unknown as KubeObject;
-  jobs.prepareForCreate!(obj, { now: new Date(), list: () => [] });
+  jobs.prepareForCreate!(obj, { now: new Date(), list: async () => [] });
   return obj;
 }
 

@@ -153,11 +153,11 @@ export const services: ResourceDef = {
   },
   // Inside the create's transaction (issue 11): the list of services is compared at commit, so two API
   // servers creating Services at once never hand out one IP; a requested IP already taken is Invalid.
-  allocate(obj, ctx) {
+  async allocate(obj, ctx) {
     const spec = rec(obj.spec);
     if (spec.type === 'ExternalName' || spec.clusterIP === 'None') return [];
     const self = `${obj.metadata.namespace}/${obj.metadata.name}`;
-    const taken = new Set(ctx.list('services').filter((s) => `${s.metadata.namespace}/${s.metadata.name}` !== self).map((s) => String(rec(s.spec).clusterIP)));
+    const taken = new Set((await ctx.list('services')).filter((s) => `${s.metadata.namespace}/${s.metadata.name}` !== self).map((s) => String(rec(s.spec).clusterIP)));
     if (spec.clusterIP === undefined || spec.clusterIP === '') spec.clusterIP = allocateClusterIp(taken);
     else if (taken.has(String(spec.clusterIP))) {
       return [invalidValue('spec.clusterIPs', [spec.clusterIP], `failed to allocate IP ${String(spec.clusterIP)}: provided IP is already allocated`)];

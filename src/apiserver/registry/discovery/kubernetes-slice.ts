@@ -24,17 +24,17 @@ export interface KubernetesSubset {
  * @param subsets the `kubernetes` Endpoints' subsets, in their order
  * @throws ApiError from the registry for a failed write (AlreadyExists from a concurrent create is absorbed)
  */
-export function setKubernetesEndpointSlice(registry: Registry, subsets: readonly KubernetesSubset[]): void {
+export async function setKubernetesEndpointSlice(registry: Registry, subsets: readonly KubernetesSubset[]): Promise<void> {
   const first = subsets[0];
   const ips = first?.addresses.map((a) => a.ip) ?? [];
   const addressType = ips.length > 0 && ips.every((ip) => isIPv6(ip)) ? 'IPv6' : 'IPv4';
   const endpoints = ips.map((ip) => ({ addresses: [ip], conditions: { ready: true } }));
   const ports = first?.ports.map((p) => ({ name: p.name, port: p.port, protocol: p.protocol })) ?? [];
   const labels = { [LABEL_SERVICE_NAME]: 'kubernetes' };
-  const existing = registry.find(endpointslices, 'default', 'kubernetes');
+  const existing = await registry.find(endpointslices, 'default', 'kubernetes');
   if (!existing) {
     try {
-      registry.create(endpointslices, 'default', { apiVersion: 'discovery.k8s.io/v1', kind: 'EndpointSlice', metadata: { name: 'kubernetes', labels }, addressType, endpoints, ports });
+      await registry.create(endpointslices, 'default', { apiVersion: 'discovery.k8s.io/v1', kind: 'EndpointSlice', metadata: { name: 'kubernetes', labels }, addressType, endpoints, ports });
       return;
     } catch (err: unknown) {
       if (!(err instanceof ApiError && err.reason === 'AlreadyExists')) throw err;
@@ -43,9 +43,9 @@ export function setKubernetesEndpointSlice(registry: Registry, subsets: readonly
   if (existing && existing.addressType === addressType && JSON.stringify([existing.endpoints ?? [], existing.ports ?? [], existing.metadata.labels ?? {}]) === JSON.stringify([endpoints, ports, labels])) return;
   if (existing && existing.addressType !== addressType) {
     // addressType is immutable: Kubernetes deletes the slice and creates it again.
-    registry.delete(endpointslices, 'default', 'kubernetes');
-    registry.create(endpointslices, 'default', { apiVersion: 'discovery.k8s.io/v1', kind: 'EndpointSlice', metadata: { name: 'kubernetes', labels }, addressType, endpoints, ports });
+    await registry.delete(endpointslices, 'default', 'kubernetes');
+    await registry.create(endpointslices, 'default', { apiVersion: 'discovery.k8s.io/v1', kind: 'EndpointSlice', metadata: { name: 'kubernetes', labels }, addressType, endpoints, ports });
     return;
   }
-  registry.serverUpdate(endpointslices, 'default', 'kubernetes', (o): KubeObject => ({ ...o, metadata: { ...o.metadata, labels }, addressType, endpoints, ports }));
+  await registry.serverUpdate(endpointslices, 'default', 'kubernetes', (o): KubeObject => ({ ...o, metadata: { ...o.metadata, labels }, addressType, endpoints, ports }));
 }

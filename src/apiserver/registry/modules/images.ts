@@ -24,13 +24,14 @@ const HEX64 = /^[0-9a-f]{64}$/;
  * @throws ApiError Invalid when a `wasm://NAME` is not stored, a digest is malformed, or the pod's
  *   containers do not all name the same module (the annotation holds one digest for all of them)
  */
-export function resolvePodImage(storage: Storage, pod: KubeObject): void {
+export async function resolvePodImage(storage: Storage, pod: KubeObject): Promise<void> {
   const spec = rec(pod.spec);
   const containers = [...arr(spec.initContainers).map((c, i) => ({ c, f: `spec.initContainers[${i}].image` })), ...arr(spec.containers).map((c, i) => ({ c, f: `spec.containers[${i}].image` }))];
-  const resolved = containers.map(({ c, f }) => {
+  const resolved: { image: string; f: string; sha: string | undefined }[] = [];
+  for (const { c, f } of containers) {
     const image = typeof c.image === 'string' ? c.image : '';
-    return { image, f, sha: imageSha(storage, pod, image, f) };
-  });
+    resolved.push({ image, f, sha: await imageSha(storage, pod, image, f) });
+  }
   const pinned = resolved.find((r) => r.sha !== undefined);
   if (!pinned?.sha) return;
   const other = resolved.find((r) => r.sha !== pinned.sha);
@@ -51,10 +52,10 @@ export function resolvePodImage(storage: Storage, pod: KubeObject): void {
  * module (a bare name nobody pushed, left for the kubelet to refuse or to find once pushed).
  * @throws ApiError Invalid when a `wasm://NAME` is not stored or a digest is malformed
  */
-function imageSha(storage: Storage, pod: KubeObject, image: string, f: string): string | undefined {
+async function imageSha(storage: Storage, pod: KubeObject, image: string, f: string): Promise<string | undefined> {
   if (image.startsWith(WASM_PREFIX)) {
     const name = image.slice(WASM_PREFIX.length);
-    const mod = storage.get({ resource: 'modules.kube32.io', namespace: '', name });
+    const mod = await storage.get({ resource: 'modules.kube32.io', namespace: '', name });
     const digest = rec(mod?.spec).sha256;
     if (!mod || typeof digest !== 'string') {
       throw invalid('Pod', '', pod.metadata.name ?? '', [{ reason: 'FieldValueNotFound', message: `Not found: "${image}": no module "${name}" is stored (push it with kube32-cli push)`, field: f }]);
@@ -69,7 +70,7 @@ function imageSha(storage: Storage, pod: KubeObject, image: string, f: string): 
   if (isBareModuleImage(image)) {
     // A bare name (`kubectl run c --image=counter`: kubectl refuses `wasm://` in --image) names a
     // pushed module when one has that name; otherwise it is left for the kubelet to refuse.
-    const digest = rec(storage.get({ resource: 'modules.kube32.io', namespace: '', name: image })?.spec).sha256;
+    const digest = rec((await storage.get({ resource: 'modules.kube32.io', namespace: '', name: image }))?.spec).sha256;
     if (typeof digest === 'string') return digest;
   }
   return undefined;

@@ -30,41 +30,41 @@ function pod(name: string, nodeName: string, phase = 'Running') {
   };
 }
 
-test('eviction move-target check: a pod no other node can take is deleted as an eviction deletes it; moved once a node can take it', () => {
+test('eviction move-target check: a pod no other node can take is deleted as an eviction deletes it; moved once a node can take it', async () => {
   const storage = new MemoryStorage();
   const reg = new Registry(storage);
-  storage.create({ resource: 'namespaces', namespace: '', name: 'default' }, { metadata: { name: 'default', uid: 'u-ns' }, status: { phase: 'Active' } });
-  for (const n of ['a', 'b']) storage.create({ resource: 'nodes', namespace: '', name: n }, node(n));
-  storage.create({ resource: 'pods', namespace: 'default', name: 'mover' }, pod('mover', 'a'));
-  const blocker = storage.create({ resource: 'pods', namespace: 'default', name: 'blocker' }, pod('blocker', 'b'));
-  assert.match(moveTargetProblem(reg, reg.get(pods, 'default', 'mover')) ?? '', /^no node can take it: 0\/2 nodes are available: 1 node\(s\) didn't have free ports for the requested pod ports, 1 node\(s\) were the pod's own node$/);
-  assert.equal(nodeUsageOf(storage).get('b')?.pods, 1);
-  assert.equal(nodeUsageOf(storage).get('a')?.memory, 64 * 1024 * 1024);
+  await storage.create({ resource: 'namespaces', namespace: '', name: 'default' }, { metadata: { name: 'default', uid: 'u-ns' }, status: { phase: 'Active' } });
+  for (const n of ['a', 'b']) await storage.create({ resource: 'nodes', namespace: '', name: n }, node(n));
+  await storage.create({ resource: 'pods', namespace: 'default', name: 'mover' }, pod('mover', 'a'));
+  const blocker = await storage.create({ resource: 'pods', namespace: 'default', name: 'blocker' }, pod('blocker', 'b'));
+  assert.match(await moveTargetProblem(reg, await reg.get(pods, 'default', 'mover')) ?? '', /^no node can take it: 0\/2 nodes are available: 1 node\(s\) didn't have free ports for the requested pod ports, 1 node\(s\) were the pod's own node$/);
+  assert.equal((await nodeUsageOf(storage)).get('b')?.pods, 1);
+  assert.equal((await nodeUsageOf(storage)).get('a')?.memory, 64 * 1024 * 1024);
 
   // The blocker ends (Succeeded): it no longer takes the port, and the check sees it without a list.
-  storage.update({ resource: 'pods', namespace: 'default', name: 'blocker' }, { ...blocker, status: { phase: 'Succeeded' } });
-  assert.equal(nodeUsageOf(storage).get('b')?.pods ?? 0, 0);
-  assert.equal(moveTargetProblem(reg, reg.get(pods, 'default', 'mover')), undefined);
+  await storage.update({ resource: 'pods', namespace: 'default', name: 'blocker' }, { ...blocker, status: { phase: 'Succeeded' } });
+  assert.equal((await nodeUsageOf(storage)).get('b')?.pods ?? 0, 0);
+  assert.equal(await moveTargetProblem(reg, await reg.get(pods, 'default', 'mover')), undefined);
 
   // Another pod takes b's port again: the eviction deletes the pod (gracefully: it is bound), no Checkpoint.
-  storage.create({ resource: 'pods', namespace: 'default', name: 'blocker2' }, pod('blocker2', 'b'));
-  assert.equal(evictPod(reg, 'default', 'mover', { kind: 'Eviction' }, { dryRun: true }).code, 201);
-  assert.equal(reg.get(pods, 'default', 'mover').metadata.deletionTimestamp, undefined, 'a dry run deletes nothing');
-  assert.equal(reg.list(events, 'default').items.length, 0, 'a dry run records nothing');
-  assert.equal(evictPod(reg, 'default', 'mover', { kind: 'Eviction' }).code, 201);
-  assert.ok(reg.get(pods, 'default', 'mover').metadata.deletionTimestamp, 'the pod is being deleted');
-  assert.equal(reg.list(checkpoints, 'default').items.length, 0, 'no Checkpoint for a move that could only fail');
+  await storage.create({ resource: 'pods', namespace: 'default', name: 'blocker2' }, pod('blocker2', 'b'));
+  assert.equal((await evictPod(reg, 'default', 'mover', { kind: 'Eviction' }, { dryRun: true })).code, 201);
+  assert.equal((await reg.get(pods, 'default', 'mover')).metadata.deletionTimestamp, undefined, 'a dry run deletes nothing');
+  assert.equal((await reg.list(events, 'default')).items.length, 0, 'a dry run records nothing');
+  assert.equal((await evictPod(reg, 'default', 'mover', { kind: 'Eviction' })).code, 201);
+  assert.ok((await reg.get(pods, 'default', 'mover')).metadata.deletionTimestamp, 'the pod is being deleted');
+  assert.equal((await reg.list(checkpoints, 'default')).items.length, 0, 'no Checkpoint for a move that could only fail');
   // A Warning on the pod says why it was deleted, not moved.
-  const warned = reg.list(events, 'default').items.map((e) => e as unknown as { type: string; reason: string; message: string; involvedObject: { kind: string; name: string; uid: string } });
+  const warned = (await reg.list(events, 'default')).items.map((e) => e as unknown as { type: string; reason: string; message: string; involvedObject: { kind: string; name: string; uid: string } });
   assert.equal(warned.length, 1);
   assert.deepEqual([warned[0]!.type, warned[0]!.reason, warned[0]!.involvedObject.kind, warned[0]!.involvedObject.name, warned[0]!.involvedObject.uid], ['Warning', 'MoveFailed', 'Pod', 'mover', 'u-mover']);
   assert.match(warned[0]!.message, /^Evicted without a move, its state lost: no node can take it: 0\/2 nodes are available: 1 node\(s\) didn't have free ports/);
 
   // With a target, the eviction moves the pod instead: a Move Checkpoint, the pod untouched.
-  storage.delete({ resource: 'pods', namespace: 'default', name: 'blocker2' });
-  storage.create({ resource: 'pods', namespace: 'default', name: 'mover2' }, pod('mover2', 'a'));
-  assert.equal(evictPod(reg, 'default', 'mover2', { kind: 'Eviction' }).code, 201);
-  assert.equal(reg.get(pods, 'default', 'mover2').metadata.deletionTimestamp, undefined);
-  assert.deepEqual(reg.list(checkpoints, 'default').items.map((c) => [c.metadata.labels?.['kube32.io/trigger'], (c.spec as { action: string }).action]), [['eviction', 'Move']]);
-  assert.equal(reg.list(events, 'default').items.length, 1, 'a move makes no such Warning');
+  await storage.delete({ resource: 'pods', namespace: 'default', name: 'blocker2' });
+  await storage.create({ resource: 'pods', namespace: 'default', name: 'mover2' }, pod('mover2', 'a'));
+  assert.equal((await evictPod(reg, 'default', 'mover2', { kind: 'Eviction' })).code, 201);
+  assert.equal((await reg.get(pods, 'default', 'mover2')).metadata.deletionTimestamp, undefined);
+  assert.deepEqual((await reg.list(checkpoints, 'default')).items.map((c) => [c.metadata.labels?.['kube32.io/trigger'], (c.spec as { action: string }).action]), [['eviction', 'Move']]);
+  assert.equal((await reg.list(events, 'default')).items.length, 1, 'a move makes no such Warning');
 });

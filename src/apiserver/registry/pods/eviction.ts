@@ -54,10 +54,10 @@ function isReady(pod: KubeObject): boolean {
  * Checks the PodDisruptionBudgets of `pod`.
  * @throws ApiError TooManyRequests (429) when the eviction would break a budget; InternalError for more than one budget
  */
-export function checkDisruptionBudgets(reg: Registry, pod: KubeObject): void {
+export async function checkDisruptionBudgets(reg: Registry, pod: KubeObject): Promise<void> {
   const ns = pod.metadata.namespace ?? '';
   const labels = pod.metadata.labels ?? {};
-  const budgets = reg.list(poddisruptionbudgets, ns).items.filter((b) => {
+  const budgets = (await reg.list(poddisruptionbudgets, ns)).items.filter((b) => {
     const sel = rec(b.spec).selector;
     try {
       return sel !== undefined && labelSelectorFromObject(sel)(labels);
@@ -71,7 +71,7 @@ export function checkDisruptionBudgets(reg: Registry, pod: KubeObject): void {
   if (!isReady(pod)) return;
   const b = budgets[0]!;
   const spec = rec(b.spec);
-  const matching = reg.list(pods, ns).items.filter((p) => labelSelectorFromObject(spec.selector)(p.metadata.labels ?? {}));
+  const matching = (await reg.list(pods, ns)).items.filter((p) => labelSelectorFromObject(spec.selector)(p.metadata.labels ?? {}));
   // The disruption controller writes the same counts into the budget's status (controllers/disruption).
   const { currentHealthy: healthy, desiredHealthy: desired, disruptionsAllowed } = budgetCounts(spec, matching as unknown as Parameters<typeof budgetCounts>[1]);
   if (disruptionsAllowed < 1) {
@@ -89,11 +89,11 @@ export function checkDisruptionBudgets(reg: Registry, pod: KubeObject): void {
  * ports free and its memory request), from the per-node sums the API server keeps ({@link nodeUsageOf}).
  * @returns why none can take it (`no node can take it: 0/2 nodes are available: ...`), or undefined when one can
  */
-export function moveTargetProblem(reg: Registry, pod: KubeObject): string | undefined {
+export async function moveTargetProblem(reg: Registry, pod: KubeObject): Promise<string | undefined> {
   const source = String(rec(pod.spec).nodeName ?? '');
-  const allNodes = reg.list(nodes, undefined).items as unknown as V1Node[];
+  const allNodes = (await reg.list(nodes, undefined)).items as unknown as V1Node[];
   // What each node's pods take, kept from the storage watch: O(nodes) a check, not a read of every pod.
-  const usage = nodeUsageOf(reg.storage);
+  const usage = await nodeUsageOf(reg.storage);
   const placement = pickNode(pod as unknown as V1Pod, allNodes, [], { usage, exclude: new Map([[source, "node(s) were the pod's own node"]]) });
   if (placement.nodeName !== undefined) return undefined;
   return `no node can take it: ${placement.message.replace(/\.$/, '')}`;
@@ -106,23 +106,23 @@ export function moveTargetProblem(reg: Registry, pod: KubeObject): string | unde
  * @throws ApiError NotFound, BadRequest, TooManyRequests (a disruption budget). A pod that would move and that
  *   no other node can take ({@link moveTargetProblem}) is deleted as an eviction deletes it (seed 002).
  */
-export function evictPod(reg: Registry, namespace: string, name: string, body: unknown, opts: { dryRun?: boolean } = {}): Status {
+export async function evictPod(reg: Registry, namespace: string, name: string, body: unknown, opts: { dryRun?: boolean } = {}): Promise<Status> {
   const ev = rec(body);
   if (ev.kind !== undefined && ev.kind !== 'Eviction') throw badRequest(`the kind of the object (${String(ev.kind)}) does not match Eviction`);
   const evName = rec(ev.metadata).name;
   if (evName !== undefined && evName !== name) throw badRequest(`name in URL does not match name in Eviction object`);
-  const pod = reg.get(pods, namespace, name);
+  const pod = await reg.get(pods, namespace, name);
   const delOpts = rec(ev.deleteOptions) as DeleteOptions;
   if (delOpts.preconditions?.uid && delOpts.preconditions.uid !== pod.metadata.uid) {
     throw new ApiError('Conflict', `Operation cannot be fulfilled on pods "${name}": Precondition failed: UID in precondition: ${delOpts.preconditions.uid}, UID in object meta: ${pod.metadata.uid}`, { name, kind: 'pods' });
   }
-  if (!pod.metadata.deletionTimestamp) checkDisruptionBudgets(reg, pod);
+  if (!pod.metadata.deletionTimestamp) await checkDisruptionBudgets(reg, pod);
   // A move this eviction already asked for that Failed means the pod cannot move: it is deleted, as the seed says.
-  const existing = reg.find(checkpoints, namespace, evictionCheckpointName(pod));
+  const existing = await reg.find(checkpoints, namespace, evictionCheckpointName(pod));
   const failed = rec(existing?.status).phase === 'Failed';
   // A move no other node can take fails before the replacement: the pod is deleted as an eviction deletes it,
   // so that the drain completes (seed 002 "Drain and evictions"), without a Checkpoint that could only fail.
-  const noTarget = evictionMoves(pod) && !failed && !existing ? moveTargetProblem(reg, pod) : undefined;
+  const noTarget = evictionMoves(pod) && !failed && !existing ? await moveTargetProblem(reg, pod) : undefined;
   if (evictionMoves(pod) && !failed && !noTarget) {
     const ckpt = {
       metadata: { name: evictionCheckpointName(pod), namespace, labels: { [TRIGGER_LABEL]: 'eviction' } },
@@ -130,15 +130,15 @@ export function evictPod(reg: Registry, namespace: string, name: string, body: u
     };
     if (!existing) {
       try {
-        reg.create(checkpoints, namespace, ckpt, { dryRun: opts.dryRun });
+        await reg.create(checkpoints, namespace, ckpt, { dryRun: opts.dryRun });
       } catch (err: unknown) {
         if (!(err instanceof ApiError && err.reason === 'AlreadyExists')) throw err;
       }
     }
     return successStatus(201);
   }
-  reg.delete(pods, namespace, name, { ...delOpts, dryRun: opts.dryRun, preconditions: { uid: pod.metadata.uid } });
-  if (noTarget !== undefined && !opts.dryRun) recordNoTarget(reg, pod, noTarget);
+  await reg.delete(pods, namespace, name, { ...delOpts, dryRun: opts.dryRun, preconditions: { uid: pod.metadata.uid } });
+  if (noTarget !== undefined && !opts.dryRun) await recordNoTarget(reg, pod, noTarget);
   return successStatus(201);
 }
 
@@ -149,12 +149,12 @@ let eventSeq = 0;
  * describe pod`, `kubectl get events`): `MoveFailed`, as a move that fails later says it. A failure to
  * write it does not undo the eviction (the pod is already being deleted).
  */
-function recordNoTarget(reg: Registry, pod: KubeObject, problem: string): void {
+async function recordNoTarget(reg: Registry, pod: KubeObject, problem: string): Promise<void> {
   const now = new Date();
   const stamp = now.toISOString().replace(/\.\d{3}Z$/, 'Z');
   const name = pod.metadata.name ?? '';
   try {
-    reg.create(events, pod.metadata.namespace ?? 'default', {
+    await reg.create(events, pod.metadata.namespace ?? 'default', {
       apiVersion: 'v1',
       kind: 'Event',
       metadata: { name: `${name}.${now.getTime().toString(16)}${(++eventSeq).toString(16)}` },

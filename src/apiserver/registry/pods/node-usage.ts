@@ -21,11 +21,11 @@ const byStorage = new WeakMap<Storage, NodeUsage>();
  * The per-node sums of the pods in `storage`, by node name (no entry for a node without pods).
  * The first call lists every pod once and starts a watch that keeps the sums; later calls read them.
  */
-export function nodeUsageOf(storage: Storage): ReadonlyMap<string, NodeUse> {
+export async function nodeUsageOf(storage: Storage): Promise<ReadonlyMap<string, NodeUse>> {
   let usage = byStorage.get(storage);
   if (!usage) {
     const u = new NodeUsage();
-    const { items, resourceVersion } = storage.list('pods');
+    const { items, resourceVersion } = await storage.list('pods');
     for (const p of items) u.observe('add', p as unknown as V1Pod);
     storage.watch('pods', resourceVersion, (e) => u.observe(e.type === 'DELETED' ? 'delete' : 'update', e.object as unknown as V1Pod));
     byStorage.set(storage, u);

@@ -25,7 +25,7 @@ import { pods } from './index.ts';
  * @returns the new Pod
  * @throws ApiError NotFound (no pod of that name), Conflict (uid differs), BadRequest, Invalid
  */
-export function replacePod(reg: Registry, namespace: string, name: string, body: unknown, opts: { dryRun?: boolean } = {}): KubeObject {
+export async function replacePod(reg: Registry, namespace: string, name: string, body: unknown, opts: { dryRun?: boolean } = {}): Promise<KubeObject> {
   const b = rec(body);
   const meta = rec(b.metadata);
   if (b.kind !== undefined && b.kind !== 'Pod') throw badRequest(`the kind of the object (${String(b.kind)}) does not match Pod`);
@@ -33,8 +33,8 @@ export function replacePod(reg: Registry, namespace: string, name: string, body:
   if (meta.namespace !== undefined && meta.namespace !== namespace) throw badRequest('the namespace of the provided object does not match the namespace sent on the request');
   if (typeof meta.uid !== 'string' || !meta.uid) throw invalid('Pod', '', name, [{ reason: 'FieldValueRequired', message: 'Required value: the uid of the pod being replaced', field: 'metadata.uid' }]);
   const key = reg.keyOf(pods, namespace, name);
-  return reg.storage.transaction(() => {
-    const current = reg.storage.get(key);
+  return await reg.storage.transaction(async () => {
+    const current = await reg.storage.get(key);
     if (!current) throw notFound('pods', '', name);
     if (current.metadata.uid !== meta.uid) {
       throw conflict('pods', '', name, `Precondition failed: UID in precondition: ${String(meta.uid)}, UID in object meta: ${current.metadata.uid}`);
@@ -55,7 +55,7 @@ export function replacePod(reg: Registry, namespace: string, name: string, body:
       spec: structuredClone(b.spec),
     };
     for (const k of Object.keys(fresh.metadata)) if (fresh.metadata[k] === undefined) delete fresh.metadata[k];
-    pods.prepareForCreate!(fresh, { now, list: (r, ns) => reg.storage.list(r, ns).items });
+    pods.prepareForCreate!(fresh, { now, list: async (r, ns) => (await reg.storage.list(r, ns)).items });
     // The replacement runs the module the pod ran (seed 002, "Moves": the same image, and a restore
     // refuses another module's snapshot): keep its digest rather than resolving `wasm://NAME` again,
     // which a push of another module under the same name would have changed.
@@ -63,7 +63,7 @@ export function replacePod(reg: Registry, namespace: string, name: string, body:
     if (pinned && sameImages(current.spec, fresh.spec)) {
       fresh.metadata.annotations = { ...(fresh.metadata.annotations ?? {}), [IMAGE_SHA_ANNOTATION]: pinned };
     } else {
-      reg.hooks.admitCreate?.(pods, fresh);
+      await reg.hooks.admitCreate?.(pods, fresh);
     }
     const causes = pods.validate!(fresh);
     if (causes.length) throw invalid('Pod', '', name, causes);
@@ -72,15 +72,15 @@ export function replacePod(reg: Registry, namespace: string, name: string, body:
     if (opts.dryRun) return withTypeMeta(pods, fresh);
     reg.replacedUids.add(current.metadata.uid!);
     try {
-      reg.storage.delete(key, { uid: current.metadata.uid });
-      const created = reg.storage.create(key, fresh);
+      await reg.storage.delete(key, { uid: current.metadata.uid });
+      const created = await reg.storage.create(key, fresh);
       // Objects the old pod owned now name the replacement: the move keeps the pod, only its uid changes.
-      for (const k of dependentKeys(reg, namespace, current.metadata.uid!)) {
-        const o = reg.storage.get(k);
+      for (const k of await dependentKeys(reg, namespace, current.metadata.uid!)) {
+        const o = await reg.storage.get(k);
         const refs = o?.metadata.ownerReferences ?? [];
         if (!o || !refs.some((r) => r.uid === current.metadata.uid)) continue;
         o.metadata.ownerReferences = refs.map((r) => (r.uid === current.metadata.uid ? { ...r, uid: created.metadata.uid! } : r));
-        reg.storage.update(k, o);
+        await reg.storage.update(k, o);
       }
       return withTypeMeta(pods, created);
     } catch (err: unknown) {
@@ -103,7 +103,7 @@ function sameImages(a: unknown, b: unknown): boolean {
  * every object of the namespace, ~100 MB from etcd, for the few a pod owns), else every namespaced
  * object of the namespace. Candidates only: the caller reads each and checks its references.
  */
-function dependentKeys(reg: Registry, namespace: string, uid: string): ObjectKey[] {
+async function dependentKeys(reg: Registry, namespace: string, uid: string): Promise<ObjectKey[]> {
   if (reg.ownerIndex) {
     const out: ObjectKey[] = [];
     for (const k of reg.ownerIndex.dependentsOf(uid)) {
@@ -115,7 +115,7 @@ function dependentKeys(reg: Registry, namespace: string, uid: string): ObjectKey
   const out: ObjectKey[] = [];
   for (const def of RESOURCES) {
     if (!def.namespaced || def.storedAs) continue;
-    for (const o of reg.storage.list(storageKey(def), namespace).items) {
+    for (const o of (await reg.storage.list(storageKey(def), namespace)).items) {
       if ((o.metadata.ownerReferences ?? []).some((r) => r.uid === uid)) out.push({ resource: storageKey(def), namespace, name: o.metadata.name! });
     }
   }

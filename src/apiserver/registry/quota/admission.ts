@@ -20,6 +20,7 @@ import {
   amountOf,
   formatQuantity,
   namespaceUsage,
+  quotaSources,
   objectUsage,
   podComputeUsage,
   QUOTA_COMPUTE_RESOURCES,
@@ -90,9 +91,9 @@ function constraints(kind: string, item: Record<string, unknown>, req: Record<st
  * Applies the namespace's LimitRanges to a new pod, in place.
  * @throws ApiError Forbidden when a container (or the pod) is outside a range
  */
-export function admitLimitRanges(storage: Storage, def: ResourceDef, obj: KubeObject): void {
+export async function admitLimitRanges(storage: Storage, def: ResourceDef, obj: KubeObject): Promise<void> {
   if (storageKey(def) !== 'pods' || obj.spec === undefined) return;
-  const ranges = storage.list('limitranges', obj.metadata.namespace).items.filter((r) => !r.metadata.deletionTimestamp);
+  const ranges = (await storage.list('limitranges', obj.metadata.namespace)).items.filter((r) => !r.metadata.deletionTimestamp);
   if (ranges.length === 0) return;
   const spec = rec(obj.spec);
   const items = ranges.flatMap((r) => arr(rec(r.spec).limits));
@@ -161,10 +162,10 @@ function prettyPrint(list: Record<string, Amount>, keys: string[]): string {
  * Checks a new object against the namespace's ResourceQuotas.
  * @throws ApiError Forbidden `exceeded quota: ...` or `failed quota: ...: must specify ...`
  */
-export function admitQuota(storage: Storage, def: ResourceDef, obj: KubeObject): void {
+export async function admitQuota(storage: Storage, def: ResourceDef, obj: KubeObject): Promise<void> {
   if (!def.namespaced || obj.metadata.namespace === undefined) return;
   const ns = obj.metadata.namespace;
-  const quotas = storage.list('resourcequotas', ns).items.filter((q) => !q.metadata.deletionTimestamp);
+  const quotas = (await storage.list('resourcequotas', ns)).items.filter((q) => !q.metadata.deletionTimestamp);
   if (quotas.length === 0) return;
   const key = storageKey(def);
   for (const q of [...quotas].sort((a, b) => (a.metadata.name ?? '').localeCompare(b.metadata.name ?? ''))) {
@@ -189,7 +190,10 @@ export function admitQuota(storage: Storage, def: ResourceDef, obj: KubeObject):
     }
     const names = Object.keys(requested);
     // An object of the same name is the one being replaced (`pods/<name>/replace`, a move): not counted twice.
-    const used = namespaceUsage(names, (k) => storage.list(k, ns).items.filter((o) => k !== key || o.metadata.name !== obj.metadata.name), scopes);
+    // The lists first (the store's reads are asynchronous; namespaceUsage counts synchronously).
+    const lists = new Map<string, KubeObject[]>();
+    for (const k of quotaSources(names)) lists.set(k, (await storage.list(k, ns)).items.filter((o) => k !== key || o.metadata.name !== obj.metadata.name));
+    const used = namespaceUsage(names, (k) => lists.get(k) ?? [], scopes);
     const exceeded = names.filter((n) => {
       const limit = amountOf(hard[n]);
       return !amountAtMost({ value: used[n]!.value + requested[n]!.value, format: used[n]!.format }, limit);
@@ -221,13 +225,13 @@ export class QuotaNamespaces {
   }
 
   /** Lists both kinds and follows them. */
-  start(): void {
+  async start(): Promise<void> {
     const rv = this.#storage.currentResourceVersion();
     for (const key of ['resourcequotas', 'limitranges']) {
       const names = new Map<string, Set<string>>();
       this.#counts.set(key, names);
       const add = (ns: string, name: string) => names.set(ns, (names.get(ns) ?? new Set()).add(name));
-      for (const o of this.#storage.list(key).items) add(o.metadata.namespace ?? '', o.metadata.name ?? '');
+      for (const o of (await this.#storage.list(key)).items) add(o.metadata.namespace ?? '', o.metadata.name ?? '');
       this.#watches.push(
         this.#storage.watch(key, rv, (e) => {
           if (e.type === 'DELETED') {

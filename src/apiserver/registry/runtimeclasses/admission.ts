@@ -30,13 +30,13 @@ function forbidden(pod: KubeObject, why: string): ApiError {
  * @throws ApiError Forbidden (no such RuntimeClass, an overhead or nodeSelector in conflict), Invalid (a
  *   Wasm image under the `feos` handler, or a node of the other runtime)
  */
-export function admitRuntimeClass(storage: Storage, pod: KubeObject): void {
+export async function admitRuntimeClass(storage: Storage, pod: KubeObject): Promise<void> {
   const spec = rec(pod.spec);
   if (pod.spec === undefined) return;
   const name = spec.runtimeClassName;
   let rc: KubeObject | undefined;
   if (name !== undefined && name !== null && name !== '') {
-    rc = typeof name === 'string' ? storage.get({ resource: 'runtimeclasses.node.k8s.io', namespace: '', name }) : undefined;
+    rc = typeof name === 'string' ? await storage.get({ resource: 'runtimeclasses.node.k8s.io', namespace: '', name }) : undefined;
     if (!rc || rc.metadata.deletionTimestamp) throw forbidden(pod, `pod rejected: RuntimeClass ${JSON.stringify(String(name))} not found`);
     const podFixed = rec(rc.overhead).podFixed;
     if (podFixed !== undefined && podFixed !== null) {
@@ -79,7 +79,7 @@ export function admitRuntimeClass(storage: Storage, pod: KubeObject): void {
     ]);
   }
   if (typeof spec.nodeName === 'string' && spec.nodeName !== '') {
-    const node = storage.get({ resource: 'nodes', namespace: '', name: spec.nodeName });
+    const node = await storage.get({ resource: 'nodes', namespace: '', name: spec.nodeName });
     const why = node ? runtimeMismatch(pod as V1Pod, node as V1Node) : undefined;
     if (why) throw invalid('Pod', '', pod.metadata.name ?? '', [{ reason: 'FieldValueInvalid', field: 'spec.nodeName', message: `Invalid value: ${JSON.stringify(spec.nodeName)}: ${why}` }]);
   }
