@@ -2,11 +2,11 @@
  * kube32-cli with a wrong kubeconfig, against a real API server, beside the real kubectl: a token the
  * server does not know is kubectl's `error: You must be logged in to the server (Unauthorized)`, and a
  * certificate-authority-data of another CA is kubectl's `x509: certificate signed by unknown authority`,
- * with what to fix; both exit 1.
+ * with what to fix; both exit 1. And `kubeconfig user --out` refusing a path it cannot write, with what to fix.
  */
 import assert from 'node:assert/strict';
 import { execFileSync } from 'node:child_process';
-import { mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
+import { mkdtempSync, readdirSync, readFileSync, rmSync, statSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { test } from 'node:test';
@@ -44,4 +44,28 @@ test('a wrong token or a wrong CA in the kubeconfig: kubectl-style messages, exi
   assert.match(theirs2.stderr, /Unable to connect to the server: tls: failed to verify certificate: x509: certificate signed by unknown authority/);
   assert.equal(ours2.code, 1, ours2.stderr);
   assert.match(ours2.stderr, /^Unable to connect to the server: tls: failed to verify certificate: x509: certificate signed by unknown authority \(.+\): the kubeconfig's certificate-authority-data is not this server's CA\n$/);
+});
+
+test('kubeconfig user --out: a missing directory, a file as the directory, or a directory as the file is refused with what to fix; a good path is written 0600', { timeout: 120_000 }, async (t) => {
+  const api = await startApiServer(t);
+  const dir = mkdtempSync(join(tmpdir(), 'kube32-kc-out-'));
+  t.after(() => rmSync(dir, { recursive: true, force: true }));
+  const user = (out: string) => run(process.execPath, [CLI, 'kubeconfig', 'user', 'alice', '--data-dir', api.dataDir, '--out', out], { env: { PATH: process.env.PATH, HOME: dir }, timeoutMs: 30_000 });
+  const missing = await user(join(dir, 'nosuch', 'alice.kubeconfig'));
+  assert.equal(missing.code, 1);
+  assert.equal(missing.stderr, `error: --out ${join(dir, 'nosuch', 'alice.kubeconfig')}: the directory ${join(dir, 'nosuch')} does not exist: create it first, or pass another --out\n`);
+  writeFileSync(join(dir, 'file'), 'x');
+  const underFile = await user(join(dir, 'file', 'alice.kubeconfig'));
+  assert.equal(underFile.code, 1);
+  assert.equal(underFile.stderr, `error: --out ${join(dir, 'file', 'alice.kubeconfig')}: ${join(dir, 'file')} is not a directory: pass another --out\n`);
+  const isDir = await user(dir);
+  assert.equal(isDir.code, 1);
+  assert.equal(isDir.stderr, `error: --out ${dir}: it is a directory: name a file in it, as ${join(dir, 'kubeconfig')}\n`);
+  assert.deepEqual(readdirSync(dir).sort(), ['file'], 'no temp file is left behind');
+  const ok = await user(join(dir, 'alice.kubeconfig'));
+  assert.equal(ok.code, 0, ok.stderr);
+  assert.equal(statSync(join(dir, 'alice.kubeconfig')).mode & 0o777, 0o600);
+  const can = await run(KUBECTL, ['auth', 'whoami', '-o', 'jsonpath={.status.userInfo.username}', '--kubeconfig', join(dir, 'alice.kubeconfig')], { env: { PATH: process.env.PATH, HOME: dir }, timeoutMs: 30_000 });
+  assert.equal(can.code, 0, can.stderr);
+  assert.equal(can.stdout, 'alice');
 });
