@@ -14,12 +14,27 @@ export { ApiError, type ApiStatus, type WatchEvent };
 
 /**
  * kubectl's words for a refusal: `Error from server (<reason>): <message>` (or `Error from server:
- * <message>` when the Status has no reason), as kube32-cli prints it.
+ * <message>` when the Status has no reason), as kube32-cli prints it; a 401 is kubectl's
+ * `error: You must be logged in to the server (<message>)` (kubectl's StandardErrorMessage).
  */
 export function kubectlMessage(err: ApiError): string {
   const text = err.status?.message ?? (err.detail.trim() || `the server answered ${err.code}`);
+  if (err.code === 401 || err.reason === 'Unauthorized') return `error: You must be logged in to the server (${text})`;
   return err.reason ? `Error from server (${err.reason}): ${text}` : `Error from server: ${text}`;
 }
+
+/**
+ * Node's (OpenSSL's) codes for a server certificate that the kubeconfig's certificate-authority did not
+ * sign: kubectl (Go) says `x509: certificate signed by unknown authority` for each of them.
+ */
+const UNKNOWN_AUTHORITY = new Set([
+  'UNABLE_TO_VERIFY_LEAF_SIGNATURE',
+  'UNABLE_TO_GET_ISSUER_CERT',
+  'UNABLE_TO_GET_ISSUER_CERT_LOCALLY',
+  'SELF_SIGNED_CERT_IN_CHAIN',
+  'DEPTH_ZERO_SELF_SIGNED_CERT',
+  'CERT_SIGNATURE_FAILURE',
+]);
 
 /** One request. */
 export interface RequestOptions {
@@ -68,6 +83,12 @@ function connectionError(server: string, err: unknown): CliError {
     });
   }
   const message = err instanceof Error ? err.message : String(err);
+  if (code && UNKNOWN_AUTHORITY.has(code)) {
+    return new ConnectionError(
+      `Unable to connect to the server: tls: failed to verify certificate: x509: certificate signed by unknown authority (${message}): the kubeconfig's certificate-authority-data is not this server's CA`,
+      { cause: err },
+    );
+  }
   return new ConnectionError(`Unable to connect to the server: ${message}`, { cause: err });
 }
 

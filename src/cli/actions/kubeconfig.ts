@@ -1,8 +1,8 @@
 /**
  * `kube32-cli kubeconfig user`'s work (see ../commands/kubeconfig.ts).
  */
-import { existsSync } from 'node:fs';
-import { join } from 'node:path';
+import { existsSync, statSync } from 'node:fs';
+import { dirname, join } from 'node:path';
 import { userKubeconfig } from '../../apiserver/index.ts';
 import { writeFileAtomicSync } from '../../lib/index.ts';
 import { CliError } from '../errors.ts';
@@ -10,7 +10,7 @@ import type { KubeconfigUserFlags } from '../commands/kubeconfig.ts';
 
 /**
  * Writes user `name`'s kubeconfig to `flags.out` (0600) or standard output.
- * @throws CliError for a bad name or group, or a data dir without a cluster CA
+ * @throws CliError for a bad name or group, a data dir without a cluster CA, or an `--out` whose directory is missing or cannot be written
  */
 export async function kubeconfigUser(name: string, flags: KubeconfigUserFlags & { dataDir: string }): Promise<void> {
   if (!name.trim() || /[\n\r]/.test(name)) throw new CliError(`the user name must be a non-empty line of text: current value is ${JSON.stringify(name)}`);
@@ -32,6 +32,25 @@ export async function kubeconfigUser(name: string, flags: KubeconfigUserFlags & 
   } catch (err: unknown) {
     throw new CliError(err instanceof Error ? err.message : String(err));
   }
-  if (flags.out) writeFileAtomicSync(flags.out, text, 0o600);
+  if (flags.out) writeOut(flags.out, text);
   else process.stdout.write(text);
+}
+
+/**
+ * Writes the kubeconfig whole (0600) to `out`, saying what to fix when it cannot: the temp file beside it
+ * is this command's business, not the user's (its ENOENT named `.x.<pid>.<rand>.tmp`).
+ * @throws CliError when `out`'s directory is missing or not a directory, or the write fails
+ */
+function writeOut(out: string, text: string): void {
+  const dir = dirname(out);
+  const st = statSync(dir, { throwIfNoEntry: false });
+  if (!st) throw new CliError(`--out ${out}: the directory ${dir} does not exist: create it first, or pass another --out`);
+  if (!st.isDirectory()) throw new CliError(`--out ${out}: ${dir} is not a directory: pass another --out`);
+  if (statSync(out, { throwIfNoEntry: false })?.isDirectory()) throw new CliError(`--out ${out}: it is a directory: name a file in it, as ${join(out, 'kubeconfig')}`);
+  try {
+    writeFileAtomicSync(out, text, 0o600);
+  } catch (err: unknown) {
+    const code = (err as { code?: string } | null)?.code;
+    throw new CliError(`--out ${out}: cannot write it${code ? ` (${code})` : ''}: ${code === 'EACCES' || code === 'EPERM' ? `no permission to write in ${dir}` : err instanceof Error ? err.message : String(err)}`, 1, { cause: err });
+  }
 }
