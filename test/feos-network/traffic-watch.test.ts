@@ -24,30 +24,41 @@ async function until<T>(what: string, ms: number, check: () => T | undefined | P
   }
 }
 
-test('a watcher that reads nothing misses records, counted in its next record; the others get them all', { timeout: 120_000 }, async (t) => {
+/** A TrafficService served on a unix socket of a temp dir; stopped and removed after the test. */
+async function serveTraffic(t: { after(fn: () => Promise<void>): void }, svc: ReturnType<typeof trafficService>): Promise<{ socket: string; server: grpc.Server }> {
   const dir = await mkdtemp(join(tmpdir(), 'k32t-traffic-watch-'));
-  const channel = new TrafficChannel();
   const server = new grpc.Server();
-  const svc = trafficService(channel, { queueRecords: 200 });
   server.addService(svc.definition, svc.implementation);
   const socket = join(dir, 'grpc.sock');
   await new Promise<void>((resolve, reject) => server.bindAsync(`unix:${socket}`, grpc.ServerCredentials.createInsecure(), (err) => (err ? reject(err) : resolve())));
+  t.after(async () => {
+    server.forceShutdown();
+    await rm(dir, { recursive: true, force: true });
+  });
+  return { socket, server };
+}
+
+/** `feosctl --socket SOCKET traffic watch ARGS`: its output (stdout and stderr as they came) and its exit. */
+function feosctlWatch(socket: string, ...args: string[]) {
+  const child = spawn(process.execPath, [FEOSCTL, '--socket', socket, 'traffic', 'watch', ...args], { stdio: ['ignore', 'pipe', 'pipe'] });
+  let out = '';
+  for (const s of [child.stdout, child.stderr]) s.on('data', (d) => (out += d));
+  const exited = new Promise<number | null>((r) => child.once('close', (c) => r(c)));
+  return { child, exited, out: () => out };
+}
+
+test('a watcher that reads nothing misses records, counted in its next record; the others get them all', { timeout: 120_000 }, async (t) => {
+  const channel = new TrafficChannel();
+  const { socket } = await serveTraffic(t, trafficService(channel, { queueRecords: 200 }));
   const watch = (...args: string[]) => {
-    const child = spawn(process.execPath, [FEOSCTL, '--socket', socket, 'traffic', 'watch', '-o', 'json', ...args], { stdio: ['ignore', 'pipe', 'pipe'] });
-    let out = '';
-    child.stdout.on('data', (d) => {
-      out += d;
-    });
-    child.stderr.on('data', (d) => {
-      out += d;
-    });
-    const exited = new Promise<number | null>((r) => child.once('exit', (c) => r(c)));
+    const w = feosctlWatch(socket, '-o', 'json', ...args);
     const lines = () =>
-      out
+      w
+        .out()
         .split('\n')
         .filter((l) => l.startsWith('{'))
         .map((l) => JSON.parse(l) as { podId?: string; missed?: string; dnsQuery?: { name: string } });
-    return { child, lines, exited, out: () => out };
+    return { ...w, lines };
   };
   const slow = watch('--pod', POD);
   const fast = watch();
@@ -56,8 +67,6 @@ test('a watcher that reads nothing misses records, counted in its next record; t
       w.child.kill('SIGCONT');
       w.child.kill('SIGKILL');
     }
-    server.forceShutdown();
-    await rm(dir, { recursive: true, force: true });
   });
   let seq = 0;
   const published: string[] = [];
@@ -111,28 +120,11 @@ test('a watcher that reads nothing misses records, counted in its next record; t
 });
 
 test('`feosctl traffic watch --pod` of a bad ID or of a pod the node has no records of fails at once, with the code', { timeout: 60_000 }, async (t) => {
-  const dir = await mkdtemp(join(tmpdir(), 'k32t-traffic-watch-'));
-  const server = new grpc.Server();
-  const svc = trafficService(new TrafficChannel(), { podKnown: (id) => id === POD });
-  server.addService(svc.definition, svc.implementation);
-  const socket = join(dir, 'grpc.sock');
-  await new Promise<void>((resolve, reject) => server.bindAsync(`unix:${socket}`, grpc.ServerCredentials.createInsecure(), (err) => (err ? reject(err) : resolve())));
-  t.after(async () => {
-    server.forceShutdown();
-    await rm(dir, { recursive: true, force: true });
-  });
-  const watch = (...args: string[]) =>
-    new Promise<{ code: number | null; out: string }>((resolve) => {
-      const child = spawn(process.execPath, [FEOSCTL, '--socket', socket, 'traffic', 'watch', ...args], { stdio: ['ignore', 'pipe', 'pipe'] });
-      let out = '';
-      child.stdout.on('data', (d) => {
-        out += d;
-      });
-      child.stderr.on('data', (d) => {
-        out += d;
-      });
-      child.once('close', (code) => resolve({ code, out }));
-    });
+  const { socket } = await serveTraffic(t, trafficService(new TrafficChannel(), { podKnown: (id) => id === POD }));
+  const watch = async (...args: string[]) => {
+    const w = feosctlWatch(socket, ...args);
+    return { code: await w.exited, out: w.out() };
+  };
   const bad = await watch('--pod', 'NOT_A_POD');
   assert.equal(bad.code, 1, bad.out);
   assert.match(bad.out, /INVALID_ARGUMENT: pod ID "NOT_A_POD": must be 11 characters of lowercase Crockford base32/);
@@ -145,24 +137,13 @@ test('`feosctl traffic watch --pod` of a bad ID or of a pod the node has no reco
 });
 
 test('a watch ends at once when feosd stops, with UNAVAILABLE "feosd stops", so that it holds no stop for the grace of the calls', { timeout: 60_000 }, async (t) => {
-  const dir = await mkdtemp(join(tmpdir(), 'k32t-traffic-watch-'));
   const channel = new TrafficChannel();
   const stopping = new AbortController();
-  const server = new grpc.Server();
-  const svc = trafficService(channel, { stopping: stopping.signal });
-  server.addService(svc.definition, svc.implementation);
-  const socket = join(dir, 'grpc.sock');
-  await new Promise<void>((resolve, reject) => server.bindAsync(`unix:${socket}`, grpc.ServerCredentials.createInsecure(), (err) => (err ? reject(err) : resolve())));
-  t.after(async () => {
-    server.forceShutdown();
-    await rm(dir, { recursive: true, force: true });
-  });
+  const { socket, server } = await serveTraffic(t, trafficService(channel, { stopping: stopping.signal }));
   const watch = () => {
-    const child = spawn(process.execPath, [FEOSCTL, '--socket', socket, 'traffic', 'watch'], { stdio: ['ignore', 'pipe', 'pipe'] });
-    let out = '';
-    for (const s of [child.stdout, child.stderr]) s.on('data', (d) => (out += d));
-    t.after(() => child.kill('SIGKILL'));
-    return { out: () => out, exited: new Promise<number | null>((r) => child.once('close', r)) };
+    const w = feosctlWatch(socket);
+    t.after(() => w.child.kill('SIGKILL'));
+    return w;
   };
   const w = watch();
   let i = 0;
