@@ -75,6 +75,14 @@ test('int32 fields: 400 for a value that does not decode as int32, 422 for one o
     assert.match(e, /spec\.template\.spec\.containers\[0\]\.ports\[0\]\.containerPort: Required value/);
     e = await create(deployment('hostport', {}, { ports: [{ containerPort: 80, hostPort: 70_000 }] }));
     assert.match(e, /spec\.template\.spec\.containers\[0\]\.ports\[0\]\.hostPort: Invalid value: 70000: must be between 1 and 65535, inclusive/);
+    // A template's resources as a pod's (found by a user: `kubectl set resources --limits=memory=-1Mi` was
+    // stored, and each pod the ReplicaSet then tried was refused, as FailedCreate events).
+    e = await create(deployment('negmem', {}, { resources: { limits: { memory: '-1Mi' } } }));
+    assert.match(e, /The Deployment "negmem" is invalid: spec\.template\.spec\.containers\[0\]\.resources\.limits\[memory\]: Invalid value: "-1Mi": must be greater than or equal to 0/);
+    e = await create(deployment('overlimit', {}, { resources: { requests: { memory: '2Mi' }, limits: { memory: '1Mi' } } }));
+    assert.match(e, /spec\.template\.spec\.containers\[0\]\.resources\.requests: Invalid value: "2Mi": must be less than or equal to memory limit of 1Mi/);
+    e = await create(deployment('notqty', {}, { resources: { limits: { memory: 'lots' } } }));
+    assert.match(e, /spec\.template\.spec\.containers\[0\]\.resources\.limits\[memory\]: Invalid value: "lots": quantities must match the regular expression/);
     e = await create({ apiVersion: 'apps/v1', kind: 'StatefulSet', metadata: { name: 's' }, spec: { replicas: '1', serviceName: 's', selector: { matchLabels: { a: 'b' } }, template: { metadata: { labels: { a: 'b' } }, spec: { containers: [container()] } } } });
     assert.match(e, /StatefulSet in version "v1" cannot be handled as a StatefulSet: json: cannot unmarshal string into Go struct field StatefulSetSpec\.spec\.replicas of type int32/);
     e = await create({ apiVersion: 'batch/v1', kind: 'Job', metadata: { name: 'j' }, spec: { template: { spec: { restartPolicy: 'Never', containers: [container({ ports: [{ containerPort: '80' }] })] } } } });
@@ -100,6 +108,9 @@ test('int32 fields: 400 for a value that does not decode as int32, 422 for one o
     assert.match(r.stderr, /BadRequest.*Scale in version "v1" cannot be handled as a Scale: json: cannot unmarshal number 99999999999 into Go struct field ScaleSpec\.spec\.replicas of type int32/);
     r = await api.kubectl(['patch', 'deployment', 'ok', '--subresource=scale', '--type=merge', '-p', '{"spec":{"replicas":"2"}}']);
     assert.match(r.stderr, /BadRequest.*Scale in version "v1" cannot be handled as a Scale: json: cannot unmarshal string into Go struct field ScaleSpec\.spec\.replicas of type int32/);
+    r = await api.kubectl(['set', 'resources', 'deployment', 'ok', '--limits=memory=-1Mi']);
+    assert.notEqual(r.code, 0);
+    assert.match(r.stderr, /spec\.template\.spec\.containers\[0\]\.resources\.limits\[memory\]: Invalid value: "-1Mi": must be greater than or equal to 0/);
     r = await api.kubectl(['scale', 'deployment', 'ok', '--replicas=-1']);
     assert.notEqual(r.code, 0);
     r = await api.kubectl(['get', 'deployment', 'ok', '-o', 'jsonpath={.spec.replicas}']);

@@ -6,7 +6,7 @@
 import { isDeepStrictEqual } from 'node:util';
 import type { StatusCause } from '../../errors.ts';
 import type { KubeObject } from '../../storage/index.ts';
-import { defaultPodSpec, validateContainerPorts } from '../pods/index.ts';
+import { defaultPodSpec, validateContainerPorts, validateContainerResources } from '../pods/index.ts';
 import { labelSelectorFromObject, parseLabelSelector } from '../selectors.ts';
 import type { ResourceDef } from '../types.ts';
 import { AGE_COLUMN, age, arr, immutable, invalidValue, NAME_COLUMN, rec, required, selectorString, validateMetaMaps, validateSubdomain, validateTemplateMetaMaps } from '../util.ts';
@@ -58,6 +58,7 @@ function validateWorkload(obj: KubeObject, old: KubeObject | undefined, withRepl
     if (typeof c.image !== 'string' || !c.image) out.push(required(`spec.template.spec.containers[${i}].image`));
     if (typeof c.name !== 'string' || !c.name) out.push(required(`spec.template.spec.containers[${i}].name`));
     out.push(...validateContainerPorts(c, `spec.template.spec.containers[${i}]`));
+    out.push(...validateContainerResources(c, `spec.template.spec.containers[${i}]`));
   });
   // ValidateNonnegativeField of each workload's counts (their Go types were checked as the body was decoded).
   for (const f of ['minReadySeconds', 'revisionHistoryLimit', 'progressDeadlineSeconds']) {

@@ -105,32 +105,7 @@ function validateContainers(spec: Record<string, unknown>, list: string, require
       seen.add(c.name);
     }
     if (typeof c.image !== 'string' || c.image.trim() === '') out.push(required(`${f}.image`));
-    if (c.resources !== undefined && (c.resources === null || typeof c.resources !== 'object' || Array.isArray(c.resources))) out.push(invalidValue(`${f}.resources`, c.resources, 'must be an object'));
-    for (const kind of ['requests', 'limits']) {
-      const r = rec(c.resources)[kind];
-      if (r === undefined) continue;
-      if (r === null || typeof r !== 'object' || Array.isArray(r)) {
-        out.push(invalidValue(`${f}.resources.${kind}`, r, 'must be a map of quantities'));
-        continue;
-      }
-      for (const [name, q] of Object.entries(r)) {
-        try {
-          if (typeof q !== 'string' && typeof q !== 'number') throw new RangeError('not a quantity');
-          if (parseQuantity(q) < 0) out.push(invalidValue(`${f}.resources.${kind}[${name}]`, q, 'must be greater than or equal to 0'));
-        } catch {
-          out.push(invalidValue(`${f}.resources.${kind}[${name}]`, q, "quantities must match the regular expression '^([+-]?[0-9.]+)([eEinumkKMGTP]*[-+]?[0-9]*)$'"));
-        }
-      }
-    }
-    // As Kubernetes: a request above its limit is refused.
-    const requests = rec(rec(c.resources).requests);
-    const limits = rec(rec(c.resources).limits);
-    for (const [name, lim] of Object.entries(limits)) {
-      const req = requests[name];
-      if (req === undefined) continue;
-      const [r, l] = [quantityOrNaN(req), quantityOrNaN(lim)];
-      if (r > l) out.push(invalidValue(`${f}.resources.requests`, req, `must be less than or equal to ${name} limit of ${String(lim)}`));
-    }
+    out.push(...validateContainerResources(c, f));
     for (const list of ['ports', 'env', 'volumeMounts', 'command', 'args']) {
       if (c[list] !== undefined && !Array.isArray(c[list])) out.push(invalidValue(`${f}.${list}`, c[list], 'must be a list'));
     }
@@ -139,6 +114,45 @@ function validateContainers(spec: Record<string, unknown>, list: string, require
       if (!['TCP', 'UDP', 'SCTP'].includes(String(p.protocol))) out.push({ reason: 'FieldValueNotSupported', message: `Unsupported value: "${String(p.protocol)}": supported values: "SCTP", "TCP", "UDP"`, field: `${f}.ports[${j}].protocol` });
     });
   });
+  return out;
+}
+
+/**
+ * The causes of a container's `resources` as kube-apiserver's ValidateContainerResourceRequirements gives
+ * them: a map of quantities each, none negative, no request above its limit. Shared by pods and the pod
+ * templates of workloads (a Deployment with `limits.memory: -1Mi` is refused at its create, not at each
+ * pod its ReplicaSet tries).
+ * @param c the container
+ * @param f the container's field path (`spec.containers[0]`, `spec.template.spec.containers[0]`)
+ */
+export function validateContainerResources(c: Record<string, unknown>, f: string): StatusCause[] {
+  const out: StatusCause[] = [];
+  if (c.resources !== undefined && (c.resources === null || typeof c.resources !== 'object' || Array.isArray(c.resources))) out.push(invalidValue(`${f}.resources`, c.resources, 'must be an object'));
+  for (const kind of ['requests', 'limits']) {
+    const r = rec(c.resources)[kind];
+    if (r === undefined) continue;
+    if (r === null || typeof r !== 'object' || Array.isArray(r)) {
+      out.push(invalidValue(`${f}.resources.${kind}`, r, 'must be a map of quantities'));
+      continue;
+    }
+    for (const [name, q] of Object.entries(r)) {
+      try {
+        if (typeof q !== 'string' && typeof q !== 'number') throw new RangeError('not a quantity');
+        if (parseQuantity(q) < 0) out.push(invalidValue(`${f}.resources.${kind}[${name}]`, q, 'must be greater than or equal to 0'));
+      } catch {
+        out.push(invalidValue(`${f}.resources.${kind}[${name}]`, q, "quantities must match the regular expression '^([+-]?[0-9.]+)([eEinumkKMGTP]*[-+]?[0-9]*)$'"));
+      }
+    }
+  }
+  // As Kubernetes: a request above its limit is refused.
+  const requests = rec(rec(c.resources).requests);
+  const limits = rec(rec(c.resources).limits);
+  for (const [name, lim] of Object.entries(limits)) {
+    const req = requests[name];
+    if (req === undefined) continue;
+    const [r, l] = [quantityOrNaN(req), quantityOrNaN(lim)];
+    if (r > l) out.push(invalidValue(`${f}.resources.requests`, req, `must be less than or equal to ${name} limit of ${String(lim)}`));
+  }
   return out;
 }
 
