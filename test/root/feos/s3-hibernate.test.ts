@@ -1,6 +1,7 @@
 // Hibernation through a real S3 server (OpenStack Swift's s3api on loopback, scripts/s3-server.sh) with a real microVM
 // (QEMU, TCG here), as root: a pod hibernates on feosd A into s3://BUCKET/PREFIX, feosd B (its own state dir) restores
-// it with its memory (its guest's uptime goes on), A's stale record cannot resume it, a second hibernation of the
+// it with its memory (its guest's uptime goes on) after a first restore on B was cut by a SIGKILL of feosd B while it
+// downloaded (the next feosd B has no pod, no QEMU, no copy, and the checkpoint is not claimed), A's stale record cannot resume it, a second hibernation of the
 // unchanged pod uploads only the chunks the store lacks (small content-defined chunks in packs), the packs no
 // checkpoint needs are pruned, a disk-only restore on A boots it anew, a store that stops mid-upload leaves the pod on
 // its node, suspended, to hibernate once the store is back, and so does a SIGKILL of feosd in the middle of an upload
@@ -11,7 +12,7 @@
 // is missing, and one of the node's own HIBERNATED pod whose manifest is missing, are DATA_LOSS naming the manifest.
 import assert from 'node:assert/strict';
 import { execFileSync } from 'node:child_process';
-import { mkdirSync, readdirSync, readFileSync, statSync, writeFileSync } from 'node:fs';
+import { existsSync, mkdirSync, readdirSync, readFileSync, statSync, writeFileSync } from 'node:fs';
 import { createHash } from 'node:crypto';
 import { join } from 'node:path';
 import { test } from 'node:test';
@@ -21,6 +22,7 @@ import { status } from '@grpc/grpc-js';
 import { MicroVmSchema } from '../../../src/feos/gen/feos/microvm/v1/microvm_pb.js';
 import { VolumeService, VolumeState } from '../../../src/feos/gen/feos/volume/v1/volume_pb.js';
 import { makeClient } from '../../../src/feos/api/index.ts';
+import { processesNaming } from '../../helpers/processes.ts';
 import { startS3Server } from '../../helpers/s3-server.ts';
 import { feosctl, PodState, startFeosd, tempDir, until, waitForPod, type FeosdProcess } from '../../feos/harness.ts';
 
@@ -63,7 +65,7 @@ test('hibernate to S3 on one feosd, restore on another with its memory, dedup th
   const flags = ['--object-store', `s3://${BUCKET}/${PREFIX}`, '--s3-endpoint', s3.endpoint, '--stop-grace', '120'];
   const env = { ...process.env, ...s3.env };
   let a: FeosdProcess = await startFeosd(baseA, { guestDir: GUEST_DIR, extra: flags, env });
-  const b: FeosdProcess = await startFeosd(baseB, { guestDir: GUEST_DIR, extra: flags, env });
+  let b: FeosdProcess = await startFeosd(baseB, { guestDir: GUEST_DIR, extra: flags, env });
   t.after(async () => {
     await a.stop('SIGKILL');
     await b.stop('SIGKILL');
@@ -168,7 +170,41 @@ test('hibernate to S3 on one feosd, restore on another with its memory, dedup th
     t.diagnostic(`first hibernation: ${firstTotal} bytes in ${chunks} chunks, ${m.packs.length} packs, ${m.uploadedBytes} uploaded`);
   });
 
-  await step('feosd B restores it from S3 with its memory: the same boot, its uptime goes on', async () => {
+  await step('feosd B SIGKILLed while a restore downloads the checkpoint from S3: the next feosd B has no pod, no QEMU, no copy; the checkpoint stays unclaimed', async () => {
+    const disks = join(b.stateDir, 'disks');
+    const volumes = join(b.stateDir, 'volumes');
+    const memoryCopy = join(disks, `.${ID}.memory.restore`);
+    const restoring = b.pods.restorePod({ id: ID }).then(
+      () => 'the restore ended',
+      (e: unknown) => e,
+    );
+    // Killed once the memory's copy holds bytes read from Swift (the disk's came first): the download is under way.
+    await until('the memory is being downloaded', async () => (existsSync(memoryCopy) && statSync(memoryCopy).size > 0 ? true : undefined), 120_000);
+    await b.stop('SIGKILL');
+    assert.notEqual(await restoring, 'the restore ended', 'the kill came before its end');
+    assert.ok(!(await keys(`pods/${ID}/${first}/`)).includes(`pods/${ID}/${first}/restored`), 'the kill came before the claim: the checkpoint is not claimed');
+    b = await startFeosd(baseB, { guestDir: GUEST_DIR, extra: flags, env });
+    // As recovery.test.ts's restore killed before its claim: nothing of it stays, and no record says it was tried.
+    const removed = b
+      .stderr()
+      .split('\n')
+      .filter((l) => l.includes('recovery: a restore copy left by a kill was removed'))
+      .map((l) => JSON.parse(l).file as string);
+    assert.ok(removed.includes(memoryCopy), `the next feosd removed the memory's partial copy before it served: ${removed.join(', ') || 'nothing removed'}`);
+    await assert.rejects(b.pods.getPod({ id: ID }), (e) => code(e) === status.NOT_FOUND, 'B has no pod');
+    await assert.rejects(volumeOf(b), (e) => code(e) === status.NOT_FOUND, 'B has no record of the volume');
+    const left = [disks, volumes].flatMap((d) => (existsSync(d) ? readdirSync(d).filter((n) => n.includes(ID) || n.includes(VOLUME) || n.endsWith('.restore')) : []));
+    assert.deepEqual(left, [], "no copy of the pod's disk, memory or volume is left on B");
+    assert.equal(existsSync(join(b.stateDir, 'vms', ID)), false, 'B has no microVM of the pod');
+    assert.deepEqual(processesNaming(join(b.stateDir, 'vms', ID)), [], 'no QEMU runs for the pod on B');
+    assert.deepEqual(existsSync(join(b.stateDir, 'in-flight')) ? readdirSync(join(b.stateDir, 'in-flight')) : [], [], 'no marker is left');
+    const pod = (await a.pods.getPod({ id: ID })).pod!;
+    assert.equal(pod.state, PodState.HIBERNATED, "A's record stays HIBERNATED");
+    assert.equal(pod.checkpoint, first);
+    assert.ok((await keys(`volumes/${VOLUME}/`)).includes(`volumes/${VOLUME}/${first}/disk.qcow2`), "the volume's disk stays in the bucket");
+  });
+
+  await step('feosd B restores it from S3 with its memory after the cut restore: the same boot, its uptime goes on', async () => {
     const out = await feosctl(b.socket, ['pod', 'restore', ID, '-o', 'json'], 600_000);
     assert.equal(out.code, 0, out.stderr);
     assert.equal(JSON.parse(out.stdout).state, 'POD_STATE_RUNNING', out.stdout);
