@@ -1,9 +1,16 @@
 // The hash pool (src/feos/store/hash-pool.ts): worker threads whose SHA-256s and content-defined cuts are the
-// main thread's, byte for byte, however many calls are in flight; bad sizes and spans refused saying why.
+// main thread's, byte for byte, however many calls are in flight; bad sizes and spans refused saying why; a read
+// buffer handed over goes without a copy and comes back, and a pack writer reads into its buffers again.
 import assert from 'node:assert/strict';
 import { createHash, randomBytes } from 'node:crypto';
+import { readFileSync, writeFileSync } from 'node:fs';
+import { open } from 'node:fs/promises';
+import { join } from 'node:path';
+import { pathToFileURL } from 'node:url';
 import { test } from 'node:test';
-import { ChunkCutter, HashPool, PACKED_CHUNKS } from '../../src/feos/store/index.ts';
+import { ChunkCutter, HashPool, LocalDirObjectStore, PACKED_CHUNKS, PackWriter, PIECE_BYTES, PieceBuffers, readPacked } from '../../src/feos/store/index.ts';
+import { fileChunks } from '../../src/feos/pods/checkpoint.ts';
+import { tempDir } from './harness.ts';
 
 const sha = (b: Uint8Array) => createHash('sha256').update(b).digest('hex');
 
@@ -59,4 +66,52 @@ test('hash pool: a chunker cuts as ChunkCutter does and hashes each chunk and th
   const bad = pool.chunker({ minBytes: 10, avgBytes: 4096, maxBytes: 8192 });
   await assert.rejects(bad.push(Buffer.alloc(10)), /cdc: sizes .* want 64 <= min < avg < max/);
   await assert.rejects(bad.end(), /cdc: sizes/);
+});
+
+test('hash pool: a piece handed over goes to the worker without a copy and comes back with its chunks; a pack writer gives its read buffers back', { timeout: 60_000 }, async (t) => {
+  const pool = new HashPool(1);
+  t.after(() => pool.close());
+  const { dir, cleanup } = tempDir('feos-pieces-');
+  t.after(cleanup);
+  const data = randomBytes(5 * PIECE_BYTES + 12345);
+  const want = new ChunkCutter(PACKED_CHUNKS);
+  const expected = [...want.push(data), ...want.end()];
+  // Pieces of PieceBuffers, handed over: detached while the worker has them, back whole, cut as ChunkCutter cuts.
+  const buffers = new PieceBuffers();
+  const s = pool.chunker(PACKED_CHUNKS);
+  const cuts = [];
+  for (let i = 0; i + PIECE_BYTES <= data.length; i += PIECE_BYTES) {
+    const piece = buffers.take();
+    data.copy(piece, 0, i, i + PIECE_BYTES);
+    assert.ok(buffers.owns(piece));
+    const cut = s.push(piece, true);
+    assert.equal(piece.byteLength, 0, 'handed over, not copied');
+    cuts.push(await cut);
+    assert.ok(cuts.at(-1)!.piece!.equals(data.subarray(i, i + PIECE_BYTES)), 'the piece comes back as it went');
+  }
+  cuts.push(await s.push(data.subarray(5 * PIECE_BYTES)));
+  const last = await s.end();
+  const chunks = [...cuts.flatMap((c) => c.chunks), ...last.chunks];
+  assert.deepEqual(chunks.map(sha), expected.map(sha));
+  assert.deepEqual([...cuts.flatMap((c) => c.sha256s), ...last.sha256s], expected.map(sha));
+  assert.equal(last.sha256, sha(data));
+  // A pack writer reading a file into its pieces stores it whole and keeps the buffers for the next read.
+  const path = join(dir, 'file');
+  writeFileSync(path, data);
+  const store = new LocalDirObjectStore(pathToFileURL(join(dir, 'store')).href);
+  const w = new PackWriter(store, 'pods/pieceshash1/packs', new Map(), { pool });
+  const put = await w.putFile(fileChunks(path, undefined, w.pieces));
+  await w.finish();
+  assert.equal(put.sha256, sha(data));
+  assert.deepEqual(put.chunks.map((c) => c.sha256), expected.map(sha));
+  const again = w.pieces.take();
+  assert.ok([0, 1, 2, 3, 4].some((k) => again.equals(data.subarray(k * PIECE_BYTES, (k + 1) * PIECE_BYTES))), 'a buffer read into before is read into again');
+  const out = join(dir, 'back');
+  const fh = await open(out, 'w');
+  try {
+    await readPacked(store, 'pods/pieceshash1/packs', put.chunks, fh, { pool });
+  } finally {
+    await fh.close();
+  }
+  assert.ok(readFileSync(out).equals(data), 'the packs read back as the file');
 });

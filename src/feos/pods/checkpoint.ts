@@ -22,12 +22,11 @@
  * ```
  */
 import { createHash, randomBytes } from 'node:crypto';
-import { createReadStream } from 'node:fs';
 import { open, rm } from 'node:fs/promises';
 import { fromJson, type JsonValue, toJson } from '@bufbuild/protobuf';
 import { type PodSpec, PodSpecSchema } from '../gen/feos/pod/v1/pod_pb.js';
 import { errorMessage, FeosError } from '../api/index.ts';
-import { type ChunkIndex, type ChunkRef, getChunked, isPackName, ObjectNotFoundError, type ObjectStore, PACKED_CHUNKS, type PackedChunk, pruneChunks, prunePacks, readPacked, storeFailureCode } from '../store/index.ts';
+import { type ChunkIndex, type ChunkRef, getChunked, isPackName, ObjectNotFoundError, type ObjectStore, PACKED_CHUNKS, type PackedChunk, PIECE_BYTES, type PieceBuffers, pruneChunks, prunePacks, readPacked, storeFailureCode } from '../store/index.ts';
 
 /**
  * The manifest format this code writes: 4, chunks in packs, the chunks a base checkpoint's file has in the same
@@ -341,20 +340,38 @@ export async function readManifest(store: ObjectStore, podId: string, checkpoint
   return m;
 }
 
-/** A local file's bytes, as `put` takes them. */
-export async function* fileChunks(path: string, signal?: AbortSignal): AsyncIterable<Uint8Array> {
-  for await (const chunk of createReadStream(path, { highWaterMark: 1024 * 1024, signal })) yield chunk as Buffer;
+/**
+ * A local file's bytes, as `put` and `PackWriter.putFile` take them: pieces of `PIECE_BYTES`, each a buffer of its
+ * own (the last may be shorter), read into buffers of `pieces` when given (a pack writer's, which gives each back
+ * once it is done with it) or fresh ones.
+ * @throws the read's error; the signal's reason when it aborts
+ */
+export async function* fileChunks(path: string, signal?: AbortSignal, pieces?: PieceBuffers): AsyncIterable<Uint8Array> {
+  signal?.throwIfAborted();
+  const fh = await open(path, 'r');
+  try {
+    for (;;) {
+      signal?.throwIfAborted();
+      const buf = pieces ? pieces.take() : Buffer.allocUnsafeSlow(PIECE_BYTES);
+      const { bytesRead } = await fh.read(buf, 0, buf.byteLength, null);
+      if (bytesRead === 0) {
+        pieces?.give(buf);
+        return;
+      }
+      yield bytesRead === buf.byteLength ? buf : buf.subarray(0, bytesRead);
+    }
+  } finally {
+    await fh.close();
+  }
 }
 
 /** How often a file being written is looked at again while it has less than a piece more (ms). */
 const GROWING_POLL_MS = 5;
-/** The pieces a growing file is read in (bytes), as `fileChunks` reads a whole one. */
-const GROWING_PIECE_BYTES = 1024 * 1024;
 
 /**
  * A file's bytes as its writer appends them: QEMU's migration stream while the suspend writes it (`exec:cat >`),
  * so that a hibernation cuts and uploads the memory while QEMU is still writing it. Whole pieces of 1 MiB are read
- * once the file holds them (each its own buffer, which the hash pool takes without a copy: smaller pieces as `cat`
+ * once the file holds them (each its own buffer, from `pieces` when given, which the hash pool takes without a copy: smaller pieces as `cat`
  * writes them cost more messages and copies than they gain), from a file that may not exist yet; the rest once
  * `written` has resolved (the writer is done: the suspend returns once QEMU has quit), to the file's end. Nothing
  * tells a reader that a file grew (QEMU says nothing until the stream's end; inotify would wake it at every write
@@ -362,7 +379,7 @@ const GROWING_PIECE_BYTES = 1024 * 1024;
  * @param written settles when the writer is done; its rejection ends the bytes with its error
  * @throws the writer's error; ENOENT when the file is not there once the writer is done; the signal's reason
  */
-export async function* growingFileChunks(path: string, written: Promise<unknown>, signal?: AbortSignal): AsyncIterable<Uint8Array> {
+export async function* growingFileChunks(path: string, written: Promise<unknown>, signal?: AbortSignal, pieces?: PieceBuffers): AsyncIterable<Uint8Array> {
   let end: { failed: boolean; err?: unknown } | undefined;
   const settled = written.then(
     () => {
@@ -394,14 +411,18 @@ export async function* growingFileChunks(path: string, written: Promise<unknown>
       const done = end;
       if (done?.failed) throw done.err;
       const size = (await fh.stat()).size;
-      if (size - pos < GROWING_PIECE_BYTES && !done) {
+      if (size - pos < PIECE_BYTES && !done) {
         await idle();
         continue;
       }
       if (size <= pos) return;
-      const buf = Buffer.allocUnsafe(Math.min(GROWING_PIECE_BYTES, size - pos));
+      const whole = size - pos >= PIECE_BYTES && pieces;
+      const buf = whole ? pieces.take() : Buffer.allocUnsafeSlow(Math.min(PIECE_BYTES, size - pos));
       const { bytesRead } = await fh.read(buf, 0, buf.byteLength, pos);
-      if (bytesRead === 0) return;
+      if (bytesRead === 0) {
+        if (whole) pieces.give(buf);
+        return;
+      }
       pos += bytesRead;
       yield bytesRead === buf.byteLength ? buf : buf.subarray(0, bytesRead);
     }

@@ -18,7 +18,7 @@ import { clone, create } from '@bufbuild/protobuf';
 import { HibernationStatusSchema, type HibernationStatus, type PodInfo, PodInfoSchema, PodState, type PodVolume } from '../gen/feos/pod/v1/pod_pb.js';
 import { errorMessage, FeosError } from '../api/index.ts';
 import { vmPaths } from '../microvm/index.ts';
-import { PackWriter, storeFailureCode } from '../store/index.ts';
+import { PackWriter, PieceBuffers, storeFailureCode } from '../store/index.ts';
 import { podDiskPath } from './bring-up.ts';
 import { checkpointKey, DISK_FILE, fileChunks, growingFileChunks, MANIFEST_VERSION, manifestBytes, MEMORY_FILE, hibernationBase, newCheckpointName, packPrefix, prunePodChunks, volumeKey, type CheckpointFile, type CheckpointManifest, type CheckpointVolume, neededBases } from './checkpoint.ts';
 import type { PodCore } from './core.ts';
@@ -170,6 +170,8 @@ async function hibernateLocked(core: PodCore, pod: PodInfo, h: Hibernation): Pro
   // the volumes go up once the suspend has stopped QEMU.
   const t = { suspendMs: 0, uploadMs: 0, waitedMs: 0, manifestMs: 0, manifestBytes: 0, base: '', overlapped: 0, cpuMs: 0 };
   let suspending: Promise<PodInfo> | undefined;
+  // The buffers the memory and the disk are read into, which the pack writer gives back as it is done with them.
+  const pieces = new PieceBuffers();
   let memorySource: AsyncIterable<Uint8Array> | undefined;
   if (wasRunning) {
     h.step = 'suspend';
@@ -184,7 +186,7 @@ async function hibernateLocked(core: PodCore, pod: PodInfo, h: Hibernation): Pro
       () => {},
     );
     if (follow) {
-      memorySource = growingFileChunks(vmstate, suspending, h.abandon.signal);
+      memorySource = growingFileChunks(vmstate, suspending, h.abandon.signal, pieces);
     } else {
       try {
         pod = await suspending;
@@ -232,7 +234,7 @@ async function hibernateLocked(core: PodCore, pod: PodInfo, h: Hibernation): Pro
     let before = 0;
     const stands = await hibernationBase(store, id);
     base = stands.base;
-    packs = new PackWriter(store, packPrefix(id), stands.index, { signal: h.abandon.signal });
+    packs = new PackWriter(store, packPrefix(id), stands.index, { signal: h.abandon.signal, pieces });
     h.bytesTotal = await sizes(memorySource !== undefined);
     for (const f of files) {
       if (h.abandon.signal.aborted) throw abandoned(id);
@@ -242,7 +244,7 @@ async function hibernateLocked(core: PodCore, pod: PodInfo, h: Hibernation): Pro
       };
       if (!f.volume) {
         const following = f.name === MEMORY_FILE && memorySource;
-        const put = await packs.putFile(following ? memorySource! : fileChunks(f.path, h.abandon.signal), onProgress);
+        const put = await packs.putFile(following ? memorySource! : fileChunks(f.path, h.abandon.signal, pieces), onProgress);
         if (following) {
           await suspended();
           h.bytesTotal = put.sizeBytes + (await sizes(true));

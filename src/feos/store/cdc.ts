@@ -78,7 +78,7 @@ export class ChunkCutter {
   }
 
   /** The end of the chunk starting at `start`, or -1 when `buf` ends first (and more bytes may come). */
-  #cut(buf: Buffer, start: number, final: boolean): number {
+  #cut(buf: Uint8Array, start: number): number {
     const len = buf.length - start;
     if (len <= 0) return -1;
     const { minBytes, avgBytes, maxBytes } = this.#p;
@@ -97,29 +97,62 @@ export class ChunkCutter {
       fp = ((fp << 1) + (gear[buf[i] as number] as number)) | 0;
       if ((fp & easy) === 0) return i + 1;
     }
-    if (limit - start === maxBytes || final) return limit;
+    if (limit - start === maxBytes) return limit;
     return -1;
   }
 
-  #take(buf: Buffer, final: boolean): Buffer[] {
-    const out: Buffer[] = [];
+  /**
+   * The cuts that the next piece of the stream completes, without copying it: the end of each chunk as an offset in
+   * `data`, ascending. The first chunk begins with `held`, the bytes of the stream before `data` that no cut ended
+   * (less than `maxBytes`; empty when the last piece ended on a cut), which the cutter kept as a copy of its own; the
+   * bytes after the last cut are kept for the next call (copied: the caller may reuse `data`).
+   */
+  cut(data: Uint8Array): { held: Buffer; ends: number[] } {
+    const held = this.#rest;
+    const ends: number[] = [];
     let start = 0;
-    for (let cut = this.#cut(buf, 0, final); cut > 0; cut = this.#cut(buf, start, final)) {
-      out.push(buf.subarray(start, cut));
-      start = cut;
+    if (held.length > 0) {
+      // The chunk that began before `data`: its cut is within maxBytes of its start, so the held bytes and the
+      // first bytes of `data` decide it (a copy of at most maxBytes, not of the piece).
+      const joined = Buffer.concat([held, data.subarray(0, this.#p.maxBytes - held.length)]);
+      const end = this.#cut(joined, 0);
+      if (end < 0) {
+        this.#rest = joined;
+        return { held, ends };
+      }
+      // No cut fell within the held bytes (their scan found none), so this one falls in `data`.
+      start = end - held.length;
+      ends.push(start);
     }
-    this.#rest = final ? Buffer.alloc(0) : Buffer.from(buf.subarray(start));
-    return out;
+    for (let end = this.#cut(data, start); end > 0; end = this.#cut(data, start)) {
+      ends.push(end);
+      start = end;
+    }
+    this.#rest = Buffer.from(data.subarray(start));
+    return { held, ends };
+  }
+
+  /** The stream ended: the bytes of its last chunk, which no cut ended (empty: none). */
+  finish(): Buffer {
+    const last = this.#rest;
+    this.#rest = Buffer.alloc(0);
+    return last;
   }
 
   /** Takes the next piece of the stream (copied: the caller may reuse it); returns the chunks it completes. */
   push(data: Uint8Array): Buffer[] {
-    return this.#take(Buffer.concat([this.#rest, data]), false);
+    const own = Buffer.from(data);
+    const { held, ends } = this.cut(own);
+    return ends.map((end, i) => {
+      const from = i === 0 ? 0 : ends[i - 1]!;
+      return i === 0 && held.length > 0 ? Buffer.concat([held, own.subarray(0, end)]) : own.subarray(from, end);
+    });
   }
 
   /** The stream ended: the chunks left. */
   end(): Buffer[] {
-    return this.#take(this.#rest, true);
+    const last = this.finish();
+    return last.length > 0 ? [last] : [];
   }
 }
 

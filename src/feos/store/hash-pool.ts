@@ -22,8 +22,9 @@ const WORKER_URL = new URL(import.meta.url.endsWith('.ts') ? './hash-worker.ts' 
 interface Reply {
   id: number;
   buf?: ArrayBuffer;
-  sizes?: Int32Array;
+  ends?: Int32Array;
   digests?: ArrayBuffer;
+  lastBytes?: number;
   sha256?: string;
   sizeBytes?: number;
   error?: string;
@@ -34,16 +35,26 @@ interface Slot {
   pending: Map<number, { resolve: (r: Reply) => void; reject: (err: Error) => void }>;
 }
 
-/** Chunks a worker cut, in order: views of one buffer, and their SHA-256s (lowercase hex). */
+/**
+ * Chunks a worker cut, in order, and their SHA-256s (lowercase hex). The chunks are views of `piece` (the piece
+ * pushed, back from the worker: valid until the caller reuses it), but the first, which began before the piece, is
+ * a copy of its own when it did.
+ */
 export interface CutChunks {
   chunks: Buffer[];
   sha256s: string[];
+  /** The piece pushed, as it went (absent for `end`'s answer): the caller may reuse it once done with the chunks. */
+  piece?: Buffer;
 }
 
 /** A file's cutting on one worker: `push` its pieces in order, then `end`. Calls may be many at once; they answer in order. */
 export interface ChunkSession {
-  /** Cuts the next piece (copied: the caller may reuse it). */
-  push(data: Uint8Array): Promise<CutChunks>;
+  /**
+   * Cuts the next piece (copied: the caller may reuse it).
+   * @param handOver the piece is a buffer of its own that the caller is done with (as `PieceBuffers` gives): it goes
+   *   to the worker without a copy, detached until it comes back as `piece` (a view of a larger buffer is copied all the same)
+   */
+  push(data: Uint8Array, handOver?: boolean): Promise<CutChunks>;
   /** The chunks left, and the whole stream's size (bytes) and SHA-256. */
   end(): Promise<CutChunks & { sizeBytes: number; sha256: string }>;
 }
@@ -54,19 +65,7 @@ function handOver(u: Uint8Array): ArrayBuffer {
   return new Uint8Array(u).buffer;
 }
 
-function cut(r: Reply): CutChunks {
-  const buf = Buffer.from(r.buf!);
-  const raw = Buffer.from(r.digests!);
-  const chunks: Buffer[] = [];
-  const sha256s: string[] = [];
-  let at = 0;
-  for (const [i, n] of r.sizes!.entries()) {
-    chunks.push(buf.subarray(at, at + n));
-    sha256s.push(raw.toString('hex', 32 * i, 32 * i + 32));
-    at += n;
-  }
-  return { chunks, sha256s };
-}
+const hex = (raw: Buffer, i: number) => raw.toString('hex', 32 * i, 32 * i + 32);
 
 /** Worker threads that hash (see the module's comment). */
 export class HashPool {
@@ -151,14 +150,45 @@ export class HashPool {
     const i = this.#leastBusy();
     const session = ++this.#ids;
     void this.#call(i, { op: 'open', session, params }, [], false);
+    // The stream's bytes since its last cut, as the worker's cutter holds them (answers come in order): the first
+    // chunk of the next answer begins with them.
+    let carry = Buffer.alloc(0);
+    let order = Promise.resolve();
+    const take = (r: Reply): CutChunks => {
+      const piece = Buffer.from(r.buf!);
+      const ends = r.ends!;
+      const raw = Buffer.from(r.digests!);
+      const chunks: Buffer[] = [];
+      const sha256s: string[] = [];
+      let from = 0;
+      for (const [k, end] of ends.entries()) {
+        chunks.push(k === 0 && carry.length > 0 ? Buffer.concat([carry, piece.subarray(0, end)]) : piece.subarray(from, end));
+        sha256s.push(hex(raw, k));
+        from = end;
+      }
+      carry = ends.length === 0 ? Buffer.concat([carry, piece]) : Buffer.from(piece.subarray(from));
+      return { chunks, sha256s, piece };
+    };
     return {
-      push: async (data) => {
-        const buf = new Uint8Array(data).buffer;
-        return cut(await this.#call(i, { op: 'push', session, buf }, [buf]));
+      push: (data, taken = false) => {
+        const buf = taken ? handOver(data) : new Uint8Array(data).buffer;
+        const answered = this.#call(i, { op: 'push', session, buf }, [buf]);
+        // Each answer is taken in the order of the pushes, whatever order the caller awaits them in.
+        const cut = order.then(() => answered).then(take);
+        order = cut.then(
+          () => {},
+          () => {},
+        );
+        return cut;
       },
       end: async () => {
-        const r = await this.#call(i, { op: 'end', session }, []);
-        return { ...cut(r), sizeBytes: r.sizeBytes!, sha256: r.sha256! };
+        const answered = this.#call(i, { op: 'end', session }, []);
+        await order;
+        const r = await answered;
+        const last = carry;
+        carry = Buffer.alloc(0);
+        if (r.lastBytes !== last.length) throw new Error(`hash pool: the worker ended with ${r.lastBytes} bytes after its last cut, this side with ${last.length}`);
+        return { chunks: last.length > 0 ? [last] : [], sha256s: last.length > 0 ? [hex(Buffer.from(r.digests!), 0)] : [], sizeBytes: r.sizeBytes!, sha256: r.sha256! };
       },
     };
   }

@@ -20,8 +20,9 @@ export interface PutOptions extends StoreCallOptions {
   /** Called with the bytes written so far. */
   onProgress?: (bytes: number) => void;
   /**
-   * The bytes are not hashed (no SHA-256 in the result, none kept as the object's metadata): for objects read only
-   * in parts whose own SHA-256s are checked, as a pack's chunks are (packs.ts). A whole read of one checks nothing.
+   * The bytes are not hashed (no SHA-256 in the result, none kept as the object's metadata, and on S3 a body given
+   * whole is sent UNSIGNED-PAYLOAD: its SigV4 signature does not cover it): for objects read only in parts whose own
+   * SHA-256s are checked, as a pack's chunks are (packs.ts). A whole read of one checks nothing.
    */
   unhashed?: boolean;
 }
