@@ -15,6 +15,7 @@ import { at, rec, selectorString } from '../registry/util.ts';
 import type { KubeObject } from '../storage/index.ts';
 import type { RequestScope } from './context.ts';
 import { mediaType, sendJson, warningHeader } from './http.ts';
+import { podLogOptions } from './log-options.ts';
 import { readObject, writeOptions } from './resources.ts';
 import { serveCheckpointData } from './data.ts';
 import { feosNodeOf, serveFeosPodSubresource } from './feos-pods.ts';
@@ -74,6 +75,8 @@ export async function serveSubresource(scope: RequestScope): Promise<void> {
   const namespace = def.namespaced ? (info.namespace ?? '') : '';
   const name = info.name!;
   if (def.kind === 'Pod' && def.group === '' && (STREAMING_SUBRESOURCES.has(info.subresource!) || info.subresource === 'log')) {
+    // The log's options are checked before the pod is looked up, as kube-apiserver's LogREST does.
+    if (info.subresource === 'log') podLogOptions(url.searchParams, name);
     // A Pod bound to a FeOS node: its log, exec and port-forward go through the node connection (./feos-pods.ts).
     const pod = await reg.get(def, namespace, name);
     const feosNode = await feosNodeOf(reg, pod);
