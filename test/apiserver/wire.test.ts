@@ -4,7 +4,8 @@
  * `watch=True`), its `watch.Watch().stream` seeing ADDED, MODIFIED and DELETED and a resumed watch too
  * old for the window surfacing 410; `"status": {}` on kinds created without one; a deeply nested body
  * is 400, not 500; a connection that sends half a header is closed after the header timeout; a Binding created
- * at the bindings resource (kubectl create -f, the Python client); pod log options kube-apiserver refuses 422.
+ * at the bindings resource (kubectl create -f, the Python client); a body that is not JSON refused in Go's
+ * encoding/json words; pod log options kube-apiserver refuses 422.
  */
 import assert from 'node:assert/strict';
 import { execFile } from 'node:child_process';
@@ -249,6 +250,31 @@ function failure(r: Reply): { code: number; reason: unknown; message: unknown } 
   const s = r.json();
   return { code: r.status, reason: s.reason, message: s.message };
 }
+
+const CONFIGMAPS = '/api/v1/namespaces/default/configmaps';
+
+test("a body that is not JSON is refused 400 in the words of kube-apiserver: Go's encoding/json error, the kind, the body summarized", { timeout: 120_000 }, async (t) => {
+  const api = await startApiServer(t);
+  // Go's encoding/json words the syntax error; transformDecodeError names the kind and summarizes the body.
+  assert.deepEqual(failure(await raw(api, 'POST', CONFIGMAPS, 'xyz')), {
+    code: 400,
+    reason: 'BadRequest',
+    message: "the object provided is unrecognized (must be of type ConfigMap): couldn't get version/kind; json parse error: invalid character 'x' looking for beginning of value (78797a)",
+  });
+  assert.deepEqual(failure(await raw(api, 'POST', CONFIGMAPS, '{"metadata": {"name": "a",}}')), {
+    code: 400,
+    reason: 'BadRequest',
+    message: `the object provided is unrecognized (must be of type ConfigMap): couldn't get version/kind; json parse error: invalid character '}' looking for beginning of object key string ({"metadata": {"name": "a",}})`,
+  });
+  const made = await raw(api, 'POST', CONFIGMAPS, JSON.stringify({ metadata: { name: 'a' } }));
+  assert.equal(made.status, 201, made.text);
+  const long = `{"metadata": {"name": "a"}, "data": {"k": tru}}`;
+  assert.deepEqual(failure(await raw(api, 'PUT', `${CONFIGMAPS}/a`, long)), {
+    code: 400,
+    reason: 'BadRequest',
+    message: `the object provided is unrecognized (must be of type ConfigMap): couldn't get version/kind; json parse error: invalid character '}' in literal true (expecting 'e') (${long.slice(0, 30)} ...)`,
+  });
+});
 
 test('pod log options kube-apiserver refuses are 422 Invalid (PodLogOptions) or 400 when not an integer, before the pod is looked up', { timeout: 120_000 }, async (t) => {
   const api = await startApiServer(t);

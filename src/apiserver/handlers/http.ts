@@ -5,6 +5,7 @@
 import type { IncomingMessage, ServerResponse } from 'node:http';
 import { parse as parseYaml } from 'yaml';
 import { ApiError, badRequest, errorToStatus } from '../errors.ts';
+import { goJsonSyntaxError } from './json-syntax.ts';
 import { decodeKubernetesProtobuf } from './protobuf.ts';
 
 /** Default limit of a request body: 3 MiB, as Kubernetes' apiserver (etcd's object size limit is 1.5 MiB). */
@@ -65,10 +66,33 @@ export function nestsDeeperThan(text: string, max: number): boolean {
 }
 
 /**
- * Decodes a body as JSON, or YAML when the media type says so (apply-patch+yaml, yaml).
- * @throws ApiError BadRequest naming the decode error, or for a body nested deeper than MAX_NESTING_DEPTH; UnsupportedMediaType for protobuf
+ * kube-apiserver's `summarizeData(body, 30)` in a decode error: the text when it opens with `{`, else
+ * its bytes in hex; past 30 bytes cut, with ` ...`.
  */
-export function decodeBody(buf: Buffer, type: string): unknown {
+function summarize(buf: Buffer): string {
+  if (buf.length === 0) return '<empty>';
+  const head = buf.subarray(0, 30);
+  const text = buf[0] === 0x7b ? head.toString('utf8') : head.toString('hex');
+  return buf.length > 30 ? `${text} ...` : text;
+}
+
+/** Options of {@link decodeBody}. */
+export interface DecodeOptions {
+  /**
+   * The kind the body is decoded into (`Pod`) on a create or update: a body that is not JSON is then
+   * refused as kube-apiserver's `transformDecodeError` words it (`the object provided is unrecognized
+   * (must be of type Pod): couldn't get version/kind; json parse error: ... (78797a)`).
+   */
+  kind?: string;
+}
+
+/**
+ * Decodes a body as JSON, or YAML when the media type says so (apply-patch+yaml, yaml), or protobuf.
+ * @throws ApiError BadRequest naming the decode error (JSON's in the words of Go's encoding/json, as
+ *   kube-apiserver's), or for a body nested deeper than MAX_NESTING_DEPTH; UnsupportedMediaType for a
+ *   protobuf kind not decoded here
+ */
+export function decodeBody(buf: Buffer, type: string, opts: DecodeOptions = {}): unknown {
   if (type === 'application/vnd.kubernetes.protobuf') return buf.length === 0 ? undefined : decodeKubernetesProtobuf(buf);
   const text = buf.toString('utf8');
   if (text.trim() === '') return undefined;
@@ -86,7 +110,8 @@ export function decodeBody(buf: Buffer, type: string): unknown {
   try {
     return JSON.parse(text);
   } catch (err: unknown) {
-    throw badRequest(`couldn't get version/kind; json parse error: ${err instanceof Error ? err.message : String(err)}`);
+    const why = `couldn't get version/kind; json parse error: ${goJsonSyntaxError(buf) ?? (err instanceof Error ? err.message : String(err))}`;
+    throw badRequest(opts.kind ? `the object provided is unrecognized (must be of type ${opts.kind}): ${why} (${summarize(buf)})` : why);
   }
 }
 

@@ -33,10 +33,17 @@ export function writeOptions(url: URL, warnings: string[]): WriteOptions {
   return { dryRun: dry.length > 0, fieldValidation: fv as FieldValidation, fieldManager: q.get('fieldManager') ?? undefined, warnings };
 }
 
-/** Reads and decodes a JSON/YAML body (bounded). */
+/**
+ * Reads and decodes a JSON/YAML/protobuf body (bounded). A create or update of the resource or its status
+ * names the resource's kind in a decode error, as kube-apiserver does.
+ * @throws ApiError what decodeBody throws
+ */
 export async function readObject(scope: RequestScope): Promise<unknown> {
   const buf = await readBody(scope.req, scope.ctx.maxBodyBytes);
-  return decodeBody(buf, mediaType(scope.req));
+  const method = scope.req.method ?? 'GET';
+  const sub = scope.info.subresource;
+  const kind = (method === 'POST' || method === 'PUT') && (sub === undefined || sub === 'status') ? scope.info.def?.kind : undefined;
+  return decodeBody(buf, mediaType(scope.req), { kind });
 }
 
 function deleteOptions(url: URL, body: unknown): DeleteOptions {
