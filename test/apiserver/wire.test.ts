@@ -5,7 +5,7 @@
  * old for the window surfacing 410; `"status": {}` on kinds created without one; a deeply nested body
  * is 400, not 500; a connection that sends half a header is closed after the header timeout; a Binding created
  * at the bindings resource (kubectl create -f, the Python client); a body that is not JSON refused in Go's
- * encoding/json words; pod log options kube-apiserver refuses 422.
+ * encoding/json words, a body of another media type 415, and pod log options kube-apiserver refuses 422.
  */
 import assert from 'node:assert/strict';
 import { execFile } from 'node:child_process';
@@ -274,6 +274,32 @@ test("a body that is not JSON is refused 400 in the words of kube-apiserver: Go'
     reason: 'BadRequest',
     message: `the object provided is unrecognized (must be of type ConfigMap): couldn't get version/kind; json parse error: invalid character '}' in literal true (expecting 'e') (${long.slice(0, 30)} ...)`,
   });
+});
+
+test('a body of a media type kube-apiserver does not decode is refused 415 naming the media types it takes', { timeout: 120_000 }, async (t) => {
+  const api = await startApiServer(t);
+  const made = await raw(api, 'POST', CONFIGMAPS, JSON.stringify({ metadata: { name: 'a' } }));
+  assert.equal(made.status, 201, made.text);
+  // Another media type than the serializers': 415 naming them (a create, an update), or the patch types (a patch).
+  const unknownFormat = 'the body of the request was in an unknown format - accepted media types include: ';
+  for (const [method, path, type] of [
+    ['POST', CONFIGMAPS, 'text/plain'],
+    ['PUT', `${CONFIGMAPS}/a`, 'text/plain'],
+    ['POST', CONFIGMAPS, 'application/x-www-form-urlencoded'],
+  ] as const) {
+    assert.deepEqual(failure(await raw(api, method, path, JSON.stringify({ metadata: { name: 'a' } }), type)), {
+      code: 415,
+      reason: 'UnsupportedMediaType',
+      message: `${unknownFormat}application/json, application/yaml, application/vnd.kubernetes.protobuf`,
+    }, `${method} ${type}`);
+  }
+  assert.deepEqual(failure(await raw(api, 'PATCH', `${CONFIGMAPS}/a`, '{"data": {"k": "v"}}', 'text/plain')), {
+    code: 415,
+    reason: 'UnsupportedMediaType',
+    message: `${unknownFormat}application/json-patch+json, application/merge-patch+json, application/strategic-merge-patch+json, application/apply-patch+yaml`,
+  });
+  const still = await raw(api, 'GET', `${CONFIGMAPS}/a`);
+  assert.deepEqual(still.json().data, undefined, 'nothing written by the refused requests');
 });
 
 test('pod log options kube-apiserver refuses are 422 Invalid (PodLogOptions) or 400 when not an integer, before the pod is looked up', { timeout: 120_000 }, async (t) => {
