@@ -38,8 +38,11 @@ export function feosPortOptions(): Option[] {
   ];
 }
 
-/** `host:port` or `[v6]:port` split, or a CliError naming the flag. */
-function hostPort(flag: string, v: string): { host: string; port: number } {
+/**
+ * `host:port` or `[v6]:port` split.
+ * @throws CliError (exit code 2) naming the flag
+ */
+export function hostPort(flag: string, v: string): { host: string; port: number } {
   const m = /^(?:\[([0-9A-Fa-f:.]+)\]|([^:[\]\s]+)):(\d{1,5})$/.exec(v);
   const port = m ? Number(m[3]) : Number.NaN;
   if (!m || port > 65535) throw new CliError(`${flag} ${JSON.stringify(v)}: want ADDRESS:PORT or [IPv6]:PORT with a port from 0 to 65535, e.g. 0.0.0.0:7443`, 2);

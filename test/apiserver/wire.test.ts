@@ -4,7 +4,8 @@
  * `watch=True`), its `watch.Watch().stream` seeing ADDED, MODIFIED and DELETED and a resumed watch too
  * old for the window surfacing 410; `"status": {}` on kinds created without one; a deeply nested body
  * is 400, not 500; a connection that sends half a header is closed after the header timeout; a Binding created
- * at the bindings resource (kubectl create -f, the Python client).
+ * at the bindings resource (kubectl create -f, the Python client); a body that is not JSON refused in Go's
+ * encoding/json words, a body of another media type 415, and pod log options kube-apiserver refuses 422.
  */
 import assert from 'node:assert/strict';
 import { execFile } from 'node:child_process';
@@ -242,4 +243,101 @@ print(v1.read_namespaced_pod('by-python', 'default').spec.node_name)
   const v2 = await raw(api, 'GET', '/openapi/v2');
   assert.equal(v2.status, 200);
   assert.equal(v2.json().swagger, '2.0');
+});
+
+/** A refused request's code, and its Status' reason and message. */
+function failure(r: Reply): { code: number; reason: unknown; message: unknown } {
+  const s = r.json();
+  return { code: r.status, reason: s.reason, message: s.message };
+}
+
+const CONFIGMAPS = '/api/v1/namespaces/default/configmaps';
+
+test("a body that is not JSON is refused 400 in the words of kube-apiserver: Go's encoding/json error, the kind, the body summarized", { timeout: 120_000 }, async (t) => {
+  const api = await startApiServer(t);
+  // Go's encoding/json words the syntax error; transformDecodeError names the kind and summarizes the body.
+  assert.deepEqual(failure(await raw(api, 'POST', CONFIGMAPS, 'xyz')), {
+    code: 400,
+    reason: 'BadRequest',
+    message: "the object provided is unrecognized (must be of type ConfigMap): couldn't get version/kind; json parse error: invalid character 'x' looking for beginning of value (78797a)",
+  });
+  assert.deepEqual(failure(await raw(api, 'POST', CONFIGMAPS, '{"metadata": {"name": "a",}}')), {
+    code: 400,
+    reason: 'BadRequest',
+    message: `the object provided is unrecognized (must be of type ConfigMap): couldn't get version/kind; json parse error: invalid character '}' looking for beginning of object key string ({"metadata": {"name": "a",}})`,
+  });
+  const made = await raw(api, 'POST', CONFIGMAPS, JSON.stringify({ metadata: { name: 'a' } }));
+  assert.equal(made.status, 201, made.text);
+  const long = `{"metadata": {"name": "a"}, "data": {"k": tru}}`;
+  assert.deepEqual(failure(await raw(api, 'PUT', `${CONFIGMAPS}/a`, long)), {
+    code: 400,
+    reason: 'BadRequest',
+    message: `the object provided is unrecognized (must be of type ConfigMap): couldn't get version/kind; json parse error: invalid character '}' in literal true (expecting 'e') (${long.slice(0, 30)} ...)`,
+  });
+});
+
+test('a body of a media type kube-apiserver does not decode is refused 415 naming the media types it takes', { timeout: 120_000 }, async (t) => {
+  const api = await startApiServer(t);
+  const made = await raw(api, 'POST', CONFIGMAPS, JSON.stringify({ metadata: { name: 'a' } }));
+  assert.equal(made.status, 201, made.text);
+  // Another media type than the serializers': 415 naming them (a create, an update), or the patch types (a patch).
+  const unknownFormat = 'the body of the request was in an unknown format - accepted media types include: ';
+  for (const [method, path, type] of [
+    ['POST', CONFIGMAPS, 'text/plain'],
+    ['PUT', `${CONFIGMAPS}/a`, 'text/plain'],
+    ['POST', CONFIGMAPS, 'application/x-www-form-urlencoded'],
+  ] as const) {
+    assert.deepEqual(failure(await raw(api, method, path, JSON.stringify({ metadata: { name: 'a' } }), type)), {
+      code: 415,
+      reason: 'UnsupportedMediaType',
+      message: `${unknownFormat}application/json, application/yaml, application/vnd.kubernetes.protobuf`,
+    }, `${method} ${type}`);
+  }
+  assert.deepEqual(failure(await raw(api, 'PATCH', `${CONFIGMAPS}/a`, '{"data": {"k": "v"}}', 'text/plain')), {
+    code: 415,
+    reason: 'UnsupportedMediaType',
+    message: `${unknownFormat}application/json-patch+json, application/merge-patch+json, application/strategic-merge-patch+json, application/apply-patch+yaml`,
+  });
+  const still = await raw(api, 'GET', `${CONFIGMAPS}/a`);
+  assert.deepEqual(still.json().data, undefined, 'nothing written by the refused requests');
+});
+
+test('pod log options kube-apiserver refuses are 422 Invalid (PodLogOptions) or 400 when not an integer, before the pod is looked up', { timeout: 120_000 }, async (t) => {
+  const api = await startApiServer(t);
+  // Pod log options: checked as ValidatePodLogOptions checks them, before the pod is looked up.
+  const pod = await raw(api, 'POST', '/api/v1/namespaces/default/pods', JSON.stringify({ metadata: { name: 'p' }, spec: { containers: [{ name: 'c', image: 'busybox' }] } }));
+  assert.equal(pod.status, 201, pod.text);
+  const log = (query: string, name = 'p') => raw(api, 'GET', `/api/v1/namespaces/default/pods/${name}/log?${query}`);
+  for (const [query, field, message] of [
+    ['tailLines=-5', 'tailLines', 'Invalid value: -5: must be greater than or equal to 0'],
+    ['limitBytes=0', 'limitBytes', 'Invalid value: 0: must be greater than 0'],
+    ['sinceSeconds=-10', 'sinceSeconds', 'Invalid value: -10: must be greater than 0'],
+  ]) {
+    const r = await log(query!);
+    assert.deepEqual({ ...failure(r), details: r.json().details }, {
+      code: 422,
+      reason: 'Invalid',
+      message: `PodLogOptions "p" is invalid: ${field}: ${message}`,
+      details: { name: 'p', kind: 'PodLogOptions', causes: [{ reason: 'FieldValueInvalid', message, field }] },
+    }, query);
+  }
+  assert.deepEqual(failure(await log('tailLines=-1&limitBytes=-2', 'not-there')), {
+    code: 422,
+    reason: 'Invalid',
+    message: 'PodLogOptions "not-there" is invalid: [tailLines: Invalid value: -1: must be greater than or equal to 0, limitBytes: Invalid value: -2: must be greater than 0]',
+  });
+  assert.deepEqual(failure(await log('sinceSeconds=10&sinceTime=2026-01-01T00:00:00Z')), {
+    code: 422,
+    reason: 'Invalid',
+    message: 'PodLogOptions "p" is invalid: : Forbidden: at most one of `sinceTime` or `sinceSeconds` may be specified',
+  });
+  // Not an integer: the conversion's error, a 400.
+  assert.deepEqual(failure(await log('tailLines=ten')), { code: 400, reason: 'BadRequest', message: 'strconv.ParseInt: parsing "ten": invalid syntax' });
+  assert.deepEqual(failure(await log('limitBytes=99999999999999999999')), { code: 400, reason: 'BadRequest', message: 'strconv.ParseInt: parsing "99999999999999999999": value out of range' });
+  // Valid options go on to the pod: it has no node yet.
+  assert.deepEqual(failure(await log('tailLines=0&limitBytes=1&sinceSeconds=1')), { code: 400, reason: 'BadRequest', message: 'pod p does not have a host assigned' });
+  // kubectl shows the server's answer as it shows any Invalid.
+  const k = await api.kubectl(['get', '--raw', '/api/v1/namespaces/default/pods/p/log?tailLines=-5']);
+  assert.notEqual(k.code, 0);
+  assert.equal(k.stderr.trim(), 'The PodLogOptions "p" is invalid: tailLines: Invalid value: -5: must be greater than or equal to 0');
 });

@@ -59,7 +59,7 @@ test('up refuses a data dir that a live up holds, naming its pid; a stale lock i
   assert.ok(!existsSync(join(dir, 'up.lock')), 'released on the way out');
 });
 
-test('up checks its flags before starting anything', { timeout: 90_000 }, async (t) => {
+test('up checks its flags before starting anything: it prints nothing but the error and exits non-zero', { timeout: 120_000 }, async (t) => {
   const dir = tempDir(t);
   for (const [args, msg] of [
     [['--workers', 'two'], /invalid value "two" for --workers/],
@@ -72,9 +72,15 @@ test('up checks its flags before starting anything', { timeout: 90_000 }, async 
     [['--feos-nodes', '1', '--feos-registry', '127.0.0.1'], /argument '127\.0\.0\.1' is invalid\. expected HOST:PORT, such as 127\.0\.0\.1:5000/],
     [['--feos-registry', '127.0.0.1:5000'], /--feos-object-store and --feos-registry are for the FeOS nodes of --feos-nodes N/],
     [['--feos-nodes', '1', '--feos-object-store', 'ftp://host/x'], /invalid value "ftp:\/\/host\/x" for --feos-object-store: expected file:\/\/\/absolute\/path or s3:\/\/BUCKET\/PREFIX/],
+    // Flags up passes on to the control plane or its workers: checked by up too, before it says it starts.
+    [['--pod-eviction-timeout', 'soon'], /^error: --pod-eviction-timeout: invalid duration "soon": expected a number and a unit \(ns, us, ms, s, m, h\), as in "500ms" or "1m30s"\n$/],
+    [['--pod-eviction-timeout', '0s'], /^error: --pod-eviction-timeout: must be positive\n$/],
+    [['--feos-listen', '127.0.0.1'], /^error: --feos-listen "127\.0\.0\.1": want ADDRESS:PORT or \[IPv6\]:PORT with a port from 0 to 65535, e\.g\. 0\.0\.0\.0:7443\n$/],
+    [['--first-address', '127.0.0.254', '--workers', '3'], /^error: worker 2 has no loopback address after 127\.0\.0\.254\n$/],
   ] as const) {
     const r = await run(process.execPath, [CLI, 'up', '--data-dir', dir, ...args], { timeoutMs: 20_000 });
-    assert.equal(r.code, 1, `${args.join(' ')}: ${r.stdout}${r.stderr}`);
+    assert.notEqual(r.code, 0, `${args.join(' ')}: ${r.stdout}${r.stderr}`);
+    assert.equal(r.stdout, '', `${args.join(' ')}: nothing but the error`);
     assert.match(r.stderr, msg);
   }
   assert.ok(!existsSync(join(dir, 'logs', 'control-plane.log')), 'no control plane was started');

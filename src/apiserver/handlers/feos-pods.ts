@@ -32,6 +32,7 @@ import type { Registry } from '../registry/store.ts';
 import { arr, rec } from '../registry/util.ts';
 import type { KubeObject, Storage, WatchHandle } from '../storage/index.ts';
 import { authorize, bearerToken } from './auth.ts';
+import { podLogOptions } from './log-options.ts';
 import type { RequestScope, UserInfo } from './context.ts';
 import { parseResourcePath, type ResourceRequest } from './router.ts';
 import { spdyServer, type SpdyStream } from './spdy.ts';
@@ -189,12 +190,7 @@ async function serveLog(scope: RequestScope, pod: KubeObject, node: string, stre
     const v = url.searchParams.get(k);
     if (v !== null && v !== '' && v !== 'false') throw badRequest(`${flag} (${k}) is not supported for microVM pods: their guest keeps no times with the log; use --tail`);
   }
-  const tail = url.searchParams.get('tailLines');
-  const tailLines = tail === null || tail === '' ? 0 : Number(tail);
-  if (!Number.isInteger(tailLines) || tailLines < 0) throw badRequest(`tailLines: Invalid value: ${JSON.stringify(tail)}: must be a whole number of lines, 0 or more`);
-  const limit = url.searchParams.get('limitBytes');
-  const limitBytes = limit === null || limit === '' ? Infinity : Number(limit);
-  if (!(limitBytes > 0) || (limitBytes !== Infinity && !Number.isInteger(limitBytes))) throw badRequest(`limitBytes: Invalid value: ${JSON.stringify(limit)}: must be greater than 0`);
+  const { tailLines = 0, limitBytes = Infinity } = podLogOptions(url.searchParams, name ?? '');
   if (!streams) throw new ApiError('ServiceUnavailable', `this API server has no port for FeOS nodes (kube32-cli control-plane --feos-listen): the log of pod ${name} is on FeOS node ${node}`);
   const podId = feosPodIdOf(pod as unknown as V1Pod)!;
   const abort = new AbortController();

@@ -5,6 +5,8 @@
 import type { IncomingMessage, ServerResponse } from 'node:http';
 import { parse as parseYaml } from 'yaml';
 import { ApiError, badRequest, errorToStatus } from '../errors.ts';
+import type { PatchType } from '../registry/store.ts';
+import { goJsonSyntaxError } from './json-syntax.ts';
 import { decodeKubernetesProtobuf } from './protobuf.ts';
 
 /** Default limit of a request body: 3 MiB, as Kubernetes' apiserver (etcd's object size limit is 1.5 MiB). */
@@ -65,10 +67,68 @@ export function nestsDeeperThan(text: string, max: number): boolean {
 }
 
 /**
- * Decodes a body as JSON, or YAML when the media type says so (apply-patch+yaml, yaml).
- * @throws ApiError BadRequest naming the decode error, or for a body nested deeper than MAX_NESTING_DEPTH; UnsupportedMediaType for protobuf
+ * The media types of a body to create or update from, as kube-apiserver's serializers list them (its
+ * CBOR, behind a feature gate that is off by default, left out).
  */
-export function decodeBody(buf: Buffer, type: string): unknown {
+export const INPUT_MEDIA_TYPES: readonly string[] = ['application/json', 'application/yaml', 'application/vnd.kubernetes.protobuf'];
+
+/** 415 UnsupportedMediaType as kube-apiserver's `NewUnsupportedMediaTypeError` words it, naming what it takes. */
+export function unsupportedMediaType(accepted: readonly string[]): ApiError {
+  return new ApiError('UnsupportedMediaType', `the body of the request was in an unknown format - accepted media types include: ${accepted.join(', ')}`);
+}
+
+/**
+ * The patch media types kube-apiserver takes on a built-in resource, in the order its 415 lists them
+ * (apply-patch+cbor, behind the CBOR feature gate, left out), each with the registry's patch type.
+ */
+export const PATCH_MEDIA_TYPES: Readonly<Record<string, PatchType>> = {
+  'application/json-patch+json': 'json',
+  'application/merge-patch+json': 'merge',
+  'application/strategic-merge-patch+json': 'strategic',
+  'application/apply-patch+yaml': 'apply',
+};
+
+/**
+ * The patch type of a PATCH request, by its Content-Type (parameters such as `; charset=` ignored).
+ * @throws ApiError UnsupportedMediaType naming the patch media types
+ */
+export function patchTypeOf(req: IncomingMessage): PatchType {
+  const type = PATCH_MEDIA_TYPES[mediaType(req)];
+  if (!type) throw unsupportedMediaType(Object.keys(PATCH_MEDIA_TYPES));
+  return type;
+}
+
+/**
+ * kube-apiserver's `summarizeData(body, 30)` in a decode error: the text when it opens with `{`, else
+ * its bytes in hex; past 30 bytes cut, with ` ...`.
+ */
+function summarize(buf: Buffer): string {
+  if (buf.length === 0) return '<empty>';
+  const head = buf.subarray(0, 30);
+  const text = buf[0] === 0x7b ? head.toString('utf8') : head.toString('hex');
+  return buf.length > 30 ? `${text} ...` : text;
+}
+
+/** Options of {@link decodeBody}. */
+export interface DecodeOptions {
+  /** A PATCH body: its media type was checked against the patch types by the caller. */
+  patch?: boolean;
+  /**
+   * The kind the body is decoded into (`Pod`) on a create or update: a body that is not JSON is then
+   * refused as kube-apiserver's `transformDecodeError` words it (`the object provided is unrecognized
+   * (must be of type Pod): couldn't get version/kind; json parse error: ... (78797a)`).
+   */
+  kind?: string;
+}
+
+/**
+ * Decodes a body as JSON, or YAML when the media type says so (apply-patch+yaml, yaml), or protobuf.
+ * @throws ApiError UnsupportedMediaType for a media type other than INPUT_MEDIA_TYPES (but for a PATCH), or for
+ *   a protobuf kind not decoded here; BadRequest naming the decode error (JSON's in the words of Go's
+ *   encoding/json, as kube-apiserver's), or for a body nested deeper than MAX_NESTING_DEPTH
+ */
+export function decodeBody(buf: Buffer, type: string, opts: DecodeOptions = {}): unknown {
+  if (!opts.patch && !INPUT_MEDIA_TYPES.includes(type)) throw unsupportedMediaType(INPUT_MEDIA_TYPES);
   if (type === 'application/vnd.kubernetes.protobuf') return buf.length === 0 ? undefined : decodeKubernetesProtobuf(buf);
   const text = buf.toString('utf8');
   if (text.trim() === '') return undefined;
@@ -86,7 +146,8 @@ export function decodeBody(buf: Buffer, type: string): unknown {
   try {
     return JSON.parse(text);
   } catch (err: unknown) {
-    throw badRequest(`couldn't get version/kind; json parse error: ${err instanceof Error ? err.message : String(err)}`);
+    const why = `couldn't get version/kind; json parse error: ${goJsonSyntaxError(buf) ?? (err instanceof Error ? err.message : String(err))}`;
+    throw badRequest(opts.kind ? `the object provided is unrecognized (must be of type ${opts.kind}): ${why} (${summarize(buf)})` : why);
   }
 }
 

@@ -4,24 +4,16 @@
  * subresources to their handlers.
  */
 import { ApiError, badRequest, successStatus, resourceNotFound } from '../errors.ts';
-import type { DeleteOptions, PatchType, WriteOptions } from '../registry/store.ts';
+import type { DeleteOptions, WriteOptions } from '../registry/store.ts';
 import type { FieldValidation } from '../registry/meta.ts';
 import { apiVersionOf, storageKey } from '../registry/types.ts';
 import { escalationAdmission } from '../auth/escalation.ts';
 import type { RequestScope } from './context.ts';
-import { decodeBody, mediaType, readBody, sendJson, sendRawJson, wantsPartial, wantsTable, warningHeader } from './http.ts';
+import { decodeBody, mediaType, patchTypeOf, readBody, sendJson, sendRawJson, wantsPartial, wantsTable, warningHeader } from './http.ts';
 import { type IncludeObject, partialMetadata, toTable } from './table.ts';
 import { serveWatch } from './watch.ts';
 import { serveSubresource } from './subresources.ts';
 import { serveConverted } from './converted.ts';
-
-const PATCH_TYPES: Record<string, PatchType> = {
-  'application/merge-patch+json': 'merge',
-  'application/strategic-merge-patch+json': 'strategic',
-  'application/json-patch+json': 'json',
-  'application/apply-patch+yaml': 'apply',
-  'application/apply-patch+cbor': 'apply',
-};
 
 /** The write options of a request's query (`dryRun`, `fieldValidation`, `fieldManager`). */
 export function writeOptions(url: URL, warnings: string[]): WriteOptions {
@@ -33,10 +25,17 @@ export function writeOptions(url: URL, warnings: string[]): WriteOptions {
   return { dryRun: dry.length > 0, fieldValidation: fv as FieldValidation, fieldManager: q.get('fieldManager') ?? undefined, warnings };
 }
 
-/** Reads and decodes a JSON/YAML body (bounded). */
+/**
+ * Reads and decodes a JSON/YAML/protobuf body (bounded). A create or update of the resource or its status
+ * names the resource's kind in a decode error, as kube-apiserver does.
+ * @throws ApiError what decodeBody throws
+ */
 export async function readObject(scope: RequestScope): Promise<unknown> {
   const buf = await readBody(scope.req, scope.ctx.maxBodyBytes);
-  return decodeBody(buf, mediaType(scope.req));
+  const method = scope.req.method ?? 'GET';
+  const sub = scope.info.subresource;
+  const kind = (method === 'POST' || method === 'PUT') && (sub === undefined || sub === 'status') ? scope.info.def?.kind : undefined;
+  return decodeBody(buf, mediaType(scope.req), { patch: method === 'PATCH', kind });
 }
 
 function deleteOptions(url: URL, body: unknown): DeleteOptions {
@@ -174,8 +173,7 @@ export async function serveResource(scope: RequestScope): Promise<void> {
       return;
     }
     case 'PATCH': {
-      const type = PATCH_TYPES[mediaType(req)];
-      if (!type) throw new ApiError('UnsupportedMediaType', `the body of the request was in an unknown format - accepted media types include: ${Object.keys(PATCH_TYPES).join(', ')}`);
+      const type = patchTypeOf(req);
       const body = await readObject(scope);
       const opts = { ...writeOptions(url, warnings), admit: escalationAdmission(reg, scope.user, def) };
       if (type === 'apply') {

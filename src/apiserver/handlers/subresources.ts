@@ -7,26 +7,19 @@ import { ApiError, badRequest, resourceNotFound } from '../errors.ts';
 import { bindPod } from '../registry/pods/binding.ts';
 import { evictPod } from '../registry/pods/eviction.ts';
 import { replacePod } from '../registry/pods/replace.ts';
-import type { PatchType } from '../registry/store.ts';
 import { jsonPatch, mergePatch } from '../registry/patch.ts';
 import { scalarError } from '../registry/field-types.ts';
 import type { Subresource } from '../registry/types.ts';
 import { at, rec, selectorString } from '../registry/util.ts';
 import type { KubeObject } from '../storage/index.ts';
 import type { RequestScope } from './context.ts';
-import { mediaType, sendJson, warningHeader } from './http.ts';
+import { patchTypeOf, sendJson, warningHeader } from './http.ts';
+import { podLogOptions } from './log-options.ts';
 import { readObject, writeOptions } from './resources.ts';
 import { serveCheckpointData } from './data.ts';
 import { feosNodeOf, serveFeosPodSubresource } from './feos-pods.ts';
 import { serveModuleData } from './module-data.ts';
 import { serveNodeProxy, servePodLog, servePodProxy, serveServiceProxy } from './proxy.ts';
-
-const PATCH_TYPES: Record<string, PatchType> = {
-  'application/merge-patch+json': 'merge',
-  'application/strategic-merge-patch+json': 'strategic',
-  'application/json-patch+json': 'json',
-  'application/apply-patch+yaml': 'apply',
-};
 
 function toScale(obj: KubeObject, paths: { specReplicas: string[]; statusReplicas: string[]; selector: string[] }): Record<string, unknown> {
   return {
@@ -74,6 +67,8 @@ export async function serveSubresource(scope: RequestScope): Promise<void> {
   const namespace = def.namespaced ? (info.namespace ?? '') : '';
   const name = info.name!;
   if (def.kind === 'Pod' && def.group === '' && (STREAMING_SUBRESOURCES.has(info.subresource!) || info.subresource === 'log')) {
+    // The log's options are checked before the pod is looked up, as kube-apiserver's LogREST does.
+    if (info.subresource === 'log') podLogOptions(url.searchParams, name);
     // A Pod bound to a FeOS node: its log, exec and port-forward go through the node connection (./feos-pods.ts).
     const pod = await reg.get(def, namespace, name);
     const feosNode = await feosNodeOf(reg, pod);
@@ -89,8 +84,7 @@ export async function serveSubresource(scope: RequestScope): Promise<void> {
       if (method === 'GET') return sendJson(res, 200, await reg.get(def, namespace, name));
       if (method === 'PUT') return sendJson(res, 200, await reg.update(def, namespace, name, await readObject(scope), writeOptions(url, warnings), 'status'), warningHeader(warnings));
       if (method === 'PATCH') {
-        const type = PATCH_TYPES[mediaType(req)];
-        if (!type) throw new ApiError('UnsupportedMediaType', `the body of the request was in an unknown format - accepted media types include: ${Object.keys(PATCH_TYPES).join(', ')}`);
+        const type = patchTypeOf(req);
         const opts = writeOptions(url, warnings);
         if (type === 'apply' && !opts.fieldManager) throw badRequest('PATCH of type apply requires a fieldManager');
         return sendJson(res, 200, (await reg.patch(def, namespace, name, type, await readObject(scope), opts, 'status')).object, warningHeader(warnings));
@@ -102,13 +96,11 @@ export async function serveSubresource(scope: RequestScope): Promise<void> {
       const current = await reg.get(def, namespace, name);
       if (method === 'GET') return sendJson(res, 200, toScale(current, paths));
       let scale: Record<string, unknown>;
-      const body = await readObject(scope);
-      if (method === 'PUT') scale = rec(body);
+      if (method === 'PUT') scale = rec(await readObject(scope));
       else if (method === 'PATCH') {
-        const type = PATCH_TYPES[mediaType(req)];
-        if (type === 'json') scale = rec(jsonPatch(toScale(current, paths), body));
-        else if (type) scale = rec(mergePatch(toScale(current, paths), body));
-        else throw new ApiError('UnsupportedMediaType', 'unsupported patch type');
+        const type = patchTypeOf(req);
+        const body = await readObject(scope);
+        scale = rec(type === 'json' ? jsonPatch(toScale(current, paths), body) : mergePatch(toScale(current, paths), body));
       } else throw notAllowed();
       const replicas = rec(scale.spec).replicas;
       // Decoded as kube-apiserver decodes a Scale: a string or a number beyond int32 is a 400, not a range error.

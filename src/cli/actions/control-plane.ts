@@ -6,10 +6,11 @@
 import { KubeConfig } from '@kubernetes/client-node';
 import { createApiServer } from '../../apiserver/index.ts';
 import { type ControllerTimings, startControllers } from '../../controllers/index.ts';
-import { parseBytes, parseDuration } from '../../lib/index.ts';
+import { parseBytes } from '../../lib/index.ts';
 import { type ApiServerClusterFlags, parseApiServerClusterFlags } from '../apiserver-flags.ts';
 import { listenKeepingPort } from '../apiserver-port.ts';
 import { claimServerDataDir } from '../data-dir-lock.ts';
+import { durationFlagMs } from '../duration-flag.ts';
 import { CliError } from '../errors.ts';
 import { nodeMonitorGracePeriodMs } from '../node-monitor.ts';
 import { serveUntilStopped } from '../serve-until-stopped.ts';
@@ -38,17 +39,6 @@ export interface ControlPlaneFlags extends ApiServerClusterFlags, FeosPortFlags 
   /** `--leader-elect[=true|false]`; unset: true with `--storage etcd`, false with sqlite. */
   leaderElect?: boolean;
   leaderElectIdentity?: string;
-}
-
-/** A positive duration flag in milliseconds, or a CliError naming the flag. */
-function duration(flag: string, text: string): number {
-  try {
-    const ms = parseDuration(text);
-    if (ms <= 0) throw new RangeError('must be positive');
-    return ms;
-  } catch (err: unknown) {
-    throw new CliError(`--${flag}: ${err instanceof Error ? err.message : String(err)}`);
-  }
 }
 
 /** `--horizontal-pod-autoscaler-tolerance`: a fraction above 0 and below 1 (0.1 is 10 %). */
@@ -80,14 +70,14 @@ export async function controlPlane(flags: ControlPlaneFlags): Promise<void> {
   }
   const timings: Partial<ControllerTimings> = {
     nodeMonitorGracePeriodMs: nodeMonitorGracePeriodMs(flags.nodeMonitorGracePeriod),
-    podEvictionTimeoutMs: duration('pod-eviction-timeout', flags.podEvictionTimeout),
-    nodeLossRestoreDelayMs: duration('node-loss-restore-delay', flags.nodeLossRestoreDelay),
-    moveTimeoutMs: duration('move-timeout', flags.moveTimeout),
-    checkpointRetentionMs: duration('checkpoint-retention', flags.checkpointRetention),
-    horizontalPodAutoscalerSyncPeriodMs: duration('horizontal-pod-autoscaler-sync-period', flags.horizontalPodAutoscalerSyncPeriod),
-    horizontalPodAutoscalerDownscaleStabilizationMs: duration('horizontal-pod-autoscaler-downscale-stabilization', flags.horizontalPodAutoscalerDownscaleStabilization),
-    horizontalPodAutoscalerCpuInitializationPeriodMs: duration('horizontal-pod-autoscaler-cpu-initialization-period', flags.horizontalPodAutoscalerCpuInitializationPeriod),
-    horizontalPodAutoscalerInitialReadinessDelayMs: duration('horizontal-pod-autoscaler-initial-readiness-delay', flags.horizontalPodAutoscalerInitialReadinessDelay),
+    podEvictionTimeoutMs: durationFlagMs('pod-eviction-timeout', flags.podEvictionTimeout),
+    nodeLossRestoreDelayMs: durationFlagMs('node-loss-restore-delay', flags.nodeLossRestoreDelay),
+    moveTimeoutMs: durationFlagMs('move-timeout', flags.moveTimeout),
+    checkpointRetentionMs: durationFlagMs('checkpoint-retention', flags.checkpointRetention),
+    horizontalPodAutoscalerSyncPeriodMs: durationFlagMs('horizontal-pod-autoscaler-sync-period', flags.horizontalPodAutoscalerSyncPeriod),
+    horizontalPodAutoscalerDownscaleStabilizationMs: durationFlagMs('horizontal-pod-autoscaler-downscale-stabilization', flags.horizontalPodAutoscalerDownscaleStabilization),
+    horizontalPodAutoscalerCpuInitializationPeriodMs: durationFlagMs('horizontal-pod-autoscaler-cpu-initialization-period', flags.horizontalPodAutoscalerCpuInitializationPeriod),
+    horizontalPodAutoscalerInitialReadinessDelayMs: durationFlagMs('horizontal-pod-autoscaler-initial-readiness-delay', flags.horizontalPodAutoscalerInitialReadinessDelay),
     horizontalPodAutoscalerTolerance: tolerance(flags.horizontalPodAutoscalerTolerance),
   };
   checkFeosPortFlags(flags);

@@ -12,10 +12,13 @@
 import { connect as netConnect } from 'node:net';
 import { join } from 'node:path';
 import { parseBytes, unusedPort } from '../../lib/index.ts';
+import { durationFlagMs } from '../duration-flag.ts';
 import { CliError } from '../errors.ts';
+import { hostPort } from '../feos-flags.ts';
 import { checkFeosDataDir, checkFeosNodesRoot, type FeosNodes, makeFeosBridge, MAX_FEOS_NODES, removeFeosBridge, startFeosNodes } from '../feos-nodes.ts';
 import { nodeMonitorGracePeriodMs } from '../node-monitor.ts';
 import type { LocalCluster } from '../local-cluster.ts';
+import { workerAddress } from '../worker-addresses.ts';
 
 /** `up`'s flags as commander parses them. */
 export interface UpFlags {
@@ -146,6 +149,10 @@ export async function up(flags: UpFlags): Promise<void> {
   if (flags.feosObjectStore !== undefined && !/^(file:\/\/\/|s3:\/\/[^/]+)/.test(flags.feosObjectStore)) {
     throw new CliError(`invalid value "${flags.feosObjectStore}" for --feos-object-store: expected file:///absolute/path or s3://BUCKET/PREFIX`);
   }
+  // The flags up passes on are checked here too: nothing is printed or started for a bad one.
+  if (flags.podEvictionTimeout !== undefined) durationFlagMs('pod-eviction-timeout', flags.podEvictionTimeout);
+  if (flags.feosListen !== undefined && flags.feosListen !== 'off') hostPort('--feos-listen', flags.feosListen);
+  if (flags.firstAddress !== undefined) for (let i = 1; i <= Math.max(workers, 1); i++) workerAddress(i, flags.firstAddress);
   checkFeosNodesRoot(feosNodeCount);
   checkFeosDataDir(dataDir, feosNodeCount);
   // Loaded once the flags are known to be good: it brings the Kubernetes client.

@@ -7,25 +7,10 @@ import assert from 'node:assert/strict';
 import { mkdtemp, rm } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
+import { RESOLVER_PAIR, handOverArgs } from '../../helpers/listen-fds.ts';
 import { Namespaces, control, inNs, must, sh, startInNs, type Started } from './helpers.ts';
 
 const here = import.meta.dirname;
-const HAND_OVER = `
-import os, socket, sys
-fds = []
-for kind in (socket.SOCK_DGRAM, socket.SOCK_STREAM):
-    s = socket.socket(socket.AF_INET, kind)
-    s.setsockopt(socket.SOL_IP, 15, 1)  # IP_FREEBIND: the node does not hold the address yet
-    s.bind(("169.254.0.53", 53))
-    if kind == socket.SOCK_STREAM:
-        s.listen(128)
-    fds.append(s.detach())
-for i, fd in enumerate(fds):
-    os.dup2(fd, 3 + i)
-    os.set_inheritable(3 + i, True)
-os.environ.update(LISTEN_FDS="2", LISTEN_PID=str(os.getpid()), LISTEN_FDNAMES="dns:dns")
-os.execv(sys.argv[1], sys.argv[1:])
-`;
 
 const python = (await sh(['python3', '--version'])).code === 0;
 
@@ -58,7 +43,7 @@ describe('the resolver on sockets handed over', { timeout: 60_000, skip: python 
       flags: { podPrefix: '2001:db8:2::/64', dnsUpstreams: ['11.0.0.2'] },
       kept: [],
     };
-    node = await startInNs(ns, join(here, 'python-exec.ts'), ['python3', '-c', HAND_OVER, process.execPath, join(here, 'fixture-node.ts'), JSON.stringify(config)]);
+    node = await startInNs(ns, join(here, 'python-exec.ts'), ['python3', ...handOverArgs(RESOLVER_PAIR, [process.execPath, join(here, 'fixture-node.ts'), JSON.stringify(config)])]);
     const ready = JSON.parse(node.ready) as { handedOver: boolean; unavailable: string | null };
     assert.equal(ready.unavailable, null);
     assert.equal(ready.handedOver, true);

@@ -11,11 +11,10 @@
  */
 import assert from 'node:assert/strict';
 import { execFileSync } from 'node:child_process';
-import { mkdtempSync, rmSync, writeFileSync } from 'node:fs';
+import { writeFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { test } from 'node:test';
-import { startRegistry } from '../../feos/registry.ts';
-import { kubectl, run, startUp, until } from './helpers.ts';
+import { kubectl, run, startUp, suiteRegistry, until } from './helpers.ts';
 
 const REPO = new URL('../../../', import.meta.url).pathname;
 /** A boot and the pull in the guest under TCG on a loaded machine. */
@@ -34,12 +33,7 @@ interface Ck {
 
 test('a microVM pod\'s periodic Save checkpoints leave it running; after its node is lost it is restored elsewhere from the latest', { timeout: 2_400_000 }, async (t) => {
   assert.equal(process.getuid?.(), 0, 'this suite runs as root');
-  const dir = mkdtempSync('/tmp/k32t-fckpt-');
-  const reg = await startRegistry(dir, 'fckpt-unused-token');
-  t.after(async () => {
-    await reg.stop();
-    rmSync(dir, { recursive: true, force: true });
-  });
+  const { reg, dir } = await suiteRegistry(t, 'k32t-fckpt-', 'fckpt-unused-token');
   execFileSync('bash', [join(REPO, 'examples/feos-counter/build-image.sh'), reg.direct], { stdio: ['ignore', 'ignore', 'inherit'], timeout: 300_000 });
   const up = await startUp(t, ['--workers', '0', '--feos-nodes', '2', '--feos-accel', 'tcg', '--feos-registry', reg.direct, '--node-monitor-grace-period', '20s', '--ready-timeout', '300'], 1_200_000);
   const k = (...args: string[]) => kubectl(up.kubeconfig, ...args);

@@ -17,14 +17,10 @@
  */
 import assert from 'node:assert/strict';
 import { execFileSync } from 'node:child_process';
-import { mkdirSync, writeFileSync } from 'node:fs';
-import net from 'node:net';
 import { join } from 'node:path';
 import { test } from 'node:test';
 import { tempDir } from '../../feos/harness.ts';
-import { buildBusyboxLayout, push, startRegistry } from '../../feos/registry.ts';
-import { unusedPort } from '../../helpers/ports.ts';
-import { CLI, createToken, type FleetNode, feosctlNode, freePort, keepLog, kubectl, Nets, readyOf, run, startControlPlane, startNode, until } from './helpers.ts';
+import { addIpv6Default, applyText, CLI, createToken, eventsOf, type FleetNode, feosDeployment, feosctlNode, forwardTo, freePort, keepLog, killNodes, kubectl, Nets, pullSecret, readyOf, run, startControlPlane, startNode, suiteRegistry, until } from './helpers.ts';
 
 const REPO = new URL('../../../', import.meta.url).pathname;
 const GUEST_DIR = join(REPO, 'build/guest');
@@ -47,59 +43,20 @@ test('a microVM pod of a Deployment moves to another FeOS node with kube32-cli m
   const nets = new Nets();
   const { dir, cleanup } = tempDir('k32t-feos-move-');
   const nodes: FleetNode[] = [];
-  const servers: net.Server[] = [];
-  let reg: Awaited<ReturnType<typeof startRegistry>> | undefined;
   t.after(async () => {
-    for (const n of nodes) keepLog(`feos-move-${n.name}`, n.proc.stderr());
-    // feosd's SIGKILL leaves its microVMs: their QEMU processes run in the node's namespace, which goes below.
-    for (const n of nodes) await n.proc.stop('SIGKILL');
-    for (const n of nodes) {
-      const r = await run('ip', ['netns', 'pids', n.net.ns]);
-      for (const pid of r.stdout.split('\n').filter(Boolean)) {
-        try {
-          process.kill(Number(pid), 'SIGKILL');
-        } catch {}
-      }
-    }
-    for (const s of servers) s.close();
-    await reg?.stop();
+    await killNodes(nodes, 'feos-move');
     await nets.removeAll();
     cleanup();
   });
   const netA = await nets.add('a');
   const netB = await nets.add('b');
-  // What the pods' network needs of a node beside its IPv4 default route: an IPv6 one (docs/feos/network.md).
-  for (const ns of [netA.ns, netB.ns]) {
-    for (const args of [
-      ['link', 'add', 'feos-out', 'type', 'veth', 'peer', 'name', 'feos-out-end'],
-      ['link', 'set', 'feos-out', 'up'],
-      ['link', 'set', 'feos-out-end', 'up'],
-      ['-6', 'route', 'add', 'default', 'dev', 'feos-out'],
-    ]) {
-      execFileSync('ip', ['-n', ns, ...args], { timeout: 10_000 });
-    }
-  }
+  for (const ns of [netA.ns, netB.ns]) addIpv6Default(ns);
   // The registry on the host's loopback, reached from each node's namespace through its veth's host side.
   // fleet-b pulls nothing (a restore brings the pod's disk from the store), but a microVM restores only
   // with the devices it was suspended with: --registry-forward gives it a user-mode NIC on both nodes.
-  mkdirSync(join(dir, 'reg'));
-  reg = await startRegistry(join(dir, 'reg'), TOKEN);
-  push(buildBusyboxLayout(join(dir, 'reg')), reg.direct, 'private/busybox', '1');
-  const gate = reg.gated.split(':');
-  const forward = async (host: string): Promise<string> => {
-    const proxyPort = await unusedPort(host);
-    const proxy = net.createServer((c) => {
-      const up = net.connect(Number(gate[1]), gate[0]);
-      c.pipe(up).pipe(c);
-      c.on('error', () => up.destroy());
-      up.on('error', () => c.destroy());
-    });
-    servers.push(proxy);
-    await new Promise<void>((resolve) => proxy.listen(proxyPort, host, resolve));
-    return `${host}:${proxyPort}`;
-  };
-  const registry = await forward(netA.host);
-  const registryB = await forward(netB.host);
+  const { reg } = await suiteRegistry(t, 'k32t-feos-move-reg-', TOKEN, 'private/busybox');
+  const registry = await forwardTo(t, netA.host, reg.gated);
+  const registryB = await forwardTo(t, netB.host, reg.gated);
   const store = `file://${join(dir, 'store')}`;
 
   const port = await freePort();
@@ -107,11 +64,7 @@ test('a microVM pod of a Deployment moves to another FeOS node with kube32-cli m
   const cp = await startControlPlane(t, ['--feos-listen', `0.0.0.0:${port}`, '--feos-advertise-address', `${netA.host}:${port}`, '--feos-server-name', CP_NAME]);
   t.after(() => keepLog('feos-move-control-plane', cp.logs()));
   const k = (...args: string[]) => kubectl(cp.kubeconfig, ...args);
-  const apply = async (yaml: string) => {
-    const file = join(dir, `m-${Math.random().toString(36).slice(2)}.yaml`);
-    writeFileSync(file, yaml);
-    return k('apply', '-f', file);
-  };
+  const apply = (text: string) => applyText(cp.kubeconfig, dir, text);
   const webPods = async (): Promise<Pod[]> => {
     const r = await k('get', 'pods', '-l', 'app=counter', '-o', 'json');
     return (JSON.parse(r.stdout || '{"items":[]}') as { items: Pod[] }).items;
@@ -128,8 +81,7 @@ test('a microVM pod of a Deployment moves to another FeOS node with kube32-cli m
     const r = await k('exec', name, '--', 'cat', '/proc/uptime');
     return r.code === 0 ? Number.parseFloat(r.stdout) : undefined;
   };
-  const events = async (name: string) =>
-    (await k('get', 'events', '--field-selector', `involvedObject.name=${name}`, '--sort-by', '.lastTimestamp', '-o', 'custom-columns=REASON:.reason,MESSAGE:.message', '--no-headers')).stdout;
+  const events = (name: string) => eventsOf(cp.kubeconfig, name);
 
   let broken = '';
   const step = (name: string, fn: () => Promise<void>) =>
@@ -158,32 +110,9 @@ test('a microVM pod of a Deployment moves to another FeOS node with kube32-cli m
   await step('a Deployment of one microVM pod that counts runs on fleet-a', async () => {
     // fleet-b cordoned while the pod is placed, so that it lands on fleet-a (the node with the registry).
     assert.equal((await k('cordon', 'fleet-b')).code, 0);
-    const auth = Buffer.from(JSON.stringify({ auths: { [registry]: { auth: Buffer.from(`robot:${TOKEN}`).toString('base64') } } })).toString('base64');
-    let r = await apply(`apiVersion: v1
-kind: Secret
-metadata: {name: pull}
-type: kubernetes.io/dockerconfigjson
-data: {.dockerconfigjson: ${auth}}
-`);
+    let r = await apply(pullSecret(registry, TOKEN));
     assert.equal(r.code, 0, r.stderr);
-    r = await apply(`apiVersion: apps/v1
-kind: Deployment
-metadata: {name: counter}
-spec:
-  replicas: 1
-  selector: {matchLabels: {app: counter}}
-  template:
-    metadata: {labels: {app: counter}}
-    spec:
-      runtimeClassName: feos
-      imagePullSecrets: [{name: pull}]
-      containers:
-      - name: app
-        image: ${registry}/private/busybox:1
-        command: [/bin/sh, -c]
-        args: ['i=0; while true; do i=$((i+1)); echo $i; sleep 1; done']
-        resources: {limits: {cpu: '1', memory: 256Mi}}
-`);
+    r = await apply(feosDeployment('counter', `${registry}/private/busybox:1`, 'i=0; while true; do i=$((i+1)); echo $i; sleep 1; done'));
     assert.equal(r.code, 0, r.stderr);
     before = await until('the counter pod Running and Ready', async () => (await webPods()).find(runningReady), BOOT_MS);
     assert.equal(before.spec.nodeName, 'fleet-a');

@@ -16,14 +16,10 @@
  */
 import assert from 'node:assert/strict';
 import { execFileSync } from 'node:child_process';
-import { mkdirSync } from 'node:fs';
-import net from 'node:net';
 import { join } from 'node:path';
 import { test } from 'node:test';
 import { tempDir } from '../../feos/harness.ts';
-import { buildBusyboxLayout, push, startRegistry } from '../../feos/registry.ts';
-import { unusedPort } from '../../helpers/ports.ts';
-import { createToken, type FleetNode, feosctlNode, freePort, keepLog, kubectl, Nets, readyOf, run, startControlPlane, startNode, until } from './helpers.ts';
+import { addIpv6Default, applyText, createToken, eventsOf, type FleetNode, feosDeployment, feosctlNode, forwardTo, freePort, keepLog, killNodes, kubectl, Nets, pullSecret, readyOf, startControlPlane, startNode, suiteRegistry, until } from './helpers.ts';
 
 const REPO = new URL('../../../', import.meta.url).pathname;
 const GUEST_DIR = join(REPO, 'build/guest');
@@ -50,44 +46,16 @@ test('microVM pods of a Deployment run on a FeOS node through the control plane;
   const nets = new Nets();
   const { dir, cleanup } = tempDir('k32t-feos-pods-');
   const nodes: FleetNode[] = [];
-  const servers: net.Server[] = [];
-  let reg: Awaited<ReturnType<typeof startRegistry>> | undefined;
   t.after(async () => {
-    for (const n of nodes) keepLog(`feos-pods-${n.name}`, n.proc.stderr());
-    // feosd's SIGKILL leaves its microVMs: their QEMU processes run in the node's namespace, which goes below.
-    for (const n of nodes) await n.proc.stop('SIGKILL');
-    for (const n of nodes) await run('ip', ['netns', 'pids', n.net.ns]).then((r) => r.stdout.split('\n').filter(Boolean).forEach((pid) => { try { process.kill(Number(pid), 'SIGKILL'); } catch {} }));
-    for (const s of servers) s.close();
-    await reg?.stop();
+    await killNodes(nodes, 'feos-pods');
     await nets.removeAll();
     cleanup();
   });
   const netA = await nets.add('a');
-  // What the pods' network needs of the node beside its IPv4 default route: an IPv6 one (docs/feos/network.md).
-  for (const args of [
-    ['link', 'add', 'feos-out', 'type', 'veth', 'peer', 'name', 'feos-out-end'],
-    ['link', 'set', 'feos-out', 'up'],
-    ['link', 'set', 'feos-out-end', 'up'],
-    ['-6', 'route', 'add', 'default', 'dev', 'feos-out'],
-  ]) {
-    execFileSync('ip', ['-n', netA.ns, ...args], { timeout: 10_000 });
-  }
+  addIpv6Default(netA.ns);
   // The registry on the host's loopback, reached from the node's namespace through the veth's host side.
-  mkdirSync(join(dir, 'reg'));
-  reg = await startRegistry(join(dir, 'reg'), TOKEN);
-  const layout = buildBusyboxLayout(join(dir, 'reg'));
-  push(layout, reg.direct, 'private/busybox', '1');
-  const gate = reg.gated.split(':');
-  const proxyPort = await unusedPort(netA.host);
-  const proxy = net.createServer((c) => {
-    const up = net.connect(Number(gate[1]), gate[0]);
-    c.pipe(up).pipe(c);
-    c.on('error', () => up.destroy());
-    up.on('error', () => c.destroy());
-  });
-  servers.push(proxy);
-  await new Promise<void>((resolve) => proxy.listen(proxyPort, netA.host, resolve));
-  const registry = `${netA.host}:${proxyPort}`;
+  const { reg } = await suiteRegistry(t, 'k32t-feos-pods-reg-', TOKEN, 'private/busybox');
+  const registry = await forwardTo(t, netA.host, reg.gated);
 
   const port = await freePort();
   const cpArgs = ['--feos-listen', `0.0.0.0:${port}`, '--feos-advertise-address', `${netA.host}:${port}`, '--feos-server-name', CP_NAME];
@@ -95,11 +63,7 @@ test('microVM pods of a Deployment run on a FeOS node through the control plane;
   const first = cp;
   t.after(() => keepLog('feos-pods-control-plane', first.logs()));
   const k = (...args: string[]) => kubectl(cp.kubeconfig, ...args);
-  const apply = async (yaml: string) => {
-    const file = join(dir, `m-${Math.random().toString(36).slice(2)}.yaml`);
-    (await import('node:fs')).writeFileSync(file, yaml);
-    return k('apply', '-f', file);
-  };
+  const apply = (text: string) => applyText(cp.kubeconfig, dir, text);
   const getPod = async (name: string): Promise<Pod | undefined> => {
     const r = await k('get', 'pod', name, '-o', 'json');
     return r.code === 0 ? (JSON.parse(r.stdout) as Pod) : undefined;
@@ -108,7 +72,7 @@ test('microVM pods of a Deployment run on a FeOS node through the control plane;
     const r = await k('get', 'pods', '-l', 'app=web', '-o', 'json');
     return (JSON.parse(r.stdout || '{"items":[]}') as { items: Pod[] }).items.find((p) => !p.metadata.deletionTimestamp);
   };
-  const events = async (name: string) => (await k('get', 'events', '--field-selector', `involvedObject.name=${name}`, '--sort-by', '.lastTimestamp', '-o', 'custom-columns=REASON:.reason,MESSAGE:.message', '--no-headers')).stdout;
+  const events = (name: string) => eventsOf(cp.kubeconfig, name);
 
   let broken = '';
   const step = (name: string, fn: () => Promise<void>) =>
@@ -154,34 +118,14 @@ test('microVM pods of a Deployment run on a FeOS node through the control plane;
   });
 
   await step('a Deployment of a microVM pod with a private image, and a pod whose image does not exist, are created', async () => {
-    const auth = Buffer.from(JSON.stringify({ auths: { [registry]: { auth: Buffer.from(`robot:${TOKEN}`).toString('base64') } } })).toString('base64');
-    let r = await apply(`apiVersion: v1
-kind: Secret
-metadata: {name: pull}
-type: kubernetes.io/dockerconfigjson
-data: {.dockerconfigjson: ${auth}}
-`);
+    let r = await apply(pullSecret(registry, TOKEN));
     assert.equal(r.code, 0, r.stderr);
-    r = await apply(`apiVersion: apps/v1
-kind: Deployment
-metadata: {name: web}
-spec:
-  replicas: 1
-  selector: {matchLabels: {app: web}}
-  template:
-    metadata: {labels: {app: web}}
-    spec:
-      runtimeClassName: feos
-      imagePullSecrets: [{name: pull}]
-      terminationGracePeriodSeconds: 20
-      containers:
-      - name: app
-        image: ${registry}/private/busybox:1
-        command: [/bin/sh, -c]
-        args: ['while true; do echo tick; sleep 1; done']
-        env: [{name: GREETING, value: hello}]
-        resources: {limits: {cpu: '1', memory: 256Mi}}
-`);
+    r = await apply(
+      feosDeployment('web', `${registry}/private/busybox:1`, 'while true; do echo tick; sleep 1; done', {
+        pod: { terminationGracePeriodSeconds: 20 },
+        container: { env: [{ name: 'GREETING', value: 'hello' }] },
+      }),
+    );
     assert.equal(r.code, 0, r.stderr);
     r = await k('run', 'badimg', `--image=${registry}/public/missing:1`, '--overrides', '{"spec":{"runtimeClassName":"feos"}}');
     assert.equal(r.code, 0, r.stderr);
@@ -220,7 +164,7 @@ spec:
     const list = await feosctlNode(cp.kubeconfig, 'fleet-a', 'pod', 'list');
     assert.match(list.stdout, new RegExp(`^${web.metadata.uid}\\s+RUNNING\\s`, 'm'), 'its FeOS pod has the Pod\'s uid as its ID');
     // The pull token reached the registry, from the imagePullSecret.
-    assert.ok(reg!.seenAuth.includes(`Bearer ${TOKEN}`));
+    assert.ok(reg.seenAuth.includes(`Bearer ${TOKEN}`));
   });
 
   await step('an image that cannot be pulled: ErrImagePull, then ImagePullBackOff; force-deleted, its FeOS pod goes', async () => {

@@ -3,13 +3,15 @@
  * namespaces with a veth pair each to the host namespace, a free port on the host, feosd joined to a
  * control plane from inside a namespace, kubectl, feosctl through the cluster and bounded polls.
  */
-import { execFile, spawn } from 'node:child_process';
+import { execFile, execFileSync, spawn } from 'node:child_process';
 import { randomBytes, randomInt } from 'node:crypto';
 import { appendFileSync, mkdirSync, mkdtempSync, readdirSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
+import { connect, createServer } from 'node:net';
 import { join } from 'node:path';
 import { createInterface } from 'node:readline';
 import { type FeosdProcess, startFeosd } from '../../feos/harness.ts';
+import { buildBusyboxLayout, type LocalRegistry, push, startRegistry } from '../../feos/registry.ts';
 import { unusedPort } from '../../helpers/ports.ts';
 
 export const ROOT = new URL('../../../', import.meta.url).pathname;
@@ -356,4 +358,125 @@ export async function startUp(t: { after(fn: () => Promise<void>): void }, args:
       return Promise.race([exited, new Promise<null>((r) => setTimeout(() => r(null), 180_000).unref())]);
     },
   };
+}
+
+/** What {@link suiteRegistry} started: the registry and its root directory. */
+export interface SuiteRegistry {
+  reg: LocalRegistry;
+  /** The registry's temporary root (`/tmp/<prefix>XXXXXX`), removed in `t.after`. */
+  dir: string;
+}
+
+/**
+ * A local registry of test/feos/registry.ts in a temporary directory of its own, its `private/*`
+ * behind `token` (a suite that pushes with the direct address may pass any); with `busybox`, the
+ * machine's busybox image pushed to it as `<busybox>:1` (e.g. `private/busybox`). Stopped and its
+ * directory removed in `t.after`.
+ * @throws Error when docker-registry does not start or the push fails (skopeo's stderr)
+ */
+export async function suiteRegistry(t: { after(fn: () => Promise<void>): void }, prefix: string, token: string, busybox?: string): Promise<SuiteRegistry> {
+  const dir = mkdtempSync(join(tmpdir(), prefix));
+  let reg: LocalRegistry;
+  try {
+    reg = await startRegistry(dir, token);
+  } catch (err) {
+    rmSync(dir, { recursive: true, force: true });
+    throw err;
+  }
+  t.after(async () => {
+    await reg.stop();
+    rmSync(dir, { recursive: true, force: true });
+  });
+  if (busybox) push(buildBusyboxLayout(dir), reg.direct, busybox, '1');
+  return { reg, dir };
+}
+
+/**
+ * Listens on `host` (a node's veth host side) at an unused port and pipes every connection to `to`
+ * (`ip:port`, e.g. a registry's gate on the host's loopback), which a node's namespace cannot reach
+ * itself. Closed in `t.after`. Returns `host:port`.
+ */
+export async function forwardTo(t: { after(fn: () => Promise<void>): void }, host: string, to: string): Promise<string> {
+  const [toHost, toPort] = [to.slice(0, to.lastIndexOf(':')), Number(to.slice(to.lastIndexOf(':') + 1))];
+  const port = await unusedPort(host);
+  const proxy = createServer((c) => {
+    const up = connect(toPort, toHost);
+    c.pipe(up).pipe(c);
+    c.on('error', () => up.destroy());
+    up.on('error', () => c.destroy());
+  });
+  t.after(async () => {
+    proxy.close();
+  });
+  await new Promise<void>((resolve) => proxy.listen(port, host, resolve));
+  return `${host}:${port}`;
+}
+
+/** What the pods' network needs of a node beside its IPv4 default route: an IPv6 one, through a veth `feos-out` (docs/feos/network.md). */
+export function addIpv6Default(ns: string): void {
+  for (const args of [
+    ['link', 'add', 'feos-out', 'type', 'veth', 'peer', 'name', 'feos-out-end'],
+    ['link', 'set', 'feos-out', 'up'],
+    ['link', 'set', 'feos-out-end', 'up'],
+    ['-6', 'route', 'add', 'default', 'dev', 'feos-out'],
+  ]) {
+    execFileSync('ip', ['-n', ns, ...args], { timeout: 10_000 });
+  }
+}
+
+/** The kubernetes.io/dockerconfigjson Secret `pull` that logs in to `registry` as `robot` with `token` (JSON, for {@link applyText}). */
+export function pullSecret(registry: string, token: string): string {
+  const config = { auths: { [registry]: { auth: Buffer.from(`robot:${token}`).toString('base64') } } };
+  return JSON.stringify({ apiVersion: 'v1', kind: 'Secret', metadata: { name: 'pull' }, type: 'kubernetes.io/dockerconfigjson', data: { '.dockerconfigjson': Buffer.from(JSON.stringify(config)).toString('base64') } });
+}
+
+/**
+ * A Deployment `name` of one microVM pod (RuntimeClass feos, labelled app=name, the imagePullSecret
+ * `pull` of {@link pullSecret}) whose container `app` runs `/bin/sh -c script` from `image` with a
+ * limit of 1 CPU and 256Mi; `pod` adds fields to the pod spec, `container` to the container's (JSON,
+ * for {@link applyText}).
+ */
+export function feosDeployment(name: string, image: string, script: string, more: { pod?: Record<string, unknown>; container?: Record<string, unknown> } = {}): string {
+  const container = { name: 'app', image, command: ['/bin/sh', '-c'], args: [script], resources: { limits: { cpu: '1', memory: '256Mi' } }, ...more.container };
+  return JSON.stringify({
+    apiVersion: 'apps/v1',
+    kind: 'Deployment',
+    metadata: { name },
+    spec: {
+      replicas: 1,
+      selector: { matchLabels: { app: name } },
+      template: { metadata: { labels: { app: name } }, spec: { runtimeClassName: 'feos', imagePullSecrets: [{ name: 'pull' }], ...more.pod, containers: [container] } },
+    },
+  });
+}
+
+/** `kubectl apply -f FILE` of `text` (YAML or JSON) written to a new file in `dir`. */
+export async function applyText(kubeconfig: string, dir: string, text: string): Promise<Ran> {
+  const file = join(dir, `m-${randomBytes(6).toString('hex')}.yaml`);
+  writeFileSync(file, text);
+  return kubectl(kubeconfig, 'apply', '-f', file);
+}
+
+/** The events of the object `name` (any kind, the kubeconfig's namespace), oldest first: `REASON  MESSAGE` a line. */
+export async function eventsOf(kubeconfig: string, name: string): Promise<string> {
+  const r = await kubectl(kubeconfig, 'get', 'events', '--field-selector', `involvedObject.name=${name}`, '--sort-by', '.lastTimestamp', '-o', 'custom-columns=REASON:.reason,MESSAGE:.message', '--no-headers');
+  return r.stdout;
+}
+
+/**
+ * The end of a suite's feosds: each one's log kept as `<prefix>-<name>` ({@link keepLog}), each
+ * SIGKILLed, then whatever still runs in their namespaces (the QEMU processes of their microVMs,
+ * which feosd's SIGKILL leaves) killed.
+ */
+export async function killNodes(nodes: FleetNode[], prefix: string): Promise<void> {
+  for (const n of nodes) keepLog(`${prefix}-${n.name}`, n.proc.stderr());
+  for (const n of nodes) await n.proc.stop('SIGKILL');
+  for (const n of nodes) {
+    const r = await run('ip', ['netns', 'pids', n.net.ns]);
+    for (const pid of r.stdout.split('\n').filter(Boolean)) {
+      try {
+        process.kill(Number(pid), 'SIGKILL');
+      } catch {}
+    }
+  }
 }

@@ -12,11 +12,10 @@
  */
 import assert from 'node:assert/strict';
 import { execFileSync } from 'node:child_process';
-import { mkdtempSync, rmSync, writeFileSync } from 'node:fs';
+import { writeFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { test } from 'node:test';
-import { startRegistry } from '../../feos/registry.ts';
-import { CLI, kubectl, run, startUp, until } from './helpers.ts';
+import { CLI, kubectl, run, startUp, suiteRegistry, until } from './helpers.ts';
 
 const REPO = new URL('../../../', import.meta.url).pathname;
 /** A boot and the pull in the guest under TCG on a loaded machine. */
@@ -32,12 +31,7 @@ interface Pod {
 
 test('one cluster runs a Wasm pod and a microVM pod; kubectl drain moves each with its count going on', { timeout: 2_400_000 }, async (t) => {
   assert.equal(process.getuid?.(), 0, 'this suite runs as root');
-  const dir = mkdtempSync('/tmp/k32t-mixed-');
-  const reg = await startRegistry(dir, 'mixed-unused-token');
-  t.after(async () => {
-    await reg.stop();
-    rmSync(dir, { recursive: true, force: true });
-  });
+  const { reg, dir } = await suiteRegistry(t, 'k32t-mixed-', 'mixed-unused-token');
   execFileSync('bash', [join(REPO, 'examples/feos-counter/build-image.sh'), reg.direct], { stdio: ['ignore', 'ignore', 'inherit'], timeout: 300_000 });
 
   const up = await startUp(t, ['--workers', '2', '--feos-nodes', '2', '--feos-accel', 'tcg', '--feos-registry', reg.direct, '--ready-timeout', '300'], 1_200_000);

@@ -12,28 +12,11 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { makeClient } from '../../../src/feos/api/index.ts';
 import { HostService } from '../../../src/feos/gen/feos/host/v1/host_pb.js';
+import { RESOLVER_PAIR, handOverArgs } from '../../helpers/listen-fds.ts';
 import { waitFor } from '../../helpers/wait.ts';
 
 const REPO = new URL('../../../', import.meta.url).pathname;
 const NS = `k32upg${process.pid}`;
-const HAND_OVER = `
-import os, socket, sys
-socks = []
-for kind in (socket.SOCK_DGRAM, socket.SOCK_STREAM):
-    s = socket.socket(socket.AF_INET, kind)
-    s.setsockopt(socket.SOL_IP, 15, 1)  # IP_FREEBIND
-    s.bind(("169.254.0.53", 53))
-    if kind == socket.SOCK_STREAM:
-        s.listen(128)
-    socks.append(s.detach())
-for i, fd in enumerate(socks):
-    os.dup2(fd, 100 + i)
-for i in range(len(socks)):
-    os.dup2(100 + i, 3 + i)
-    os.set_inheritable(3 + i, True)
-os.environ.update(LISTEN_FDS="2", LISTEN_PID=str(os.getpid()), LISTEN_FDNAMES="dns:dns")
-os.execv(sys.argv[1], sys.argv[1:])
-`;
 
 const run = (cmd: string, args: string[], timeout = 120_000) =>
   new Promise<string>((resolve, reject) => execFile(cmd, args, { encoding: 'utf8', timeout }, (err, out, errOut) => (err ? reject(new Error(`${cmd}: ${err.message}\n${out}\n${errOut}`)) : resolve(out))));
@@ -46,7 +29,7 @@ test("a self-upgrade execs the new feosd with the same pid and the resolver's so
   let log = '';
   const feosd = spawn(
     'nsenter',
-    [`--net=/run/netns/${NS}`, '--', 'python3', '-c', HAND_OVER, process.execPath, join(REPO, 'bin/feosd.js'), '--state-dir', join(dir, 'state'), '--run-dir', join(dir, 'run'), '--guest-dir', join(dir, 'guest'), '--accel', 'tcg', '--pod-prefix', '2001:db8:78::/64', '--self-upgrade'],
+    [`--net=/run/netns/${NS}`, '--', 'python3', ...handOverArgs(RESOLVER_PAIR, [process.execPath, join(REPO, 'bin/feosd.js'), '--state-dir', join(dir, 'state'), '--run-dir', join(dir, 'run'), '--guest-dir', join(dir, 'guest'), '--accel', 'tcg', '--pod-prefix', '2001:db8:78::/64', '--self-upgrade'])],
     { stdio: ['ignore', 'pipe', 'pipe'] },
   );
   for (const s of [feosd.stdout!, feosd.stderr!]) s.on('data', (d: Buffer) => (log += d.toString()));
