@@ -175,6 +175,8 @@ export class EtcdStorage implements Storage {
   /** The revision of the latest event delivered. */
   private deliveredUpTo = 0;
   private readonly watchers = new Set<Watcher>();
+  /** Called at the next progress notification (syncedResourceVersion). */
+  private readonly progressWaiters: (() => void)[] = [];
   /** etcd key → its last value known here (from the watch, reads and commits), for transactions' first attempts. */
   private readonly known = new Map<string, Known>();
 
@@ -339,6 +341,32 @@ export class EtcdStorage implements Storage {
    */
   currentResourceVersion(): number {
     return this.deliveredUpTo;
+  }
+
+  /**
+   * A consistent read's revision, as kube-apiserver's consistent reads from the watch cache: etcd's
+   * latest revision (a linearizable read), once every event up to it has been handed to watchers
+   * (when the watch is behind, a progress request tells when it caught up, even if no event is to come).
+   * @throws EtcdError when the watch has not caught up within `requestTimeoutMs`
+   */
+  async syncedResourceVersion(): Promise<number> {
+    const rev = await this.etcdRevision();
+    const deadline = Date.now() + this.opts.requestTimeoutMs;
+    while (this.deliveredUpTo < rev) {
+      if (this.closed) throw new EtcdError('progress', 'the storage is closed');
+      const left = deadline - Date.now();
+      if (left <= 0) throw new EtcdError('progress', `the watch did not reach revision ${rev} within ${this.opts.requestTimeoutMs} ms (at ${this.deliveredUpTo})`);
+      await new Promise<void>((resolve) => {
+        const t = setTimeout(resolve, Math.min(left, 1000));
+        t.unref();
+        this.progressWaiters.push(() => {
+          clearTimeout(t);
+          resolve();
+        });
+        this.registryWatch.requestProgress();
+      });
+    }
+    return rev;
   }
 
   /** etcd's latest revision (a linearizable read; may be ahead of what watchers have seen). */
@@ -511,6 +539,10 @@ export class EtcdStorage implements Storage {
       } finally {
         this.publishing = was;
       }
+    } else if ('progress' in m) {
+      // etcd sent every event up to this revision: none of them is still to come.
+      if (m.progress > this.deliveredUpTo) this.deliveredUpTo = m.progress;
+      for (const w of this.progressWaiters.splice(0)) w();
     } else if ('gap' in m) {
       // Events were compacted away while the watch was disconnected: no watch can resume before the gap.
       this.window.droppedUpTo = Math.max(this.window.droppedUpTo, m.gap);
