@@ -329,6 +329,8 @@ export class ResourceCache {
         // A watcher's failure is its own.
       }
     }
+    // The encodings were for this dispatch's watchers: the window keeps the events, not their bytes.
+    for (const e of batch) e.encoded = undefined;
   }
 
   /** How many watchers it has. */
