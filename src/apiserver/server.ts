@@ -40,6 +40,7 @@ import { admitRuntimeClass } from './registry/runtimeclasses/admission.ts';
 import { Registry } from './registry/store.ts';
 import { EtcdStorage } from './storage/etcd.ts';
 import { MemoryStorage, SqliteStorage, type Storage } from './storage/index.ts';
+import { DEFAULT_WATCH_WINDOW } from './storage/base.ts';
 import { Cacher, DEFAULT_CACHE_WINDOW } from './storage/cacher.ts';
 
 /** Options of `createApiServer`. */
@@ -272,7 +273,7 @@ export async function createApiServer(opts: ApiServerOptions): Promise<ApiServer
     return user && await checkTokenBinding(registry, user) ? user : undefined;
   };
   // The watch cache: lists, gets and watches from memory, fed by one watch of the store.
-  const cacher = new Cacher(storage, Math.min(opts.watchWindow ?? DEFAULT_CACHE_WINDOW, DEFAULT_CACHE_WINDOW));
+  const cacher = new Cacher(storage, Math.min(opts.watchWindow ?? DEFAULT_CACHE_WINDOW, DEFAULT_CACHE_WINDOW), opts.watchWindow ?? DEFAULT_WATCH_WINDOW);
   const ctx: ServerContext = {
     registry,
     log,

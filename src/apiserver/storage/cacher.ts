@@ -149,9 +149,9 @@ export class ResourceCache {
     return Math.max(this.#appliedRv, this.#cacher.storage.currentResourceVersion());
   }
 
-  /** The oldest version a read or watch can start from. */
+  /** The oldest version a read or watch can start from (this resource's window and the store-wide one, whichever is later). */
   get oldestRv(): number {
-    return this.#droppedUpTo;
+    return Math.max(this.#droppedUpTo, this.#cacher.oldestRv);
   }
 
   /** How many objects it holds. */
@@ -219,7 +219,7 @@ export class ResourceCache {
   list(opts: CacheListOptions = {}): CachePage {
     const now = this.rv;
     const at = opts.atRv ?? now;
-    if (at < this.#droppedUpTo) throw new StorageError('Expired', `too old resource version: ${at} (${this.#droppedUpTo + 1})`);
+    if (at < this.oldestRv) throw new StorageError('Expired', `too old resource version: ${at} (${this.oldestRv + 1})`);
     const lo = opts.namespace === undefined ? '' : `${opts.namespace}\0`;
     const hi = opts.namespace === undefined ? undefined : `${opts.namespace}\x01`;
     const from = opts.after !== undefined && opts.after >= lo ? `${opts.after}\0` : lo;
@@ -292,7 +292,7 @@ export class ResourceCache {
    * @throws StorageError Expired when `sinceRv` is older than the window
    */
   watch(sinceRv: number, w: CacheWatcher, start: (replayed: CacheEvent[]) => void): WatchHandle {
-    if (sinceRv < this.#droppedUpTo) throw new StorageError('Expired', `too old resource version: ${sinceRv} (${this.#droppedUpTo + 1})`);
+    if (sinceRv < this.oldestRv) throw new StorageError('Expired', `too old resource version: ${sinceRv} (${this.oldestRv + 1})`);
     const replayed: CacheEvent[] = [];
     for (let i = this.#firstAfter(sinceRv); i < this.#events.length; i++) replayed.push(this.#events[i]!);
     w.fromRv = Math.max(sinceRv, this.#appliedRv);
@@ -351,17 +351,34 @@ export class Cacher {
   /** Reads waiting for a resourceVersion (NotOlderThan). */
   readonly #rvWaiters = new Set<{ rv: number; resolve: (ok: boolean) => void }>();
 
+  /** The versions of the last `storeWindow` events of every resource (a ring), as the store's window counts them. */
+  readonly #ring: Float64Array;
+  #count = 0;
+  #droppedUpTo: number;
+
   /**
    * Subscribes to every event of `storage` from its current version.
    * @param windowSize events kept per resource
+   * @param storeWindow events the store's window keeps (all resources): no read or watch starts before
+   *   them either, so that `--watch-window` means what it did before the cache
    */
-  constructor(storage: Storage, windowSize = DEFAULT_CACHE_WINDOW) {
+  constructor(storage: Storage, windowSize = DEFAULT_CACHE_WINDOW, storeWindow = 50_000) {
     this.storage = storage;
     this.#windowSize = windowSize;
+    this.#ring = new Float64Array(Math.max(1, storeWindow));
+    this.#droppedUpTo = storage.currentResourceVersion();
     this.#handle = storage.watch('*', storage.currentResourceVersion(), (e) => {
+      const slot = this.#count++ % this.#ring.length;
+      if (this.#count > this.#ring.length) this.#droppedUpTo = this.#ring[slot]!;
+      this.#ring[slot] = e.rv;
       this.#caches.get(e.resource)?.apply(e);
       for (const w of this.#rvWaiters) if (e.rv >= w.rv) w.resolve(true);
     });
+  }
+
+  /** Events with a version up to this one have left the store-wide window. */
+  get oldestRv(): number {
+    return this.#droppedUpTo;
   }
 
   /**
