@@ -62,18 +62,6 @@ export class RegistryWatch {
     }
   }
 
-  /**
-   * Asks etcd for a progress notification (etcd's WatchProgressRequest): answered, once the watch has
-   * sent every event up to etcd's current revision, by a `{ progress: revision }` batch.
-   */
-  requestProgress(): void {
-    try {
-      this.#stream?.write({ progress_request: {} });
-    } catch {
-      // A stream being lost is reopened; the caller asks again.
-    }
-  }
-
   /** Ends the stream; nothing is posted or reopened after. */
   close(): void {
     this.#closed = true;
@@ -100,11 +88,7 @@ export class RegistryWatch {
       this.#onLost(new Error(`watch canceled: ${res.cancel_reason || `compacted at ${compacted}`}`));
       return;
     }
-    if (res.events.length === 0) {
-      // A progress notification (asked by requestProgress, or etcd's own): every event up to its revision was sent.
-      if (!res.created && res.header) this.#post({ progress: num(res.header.revision) });
-      return;
-    }
+    if (res.events.length === 0) return;
     const events: WireEvent[] = res.events.map((e) => {
       const rev = num(e.kv.mod_revision);
       return {

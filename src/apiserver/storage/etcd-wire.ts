@@ -47,7 +47,7 @@ export interface WireEvent {
 }
 
 /** Messages of the event port. */
-export type WatchBatch = { events: WireEvent[] } | { gap: number; message: string } | { error: string } | { progress: number };
+export type WatchBatch = { events: WireEvent[] } | { gap: number; message: string } | { error: string };
 
 /** The end of the range of keys under `prefix` (etcd's prefix convention: last byte + 1). */
 export function prefixEnd(prefix: string): string {
