@@ -1,6 +1,9 @@
 /**
  * Watch (`?watch=true`): a chunked stream of `{"type","object"}` lines, one per event, flushed at
- * once (kubectl-wire §2.3). From `resourceVersion` 0 or empty the current objects come first as
+ * once (kubectl-wire §2.3). Served by the watch cache (storage/cacher.ts): each dispatched event's
+ * line is made once per form and written to every watcher of it; a watcher that leaves more than
+ * `watchBufferBytes` unsent is ended (its client watches again). A watch from before the cache's
+ * window is served by the store's own watch. From `resourceVersion` 0 or empty the current objects come first as
  * ADDED; from a number, every later event; past the watch window an ERROR event with a 410 Expired
  * Status ends the stream. Label and field selectors turn changes into ADDED/DELETED as objects
  * enter or leave the selection. Bookmarks (`allowWatchBookmarks`) or bare newlines keep quiet

@@ -442,11 +442,6 @@ export class Cacher {
     });
   }
 
-  /** The resources with a cache, with their object and watcher counts (for metrics). */
-  stats(): { resource: string; objects: number; watchers: number }[] {
-    return [...this.#caches.values()].map((c) => ({ resource: c.resource, objects: c.size, watchers: c.watcherCount }));
-  }
-
   /** Stops feeding the caches. */
   stop(): void {
     this.#handle?.stop();
