@@ -290,7 +290,7 @@ export async function createApiServer(opts: ApiServerOptions): Promise<ApiServer
     streams: new Set(),
   };
   const handler = createDispatcher(ctx, {
-    metrics: createMetrics(storage, checkpointData, ctx.streams),
+    metrics: createMetrics(storage, checkpointData, ctx.streams, cacher),
     health: healthChecks(storage, log),
     insecureHttp: opts.insecureHttp === true,
   });

@@ -103,6 +103,7 @@ export async function serveWatch(scope: RequestScope, filter?: (o: KubeObject) =
   const checkSlow = () => {
     if (closed || res.writableLength <= limit) return;
     ctx.log.warn({ resource: storageKey(def), unsent: res.writableLength }, 'watch: client too slow, ending its watch');
+    ctx.cacher?.noteTerminated(storageKey(def));
     close();
     setTimeout(() => res.destroy(), SLOW_WATCHER_GRACE_MS).unref();
   };

@@ -442,6 +442,14 @@ export class Cacher {
     });
   }
 
+  /** Watchers ended as too slow, by resource (`apiserver_terminated_watchers_total`). */
+  readonly terminatedWatchers = new Map<string, number>();
+
+  /** Counts a watcher of `resource` ended as too slow. */
+  noteTerminated(resource: string): void {
+    this.terminatedWatchers.set(resource, (this.terminatedWatchers.get(resource) ?? 0) + 1);
+  }
+
   /** Stops feeding the caches. */
   stop(): void {
     this.#handle?.stop();
