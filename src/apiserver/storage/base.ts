@@ -178,7 +178,7 @@ export abstract class BaseStorage implements Storage {
     return this.publishedRv;
   }
 
-  async syncedResourceVersion(): Promise<number> {
+  syncedResourceVersion(): number {
     return this.publishedRv;
   }
 

@@ -130,6 +130,9 @@ export class ResourceCache {
     this.ready = this.#init();
   }
 
+  /** Set once the initial list is in. */
+  isReady = false;
+
   async #init(): Promise<void> {
     const { rows, resourceVersion } = await this.#cacher.storage.listRaw(this.resource);
     for (const r of rows) {
@@ -142,6 +145,7 @@ export class ResourceCache {
     const early = this.#early ?? [];
     this.#early = undefined;
     for (const e of early) if (e.rv > resourceVersion) this.apply(e);
+    this.isReady = true;
   }
 
   /** The latest version this cache reflects: every event up to it is applied. */
@@ -387,6 +391,7 @@ export class Cacher {
    */
   async cache(resource: string, prefix: string): Promise<ResourceCache> {
     let c = this.#caches.get(resource);
+    if (c?.isReady) return c;
     if (!c) {
       c = new ResourceCache(this, resource, prefix, this.#windowSize);
       this.#caches.set(resource, c);
@@ -406,8 +411,11 @@ export class Cacher {
   async sync(timeoutMs = 3000): Promise<boolean> {
     let timer: NodeJS.Timeout | undefined;
     try {
+      const synced = this.storage.syncedResourceVersion();
+      // A local store is in step with its watchers: nothing to wait for.
+      if (typeof synced === 'number') return true;
       await Promise.race([
-        this.storage.syncedResourceVersion(),
+        synced,
         new Promise((_, reject) => {
           timer = setTimeout(() => reject(new Error('timeout')), timeoutMs);
           timer.unref();

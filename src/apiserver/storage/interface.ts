@@ -131,10 +131,11 @@ export interface Storage {
    * The resourceVersion a consistent read must reflect (kube-apiserver's consistent reads from the
    * watch cache): the store's current revision, resolved once every event up to it has been handed to
    * watchers, so that a cache fed by `watch` serves a read at it from memory. Local stores answer
-   * `currentResourceVersion()` at once; etcd reads its revision and waits for its watch.
+   * `currentResourceVersion()` at once, as a number (no Promise: a GET from the cache waits on nothing);
+   * etcd reads its revision and waits for its watch.
    * @throws Error when the watch does not catch up in time (the caller reads the store instead)
    */
-  syncedResourceVersion(): Promise<number>;
+  syncedResourceVersion(): number | Promise<number>;
   /**
    * Calls `listener` for every event with `rv > sinceRv` on `resource` (all resources when `'*'`),
    * first those still in the watch window, then live ones (synchronously: nothing is missed between).
