@@ -2,8 +2,10 @@
  * API server benchmark (issue 4, "Performance"): a real API server process (HTTPS, SQLite) on its
  * own core, driven from this process over keep-alive connections:
  *
- * 1. `GET` of one pod: requests per second (16 concurrent);
+ * 1. `GET` of one pod: requests per second (BENCH_GET_CONCURRENCY, 50, concurrent connections);
  * 2. `LIST` of 1 000 pods (JSON, and as the Table kubectl asks for): requests per second;
+ *    and `kubectl get pods -A` of BENCH_LIST_PODS (10 000) pods as kubectl pages it (Tables of 500,
+ *    `/api/v1/pods?limit=500` then `continue`), p50 and p99 of the whole list;
  * 3. watch fan-out: 100 watchers on pods; for each write (a label patch), the time from sending the
  *    write to each watcher's receipt of its event: p50 and p99 over all deliveries (SQLite; the
  *    in-memory store; the in-memory store with watchers that ask for Tables, as `kubectl get -w`);
@@ -13,7 +15,9 @@
  * the server does with them), and a write (fsynced) delivered to 100 in-process listeners. The
  * ratio is the cost of HTTPS, routing, authentication and the API's rules on top of the store. Prints figures and ratios; asserts nothing about time.
  * Targets: 2 000 gets/s on one core; a write reaching 100 watchers in under 10 ms at p99.
- * Run: `node bench/apiserver/index.ts` (or `npm run bench apiserver`).
+ * Run: `node bench/apiserver/index.ts` (or `npm run bench apiserver`). With `--compare DIR` the
+ * server figures are measured on the tree at DIR too (e.g. a worktree of main, built), in the same
+ * run, the two trees alternating operation by operation, and printed side by side with their ratio.
  */
 import { EventEmitter } from 'node:events';
 import { mkdtempSync, rmSync } from 'node:fs';
@@ -28,19 +32,23 @@ const GETS = Number(process.env.BENCH_GETS ?? 20000);
 const LISTS = Number(process.env.BENCH_LISTS ?? 100);
 const WATCHERS = Number(process.env.BENCH_WATCHERS ?? 100);
 const WRITES = Number(process.env.BENCH_WRITES ?? 200);
+const GET_CONCURRENCY = Number(process.env.BENCH_GET_CONCURRENCY ?? 50);
+const LIST_PODS = Number(process.env.BENCH_LIST_PODS ?? 10_000);
+const PAGED_LISTS = Number(process.env.BENCH_PAGED_LISTS ?? 10);
+const TABLE = 'application/json;as=Table;v=v1;g=meta.k8s.io,application/json';
+const compareAt = process.argv.indexOf('--compare');
+const compareRoot = compareAt >= 0 ? process.argv[compareAt + 1] : undefined;
+if (compareAt >= 0 && !compareRoot) throw new Error('--compare needs the directory of the other tree');
 
-const api = await startApiServer(undefined, { env: { LOG_LEVEL: 'warn' } });
-const cluster = api.kubeConfig.getCurrentCluster()!;
-const ca = Buffer.from(cluster.caData!, 'base64');
-const token = api.kubeConfig.getCurrentUser()!.token!;
-const url = new URL(api.url);
-const agent = new Agent({ keepAlive: true, maxSockets: 64, ca });
+type Call = (method: string, path: string, body?: unknown, type?: string, accept?: string, read?: boolean) => Promise<{ status: number; text: string }>;
+type Api = Awaited<ReturnType<typeof startApiServer>>;
 
-type Call = (method: string, path: string, body?: unknown, type?: string) => Promise<{ status: number; text: string }>;
-
-/** A request; the body is read as text only when `read` (the GET loop only counts the bytes). */
-function call(method: string, path: string, body?: unknown, type = 'application/json', accept = 'application/json', read = true): Promise<{ status: number; text: string }> {
-  return callOn(url, token, agent, method, path, body, type, accept, read);
+/** A caller on `api`'s URL and admin token, over keep-alive connections. */
+function caller(api: Api): { call: Call; agent: Agent } {
+  const agent = new Agent({ keepAlive: true, maxSockets: 64, ca: Buffer.from(api.kubeConfig.getCurrentCluster()!.caData!, 'base64') });
+  const u = new URL(api.url);
+  const tok = api.kubeConfig.getCurrentUser()!.token!;
+  return { agent, call: (method, path, body, type = 'application/json', accept = 'application/json', read = true) => callOn(u, tok, agent, method, path, body, type, accept, read) };
 }
 
 function callOn(url: URL, token: string, agent: Agent, method: string, path: string, body?: unknown, type = 'application/json', accept = 'application/json', read = true): Promise<{ status: number; text: string }> {
@@ -152,48 +160,123 @@ watchAgent.destroy();
   return { deliveries, answered };
 }
 
-try {
-  // Setup: 1 000 pods.
+/** The figures of one tree's server. */
+interface Figures {
+  getRps: number;
+  listRps: number;
+  tableRps: number;
+  pagedP50: number;
+  pagedP99: number;
+  fan: { deliveries: number[]; answered: number[] };
+  memFan: { deliveries: number[]; answered: number[] };
+  tableFan: { deliveries: number[]; answered: number[] };
+}
+
+/** One tree's servers (SQLite, and memory for the fan-out without the disk), started and set up. */
+interface Target {
+  name: string;
+  api: Api;
+  call: Call;
+  agent: Agent;
+  mem: Api;
+  memCall: Call;
+  memAgent: Agent;
+}
+
+async function setUp(name: string, root?: string): Promise<Target> {
+  const api = await startApiServer(undefined, { env: { LOG_LEVEL: 'warn' }, root });
+  const { call, agent } = caller(api);
   const tCreate = await pool(PODS, 16, async (i) => {
     const r = await call('POST', '/api/v1/namespaces/default/pods', podBody(i));
     if (r.status !== 201) throw new Error(`create pod-${i}: ${r.status} ${r.text}`);
   });
-  console.log(`created ${PODS} pods in ${tCreate.toFixed(2)} s (${(PODS / tCreate).toFixed(0)} creates/s)`);
+  console.log(`${name}: created ${PODS} pods in ${tCreate.toFixed(2)} s (${(PODS / tCreate).toFixed(0)} creates/s)`);
+  // The pods of the paged list, in namespace "many" (10 000 with the 1 000 above: kubectl get pods -A lists all).
+  const many = LIST_PODS - PODS;
+  if (many > 0) {
+    await call('POST', '/api/v1/namespaces', { metadata: { name: 'many' } });
+    const t = await pool(many, 16, async (i) => {
+      const r = await call('POST', '/api/v1/namespaces/many/pods', podBody(i));
+      if (r.status !== 201) throw new Error(`create many/pod-${i}: ${r.status} ${r.text}`);
+    });
+    console.log(`${name}: created ${many} more pods in ${t.toFixed(2)} s`);
+  }
+  const mem = await startApiServer(undefined, { args: ['--storage', 'memory'], env: { LOG_LEVEL: 'warn' }, root });
+  const m = caller(mem);
+  for (let i = 0; i < 10; i++) await m.call('POST', '/api/v1/namespaces/default/pods', podBody(i));
+  return { name, api, call, agent, mem, memCall: m.call, memAgent: m.agent };
+}
 
+/** `kubectl get pods -A` as kubectl asks: Tables of 500, page after page; answers the whole list's time, ms. */
+async function pagedList(call: Call): Promise<number> {
+  const t0 = performance.now();
+  let token = '';
+  let rows = 0;
+  do {
+    const r = await call('GET', `/api/v1/pods?limit=500${token ? `&continue=${encodeURIComponent(token)}` : ''}`, undefined, 'application/json', TABLE);
+    if (r.status !== 200) throw new Error(`paged list: ${r.status} ${r.text.slice(0, 200)}`);
+    const page = JSON.parse(r.text) as { rows: unknown[]; metadata: { continue?: string } };
+    rows += page.rows.length;
+    token = page.metadata.continue ?? '';
+  } while (token);
+  if (rows < LIST_PODS) throw new Error(`paged list: ${rows} rows of ${LIST_PODS}`);
+  return performance.now() - t0;
+}
+
+/** Each operation on every target in turn (so that the machine's load falls on all alike). */
+async function measure(targets: Target[]): Promise<Map<string, Figures>> {
+  const out = new Map<string, Partial<Figures>>(targets.map((t) => [t.name, {}]));
+  const fig = (t: Target) => out.get(t.name)!;
+  for (const t of targets) await pool(500, GET_CONCURRENCY, async (i) => void (await t.call('GET', `/api/v1/namespaces/default/pods/pod-${i % PODS}`)));
   // 1. GET one pod.
-  await pool(500, 16, async (i) => void (await call('GET', `/api/v1/namespaces/default/pods/pod-${i % PODS}`)));
-  const tGet = await pool(GETS, 16, async (i) => {
-    const r = await call('GET', `/api/v1/namespaces/default/pods/pod-${i % PODS}`, undefined, undefined, undefined, false);
-    if (r.status !== 200) throw new Error(`get: ${r.status}`);
-  });
-  const getRps = GETS / tGet;
+  for (const t of targets) {
+    const s = await pool(GETS, GET_CONCURRENCY, async (i) => {
+      const r = await t.call('GET', `/api/v1/namespaces/default/pods/pod-${i % PODS}`, undefined, undefined, undefined, false);
+      if (r.status !== 200) throw new Error(`get: ${r.status}`);
+    });
+    fig(t).getRps = GETS / s;
+  }
+  // 2. LIST 1 000 pods, JSON and Table; the paged list of all.
+  for (const t of targets) {
+    const s = await pool(LISTS, 4, async () => {
+      const r = await t.call('GET', '/api/v1/namespaces/default/pods');
+      if (r.status !== 200) throw new Error(`list: ${r.status}`);
+    });
+    fig(t).listRps = LISTS / s;
+  }
+  for (const t of targets) {
+    const s = await pool(LISTS, 4, async () => {
+      const r = await t.call('GET', '/api/v1/namespaces/default/pods?limit=500', undefined, 'application/json', TABLE);
+      if (r.status !== 200) throw new Error(`table: ${r.status}`);
+    });
+    fig(t).tableRps = LISTS / s;
+  }
+  const paged = new Map<string, number[]>(targets.map((t) => [t.name, []]));
+  for (let i = 0; i < PAGED_LISTS; i++) for (const t of targets) paged.get(t.name)!.push(await pagedList(t.call));
+  for (const t of targets) {
+    fig(t).pagedP50 = pct(paged.get(t.name)!, 50);
+    fig(t).pagedP99 = pct(paged.get(t.name)!, 99);
+  }
+  // 3. Watch fan-out to 100 watchers (SQLite: each write is fsynced before it is delivered); memory; Table watchers.
+  for (const t of targets) fig(t).fan = await fanOut(t.api, t.call);
+  for (const t of targets) fig(t).memFan = await fanOut(t.mem, t.memCall, 10);
+  for (const t of targets) fig(t).tableFan = await fanOut(t.mem, t.memCall, 10, TABLE);
+  return out as Map<string, Figures>;
+}
 
-  // 2. LIST 1 000 pods, JSON and Table.
-  const tList = await pool(LISTS, 4, async () => {
-    const r = await call('GET', '/api/v1/namespaces/default/pods');
-    if (r.status !== 200) throw new Error(`list: ${r.status}`);
-  });
-  const listRps = LISTS / tList;
-  const tTable = await pool(LISTS, 4, async () => {
-    const r = await call('GET', '/api/v1/namespaces/default/pods?limit=500', undefined, 'application/json', 'application/json;as=Table;v=v1;g=meta.k8s.io,application/json');
-    if (r.status !== 200) throw new Error(`table: ${r.status}`);
-  });
-  const tableRps = LISTS / tTable;
-
-  // 3. Watch fan-out to 100 watchers (SQLite: each write is fsynced before it is delivered).
-  const fan = await fanOut(api, call);
-  // The same against a server with the in-memory store: the fan-out without the disk.
-  const memApi = await startApiServer(undefined, { args: ['--storage', 'memory'], env: { LOG_LEVEL: 'warn' } });
-  const memAgent = new Agent({ keepAlive: true, maxSockets: 8, ca: Buffer.from(memApi.kubeConfig.getCurrentCluster()!.caData!, 'base64') });
-  const memUrl = new URL(memApi.url);
-  const memToken = memApi.kubeConfig.getCurrentUser()!.token!;
-  const memCall = (method: string, path: string, body?: unknown, type = 'application/json') => callOn(memUrl, memToken, memAgent, method, path, body, type);
-  for (let i = 0; i < 10; i++) await memCall('POST', '/api/v1/namespaces/default/pods', podBody(i));
-  const memFan = await fanOut(memApi, memCall, 10);
-  // Watchers that ask for Tables, as `kubectl get -w` does.
-  const tableFan = await fanOut(memApi, memCall, 10, 'application/json;as=Table;v=v1;g=meta.k8s.io,application/json');
-  memAgent.destroy();
-  await memApi.stop();
+const targets: Target[] = [];
+try {
+  targets.push(await setUp('this tree'));
+  if (compareRoot) targets.push(await setUp(compareRoot, compareRoot));
+  const figures = await measure(targets);
+  const ours = figures.get('this tree')!;
+  const call = targets[0]!.call;
+  const getRps = ours.getRps;
+  const listRps = ours.listRps;
+  const tableRps = ours.tableRps;
+  const fan = ours.fan;
+  const memFan = ours.memFan;
+  const tableFan = ours.tableFan;
 
   // The same on raw SQLite, in this process.
   const dir = mkdtempSync(join(tmpdir(), 'bench-sqlite-'));
@@ -239,7 +322,7 @@ try {
   const row = (what: string, server: string, raw: string, ratio: string) => console.log(`${what.padEnd(34)} ${server.padStart(16)} ${raw.padStart(16)} ${ratio.padStart(12)}`);
   console.log();
   row('operation', 'API server', 'raw SQLite', 'server/raw');
-  row(`get pod (16 concurrent)`, `${getRps.toFixed(0)} /s`, `${rawGetRps.toFixed(0)} /s`, (getRps / rawGetRps).toFixed(3));
+  row(`get pod (${GET_CONCURRENCY} concurrent)`, `${getRps.toFixed(0)} /s`, `${rawGetRps.toFixed(0)} /s`, (getRps / rawGetRps).toFixed(3));
   row(`list ${PODS} pods, JSON`, `${listRps.toFixed(1)} /s`, `${rawListRps.toFixed(1)} /s`, (listRps / rawListRps).toFixed(3));
   row(`list ${PODS} pods, Table (limit 500)`, `${tableRps.toFixed(1)} /s`, '', '');
   row(`write (fsync) → ${WATCHERS} watchers, p50`, `${pct(fan.deliveries, 50).toFixed(2)} ms`, `${pct(rawDeliveries, 50).toFixed(3)} ms`, (pct(fan.deliveries, 50) / pct(rawDeliveries, 50)).toFixed(2));
@@ -249,9 +332,31 @@ try {
   row(`write (memory) → ${WATCHERS} watchers, p99`, `${pct(memFan.deliveries, 99).toFixed(2)} ms`, '', '');
   row(`write (memory) → ${WATCHERS} Table watchers, p50`, `${pct(tableFan.deliveries, 50).toFixed(2)} ms`, '', '');
   row(`write (memory) → ${WATCHERS} Table watchers, p99`, `${pct(tableFan.deliveries, 99).toFixed(2)} ms`, '', '');
+  row(`kubectl get pods -A, ${LIST_PODS} pods, p50`, `${ours.pagedP50.toFixed(0)} ms`, '', '');
+  row(`kubectl get pods -A, ${LIST_PODS} pods, p99`, `${ours.pagedP99.toFixed(0)} ms`, '', '');
+  if (compareRoot) {
+    const other = figures.get(compareRoot)!;
+    console.log();
+    console.log(`this tree beside ${compareRoot}, same run (operations alternating):`);
+    row('operation', 'this tree', 'other tree', 'this/other');
+    const cmpRow = (what: string, a: number, b: number, unit: string, digits = 1) => row(what, `${a.toFixed(digits)} ${unit}`, `${b.toFixed(digits)} ${unit}`, (a / b).toFixed(3));
+    cmpRow(`get pod (${GET_CONCURRENCY} concurrent)`, ours.getRps, other.getRps, '/s', 0);
+    cmpRow(`list ${PODS} pods, JSON`, ours.listRps, other.listRps, '/s');
+    cmpRow(`list ${PODS} pods, Table (limit 500)`, ours.tableRps, other.tableRps, '/s');
+    cmpRow(`kubectl get pods -A (${LIST_PODS}), p50`, ours.pagedP50, other.pagedP50, 'ms', 0);
+    cmpRow(`kubectl get pods -A (${LIST_PODS}), p99`, ours.pagedP99, other.pagedP99, 'ms', 0);
+    for (const [label, k] of [['write (fsync)', 'fan'], ['write (memory)', 'memFan'], ['write (memory), Table', 'tableFan']] as const) {
+      cmpRow(`${label} → ${WATCHERS} watchers, p50`, pct(ours[k].deliveries, 50), pct(other[k].deliveries, 50), 'ms', 2);
+      cmpRow(`${label} → ${WATCHERS} watchers, p99`, pct(ours[k].deliveries, 99), pct(other[k].deliveries, 99), 'ms', 2);
+    }
+  }
   console.log();
-  console.log(`targets: >= 2000 gets/s on one core: ${getRps >= 2000 ? 'met' : 'NOT met'}; p99 write → ${WATCHERS} watchers < 10 ms: ${pct(fan.deliveries, 99) < 10 ? 'met' : 'NOT met'} with fsync, ${pct(memFan.deliveries, 99) < 10 ? 'met' : 'NOT met'} without the disk`);
+  console.log(`targets: >= 10000 gets/s on ${GET_CONCURRENCY} connections: ${getRps >= 10_000 ? 'met' : 'NOT met'}; kubectl get pods -A < 2 s p99: ${ours.pagedP99 < 2000 ? 'met' : 'NOT met'}; >= 2000 gets/s on one core: ${getRps >= 2000 ? 'met' : 'NOT met'}; p99 write → ${WATCHERS} watchers < 10 ms: ${pct(fan.deliveries, 99) < 10 ? 'met' : 'NOT met'} with fsync, ${pct(memFan.deliveries, 99) < 10 ? 'met' : 'NOT met'} without the disk`);
 } finally {
-  agent.destroy();
-  await api.stop();
+  for (const t of targets) {
+    t.agent.destroy();
+    t.memAgent.destroy();
+    await t.api.stop();
+    await t.mem.stop();
+  }
 }

@@ -8,6 +8,7 @@ import type { CheckpointDataStore } from './registry/checkpoints/data-store.ts';
 import { RESOURCES } from './registry/catalog.ts';
 import { storageKey } from './registry/types.ts';
 import type { Storage } from './storage/index.ts';
+import type { Cacher } from './storage/cacher.ts';
 
 /** The metrics of one API server, and the two that each request moves. */
 export interface ServerMetrics {
@@ -18,8 +19,8 @@ export interface ServerMetrics {
   latency: Histogram<'verb' | 'resource'>;
 }
 
-/** Registers the metrics; the gauges read `storage`, `checkpointData` and `streams` when scraped. */
-export function createMetrics(storage: Storage, checkpointData: CheckpointDataStore, streams: Set<ServerResponse>): ServerMetrics {
+/** Registers the metrics; the gauges read `storage`, `checkpointData`, `streams` and `cacher` when scraped. */
+export function createMetrics(storage: Storage, checkpointData: CheckpointDataStore, streams: Set<ServerResponse>, cacher?: Cacher): ServerMetrics {
   const metrics = new MetricsRegistry();
   collectDefaultMetrics({ register: metrics });
   const requests = new Counter({ name: 'apiserver_request_total', help: 'Requests by verb, resource and HTTP code.', labelNames: ['verb', 'resource', 'subresource', 'code'] as const, registers: [metrics] });
@@ -39,6 +40,16 @@ export function createMetrics(storage: Storage, checkpointData: CheckpointDataSt
     registers: [metrics],
     async collect() {
       for (const def of RESOURCES) this.set({ resource: storageKey(def) }, (await storage.listRaw(storageKey(def))).rows.length);
+    },
+  });
+  new Counter({
+    name: 'apiserver_terminated_watchers_total',
+    help: 'Watchers ended because they could not keep up, by resource.',
+    labelNames: ['resource'],
+    registers: [metrics],
+    collect() {
+      this.reset();
+      for (const [resource, n] of cacher?.terminatedWatchers ?? []) this.inc({ resource }, n);
     },
   });
   new Gauge({ name: 'kube32_checkpoint_data_bytes', help: 'Bytes of checkpoint snapshots held in memory.', registers: [metrics], collect() { this.set(checkpointData.usedBytes); } });

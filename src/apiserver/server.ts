@@ -40,6 +40,8 @@ import { admitRuntimeClass } from './registry/runtimeclasses/admission.ts';
 import { Registry } from './registry/store.ts';
 import { EtcdStorage } from './storage/etcd.ts';
 import { MemoryStorage, SqliteStorage, type Storage } from './storage/index.ts';
+import { DEFAULT_WATCH_WINDOW } from './storage/base.ts';
+import { Cacher, DEFAULT_CACHE_WINDOW } from './storage/cacher.ts';
 
 /** Options of `createApiServer`. */
 export interface ApiServerOptions {
@@ -70,8 +72,10 @@ export interface ApiServerOptions {
   maxModuleBytes?: number;
   /** Interval of watch bookmarks / keep-alive newlines, ms. @default 10000 */
   watchHeartbeatMs?: number;
-  /** Events kept for watch resumption. @default 50000 */
+  /** Events kept for watch resumption (the store's window; the watch cache keeps as many per resource, at most 10 000). @default 50000 */
   watchWindow?: number;
+  /** Bytes a watcher may leave unsent before it is ended as too slow (its client watches again). @default 8388608 (8 MiB) */
+  watchBufferBytes?: number;
   /** Core events older than this (by their last occurrence) are deleted, ms; 0 keeps them. @default 3600000 (1 h) */
   eventTtlMs?: number;
   /** Extra names or addresses for the serving certificate. */
@@ -268,12 +272,16 @@ export async function createApiServer(opts: ApiServerOptions): Promise<ApiServer
     const user = verifyToken(t);
     return user && await checkTokenBinding(registry, user) ? user : undefined;
   };
+  // The watch cache: lists, gets and watches from memory, fed by one watch of the store.
+  const cacher = new Cacher(storage, Math.min(opts.watchWindow ?? DEFAULT_CACHE_WINDOW, DEFAULT_CACHE_WINDOW), opts.watchWindow ?? DEFAULT_WATCH_WINDOW);
   const ctx: ServerContext = {
     registry,
     log,
     maxBodyBytes,
     maxModuleBytes: opts.maxModuleBytes ?? DEFAULT_MAX_MODULE_BYTES,
     watchHeartbeatMs: opts.watchHeartbeatMs ?? 10_000,
+    cacher,
+    watchBufferBytes: opts.watchBufferBytes,
     checkpointData,
     kubeletToken,
     authenticateToken,
@@ -282,7 +290,7 @@ export async function createApiServer(opts: ApiServerOptions): Promise<ApiServer
     streams: new Set(),
   };
   const handler = createDispatcher(ctx, {
-    metrics: createMetrics(storage, checkpointData, ctx.streams),
+    metrics: createMetrics(storage, checkpointData, ctx.streams, cacher),
     health: healthChecks(storage, log),
     insecureHttp: opts.insecureHttp === true,
   });
@@ -349,6 +357,7 @@ export async function createApiServer(opts: ApiServerOptions): Promise<ApiServer
       authorizer.rbac.stop();
       quotaNamespaces.stop();
       gc.stop();
+      cacher.stop();
       for (const s of ctx.streams) s.destroy();
       destroyAll(feosSockets);
       await new Promise<void>((resolve) => {

@@ -11,6 +11,7 @@
 import assert from 'node:assert/strict';
 import { type TestContext, test } from 'node:test';
 import { type KubeObject, type ObjectKey, type Storage, StorageError, type StorageEvent } from '../../src/apiserver/storage/index.ts';
+import { Cacher } from '../../src/apiserver/storage/cacher.ts';
 
 /** What a backend's test supplies. */
 export interface ConformanceBackend {
@@ -109,6 +110,37 @@ export function runStorageConformance(name: string, backend: ConformanceBackend)
     await s.create(key('n1', '', 'nodes'), obj('n1', {}, ''));
     assert.equal((await s.get(key('n1', '', 'nodes')))?.metadata.name, 'n1');
     assert.deepEqual((await s.list('nodes')).items.map((o) => o.metadata.name), ['n1']);
+  });
+
+  test(`${name}: syncedResourceVersion waits until watchers have every write (a blob write too), and a watch cache fed by it reads at a version`, { timeout }, async (t) => {
+    const s = await make(t);
+    const cacher = new Cacher(s);
+    t.after(() => cacher.stop());
+    const seen: number[] = [];
+    const h = s.watch('pods', s.currentResourceVersion(), (e) => seen.push(e.rv));
+    t.after(() => h.stop());
+    const a = await s.create(key('a'), obj('a'));
+    const synced = await s.syncedResourceVersion();
+    assert.ok(synced >= rvOf(a), `synced ${synced} >= the write's ${rvOf(a)}`);
+    assert.ok(seen.includes(rvOf(a)), 'the write was handed to the watcher before syncedResourceVersion answered');
+    // A write outside the objects (etcd: a revision with no event) does not leave it waiting.
+    await s.putBlob('cd', Uint8Array.of(1));
+    assert.ok((await s.syncedResourceVersion()) >= synced);
+    const prefix = '{"apiVersion":"v1","kind":"Pod",';
+    const cache = await cacher.cache('pods', prefix);
+    const b = await s.create(key('b'), obj('b'));
+    const a2 = await s.update(key('a'), obj('a', { spec: { x: 2 } }));
+    await s.delete(key('b'));
+    assert.ok(await cacher.sync());
+    assert.deepEqual(cache.list().items.map((o) => o.object.metadata.name), ['a']);
+    assert.equal(JSON.parse(cache.get('default', 'a')!.json).spec.x, 2);
+    assert.ok(cache.get('default', 'a')!.json.startsWith(prefix));
+    // The state just after b's create: a as it was, and b.
+    const then = cache.list({ atRv: rvOf(b) });
+    assert.deepEqual(then.items.map((o) => [o.object.metadata.name, o.rv]), [['a', rvOf(a)], ['b', rvOf(b)]]);
+    assert.deepEqual(cache.list({ atRv: rvOf(b), limit: 1 }).remaining, 1);
+    assert.ok(rvOf(a2) > rvOf(b));
+    assert.throws(() => cache.list({ atRv: cache.oldestRv - 1 }), isStorageError('Expired'));
   });
 
   test(`${name}: update and delete check preconditions; a write that changes nothing is skipped`, { timeout }, async (t) => {

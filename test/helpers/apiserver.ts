@@ -45,6 +45,8 @@ export interface StartOptions {
   dataDir?: string;
   /** Environment additions (LOG_LEVEL...). */
   env?: Record<string, string>;
+  /** The source tree whose `bin/kube32-cli.js` runs (a benchmark's `--compare` tree); this one by default. */
+  root?: string;
 }
 
 /**
@@ -56,7 +58,7 @@ export interface StartOptions {
 export async function startApiServer(t?: TestContext, opts: StartOptions = {}): Promise<TestApiServer> {
   const ownDir = opts.dataDir === undefined;
   const dataDir = opts.dataDir ?? mkdtempSync(join(tmpdir(), 'kube32-apiserver-'));
-  const proc = spawn(process.execPath, [join(ROOT, 'bin/kube32-cli.js'), 'apiserver', '--data-dir', dataDir, '--port', '0', ...(opts.args ?? [])], {
+  const proc = spawn(process.execPath, [join(opts.root ?? ROOT, 'bin/kube32-cli.js'), 'apiserver', '--data-dir', dataDir, '--port', '0', ...(opts.args ?? [])], {
     stdio: ['ignore', 'pipe', 'pipe'],
     env: { ...process.env, LOG_LEVEL: process.env.LOG_LEVEL ?? 'warn', ...opts.env },
   });

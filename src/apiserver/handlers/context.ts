@@ -9,6 +9,7 @@ import type { FeosPodStreams } from './feos-pods.ts';
 import type { ResourceRequest } from './router.ts';
 import type { Authorizer } from '../auth/authorizer.ts';
 import type { TokenClaims } from '../pki.ts';
+import type { Cacher } from '../storage/cacher.ts';
 
 /** An authenticated user (`user.Info`). */
 export interface UserInfo {
@@ -37,6 +38,10 @@ export interface ServerContext {
   authorizer: Authorizer;
   /** Limit of a module upload in bytes. */
   maxModuleBytes: number;
+  /** The watch cache that serves GETs, LISTs and watches (storage/cacher.ts); without it they read the store. */
+  cacher?: Cacher;
+  /** Bytes a watcher may have unsent before it is ended as too slow (its client watches again). */
+  watchBufferBytes?: number;
   /** Open streaming responses (watch, proxy), ended on close. */
   streams: Set<ServerResponse>;
   /** The streams of FeOS pods, once the control plane's port for nodes registered them (./feos-pods.ts). */

@@ -14,6 +14,7 @@ import { type IncludeObject, partialMetadata, toTable } from './table.ts';
 import { serveWatch } from './watch.ts';
 import { serveSubresource } from './subresources.ts';
 import { serveConverted } from './converted.ts';
+import { cacheOf, serveCachedGet, serveCachedList } from './cached.ts';
 
 /** The write options of a request's query (`dryRun`, `fieldValidation`, `fieldManager`). */
 export function writeOptions(url: URL, warnings: string[]): WriteOptions {
@@ -112,6 +113,8 @@ export async function serveResource(scope: RequestScope): Promise<void> {
   if (info.name === undefined) {
     switch (method) {
       case 'GET': {
+        const cache = await cacheOf(ctx, def);
+        if (cache && (await serveCachedList(scope, cache, include))) return;
         const limit = q.get('limit');
         if (limit !== null && !/^\d+$/.test(limit)) throw badRequest(`invalid limit: ${limit}`);
         const listOpts = {
@@ -156,6 +159,8 @@ export async function serveResource(scope: RequestScope): Promise<void> {
   const name = info.name;
   switch (method) {
     case 'GET': {
+      const cache = await cacheOf(ctx, def);
+      if (cache && (await serveCachedGet(scope, cache, namespace, name, include))) return;
       if (!wantsTable(req) && !wantsPartial(req)) {
         sendRawJson(res, 200, await reg.getJson(def, namespace, name));
         return;

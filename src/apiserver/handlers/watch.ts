@@ -1,6 +1,9 @@
 /**
  * Watch (`?watch=true`): a chunked stream of `{"type","object"}` lines, one per event, flushed at
- * once (kubectl-wire §2.3). From `resourceVersion` 0 or empty the current objects come first as
+ * once (kubectl-wire §2.3). Served by the watch cache (storage/cacher.ts): each dispatched event's
+ * line is made once per form and written to every watcher of it; a watcher that leaves more than
+ * `watchBufferBytes` unsent is ended (its client watches again). A watch from before the cache's
+ * window is served by the store's own watch. From `resourceVersion` 0 or empty the current objects come first as
  * ADDED; from a number, every later event; past the watch window an ERROR event with a 410 Expired
  * Status ends the stream. Label and field selectors turn changes into ADDED/DELETED as objects
  * enter or leave the selection. Bookmarks (`allowWatchBookmarks`) or bare newlines keep quiet
@@ -14,31 +17,31 @@ import { apiVersionOf, storageKey } from '../registry/types.ts';
 import type { RequestScope } from './context.ts';
 import { wantsTable } from './http.ts';
 import { type IncludeObject, toTable } from './table.ts';
+import type { CachedObject, CacheEvent, CacheWatcher } from '../storage/cacher.ts';
+import { cacheOf } from './cached.ts';
 
 /**
- * The JSON line of an event, made once per event, type and form (the plain object of a
- * group/version, or a Table of given options) and shared by every watcher of that form: a write
- * fanned out to 100 watchers is serialized once.
+ * The JSON line of an event for a form (the plain object of a group/version, or a Table of given
+ * options), made once per dispatched event and form and shared by every watcher of that form: a
+ * write fanned out to 100 watchers is encoded once. Lines of a watch's initial state, sent to one
+ * watcher, are not kept.
  */
-const lineCache = new WeakMap<KubeObject, Map<string, Buffer>>();
-
-function plainLine(type: string, obj: KubeObject, form: string, encode: () => unknown): Buffer {
-  let byType = lineCache.get(obj);
-  if (!byType) {
-    byType = new Map();
-    lineCache.set(obj, byType);
-  }
+function line(ev: CacheEvent | undefined, type: string, form: string, make: () => string): Buffer {
+  if (!ev) return Buffer.from(make());
+  ev.encoded ??= new Map();
   const key = `${type} ${form}`;
-  let line = byType.get(key);
-  if (line === undefined) {
-    line = Buffer.from(`${JSON.stringify({ type, object: encode() })}\n`);
-    byType.set(key, line);
+  let b = ev.encoded.get(key);
+  if (b === undefined) {
+    b = Buffer.from(make());
+    ev.encoded.set(key, b);
   }
-  return line;
+  return b;
 }
 
-/** Bytes a slow watcher may have unsent before its stream is closed. */
-const MAX_BUFFERED_BYTES = 32 * 1024 * 1024;
+/** Bytes a watcher may have unsent before its stream is ended as too slow (kube's cacheWatcher buffer). */
+export const DEFAULT_WATCH_BUFFER_BYTES = 8 * 1024 * 1024;
+/** How long an ended slow watcher's unsent bytes may take to leave before its connection is cut, ms. */
+const SLOW_WATCHER_GRACE_MS = 10_000;
 
 /**
  * Serves one watch request.
@@ -59,6 +62,11 @@ export async function serveWatch(scope: RequestScope, filter?: (o: KubeObject) =
   const timeoutSeconds = Number(q.get('timeoutSeconds') ?? '0');
   let columnsSent = false;
 
+  // The cache serves the watch unless it starts before the cache's window (the store's own window then answers, or 410).
+  const cache = await cacheOf(ctx, def);
+  const fromCache = cache !== undefined && (rvParam === '' || rvParam === '0' ? rvParam === '0' || (await ctx.cacher!.sync()) : Number(rvParam) >= cache.oldestRv);
+  const limit = ctx.watchBufferBytes ?? DEFAULT_WATCH_BUFFER_BYTES;
+
   res.writeHead(200, { 'Content-Type': 'application/json', 'Cache-Control': 'no-cache, private', 'Transfer-Encoding': 'chunked' });
   res.flushHeaders();
   ctx.streams.add(res);
@@ -76,43 +84,79 @@ export async function serveWatch(scope: RequestScope, filter?: (o: KubeObject) =
   res.on('close', close);
   req.on('close', close);
 
-  const send = (type: string, obj: KubeObject) => {
-    if (closed) return;
+  /** The bytes of one event for this watcher; `ev` keys the encoding shared with other watchers. */
+  const encode = (type: string, obj: KubeObject, ev?: CacheEvent, cached?: CachedObject): Buffer => {
     if (table && type !== 'BOOKMARK' && type !== 'ERROR') {
       // kubectl get -w: a Table of one row, the column definitions in a watcher's first one only. Shared by
       // every Table watcher of this form in the same millisecond (the age cells are whole units of time).
       const columns = !columnsSent;
       columnsSent = true;
       const form = `table ${apiVersionOf(def)} ${def.plural} ${include} ${columns ? 'columns' : 'rows'} ${Date.now()}`;
-      res.write(plainLine(type, obj, form, () => toTable(def, [withTypeMeta(def, obj)], obj.metadata.resourceVersion ?? '', include, new Date(), { columns })));
-    } else {
-      // The form (group/version) keys the cache: a converted resource (events.k8s.io) shares events with its stored one.
-      res.write(plainLine(type, obj, apiVersionOf(def), () => withTypeMeta(def, def.storedAs && type !== 'BOOKMARK' ? def.storedAs.fromStored(obj) : obj)));
+      return line(ev, type, form, () => `${JSON.stringify({ type, object: toTable(def, [withTypeMeta(def, obj)], obj.metadata.resourceVersion ?? '', include, new Date(), { columns }) })}\n`);
     }
-    if (res.writableLength > MAX_BUFFERED_BYTES) {
-      ctx.log.warn({ resource: storageKey(def) }, 'watch: client too slow, closing its stream');
-      res.destroy();
-      close();
+    if (cached && !def.storedAs) return line(ev, type, apiVersionOf(def), () => `{"type":"${type}","object":${cached.json}}\n`);
+    // The form (group/version) keys the encoding: a converted resource (events.k8s.io) has its own.
+    return line(ev, type, apiVersionOf(def), () => `${JSON.stringify({ type, object: withTypeMeta(def, def.storedAs && type !== 'BOOKMARK' ? def.storedAs.fromStored(obj) : obj) })}\n`);
+  };
+
+  /** Ends a watcher that leaves more than `limit` bytes unsent: its client watches again from what it saw. */
+  const checkSlow = () => {
+    if (closed || res.writableLength <= limit) return;
+    ctx.log.warn({ resource: storageKey(def), unsent: res.writableLength }, 'watch: client too slow, ending its watch');
+    ctx.cacher?.noteTerminated(storageKey(def));
+    close();
+    setTimeout(() => res.destroy(), SLOW_WATCHER_GRACE_MS).unref();
+  };
+
+  const send = (type: string, obj: KubeObject, ev?: CacheEvent, cached?: CachedObject) => {
+    if (closed) return;
+    res.write(encode(type, obj, ev, cached));
+    checkSlow();
+  };
+
+  /** The type this watcher sees for a change: selectors turn changes into ADDED/DELETED as objects enter or leave. */
+  const typeFor = (type: StorageEvent['type'], now: KubeObject, previous: KubeObject | undefined): string | undefined => {
+    const isIn = inScope(now);
+    if (type === 'ADDED') return isIn ? 'ADDED' : undefined;
+    if (type === 'MODIFIED') {
+      const before = previous ? inScope(previous) : isIn;
+      return isIn && before ? 'MODIFIED' : isIn ? 'ADDED' : before ? 'DELETED' : undefined;
     }
+    return inScope(previous ?? now) ? 'DELETED' : undefined;
   };
 
   const onEvent = (e: StorageEvent) => {
-    const now = inScope(e.object);
-    if (e.type === 'ADDED') {
-      if (now) send('ADDED', e.object);
-    } else if (e.type === 'MODIFIED') {
-      const before = e.previous ? inScope(e.previous) : now;
-      if (now && before) send('MODIFIED', e.object);
-      else if (now) send('ADDED', e.object);
-      else if (before) send('DELETED', e.object);
-    } else if (inScope(e.previous ?? e.object)) {
-      send('DELETED', e.object);
+    const type = typeFor(e.type, e.object, e.previous);
+    if (type) send(type, e.object);
+  };
+
+  /** A batch from the cache: one write (corked) of its lines; `shared` when other watchers get the same batch (a dispatch, not a replay). */
+  const deliver = (events: readonly CacheEvent[], shared = true) => {
+    if (closed) return;
+    res.cork();
+    for (const ev of events) {
+      const type = typeFor(ev.type, ev.object.object, ev.previous?.object);
+      if (type) res.write(encode(type, ev.object.object, shared ? ev : undefined, ev.object));
     }
+    res.uncork();
+    checkSlow();
   };
 
   try {
     const key = storageKey(def);
-    if (rvParam === '' || rvParam === '0') {
+    if (cache && fromCache) {
+      const watcher: CacheWatcher = { fromRv: 0, deliver: (events) => deliver(events) };
+      if (rvParam === '' || rvParam === '0') {
+        // The current state as ADDED, then every later event: both at once, nothing between.
+        res.cork();
+        for (const o of cache.list({ namespace }).items) if (inScope(o.object)) res.write(encode('ADDED', o.object, undefined, o));
+        handle = cache.watchFromNow(watcher);
+        res.uncork();
+        checkSlow();
+      } else {
+        handle = cache.watch(Number(rvParam), watcher, (replayed) => deliver(replayed, false));
+      }
+    } else if (rvParam === '' || rvParam === '0') {
       const { items, resourceVersion } = await ctx.registry.storage.list(key, namespace);
       for (const o of items) if (inScope(o)) send('ADDED', o);
       handle = ctx.registry.storage.watch(key, resourceVersion, onEvent);
@@ -132,7 +176,10 @@ export async function serveWatch(scope: RequestScope, filter?: (o: KubeObject) =
   const beat = () => {
     if (closed) return;
     if (bookmarks) {
-      send('BOOKMARK', { kind: def.kind, apiVersion: apiVersionOf(def), metadata: { resourceVersion: String(ctx.registry.storage.currentResourceVersion()) } } as KubeObject);
+      // Events the cache has not dispatched yet go first: a bookmark claims nothing unsent.
+      cache?.dispatch();
+      const rv = fromCache ? cache!.rv : ctx.registry.storage.currentResourceVersion();
+      send('BOOKMARK', { kind: def.kind, apiVersion: apiVersionOf(def), metadata: { resourceVersion: String(rv) } } as KubeObject);
     } else {
       res.write('\n');
     }

@@ -178,6 +178,10 @@ export abstract class BaseStorage implements Storage {
     return this.publishedRv;
   }
 
+  syncedResourceVersion(): number {
+    return this.publishedRv;
+  }
+
   /** Takes the transactions' lock (FIFO); resolves with its release. */
   private acquire(): Promise<() => void> {
     let release!: () => void;

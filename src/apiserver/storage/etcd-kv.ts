@@ -61,22 +61,29 @@ export class EtcdKv {
     return { ok: r.succeeded, rev: num(r.header.revision) };
   }
 
-  /** Stores a blob under its sha256 in chunks of {@link BLOB_CHUNK_BYTES}, the manifest last; a blob already there is kept. */
-  async putBlob(sha256: string, bytes: Uint8Array): Promise<void> {
+  /**
+   * Stores a blob under its sha256 in chunks of {@link BLOB_CHUNK_BYTES}, the manifest last; a blob
+   * already there is kept. Answers the revisions its writes made (they carry no `/registry/` event).
+   */
+  async putBlob(sha256: string, bytes: Uint8Array): Promise<number[]> {
     const manifest = `${BLOB_PREFIX}${sha256}`;
     const have = await this.range(manifest);
-    if (have.kvs.length > 0) return;
+    if (have.kvs.length > 0) return [];
+    const revisions: number[] = [];
     const chunks = Math.max(1, Math.ceil(bytes.byteLength / BLOB_CHUNK_BYTES));
     for (let i = 0; i < chunks; i++) {
       const part = bytes.subarray(i * BLOB_CHUNK_BYTES, (i + 1) * BLOB_CHUNK_BYTES);
-      await this.client.kv.put({ key: keyBuf(`${manifest}/${String(i).padStart(6, '0')}`), value: Buffer.from(part.buffer, part.byteOffset, part.byteLength) });
+      const r = await this.client.kv.put({ key: keyBuf(`${manifest}/${String(i).padStart(6, '0')}`), value: Buffer.from(part.buffer, part.byteOffset, part.byteLength) });
+      revisions.push(num(r.header.revision));
     }
     // The manifest last, only if absent: a reader that finds it finds every chunk.
-    await this.client.kv.txn({
+    const m = await this.client.kv.txn({
       compare: [{ key: keyBuf(manifest), target: 'Create', result: 'Equal', create_revision: 0 }],
       success: [{ request_put: { key: keyBuf(manifest), value: Buffer.from(JSON.stringify({ size: bytes.byteLength, chunks })) } }],
       failure: [],
     });
+    if (m.succeeded) revisions.push(num(m.header.revision));
+    return revisions;
   }
 
   /**
@@ -131,9 +138,10 @@ export class EtcdKv {
 /**
  * kube-apiserver's compactor: every `intervalMs`, the process that wins the compare-and-swap on
  * COMPACT_KEY (version as seen last time) compacts to the revision it recorded one interval ago.
+ * @param onWrite called with the revision of each COMPACT_KEY write this process made (it carries no `/registry/` event)
  * @returns stops the schedule
  */
-export function scheduleCompaction(client: Etcd3, intervalMs: number): () => void {
+export function scheduleCompaction(client: Etcd3, intervalMs: number, onWrite: (revision: number) => void = () => {}): () => void {
   let stopped = false;
   let timer: NodeJS.Timeout | undefined;
   let seenVersion = 0;
@@ -150,6 +158,7 @@ export function scheduleCompaction(client: Etcd3, intervalMs: number): () => voi
         seenVersion = num(r.responses[0]?.response_range.kvs[0]?.version);
       } else {
         seenVersion++;
+        onWrite(rev);
         if (lastRev > 0) await client.kv.compact({ revision: lastRev });
       }
       lastRev = rev;

@@ -175,6 +175,10 @@ export class EtcdStorage implements Storage {
   /** The revision of the latest event delivered. */
   private deliveredUpTo = 0;
   private readonly watchers = new Set<Watcher>();
+  /** Called when `deliveredUpTo` moves (syncedResourceVersion). */
+  private readonly deliveryWaiters: (() => void)[] = [];
+  /** Revisions of this server's writes outside `/registry/` (blobs) not yet passed by `deliveredUpTo`. */
+  private readonly foreign = new Set<number>();
   /** etcd key → its last value known here (from the watch, reads and commits), for transactions' first attempts. */
   private readonly known = new Map<string, Known>();
 
@@ -232,7 +236,7 @@ export class EtcdStorage implements Storage {
       const start = await this.registryWatch.open(await this.kv.oldestReadable(Math.max(1, rev + 1 - this.opts.replayRevisions), rev));
       this.window = new WatchWindow(this.opts.watchWindow, start - 1);
       this.deliveredUpTo = Math.max(this.deliveredUpTo, start - 1);
-      if (!this.closed) this.stopCompaction = scheduleCompaction(this.client, this.opts.compactionIntervalMs);
+      if (!this.closed) this.stopCompaction = scheduleCompaction(this.client, this.opts.compactionIntervalMs, (rev) => this.wroteOutside([rev]));
     } catch (err: unknown) {
       throw new EtcdError('init', `${err instanceof Error ? err.message : String(err)} (endpoints ${this.opts.endpoints.join(',')})`, { cause: err });
     }
@@ -339,6 +343,50 @@ export class EtcdStorage implements Storage {
    */
   currentResourceVersion(): number {
     return this.deliveredUpTo;
+  }
+
+  /**
+   * A consistent read's revision, as kube-apiserver's consistent reads from the watch cache: etcd's
+   * latest revision (a linearizable read), once every event up to it has been handed to watchers.
+   * Revisions of this server's writes outside `/registry/` (blobs) carry no event and are skipped;
+   * etcd's progress notifications are not used (before 3.4.31 / 3.5.13, the etcd Debian ships is
+   * 3.4.23, one may come ahead of events still to be sent, as kube's ConsistentListFromCache notes).
+   * @throws EtcdError when the watch has not reached it within `requestTimeoutMs` (another API
+   *   server's blob write, with no object written since: the caller reads etcd instead)
+   */
+  async syncedResourceVersion(): Promise<number> {
+    const rev = await this.etcdRevision();
+    const deadline = Date.now() + this.opts.requestTimeoutMs;
+    while (this.deliveredUpTo < rev) {
+      if (this.closed) throw new EtcdError('sync', 'the storage is closed');
+      const left = deadline - Date.now();
+      if (left <= 0) throw new EtcdError('sync', `the watch did not reach revision ${rev} within ${this.opts.requestTimeoutMs} ms (at ${this.deliveredUpTo})`);
+      await new Promise<void>((resolve) => {
+        const t = setTimeout(resolve, left);
+        t.unref();
+        this.deliveryWaiters.push(() => {
+          clearTimeout(t);
+          resolve();
+        });
+      });
+    }
+    return rev;
+  }
+
+  /** Records revisions of this server's writes outside `/registry/`. */
+  private wroteOutside(revisions: number[]): void {
+    for (const r of revisions) if (r > this.deliveredUpTo) this.foreign.add(r);
+    this.skipForeign();
+  }
+
+  /** Moves `deliveredUpTo` over the revisions of this server's blob writes that follow it (they carry no event), and wakes syncedResourceVersion. */
+  private skipForeign(): void {
+    while (this.foreign.has(this.deliveredUpTo + 1)) {
+      this.foreign.delete(this.deliveredUpTo + 1);
+      this.deliveredUpTo++;
+    }
+    for (const r of this.foreign) if (r <= this.deliveredUpTo) this.foreign.delete(r);
+    for (const w of this.deliveryWaiters.splice(0)) w();
   }
 
   /** etcd's latest revision (a linearizable read; may be ahead of what watchers have seen). */
@@ -511,6 +559,7 @@ export class EtcdStorage implements Storage {
       } finally {
         this.publishing = was;
       }
+      this.skipForeign();
     } else if ('gap' in m) {
       // Events were compacted away while the watch was disconnected: no watch can resume before the gap.
       this.window.droppedUpTo = Math.max(this.window.droppedUpTo, m.gap);
@@ -536,7 +585,7 @@ export class EtcdStorage implements Storage {
   /** Stores `bytes` under `/blobs/<sha256>` in 1 MiB chunks, at once (not part of an enclosing transaction). */
   async putBlob(sha256: string, bytes: Uint8Array): Promise<void> {
     if (!/^[0-9A-Za-z]+$/.test(sha256)) throw new RangeError(`putBlob: sha256 must be a hex digest: current value is ${JSON.stringify(sha256)}`);
-    await this.call('putBlob', () => this.kv.putBlob(sha256, bytes));
+    this.wroteOutside(await this.call('putBlob', () => this.kv.putBlob(sha256, bytes)));
   }
 
   async getBlob(sha256: string): Promise<Uint8Array | undefined> {

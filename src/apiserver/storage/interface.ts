@@ -128,6 +128,15 @@ export interface Storage {
   /** The latest resourceVersion whose event watchers have been handed (every write up to it is durable). */
   currentResourceVersion(): number;
   /**
+   * The resourceVersion a consistent read must reflect (kube-apiserver's consistent reads from the
+   * watch cache): the store's current revision, resolved once every event up to it has been handed to
+   * watchers, so that a cache fed by `watch` serves a read at it from memory. Local stores answer
+   * `currentResourceVersion()` at once, as a number (no Promise: a GET from the cache waits on nothing);
+   * etcd reads its revision and waits for its watch.
+   * @throws Error when the watch does not catch up in time (the caller reads the store instead)
+   */
+  syncedResourceVersion(): number | Promise<number>;
+  /**
    * Calls `listener` for every event with `rv > sinceRv` on `resource` (all resources when `'*'`),
    * first those still in the watch window, then live ones (synchronously: nothing is missed between).
    * @throws StorageError Expired when events after `sinceRv` have left the window (410 Gone)

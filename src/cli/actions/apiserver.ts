@@ -24,6 +24,7 @@ export interface ApiServerFlags extends ApiServerClusterFlags {
   listenFile?: string;
   certSan: string[];
   watchWindow: string;
+  watchBufferBytes: string;
   eventTtl: string;
   headersTimeout: string;
   issueNodeKubeconfig?: string;
@@ -61,7 +62,7 @@ export async function apiserver(flags: ApiServerFlags): Promise<void> {
   if (headersTimeoutMs < 100) throw new CliError(`--headers-timeout must be at least 100ms: current value is ${flags.headersTimeout}`);
   let sizes: number[];
   try {
-    sizes = [parseBytes(flags.checkpointDataBytes), parseBytes(flags.maxBodyBytes), parseBytes(flags.maxModuleBytes)];
+    sizes = [parseBytes(flags.checkpointDataBytes), parseBytes(flags.maxBodyBytes), parseBytes(flags.maxModuleBytes), parseBytes(flags.watchBufferBytes)];
   } catch (err: unknown) {
     throw new CliError(err instanceof Error ? err.message : String(err));
   }
@@ -88,6 +89,7 @@ export async function apiserver(flags: ApiServerFlags): Promise<void> {
           maxModuleBytes: sizes[2],
           certificateSans: flags.certSan,
           watchWindow,
+          watchBufferBytes: sizes[3],
           headersTimeoutMs,
           eventTtlMs,
         }),

@@ -1,0 +1,237 @@
+// The watch cache (src/apiserver/storage/cacher.ts) through real clients: paged lists are one
+// consistent snapshot, resourceVersion semantics as kube's, and a watcher that does not read is
+// ended while the others keep getting every event.
+import assert from 'node:assert/strict';
+import type { IncomingMessage } from 'node:http';
+import { request as httpsRequest } from 'node:https';
+import { test } from 'node:test';
+import { CoreV1Api } from '@kubernetes/client-node';
+import { startApiServer, type TestApiServer } from '../helpers/apiserver.ts';
+import { waitFor } from '../helpers/wait.ts';
+
+interface Reply {
+  status: number;
+  body: string;
+  json: () => Record<string, unknown>;
+}
+
+function call(api: TestApiServer, method: string, path: string, body?: unknown, type = 'application/json'): Promise<Reply> {
+  const ca = Buffer.from(api.kubeConfig.getCurrentCluster()!.caData!, 'base64');
+  const data = body === undefined ? undefined : Buffer.from(JSON.stringify(body));
+  const u = new URL(api.url + path);
+  const headers: Record<string, string | number> = { Authorization: `Bearer ${api.kubeConfig.getCurrentUser()!.token}` };
+  if (data) {
+    headers['Content-Type'] = type;
+    headers['Content-Length'] = data.length;
+  }
+  return new Promise((resolve, reject) => {
+    const req = httpsRequest({ host: u.hostname, port: u.port, path: u.pathname + u.search, method, ca, headers }, (res) => {
+      const chunks: Buffer[] = [];
+      res.on('data', (c: Buffer) => chunks.push(c));
+      res.on('end', () => {
+        const b = Buffer.concat(chunks).toString();
+        resolve({ status: res.statusCode ?? 0, body: b, json: () => JSON.parse(b) as Record<string, unknown> });
+      });
+    });
+    req.on('error', reject);
+    req.end(data);
+  });
+}
+
+/** Opens a raw watch; answers its response (not read: the caller decides) and request. */
+function openWatch(api: TestApiServer, path: string): Promise<{ res: IncomingMessage; destroy: () => void }> {
+  const ca = Buffer.from(api.kubeConfig.getCurrentCluster()!.caData!, 'base64');
+  const u = new URL(api.url + path);
+  return new Promise((resolve, reject) => {
+    const req = httpsRequest({ host: u.hostname, port: u.port, path: u.pathname + u.search, ca, headers: { Authorization: `Bearer ${api.kubeConfig.getCurrentUser()!.token}` } }, (res) => resolve({ res, destroy: () => req.destroy() }));
+    req.on('error', reject);
+    req.end();
+  });
+}
+
+/** Creates `names` in namespace `ns`, 16 at a time. */
+async function createConfigMaps(core: CoreV1Api, ns: string, names: string[]): Promise<void> {
+  let next = 0;
+  await Promise.all(
+    Array.from({ length: 16 }, async () => {
+      while (next < names.length) {
+        const name = names[next++]!;
+        await core.createNamespacedConfigMap({ namespace: ns, body: { metadata: { name }, data: { v: '0' } } });
+      }
+    }),
+  );
+}
+
+test('lists and gets from the watch cache', { timeout: 300_000 }, async (t) => {
+  const api = await startApiServer(t);
+  const core = api.kubeConfig.makeApiClient(CoreV1Api);
+  await core.createNamespace({ body: { metadata: { name: 'paged' } } });
+  const N = 2000;
+  const names = Array.from({ length: N }, (_, i) => `cm-${String(i).padStart(5, '0')}`);
+  await createConfigMaps(core, 'paged', names);
+
+  await t.test('a paged list by client-node is the state of its first page, each object once, while objects are deleted, created and changed', async () => {
+    const first = await core.listNamespacedConfigMap({ namespace: 'paged', limit: 300 });
+    const rv0 = Number(first.metadata!.resourceVersion);
+    assert.ok(first.metadata!._continue, 'a continue token');
+    assert.equal(first.metadata!.remainingItemCount, N + 1 - 300, 'the 2000 and kube-root-ca.crt');
+    // Between the pages: objects not yet listed deleted, changed, and new ones made among them.
+    for (let i = 1500; i < 1600; i++) await core.deleteNamespacedConfigMap({ namespace: 'paged', name: names[i]! });
+    for (let i = 1600; i < 1650; i++) await core.patchNamespacedConfigMap({ namespace: 'paged', name: names[i]!, body: [{ op: 'replace', path: '/data/v', value: 'changed' }] });
+    await createConfigMaps(core, 'paged', Array.from({ length: 100 }, (_, i) => `cm-01500-new-${i}`));
+    const items = [...first.items];
+    let token: string | undefined = first.metadata!._continue;
+    while (token) {
+      const page = await core.listNamespacedConfigMap({ namespace: 'paged', limit: 300, _continue: token });
+      assert.equal(page.metadata!.resourceVersion, String(rv0), 'every page at the first one’s version');
+      items.push(...page.items);
+      token = page.metadata!._continue;
+    }
+    const listed = items.map((c) => c.metadata!.name!);
+    assert.equal(new Set(listed).size, listed.length, 'no object twice');
+    assert.deepEqual(listed.filter((n) => n !== 'kube-root-ca.crt'), names, 'exactly the objects of the first page’s version, in order');
+    assert.ok(items.every((c) => Number(c.metadata!.resourceVersion) <= rv0), 'no object newer than the list');
+    assert.ok(items.filter((c) => c.metadata!.name! >= names[1600]! && c.metadata!.name! < names[1650]!).every((c) => c.data?.v === '0'), 'changed objects as they were');
+    // A fresh list sees the changes.
+    const now = await core.listNamespacedConfigMap({ namespace: 'paged' });
+    assert.equal(now.items.length, N + 1);
+    assert.ok(Number(now.metadata!.resourceVersion) > rv0);
+    assert.equal(now.items.find((c) => c.metadata!.name === names[1600])!.data!.v, 'changed');
+  });
+
+  await t.test('kubectl get --chunk-size pages a list while a writer deletes and creates: each object once, never a deleted one beside its successor', async () => {
+    // The writer deletes old-i then creates new-i: in any one state at most one of the two exists.
+    const pairs = 400;
+    await createConfigMaps(core, 'paged', Array.from({ length: pairs }, (_, i) => `a-old-${i}`));
+    let written = 0;
+    let stop = false;
+    const writer = (async () => {
+      for (let i = 0; i < pairs && !stop; i++) {
+        await core.deleteNamespacedConfigMap({ namespace: 'paged', name: `a-old-${i}` });
+        await core.createNamespacedConfigMap({ namespace: 'paged', body: { metadata: { name: `z-new-${i}` } } });
+        written++;
+      }
+    })();
+    // Started once the writer is under way, so that the pages are read while it writes.
+    await waitFor('the writer under way', 60_000, () => written >= 5);
+    const before = written;
+    const r = await api.kubectl(['get', 'configmaps', '-n', 'paged', '--chunk-size=50', '-o', 'name'], { timeoutMs: 120_000 });
+    const during = written - before;
+    stop = true;
+    await writer;
+    assert.equal(r.code, 0, r.stderr);
+    const listed = r.stdout.trim().split('\n').map((l) => l.replace('configmap/', ''));
+    assert.equal(new Set(listed).size, listed.length, 'no object twice');
+    for (let i = 0; i < pairs; i++) assert.ok(!(listed.includes(`a-old-${i}`) && listed.includes(`z-new-${i}`)), `a-old-${i} and z-new-${i} are never in one list`);
+    const ofPairs = listed.filter((n) => n.startsWith('a-old-') || n.startsWith('z-new-')).length;
+    assert.ok(ofPairs === pairs || ofPairs === pairs - 1, `one of each pair (one may be between its delete and its create): ${ofPairs} of ${pairs}`);
+    assert.ok(during > 0, `the writer wrote while kubectl paged (${during} pairs)`);
+  });
+
+  await t.test('resourceVersion semantics: Exact reads an older state, NotOlderThan waits, a too-large one is 504, a too-old one 410', async () => {
+    const cm = await core.createNamespacedConfigMap({ namespace: 'paged', body: { metadata: { name: 'versions' }, data: { v: '1' } } });
+    const rv1 = cm.metadata!.resourceVersion!;
+    await core.patchNamespacedConfigMap({ namespace: 'paged', name: 'versions', body: [{ op: 'replace', path: '/data/v', value: '2' }] });
+    const exact = await call(api, 'GET', `/api/v1/namespaces/paged/configmaps?fieldSelector=metadata.name%3Dversions&resourceVersion=${rv1}&resourceVersionMatch=Exact`);
+    assert.equal(exact.status, 200, exact.body);
+    const ex = exact.json() as { metadata: { resourceVersion: string }; items: { data: { v: string } }[] };
+    assert.equal(ex.metadata.resourceVersion, rv1);
+    assert.deepEqual(ex.items.map((i) => i.data.v), ['1']);
+    const latest = await call(api, 'GET', `/api/v1/namespaces/paged/configmaps/versions?resourceVersion=${rv1}`);
+    assert.equal((latest.json() as { data: { v: string } }).data.v, '2', 'NotOlderThan answers the latest');
+    const far = await call(api, 'GET', `/api/v1/namespaces/paged/configmaps?resourceVersion=${Number(rv1) + 1_000_000}`);
+    assert.equal(far.status, 504, far.body);
+    assert.match(String(far.json().message), /Too large resource version/);
+    const forbidden = await call(api, 'GET', '/api/v1/namespaces/paged/configmaps?resourceVersionMatch=Exact');
+    assert.equal(forbidden.status, 422, forbidden.body);
+    const old = await call(api, 'GET', '/api/v1/namespaces/paged/configmaps?resourceVersion=1&resourceVersionMatch=Exact');
+    assert.equal(old.status, 410, old.body);
+    // A continue token of a state before the cache's window is 410 Expired.
+    const tooOld = Buffer.from(JSON.stringify({ rv: 1, start: 'paged/cm-00001' })).toString('base64url');
+    const expired = await call(api, 'GET', `/api/v1/namespaces/paged/configmaps?limit=10&continue=${tooOld}`);
+    assert.equal(expired.status, 410, expired.body);
+    const bad = await call(api, 'GET', '/api/v1/namespaces/paged/configmaps?limit=10&continue=nonsense');
+    assert.equal(bad.status, 400, bad.body);
+  });
+
+  await t.test('a write is seen by the next GET and LIST (consistent reads)', async () => {
+    for (let i = 0; i < 20; i++) {
+      const patched = await core.patchNamespacedConfigMap({ namespace: 'paged', name: 'versions', body: [{ op: 'replace', path: '/data/v', value: `w${i}` }] });
+      const got = await call(api, 'GET', '/api/v1/namespaces/paged/configmaps/versions');
+      assert.equal(got.json().metadata && (got.json().metadata as { resourceVersion: string }).resourceVersion, patched.metadata!.resourceVersion);
+      const list = await call(api, 'GET', '/api/v1/namespaces/paged/configmaps?fieldSelector=metadata.name%3Dversions');
+      assert.equal((list.json() as { items: { data: { v: string } }[] }).items[0]!.data.v, `w${i}`);
+    }
+  });
+
+  await t.test('a list longer than 1 MiB is streamed whole, and the Table kubectl asks for pages', async () => {
+    const big = await call(api, 'GET', '/api/v1/namespaces/paged/configmaps');
+    assert.equal(big.status, 200);
+    assert.equal((big.json() as { items: unknown[] }).items.length, N + 1 + 400 + 1);
+    const r = await api.kubectl(['get', 'configmaps', '-n', 'paged', '--chunk-size=500', '--no-headers']);
+    assert.equal(r.code, 0, r.stderr);
+    assert.equal(r.stdout.trim().split('\n').length, N + 1 + 400 + 1);
+  });
+});
+
+test('a watcher that does not read is ended; another gets every event, and writes go on', { timeout: 300_000 }, async (t) => {
+  const api = await startApiServer(t, { args: ['--storage', 'memory', '--watch-buffer-bytes', '256Ki'] });
+  const core = api.kubeConfig.makeApiClient(CoreV1Api);
+  const cm = await core.createNamespacedConfigMap({ namespace: 'default', body: { metadata: { name: 'big' }, data: { v: '' } } });
+  const path = `/api/v1/namespaces/default/configmaps?watch=true&resourceVersion=${cm.metadata!.resourceVersion}`;
+  const slow = await openWatch(api, path);
+  slow.res.pause();
+  t.after(() => slow.destroy());
+  const fast = await openWatch(api, path);
+  t.after(() => fast.destroy());
+  let fastSeen = 0;
+  let buf = '';
+  fast.res.setEncoding('utf8');
+  fast.res.on('data', (d: string) => {
+    buf += d;
+    let nl = buf.indexOf('\n');
+    while (nl >= 0) {
+      const l = buf.slice(0, nl);
+      buf = buf.slice(nl + 1);
+      nl = buf.indexOf('\n');
+      // The type is the line's start: no parse of 40 KB lines, to keep this process's share of the CPU small.
+      if (l.startsWith('{"type":"MODIFIED"')) fastSeen++;
+    }
+  });
+  // 400 writes of 40 KB: 16 MB, past what the sockets' buffers (4 MiB to send on this kernel) and the 256 KiB bound hold.
+  const WRITES = 400;
+  const pad = 'x'.repeat(40_000);
+  let answered = 0;
+  for (let i = 0; i < WRITES; i++) {
+    await core.patchNamespacedConfigMap({ namespace: 'default', name: 'big', body: [{ op: 'replace', path: '/data/v', value: `${i}${pad}` }] });
+    answered++;
+  }
+  assert.equal(answered, WRITES);
+  await waitFor('the fast watcher to see every write', 60_000, () => fastSeen === WRITES);
+  // The slow one, read now, ends before all of them (its server side was ended, or cut after the grace).
+  const slowSeen = await new Promise<{ events: number; ended: string }>((resolve) => {
+    let events = 0;
+    let rest = '';
+    slow.res.setEncoding('utf8');
+    slow.res.on('data', (d: string) => {
+      rest += d;
+      let nl = rest.indexOf('\n');
+      while (nl >= 0) {
+        if (rest.slice(0, nl).trim()) events++;
+        rest = rest.slice(nl + 1);
+        nl = rest.indexOf('\n');
+      }
+    });
+    slow.res.on('end', () => resolve({ events, ended: 'end' }));
+    slow.res.on('error', () => resolve({ events, ended: 'error' }));
+    slow.res.on('aborted', () => resolve({ events, ended: 'aborted' }));
+    slow.res.resume();
+  });
+  assert.ok(slowSeen.events < WRITES, `the slow watcher got ${slowSeen.events} of ${WRITES} events before its watch ended (${slowSeen.ended})`);
+  assert.match(api.logs(), /client too slow/);
+  const metrics = await call(api, 'GET', '/metrics');
+  assert.match(metrics.body, /apiserver_terminated_watchers_total\{resource="configmaps"\} 1\n/);
+  // The fast watcher still gets events after the slow one was ended.
+  await core.patchNamespacedConfigMap({ namespace: 'default', name: 'big', body: [{ op: 'replace', path: '/data/v', value: 'after' }] });
+  await waitFor('the fast watcher to see one more', 30_000, () => fastSeen === WRITES + 1);
+});
