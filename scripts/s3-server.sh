@@ -3,13 +3,15 @@
 # swift-object, swift-container, swift-account; scripts/setup.sh installs them) with its s3api middleware,
 # one replica on one device in DIR (../shared/design/s3-on-swift.md: what was measured of it here).
 #
-#   bash scripts/s3-server.sh start DIR [PROXY_PORT]   configure DIR (once), start the four servers, wait
+#   bash scripts/s3-server.sh start DIR [PROXY_PORT]   configure DIR (once: a later PROXY_PORT other than its
+#                                                      first is refused), start the four servers, wait
 #                                                      until the proxy answers; prints the S3 settings as
 #                                                      shell assignments (S3_ENDPOINT, AWS_ACCESS_KEY_ID, ...)
 #   bash scripts/s3-server.sh stop DIR                 stop them (the data in DIR stays)
 #   bash scripts/s3-server.sh env DIR                  print the settings again
 #
-# The proxy listens on 127.0.0.1:PROXY_PORT (default 28080), the storage servers on the three ports after it.
+# The proxy listens on 127.0.0.1:PROXY_PORT (default 28080), the storage servers on the three ports after it
+# (choose a PROXY_PORT below 32768, Linux's first ephemeral port: a client's connection may hold one above).
 # The access key is test:tester, the secret testing (tempauth). Logs go to DIR/log/<server>.log. Swift runs
 # with Debian's /usr/bin/python3: the python3 first on PATH may lack Debian's modules.
 set -euo pipefail
@@ -139,7 +141,13 @@ case $cmd in
     done
     [ -x "$PY" ] || { echo "s3-server: $PY is missing (Debian's python3)" >&2; exit 1; }
     port=${3:-28080}
-    if [ ! -f "$dir/proxy.port" ]; then configure "$port"; fi
+    if [ ! -f "$dir/proxy.port" ]; then
+      configure "$port"
+    elif [ $# -ge 3 ] && [ "$3" != "$(cat "$dir/proxy.port")" ]; then
+      # The rings name the storage servers' ports: a DIR keeps the port it was set up with.
+      echo "s3-server: $dir is set up for port $(cat "$dir/proxy.port"), not $3: start it without a port (or with $(cat "$dir/proxy.port")), or give another DIR" >&2
+      exit 2
+    fi
     stop_all
     for s in "${SERVERS[@]}"; do
       # setsid: each server leads a process group of its own, which stop ends whole.

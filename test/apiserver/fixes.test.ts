@@ -96,6 +96,22 @@ test('API server fixes from the fresh-user trial', { timeout: 120_000 }, async (
     assert.match(String(r.json().message), /pods "nosuch" not found/);
   });
 
+  await t.test('kubectl exec and attach of a microVM pod not bound to a node say it has no host (they said it was a WebAssembly pod)', async () => {
+    const pod = { apiVersion: 'v1', kind: 'Pod', metadata: { name: 'vm' }, spec: { runtimeClassName: 'feos', containers: [{ name: 'main', image: '127.0.0.1:5000/busybox:1' }] } };
+    let k = await api.kubectl(['apply', '-f', '-'], { input: JSON.stringify(pod) });
+    assert.equal(k.code, 0, k.stderr);
+    for (const args of [['exec', 'vm', '--', 'ls'], ['attach', 'vm']]) {
+      k = await api.kubectl(args);
+      assert.notEqual(k.code, 0);
+      assert.match(k.stderr, /Error from server \(BadRequest\): pod vm does not have a host assigned/, `${args[0]}: ${k.stderr}`);
+      assert.doesNotMatch(k.stderr, /WebAssembly/);
+    }
+    k = await api.kubectl(['logs', 'vm']);
+    assert.match(k.stderr, /pod vm does not have a host assigned/, 'as kubectl logs says');
+    k = await api.kubectl(['delete', 'pod', 'vm', '--wait=false']);
+    assert.equal(k.code, 0, k.stderr);
+  });
+
   await t.test('a module that does not load is refused at push with the reason, and nothing is stored', async () => {
     const truncated = wasm.subarray(0, 100);
     r = await raw(api, 'PUT', '/apis/kube32.io/v1/modules/broken/data', truncated);

@@ -2,7 +2,7 @@
 // with a real feosd and no VM (issue 17, "Bad input and faults"): a pod whose boot failed after its disk was made
 // hibernates its disk alone, so one state dir serves three feosds in turn. A bucket that does not exist and
 // credentials the server refuses are FAILED_PRECONDITION naming the store and what to check; the pod stays FAILED on
-// the node with its disk, nothing is left in the store; with the right bucket and keys the same pod then hibernates.
+// the node with its disk, nothing is left in the store (so is a feosd that finds no credentials at all, saying what to set); with the right bucket and keys the same pod then hibernates.
 import assert from 'node:assert/strict';
 import { existsSync, mkdirSync, readFileSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
@@ -50,6 +50,9 @@ test('a hibernation to a bucket that does not exist or with refused keys is FAIL
   for (const [what, bucket, env, why] of [
     ['a bucket that does not exist', 'feos-no-such-bucket', s3.env, /s3:\/\/feos-no-such-bucket\/node: .*NoSuchBucket \(404\).*check the bucket feos-no-such-bucket, --s3-endpoint, --s3-region and the AWS credentials/],
     ['a secret the server refuses', BUCKET, { ...s3.env, AWS_SECRET_ACCESS_KEY: 'not-the-secret' }, new RegExp(`s3://${BUCKET}/node: .*(SignatureDoesNotMatch|AccessDenied|InvalidAccessKeyId).*check the bucket ${BUCKET}`)],
+    // No keys anywhere (it was UNAVAILABLE "Could not load credentials from any providers", naming nothing to set).
+    // The instance metadata service is off: the chain would otherwise ask 169.254.169.254.
+    ['no credentials at all', BUCKET, { AWS_REGION: s3.env.AWS_REGION, AWS_ACCESS_KEY_ID: '', AWS_SECRET_ACCESS_KEY: '', AWS_SESSION_TOKEN: '', AWS_PROFILE: '', HOME: dir, AWS_SHARED_CREDENTIALS_FILE: join(dir, 'no-credentials'), AWS_CONFIG_FILE: join(dir, 'no-config'), AWS_EC2_METADATA_DISABLED: 'true' }, new RegExp(`s3://${BUCKET}/node: .*no AWS credentials: set AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY`)],
   ] as const) {
     f = await feosd(bucket, env);
     try {

@@ -2,6 +2,7 @@
 // loopback (scripts/s3-server.sh). The conformance suite every store passes, then what only a remote store has: a
 // bucket that does not exist, credentials it refuses, a server that stopped, bytes damaged in storage.
 import assert from 'node:assert/strict';
+import { spawnSync } from 'node:child_process';
 import { existsSync, readdirSync, readFileSync, statSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { after, before, test } from 'node:test';
@@ -42,6 +43,23 @@ if (skip) {
     return { store, cleanup: () => store.client.destroy() };
   });
 }
+
+test("scripts/s3-server.sh: a start of a DIR set up for one port with another is refused, naming both, and the running server serves on (the port was silently ignored: the servers went to the first port's)", { skip, timeout: 120_000 }, async () => {
+  const port = Number(new URL(server.endpoint).port);
+  const other = String(port + 100);
+  const script = join(import.meta.dirname, '../../scripts/s3-server.sh');
+  const r = spawnSync('bash', [script, 'start', server.dir, other], { encoding: 'utf8', timeout: 60_000 });
+  assert.equal(r.status, 2, r.stderr);
+  assert.match(r.stderr, new RegExp(`is set up for port ${port}, not ${other}: start it without a port \\(or with ${port}\\), or give another DIR`));
+  assert.equal(r.stdout, '', 'no settings printed');
+  const store = storeIn(await newBucket());
+  try {
+    await store.put('pods/p/c/manifest.json', new TextEncoder().encode('still here'));
+    assert.equal(new TextDecoder().decode(await store.getBytes('pods/p/c/manifest.json')), 'still here');
+  } finally {
+    store.client.destroy();
+  }
+});
 
 test('S3: objects live under the URL prefix; two prefixes in one bucket do not see each other', { skip, timeout: 60_000 }, async (t) => {
   const bucket = await newBucket();

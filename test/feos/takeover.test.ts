@@ -137,3 +137,51 @@ test("a feosd killed after a suspend's QEMU wrote its whole snapshot and ended, 
   assert.equal(vm.snapshotBytes, 64n * 1024n);
   assert.ok(existsSync(join(state, 'vms', id, 'snapshot', 'vmstate')), 'the snapshot is kept for the resume');
 });
+
+test("a feosd killed while a resume's QEMU had not answered QMP yet: the next start ends that QEMU and the pod stays SUSPENDED with its snapshot (that QEMU ran on unseen, and the next ResumePod failed on the disk's write lock and discarded the snapshot)", { timeout: 90_000 }, async (t) => {
+  const { dir, cleanup } = tempDir('feos-unanswered-');
+  t.after(cleanup);
+  const state = join(dir, 'state');
+  const id = 'kxnnswrdqm1';
+  // A real suspend through feosd, of the stand-in QEMU: the pod SUSPENDED with a 64 KiB snapshot.
+  const qemu = await frozenPod(state, id, 'running', 'none', false, 'suspend');
+  t.after(() => qemu.kill('SIGKILL'));
+  let feosd = await startFeosd(dir);
+  t.after(() => feosd.stop('SIGKILL'));
+  await until('the pod is taken over RUNNING', async () => ((await feosd.pods.getPod({ id })).pod!.state === PodState.RUNNING ? true : undefined), 20_000);
+  await feosd.pods.suspendPod({ id });
+  await feosd.stop();
+  const vmDir = join(state, 'vms', id);
+  writeFileSync(join(vmDir, 'config.json'), JSON.stringify({ dir: vmDir, guestDir: join(dir, 'guest'), disk: join(state, 'disks', `${id}.qcow2`), vcpus: 1, memoryBytes: '268435456', accelerator: 'tcg', volumes: [] }));
+
+  // The resume's QEMU: a stand-in that starts and never serves QMP, as a QEMU still coming up when feosd is killed.
+  const launched = join(dir, 'qemu.pid');
+  const standIn = join(dir, 'qemu-never-answers');
+  writeFileSync(standIn, `#!/bin/sh\necho $$ > '${launched}'\nexec tail -f /dev/null\n`, { mode: 0o755 });
+  t.after(() => {
+    try {
+      process.kill(Number(readFileSync(launched, 'utf8')), 'SIGKILL');
+    } catch {}
+  });
+  feosd = await startFeosd(dir, { extra: ['--qemu', standIn] });
+  const resuming = feosd.pods.resumePod({ id }).catch((err: unknown) => err);
+  const vmRecord = () => fromBinary(MicroVmSchema, readFileSync(join(vmDir, 'microvm.pb')));
+  const pid = await until('the record names the resume QEMU before it answers', async () => {
+    const p = existsSync(launched) ? Number(readFileSync(launched, 'utf8')) : 0;
+    return p > 0 && vmRecord().pid === p ? p : undefined;
+  }, 20_000);
+  await feosd.stop('SIGKILL');
+  await resuming;
+  assert.equal(MicroVmState[vmRecord().state], 'SUSPENDED', 'the kill came before QMP answered');
+  assert.ok(pidStartTicks(pid) !== undefined, 'the QEMU outlived the killed feosd');
+
+  feosd = await startFeosd(dir);
+  await until('the QEMU that never answered is ended', async () => (pidStartTicks(pid) === undefined ? true : undefined), 20_000);
+  assert.match(feosd.stderr(), /a QEMU started before feosd was killed never answered it; ending it/);
+  const pod = (await feosd.pods.getPod({ id })).pod!;
+  assert.equal(PodState[pod.state], 'SUSPENDED', pod.reason);
+  const vm = vmRecord();
+  assert.equal(MicroVmState[vm.state], 'SUSPENDED', vm.reason);
+  assert.equal(vm.pid, 0, 'the record names no QEMU any more');
+  assert.ok(existsSync(join(vmDir, 'snapshot', 'vmstate')), 'the snapshot is kept for the resume');
+});

@@ -3,6 +3,8 @@
  * nodes, services and pods, and the `data` of checkpoints and modules. Each is served only for
  * resources whose definition lists it.
  */
+import type { V1Pod } from '@kubernetes/client-node';
+import { podRuntime } from '../../api/index.ts';
 import { ApiError, badRequest, resourceNotFound } from '../errors.ts';
 import { bindPod } from '../registry/pods/binding.ts';
 import { evictPod } from '../registry/pods/eviction.ts';
@@ -73,7 +75,11 @@ export async function serveSubresource(scope: RequestScope): Promise<void> {
     const pod = await reg.get(def, namespace, name);
     const feosNode = await feosNodeOf(reg, pod);
     if (feosNode && info.subpath === '') return serveFeosPodSubresource(scope, pod, feosNode, ctx.feosPodStreams?.());
-    if (STREAMING_SUBRESOURCES.has(info.subresource!)) throw streamingNotSupported(pod, info.subresource!);
+    if (STREAMING_SUBRESOURCES.has(info.subresource!)) {
+      // A microVM pod not bound yet (Pending, or between a drain and its new node) is not a Wasm pod: as Kubernetes answers.
+      if (!rec(pod.spec).nodeName && podRuntime(pod as unknown as V1Pod)?.runtime === 'microvm') throw badRequest(`pod ${name} does not have a host assigned`);
+      throw streamingNotSupported(pod, info.subresource!);
+    }
   }
   if (!def.subresources.includes(sub)) throw resourceNotFound();
   if (sub !== 'proxy' && info.subpath !== '') throw resourceNotFound();

@@ -173,7 +173,10 @@ export class MicroVmService extends EventEmitter<{ exit: [MicroVmExit] }> {
         rt.config = JSON.parse(await readFile(p.config, 'utf8')) as QemuConfig;
         rt.config.memoryBytes = BigInt(rt.config.memoryBytes as unknown as string);
       } catch {}
-      if (record.state !== MicroVmState.RUNNING) continue;
+      if (record.state !== MicroVmState.RUNNING) {
+        if (record.pid > 0) await this.#endUnanswered(rt, boot);
+        continue;
+      }
       if (record.bootId === boot && isSameProcess(record.pid, record.pidStartTicks)) {
         let attached = false;
         try {
@@ -209,6 +212,32 @@ export class MicroVmService extends EventEmitter<{ exit: [MicroVmExit] }> {
       }
       await this.#setState(rt, MicroVmState.CRASHED, 'QEMU ended while feosd was away');
     }
+  }
+
+  /**
+   * A microVM whose record is not RUNNING but names a QEMU (pid and start time, kept by #spawn before QMP
+   * answers): a feosd was killed between the launch of a boot's or a resume's QEMU and its first answer. Its
+   * vCPUs never ran past what the record says (a resume's `cont` comes after the record is RUNNING), so that
+   * QEMU is ended, and waited for (it holds the disk's write lock), and the microVM stays as recorded: a
+   * SUSPENDED one with its snapshot, for ResumePod. Before, it ran on unseen, and the next resume's QEMU
+   * failed on the disk's lock ("Failed to get \"write\" lock"), which discarded the snapshot.
+   */
+  async #endUnanswered(rt: Runtime, boot: string): Promise<void> {
+    const { id, pid, pidStartTicks: ticks } = rt.record;
+    if (rt.record.bootId === boot && isSameProcess(pid, ticks)) {
+      this.#opts.log.warn({ id, pid, state: MicroVmState[rt.record.state] }, 'taken over: a QEMU started before feosd was killed never answered it; ending it (the microVM stays as recorded)');
+      killPid(pid);
+      const deadline = performance.now() + 10_000;
+      while (isSameProcess(pid, ticks) && performance.now() < deadline) await new Promise((r) => setTimeout(r, 20));
+      if (isSameProcess(pid, ticks)) {
+        // Kept in the record: the next start ends it again.
+        this.#opts.log.error({ id, pid }, 'taken over: that QEMU did not end within 10 s of SIGKILL; a resume or start of the microVM fails while it holds the disk');
+        return;
+      }
+    }
+    rt.record.pid = 0;
+    rt.record.pidStartTicks = 0n;
+    await this.#write(rt);
   }
 
   /**
@@ -548,6 +577,16 @@ export class MicroVmService extends EventEmitter<{ exit: [MicroVmExit] }> {
     rt.record.pid = pid;
     rt.record.pidStartTicks = pidStartTicks(pid) ?? 0n;
     rt.record.bootId = bootId();
+    // Kept before QMP answers (seconds under TCG and load): a feosd killed until then leaves a QEMU that the
+    // record names, which the next start ends (#endUnanswered) instead of starting a second one on the disk.
+    try {
+      await this.#write(rt);
+    } catch (err: unknown) {
+      killPid(pid);
+      rt.record.pid = 0;
+      rt.record.pidStartTicks = 0n;
+      throw new VmmError(rt.record.id, `microVM ${rt.record.id}: its record cannot be written, so ${this.#vmm.name} (pid ${pid}) was ended: ${errorMessage(err)}`, { cause: err });
+    }
     if (this.#opts.cgroup) {
       await placeInCgroup(this.#opts.cgroup, rt.record.id, pid, rt.record.vcpus).catch((err: unknown) =>
         this.#opts.log.warn({ id: rt.record.id, err: errorMessage(err) }, 'cgroup: not placed'),
@@ -562,6 +601,9 @@ export class MicroVmService extends EventEmitter<{ exit: [MicroVmExit] }> {
       } catch (err: unknown) {
         if (child.exitCode !== null || child.signalCode !== null || performance.now() > deadline) {
           killPid(pid);
+          rt.record.pid = 0;
+          rt.record.pidStartTicks = 0n;
+          await this.#write(rt).catch(() => {});
           const log = await readFile(p.qemuLog, 'utf8').catch(() => '');
           throw new VmmError(rt.record.id, `${this.#vmm.name} did not come up: ${errorMessage(err)}; qemu.log: ${log.trim().split('\n').slice(-3).join(' | ')}`);
         }

@@ -138,8 +138,15 @@ export class S3ObjectStore implements ObjectStore {
 
   #error(key: string, step: string, err: unknown): ObjectStoreError {
     // The SDK refuses a region that cannot be a host name before it sends anything: the configuration too.
-    const refused = REFUSED.has(codeOf(err)) || statusOf(err) === 403 || /Region not accepted|Invalid region/i.test(errorMessage(err));
-    const hint = refused ? ` (check the bucket ${this.bucket}, --s3-endpoint, --s3-region and the AWS credentials)` : '';
+    // The SDK's credential chain found no keys at all (no AWS_ACCESS_KEY_ID, profile or role): the configuration
+    // too, named as such (the chain's own message names no variable).
+    const noKeys = codeOf(err) === 'CredentialsProviderError' || /Could not load credentials from any providers/.test(errorMessage(err));
+    const refused = noKeys || REFUSED.has(codeOf(err)) || statusOf(err) === 403 || /Region not accepted|Invalid region/i.test(errorMessage(err));
+    const hint = noKeys
+      ? ' (no AWS credentials: set AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY in feosd\'s environment, or AWS_PROFILE, ~/.aws/credentials or an instance role)'
+      : refused
+        ? ` (check the bucket ${this.bucket}, --s3-endpoint, --s3-region and the AWS credentials)`
+        : '';
     return new ObjectStoreError(key, `${this.url}: ${step} ${key}: ${describeS3Error(err)}${hint}`, { cause: err, failure: refused ? 'refused' : 'unavailable' });
   }
 
