@@ -41,7 +41,7 @@ import { pino } from 'pino';
 import { MOVE_STEP_MESSAGE } from '../../src/controllers/checkpoint/timeline.ts';
 import { startControllers } from '../../src/controllers/index.ts';
 import { type Checkpoint, RestClient } from '../../src/api/index.ts';
-import { loadModule, PodInstance } from '../../src/wasm/index.ts';
+import { loadModule, PodInstance, warmWorkerPool } from '../../src/wasm/index.ts';
 import { startApiServer } from '../../test/helpers/apiserver.ts';
 
 const ROOT = new URL('../../', import.meta.url).pathname;
@@ -402,6 +402,10 @@ try {
     for (let i = 0; i < Math.min(MOVES, 20); i++) {
       await bounded(`bare snapshot + restore ${i}`, 60_000, async () => {
         const src = await PodInstance.start({ module: mod, namespace: 'default', podName: 'bare', containerName: 'c' });
+        // The restore gets a booted pod thread, as a node's restore does (it keeps threads booted ahead):
+        // without this wait the source's start had just taken the spare, and the timed restore waited for
+        // a thread to boot (or raced its boot), which made the reference vary 10 to 183 ms between runs.
+        await warmWorkerPool();
         const t0 = performance.now();
         await src.freeze(10_000);
         const snap = await src.snapshot();
