@@ -173,8 +173,11 @@ interface Mark {
   worker?: string;
 }
 const marks: Mark[] = [];
-/** Restores of the target kubelets: from the copy the API server pushed while it stored the data, or fetched after. */
-const restores = { staged: 0, fetched: 0 };
+/**
+ * Restores of the target kubelets: from the copy the API server pushed while it stored the data (`staged`;
+ * `prepared` of them: restored into a pod thread while the bytes arrived, committed at the 304), or fetched after.
+ */
+const restores = { staged: 0, prepared: 0, fetched: 0 };
 /** The kubelets' log lines that mark a step of a move, by message, with the name the timeline gives them. */
 const KUBELET_STEPS: Record<string, string> = {
   'checkpoint: pod frozen': 'pod frozen',
@@ -214,7 +217,10 @@ function readLogLine(line: string, worker?: string): void {
   }
   if (o.msg === MOVE_STEP_MESSAGE) marks.push({ time: Number(o.time), step: String(o.step) });
   else if (worker && typeof o.msg === 'string' && KUBELET_STEPS[o.msg]) {
-    if (o.msg === 'restore: data answered') restores[o.staged === true ? 'staged' : 'fetched']++;
+    if (o.msg === 'restore: data answered') {
+      restores[o.staged === true ? 'staged' : 'fetched']++;
+      if (o.prepared === true) restores.prepared++;
+    }
     if (o.msg !== 'pod status written' || o.phase === 'Running') marks.push({ time: Number(o.time), step: KUBELET_STEPS[o.msg]!, worker });
   } else if (Number(o.level) >= 40) process.stderr.write(`${line}\n`);
 }
@@ -422,8 +428,9 @@ try {
     );
     const del = await rest.request({ method: 'DELETE', path: `/api/v1/namespaces/default/pods/${podName}?gracePeriodSeconds=0` });
     del.body.resume();
-    const note = `CPU ms a move: ${cpu}; ${restores.staged} restores from the copy pushed to the target while it was stored, ${restores.fetched} fetched after`;
+    const note = `CPU ms a move: ${cpu}; ${restores.staged} restores from the copy pushed to the target while it was stored (${restores.prepared} of them prepared while it arrived), ${restores.fetched} fetched after`;
     restores.staged = 0;
+    restores.prepared = 0;
     restores.fetched = 0;
     readApiMarks();
     marks.sort((a, b) => a.time - b.time);
