@@ -68,9 +68,10 @@ export interface StartControllersOptions {
   /**
    * Have the API server send a move's snapshot on to the target's kubelet while it stores it (`&target=` of
    * the capture, docs/checkpoints.md "Figures"): the target then holds the bytes when the replacement is
-   * bound to it. Off by default: on the 2-core build machine under other work it shortened the steps after
-   * the store but slowed the stream into the API server as much or more (bench/moves, `BENCH_PUSH=1`).
-   * @default false
+   * bound to it, and prepares the restore while the bytes arrive (src/kubelet/prepared-restores.ts), which it
+   * runs once the control plane confirms the stored data. On by default since a 16 MiB move took 0.44 to
+   * 0.6 of the time without it (bench/moves, `BENCH_PUSH=0` without; docs/checkpoints.md "Figures").
+   * @default true
    */
   pushSnapshotsToTarget?: boolean;
   /** The clock. @default realClock */
@@ -115,7 +116,7 @@ export async function startControllers(options: StartControllersOptions): Promis
   const log = options.log ?? createLogger('controllers');
   const api = new KubeClusterApi(options.kubeConfig);
   const informers = new Informers(options.kubeConfig, api.rest, log);
-  const ctx: ControllerContext = { api, cache: informers.caches, clock, log, timings, state: newSharedState(clock), pushSnapshotsToTarget: options.pushSnapshotsToTarget === true };
+  const ctx: ControllerContext = { api, cache: informers.caches, clock, log, timings, state: newSharedState(clock), pushSnapshotsToTarget: options.pushSnapshotsToTarget !== false };
   let elector: LeaderElector | undefined;
   if (options.leaderElection) {
     const given = typeof options.leaderElection === 'object' ? options.leaderElection : {};
