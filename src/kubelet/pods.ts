@@ -113,7 +113,7 @@ export class PodManager {
     this.#stopped = true;
     await this.#informer?.stop();
     await Promise.all([...this.#workers.values()].map((w) => w.stop()));
-    this.staged.clear();
+    await this.staged.clear();
     this.#workers.clear();
   }
 

@@ -114,7 +114,7 @@ export class StagedRestores {
     if (!Number.isSafeInteger(length) || length < 32) throw new EndpointError(400, 'BadRequest', `a staged snapshot needs a Content-Length of at least 32 bytes: current value is ${length}`);
     if (sha256 !== '' && !/^[0-9a-f]{64}$/.test(sha256)) throw new EndpointError(400, 'BadRequest', `x-kube32-snapshot-sha256 must be 64 lowercase hex digits: current value is "${sha256}"`);
     const key = keyOf(at.ns, at.pod, at.container, at.checkpoint);
-    this.#drop(key);
+    void this.#drop(key);
     if (this.#bytes + length > MAX_STAGED_BYTES) {
       throw new EndpointError(413, 'RequestEntityTooLarge', `staging ${length} bytes would pass the node's ${MAX_STAGED_BYTES} bytes of staged snapshots`);
     }
@@ -122,7 +122,7 @@ export class StagedRestores {
     let settle!: (ok: boolean) => void;
     const whole = new Promise<boolean>((r) => { settle = r; });
     const staged: Entry = { sha256: '', byteLength: length, pieces, whole, prepared: undefined, consumed: false };
-    const timer = setTimeout(() => this.#drop(key, staged), STAGED_TTL_MS);
+    const timer = setTimeout(() => void this.#drop(key, staged), STAGED_TTL_MS);
     timer.unref();
     this.#entries.set(key, { staged, timer });
     this.#bytes += length;
@@ -181,7 +181,7 @@ export class StagedRestores {
     ended = ok;
     wake?.();
     settle(ok);
-    if (!ok) this.#drop(key, staged);
+    if (!ok) void this.#drop(key, staged);
     return staged;
   }
 
@@ -194,7 +194,7 @@ export class StagedRestores {
     const key = keyOf(ns, pod, container, checkpoint);
     const e = this.#entries.get(key);
     if (!e) return undefined;
-    this.#drop(key, e.staged, true);
+    void this.#drop(key, e.staged, true);
     let timer: NodeJS.Timeout | undefined;
     const late = new Promise<false>((r) => {
       timer = setTimeout(() => r(false), STAGED_WAIT_MS);
@@ -208,18 +208,19 @@ export class StagedRestores {
     }
   }
 
-  /** Drops every staged snapshot (the node stops), cancelling their prepared restores. */
-  clear(): void {
-    for (const key of [...this.#entries.keys()]) this.#drop(key);
+  /** Drops every staged snapshot (the node stops); resolves once their prepared restores are cancelled. */
+  async clear(): Promise<void> {
+    await Promise.all([...this.#entries.keys()].map((key) => this.#drop(key)));
   }
 
   /** Forgets the entry of `key` (only that one, when given); its prepared restore is cancelled unless `taken`. */
-  #drop(key: string, only?: Entry, taken = false): void {
+  #drop(key: string, only?: Entry, taken = false): Promise<void> {
     const e = this.#entries.get(key);
-    if (!e || (only && e.staged !== only)) return;
+    if (!e || (only && e.staged !== only)) return Promise.resolve();
     clearTimeout(e.timer);
     this.#entries.delete(key);
     this.#bytes -= e.staged.byteLength;
-    if (!taken) void e.staged.prepared?.then((p) => p?.cancel());
+    if (taken || !e.staged.prepared) return Promise.resolve();
+    return e.staged.prepared.then((p) => p?.cancel());
   }
 }

@@ -158,6 +158,8 @@ export class PodInstance extends EventEmitter {
     const booting = pod.#boot(true);
     booting.catch(() => {});
     const starting = pod.#starting!;
+    // Ended before its commit (a cancel, the thread's end): the start fails, for a commit waiting on it too.
+    void pod.exited.then(() => starting.fail(new PodStartError('Error', 'the prepared restore was cancelled')));
     let committed = false;
     return {
       restored: starting.restored.promise,
