@@ -12,7 +12,7 @@
  * the staged bytes or fetches the data as before.
  */
 import type { V1Pod } from '@kubernetes/client-node';
-import type { Logger } from '../lib/index.ts';
+import { type Logger, pauseAt } from '../lib/index.ts';
 import { PodInstance, type PreparedRestore } from '../wasm/index.ts';
 import { type ControlPlane, errorMessage } from './client.ts';
 import { type LoadedModules, resolveImageDigest } from './modules.ts';
@@ -52,6 +52,9 @@ export function prepareHook(ctx: PrepareContext): PrepareHook {
         restoreTransfer: true,
       });
       ctx.log.debug({ pod: `${at.ns}/${at.pod}`, container: at.container, checkpoint: at.checkpoint }, 'restore: prepared while the snapshot arrives');
+      // The container's restore commits it only once written (a failure there is its own to report).
+      await prepared.restored.catch(() => {});
+      await pauseAt('kubelet-prepared'); // test-only (src/lib/test-pause.ts)
       return prepared;
     } catch (err: unknown) {
       ctx.log.debug({ pod: `${at.ns}/${at.pod}`, container: at.container, checkpoint: at.checkpoint, err: errorMessage(err) }, 'restore: not prepared');
