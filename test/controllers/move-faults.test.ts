@@ -85,7 +85,7 @@ test('a move survives a SIGKILL of any one process at any step: one pod, countin
   const cpDir = join(tmp, 'cp');
   let cpPort = 0;
   const startCp = async (): Promise<Proc> => {
-    const p = spawnProc('cp', CLI, ['control-plane', '--data-dir', cpDir, '--port', String(cpPort), '--move-timeout', '15s']);
+    const p = spawnProc('cp', CLI, ['control-plane', '--data-dir', cpDir, '--port', String(cpPort), '--move-timeout', '15s', '--push-snapshots-to-target']);
     await until('the control plane to listen', () => {
       if (p.proc.exitCode !== null) throw new Error(`control-plane exited ${p.proc.exitCode}: ${p.out.slice(-3000)}`);
       return p.out.includes('"kubeconfig"');
@@ -219,7 +219,7 @@ test('a move survives a SIGKILL of any one process at any step: one pod, countin
   // Completed, or (the target's retry after the control plane's restart later than the move timeout)
   // rolled back to the source, which restores from the same data: the state is kept either way.
   await fault('control plane killed while the target restores, before it has the data', 'cp', 'kubelet-restore', { phase: 'either' });
-  // The snapshot pushed to the target (on by default) and its restore prepared there, written, not run:
+  // The snapshot pushed to the target (--push-snapshots-to-target) and its restore prepared there, written, not run:
   // the control plane killed then (its store done or not), or the target itself.
   await fault('control plane killed while the target holds a prepared restore', 'cp', 'kubelet-prepared', { phase: 'either' });
   await fault('target worker killed while its prepared restore waits for the commit', 'target', 'kubelet-prepared', { phase: 'either' });
