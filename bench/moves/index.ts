@@ -27,7 +27,8 @@
  *
  * Prints figures and ratios; asserts nothing about time. Run: `node bench/moves/index.ts` (or
  * `npm run bench moves`); `BENCH_MOVES=10 BENCH_SIZES=32k,1m` for a shorter run,
- * `BENCH_LOAD_MOVES=0` without the moves under requests, `BENCH_PUSH=1` with the controllers' `pushSnapshotsToTarget`. Needs wat2wasm.
+ * `BENCH_LOAD_MOVES=0` without the moves under requests, `BENCH_PUSH=1` with the controllers' `pushSnapshotsToTarget`
+ * (the snapshot pushed to the target while it is stored, its restore prepared there as it arrives). Needs wat2wasm.
  */
 import { execFileSync, spawn } from 'node:child_process';
 import http from 'node:http';
@@ -41,7 +42,7 @@ import { pino } from 'pino';
 import { MOVE_STEP_MESSAGE } from '../../src/controllers/checkpoint/timeline.ts';
 import { startControllers } from '../../src/controllers/index.ts';
 import { type Checkpoint, RestClient } from '../../src/api/index.ts';
-import { loadModule, PodInstance } from '../../src/wasm/index.ts';
+import { loadModule, PodInstance, warmWorkerPool } from '../../src/wasm/index.ts';
 import { startApiServer } from '../../test/helpers/apiserver.ts';
 
 const ROOT = new URL('../../', import.meta.url).pathname;
@@ -173,8 +174,11 @@ interface Mark {
   worker?: string;
 }
 const marks: Mark[] = [];
-/** Restores of the target kubelets: from the copy the API server pushed while it stored the data, or fetched after. */
-const restores = { staged: 0, fetched: 0 };
+/**
+ * Restores of the target kubelets: from the copy the API server pushed while it stored the data (`staged`;
+ * `prepared` of them: restored into a pod thread while the bytes arrived, committed at the 304), or fetched after.
+ */
+const restores = { staged: 0, prepared: 0, fetched: 0 };
 /** The kubelets' log lines that mark a step of a move, by message, with the name the timeline gives them. */
 const KUBELET_STEPS: Record<string, string> = {
   'checkpoint: pod frozen': 'pod frozen',
@@ -214,7 +218,10 @@ function readLogLine(line: string, worker?: string): void {
   }
   if (o.msg === MOVE_STEP_MESSAGE) marks.push({ time: Number(o.time), step: String(o.step) });
   else if (worker && typeof o.msg === 'string' && KUBELET_STEPS[o.msg]) {
-    if (o.msg === 'restore: data answered') restores[o.staged === true ? 'staged' : 'fetched']++;
+    if (o.msg === 'restore: data answered') {
+      restores[o.staged === true ? 'staged' : 'fetched']++;
+      if (o.prepared === true) restores.prepared++;
+    }
     if (o.msg !== 'pod status written' || o.phase === 'Running') marks.push({ time: Number(o.time), step: KUBELET_STEPS[o.msg]!, worker });
   } else if (Number(o.level) >= 40) process.stderr.write(`${line}\n`);
 }
@@ -354,7 +361,7 @@ try {
     del.body.resume();
   }
 
-  console.log(`freeze to Running of a move between two kube32-sim workers (${MOVES} moves each), and the bare snapshot + restore in one process${push ? "; the snapshot pushed to the target while it is stored (BENCH_PUSH=1)" : ""}`);
+  console.log(`freeze to Running of a move between two kube32-sim workers (${MOVES} moves each), and the bare snapshot + restore in one process${push ? '; the snapshot pushed to the target while it is stored (BENCH_PUSH=1)' : ''}`);
   console.log('pod      snapshot bytes   p50 ms   p99 ms   bare p50 ms   p50/bare   create->Completed p50 ms');
   let port = 19000;
   const timelines: { label: string; steps: [string, number][]; note: string }[] = [];
@@ -402,6 +409,10 @@ try {
     for (let i = 0; i < Math.min(MOVES, 20); i++) {
       await bounded(`bare snapshot + restore ${i}`, 60_000, async () => {
         const src = await PodInstance.start({ module: mod, namespace: 'default', podName: 'bare', containerName: 'c' });
+        // The restore gets a booted pod thread, as a node's restore does (it keeps threads booted ahead):
+        // without this wait the source's start had just taken the spare, and the timed restore waited for
+        // a thread to boot (or raced its boot), which made the reference vary 10 to 183 ms between runs.
+        await warmWorkerPool();
         const t0 = performance.now();
         await src.freeze(10_000);
         const snap = await src.snapshot();
@@ -418,8 +429,9 @@ try {
     );
     const del = await rest.request({ method: 'DELETE', path: `/api/v1/namespaces/default/pods/${podName}?gracePeriodSeconds=0` });
     del.body.resume();
-    const note = `CPU ms a move: ${cpu}; ${restores.staged} restores from the copy pushed to the target while it was stored, ${restores.fetched} fetched after`;
+    const note = `CPU ms a move: ${cpu}; ${restores.staged} restores from the copy pushed to the target while it was stored (${restores.prepared} of them prepared while it arrived), ${restores.fetched} fetched after`;
     restores.staged = 0;
+    restores.prepared = 0;
     restores.fetched = 0;
     readApiMarks();
     marks.sort((a, b) => a.time - b.time);

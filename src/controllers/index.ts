@@ -68,8 +68,10 @@ export interface StartControllersOptions {
   /**
    * Have the API server send a move's snapshot on to the target's kubelet while it stores it (`&target=` of
    * the capture, docs/checkpoints.md "Figures"): the target then holds the bytes when the replacement is
-   * bound to it. Off by default: on the 2-core build machine under other work it shortened the steps after
-   * the store but slowed the stream into the API server as much or more (bench/moves, `BENCH_PUSH=1`).
+   * bound to it, and prepares the restore while the bytes arrive (src/kubelet/prepared-restores.ts), which it
+   * runs once the control plane confirms the stored data. Off by default: it made a 16 MiB move 0.27 to 0.81
+   * of the time without it in three of four runs, but bench/moves' requests during moves then failed at
+   * the pod's address (849 in 10 moves, 0 without), not yet understood (docs/checkpoints.md "Figures").
    * @default false
    */
   pushSnapshotsToTarget?: boolean;

@@ -15,7 +15,7 @@
 import { join } from 'node:path';
 import type { V1Container, V1Pod } from '@kubernetes/client-node';
 import { type Logger, pauseAt } from '../lib/index.ts';
-import { ModuleError, PodInstance, PodStartError, type PodExit, type PodModule } from '../wasm/index.ts';
+import { ModuleError, PodInstance, PodStartError, type PodExit, type PodModule, type PodStartOptions, type PreparedRestore } from '../wasm/index.ts';
 import { readText } from '../api/index.ts';
 import { type ControlPlane, errorMessage } from './client.ts';
 import { ImagePullError, type LoadedModules, resolveImageDigest } from './modules.ts';
@@ -88,8 +88,11 @@ export class ContainerRunner {
   readonly #ctx: RunnerContext;
   #pod: V1Pod;
   readonly #restoreFrom: string | undefined;
-  /** Where the last restore's data came from: the copy pushed here while it was stored, or fetched. */
-  #restoreData: 'pushed' | 'fetched' = 'fetched';
+  /**
+   * Where the last restore's data came from: the copy pushed here while it was stored (`pushed`; `prepared`:
+   * restored into a pod thread while it arrived, see prepared-restores.ts), or fetched.
+   */
+  #restoreData: 'prepared' | 'pushed' | 'fetched' = 'fetched';
   readonly #stop = new AbortController();
   /** The running instance, if any. */
   instance: PodInstance | undefined;
@@ -261,26 +264,39 @@ export class ContainerRunner {
   }
 
   /**
-   * Requests the Checkpoint's data and answers its body once the response has begun.
+   * Requests the Checkpoint's data and answers its body once the response has begun, or the restore
+   * prepared from the copy pushed here when the control plane answers that its data is those bytes.
    * @param signal cancels the request (the runner's stop cancels it too)
+   * @param fresh ask for the bytes whatever was pushed here (a prepared restore that could not be used)
    * @throws PodStartError `RestoreError` when the control plane answers that the data cannot be had
    *   (404: none; 403, 400 ...); `Error` when it cannot be reached or answers 429 or 5xx, which may pass
    *   (the container is then restarted as a restore, with the crash back-off)
    */
-  async #restoreStream(name: string, signal: AbortSignal): Promise<AsyncIterable<Uint8Array>> {
+  async #restoreStream(name: string, signal: AbortSignal, fresh = false): Promise<AsyncIterable<Uint8Array> | PreparedRestore> {
     const ns = this.#pod.metadata?.namespace ?? 'default';
     const path = `/apis/kube32.io/v1/namespaces/${ns}/checkpoints/${encodeURIComponent(name)}/data`;
-    await pauseAt('kubelet-restore'); // test-only (src/lib/test-pause.ts)
+    if (!fresh) await pauseAt('kubelet-restore'); // test-only (src/lib/test-pause.ts)
     // A copy the API server pushed here while it stored the data (staged-restores.ts) is used only if the
     // control plane answers that its data is those bytes (304 to If-None-Match with their SHA-256).
-    const staged = await this.#ctx.staged?.take(ns, this.#pod.metadata?.name ?? '', this.spec.name, name);
+    const staged = fresh ? undefined : await this.#ctx.staged?.take(ns, this.#pod.metadata?.name ?? '', this.spec.name, name);
     this.#ctx.log.debug({ container: this.spec.name, checkpoint: name, staged: staged !== undefined }, 'restore: requesting the data');
     const headers: Record<string, string> = staged ? { 'if-none-match': `"${staged.sha256}"` } : {};
     const res = await this.#ctx.cp.request('GET', path, { signal: AbortSignal.any([this.#stop.signal, signal]), headers }).catch((err: unknown) => {
+      // Taken from the staged ones: a restore prepared from it ends here (the next try fetches the data).
+      void staged?.prepared?.then((p) => p?.cancel());
       throw new PodStartError('Error', `cannot fetch the snapshot of Checkpoint ${name}: ${errorMessage(err)}`);
     });
+    if (res.status !== 304) void staged?.prepared?.then((p) => p?.cancel());
     if (res.status === 304 && staged) {
       res.body?.resume();
+      const prepared = await staged.prepared;
+      if (prepared) {
+        this.#restoreData = 'prepared';
+        this.#ctx.log.debug({ container: this.spec.name, checkpoint: name, bytes: staged.byteLength, staged: true, prepared: true }, 'restore: data answered');
+        return prepared;
+      }
+      // Read by a restore prepared from them that then gave up: the bytes are asked for again.
+      if (staged.consumed) return this.#restoreStream(name, signal, true);
       this.#restoreData = 'pushed';
       this.#ctx.log.debug({ container: this.spec.name, checkpoint: name, bytes: staged.byteLength, staged: true }, 'restore: data answered');
       return (async function* () {
@@ -334,7 +350,7 @@ export class ContainerRunner {
       try {
         this.#record('Normal', 'Created', restore ? `Created container ${this.spec.name} from Checkpoint ${restore}` : `Created container ${this.spec.name}`);
         const restoreFrom = data ? await data : undefined;
-        const inst = await PodInstance.start({
+        const opts: PodStartOptions = {
           module,
           namespace: ns,
           podName,
@@ -346,8 +362,21 @@ export class ContainerRunner {
           topics: config.topics,
           fsDir: join(this.#ctx.podDir, 'fs', this.spec.name),
           onChannelSend: (topic, payload) => this.#ctx.onChannelSend(ns, topic, payload),
-          ...(restoreFrom ? { restoreFrom, restoreTransfer: this.#restoreData === 'pushed' } : {}),
-        });
+        };
+        let inst: PodInstance;
+        if (restoreFrom && 'commit' in restoreFrom) {
+          // Prepared while the snapshot was pushed here: run it, now that the control plane has confirmed
+          // its data (a restore that does not fit this container, or failed, is done again from the data).
+          inst = await restoreFrom.commit({ ...opts, signal }).catch(async (err: unknown) => {
+            if (signal.aborted) throw err;
+            this.#ctx.log.debug({ container: this.spec.name, checkpoint: restore, err: errorMessage(err) }, 'restore: the prepared restore was not used; fetching the data');
+            const again = await this.#restoreStream(restore!, fetching.signal, true);
+            if ('commit' in again) throw err;
+            return PodInstance.start({ ...opts, restoreFrom: again });
+          });
+        } else {
+          inst = await PodInstance.start({ ...opts, ...(restoreFrom ? { restoreFrom, restoreTransfer: this.#restoreData === 'pushed' } : {}) });
+        }
         if (signal.aborted) {
           this.#release();
           await inst.terminate().catch(() => {});

@@ -13,6 +13,7 @@ import type { EventRecorder } from './events.ts';
 import type { LoadedModules } from './modules.ts';
 import type { PodPorts } from './pod-ports.ts';
 import { PodWorker, podKey } from './pod-worker.ts';
+import { prepareHook } from './prepared-restores.ts';
 import { StagedRestores } from './staged-restores.ts';
 
 /** What the pod manager needs from its node. */
@@ -45,11 +46,12 @@ export class PodManager {
    * or thaw them, so that nothing runs a fenced pod before the control plane has been heard again.
    */
   fenced = false;
-  /** Moves' snapshots pushed here ahead of their replacements (staged-restores.ts). */
-  readonly staged = new StagedRestores();
+  /** Moves' snapshots pushed here ahead of their replacements (staged-restores.ts), their restores prepared as they arrive (prepared-restores.ts). */
+  readonly staged: StagedRestores;
 
   constructor(opts: PodManagerOptions) {
     this.#o = opts;
+    this.staged = new StagedRestores(prepareHook({ cp: opts.cp, modules: opts.modules, nodeName: opts.nodeName, address: opts.address, log: opts.log }));
   }
 
   /** The pods running here, by uid. */
@@ -111,7 +113,7 @@ export class PodManager {
     this.#stopped = true;
     await this.#informer?.stop();
     await Promise.all([...this.#workers.values()].map((w) => w.stop()));
-    this.staged.clear();
+    await this.staged.clear();
     this.#workers.clear();
   }
 

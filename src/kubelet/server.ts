@@ -4,7 +4,7 @@
  *
  * | method + path | what |
  * |---|---|
- * | `POST /checkpoint/<ns>/<pod>/<container>?leave=running\|frozen&timeoutMs=<ms>` | the pod's K32S snapshot: 200, 404, 409 `NotMovable`, 504 `Timeout` |
+ * | `POST /checkpoint/<ns>/<pod>/<container>?leave=running\|frozen&timeoutMs=<ms>[&digest=false]` | the pod's K32S snapshot (`digest=false`: no `x-kube32-snapshot-sha256` header, no hashing pass before the bytes; the trailer carries it): 200, 404, 409 `NotMovable`, 504 `Timeout` |
  * | `POST /thaw/<ns>/<pod>/<container>` | 200 `{"thawed":true}`, or 404 when the pod is not frozen |
  * | `POST /restore-data/<ns>/<pod>/<container>/<checkpoint>` | a move's snapshot pushed ahead of its replacement (staged-restores.ts): 200 `{"staged":true\|false}`, 413 |
  * | `GET /containerLogs/<ns>/<pod>/<container>?follow=&tailLines=&sinceSeconds=&sinceTime=&timestamps=&previous=&limitBytes=` | `kubectl logs` |

@@ -5,6 +5,8 @@ import { createServer, request, type IncomingMessage } from 'node:http';
 import type { AddressInfo } from 'node:net';
 import { EndpointError } from './http/status.ts';
 import { MAX_STAGED_BYTES, type StagedSnapshot, StagedRestores } from './staged-restores.ts';
+import { loadModule, PodInstance, type PodModule, type PreparedRestore } from '../wasm/index.ts';
+import { get, snapshotBytes, stateNumbers, wat } from '../../test/wasm/helpers.ts';
 
 /** Bytes ending with a K32S-like trailer: the SHA-256 of the bytes before it. */
 function withTrailer(n: number): { bytes: Buffer; sha: string } {
@@ -90,4 +92,54 @@ test('a push past the node\'s staged bytes is refused with 413; bad lengths and 
   const bad = await push(staged, bytes, 'not-hex');
   assert.ok(bad instanceof EndpointError);
   assert.equal(bad.code, 400);
+});
+
+test('a push that names no digest is named by its trailer', { timeout: 10_000 }, async () => {
+  const staged = new StagedRestores();
+  const { bytes, sha } = withTrailer(70_000);
+  const s = await push(staged, bytes, '');
+  assert.ok(!(s instanceof EndpointError));
+  assert.equal(await s.whole, true);
+  assert.equal(s.sha256, sha, "the trailer, as the control plane's ETag names the stored data");
+});
+
+/** A real pod's snapshot (test/fixtures/wasm/state.wat after 2 requests), and its module. */
+async function podSnapshot(): Promise<{ module: PodModule; bytes: Buffer; stop: () => Promise<unknown> }> {
+  const module = await loadModule(wat('state.wat'), { memoryLimitBytes: 1 << 20 });
+  const src = await PodInstance.start({ module, namespace: 'default', podName: 'p', containerName: 'c' });
+  await src.handle(get('/x'));
+  await src.handle(get('/x'));
+  await src.freeze();
+  return { module, bytes: Buffer.from(await snapshotBytes(src)), stop: () => src.terminate() };
+}
+
+test('with a prepare hook, the restore is prepared from the pieces as they arrive and taken with them; a copy dropped cancels it', { timeout: 30_000 }, async (t) => {
+  const { module, bytes, stop } = await podSnapshot();
+  t.after(stop);
+  const made: PreparedRestore[] = [];
+  const staged = new StagedRestores(async (where, pieces) => {
+    assert.deepEqual(where, at);
+    const p = await PodInstance.prepareRestore({ module, namespace: where.ns, podName: where.pod, containerName: where.container, restoreFrom: pieces, restoreTransfer: true });
+    made.push(p);
+    return p;
+  });
+  const s = await push(staged, bytes, '');
+  assert.ok(!(s instanceof EndpointError));
+  const taken = await staged.take('default', 'p', 'c', 'm1');
+  assert.ok(taken);
+  const prepared = await taken.prepared;
+  assert.ok(prepared, 'prepared while the bytes came');
+  assert.equal(taken.consumed, true, 'its pieces went to the pod thread');
+  await prepared.restored;
+  const pod = await prepared.commit({ module, namespace: 'default', podName: 'p', containerName: 'c' });
+  t.after(() => pod.terminate());
+  assert.equal(stateNumbers(await pod.handle(get('/x'))).requests, 3, 'counts on from the pushed snapshot');
+
+  // A second push of the same key replaces the first: its prepared restore is cancelled, nothing of it ran.
+  await push(staged, bytes, '');
+  await push(staged, bytes, '');
+  assert.equal(made.length, 3);
+  await assert.rejects(made[1]!.commit({ module, namespace: 'default', podName: 'p', containerName: 'c' }), /committed already/, 'the replaced copy\'s restore was cancelled');
+  await staged.clear();
+  await assert.rejects(made[2]!.commit({ module, namespace: 'default', podName: 'p', containerName: 'c' }), /committed already/, 'cleared with the node');
 });

@@ -6,8 +6,9 @@
  * `<dir>/<step>.go` exists; from then on that step does not pause again. Without the two variables
  * {@link pauseAt} returns at once and costs nothing. The steps: the checkpoint controller's
  * (`saving`, `data-stored`, `replaced`, `moving`, see src/controllers/checkpoint/timeline.ts) and the
- * kubelet's `kubelet-frozen` (a pod frozen for a snapshot, before its bytes stream) and
- * `kubelet-restore` (a restore about to ask for the Checkpoint's data).
+ * kubelet's `kubelet-frozen` (a pod frozen for a snapshot, before its bytes stream),
+ * `kubelet-prepared` (a move's target holds a restore prepared from the snapshot pushed to it, written
+ * and waiting for its commit) and `kubelet-restore` (a restore about to ask for the Checkpoint's data).
  */
 import { existsSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';

@@ -92,6 +92,12 @@ export class HostState {
   /** What {@link dispose} undoes besides the descriptors (the imports' timers). */
   readonly #disposers: Array<() => void> = [];
 
+  /**
+   * Gives the pod its `k32_fs` directory after the imports were made (a prepared restore learns it at
+   * its commit, before any of the pod's calls); set by {@link makeImports}.
+   */
+  bindFsDir: (dir: string) => void = () => {};
+
   /** Runs `f` when the pod ends here ({@link dispose}). */
   onDispose(f: () => void): void {
     this.#disposers.push(f);
@@ -221,6 +227,11 @@ export function makeImports(ctx: HostContext, state: HostState): Record<string, 
   // usage is what was there, plus each write, less what a truncation drops (never under the truth).
   const fsLimit = ctx.fsLimitBytes;
   let fsUsed = ctx.fsDir && fsLimit !== undefined ? usedBytes(ctx.fsDir) : 0;
+  state.bindFsDir = (dir: string): void => {
+    mkdirSync(dir, { recursive: true });
+    ctx.fsDir = dir;
+    fsUsed = fsLimit !== undefined ? usedBytes(dir) : 0;
+  };
   const envBytes = new Map(Object.entries(ctx.env).map(([k, v]) => [k, utf8Enc.encode(v)]));
   const assets = new Map(Object.entries(ctx.assets));
   // A pod that logs in a tight loop must not flood the node's main thread with messages.

@@ -44,6 +44,7 @@ export type {
   PodSnapshot,
   PodStartOptions,
   PodUsageFigures,
+  PreparedRestore,
   RunningCall,
   ShapeGlobal,
   ShapeTable,

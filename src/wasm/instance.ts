@@ -15,7 +15,7 @@ import { attachPod, replenishWorkerPool, type PodLink } from './pod-thread.ts';
 import type { SplitResponse } from './http-response.ts';
 import { CALLS_AHEAD, type CallKind, type CallResult, type FromWorker, type OpenFile, type ToWorker } from './protocol.ts';
 import { ChunkInbox, SNAPSHOT_CHUNK_BYTES, SNAPSHOT_WINDOW, snapshotChunks, type ChunkMessage } from './snapshot-stream.ts';
-import type { ExitReason, LogEntry, LogReadOptions, PodExit, PodModule, PodSnapshot, PodStartOptions, PodUsageFigures, RunningCall } from './types.ts';
+import type { ExitReason, LogEntry, LogReadOptions, PodExit, PodModule, PodSnapshot, PodStartOptions, PodUsageFigures, PreparedRestore, RunningCall } from './types.ts';
 
 /**
  * How the caller of {@link PodInstance.handleSplit} stops waiting for its answer: the call sets
@@ -74,7 +74,8 @@ export class PodInstance extends EventEmitter {
   readonly containerName: string;
   /** Resolves with the exit report when the container ends. */
   readonly exited: Promise<PodExit>;
-  readonly #opts: PodStartOptions;
+  /** The start's options (a prepared restore's are replaced by its commit's, see {@link prepareRestore}). */
+  #opts: PodStartOptions;
   #link!: PodLink;
   /** Resolves once the pod's thread has let it go (its own thread terminated). */
   #detached: Promise<void> = Promise.resolve();
@@ -137,10 +138,66 @@ export class PodInstance extends EventEmitter {
     return pod.#boot();
   }
 
-  async #boot(): Promise<PodInstance> {
+  /**
+   * Prepares a restore ahead of its pod (issue 26, "Faster moves"): a pod thread instantiates the
+   * module and writes `opts.restoreFrom` into it as the chunks come, then waits; nothing of the pod
+   * runs (no `k32_restored`, no call, no tick) until {@link PreparedRestore.commit}. A node prepares
+   * a move's restore from the snapshot pushed to it while the control plane stores it, and commits
+   * it once the control plane confirms that the stored data is those bytes and binds the pod to it.
+   *
+   * `opts.fsDir` is not used (the pod's directory is known at the commit). A module with a start
+   * function (which would run at the instantiation) is refused.
+   * @throws PodStartError `Error` for a module with a start function; RangeError for bad options
+   */
+  static async prepareRestore(opts: PodStartOptions & { restoreFrom: AsyncIterable<Uint8Array> }): Promise<PreparedRestore> {
+    checkStartOptions(opts);
+    if (opts.module.hasStartFunction) throw new PodStartError('Error', 'the module has a start function, which would run before the commit: its restore is not prepared');
+    const { fsDir: _unused, ...rest } = opts;
+    const module = await moduleForLimit(rest);
+    const pod = new PodInstance(rest, module);
+    const booting = pod.#boot(true);
+    booting.catch(() => {});
+    const starting = pod.#starting!;
+    // Ended before its commit (a cancel, the thread's end): the start fails, for a commit waiting on it too.
+    void pod.exited.then(() => starting.fail(new PodStartError('Error', 'the prepared restore was cancelled')));
+    let committed = false;
+    return {
+      restored: starting.restored.promise,
+      commit: async (final: PodStartOptions): Promise<PodInstance> => {
+        if (committed) throw new PodStartError('Error', 'the prepared restore was committed already');
+        committed = true;
+        const differs = await preparedDiffers(rest, module, final);
+        if (differs) {
+          void pod.terminate();
+          throw new PodStartError('Error', `the prepared restore does not fit the container: ${differs}`);
+        }
+        await starting.restored.promise;
+        // From now on the pod is the container's: its callbacks, tick interval and deadlines.
+        pod.#opts = { ...final, restoreFrom: opts.restoreFrom };
+        const signal = final.signal;
+        const onAbort = (): void => starting.fail(new PodStartError('Error', 'the start was cancelled'));
+        if (signal?.aborted) onAbort();
+        else signal?.addEventListener('abort', onAbort, { once: true });
+        try {
+          pod.#link.post({ op: 'commit', ...(final.fsDir ? { fsDir: final.fsDir } : {}) } satisfies ToWorker);
+          return await booting;
+        } finally {
+          signal?.removeEventListener('abort', onAbort);
+        }
+      },
+      cancel: async (): Promise<void> => {
+        committed = true;
+        await pod.terminate();
+      },
+    };
+  }
+
+  async #boot(gated = false): Promise<PodInstance> {
     const starting = new StartSequence(this.#opts);
     this.#starting = starting;
-    this.#link = attachPod(workerInit(this.#opts, this.module), this, {
+    // A prepared restore's thread is taken for good once its snapshot is written: boot the next spare then.
+    if (gated) starting.restored.promise.then(() => replenishWorkerPool(), () => {});
+    this.#link = attachPod(workerInit(this.#opts, this.module, gated), this, {
       onMessage: (m) => {
         if (!starting.settled && starting.onMessage(m)) return;
         this.#onMessage(m);
@@ -733,4 +790,23 @@ export class PodInstance extends EventEmitter {
   logs(opts: LogReadOptions = {}): AsyncIterable<LogEntry> {
     return this.#logs.read(opts);
   }
+}
+
+/**
+ * Why a prepared restore (made with `prepared`, for `module`) cannot serve a container started with
+ * `final`: another image or memory limit, environment, assets or fs limit (each is fixed when the
+ * pod's thread makes its imports); undefined when it can.
+ */
+async function preparedDiffers(prepared: PodStartOptions, module: PodModule, final: PodStartOptions): Promise<string | undefined> {
+  const finalModule = await moduleForLimit(final);
+  if (finalModule.imageSha256 !== module.imageSha256) return `image sha256:${finalModule.imageSha256}, prepared for sha256:${module.imageSha256}`;
+  if (finalModule.memoryLimitBytes !== module.memoryLimitBytes) return `memory limit ${finalModule.memoryLimitBytes} bytes, prepared for ${module.memoryLimitBytes}`;
+  if ((final.fsLimitBytes ?? -1) !== (prepared.fsLimitBytes ?? -1)) return 'another ephemeral-storage limit';
+  const env = (o: PodStartOptions): string => JSON.stringify(Object.entries(o.env ?? {}).sort(([a], [b]) => (a < b ? -1 : a > b ? 1 : 0)));
+  if (env(final) !== env(prepared)) return 'another environment';
+  const a = final.assets ?? {};
+  const b = prepared.assets ?? {};
+  const keys = Object.keys(a);
+  if (keys.length !== Object.keys(b).length || keys.some((k) => !b[k] || Buffer.compare(a[k]!, b[k]!) !== 0)) return 'other assets';
+  return undefined;
 }

@@ -178,6 +178,7 @@ export async function loadModule(bytes: Uint8Array, opts: LoadOptions = {}): Pro
     memoryLimitBytes,
     memoryPagesLimit,
     subPageLimit,
+    hasStartFunction: parsed.start !== undefined,
   } satisfies PodModule);
 }
 

@@ -49,6 +49,8 @@ export class PodContext {
   #closed = false;
   /** The restore in progress: its reader, and how the start continues. */
   #restoring: { decoder: SnapshotDecoder; read: number; done: (err?: unknown, events?: TopicEvent[]) => void } | undefined;
+  /** A prepared restore waiting for its `commit` (init.gated): resolves with the commit's fsDir. */
+  #commit: ((fsDir: string | undefined) => void) | undefined;
   /** Active snapshot streams by id. */
   readonly #streams = new Map<number, SnapshotStream>();
   /** The snapshot SHA-256 of this freeze, once hashed (a digest pass, or a stream read to its end). */
@@ -154,6 +156,7 @@ export class PodContext {
     this.#host.dispose();
     this.#restoring?.done(new Error('the pod was detached'));
     this.#restoring = undefined;
+    this.#commit?.(undefined);
     this.#streams.clear();
     this.#instance = undefined;
     this.#memory = undefined;
@@ -216,6 +219,20 @@ export class PodContext {
       }
     }
     if (this.#dead) return;
+    if (init.restore && init.gated) {
+      // A prepared restore (issue 26): the state is written back; nothing of the pod runs until the
+      // node commits it (once the control plane has confirmed the snapshot stored), or detaches it.
+      const podTimeMs = this.#clock.now();
+      const fsDir = await new Promise<string | undefined>((resolve) => {
+        this.#commit = resolve;
+        this.#post({ op: 'restoredGated' });
+      });
+      this.#commit = undefined;
+      if (this.#dead) return;
+      if (fsDir) this.#host.bindFsDir(fsDir);
+      // The pod's clock goes on from its freeze: the wait for the commit was not its time.
+      this.#clock.reset(podTimeMs);
+    }
     const first = init.restore ? 'k32_restored' : 'k32_init';
     const fn = this.#ex<() => void>(first);
     if (fn && init.exportNames.includes(first)) {
@@ -446,6 +463,7 @@ export class PodContext {
       case 'restoreChunk':
       case 'restoreEnd':
       case 'restoreAbort': this.#onRestoreMessage(m); break;
+      case 'commit': this.#commit?.(m.fsDir); break;
     }
   }
 }

@@ -60,7 +60,7 @@ export function moduleForLimit(opts: PodStartOptions): Promise<PodModule> {
 }
 
 /** What the thread is sent for the pod (its `attach`). */
-export function workerInit(opts: PodStartOptions, module: PodModule): WorkerInit {
+export function workerInit(opts: PodStartOptions, module: PodModule, gated = false): WorkerInit {
   const shape = module.shape;
   return {
     compiled: module.compiled,
@@ -85,6 +85,7 @@ export function workerInit(opts: PodStartOptions, module: PodModule): WorkerInit
     ...(opts.fsDir ? { fsDir: opts.fsDir } : {}),
     ...(opts.fsLimitBytes !== undefined ? { fsLimitBytes: opts.fsLimitBytes } : {}),
     restore: opts.restoreFrom !== undefined,
+    ...(gated ? { gated: true } : {}),
   };
 }
 
@@ -95,6 +96,8 @@ export function workerInit(opts: PodStartOptions, module: PodModule): WorkerInit
 export class StartSequence {
   readonly #opts: PodStartOptions;
   readonly #ready = Promise.withResolvers<ReadyMessage>();
+  /** A prepared restore's snapshot written back (`restoredGated`); rejects as the start does. */
+  readonly restored = Promise.withResolvers<void>();
   #timer: NodeJS.Timeout | undefined;
   /** The restore's chunks the thread has read (its last `restoreRead`). */
   #read = 0;
@@ -108,8 +111,12 @@ export class StartSequence {
     this.#opts = opts;
     this.#ready.promise.then(
       () => { this.settled = true; },
-      () => { this.settled = true; },
+      (err: unknown) => {
+        this.settled = true;
+        this.restored.reject(err);
+      },
     );
+    this.restored.promise.catch(() => {});
   }
 
   /** Handles a message of the start; false for one the running pod handles. */
@@ -128,6 +135,7 @@ export class StartSequence {
         return true;
       }
       case 'ready': this.#ready.resolve(m); return true;
+      case 'restoredGated': this.restored.resolve(); return true;
       case 'restoreRead':
         this.#read = m.count;
         this.#readWaiter?.();

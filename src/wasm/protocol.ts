@@ -36,6 +36,11 @@ export interface WorkerInit {
   fsDir?: string;
   fsLimitBytes?: number;
   restore: boolean;
+  /**
+   * A prepared restore (issue 26): the context writes the snapshot back, says `restoredGated`, and runs
+   * nothing more (no `k32_restored`, no call) until `commit`; `fsDir` is then given with the commit.
+   */
+  gated?: boolean;
 }
 
 /** An open `k32_fs` descriptor. */
@@ -94,6 +99,8 @@ export type ToWorker =
   | { op: 'restoreChunk'; chunk: Uint8Array }
   | { op: 'restoreEnd' }
   | { op: 'restoreAbort'; message: string }
+  /** A prepared restore runs on: `k32_restored`, then `ready` (`fsDir`: the pod's own directory, known only now). */
+  | { op: 'commit'; fsDir?: string }
   | { op: 'freeze'; id: number }
   | { op: 'thaw'; id: number }
   /** Begins a snapshot stream: `snapshotInfo`, then up to `credit` chunks at once (more as `snapshotNext` grants). */
@@ -107,6 +114,8 @@ export type FromWorker =
   | { op: 'startCall'; name?: 'start' | 'k32_init' | 'k32_restored' }
   | { op: 'ready'; podTimeMs: number; events: Array<{ topic: string; payload: Uint8Array }> }
   | { op: 'startFailed'; reason: 'RestoreError' | 'Trap' | 'Error'; message: string }
+  /** A prepared restore's snapshot is written back; the context waits for `commit`. */
+  | { op: 'restoredGated' }
   /**
    * A restore's chunks read so far (`count`): sent after the first (its header checked) and then
    * after every {@link RESTORE_ACK_EVERY}th, not once a chunk.

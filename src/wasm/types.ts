@@ -4,6 +4,7 @@
  * state that moves is the seed's "What moves" and "Snapshot format".
  */
 import type { WasmModule } from './wasm-api.ts';
+import type { PodInstance } from './instance.ts';
 
 /** A WebAssembly value type that a snapshot-able mutable global may have (K32S GLOBALS value type byte). */
 export type GlobalValueType = 0x7f | 0x7e | 0x7d | 0x7c | 0x70;
@@ -99,6 +100,12 @@ export interface PodModule {
   readonly memoryPagesLimit: number;
   /** True when the limit is below one 64 KiB page: the pod has one page of which only the limit is backed, and a snapshot holds `memoryLimitBytes` bytes of memory (seed, "Snapshot format"). */
   readonly subPageLimit: boolean;
+  /**
+   * True when the module has a start function (which runs at every instantiation, a restore's
+   * included): such a pod's restore is never prepared ahead ({@link PodInstance.prepareRestore}),
+   * since the function is the pod's own code.
+   */
+  readonly hasStartFunction: boolean;
 }
 
 /** Options of {@link loadModule}. */
@@ -244,4 +251,28 @@ export interface PodUsageFigures {
   cpuNs: number;
   /** Bytes: its linear memory plus its instance (the instrumented module's code). */
   memoryBytes: number;
+}
+
+/**
+ * A restore prepared ahead of its pod ({@link PodInstance.prepareRestore}): its pod thread holds the
+ * instance with the snapshot written back, and runs nothing of it until {@link commit}.
+ */
+export interface PreparedRestore {
+  /**
+   * Resolves once the whole snapshot is written into the instance; rejects as a start does
+   * (PodStartError `RestoreError` for a snapshot the reader refuses, `Error` when it was cancelled).
+   */
+  readonly restored: Promise<void>;
+  /**
+   * Runs the pod as the container started with `final` (its callbacks, tick interval, `fsDir` and
+   * `signal` are used from now on): `k32_restored`, then the held events, as {@link PodInstance.start}.
+   * Once only.
+   * @returns the running pod
+   * @throws PodStartError `Error` when `final` needs another module, memory limit, environment, assets
+   *   or fs limit than it was prepared with (it is then ended: start the container afresh), or as
+   *   {@link PodInstance.start} throws
+   */
+  commit(final: PodStartOptions): Promise<PodInstance>;
+  /** Ends it: its thread's context is freed; nothing of the pod ran. */
+  cancel(): Promise<void>;
 }

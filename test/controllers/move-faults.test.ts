@@ -27,7 +27,7 @@ const ROOT = new URL('../../', import.meta.url).pathname;
 const CLI = join(ROOT, 'bin/kube32-cli.js');
 const SIM = join(ROOT, 'bin/kube32-sim.js');
 /** Every step a process may pause at; all start disarmed (their `.go` file exists). */
-const STEPS = ['saving', 'data-stored', 'replaced', 'moving', 'kubelet-frozen', 'kubelet-restore'];
+const STEPS = ['saving', 'data-stored', 'replaced', 'moving', 'kubelet-frozen', 'kubelet-prepared', 'kubelet-restore'];
 const PORT = 18380;
 
 /** A process of the test, restartable on the same data dir. */
@@ -85,7 +85,7 @@ test('a move survives a SIGKILL of any one process at any step: one pod, countin
   const cpDir = join(tmp, 'cp');
   let cpPort = 0;
   const startCp = async (): Promise<Proc> => {
-    const p = spawnProc('cp', CLI, ['control-plane', '--data-dir', cpDir, '--port', String(cpPort), '--move-timeout', '15s']);
+    const p = spawnProc('cp', CLI, ['control-plane', '--data-dir', cpDir, '--port', String(cpPort), '--move-timeout', '15s', '--push-snapshots-to-target']);
     await until('the control plane to listen', () => {
       if (p.proc.exitCode !== null) throw new Error(`control-plane exited ${p.proc.exitCode}: ${p.out.slice(-3000)}`);
       return p.out.includes('"kubeconfig"');
@@ -179,7 +179,7 @@ test('a move survives a SIGKILL of any one process at any step: one pod, countin
     const source = state.node;
     const target = source === 'w1' ? 'w2' : 'w1';
     const name = `faulty-${n++}`;
-    const pauser = step === 'kubelet-frozen' ? workers[source]! : step === 'kubelet-restore' ? workers[target]! : cp;
+    const pauser = step === 'kubelet-frozen' ? workers[source]! : step === 'kubelet-restore' || step === 'kubelet-prepared' ? workers[target]! : cp;
     arm(pauser, step);
     await rest.json({ method: 'POST', path: '/apis/kube32.io/v1/namespaces/default/checkpoints', body: { apiVersion: 'kube32.io/v1', kind: 'Checkpoint', metadata: { name }, spec: { podName: 'faulty', action: 'Move' } } });
     await pausedAt(pauser, step);
@@ -219,6 +219,10 @@ test('a move survives a SIGKILL of any one process at any step: one pod, countin
   // Completed, or (the target's retry after the control plane's restart later than the move timeout)
   // rolled back to the source, which restores from the same data: the state is kept either way.
   await fault('control plane killed while the target restores, before it has the data', 'cp', 'kubelet-restore', { phase: 'either' });
+  // The snapshot pushed to the target (--push-snapshots-to-target) and its restore prepared there, written, not run:
+  // the control plane killed then (its store done or not), or the target itself.
+  await fault('control plane killed while the target holds a prepared restore', 'cp', 'kubelet-prepared', { phase: 'either' });
+  await fault('target worker killed while its prepared restore waits for the commit', 'target', 'kubelet-prepared', { phase: 'either' });
   await fault('source worker killed once the data is stored', 'source', 'data-stored', { phase: 'Completed' });
   await fault('target worker killed once the replacement is written', 'target', 'replaced', { phase: 'Failed' });
   await fault('source worker killed before the freeze', 'source', 'saving', { phase: 'Failed', lost: true });

@@ -34,11 +34,12 @@ export class SnapshotPush {
   }
 
   /**
-   * Opens the push of a snapshot of `length` bytes whose SHA-256 is `sha256` (hex, the source's
-   * `X-Kube32-Snapshot-Sha256`).
+   * Opens the push of a snapshot of `length` bytes. Its SHA-256 is not sent ahead (the source hashes
+   * nothing before the bytes): the target takes the snapshot's trailer as its name, and the control
+   * plane's ETag (the stored trailer, which this API server checked against the bytes) confirms it.
    * @returns (a Promise of) undefined when the target has no kubelet endpoint (nothing is pushed)
    */
-  static async open(ctx: ServerContext, to: PushTarget, length: number, sha256: string): Promise<SnapshotPush | undefined> {
+  static async open(ctx: ServerContext, to: PushTarget, length: number): Promise<SnapshotPush | undefined> {
     let addr: { host: string; port: number };
     try {
       addr = kubeletAddress(await ctx.registry.get(nodes, '', to.node));
@@ -56,7 +57,6 @@ export class SnapshotPush {
         authorization: `Bearer ${ctx.kubeletToken}`,
         'content-type': 'application/octet-stream',
         'content-length': length,
-        'x-kube32-snapshot-sha256': sha256,
       },
     });
     const push = new SnapshotPush(req);

@@ -279,7 +279,9 @@ async function captureFromNode(scope: RequestScope): Promise<void> {
   const podName = rec(ckpt.spec).podName;
   if (typeof podName !== 'string' || !podName) throw invalidData(name, 'the Checkpoint has no spec.podName to take the snapshot of');
   const target = kubeletAddress(await reg.get(nodes, '', nodeName));
-  const path = `/checkpoint/${encodeURIComponent(ns)}/${encodeURIComponent(podName)}/${encodeURIComponent(container)}?leave=${leave}&timeoutMs=${timeout}`;
+  // digest=false: the node sends no SHA-256 ahead of the bytes (a hashing pass before the first byte);
+  // the decoder below hashes them as they arrive and checks the trailer.
+  const path = `/checkpoint/${encodeURIComponent(ns)}/${encodeURIComponent(podName)}/${encodeURIComponent(container)}?leave=${leave}&timeoutMs=${timeout}&digest=false`;
   req.resume();
   const up = await new Promise<IncomingMessage>((resolve, reject) => {
     const r = httpRequest({ host: target.host, port: target.port, method: 'POST', path, headers: { authorization: `Bearer ${ctx.kubeletToken}` } });
@@ -306,8 +308,7 @@ async function captureFromNode(scope: RequestScope): Promise<void> {
     ctx.checkpointData.checkSize(Number(len));
     // Stored as it streams in: the data dir's file is written while the bytes arrive, fsynced at the end.
     const file = ctx.checkpointData.begin(`${ns}/${name}`, ckpt.metadata.uid!);
-    const sha = up.headers['x-kube32-snapshot-sha256'];
-    const push = pushTo && typeof sha === 'string' ? await SnapshotPush.open(ctx, { node: pushTo, namespace: ns, pod: podName, container, checkpoint: name }, Number(len), sha) : undefined;
+    const push = pushTo ? await SnapshotPush.open(ctx, { node: pushTo, namespace: ns, pod: podName, container, checkpoint: name }, Number(len)) : undefined;
     const { buf, facts } = await readSnapshot(up, Number(len), name, { drain: false, file, push });
     ctx.log.debug({ checkpoint: `${ns}/${name}` }, 'checkpoint data: snapshot read');
     const stored = await storeSnapshot(scope, ckpt, buf, facts, file);

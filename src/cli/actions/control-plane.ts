@@ -28,6 +28,8 @@ export interface ControlPlaneFlags extends ApiServerClusterFlags, FeosPortFlags 
   podEvictionTimeout: string;
   nodeLossRestoreDelay: string;
   moveTimeout: string;
+  /** `--push-snapshots-to-target`: the controllers' `pushSnapshotsToTarget`. */
+  pushSnapshotsToTarget?: boolean;
   checkpointRetention: string;
   horizontalPodAutoscalerSyncPeriod: string;
   horizontalPodAutoscalerDownscaleStabilization: string;
@@ -120,6 +122,7 @@ export async function controlPlane(flags: ControlPlaneFlags): Promise<void> {
     controllers = await startControllers({
       kubeConfig: kc,
       timings,
+      pushSnapshotsToTarget: flags.pushSnapshotsToTarget === true,
       leaderElection: leaderElect ? { ...(flags.leaderElectIdentity ? { identity: flags.leaderElectIdentity } : {}) } : false,
       onLostLeadership: () => {
         // As kube-controller-manager does: a control plane that lost the Lease exits; its supervisor restarts it.
