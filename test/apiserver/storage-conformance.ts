@@ -10,8 +10,7 @@
  */
 import assert from 'node:assert/strict';
 import { type TestContext, test } from 'node:test';
-import { type KubeObject, type ObjectKey, type Storage, StorageError, type StorageEvent } from '../../src/apiserver/storage/index.ts';
-import { Cacher } from '../../src/apiserver/storage/cacher.ts';
+import { Cacher, type KubeObject, type ObjectKey, type Storage, StorageError, type StorageEvent } from '../../src/apiserver/storage/index.ts';
 
 /** What a backend's test supplies. */
 export interface ConformanceBackend {

@@ -9,7 +9,7 @@ import { join } from 'node:path';
 import { pathToFileURL } from 'node:url';
 import { test } from 'node:test';
 import { ChunkCutter, HashPool, LocalDirObjectStore, PACKED_CHUNKS, PackWriter, PIECE_BYTES, PieceBuffers, readPacked } from '../../src/feos/store/index.ts';
-import { fileChunks } from '../../src/feos/pods/checkpoint.ts';
+import { fileChunks } from '../../src/feos/pods/index.ts';
 import { tempDir } from './harness.ts';
 
 const sha = (b: Uint8Array) => createHash('sha256').update(b).digest('hex');

@@ -3,3 +3,4 @@ export * from './interface.ts';
 export { BaseStorage, DEFAULT_WATCH_WINDOW } from './base.ts';
 export { SqliteStorage, type SqliteStorageOptions } from './sqlite.ts';
 export { MemoryStorage } from './memory.ts';
+export { Cacher, DEFAULT_CACHE_WINDOW } from './cacher.ts';

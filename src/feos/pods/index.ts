@@ -9,7 +9,7 @@ export { guestRegistryEndpoints } from './registries.ts';
 export { type PodNetworkProvider, type PodNetworkAttachment, unavailablePodNetwork } from './network.ts';
 export { keepClockOnce, measureOffset } from './clock.ts';
 export { execInPod, podLogs, portForward } from './streams.ts';
-export { type CheckpointManifest, type CheckpointFile, MANIFEST_VERSION, checkpointKey, listCheckpoints, readManifest, newCheckpointName } from './checkpoint.ts';
+export { type CheckpointManifest, type CheckpointFile, MANIFEST_VERSION, checkpointKey, fileChunks, listCheckpoints, readManifest, newCheckpointName } from './checkpoint.ts';
 export { suspendForStop, resumeAfterStop, type StopPods, type SuspendForStopOptions, type SuspendForStopResult, STOP_CONCURRENCY, BUSY_RETRY_MS, STOP_MARGIN_MS } from './suspend-on-stop.ts';
 export { readStopRecord, writeStopRecord, removeStopRecord, setStopRecordAside, stopRecordPath, StopRecordError, type StopRecord, STOP_RECORD_FILE } from './stop-record.ts';
 export { unforwardedHint } from './bring-up.ts';
