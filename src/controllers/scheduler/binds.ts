@@ -7,8 +7,12 @@
  * sent beside it and never hold a slot, as client-go's event recorder never blocks its caller.
  */
 
-/** Binds in flight at most (kube-scheduler has no such cap; its API client's QPS limit is one). */
-export const BINDS_IN_FLIGHT = 64;
+/**
+ * Binds in flight at most (kube-scheduler has no such cap; its API client's QPS limit is one). 16: on the
+ * shared 2-core machine 64 made no pod bind sooner (the binds then wait in the API server instead) and
+ * raised every other client's latency (docs/scale.md).
+ */
+export const BINDS_IN_FLIGHT = 16;
 
 /** The binds (and the events after them) in flight. */
 export class Binds {
