@@ -102,8 +102,9 @@ interface ApiMetrics {
 }
 
 async function scrapeApi(kc: string): Promise<ApiMetrics> {
-  const r = await kubectl(kc, ['get', '--raw', '/metrics']);
-  if (r.code !== 0) throw new Error(`/metrics: ${r.stderr}`);
+  // Minutes, not kubectl()'s 30 s: at 10 000 pods a scrape counts every stored object (apiserver_storage_objects).
+  const r = await run('kubectl', ['--kubeconfig', kc, 'get', '--raw', '/metrics'], { timeoutMs: 300_000 });
+  if (r.code !== 0) throw new Error(`/metrics: kubectl exited ${r.code}: ${r.stderr}`);
   const m: ApiMetrics = { requests: new Map(), seconds: new Map(), busy: Number(/^kube32_event_loop_busy_seconds_total (\S+)$/m.exec(r.stdout)?.[1] ?? Number.NaN) };
   for (const line of r.stdout.split('\n')) {
     const hit = /^(apiserver_request_total|apiserver_request_duration_seconds_sum)\{([^}]*)\} (\S+)$/.exec(line);
