@@ -1,6 +1,6 @@
 /**
  * The API server's Prometheus metrics (`GET /metrics`, for `system:masters`): requests by verb, resource
- * and code, their latency, open streams, stored objects by resource, and the checkpoint data held in memory.
+ * and code, their latency, the JavaScript thread's busy time, open streams, stored objects by resource, and the checkpoint data held in memory.
  */
 import type { ServerResponse } from 'node:http';
 import { Counter, Gauge, Histogram, Registry as MetricsRegistry, collectDefaultMetrics } from 'prom-client';
@@ -32,6 +32,16 @@ export function createMetrics(storage: Storage, checkpointData: CheckpointDataSt
     registers: [metrics],
   });
 
+  // The thread's busy time: with asynchronous storage requests overlap, so their summed durations are not it.
+  new Counter({
+    name: 'kube32_event_loop_busy_seconds_total',
+    help: "Seconds this process's JavaScript thread (the API server's, and the controllers' when in the same process) was busy since it started: performance.eventLoopUtilization().active. Wall time, so it counts time the thread ran but the OS gave its core to another process.",
+    registers: [metrics],
+    collect() {
+      this.reset();
+      this.inc(performance.eventLoopUtilization().active / 1000);
+    },
+  });
   new Gauge({ name: 'apiserver_open_streams', help: 'Open watch and proxy streams.', registers: [metrics], collect() { this.set(streams.size); } });
   new Gauge({
     name: 'apiserver_storage_objects',

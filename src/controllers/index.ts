@@ -27,7 +27,7 @@ import { type ControllerContext, type ControllerTimings, DEFAULT_TIMINGS, newSha
 import { KubeClusterApi } from './runtime/kube-api.ts';
 import { LeaderElector, type LeaderElectionOptions } from './runtime/leader.ts';
 import { PodsByOwner } from './runtime/owner-index.ts';
-import { newScheduler } from './scheduler/controller.ts';
+import { newScheduler, SCHEDULER_CONNECTIONS } from './scheduler/controller.ts';
 import { newServiceAccountController } from './serviceaccount/controller.ts';
 import { newWorkloadControllers } from './workloads/controller.ts';
 
@@ -137,12 +137,14 @@ async function startWith(
   onLostLeadership: (() => void) | undefined,
   kubeConfig: KubeConfig,
 ): Promise<RunningControllers> {
+  // kube-scheduler's own client: its binds do not queue behind the other controllers' calls.
+  const schedulerApi = new KubeClusterApi(kubeConfig, { maxSockets: SCHEDULER_CONNECTIONS });
   // Indexed first, so that every controller's handler finds the index up to date.
   const podsByOwner = new PodsByOwner();
   ctx.state.podsByOwner = podsByOwner;
   informers.on('pods', (verb, pod) => podsByOwner.observe(verb, pod));
   const all: Controller[] = [
-    newScheduler(ctx, informers),
+    newScheduler(ctx, informers, schedulerApi),
     newCheckpointController(ctx, informers),
     newPodLifecycleController(ctx, informers),
     ...newWorkloadControllers(ctx, informers),
@@ -162,6 +164,7 @@ async function startWith(
   } catch (err: unknown) {
     await informers.stop();
     (ctx.api as KubeClusterApi).rest?.close();
+    schedulerApi.rest.close();
     throw err;
   }
   // Every cache has synced: queue what exists, then start the workers.
@@ -195,6 +198,7 @@ async function startWith(
       await Promise.all(controllers.map((c) => c.stop()));
       await elector?.stop();
       (ctx.api as KubeClusterApi).rest?.close();
+      schedulerApi.rest.close();
     },
   };
 }

@@ -44,8 +44,9 @@ const CHECKPOINTS = `/apis/${KUBE32_GROUP}/${KUBE32_VERSION}`;
 export class KubeClusterApi implements ClusterApi {
   readonly rest: RestClient;
 
-  constructor(kc: KubeConfig) {
-    this.rest = new RestClient(kc);
+  /** @param options.maxSockets connections kept to the API server at most @default src/api's `MAX_SOCKETS` */
+  constructor(kc: KubeConfig, options: { maxSockets?: number } = {}) {
+    this.rest = new RestClient(kc, options.maxSockets === undefined ? {} : { maxSockets: options.maxSockets });
   }
 
   /**

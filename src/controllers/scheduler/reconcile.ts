@@ -5,6 +5,7 @@
 import type { V1Pod } from '@kubernetes/client-node';
 import { type ReconcileResult, splitKey } from '../runtime/controller.ts';
 import { type ControllerContext, recordPodEvent } from '../runtime/context.ts';
+import type { Binds } from './binds.ts';
 import { isConflict, isNotFound, LABELS, type NodeUsage, pickNode, isPodActive, RUNTIME_FEOS } from '../../api/index.ts';
 
 /**
@@ -53,14 +54,46 @@ export function needsScheduling(pod: V1Pod): boolean {
 }
 
 /**
- * Schedules the pod `namespace/name`.
+ * How the binds go when they are asynchronous (the scheduler's): the binding cycles in flight, and what to
+ * do when one fails (the pod is no longer assumed; it is queued again after a back-off).
+ */
+export interface AsyncBinding {
+  binds: Binds;
+  /** A bind failed for another reason than a conflict (bound meanwhile) or a missing pod. */
+  failed(key: string, err: unknown): void;
+  /** A bind succeeded. */
+  bound(key: string): void;
+}
+
+/**
+ * Schedules the pod `namespace/name`: the scheduling cycle (a decision on the cache, the pod assumed on its
+ * node at once), then the binding cycle: with `binding`, sent asynchronously ({@link Binds}: the call
+ * returns once the bind is started, after waiting for one of the binds in flight to end when they are
+ * all taken); without, awaited here, with its `Scheduled` event (unit tests).
  * @returns a requeue after `unschedulableRetryMs` when nothing fits
- * @throws ApiError when binding or the status write fails (retried with back-off)
+ * @throws ApiError when the status write fails, or binding fails without `binding` (retried with back-off)
  */
 export async function reconcileSchedule(
   key: string,
   ctx: ControllerContext,
   assumed: AssumedPods,
+  binding?: AsyncBinding,
+): Promise<ReconcileResult | undefined> {
+  if (binding) await binding.binds.slot();
+  const slot = { held: binding !== undefined };
+  try {
+    return await schedule(key, ctx, assumed, binding, slot);
+  } finally {
+    if (slot.held) binding?.binds.release();
+  }
+}
+
+async function schedule(
+  key: string,
+  ctx: ControllerContext,
+  assumed: AssumedPods,
+  binding: AsyncBinding | undefined,
+  slot: { held: boolean },
 ): Promise<ReconcileResult | undefined> {
   const { namespace, name } = splitKey(key);
   const pod = ctx.cache.pods.get(name, namespace);
@@ -71,26 +104,48 @@ export async function reconcileSchedule(
   const now = ctx.clock.now();
   if (assumed.has(key, now)) return undefined;
   // With the scheduler's per-node sums, a decision costs O(nodes); without (unit tests), every pod is summed.
-  const inFlight = assumed.list(now);
   const placement = assumed.usage
     ? pickNode(pod, ctx.cache.nodes.list(), [], { usage: assumed.usage.nodes })
-    : pickNode(pod, ctx.cache.nodes.list(), ctx.cache.pods.list(), { assumed: inFlight });
+    : pickNode(pod, ctx.cache.nodes.list(), ctx.cache.pods.list(), { assumed: assumed.list(now) });
   if (placement.nodeName !== undefined) {
-    // Assumed before the bind is sent: another worker's decision meanwhile counts this pod on its node.
-    assumed.assume(key, pod, placement.nodeName, now);
-    try {
-      await ctx.api.bindPod(namespace, name, pod.metadata?.uid, placement.nodeName);
-    } catch (err: unknown) {
-      assumed.forget(key);
-      // Bound meanwhile (409) or gone (404): the next event tells the truth.
-      if (isConflict(err) || isNotFound(err)) return undefined;
-      throw err;
-    }
-    ctx.log.info({ pod: key, node: placement.nodeName, bindMs: ctx.clock.now() - now }, 'scheduled');
+    const nodeName = placement.nodeName;
+    // Assumed before the bind is sent: every later decision counts this pod on its node.
+    assumed.assume(key, pod, nodeName, now);
     // Stamped with the time of the decision, before the bind: the kubelet acts on the binding as soon as it
     // sees it, so an event stamped after the bind (a slow write) could sort after the kubelet's Pulling.
-    await recordPodEvent(ctx, pod, 'Normal', 'Scheduled', `Successfully assigned ${key} to ${placement.nodeName}`, 'default-scheduler', now);
+    const scheduled = () => recordPodEvent(ctx, pod, 'Normal', 'Scheduled', `Successfully assigned ${key} to ${nodeName}`, 'default-scheduler', now);
+    const bind = async (): Promise<boolean> => {
+      try {
+        await ctx.api.bindPod(namespace, name, pod.metadata?.uid, nodeName);
+      } catch (err: unknown) {
+        assumed.forget(key);
+        // Bound meanwhile (409) or gone (404): the next event tells the truth.
+        if (isConflict(err) || isNotFound(err)) return false;
+        throw err;
+      }
+      ctx.log.info({ pod: key, node: nodeName, bindMs: ctx.clock.now() - now }, 'scheduled');
+      return true;
+    };
+    if (!binding) {
+      if (await bind()) await scheduled();
+      return undefined;
+    }
+    slot.held = false; // the reservation passes to the binding cycle
+    binding.binds.start(async () => {
+      try {
+        const ok = await bind();
+        if (ok) binding.bound(key);
+        return ok;
+      } catch (err: unknown) {
+        binding.failed(key, err);
+        return false;
+      }
+    }, scheduled);
     return undefined;
+  }
+  if (slot.held) {
+    binding?.binds.release(); // no bind: a status write and an event, which need no reservation
+    slot.held = false;
   }
   placement.message = withRuntimeClass(pod, placement.message);
   const current = pod.status?.conditions?.find((c) => c.type === 'PodScheduled');

@@ -35,18 +35,26 @@ export const BURST_REPLICAS = 500;
 /** The first slow-start batch: Kubernetes' `SlowStartInitialBatchSize`, 1. */
 export const SLOW_START_INITIAL_BATCH = 1;
 
+/**
+ * How long a creation or deletion is expected before it is forgotten although the cache does not show
+ * it: Kubernetes' `ExpectationsTimeout`, 5 min. (30 s was too short under load: with the control plane
+ * busy, the informer showed a burst's pods more than 30 s after their creates answered, and the
+ * ReplicaSet created them again, then deleted the surplus.)
+ */
+export const EXPECTATIONS_TIMEOUT_MS = 300_000;
+
 /** Creations and deletions a controller made that its cache does not show yet. */
 export class Expectations {
   readonly #creates = new Map<string, Map<string, number>>();
   readonly #deletes = new Map<string, Map<string, number>>();
-  /** Forget what the cache shows (or what is older than 30 s). */
+  /** Forget what the cache shows (or what is older than {@link EXPECTATIONS_TIMEOUT_MS}). */
   observe(ownerKey: string, pods: readonly V1Pod[], now: number): void {
     const c = this.#creates.get(ownerKey);
     const d = this.#deletes.get(ownerKey);
     if (!c?.size && !d?.size) return; // nothing expected: no need to look at the pods
     const uids = new Set(pods.map((p) => p.metadata?.uid ?? ''));
-    for (const [uid, at] of c ?? []) if (uids.has(uid) || at + 30_000 < now) c!.delete(uid);
-    for (const [uid, at] of d ?? []) if (!uids.has(uid) || at + 30_000 < now) d!.delete(uid);
+    for (const [uid, at] of c ?? []) if (uids.has(uid) || at + EXPECTATIONS_TIMEOUT_MS < now) c!.delete(uid);
+    for (const [uid, at] of d ?? []) if (!uids.has(uid) || at + EXPECTATIONS_TIMEOUT_MS < now) d!.delete(uid);
   }
   /** A pod created with `uid` (the API's answer), not yet in the cache. */
   created(ownerKey: string, uid: string, now: number): void {
