@@ -235,3 +235,89 @@ test('a watcher that does not read is ended; another gets every event, and write
   await core.patchNamespacedConfigMap({ namespace: 'default', name: 'big', body: [{ op: 'replace', path: '/data/v', value: 'after' }] });
   await waitFor('the fast watcher to see one more', 30_000, () => fastSeen === WRITES + 1);
 });
+
+/** A watch event as read here: a ConfigMap, or a BOOKMARK's object. */
+interface WatchEvent {
+  type: string;
+  object: { metadata: { name?: string; resourceVersion?: string; annotations?: Record<string, string> }; data?: Record<string, string> };
+}
+
+/** Reads a watch's lines as parsed events until `done(events)` holds; answers them. */
+function readEvents(res: IncomingMessage, done: (events: WatchEvent[]) => boolean): Promise<WatchEvent[]> {
+  const events: WatchEvent[] = [];
+  let buf = '';
+  res.setEncoding('utf8');
+  return new Promise((resolve, reject) => {
+    const onData = (d: string) => {
+      buf += d;
+      for (let nl = buf.indexOf('\n'); nl >= 0; nl = buf.indexOf('\n')) {
+        const l = buf.slice(0, nl).trim();
+        buf = buf.slice(nl + 1);
+        if (l) events.push(JSON.parse(l) as WatchEvent);
+      }
+      if (done(events)) {
+        res.off('data', onData);
+        res.pause();
+        resolve(events);
+      }
+    };
+    res.on('data', onData);
+    res.on('end', () => reject(new Error(`the watch ended after ${JSON.stringify(events.map((e) => e.type))}`)));
+  });
+}
+
+test('a streaming list (sendInitialEvents, kube 1.32 WatchList): the state, its end bookmark, then the changes', { timeout: 120_000 }, async (t) => {
+  const api = await startApiServer(t, { args: ['--storage', 'memory'] });
+  const core = api.kubeConfig.makeApiClient(CoreV1Api);
+  const cm = await core.createNamespacedConfigMap({ namespace: 'default', body: { metadata: { name: 'wl' }, data: { v: '1' } } });
+  const rv = Number(cm.metadata!.resourceVersion);
+
+  await t.test("kubectl wait with client-go's WatchListClient gate sees the object and returns", async () => {
+    const r = await api.kubectl(['wait', '--for=jsonpath={.data.v}=1', 'configmap/wl', '--timeout=30s'], { env: { KUBE_FEATURE_WatchListClient: 'true' }, timeoutMs: 60_000 });
+    assert.equal(r.code, 0, r.stderr);
+    assert.match(r.stdout, /configmap\/wl condition met/);
+  });
+
+  await t.test('the state as ADDED, a BOOKMARK annotated k8s.io/initial-events-end, then a MODIFIED', async () => {
+    const w = await openWatch(api, `/api/v1/namespaces/default/configmaps?watch=true&sendInitialEvents=true&resourceVersionMatch=NotOlderThan&allowWatchBookmarks=true&resourceVersion=${rv}`);
+    t.after(() => w.destroy());
+    assert.equal(w.res.statusCode, 200);
+    const initial = await readEvents(w.res, (evs) => evs.some((e) => e.type === 'BOOKMARK'));
+    const end = initial.at(-1)!;
+    assert.equal(end.type, 'BOOKMARK');
+    assert.equal(end.object.metadata.annotations?.['k8s.io/initial-events-end'], 'true');
+    assert.ok(Number(end.object.metadata.resourceVersion) >= rv, `the bookmark's version ${end.object.metadata.resourceVersion} is at least ${rv}`);
+    assert.ok(initial.slice(0, -1).every((e) => e.type === 'ADDED'));
+    assert.ok(initial.some((e) => e.object.metadata.name === 'wl'), 'wl among the initial events');
+    w.res.resume();
+    await core.patchNamespacedConfigMap({ namespace: 'default', name: 'wl', body: [{ op: 'replace', path: '/data/v', value: '2' }] });
+    const next = await readEvents(w.res, (evs) => evs.length > 0);
+    assert.equal(next[0]!.type, 'MODIFIED');
+    assert.equal(next[0]!.object.data?.v, '2');
+  });
+
+  await t.test('sendInitialEvents=false starts from now: the first event is the next change', async () => {
+    const w = await openWatch(api, '/api/v1/namespaces/default/configmaps?watch=true&sendInitialEvents=false&resourceVersionMatch=NotOlderThan');
+    t.after(() => w.destroy());
+    assert.equal(w.res.statusCode, 200);
+    await core.patchNamespacedConfigMap({ namespace: 'default', name: 'wl', body: [{ op: 'replace', path: '/data/v', value: '3' }] });
+    const evs = await readEvents(w.res, (e) => e.length > 0);
+    assert.equal(evs[0]!.type, 'MODIFIED');
+    assert.equal(evs[0]!.object.data?.v, '3');
+  });
+
+  await t.test("kube's 422 for sendInitialEvents without NotOlderThan and the reverse, 504 for a version not reached", async () => {
+    const a = await call(api, 'GET', '/api/v1/namespaces/default/configmaps?watch=true&sendInitialEvents=true');
+    assert.equal(a.status, 422);
+    assert.match(a.json().message as string, /resourceVersionMatch: Forbidden: sendInitialEvents requires setting resourceVersionMatch to NotOlderThan/);
+    const b = await call(api, 'GET', '/api/v1/namespaces/default/configmaps?watch=true&resourceVersionMatch=NotOlderThan');
+    assert.equal(b.status, 422);
+    assert.match(b.json().message as string, /resourceVersionMatch is forbidden for watch unless sendInitialEvents is provided/);
+    const c = await call(api, 'GET', '/api/v1/namespaces/default/configmaps?watch=true&sendInitialEvents=true&resourceVersionMatch=Exact');
+    assert.equal(c.status, 422);
+    assert.match(c.json().message as string, /\[.*Unsupported value: "Exact": supported values: "NotOlderThan"\]/);
+    const d = await call(api, 'GET', `/api/v1/namespaces/default/configmaps?watch=true&sendInitialEvents=true&resourceVersionMatch=NotOlderThan&resourceVersion=${rv + 1_000_000}`);
+    assert.equal(d.status, 504);
+    assert.match(d.json().message as string, /Too large resource version/);
+  });
+});

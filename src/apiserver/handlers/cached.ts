@@ -26,7 +26,7 @@ import { sendJson, sendRawJson, wantsPartial, wantsTable } from './http.ts';
 import { type IncludeObject, partialMetadata, toTable } from './table.ts';
 
 /** How long a read waits for the cache to reach a resourceVersion, ms (kube's 3 s). */
-const WAIT_MS = 3000;
+export const WAIT_MS = 3000;
 /** A JSON list at least this long is streamed (chunked) rather than sent in one piece. */
 const STREAM_BYTES = 1 << 20;
 
@@ -41,7 +41,8 @@ export async function cacheOf(ctx: ServerContext, def: ResourceDef): Promise<Res
   return ctx.cacher.cache(storageKey(def), typePrefix(def.storedAs?.def ?? def));
 }
 
-function tooLarge(rv: number, current: number): ApiError {
+/** kube's 504 Timeout for a resourceVersion the cache does not reach within {@link WAIT_MS}. */
+export function tooLarge(rv: number, current: number): ApiError {
   return new ApiError('Timeout', `Too large resource version: ${rv}, current: ${current}`, { causes: [{ reason: 'ResourceVersionTooLarge', message: 'Too large resource version' }], retryAfterSeconds: 1 }, { headers: { 'Retry-After': '1' } });
 }
 
