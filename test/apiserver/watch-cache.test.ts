@@ -5,7 +5,7 @@ import assert from 'node:assert/strict';
 import type { IncomingMessage } from 'node:http';
 import { request as httpsRequest } from 'node:https';
 import { test } from 'node:test';
-import { CoreV1Api } from '@kubernetes/client-node';
+import { CoreV1Api, EventsV1Api } from '@kubernetes/client-node';
 import { startApiServer, type TestApiServer } from '../helpers/apiserver.ts';
 import { waitFor } from '../helpers/wait.ts';
 
@@ -320,4 +320,37 @@ test('a streaming list (sendInitialEvents, kube 1.32 WatchList): the state, its 
     assert.equal(d.status, 504);
     assert.match(d.json().message as string, /Too large resource version/);
   });
+});
+
+test('events.k8s.io/v1 lists (stored as core Events) keep the resourceVersion semantics of the cache', { timeout: 120_000 }, async (t) => {
+  const api = await startApiServer(t, { args: ['--storage', 'memory'] });
+  const core = api.kubeConfig.makeApiClient(CoreV1Api);
+  const events = api.kubeConfig.makeApiClient(EventsV1Api);
+  await core.createNamespace({ body: { metadata: { name: 'ev' } } });
+  // The cache's window starts at its first read: read before the writes, so the state at the first one is in it.
+  assert.deepEqual((await events.listNamespacedEvent({ namespace: 'ev' })).items, []);
+  const event = (name: string) => ({ metadata: { name }, involvedObject: { kind: 'Pod', namespace: 'ev', name: 'p' }, reason: 'Test', message: name, type: 'Normal' });
+  const first = await core.createNamespacedEvent({ namespace: 'ev', body: event('first') });
+  await core.createNamespacedEvent({ namespace: 'ev', body: event('second') });
+  const rv = first.metadata!.resourceVersion!;
+
+  const exact = await events.listNamespacedEvent({ namespace: 'ev', resourceVersion: rv, resourceVersionMatch: 'Exact' });
+  assert.equal(exact.metadata!.resourceVersion, rv);
+  assert.deepEqual(exact.items.map((e) => e.metadata!.name), ['first'], 'the state at the first event');
+  assert.equal(exact.items[0]!.note, 'first', 'converted to events.k8s.io/v1 (note is the core message)');
+  const now = await events.listNamespacedEvent({ namespace: 'ev', limit: 1 });
+  assert.deepEqual(now.items.map((e) => e.metadata!.name), ['first']);
+  assert.equal(now.metadata!.remainingItemCount, 1);
+  const rest = await events.listNamespacedEvent({ namespace: 'ev', _continue: now.metadata!._continue! });
+  assert.deepEqual(rest.items.map((e) => e.metadata!.name), ['second']);
+  const bySelector = await events.listNamespacedEvent({ namespace: 'ev', fieldSelector: 'metadata.name=second' });
+  assert.deepEqual(bySelector.items.map((e) => e.metadata!.name), ['second']);
+
+  const tooNew = await call(api, 'GET', `/apis/events.k8s.io/v1/namespaces/ev/events?resourceVersion=${Number(rv) + 1_000_000}`);
+  assert.equal(tooNew.status, 504);
+  const noVersion = await call(api, 'GET', '/apis/events.k8s.io/v1/namespaces/ev/events?resourceVersionMatch=Exact');
+  assert.equal(noVersion.status, 422);
+  const r = await api.kubectl(['get', 'events.events.k8s.io', '-n', 'ev', '--no-headers']);
+  assert.equal(r.code, 0, r.stderr);
+  assert.equal(r.stdout.trim().split('\n').length, 2, 'kubectl\'s Table of both');
 });

@@ -110,7 +110,8 @@ export async function serveCachedGet(scope: RequestScope, cache: ResourceCache, 
 }
 
 /**
- * Serves a LIST from the cache; answers false when the store must answer instead.
+ * Serves a LIST from the cache; answers false when the store must answer instead. A converted
+ * resource (`def.storedAs`, events.k8s.io) is read from its stored resource's cache and converted.
  * @throws ApiError BadRequest (selectors, continue, versions), Invalid, Timeout, Expired (410)
  */
 export async function serveCachedList(scope: RequestScope, cache: ResourceCache, include: IncludeObject): Promise<boolean> {
@@ -121,7 +122,8 @@ export async function serveCachedList(scope: RequestScope, cache: ResourceCache,
   if (limitParam !== null && !/^\d+$/.test(limitParam)) throw badRequest(`invalid limit: ${limitParam}`);
   const labelSelector = q.get('labelSelector') || undefined;
   const fieldSelector = q.get('fieldSelector') || undefined;
-  const matcher = labelSelector || fieldSelector ? ctx.registry.matcher(def, { labelSelector, fieldSelector }) : undefined;
+  // A converted resource's selectors name the stored fields (handlers/converted.ts).
+  const matcher = labelSelector || fieldSelector ? ctx.registry.matcher(def.storedAs?.def ?? def, { labelSelector, fieldSelector }) : undefined;
   const rvParam = q.get('resourceVersion') ?? '';
   const match = q.get('resourceVersionMatch') ?? '';
   const token = q.get('continue') || undefined;
@@ -157,6 +159,11 @@ export async function serveCachedList(scope: RequestScope, cache: ResourceCache,
   }
   if (wantsPartial(req)) {
     sendJson(res, 200, { kind: 'PartialObjectMetadataList', apiVersion: 'meta.k8s.io/v1', metadata, items: page.items.map((o) => partialMetadata(withTypeMeta(def, o.object))) });
+    return true;
+  }
+  if (def.storedAs) {
+    const conv = def.storedAs;
+    sendJson(res, 200, { kind: def.listKind, apiVersion: apiVersionOf(def), metadata, items: page.items.map((o) => withTypeMeta(def, conv.fromStored(o.object))) });
     return true;
   }
   await sendList(res, `{"kind":"${def.listKind}","apiVersion":"${apiVersionOf(def)}","metadata":${JSON.stringify(metadata)},"items":[`, page.items);
