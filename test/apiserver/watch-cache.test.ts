@@ -5,7 +5,7 @@ import assert from 'node:assert/strict';
 import type { IncomingMessage } from 'node:http';
 import { request as httpsRequest } from 'node:https';
 import { test } from 'node:test';
-import { CoreV1Api } from '@kubernetes/client-node';
+import { CoreV1Api, EventsV1Api } from '@kubernetes/client-node';
 import { startApiServer, type TestApiServer } from '../helpers/apiserver.ts';
 import { waitFor } from '../helpers/wait.ts';
 
@@ -234,4 +234,123 @@ test('a watcher that does not read is ended; another gets every event, and write
   // The fast watcher still gets events after the slow one was ended.
   await core.patchNamespacedConfigMap({ namespace: 'default', name: 'big', body: [{ op: 'replace', path: '/data/v', value: 'after' }] });
   await waitFor('the fast watcher to see one more', 30_000, () => fastSeen === WRITES + 1);
+});
+
+/** A watch event as read here: a ConfigMap, or a BOOKMARK's object. */
+interface WatchEvent {
+  type: string;
+  object: { metadata: { name?: string; resourceVersion?: string; annotations?: Record<string, string> }; data?: Record<string, string> };
+}
+
+/** Reads a watch's lines as parsed events until `done(events)` holds; answers them. */
+function readEvents(res: IncomingMessage, done: (events: WatchEvent[]) => boolean): Promise<WatchEvent[]> {
+  const events: WatchEvent[] = [];
+  let buf = '';
+  res.setEncoding('utf8');
+  return new Promise((resolve, reject) => {
+    const onData = (d: string) => {
+      buf += d;
+      for (let nl = buf.indexOf('\n'); nl >= 0; nl = buf.indexOf('\n')) {
+        const l = buf.slice(0, nl).trim();
+        buf = buf.slice(nl + 1);
+        if (l) events.push(JSON.parse(l) as WatchEvent);
+      }
+      if (done(events)) {
+        res.off('data', onData);
+        res.pause();
+        resolve(events);
+      }
+    };
+    res.on('data', onData);
+    res.on('end', () => reject(new Error(`the watch ended after ${JSON.stringify(events.map((e) => e.type))}`)));
+  });
+}
+
+test('a streaming list (sendInitialEvents, kube 1.32 WatchList): the state, its end bookmark, then the changes', { timeout: 120_000 }, async (t) => {
+  const api = await startApiServer(t, { args: ['--storage', 'memory'] });
+  const core = api.kubeConfig.makeApiClient(CoreV1Api);
+  const cm = await core.createNamespacedConfigMap({ namespace: 'default', body: { metadata: { name: 'wl' }, data: { v: '1' } } });
+  const rv = Number(cm.metadata!.resourceVersion);
+
+  await t.test("kubectl wait with client-go's WatchListClient gate sees the object and returns", async () => {
+    const r = await api.kubectl(['wait', '--for=jsonpath={.data.v}=1', 'configmap/wl', '--timeout=30s'], { env: { KUBE_FEATURE_WatchListClient: 'true' }, timeoutMs: 60_000 });
+    assert.equal(r.code, 0, r.stderr);
+    assert.match(r.stdout, /configmap\/wl condition met/);
+  });
+
+  await t.test('the state as ADDED, a BOOKMARK annotated k8s.io/initial-events-end, then a MODIFIED', async () => {
+    const w = await openWatch(api, `/api/v1/namespaces/default/configmaps?watch=true&sendInitialEvents=true&resourceVersionMatch=NotOlderThan&allowWatchBookmarks=true&resourceVersion=${rv}`);
+    t.after(() => w.destroy());
+    assert.equal(w.res.statusCode, 200);
+    const initial = await readEvents(w.res, (evs) => evs.some((e) => e.type === 'BOOKMARK'));
+    const end = initial.at(-1)!;
+    assert.equal(end.type, 'BOOKMARK');
+    assert.equal(end.object.metadata.annotations?.['k8s.io/initial-events-end'], 'true');
+    assert.ok(Number(end.object.metadata.resourceVersion) >= rv, `the bookmark's version ${end.object.metadata.resourceVersion} is at least ${rv}`);
+    assert.ok(initial.slice(0, -1).every((e) => e.type === 'ADDED'));
+    assert.ok(initial.some((e) => e.object.metadata.name === 'wl'), 'wl among the initial events');
+    w.res.resume();
+    await core.patchNamespacedConfigMap({ namespace: 'default', name: 'wl', body: [{ op: 'replace', path: '/data/v', value: '2' }] });
+    const next = await readEvents(w.res, (evs) => evs.length > 0);
+    assert.equal(next[0]!.type, 'MODIFIED');
+    assert.equal(next[0]!.object.data?.v, '2');
+  });
+
+  await t.test('sendInitialEvents=false starts from now: the first event is the next change', async () => {
+    const w = await openWatch(api, '/api/v1/namespaces/default/configmaps?watch=true&sendInitialEvents=false&resourceVersionMatch=NotOlderThan');
+    t.after(() => w.destroy());
+    assert.equal(w.res.statusCode, 200);
+    await core.patchNamespacedConfigMap({ namespace: 'default', name: 'wl', body: [{ op: 'replace', path: '/data/v', value: '3' }] });
+    const evs = await readEvents(w.res, (e) => e.length > 0);
+    assert.equal(evs[0]!.type, 'MODIFIED');
+    assert.equal(evs[0]!.object.data?.v, '3');
+  });
+
+  await t.test("kube's 422 for sendInitialEvents without NotOlderThan and the reverse, 504 for a version not reached", async () => {
+    const a = await call(api, 'GET', '/api/v1/namespaces/default/configmaps?watch=true&sendInitialEvents=true');
+    assert.equal(a.status, 422);
+    assert.match(a.json().message as string, /resourceVersionMatch: Forbidden: sendInitialEvents requires setting resourceVersionMatch to NotOlderThan/);
+    const b = await call(api, 'GET', '/api/v1/namespaces/default/configmaps?watch=true&resourceVersionMatch=NotOlderThan');
+    assert.equal(b.status, 422);
+    assert.match(b.json().message as string, /resourceVersionMatch is forbidden for watch unless sendInitialEvents is provided/);
+    const c = await call(api, 'GET', '/api/v1/namespaces/default/configmaps?watch=true&sendInitialEvents=true&resourceVersionMatch=Exact');
+    assert.equal(c.status, 422);
+    assert.match(c.json().message as string, /\[.*Unsupported value: "Exact": supported values: "NotOlderThan"\]/);
+    const d = await call(api, 'GET', `/api/v1/namespaces/default/configmaps?watch=true&sendInitialEvents=true&resourceVersionMatch=NotOlderThan&resourceVersion=${rv + 1_000_000}`);
+    assert.equal(d.status, 504);
+    assert.match(d.json().message as string, /Too large resource version/);
+  });
+});
+
+test('events.k8s.io/v1 lists (stored as core Events) keep the resourceVersion semantics of the cache', { timeout: 120_000 }, async (t) => {
+  const api = await startApiServer(t, { args: ['--storage', 'memory'] });
+  const core = api.kubeConfig.makeApiClient(CoreV1Api);
+  const events = api.kubeConfig.makeApiClient(EventsV1Api);
+  await core.createNamespace({ body: { metadata: { name: 'ev' } } });
+  // The cache's window starts at its first read: read before the writes, so the state at the first one is in it.
+  assert.deepEqual((await events.listNamespacedEvent({ namespace: 'ev' })).items, []);
+  const event = (name: string) => ({ metadata: { name }, involvedObject: { kind: 'Pod', namespace: 'ev', name: 'p' }, reason: 'Test', message: name, type: 'Normal' });
+  const first = await core.createNamespacedEvent({ namespace: 'ev', body: event('first') });
+  await core.createNamespacedEvent({ namespace: 'ev', body: event('second') });
+  const rv = first.metadata!.resourceVersion!;
+
+  const exact = await events.listNamespacedEvent({ namespace: 'ev', resourceVersion: rv, resourceVersionMatch: 'Exact' });
+  assert.equal(exact.metadata!.resourceVersion, rv);
+  assert.deepEqual(exact.items.map((e) => e.metadata!.name), ['first'], 'the state at the first event');
+  assert.equal(exact.items[0]!.note, 'first', 'converted to events.k8s.io/v1 (note is the core message)');
+  const now = await events.listNamespacedEvent({ namespace: 'ev', limit: 1 });
+  assert.deepEqual(now.items.map((e) => e.metadata!.name), ['first']);
+  assert.equal(now.metadata!.remainingItemCount, 1);
+  const rest = await events.listNamespacedEvent({ namespace: 'ev', _continue: now.metadata!._continue! });
+  assert.deepEqual(rest.items.map((e) => e.metadata!.name), ['second']);
+  const bySelector = await events.listNamespacedEvent({ namespace: 'ev', fieldSelector: 'metadata.name=second' });
+  assert.deepEqual(bySelector.items.map((e) => e.metadata!.name), ['second']);
+
+  const tooNew = await call(api, 'GET', `/apis/events.k8s.io/v1/namespaces/ev/events?resourceVersion=${Number(rv) + 1_000_000}`);
+  assert.equal(tooNew.status, 504);
+  const noVersion = await call(api, 'GET', '/apis/events.k8s.io/v1/namespaces/ev/events?resourceVersionMatch=Exact');
+  assert.equal(noVersion.status, 422);
+  const r = await api.kubectl(['get', 'events.events.k8s.io', '-n', 'ev', '--no-headers']);
+  assert.equal(r.code, 0, r.stderr);
+  assert.equal(r.stdout.trim().split('\n').length, 2, 'kubectl\'s Table of both');
 });

@@ -26,8 +26,8 @@ export interface TestApiServer {
   kubeconfigPath: string;
   /** A client-node KubeConfig for the admin. */
   kubeConfig: KubeConfig;
-  /** Runs the real kubectl with the admin kubeconfig and a fresh cache dir. */
-  kubectl(args: string[], opts?: { input?: string; timeoutMs?: number }): Promise<{ code: number; stdout: string; stderr: string }>;
+  /** Runs the real kubectl with the admin kubeconfig and a fresh cache dir; `env` adds to its environment (`KUBE_FEATURE_...` gates). */
+  kubectl(args: string[], opts?: { input?: string; timeoutMs?: number; env?: Record<string, string> }): Promise<{ code: number; stdout: string; stderr: string }>;
   /** Writes (once) and answers the path of a kubelet kubeconfig for `nodeName`. */
   nodeKubeconfig(nodeName: string): string;
   /** Standard error of the server so far (its JSON logs). */
@@ -111,7 +111,7 @@ export async function startApiServer(t?: TestContext, opts: StartOptions = {}): 
         const child = execFile(
           'kubectl',
           ['--kubeconfig', info.kubeconfig, '--cache-dir', join(cacheRoot, String(n++)), ...args],
-          { timeout: o.timeoutMs ?? 60_000, maxBuffer: 64 * 1024 * 1024, env: { ...process.env, KUBECONFIG: info.kubeconfig } },
+          { timeout: o.timeoutMs ?? 60_000, maxBuffer: 64 * 1024 * 1024, env: { ...process.env, ...o.env, KUBECONFIG: info.kubeconfig } },
           (err, stdout, stderr_) => {
             const code = err ? (typeof (err as { code?: unknown }).code === 'number' ? ((err as { code: number }).code) : 1) : 0;
             resolve({ code, stdout: String(stdout), stderr: String(stderr_) });

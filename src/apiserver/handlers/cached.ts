@@ -26,7 +26,7 @@ import { sendJson, sendRawJson, wantsPartial, wantsTable } from './http.ts';
 import { type IncludeObject, partialMetadata, toTable } from './table.ts';
 
 /** How long a read waits for the cache to reach a resourceVersion, ms (kube's 3 s). */
-const WAIT_MS = 3000;
+export const WAIT_MS = 3000;
 /** A JSON list at least this long is streamed (chunked) rather than sent in one piece. */
 const STREAM_BYTES = 1 << 20;
 
@@ -41,7 +41,8 @@ export async function cacheOf(ctx: ServerContext, def: ResourceDef): Promise<Res
   return ctx.cacher.cache(storageKey(def), typePrefix(def.storedAs?.def ?? def));
 }
 
-function tooLarge(rv: number, current: number): ApiError {
+/** kube's 504 Timeout for a resourceVersion the cache does not reach within {@link WAIT_MS}. */
+export function tooLarge(rv: number, current: number): ApiError {
   return new ApiError('Timeout', `Too large resource version: ${rv}, current: ${current}`, { causes: [{ reason: 'ResourceVersionTooLarge', message: 'Too large resource version' }], retryAfterSeconds: 1 }, { headers: { 'Retry-After': '1' } });
 }
 
@@ -109,7 +110,8 @@ export async function serveCachedGet(scope: RequestScope, cache: ResourceCache, 
 }
 
 /**
- * Serves a LIST from the cache; answers false when the store must answer instead.
+ * Serves a LIST from the cache; answers false when the store must answer instead. A converted
+ * resource (`def.storedAs`, events.k8s.io) is read from its stored resource's cache and converted.
  * @throws ApiError BadRequest (selectors, continue, versions), Invalid, Timeout, Expired (410)
  */
 export async function serveCachedList(scope: RequestScope, cache: ResourceCache, include: IncludeObject): Promise<boolean> {
@@ -120,7 +122,8 @@ export async function serveCachedList(scope: RequestScope, cache: ResourceCache,
   if (limitParam !== null && !/^\d+$/.test(limitParam)) throw badRequest(`invalid limit: ${limitParam}`);
   const labelSelector = q.get('labelSelector') || undefined;
   const fieldSelector = q.get('fieldSelector') || undefined;
-  const matcher = labelSelector || fieldSelector ? ctx.registry.matcher(def, { labelSelector, fieldSelector }) : undefined;
+  // A converted resource's selectors name the stored fields (handlers/converted.ts).
+  const matcher = labelSelector || fieldSelector ? ctx.registry.matcher(def.storedAs?.def ?? def, { labelSelector, fieldSelector }) : undefined;
   const rvParam = q.get('resourceVersion') ?? '';
   const match = q.get('resourceVersionMatch') ?? '';
   const token = q.get('continue') || undefined;
@@ -156,6 +159,11 @@ export async function serveCachedList(scope: RequestScope, cache: ResourceCache,
   }
   if (wantsPartial(req)) {
     sendJson(res, 200, { kind: 'PartialObjectMetadataList', apiVersion: 'meta.k8s.io/v1', metadata, items: page.items.map((o) => partialMetadata(withTypeMeta(def, o.object))) });
+    return true;
+  }
+  if (def.storedAs) {
+    const conv = def.storedAs;
+    sendJson(res, 200, { kind: def.listKind, apiVersion: apiVersionOf(def), metadata, items: page.items.map((o) => withTypeMeta(def, conv.fromStored(o.object))) });
     return true;
   }
   await sendList(res, `{"kind":"${def.listKind}","apiVersion":"${apiVersionOf(def)}","metadata":${JSON.stringify(metadata)},"items":[`, page.items);

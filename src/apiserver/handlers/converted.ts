@@ -9,7 +9,8 @@ import { jsonPatch, mergePatch, strategicMergePatch } from '../registry/patch.ts
 import { apiVersionOf } from '../registry/types.ts';
 import type { KubeObject } from '../storage/index.ts';
 import type { RequestScope } from './context.ts';
-import { mediaType, sendJson, wantsTable, warningHeader } from './http.ts';
+import { cacheOf, serveCachedList } from './cached.ts';
+import { mediaType, sendJson, wantsPartial, wantsTable, warningHeader } from './http.ts';
 import { readObject, writeOptions } from './resources.ts';
 import { type IncludeObject, toTable } from './table.ts';
 import { serveWatch } from './watch.ts';
@@ -39,6 +40,11 @@ export async function serveConverted(scope: RequestScope): Promise<void> {
   };
   if (info.name === undefined) {
     if (method === 'GET') {
+      // JSON lists from the stored resource's watch cache, with its resourceVersion semantics (handlers/cached.ts).
+      if (!wantsTable(req) && !wantsPartial(req)) {
+        const cache = await cacheOf(ctx, def);
+        if (cache && (await serveCachedList(scope, cache, include))) return;
+      }
       const limit = q.get('limit');
       const list = await reg.list(stored, info.namespace, {
         labelSelector: q.get('labelSelector') ?? undefined,

@@ -7,7 +7,10 @@
  * ADDED; from a number, every later event; past the watch window an ERROR event with a 410 Expired
  * Status ends the stream. Label and field selectors turn changes into ADDED/DELETED as objects
  * enter or leave the selection. Bookmarks (`allowWatchBookmarks`) or bare newlines keep quiet
- * streams alive.
+ * streams alive. A streaming list (`sendInitialEvents=true&resourceVersionMatch=NotOlderThan`, kube
+ * 1.32's WatchList, on by default there) sends the current state (consistent when `resourceVersion`
+ * is unset, at least N for N) as ADDED, then a BOOKMARK annotated `k8s.io/initial-events-end: "true"`
+ * (with `allowWatchBookmarks`), then the changes; `sendInitialEvents=false` starts without them.
  */
 import { ApiError, badRequest } from '../errors.ts';
 import type { KubeObject, StorageEvent, WatchHandle } from '../storage/index.ts';
@@ -18,7 +21,29 @@ import type { RequestScope } from './context.ts';
 import { wantsTable } from './http.ts';
 import { type IncludeObject, toTable } from './table.ts';
 import type { CachedObject, CacheEvent, CacheWatcher } from '../storage/cacher.ts';
-import { cacheOf } from './cached.ts';
+import { cacheOf, tooLarge, WAIT_MS } from './cached.ts';
+
+/** The annotation of the BOOKMARK that ends a streaming list's initial events (client-go's reflector waits for it). */
+export const INITIAL_EVENTS_END_ANNOTATION = 'k8s.io/initial-events-end';
+
+/**
+ * kube-apiserver's validateWatchOptions (WatchList on, as in 1.32) of a watch's `sendInitialEvents`
+ * (normalized `true`/`false`, or null when absent), `resourceVersionMatch` and `continue`.
+ * @throws ApiError Invalid (422) naming each field error, as kube aggregates them
+ */
+function validateWatchOptions(sendInitial: string | null, match: string, cont: string): void {
+  const causes: { reason: string; message: string; field: string }[] = [];
+  const forbidden = (message: string) => causes.push({ reason: 'FieldValueForbidden', message: `Forbidden: ${message}`, field: 'resourceVersionMatch' });
+  if (sendInitial !== null && match !== 'NotOlderThan') forbidden('sendInitialEvents requires setting resourceVersionMatch to NotOlderThan');
+  if (match !== '') {
+    if (sendInitial === null) forbidden('resourceVersionMatch is forbidden for watch unless sendInitialEvents is provided');
+    if (match !== 'NotOlderThan') causes.push({ reason: 'FieldValueNotSupported', message: `Unsupported value: "${match}": supported values: "NotOlderThan"`, field: 'resourceVersionMatch' });
+    if (cont !== '') forbidden('resourceVersionMatch is forbidden when continue is provided');
+  }
+  if (causes.length === 0) return;
+  const each = causes.map((c) => `${c.field}: ${c.message}`);
+  throw new ApiError('Invalid', `ListOptions.meta.k8s.io "" is invalid: ${each.length === 1 ? each[0] : `[${each.join(', ')}]`}`, { group: 'meta.k8s.io', kind: 'ListOptions', causes });
+}
 
 /**
  * The JSON line of an event for a form (the plain object of a group/version, or a Table of given
@@ -60,11 +85,26 @@ export async function serveWatch(scope: RequestScope, filter?: (o: KubeObject) =
   const include = (q.get('includeObject') ?? 'Metadata') as IncludeObject;
   const bookmarks = q.get('allowWatchBookmarks') === 'true';
   const timeoutSeconds = Number(q.get('timeoutSeconds') ?? '0');
+  const sendInitial = q.get('sendInitialEvents');
+  validateWatchOptions(sendInitial, q.get('resourceVersionMatch') ?? '', q.get('continue') ?? '');
+  // What the stream starts with: the current state as ADDED, nothing (from now), or the events after N.
+  const start: 'state' | 'now' | 'since' = sendInitial === 'true' ? 'state' : rvParam === '' || rvParam === '0' ? (sendInitial === 'false' ? 'now' : 'state') : 'since';
+  const endBookmark = sendInitial === 'true' && bookmarks;
   let columnsSent = false;
 
   // The cache serves the watch unless it starts before the cache's window (the store's own window then answers, or 410).
   const cache = await cacheOf(ctx, def);
-  const fromCache = cache !== undefined && (rvParam === '' || rvParam === '0' ? rvParam === '0' || (await ctx.cacher!.sync()) : Number(rvParam) >= cache.oldestRv);
+  let fromCache = false;
+  if (cache !== undefined) {
+    if (start === 'since') fromCache = Number(rvParam) >= cache.oldestRv;
+    else if (rvParam === '') fromCache = await ctx.cacher!.sync();
+    else if (rvParam === '0') fromCache = true;
+    else {
+      // A streaming list from N: the state once the cache has seen N (NotOlderThan), as kube's cacher waits.
+      if (!(await ctx.cacher!.waitFor(Number(rvParam), WAIT_MS))) throw tooLarge(Number(rvParam), cache.rv);
+      fromCache = true;
+    }
+  }
   const limit = ctx.watchBufferBytes ?? DEFAULT_WATCH_BUFFER_BYTES;
 
   res.writeHead(200, { 'Content-Type': 'application/json', 'Cache-Control': 'no-cache, private', 'Transfer-Encoding': 'chunked' });
@@ -142,23 +182,29 @@ export async function serveWatch(scope: RequestScope, filter?: (o: KubeObject) =
     checkSlow();
   };
 
+  /** The BOOKMARK that ends a streaming list's initial events, at the version of the state they were. */
+  const initialEventsEnd = (rv: number): KubeObject => ({ kind: def.kind, apiVersion: apiVersionOf(def), metadata: { resourceVersion: String(rv), annotations: { [INITIAL_EVENTS_END_ANNOTATION]: 'true' } } }) as KubeObject;
+
   try {
     const key = storageKey(def);
     if (cache && fromCache) {
       const watcher: CacheWatcher = { fromRv: 0, deliver: (events) => deliver(events) };
-      if (rvParam === '' || rvParam === '0') {
-        // The current state as ADDED, then every later event: both at once, nothing between.
+      if (start === 'state' || start === 'now') {
+        // The current state as ADDED (unless from now), then every later event: both at once, nothing between.
         res.cork();
-        for (const o of cache.list({ namespace }).items) if (inScope(o.object)) res.write(encode('ADDED', o.object, undefined, o));
+        const page = cache.list({ namespace });
+        if (start === 'state') for (const o of page.items) if (inScope(o.object)) res.write(encode('ADDED', o.object, undefined, o));
+        if (endBookmark) res.write(encode('BOOKMARK', initialEventsEnd(page.rv)));
         handle = cache.watchFromNow(watcher);
         res.uncork();
         checkSlow();
       } else {
         handle = cache.watch(Number(rvParam), watcher, (replayed) => deliver(replayed, false));
       }
-    } else if (rvParam === '' || rvParam === '0') {
+    } else if (start === 'state' || start === 'now') {
       const { items, resourceVersion } = await ctx.registry.storage.list(key, namespace);
-      for (const o of items) if (inScope(o)) send('ADDED', o);
+      if (start === 'state') for (const o of items) if (inScope(o)) send('ADDED', o);
+      if (endBookmark) send('BOOKMARK', initialEventsEnd(resourceVersion));
       handle = ctx.registry.storage.watch(key, resourceVersion, onEvent);
     } else {
       handle = ctx.registry.storage.watch(key, Number(rvParam), onEvent);
