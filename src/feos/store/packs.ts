@@ -303,6 +303,10 @@ export async function readPacked(
   options: { signal?: AbortSignal; onWriteError?: (err: unknown) => Error; rangesAtOnce?: number; pool?: HashPool } = {},
 ): Promise<{ sizeBytes: number; requests: number }> {
   const ranges = rangesOf(chunks);
+  // The buffers the ranges are read into, reused once a range's chunks are written (as many as GETs in flight, each of
+  // the longest range's size: about a pack's): fresh ones cost their page faults and the collector's time.
+  const bufferBytes = ranges.reduce((n, r) => Math.max(n, r.end - r.start), 0);
+  const spare: Buffer[] = [];
   let next = 0;
   let failed: unknown;
   const write = async (bytes: Uint8Array, from: number, length: number, at: number) => {
@@ -315,8 +319,10 @@ export async function readPacked(
   const pool = options.pool ?? hashPool();
   const one = async (r: Range) => {
     const key = packKey(prefix, r.pack);
-    const got = await store.getRange(key, r.start, r.end - r.start, { signal: options.signal });
-    // Each chunk once (a chunk the file holds twice is one span), hashed on a worker while other ranges download.
+    const into = spare.pop() ?? Buffer.allocUnsafeSlow(bufferBytes);
+    await store.getRange(key, r.start, r.end - r.start, { signal: options.signal, into });
+    // Each chunk once (a chunk the file holds twice is one span), hashed on a worker while other ranges download: the
+    // whole buffer goes there and back transferred, not copied, each chunk hashed in place (crypto.hash of a view).
     const spans: Array<[number, number]> = [];
     const shaAt = new Map<number, number>();
     for (const { chunk } of r.chunks) {
@@ -324,7 +330,7 @@ export async function readPacked(
       shaAt.set(chunk.offset, spans.length);
       spans.push([chunk.offset - r.start, chunk.sizeBytes]);
     }
-    const { bytes, sha256s } = await pool.digests(got, spans);
+    const { bytes, sha256s } = await pool.digests(into, spans);
     // Chunks that follow each other in the pack and in the file: one write for each such run.
     let run: { from: number; to: number; fileOffset: number } | undefined;
     for (const { chunk, fileOffset } of r.chunks) {
@@ -343,6 +349,8 @@ export async function readPacked(
       run = { from, to: from + chunk.sizeBytes, fileOffset };
     }
     if (run) await write(bytes, run.from, run.to - run.from, run.fileOffset);
+    // Written (a range that failed keeps its buffer: a write of it may still be with the kernel's thread pool).
+    spare.push(bytes);
   };
   const worker = async () => {
     while (!failed && next < ranges.length) {
