@@ -1,5 +1,5 @@
 /** Where pods hibernate: the object store interface and its implementations. */
-export { type ObjectStore, type ObjectStoreFailure, type PutOptions, type PutResult, type StoreCallOptions, ObjectStoreError, ObjectNotFoundError, checkKey, storeFailureCode } from './store.ts';
+export { type ObjectStore, type ObjectStoreFailure, type PutOptions, type PutResult, type RangeOptions, type StoreCallOptions, ObjectStoreError, ObjectNotFoundError, checkKey, storeFailureCode } from './store.ts';
 export { LocalDirObjectStore } from './local-dir.ts';
 export { type ChunkSession, type CutChunks, HASH_WORKERS, HashPool, hashPool } from './hash-pool.ts';
 export { type ChunkRef, type ChunkedFile, chunkKey, getChunked, listChunks, pruneChunks, putChunked } from './chunked.ts';
