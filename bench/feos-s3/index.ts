@@ -143,10 +143,13 @@ try {
   const uploadEnd = await sdkUpload('sdk-alone');
   const upload = (uploadNear + uploadEnd) / 2;
   const d0 = performance.now();
+  const dc0 = process.cpuUsage();
   const got = await client.send(new GetObjectCommand({ Bucket: BUCKET, Key: 'sdk-alone' }));
   let n = 0;
   for await (const c of got.Body as AsyncIterable<Uint8Array>) n += c.byteLength;
   const download = ms(d0);
+  const dc = process.cpuUsage(dc0);
+  const downloadCpuMs = (dc.user + dc.system) / 1000;
   if (n !== total1) throw new Error(`the SDK read ${n} of ${total1} bytes`);
   client.destroy();
 
@@ -163,6 +166,7 @@ try {
   console.log(
     `    of it: copy ${s(tr.allMs ?? 0)}: ranged GETs, chunks checked and written ${s(tr.fetchMs ?? 0)} (to the SDK's download ${((tr.fetchMs ?? 0) / download).toFixed(2)}), whole files checked ${s(tr.checkMs ?? 0)}, fsync ${s(tr.syncMs ?? 0)}; the rest (claim, QEMU loads the stream, resume) ${s(restore - (tr.allMs ?? 0))}`,
   );
+  console.log(`    CPU time over the copy: feosd's ${s(tr.copyCpuMs ?? 0)} (its hash workers' included; it also writes the files), this process's for the SDK's download ${s(downloadCpuMs)} (the bytes counted, not written)`);
   console.log(`  local suspend ${s(suspend)}, local resume ${s(resume)}; the restore from S3 is ${(restore / resume).toFixed(2)} times the local resume`);
   console.log(
     `  second hibernation (on B, the pod unchanged)       ${s(hibernate2)}   uploaded ${mib(m2.uploadedBytes)} of ${mib(total2)} MiB: ${((100 * m2.uploadedBytes) / total2).toFixed(1)} % (goal 5 %; first: ${((100 * m1.uploadedBytes) / total1).toFixed(0)} %)`,

@@ -43,6 +43,15 @@ export function objectStoreConformance(name: string, open: () => Promise<{ store
     assert.ok(Buffer.from(await store.getRange('pods/abcdefghjkm/c1/memory', whole.length - 4, 4)).equals(b), 'a range at the end');
     await assert.rejects(store.getRange('pods/abcdefghjkm/c1/memory', whole.length - 4, 10), (e: unknown) => e instanceof ObjectStoreError && e.failure === 'damaged' && e.key === 'pods/abcdefghjkm/c1/memory', 'a range past the end: the object is shorter than its reader was told');
     await assert.rejects(store.getRange('pods/abcdefghjkm/c1/nothing', 0, 10), ObjectNotFoundError);
+    // Read into a buffer the caller reuses: the answer is a view of its first bytes, read again with other bytes.
+    const into = Buffer.alloc(8000, 0xee);
+    const r1 = await store.getRange('pods/abcdefghjkm/c1/memory', 1000, 5000, { into });
+    assert.ok(r1.buffer === into.buffer && r1.byteOffset === 0 && r1.byteLength === 5000, 'a view of the buffer given');
+    assert.ok(into.subarray(0, 5000).equals(whole.subarray(1000, 6000)) && into[5000] === 0xee, 'those bytes, and none past them');
+    await store.getRange('pods/abcdefghjkm/c1/memory', 0, 3000, { into });
+    assert.ok(into.subarray(0, 3000).equals(whole.subarray(0, 3000)), 'read into again');
+    await assert.rejects(store.getRange('pods/abcdefghjkm/c1/memory', 0, 9000, { into }), RangeError, 'a buffer too short for the range');
+    await assert.rejects(store.getRange('pods/abcdefghjkm/c1/memory', whole.length - 4, 10, { into }), (e: unknown) => e instanceof ObjectStoreError && e.failure === 'damaged', 'past the end, into a buffer');
     await store.put('pods/abcdefghjkm/c1/manifest.json', new TextEncoder().encode('{}'));
     assert.equal(new TextDecoder().decode(await store.getBytes('pods/abcdefghjkm/c1/manifest.json')), '{}');
     assert.deepEqual(await store.list('pods/abcdefghjkm'), ['pods/abcdefghjkm/c1/manifest.json', 'pods/abcdefghjkm/c1/memory']);

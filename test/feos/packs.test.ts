@@ -26,6 +26,7 @@ import {
   type PackedChunk,
   PackWriter,
   prunePacks,
+  RangeBuffers,
   readPacked,
   S3ObjectStore,
   storeFailureCode,
@@ -152,12 +153,19 @@ test('packs: a chunk damaged in storage is refused as damaged, naming the pack a
   const { chunks, created } = await putAll(store, new Map(), [data]);
   const victim = chunks[0]![100]!;
   const file = join(store.root, created[0]!);
-  const bytes = readFileSync(file);
-  bytes[victim.offset + 7] = bytes[victim.offset + 7]! ^ 0xff;
-  writeFileSync(file, bytes);
   const fh = await open(join(dir, 'out'), 'w');
   t.after(() => fh.close());
-  const err = await readPacked(store, PREFIX, chunks[0]!, fh).then(
+  // Read whole once into buffers that are reused: they then hold the right bytes of the very ranges read next.
+  const buffers = new RangeBuffers();
+  await readPacked(store, PREFIX, chunks[0]!, fh, { buffers });
+  assert.ok(readFileSync(join(dir, 'out')).equals(data), 'read back whole');
+  const bytes = readFileSync(file);
+  // A pack cut short: the range is refused, not completed with what the reused buffer held.
+  writeFileSync(file, bytes.subarray(0, bytes.length - 10));
+  await assert.rejects(readPacked(store, PREFIX, chunks[0]!, fh, { buffers }), (e: unknown) => e instanceof ObjectStoreError && e.failure === 'damaged' && e.key === created[0]);
+  bytes[victim.offset + 7] = bytes[victim.offset + 7]! ^ 0xff;
+  writeFileSync(file, bytes);
+  const err = await readPacked(store, PREFIX, chunks[0]!, fh, { buffers }).then(
     () => assert.fail('damaged bytes were read'),
     (e: unknown) => e,
   );
@@ -188,12 +196,16 @@ test('s3:// packs: a chunk damaged in Swift is DATA_LOSS naming its pack', { ski
   const packBytes = chunks[0]!.reduce((n, c) => n + c.sizeBytes, 0);
   const file = files.find((f) => statSync(f).size === packBytes && sha(readFileSync(f)) === sha(data));
   assert.ok(file, `the pack's .data file among ${files.length}`);
+  const fh = await open(join(dir, 'out'), 'w');
+  t.after(() => fh.close());
+  // Read whole first into reused buffers, which then hold the right bytes of the range read again below.
+  const buffers = new RangeBuffers();
+  await readPacked(store, PREFIX, chunks[0]!, fh, { buffers });
+  assert.ok(readFileSync(join(dir, 'out')).equals(data), 'read back whole');
   const damaged = readFileSync(file);
   damaged[5000] = damaged[5000]! ^ 1;
   writeFileSync(file, damaged);
-  const fh = await open(join(dir, 'out'), 'w');
-  t.after(() => fh.close());
-  const err = await readPacked(store, PREFIX, chunks[0]!, fh).then(
+  const err = await readPacked(store, PREFIX, chunks[0]!, fh, { buffers }).then(
     () => assert.fail('damaged bytes were read'),
     (e: unknown) => e,
   );

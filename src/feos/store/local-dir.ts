@@ -11,7 +11,7 @@ import { link, mkdir, open, readdir, readFile, rename, rm, rmdir, stat } from 'n
 import { dirname, join } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { errorMessage } from '../api/index.ts';
-import { checkKey, ObjectNotFoundError, type ObjectStore, ObjectStoreError, type PutOptions, type PutResult, type StoreCallOptions } from './store.ts';
+import { checkKey, ObjectNotFoundError, type ObjectStore, ObjectStoreError, type PutOptions, type PutResult, type RangeOptions, rangeBuffer, type StoreCallOptions } from './store.ts';
 
 async function syncDir(dir: string): Promise<void> {
   const fh = await open(dir, 'r');
@@ -160,9 +160,10 @@ export class LocalDirObjectStore implements ObjectStore {
     }
   }
 
-  async getRange(key: string, offset: number, length: number, options: StoreCallOptions = {}): Promise<Uint8Array> {
+  async getRange(key: string, offset: number, length: number, options: RangeOptions = {}): Promise<Uint8Array> {
     const path = this.#path(key);
     options.signal?.throwIfAborted();
+    const into = rangeBuffer(options.into, length);
     let fh: Awaited<ReturnType<typeof open>>;
     try {
       fh = await open(path, 'r');
@@ -171,7 +172,7 @@ export class LocalDirObjectStore implements ObjectStore {
       throw new ObjectStoreError(key, `${this.url}: get ${key}: ${errorMessage(err)}`, { cause: err });
     }
     try {
-      const buf = Buffer.allocUnsafe(length);
+      const buf = into ?? Buffer.allocUnsafe(length);
       let got = 0;
       while (got < length) {
         const { bytesRead } = await fh.read(buf, got, length - got, offset + got);
@@ -181,7 +182,7 @@ export class LocalDirObjectStore implements ObjectStore {
       if (got !== length) {
         throw new ObjectStoreError(key, `${this.url}: get ${key}: bytes ${offset} to ${offset + length - 1} asked, the object ends after ${offset + got} (it is not what was put)`, { failure: 'damaged' });
       }
-      return buf;
+      return buf.subarray(0, length);
     } catch (err: unknown) {
       if (err instanceof ObjectStoreError) throw err;
       throw new ObjectStoreError(key, `${this.url}: get ${key}: ${errorMessage(err)}`, { cause: err });

@@ -84,6 +84,39 @@ export class PieceBuffers {
   }
 }
 
+/** How long `RangeBuffers` keeps its spare buffers after their last use (ms): a restore's files, one after the other. */
+const RANGE_BUFFERS_KEPT_MS = 10_000;
+
+/**
+ * Buffers that `readPacked` reads ranges into, reused across its ranges and the files of a restore (the memory,
+ * the disk, the volumes, one after the other): a fresh buffer of a pack's size costs the kernel's page faults at its
+ * first write and the collector's time after (bench/s3-restore-copy). At most `RANGES_AT_ONCE` are kept, and none
+ * once unused for `RANGE_BUFFERS_KEPT_MS` (feosd does not hold a restore's 64 MiB while it runs pods).
+ */
+export class RangeBuffers {
+  #spare: Buffer[] = [];
+  #timer: NodeJS.Timeout | undefined;
+
+  /** A buffer of at least `bytes` (a pack's size at least, when more than a piece's, so that it serves any range after). */
+  take(bytes: number): Buffer {
+    const i = this.#spare.findIndex((b) => b.byteLength >= bytes);
+    if (i >= 0) return this.#spare.splice(i, 1)[0]!;
+    return Buffer.allocUnsafeSlow(bytes <= PIECE_BYTES ? bytes : Math.max(bytes, PACK_BYTES + PACKED_CHUNKS.maxBytes));
+  }
+
+  /** Gives back a buffer `take` gave (or the same memory back from the hash pool) once nothing reads or writes it. */
+  give(buf: Buffer): void {
+    if (this.#spare.length < RANGES_AT_ONCE) this.#spare.push(buf);
+    clearTimeout(this.#timer);
+    this.#timer = setTimeout(() => {
+      this.#spare = [];
+    }, RANGE_BUFFERS_KEPT_MS);
+    this.#timer.unref();
+  }
+}
+
+const rangeBuffers = new RangeBuffers();
+
 /** The key of a pack below `prefix`. */
 export function packKey(prefix: string, pack: string): string {
   return `${prefix}/${pack}`;
@@ -290,6 +323,8 @@ function rangesOf(chunks: PackedChunk[]): Range[] {
  * Reads a packed file into `fh` (from its offset 0), each chunk written at its place: ranged GETs of the packs,
  * `RANGES_AT_ONCE` at a time, every chunk checked against its SHA-256 (on the hash pool's workers, `options.pool` or
  * the process's) before it is written. The file is the chunks in order, so their checks are the whole file's.
+ * Each range is read into a buffer of `options.buffers` (default: the process's), which goes to the hash worker and
+ * back without a copy; the chunks are written from it, a run of chunks that follow each other in one write.
  * @param onWriteError wraps a failed write to `fh` (so that the caller can tell the node's disk from the store)
  * @returns the file's size (bytes) and how many GETs read it
  * @throws ObjectNotFoundError (store.ts) for a missing pack; ObjectStoreError (failure `damaged`) naming the pack
@@ -300,9 +335,13 @@ export async function readPacked(
   prefix: string,
   chunks: PackedChunk[],
   fh: FileHandle,
-  options: { signal?: AbortSignal; onWriteError?: (err: unknown) => Error; rangesAtOnce?: number; pool?: HashPool } = {},
+  options: { signal?: AbortSignal; onWriteError?: (err: unknown) => Error; rangesAtOnce?: number; pool?: HashPool; buffers?: RangeBuffers } = {},
 ): Promise<{ sizeBytes: number; requests: number }> {
   const ranges = rangesOf(chunks);
+  // The buffers the ranges are read into, reused once a range's chunks are written (as many as GETs in flight, each of
+  // the longest range's size at least: about a pack's): fresh ones cost their page faults and the collector's time.
+  const bufferBytes = ranges.reduce((n, r) => Math.max(n, r.end - r.start), 0);
+  const buffers = options.buffers ?? rangeBuffers;
   let next = 0;
   let failed: unknown;
   const write = async (bytes: Uint8Array, from: number, length: number, at: number) => {
@@ -315,8 +354,10 @@ export async function readPacked(
   const pool = options.pool ?? hashPool();
   const one = async (r: Range) => {
     const key = packKey(prefix, r.pack);
-    const got = await store.getRange(key, r.start, r.end - r.start, { signal: options.signal });
-    // Each chunk once (a chunk the file holds twice is one span), hashed on a worker while other ranges download.
+    const into = buffers.take(bufferBytes);
+    await store.getRange(key, r.start, r.end - r.start, { signal: options.signal, into });
+    // Each chunk once (a chunk the file holds twice is one span), hashed on a worker while other ranges download: the
+    // whole buffer goes there and back transferred, not copied, each chunk hashed in place (crypto.hash of a view).
     const spans: Array<[number, number]> = [];
     const shaAt = new Map<number, number>();
     for (const { chunk } of r.chunks) {
@@ -324,7 +365,7 @@ export async function readPacked(
       shaAt.set(chunk.offset, spans.length);
       spans.push([chunk.offset - r.start, chunk.sizeBytes]);
     }
-    const { bytes, sha256s } = await pool.digests(got, spans);
+    const { bytes, sha256s } = await pool.digests(into, spans);
     // Chunks that follow each other in the pack and in the file: one write for each such run.
     let run: { from: number; to: number; fileOffset: number } | undefined;
     for (const { chunk, fileOffset } of r.chunks) {
@@ -343,6 +384,8 @@ export async function readPacked(
       run = { from, to: from + chunk.sizeBytes, fileOffset };
     }
     if (run) await write(bytes, run.from, run.to - run.from, run.fileOffset);
+    // Written (a range that failed keeps its buffer: a write of it may still be with the kernel's thread pool).
+    buffers.give(bytes);
   };
   const worker = async () => {
     while (!failed && next < ranges.length) {

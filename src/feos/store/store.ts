@@ -33,6 +33,23 @@ export interface StoreCallOptions {
   signal?: AbortSignal;
 }
 
+/** Options of a ranged read (`ObjectStore.getRange`). */
+export interface RangeOptions extends StoreCallOptions {
+  /** The buffer to read into (at least the range's length). */
+  into?: Uint8Array;
+}
+
+/**
+ * The buffer a ranged read of `length` bytes goes into: `into` (as a Buffer of the same memory) when given, checked
+ * to hold them; undefined without it.
+ * @throws RangeError when `into` is shorter than `length`
+ */
+export function rangeBuffer(into: Uint8Array | undefined, length: number): Buffer | undefined {
+  if (!into) return undefined;
+  if (into.byteLength < length) throw new RangeError(`a range of ${length} bytes does not fit the ${into.byteLength} bytes given to read it into`);
+  return Buffer.from(into.buffer, into.byteOffset, into.byteLength);
+}
+
 /** A store of objects by key. */
 export interface ObjectStore {
   /** The store's URL, as `--object-store` gave it (for messages). */
@@ -53,10 +70,13 @@ export interface ObjectStore {
   getBytes(key: string): Promise<Uint8Array>;
   /**
    * `length` bytes of an object from byte `offset` (a ranged GET: the packs' chunks).
+   * @param options.into a buffer of at least `length` bytes to read them into (reused by the caller: a fresh one
+   *   costs its page faults); the answer is then a view of its first `length` bytes. Without it, a buffer of its own.
+   *   After a failure its bytes are whatever came.
    * @throws ObjectNotFoundError; ObjectStoreError (failure `damaged`) naming the key when the object is shorter
-   *   than the range (it is not what was put)
+   *   than the range (it is not what was put); RangeError when `into` is shorter than `length`
    */
-  getRange(key: string, offset: number, length: number, options?: StoreCallOptions): Promise<Uint8Array>;
+  getRange(key: string, offset: number, length: number, options?: RangeOptions): Promise<Uint8Array>;
   /** Whether the key has an object. */
   exists(key: string): Promise<boolean>;
   /** The keys below `prefix` (a key's leading segments), sorted. */
