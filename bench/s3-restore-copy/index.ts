@@ -12,7 +12,7 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { GetObjectCommand } from '@aws-sdk/client-s3';
 import { Upload } from '@aws-sdk/lib-storage';
-import { fileChunks } from '../../src/feos/pods/checkpoint.ts';
+import { fileChunks } from '../../src/feos/pods/index.ts';
 import { hashPool, PackWriter, readPacked, S3ObjectStore } from '../../src/feos/store/index.ts';
 import { startS3Server } from '../../test/helpers/s3-server.ts';
 
