@@ -18,6 +18,7 @@
  *   watches again from the last version it saw instead of holding the others back.
  */
 import { StorageError, type KubeObject, type Storage, type StorageEvent, type WatchHandle } from './interface.ts';
+import { firstIndexAfter } from './watch-window.ts';
 
 /** Events kept per resource for watches and reads at an older resourceVersion. */
 export const DEFAULT_CACHE_WINDOW = 10_000;
@@ -279,14 +280,7 @@ export class ResourceCache {
   }
 
   #firstAfter(rv: number): number {
-    let lo = this.#start;
-    let hi = this.#events.length;
-    while (lo < hi) {
-      const mid = (lo + hi) >>> 1;
-      if (this.#events[mid]!.rv <= rv) lo = mid + 1;
-      else hi = mid;
-    }
-    return lo;
+    return firstIndexAfter(this.#events, this.#start, rv);
   }
 
   /**

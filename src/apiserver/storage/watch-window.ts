@@ -50,13 +50,21 @@ export class WatchWindow {
   }
 
   #firstIndexAfter(rv: number): number {
-    let lo = this.#start;
-    let hi = this.#events.length;
-    while (lo < hi) {
-      const mid = (lo + hi) >>> 1;
-      if (this.#events[mid]!.rv <= rv) lo = mid + 1;
-      else hi = mid;
-    }
-    return lo;
+    return firstIndexAfter(this.#events, this.#start, rv);
   }
+}
+
+/**
+ * The index of the first of `events[start..]` (sorted by `rv`) whose `rv` is above `rv`, by binary
+ * search; `events.length` when there is none. Shared by the store's window and the watch cache's.
+ */
+export function firstIndexAfter(events: readonly { rv: number }[], start: number, rv: number): number {
+  let lo = start;
+  let hi = events.length;
+  while (lo < hi) {
+    const mid = (lo + hi) >>> 1;
+    if (events[mid]!.rv <= rv) lo = mid + 1;
+    else hi = mid;
+  }
+  return lo;
 }
