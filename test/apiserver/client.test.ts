@@ -8,7 +8,7 @@
 import assert from 'node:assert/strict';
 import { createHash } from 'node:crypto';
 import { writeFileSync } from 'node:fs';
-import { createServer, type IncomingMessage } from 'node:http';
+import { createServer } from 'node:http';
 import { join } from 'node:path';
 import { request as httpsRequest } from 'node:https';
 import type { AddressInfo } from 'node:net';
@@ -17,43 +17,13 @@ import fc from 'fast-check';
 import { AppsV1Api, CoreV1Api, CustomObjectsApi, KubeConfig, makeInformer, type V1Pod } from '@kubernetes/client-node';
 import { issueClientCertificate } from '../../src/apiserver/index.ts';
 import { encodeSnapshot, type SnapshotState } from '../../src/k32s/index.ts';
-import { startApiServer, type TestApiServer } from '../helpers/apiserver.ts';
+import { rawRequest, startApiServer, type TestApiServer } from '../helpers/apiserver.ts';
 import { waitFor } from '../helpers/wait.ts';
 
 const until = <T>(what: string, fn: () => Promise<T | undefined | false> | T | undefined | false, ms = 15_000): Promise<T> => waitFor(what, ms, fn, { intervalMs: 25 });
 
-interface Reply {
-  status: number;
-  headers: IncomingMessage['headers'];
-  body: Buffer;
-  json(): Record<string, unknown>;
-}
-
 /** A raw HTTPS request with `token` (default: the admin's). */
-function raw(api: TestApiServer, method: string, path: string, body?: unknown, opts: { type?: string; token?: string | null } = {}): Promise<Reply> {
-  const ca = Buffer.from(api.kubeConfig.getCurrentCluster()!.caData!, 'base64');
-  const data = body === undefined ? undefined : Buffer.isBuffer(body) || body instanceof Uint8Array ? Buffer.from(body) : Buffer.from(typeof body === 'string' ? body : JSON.stringify(body));
-  const u = new URL(api.url + path);
-  const headers: Record<string, string | number> = {};
-  const token = opts.token === undefined ? api.kubeConfig.getCurrentUser()!.token : opts.token;
-  if (token) headers.Authorization = `Bearer ${token}`;
-  if (data) {
-    headers['Content-Type'] = opts.type ?? 'application/json';
-    headers['Content-Length'] = data.length;
-  }
-  return new Promise((resolve, reject) => {
-    const req = httpsRequest({ host: u.hostname, port: u.port, path: u.pathname + u.search, method, ca, headers }, (res) => {
-      const chunks: Buffer[] = [];
-      res.on('data', (c: Buffer) => chunks.push(c));
-      res.on('end', () => {
-        const b = Buffer.concat(chunks);
-        resolve({ status: res.statusCode ?? 0, headers: res.headers, body: b, json: () => JSON.parse(b.toString()) as Record<string, unknown> });
-      });
-    });
-    req.on('error', reject);
-    req.end(data);
-  });
-}
+const raw = (api: TestApiServer, method: string, path: string, body?: unknown, opts: { type?: string; token?: string | null } = {}) => rawRequest(api, method, path, body, opts);
 
 function snapshot(memoryBytes: number, podTimeMs = 1234n): { bytes: Buffer; state: SnapshotState } {
   const memory = new Uint8Array(memoryBytes).fill(7);

@@ -6,37 +6,10 @@ import type { IncomingMessage } from 'node:http';
 import { request as httpsRequest } from 'node:https';
 import { test } from 'node:test';
 import { CoreV1Api, EventsV1Api } from '@kubernetes/client-node';
-import { startApiServer, type TestApiServer } from '../helpers/apiserver.ts';
+import { rawRequest, startApiServer, type TestApiServer } from '../helpers/apiserver.ts';
 import { waitFor } from '../helpers/wait.ts';
 
-interface Reply {
-  status: number;
-  body: string;
-  json: () => Record<string, unknown>;
-}
-
-function call(api: TestApiServer, method: string, path: string, body?: unknown, type = 'application/json'): Promise<Reply> {
-  const ca = Buffer.from(api.kubeConfig.getCurrentCluster()!.caData!, 'base64');
-  const data = body === undefined ? undefined : Buffer.from(JSON.stringify(body));
-  const u = new URL(api.url + path);
-  const headers: Record<string, string | number> = { Authorization: `Bearer ${api.kubeConfig.getCurrentUser()!.token}` };
-  if (data) {
-    headers['Content-Type'] = type;
-    headers['Content-Length'] = data.length;
-  }
-  return new Promise((resolve, reject) => {
-    const req = httpsRequest({ host: u.hostname, port: u.port, path: u.pathname + u.search, method, ca, headers }, (res) => {
-      const chunks: Buffer[] = [];
-      res.on('data', (c: Buffer) => chunks.push(c));
-      res.on('end', () => {
-        const b = Buffer.concat(chunks).toString();
-        resolve({ status: res.statusCode ?? 0, body: b, json: () => JSON.parse(b) as Record<string, unknown> });
-      });
-    });
-    req.on('error', reject);
-    req.end(data);
-  });
-}
+const call = (api: TestApiServer, method: string, path: string, body?: unknown, type = 'application/json') => rawRequest(api, method, path, body, { type });
 
 /** Opens a raw watch; answers its response (not read: the caller decides) and request. */
 function openWatch(api: TestApiServer, path: string): Promise<{ res: IncomingMessage; destroy: () => void }> {
@@ -133,25 +106,25 @@ test('lists and gets from the watch cache', { timeout: 300_000 }, async (t) => {
     const rv1 = cm.metadata!.resourceVersion!;
     await core.patchNamespacedConfigMap({ namespace: 'paged', name: 'versions', body: [{ op: 'replace', path: '/data/v', value: '2' }] });
     const exact = await call(api, 'GET', `/api/v1/namespaces/paged/configmaps?fieldSelector=metadata.name%3Dversions&resourceVersion=${rv1}&resourceVersionMatch=Exact`);
-    assert.equal(exact.status, 200, exact.body);
+    assert.equal(exact.status, 200, exact.text);
     const ex = exact.json() as { metadata: { resourceVersion: string }; items: { data: { v: string } }[] };
     assert.equal(ex.metadata.resourceVersion, rv1);
     assert.deepEqual(ex.items.map((i) => i.data.v), ['1']);
     const latest = await call(api, 'GET', `/api/v1/namespaces/paged/configmaps/versions?resourceVersion=${rv1}`);
     assert.equal((latest.json() as { data: { v: string } }).data.v, '2', 'NotOlderThan answers the latest');
     const far = await call(api, 'GET', `/api/v1/namespaces/paged/configmaps?resourceVersion=${Number(rv1) + 1_000_000}`);
-    assert.equal(far.status, 504, far.body);
+    assert.equal(far.status, 504, far.text);
     assert.match(String(far.json().message), /Too large resource version/);
     const forbidden = await call(api, 'GET', '/api/v1/namespaces/paged/configmaps?resourceVersionMatch=Exact');
-    assert.equal(forbidden.status, 422, forbidden.body);
+    assert.equal(forbidden.status, 422, forbidden.text);
     const old = await call(api, 'GET', '/api/v1/namespaces/paged/configmaps?resourceVersion=1&resourceVersionMatch=Exact');
-    assert.equal(old.status, 410, old.body);
+    assert.equal(old.status, 410, old.text);
     // A continue token of a state before the cache's window is 410 Expired.
     const tooOld = Buffer.from(JSON.stringify({ rv: 1, start: 'paged/cm-00001' })).toString('base64url');
     const expired = await call(api, 'GET', `/api/v1/namespaces/paged/configmaps?limit=10&continue=${tooOld}`);
-    assert.equal(expired.status, 410, expired.body);
+    assert.equal(expired.status, 410, expired.text);
     const bad = await call(api, 'GET', '/api/v1/namespaces/paged/configmaps?limit=10&continue=nonsense');
-    assert.equal(bad.status, 400, bad.body);
+    assert.equal(bad.status, 400, bad.text);
   });
 
   await t.test('a write is seen by the next GET and LIST (consistent reads)', async () => {
@@ -230,7 +203,7 @@ test('a watcher that does not read is ended; another gets every event, and write
   assert.ok(slowSeen.events < WRITES, `the slow watcher got ${slowSeen.events} of ${WRITES} events before its watch ended (${slowSeen.ended})`);
   assert.match(api.logs(), /client too slow/);
   const metrics = await call(api, 'GET', '/metrics');
-  assert.match(metrics.body, /apiserver_terminated_watchers_total\{resource="configmaps"\} 1\n/);
+  assert.match(metrics.text, /apiserver_terminated_watchers_total\{resource="configmaps"\} 1\n/);
   // The fast watcher still gets events after the slow one was ended.
   await core.patchNamespacedConfigMap({ namespace: 'default', name: 'big', body: [{ op: 'replace', path: '/data/v', value: 'after' }] });
   await waitFor('the fast watcher to see one more', 30_000, () => fastSeen === WRITES + 1);

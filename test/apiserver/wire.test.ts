@@ -9,39 +9,11 @@
  */
 import assert from 'node:assert/strict';
 import { execFile } from 'node:child_process';
-import { request as httpsRequest } from 'node:https';
 import { connect as tlsConnect } from 'node:tls';
 import { test } from 'node:test';
-import { startApiServer, type TestApiServer } from '../helpers/apiserver.ts';
+import { type RawReply, rawRequest, startApiServer, type TestApiServer } from '../helpers/apiserver.ts';
 
-interface Reply {
-  status: number;
-  text: string;
-  json(): Record<string, unknown>;
-}
-
-function raw(api: TestApiServer, method: string, path: string, body?: string, type = 'application/json'): Promise<Reply> {
-  const ca = Buffer.from(api.kubeConfig.getCurrentCluster()!.caData!, 'base64');
-  const u = new URL(api.url + path);
-  const headers: Record<string, string | number> = { Authorization: `Bearer ${api.kubeConfig.getCurrentUser()!.token}` };
-  if (body !== undefined) {
-    headers['Content-Type'] = type;
-    headers['Content-Length'] = Buffer.byteLength(body);
-  }
-  return new Promise((resolve, reject) => {
-    const req = httpsRequest({ host: u.hostname, port: u.port, path: u.pathname + u.search, method, ca, headers, timeout: 20_000 }, (res) => {
-      const chunks: Buffer[] = [];
-      res.on('data', (c: Buffer) => chunks.push(c));
-      res.on('end', () => {
-        const text = Buffer.concat(chunks).toString();
-        resolve({ status: res.statusCode ?? 0, text, json: () => JSON.parse(text) as Record<string, unknown> });
-      });
-    });
-    req.on('timeout', () => req.destroy(new Error(`${method} ${path}: no answer within 20 s`)));
-    req.on('error', reject);
-    req.end(body);
-  });
-}
+const raw = (api: TestApiServer, method: string, path: string, body?: string, type = 'application/json') => rawRequest(api, method, path, body, { type });
 
 /** Runs Debian's python3-kubernetes (`/usr/bin/python3`) on a script; answers its exit code and output. */
 function python(script: string, env: Record<string, string>, timeoutMs = 60_000): Promise<{ code: number; stdout: string; stderr: string }> {
@@ -246,7 +218,7 @@ print(v1.read_namespaced_pod('by-python', 'default').spec.node_name)
 });
 
 /** A refused request's code, and its Status' reason and message. */
-function failure(r: Reply): { code: number; reason: unknown; message: unknown } {
+function failure(r: RawReply): { code: number; reason: unknown; message: unknown } {
   const s = r.json();
   return { code: r.status, reason: s.reason, message: s.message };
 }

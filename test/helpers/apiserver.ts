@@ -9,6 +9,8 @@ import { spawn, execFile, type ChildProcess } from 'node:child_process';
 import { mkdtempSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
+import type { IncomingHttpHeaders } from 'node:http';
+import { request as httpsRequest } from 'node:https';
 import { createInterface } from 'node:readline';
 import type { TestContext } from 'node:test';
 import { KubeConfig } from '@kubernetes/client-node';
@@ -124,4 +126,52 @@ export async function startApiServer(t?: TestContext, opts: StartOptions = {}): 
     nodeKubeconfig: (nodeName) => issueNodeKubeconfig(dataDir, nodeName),
     stop,
   };
+}
+
+/** A raw HTTPS answer: status, headers, the body's bytes and text, and the body parsed as JSON on demand. */
+export interface RawReply {
+  status: number;
+  headers: IncomingHttpHeaders;
+  body: Buffer;
+  text: string;
+  json(): Record<string, unknown>;
+}
+
+/**
+ * A raw HTTPS request to `api`, for what a client library would not send or would hide: `body` is sent as is
+ * (bytes or a string) or as JSON; `opts.type` its Content-Type (default JSON); `opts.token` the bearer token
+ * (default the admin's; null for none). Rejects when no answer comes within `opts.timeoutMs` (default 20 s).
+ */
+export function rawRequest(
+  api: TestApiServer,
+  method: string,
+  path: string,
+  body?: unknown,
+  opts: { type?: string; token?: string | null; timeoutMs?: number } = {},
+): Promise<RawReply> {
+  const ca = Buffer.from(api.kubeConfig.getCurrentCluster()!.caData!, 'base64');
+  const data = body === undefined ? undefined : body instanceof Uint8Array ? Buffer.from(body) : Buffer.from(typeof body === 'string' ? body : JSON.stringify(body));
+  const u = new URL(api.url + path);
+  const headers: Record<string, string | number> = {};
+  const token = opts.token === undefined ? api.kubeConfig.getCurrentUser()!.token : opts.token;
+  if (token) headers.Authorization = `Bearer ${token}`;
+  if (data) {
+    headers['Content-Type'] = opts.type ?? 'application/json';
+    headers['Content-Length'] = data.length;
+  }
+  const timeoutMs = opts.timeoutMs ?? 20_000;
+  return new Promise((resolve, reject) => {
+    const req = httpsRequest({ host: u.hostname, port: u.port, path: u.pathname + u.search, method, ca, headers, timeout: timeoutMs }, (res) => {
+      const chunks: Buffer[] = [];
+      res.on('data', (c: Buffer) => chunks.push(c));
+      res.on('end', () => {
+        const b = Buffer.concat(chunks);
+        const text = b.toString();
+        resolve({ status: res.statusCode ?? 0, headers: res.headers, body: b, text, json: () => JSON.parse(text) as Record<string, unknown> });
+      });
+    });
+    req.on('timeout', () => req.destroy(new Error(`${method} ${path}: no answer within ${timeoutMs} ms`)));
+    req.on('error', reject);
+    req.end(data);
+  });
 }
