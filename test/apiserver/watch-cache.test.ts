@@ -158,18 +158,9 @@ test('a watcher that does not read is ended; another gets every event, and write
   const fast = await openWatch(api, path);
   t.after(() => fast.destroy());
   let fastSeen = 0;
-  let buf = '';
-  fast.res.setEncoding('utf8');
-  fast.res.on('data', (d: string) => {
-    buf += d;
-    let nl = buf.indexOf('\n');
-    while (nl >= 0) {
-      const l = buf.slice(0, nl);
-      buf = buf.slice(nl + 1);
-      nl = buf.indexOf('\n');
-      // The type is the line's start: no parse of 40 KB lines, to keep this process's share of the CPU small.
-      if (l.startsWith('{"type":"MODIFIED"')) fastSeen++;
-    }
+  onLines(fast.res, (l) => {
+    // The type is the line's start: no parse of 40 KB lines, to keep this process's share of the CPU small.
+    if (l.startsWith('{"type":"MODIFIED"')) fastSeen++;
   });
   // 400 writes of 40 KB: 16 MB, past what the sockets' buffers (4 MiB to send on this kernel) and the 256 KiB bound hold.
   const WRITES = 400;
@@ -184,16 +175,8 @@ test('a watcher that does not read is ended; another gets every event, and write
   // The slow one, read now, ends before all of them (its server side was ended, or cut after the grace).
   const slowSeen = await new Promise<{ events: number; ended: string }>((resolve) => {
     let events = 0;
-    let rest = '';
-    slow.res.setEncoding('utf8');
-    slow.res.on('data', (d: string) => {
-      rest += d;
-      let nl = rest.indexOf('\n');
-      while (nl >= 0) {
-        if (rest.slice(0, nl).trim()) events++;
-        rest = rest.slice(nl + 1);
-        nl = rest.indexOf('\n');
-      }
+    onLines(slow.res, (l) => {
+      if (l.trim()) events++;
     });
     slow.res.on('end', () => resolve({ events, ended: 'end' }));
     slow.res.on('error', () => resolve({ events, ended: 'error' }));
@@ -209,6 +192,25 @@ test('a watcher that does not read is ended; another gets every event, and write
   await waitFor('the fast watcher to see one more', 30_000, () => fastSeen === WRITES + 1);
 });
 
+/**
+ * Calls `each` with every whole line of `res`'s body (UTF-8, without its newline) as the chunks arrive;
+ * answers its `data` listener, for `res.off`.
+ */
+function onLines(res: IncomingMessage, each: (line: string) => void): (d: string) => void {
+  let buf = '';
+  res.setEncoding('utf8');
+  const onData = (d: string) => {
+    buf += d;
+    for (let nl = buf.indexOf('\n'); nl >= 0; nl = buf.indexOf('\n')) {
+      const line = buf.slice(0, nl);
+      buf = buf.slice(nl + 1);
+      each(line);
+    }
+  };
+  res.on('data', onData);
+  return onData;
+}
+
 /** A watch event as read here: a ConfigMap, or a BOOKMARK's object. */
 interface WatchEvent {
   type: string;
@@ -218,23 +220,21 @@ interface WatchEvent {
 /** Reads a watch's lines as parsed events until `done(events)` holds; answers them. */
 function readEvents(res: IncomingMessage, done: (events: WatchEvent[]) => boolean): Promise<WatchEvent[]> {
   const events: WatchEvent[] = [];
-  let buf = '';
-  res.setEncoding('utf8');
   return new Promise((resolve, reject) => {
-    const onData = (d: string) => {
-      buf += d;
-      for (let nl = buf.indexOf('\n'); nl >= 0; nl = buf.indexOf('\n')) {
-        const l = buf.slice(0, nl).trim();
-        buf = buf.slice(nl + 1);
-        if (l) events.push(JSON.parse(l) as WatchEvent);
-      }
+    const onData = onLines(res, (line) => {
+      const l = line.trim();
+      if (l) events.push(JSON.parse(l) as WatchEvent);
+    });
+    // Checked once a chunk's lines are in (listeners run in the order they were added).
+    const check = () => {
       if (done(events)) {
         res.off('data', onData);
+        res.off('data', check);
         res.pause();
         resolve(events);
       }
     };
-    res.on('data', onData);
+    res.on('data', check);
     res.on('end', () => reject(new Error(`the watch ended after ${JSON.stringify(events.map((e) => e.type))}`)));
   });
 }
