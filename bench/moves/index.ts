@@ -27,8 +27,8 @@
  *
  * Prints figures and ratios; asserts nothing about time. Run: `node bench/moves/index.ts` (or
  * `npm run bench moves`); `BENCH_MOVES=10 BENCH_SIZES=32k,1m` for a shorter run,
- * `BENCH_LOAD_MOVES=0` without the moves under requests, `BENCH_PUSH=1` with the controllers' `pushSnapshotsToTarget`
- * (the snapshot pushed to the target while it is stored, its restore prepared there as it arrives). Needs wat2wasm.
+ * `BENCH_LOAD_MOVES=0` without the moves under requests, `BENCH_PUSH=0` without the controllers' `pushSnapshotsToTarget`
+ * (on by default: the snapshot pushed to the target while it is stored, its restore prepared there as it arrives). Needs wat2wasm.
  */
 import { execFileSync, spawn } from 'node:child_process';
 import http from 'node:http';
@@ -226,8 +226,8 @@ function readLogLine(line: string, worker?: string): void {
   } else if (Number(o.level) >= 40) process.stderr.write(`${line}\n`);
 }
 const log = pino({ level: 'debug' }, { write: (s: string) => readLogLine(s.trimEnd()) });
-/** BENCH_PUSH=1: the API server sends each move's snapshot on to the target while it stores it (pushSnapshotsToTarget). */
-const push = process.env.BENCH_PUSH === '1';
+/** BENCH_PUSH=0: the API server does not send each move's snapshot on to the target while it stores it (pushSnapshotsToTarget, on by default). */
+const push = process.env.BENCH_PUSH !== '0';
 const controllers = await startControllers({ kubeConfig: api.kubeConfig, log, pushSnapshotsToTarget: push });
 const rest = new RestClient(api.kubeConfig);
 let cleaned = false;
@@ -382,7 +382,7 @@ try {
     del.body.resume();
   }
 
-  console.log(`freeze to Running of a move between two kube32-sim workers (${MOVES} moves each), and the bare snapshot + restore in one process${push ? '; the snapshot pushed to the target while it is stored (BENCH_PUSH=1)' : ''}`);
+  console.log(`freeze to Running of a move between two kube32-sim workers (${MOVES} moves each), and the bare snapshot + restore in one process${push ? '; the snapshot pushed to the target while it is stored' : '; without the push to the target (BENCH_PUSH=0)'}`);
   console.log('pod      snapshot bytes   p50 ms   p99 ms   bare p50 ms   p50/bare   create->Completed p50 ms');
   let port = 19000;
   const timelines: { label: string; steps: [string, number][]; note: string }[] = [];
