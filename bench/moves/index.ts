@@ -27,8 +27,8 @@
  *
  * Prints figures and ratios; asserts nothing about time. Run: `node bench/moves/index.ts` (or
  * `npm run bench moves`); `BENCH_MOVES=10 BENCH_SIZES=32k,1m` for a shorter run,
- * `BENCH_LOAD_MOVES=0` without the moves under requests, `BENCH_PUSH=1` with the controllers' `pushSnapshotsToTarget`
- * (the snapshot pushed to the target while it is stored, its restore prepared there as it arrives). Needs wat2wasm.
+ * `BENCH_LOAD_MOVES=0` without the moves under requests, `BENCH_PUSH=0` without the controllers' `pushSnapshotsToTarget`
+ * (on by default: the snapshot pushed to the target while it is stored, its restore prepared there as it arrives). Needs wat2wasm.
  */
 import { execFileSync, spawn } from 'node:child_process';
 import http from 'node:http';
@@ -226,8 +226,8 @@ function readLogLine(line: string, worker?: string): void {
   } else if (Number(o.level) >= 40) process.stderr.write(`${line}\n`);
 }
 const log = pino({ level: 'debug' }, { write: (s: string) => readLogLine(s.trimEnd()) });
-/** BENCH_PUSH=1: the API server sends each move's snapshot on to the target while it stores it (pushSnapshotsToTarget). */
-const push = process.env.BENCH_PUSH === '1';
+/** BENCH_PUSH=0: the API server does not send each move's snapshot on to the target while it stores it (pushSnapshotsToTarget, on by default). */
+const push = process.env.BENCH_PUSH !== '0';
 const controllers = await startControllers({ kubeConfig: api.kubeConfig, log, pushSnapshotsToTarget: push });
 const rest = new RestClient(api.kubeConfig);
 let cleaned = false;
@@ -290,12 +290,20 @@ try {
       const p = await rest.json<V1Pod>({ method: 'GET', path: `/api/v1/namespaces/default/pods/${podName}` });
       return p.status?.phase === 'Running' ? p : undefined;
     });
+    /** Why requests failed, by way and reason (status and the first line of the body, or the error): printed after the stream. */
+    const reasons = { service: new Map<string, number>(), address: new Map<string, number>() };
+    const note = (which: 'service' | 'address', why: string): void => {
+      reasons[which].set(why, (reasons[which].get(why) ?? 0) + 1);
+    };
     const viaService = async (): Promise<number> => {
       try {
         const r = await rest.request({ method: 'GET', path: `/api/v1/namespaces/default/services/${podName}:http/proxy/count` });
-        for await (const _ of r.body) { /* drained */ }
+        let text = '';
+        for await (const piece of r.body) text += (piece as Buffer).toString();
+        if (r.status !== 200) note('service', `${r.status} ${text.split('\n')[0]!.slice(0, 120)}`);
         return r.status;
-      } catch {
+      } catch (err: unknown) {
+        note('service', `error ${(err as Error).message}`);
         return 0;
       }
     };
@@ -304,12 +312,24 @@ try {
     const agent = new http.Agent({ keepAlive: true, maxSockets: 16 });
     const atAddress = (): Promise<number> => new Promise((resolve) => {
       const req = http.get({ host: address, port: lport, path: '/count', agent, timeout: 30_000 }, (res) => {
-        res.resume();
-        res.on('end', () => resolve(res.statusCode ?? 0));
-        res.on('error', () => resolve(0));
+        let text = '';
+        res.on('data', (d: Buffer) => {
+          text += d.toString();
+        });
+        res.on('end', () => {
+          if (res.statusCode !== 200) note('address', `${res.statusCode} ${text.split('\n')[0]!.slice(0, 120)}`);
+          resolve(res.statusCode ?? 0);
+        });
+        res.on('error', (err) => {
+          note('address', `error in the response: ${err.message}`);
+          resolve(0);
+        });
       });
-      req.on('timeout', () => req.destroy());
-      req.on('error', () => resolve(0));
+      req.on('timeout', () => req.destroy(new Error('no answer in 30 s')));
+      req.on('error', (err) => {
+        note('address', `error ${(err as NodeJS.ErrnoException).code ?? ''} ${err.message}`);
+        resolve(0);
+      });
     });
     const stats = { service: { failed: 0, ok: 0, ms: [] as number[] }, address: { failed: 0, ok: 0, ms: [] as number[] } };
     let stop = false;
@@ -356,12 +376,13 @@ try {
       const med = percentile(st.ms, 50);
       console.log(`${way.padEnd(20)}${String(st.ok).padStart(8)}${String(st.failed).padStart(9)}${(st.failed / loadMoves).toFixed(1).padStart(18)}${med.toFixed(1).padStart(12)}${(Math.max(...st.ms) - med).toFixed(0).padStart(19)}`);
     }
+    for (const [way, m] of Object.entries(reasons)) for (const [why, n] of [...m].sort((a, b) => b[1] - a[1])) console.log(`  ${way} failed ${n}: ${why}`);
     console.log('(goal: 0 failed; on main 239 to 360 failed per run through the Service, 212 to 305 at the address)\n');
     const del = await rest.request({ method: 'DELETE', path: `/api/v1/namespaces/default/pods/${podName}?gracePeriodSeconds=0` });
     del.body.resume();
   }
 
-  console.log(`freeze to Running of a move between two kube32-sim workers (${MOVES} moves each), and the bare snapshot + restore in one process${push ? '; the snapshot pushed to the target while it is stored (BENCH_PUSH=1)' : ''}`);
+  console.log(`freeze to Running of a move between two kube32-sim workers (${MOVES} moves each), and the bare snapshot + restore in one process${push ? '; the snapshot pushed to the target while it is stored' : '; without the push to the target (BENCH_PUSH=0)'}`);
   console.log('pod      snapshot bytes   p50 ms   p99 ms   bare p50 ms   p50/bare   create->Completed p50 ms');
   let port = 19000;
   const timelines: { label: string; steps: [string, number][]; note: string }[] = [];

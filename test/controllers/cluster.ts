@@ -52,7 +52,7 @@ export interface ControllersCluster {
 export async function startControllersCluster(
   t: TestContext,
   timings: Partial<ControllerTimings> = {},
-  opts: { apiServerArgs?: string[] } = {},
+  opts: { apiServerArgs?: string[]; pushSnapshotsToTarget?: boolean } = {},
 ): Promise<ControllersCluster> {
   const api = await startApiServer(t, { args: opts.apiServerArgs });
   const tmp = mkdtempSync(join(tmpdir(), 'k32-controllers-'));
@@ -62,7 +62,7 @@ export async function startControllersCluster(
   let next = 2;
   const rest = new RestClient(api.kubeConfig);
   const log = pino({ level: process.env.LOG_LEVEL ?? 'error', base: { component: 'controllers' } }, pino.destination({ dest: 2, sync: true }));
-  const controllers = await startControllers({ kubeConfig: api.kubeConfig, timings, log });
+  const controllers = await startControllers({ kubeConfig: api.kubeConfig, timings, log, ...(opts.pushSnapshotsToTarget === undefined ? {} : { pushSnapshotsToTarget: opts.pushSnapshotsToTarget }) });
   let controllersStopped = false;
   const stopControllers = async () => {
     if (controllersStopped) return;

@@ -8,7 +8,7 @@
  */
 import assert from 'node:assert/strict';
 import http from 'node:http';
-import { test } from 'node:test';
+import { type TestContext, test } from 'node:test';
 import type { Checkpoint } from '../../src/api/index.ts';
 import { type Count, counterPod, runPod, startControllersCluster } from './cluster.ts';
 
@@ -29,8 +29,13 @@ function get(agent: http.Agent, host: string, port: number, path: string, header
   });
 }
 
-test('a counter moved 10 times under a steady request stream, through its Service and at its address: no request fails, each runs once', { timeout: 300_000 }, async (t) => {
-  const c = await startControllersCluster(t);
+/**
+ * A counter moved 10 times under two steady streams (its Service, its first address): no request fails,
+ * each runs once.
+ * @param push the controllers' `pushSnapshotsToTarget` (the snapshot pushed to the target while it is stored)
+ */
+async function movesUnderStream(t: TestContext, push: boolean): Promise<void> {
+  const c = await startControllersCluster(t, {}, { pushSnapshotsToTarget: push });
   await c.startWorker('w1');
   await c.startWorker('w2');
   const port = 18280;
@@ -108,7 +113,11 @@ test('a counter moved 10 times under a steady request stream, through its Servic
   const last = JSON.parse((await viaService('/view')).body) as Count;
   assert.equal(last.count - base, answered, 'the pod counted exactly the answered requests');
   assert.deepEqual(sorted, Array.from({ length: answered }, (_, i) => base + 1 + i), 'the counts run on from the freeze, one by one');
-});
+}
+
+test('a counter moved 10 times under a steady request stream, through its Service and at its address: no request fails, each runs once', { timeout: 300_000 }, (t) => movesUnderStream(t, false));
+
+test('the same with the snapshot pushed to the target while it is stored (pushSnapshotsToTarget): no request fails, each runs once', { timeout: 300_000 }, (t) => movesUnderStream(t, true));
 
 test('a frozen pod: a call in flight finishes first, a request meanwhile is held and answered once it thaws; past the bounds 503 with Retry-After: 1', { timeout: 180_000 }, async (t) => {
   const c = await startControllersCluster(t);

@@ -28,7 +28,7 @@ export interface ControlPlaneFlags extends ApiServerClusterFlags, FeosPortFlags 
   podEvictionTimeout: string;
   nodeLossRestoreDelay: string;
   moveTimeout: string;
-  /** `--push-snapshots-to-target`: the controllers' `pushSnapshotsToTarget`. */
+  /** `--push-snapshots-to-target[=false]`: the controllers' `pushSnapshotsToTarget` (on unless false). */
   pushSnapshotsToTarget?: boolean;
   checkpointRetention: string;
   horizontalPodAutoscalerSyncPeriod: string;
@@ -122,7 +122,7 @@ export async function controlPlane(flags: ControlPlaneFlags): Promise<void> {
     controllers = await startControllers({
       kubeConfig: kc,
       timings,
-      pushSnapshotsToTarget: flags.pushSnapshotsToTarget === true,
+      pushSnapshotsToTarget: flags.pushSnapshotsToTarget !== false,
       leaderElection: leaderElect ? { ...(flags.leaderElectIdentity ? { identity: flags.leaderElectIdentity } : {}) } : false,
       onLostLeadership: () => {
         // As kube-controller-manager does: a control plane that lost the Lease exits; its supervisor restarts it.

@@ -26,7 +26,7 @@ import { apiServerClusterOptions } from '../apiserver-flags.ts';
 import { feosPortOptions } from '../feos-flags.ts';
 import type { ControlPlaneFlags } from '../actions/control-plane.ts';
 
-/** `--leader-elect`'s value: absent (the flag alone) or `true` is true, `false` is false. */
+/** A `[bool]` flag's value (`--leader-elect`, `--push-snapshots-to-target`): absent (the flag alone) or `true` is true, `false` is false. */
 function parseBool(value: string | undefined): boolean {
   if (value === undefined || value === 'true') return true;
   if (value === 'false') return false;
@@ -49,7 +49,7 @@ export function register(program: Command): void {
     .addOption(new Option('--pod-eviction-timeout <duration>', 'pods of an unreachable node are evicted this long after it turned Unknown').default('5m'))
     .addOption(new Option('--node-loss-restore-delay <duration>', 'pods of an unreachable node with a Saved periodic checkpoint restore elsewhere this long after it turned Unknown (its kube32-sim worker fenced them)').default('5s'))
     .addOption(new Option('--move-timeout <duration>', "a move's replacement that does not run within this rolls back").default('60s'))
-    .addOption(new Option('--push-snapshots-to-target', "send a move's snapshot on to its target node while it is stored, where its restore is prepared as the bytes arrive (docs/checkpoints.md, Figures)").default(false))
+    .addOption(new Option('--push-snapshots-to-target [bool]', "send a move's snapshot on to its target node while it is stored, where its restore is prepared as the bytes arrive (docs/checkpoints.md, Figures); --push-snapshots-to-target=false turns it off").argParser(parseBool).default(true))
     .addOption(new Option('--checkpoint-retention <duration>', 'finished Checkpoints (other than the latest periodic ones) go after this').default('1h'))
     .addOption(new Option('--horizontal-pod-autoscaler-sync-period <duration>', 'how often each HorizontalPodAutoscaler is synced').default('15s'))
     .addOption(new Option('--horizontal-pod-autoscaler-downscale-stabilization <duration>', 'an HPA without behavior scales down to the highest recommendation of this window').default('5m'))

@@ -182,7 +182,7 @@ export interface ControllerContext {
   state: SharedState;
   /**
    * A move's snapshot goes on to its target while the API server stores it (`&target=`, issue 26): see
-   * {@link StartControllersOptions}. @default false
+   * {@link StartControllersOptions}. @default true
    */
   pushSnapshotsToTarget?: boolean;
 }
