@@ -103,6 +103,8 @@ const podBody = (i: number) => ({
 });
 
 
+let markSeq = 0;
+
 /**
  * Opens WATCHERS watches on the pods of `target`, then makes WRITES label patches one after the
  * other; answers, in ms, each delivery's time from the write's sending, and each write's answer time.
@@ -152,7 +154,8 @@ async function fanOut(target: Awaited<ReturnType<typeof startApiServer>>, doCall
   );
   const answered: number[] = [];
   for (let w = 0; w < WRITES; w++) {
-    const mark = `m${w}`;
+    // Unique across calls: a patch to the label's current value would change nothing and send no event.
+    const mark = `m${markSeq++}`;
     // By node: pod-w is on node-(w % nodes), whose one watcher gets it.
     pending = byNode === undefined ? WATCHERS : 1;
     const done = new Promise<void>((r) => {
