@@ -18,6 +18,12 @@
  * Run: `node bench/apiserver/index.ts` (or `npm run bench apiserver`). With `--compare DIR` the
  * server figures are measured on the tree at DIR too (e.g. a worktree of main, built), in the same
  * run, the two trees alternating operation by operation, and printed side by side with their ratio.
+ *
+ * `--node-index` runs only the kubelets' view instead (issue 20, the watch cache's spec.nodeName
+ * index): BENCH_NODE_PODS (10 000) pods on BENCH_NODES (100) nodes in the in-memory store, one
+ * watcher per node (`fieldSelector=spec.nodeName=<node>`, as each kubelet), each write (a label
+ * patch) delivered to its node's watcher: p50/p99 from sending to receipt; and lists by node
+ * (`/api/v1/pods?fieldSelector=spec.nodeName=<node>`, 4 concurrent) per second. With `--compare`.
  */
 import { EventEmitter } from 'node:events';
 import { mkdtempSync, rmSync } from 'node:fs';
@@ -36,6 +42,9 @@ const GET_CONCURRENCY = Number(process.env.BENCH_GET_CONCURRENCY ?? 50);
 const LIST_PODS = Number(process.env.BENCH_LIST_PODS ?? 10_000);
 const PAGED_LISTS = Number(process.env.BENCH_PAGED_LISTS ?? 10);
 const TABLE = 'application/json;as=Table;v=v1;g=meta.k8s.io,application/json';
+const NODE_PODS = Number(process.env.BENCH_NODE_PODS ?? 10_000);
+const NODES = Number(process.env.BENCH_NODES ?? 100);
+const NODE_LISTS = Number(process.env.BENCH_NODE_LISTS ?? 1000);
 const compareAt = process.argv.indexOf('--compare');
 const compareRoot = compareAt >= 0 ? process.argv[compareAt + 1] : undefined;
 if (compareAt >= 0 && !compareRoot) throw new Error('--compare needs the directory of the other tree');
@@ -94,11 +103,13 @@ const podBody = (i: number) => ({
 });
 
 
+let markSeq = 0;
+
 /**
  * Opens WATCHERS watches on the pods of `target`, then makes WRITES label patches one after the
  * other; answers, in ms, each delivery's time from the write's sending, and each write's answer time.
  */
-async function fanOut(target: Awaited<ReturnType<typeof startApiServer>>, doCall: Call, pods = PODS, accept = 'application/json'): Promise<{ deliveries: number[]; answered: number[] }> {
+async function fanOut(target: Awaited<ReturnType<typeof startApiServer>>, doCall: Call, pods = PODS, accept = 'application/json', byNode?: number): Promise<{ deliveries: number[]; answered: number[] }> {
   const turl = new URL(target.url);
   const ttoken = target.kubeConfig.getCurrentUser()!.token!;
   const rv = JSON.parse((await doCall('GET', '/api/v1/namespaces/default/pods?limit=1')).text).metadata.resourceVersion as string;
@@ -109,10 +120,11 @@ async function fanOut(target: Awaited<ReturnType<typeof startApiServer>>, doCall
   const watchAgent = new Agent({ keepAlive: true, maxSockets: WATCHERS + 1, ca: Buffer.from(target.kubeConfig.getCurrentCluster()!.caData!, 'base64') });
   const watchers = await Promise.all(
     Array.from(
-      { length: WATCHERS },
-      () =>
+      { length: byNode ?? WATCHERS },
+      (_, k) =>
         new Promise<import('node:http').ClientRequest>((resolve, reject) => {
-          const req = request({ host: turl.hostname, port: turl.port, path: `/api/v1/namespaces/default/pods?watch=true&resourceVersion=${rv}`, agent: watchAgent, headers: { Authorization: `Bearer ${ttoken}`, Accept: accept } }, (res) => {
+          const path = byNode === undefined ? `/api/v1/namespaces/default/pods?watch=true&resourceVersion=${rv}` : `/api/v1/pods?watch=true&fieldSelector=spec.nodeName%3Dnode-${k}&resourceVersion=${rv}`;
+          const req = request({ host: turl.hostname, port: turl.port, path, agent: watchAgent, headers: { Authorization: `Bearer ${ttoken}`, Accept: accept } }, (res) => {
             let buf = '';
             res.setEncoding('utf8');
             res.on('data', (d: string) => {
@@ -142,8 +154,10 @@ async function fanOut(target: Awaited<ReturnType<typeof startApiServer>>, doCall
   );
   const answered: number[] = [];
   for (let w = 0; w < WRITES; w++) {
-    const mark = `m${w}`;
-    pending = WATCHERS;
+    // Unique across calls: a patch to the label's current value would change nothing and send no event.
+    const mark = `m${markSeq++}`;
+    // By node: pod-w is on node-(w % nodes), whose one watcher gets it.
+    pending = byNode === undefined ? WATCHERS : 1;
     const done = new Promise<void>((r) => {
       onDone = r;
     });
@@ -158,6 +172,62 @@ for (const wr of watchers) wr.destroy();
 watchAgent.destroy();
 
   return { deliveries, answered };
+}
+
+/**
+ * The kubelets' view (`--node-index`): NODE_PODS pods on NODES nodes, lists by node per second and a
+ * write's delivery to its node's watcher, each tree in turn (ms, /s).
+ */
+async function nodeIndex(roots: (string | undefined)[]): Promise<{ name: string; listRps: number; fan: { deliveries: number[]; answered: number[] } }[]> {
+  const servers: { name: string; api: Api; call: Call; agent: Agent }[] = [];
+  try {
+    for (const root of roots) {
+      const api = await startApiServer(undefined, { args: ['--storage', 'memory'], env: { LOG_LEVEL: 'warn' }, root });
+      const { call, agent } = caller(api);
+      servers.push({ name: root ?? 'this tree', api, call, agent });
+      const t = await pool(NODE_PODS, 16, async (i) => {
+        const body = podBody(i);
+        body.spec.nodeName = `node-${i % NODES}`;
+        const r = await call('POST', '/api/v1/namespaces/default/pods', body);
+        if (r.status !== 201) throw new Error(`create pod-${i}: ${r.status} ${r.text}`);
+      });
+      console.log(`${root ?? 'this tree'}: created ${NODE_PODS} pods on ${NODES} nodes in ${t.toFixed(2)} s`);
+    }
+    const out = servers.map((s) => ({ name: s.name, listRps: 0, fan: { deliveries: [] as number[], answered: [] as number[] } }));
+    for (let round = 0; round < 2; round++) {
+      for (const [i, s] of servers.entries()) {
+        const secs = await pool(NODE_LISTS / 2, 4, async (j) => {
+          const r = await s.call('GET', `/api/v1/pods?fieldSelector=spec.nodeName%3Dnode-${j % NODES}`);
+          if (r.status !== 200 || (JSON.parse(r.text) as { items: unknown[] }).items.length !== Math.ceil((NODE_PODS - (j % NODES)) / NODES)) throw new Error(`list by node: ${r.status}`);
+        });
+        out[i]!.listRps += NODE_LISTS / 2 / secs / 2;
+      }
+      for (const [i, s] of servers.entries()) {
+        const f = await fanOut(s.api, s.call, NODE_PODS, 'application/json', NODES);
+        out[i]!.fan.deliveries.push(...f.deliveries);
+        out[i]!.fan.answered.push(...f.answered);
+      }
+    }
+    return out;
+  } finally {
+    for (const s of servers) {
+      s.agent.destroy();
+      await s.api.stop();
+    }
+  }
+}
+
+if (process.argv.includes('--node-index')) {
+  const res = await nodeIndex([undefined, ...(compareRoot ? [compareRoot] : [])]);
+  const row = (what: string, ...cells: string[]) => console.log(`${what.padEnd(44)} ${cells.map((c) => c.padStart(14)).join(' ')}`);
+  console.log();
+  row(`${NODE_PODS} pods on ${NODES} nodes (memory)`, ...res.map((r) => r.name.slice(-14)), ...(res.length > 1 ? ['this/other'] : []));
+  const line = (what: string, f: (r: (typeof res)[number]) => number, unit: string, digits: number) => row(what, ...res.map((r) => `${f(r).toFixed(digits)} ${unit}`), ...(res.length > 1 ? [(f(res[0]!) / f(res[1]!)).toFixed(3)] : []));
+  line('list by node (4 concurrent)', (r) => r.listRps, '/s', 0);
+  line(`write → its node's watcher (of ${NODES}), p50`, (r) => pct(r.fan.deliveries, 50), 'ms', 2);
+  line(`write → its node's watcher (of ${NODES}), p99`, (r) => pct(r.fan.deliveries, 99), 'ms', 2);
+  line('  the write answered, p99', (r) => pct(r.fan.answered, 99), 'ms', 2);
+  process.exit(0);
 }
 
 /** The figures of one tree's server. */

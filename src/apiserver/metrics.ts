@@ -49,7 +49,11 @@ export function createMetrics(storage: Storage, checkpointData: CheckpointDataSt
     labelNames: ['resource'],
     registers: [metrics],
     async collect() {
-      for (const def of RESOURCES) this.set({ resource: storageKey(def) }, (await storage.listRaw(storageKey(def))).rows.length);
+      // The watch cache's count where it has the resource (kept current by its watch); the store's list otherwise.
+      for (const def of RESOURCES) {
+        const key = storageKey(def);
+        this.set({ resource: key }, cacher?.sizeOf(key) ?? (await storage.listRaw(key)).rows.length);
+      }
     },
   });
   new Counter({

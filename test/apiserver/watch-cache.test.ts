@@ -327,3 +327,111 @@ test('events.k8s.io/v1 lists (stored as core Events) keep the resourceVersion se
   assert.equal(r.code, 0, r.stderr);
   assert.equal(r.stdout.trim().split('\n').length, 2, 'kubectl\'s Table of both');
 });
+
+test('pods indexed by spec.nodeName: lists and watches by node give exactly what filtering every pod gives', { timeout: 180_000 }, async (t) => {
+  const api = await startApiServer(t, { args: ['--storage', 'memory'] });
+  const core = api.kubeConfig.makeApiClient(CoreV1Api);
+  const NODES = ['n0', 'n1', 'n2', 'n3'];
+  const pod = (name: string, nodeName?: string) => ({ metadata: { name, labels: { app: 'idx' } }, spec: { ...(nodeName ? { nodeName } : {}), containers: [{ name: 'c', image: 'busybox' }] } });
+  for (let i = 0; i < 20; i++) await core.createNamespacedPod({ namespace: 'default', body: pod(`p-${String(i).padStart(2, '0')}`, NODES[i % 4]) });
+  await core.createNamespacedPod({ namespace: 'default', body: pod('unbound') });
+  const atOld = await core.listNamespacedPod({ namespace: 'default' });
+  const old = Number(atOld.metadata!.resourceVersion);
+  for (let i = 20; i < 40; i++) await core.createNamespacedPod({ namespace: 'default', body: pod(`p-${String(i).padStart(2, '0')}`, NODES[i % 4]) });
+  const names = (l: { items: { metadata?: { name?: string } }[] }) => l.items.map((p) => p.metadata!.name!);
+  const onNode = (l: { items: { metadata?: { name?: string }; spec?: { nodeName?: string } }[] }, node: string) => names({ items: l.items.filter((p) => (p.spec?.nodeName ?? '') === node) });
+
+  /** Every watch event of a raw watch, as (type, name, resourceVersion). */
+  const collect = async (path: string) => {
+    const w = await openWatch(api, path);
+    t.after(() => w.destroy());
+    assert.equal(w.res.statusCode, 200);
+    const events: { type: string; name: string; rv: string; node: string }[] = [];
+    onLines(w.res, (l) => {
+      if (!l.trim()) return;
+      const e = JSON.parse(l) as { type: string; object: { metadata: { name: string; resourceVersion: string }; spec?: { nodeName?: string } } };
+      events.push({ type: e.type, name: e.object.metadata.name, rv: e.object.metadata.resourceVersion, node: e.object.spec?.nodeName ?? '' });
+    });
+    return events;
+  };
+  // Watches by node from now and from the older version, and every pod's watch from the older version (the oracle).
+  const rv0 = (await core.listNamespacedPod({ namespace: 'default' })).metadata!.resourceVersion!;
+  // '' too: the unbound pods' selector, which a pod leaves when bound (its DELETED found by the old object's value).
+  const WATCHED = [...NODES, ''];
+  const fromNow = Object.fromEntries(await Promise.all(WATCHED.map(async (n) => [n, await collect(`/api/v1/namespaces/default/pods?watch=true&fieldSelector=spec.nodeName%3D${n}&resourceVersion=${rv0}`)] as const)));
+  const fromOld = Object.fromEntries(await Promise.all(WATCHED.map(async (n) => [n, await collect(`/api/v1/pods?watch=true&fieldSelector=spec.nodeName%3D${n},metadata.namespace%3Ddefault&resourceVersion=${old}`)] as const)));
+  const all = await collect(`/api/v1/namespaces/default/pods?watch=true&resourceVersion=${old}`);
+
+  await t.test('a list by node (alone, with other terms, paged, at an exact older version) is the node’s pods of the full list', async () => {
+    const full = await core.listNamespacedPod({ namespace: 'default' });
+    const at = full.metadata!.resourceVersion!;
+    const fullOld = await core.listNamespacedPod({ namespace: 'default', resourceVersion: String(old), resourceVersionMatch: 'Exact' });
+    for (const n of [...NODES, '']) {
+      const byNode = await core.listNamespacedPod({ namespace: 'default', fieldSelector: `spec.nodeName=${n}`, resourceVersion: at, resourceVersionMatch: 'Exact' });
+      assert.deepEqual(names(byNode), onNode(full, n), `node "${n}"`);
+      assert.equal(byNode.metadata!.resourceVersion, at);
+      assert.deepEqual(names(await core.listNamespacedPod({ namespace: 'default', fieldSelector: `spec.nodeName=${n}`, labelSelector: 'app=idx' })), onNode(full, n));
+      assert.deepEqual(names(await core.listPodForAllNamespaces({ fieldSelector: `metadata.name!=p-01,spec.nodeName=${n}` })), onNode(full, n).filter((x) => x !== 'p-01'));
+      const paged: string[] = [];
+      let token: string | undefined;
+      do {
+        const page = await core.listNamespacedPod({ namespace: 'default', fieldSelector: `spec.nodeName=${n}`, limit: 3, _continue: token });
+        paged.push(...names(page));
+        token = page.metadata!._continue;
+      } while (token);
+      assert.deepEqual(paged, onNode(full, n), `node "${n}" paged by 3`);
+      const before = await core.listNamespacedPod({ namespace: 'default', fieldSelector: `spec.nodeName=${n}`, resourceVersion: String(old), resourceVersionMatch: 'Exact' });
+      assert.deepEqual(names(before), onNode(fullOld, n), `node "${n}" at ${old}`);
+    }
+    assert.deepEqual(onNode(full, 'n1').length, 10);
+  });
+
+  await t.test('watches by node get, in order, exactly the events a filter of every pod’s events gives: a pod bound later, changed, deleted', async () => {
+    await core.createNamespacedPodBinding({ namespace: 'default', name: 'unbound', body: { metadata: { name: 'unbound' }, target: { kind: 'Node', name: 'n1' } } });
+    await core.patchNamespacedPod({ namespace: 'default', name: 'p-05', body: [{ op: 'add', path: '/metadata/labels/x', value: 'y' }] });
+    await core.deleteNamespacedPod({ namespace: 'default', name: 'p-02', gracePeriodSeconds: 0 });
+    await core.deleteNamespacedPod({ namespace: 'default', name: 'unbound', gracePeriodSeconds: 0 });
+    const last = await core.createNamespacedPod({ namespace: 'default', body: pod('p-last', 'n3') });
+    const lastRv = last.metadata!.resourceVersion!;
+    await waitFor('every pod’s watch to see the last write', 30_000, () => all.some((e) => e.rv === lastRv));
+    // kube's typeFor through the selector, applied to every pod's events: the node's view of them.
+    const expect = (node: string, from: number) => {
+      const state = new Map<string, string>(atOld.items.map((p) => [p.metadata!.name!, p.spec?.nodeName ?? '']));
+      const out: { type: string; name: string; rv: string }[] = [];
+      for (const e of all) {
+        const before = state.get(e.name);
+        const isIn = e.node === node;
+        const was = before === undefined ? undefined : before === node;
+        let type: string | undefined;
+        if (e.type === 'ADDED') type = isIn ? 'ADDED' : undefined;
+        else if (e.type === 'MODIFIED') type = isIn && (was ?? isIn) ? 'MODIFIED' : isIn ? 'ADDED' : was ? 'DELETED' : undefined;
+        else type = (was ?? isIn) ? 'DELETED' : undefined;
+        if (e.type === 'DELETED') state.delete(e.name);
+        else state.set(e.name, e.node);
+        if (type && Number(e.rv) > from) out.push({ type, name: e.name, rv: e.rv });
+      }
+      return out;
+    };
+    const strip = (evs: { type: string; name: string; rv: string }[]) => evs.map(({ type, name, rv }) => ({ type, name, rv }));
+    for (const n of WATCHED) {
+      const wantNow = expect(n, Number(rv0));
+      const wantOld = expect(n, old);
+      await waitFor(`node ${n}'s watches to get their events`, 30_000, () => fromNow[n]!.length >= wantNow.length && fromOld[n]!.length >= wantOld.length);
+      assert.deepEqual(strip(fromNow[n]!), wantNow, `node ${n} from ${rv0}`);
+      assert.deepEqual(strip(fromOld[n]!), wantOld, `node ${n} from ${old}`);
+    }
+    // The pod bound later is ADDED on its node, and its deletion reaches that node's watchers only.
+    assert.deepEqual(strip(fromNow.n1!).filter((e) => e.name === 'unbound').map((e) => e.type).slice(0, 1), ['ADDED']);
+    assert.ok(fromNow.n1!.some((e) => e.name === 'unbound' && e.type === 'DELETED'));
+    assert.ok(!fromNow.n0!.some((e) => e.name === 'unbound' || e.name === 'p-05'));
+    assert.ok(fromNow.n2!.some((e) => e.name === 'p-02' && e.type === 'DELETED'));
+    assert.deepEqual(strip(fromNow['']!).map((e) => `${e.type} ${e.name}`), ['DELETED unbound'], 'bound: it left the unbound pods');
+    assert.ok(fromOld.n0!.some((e) => e.name === 'p-20' && e.type === 'ADDED'), 'a watch from the older version gets the pods created since');
+  });
+
+  await t.test('apiserver_storage_objects counts the cached pods', async () => {
+    const count = (await core.listPodForAllNamespaces()).items.length;
+    const metrics = await call(api, 'GET', '/metrics');
+    assert.match(metrics.text, new RegExp(`apiserver_storage_objects\\{resource="pods"\\} ${count}\\n`));
+  });
+});

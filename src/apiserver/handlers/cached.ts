@@ -19,7 +19,8 @@ import type { ServerResponse } from 'node:http';
 import { ApiError, badRequest, notFound } from '../errors.ts';
 import { withTypeMeta } from '../registry/meta.ts';
 import { apiVersionOf, type ResourceDef, storageKey } from '../registry/types.ts';
-import type { CachedObject, ResourceCache } from '../storage/cacher.ts';
+import { type CacheIndex, type CachedObject, INDEXED_FIELDS, type ResourceCache } from '../storage/cacher.ts';
+import { parseFieldSelector } from '../registry/selectors.ts';
 import { StorageError } from '../storage/index.ts';
 import type { RequestScope, ServerContext } from './context.ts';
 import { sendJson, sendRawJson, wantsPartial, wantsTable } from './http.ts';
@@ -38,7 +39,22 @@ export function typePrefix(def: ResourceDef): string {
 /** The cache of `def`'s stored resource, or undefined when the server runs without one. */
 export async function cacheOf(ctx: ServerContext, def: ResourceDef): Promise<ResourceCache | undefined> {
   if (!ctx.cacher) return undefined;
-  return ctx.cacher.cache(storageKey(def), typePrefix(def.storedAs?.def ?? def));
+  const stored = def.storedAs?.def ?? def;
+  const field = INDEXED_FIELDS[storageKey(def)];
+  const read = field !== undefined ? stored.fieldSelectors?.[field] : undefined;
+  const index: CacheIndex | undefined = field !== undefined && read ? { field, read: (o) => read(o) ?? '' } : undefined;
+  return ctx.cacher.cache(storageKey(def), typePrefix(stored), index);
+}
+
+/**
+ * The value of `cache`'s indexed field that `fieldSelector` requires (`spec.nodeName=node-1`, alone or
+ * with other terms), or undefined when it requires none (no index, no such term, only `!=`).
+ * @throws ApiError BadRequest for a selector that does not parse
+ */
+export function indexValueOf(cache: ResourceCache, fieldSelector: string | undefined): string | undefined {
+  if (!cache.index || !fieldSelector) return undefined;
+  for (const f of parseFieldSelector(fieldSelector)) if (f.field === cache.index.field && f.op === '=') return f.value;
+  return undefined;
 }
 
 /** kube's 504 Timeout for a resourceVersion the cache does not reach within {@link WAIT_MS}. */
@@ -141,7 +157,7 @@ export async function serveCachedList(scope: RequestScope, cache: ResourceCache,
   }
   let page: ReturnType<ResourceCache['list']>;
   try {
-    page = cache.list({ namespace: def.namespaced ? info.namespace : undefined, atRv, after, limit: limitParam ? Number(limitParam) : undefined, match: matcher });
+    page = cache.list({ namespace: def.namespaced ? info.namespace : undefined, atRv, after, limit: limitParam ? Number(limitParam) : undefined, index: indexValueOf(cache, fieldSelector), match: matcher });
   } catch (err: unknown) {
     if (err instanceof StorageError && err.code === 'Expired') {
       if (token) throw new ApiError('Expired', 'The provided continue parameter is too old to display a consistent list result. You can start a new list without the continue parameter.');

@@ -21,7 +21,7 @@ import type { RequestScope } from './context.ts';
 import { wantsTable } from './http.ts';
 import { type IncludeObject, toTable } from './table.ts';
 import type { CachedObject, CacheEvent, CacheWatcher } from '../storage/cacher.ts';
-import { cacheOf, tooLarge, WAIT_MS } from './cached.ts';
+import { cacheOf, indexValueOf, tooLarge, WAIT_MS } from './cached.ts';
 
 /** The annotation of the BOOKMARK that ends a streaming list's initial events (client-go's reflector waits for it). */
 export const INITIAL_EVENTS_END_ANNOTATION = 'k8s.io/initial-events-end';
@@ -188,11 +188,13 @@ export async function serveWatch(scope: RequestScope, filter?: (o: KubeObject) =
   try {
     const key = storageKey(def);
     if (cache && fromCache) {
-      const watcher: CacheWatcher = { fromRv: 0, deliver: (events) => deliver(events) };
+      // A spec.nodeName selector: offered only the events of its node's pods (indexed triggers), its state read from the index.
+      const indexValue = indexValueOf(cache, q.get('fieldSelector') ?? undefined);
+      const watcher: CacheWatcher = { fromRv: 0, indexValue, deliver: (events) => deliver(events) };
       if (start === 'state' || start === 'now') {
         // The current state as ADDED (unless from now), then every later event: both at once, nothing between.
         res.cork();
-        const page = cache.list({ namespace });
+        const page = cache.list({ namespace, index: start === 'state' ? indexValue : undefined });
         if (start === 'state') for (const o of page.items) if (inScope(o.object)) res.write(encode('ADDED', o.object, undefined, o));
         if (endBookmark) res.write(encode('BOOKMARK', initialEventsEnd(page.rv)));
         handle = cache.watchFromNow(watcher);

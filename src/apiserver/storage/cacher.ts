@@ -16,6 +16,10 @@
  *   encoder makes each event's bytes once for every watcher of a form. A watcher whose unsent bytes
  *   pass its bound is ended (kube's "Forcing watcher close due to unresponsiveness"): its client
  *   watches again from the last version it saw instead of holding the others back.
+ * - A resource may have an index on one field ({@link CacheIndex}; pods by `spec.nodeName`, kube's
+ *   IndexerFuncs): a list that names the field's value (`index`) reads only the keys that have it,
+ *   and a watcher that names one (`indexValue`) is offered only the events whose object before or
+ *   after has that value (kube's "indexed triggers"), instead of every event.
  */
 import { StorageError, type KubeObject, type Storage, type StorageEvent, type WatchHandle } from './interface.ts';
 import { firstIndexAfter } from './watch-window.ts';
@@ -66,10 +70,27 @@ export interface CacheEvent {
   encoded?: Map<string, Buffer>;
 }
 
+/**
+ * The field a resource's cache indexes (kube's IndexerFuncs and indexed trigger): its name as a field
+ * selector names it and how to read it from an object ('' when absent).
+ */
+export interface CacheIndex {
+  field: string;
+  read: (o: KubeObject) => string;
+}
+
+/** The fields indexed by resource (storage key), as kube-apiserver's pod storage indexes `spec.nodeName`. */
+export const INDEXED_FIELDS: Readonly<Record<string, string>> = { pods: 'spec.nodeName' };
+
 /** A watcher of a {@link ResourceCache}: called with each dispatched batch, in resourceVersion order. */
 export interface CacheWatcher {
   /** Events up to this version were given to it at its start: later ones only are dispatched. */
   fromRv: number;
+  /**
+   * The value of the cache's indexed field that its selector requires: it is offered only events whose
+   * object after or before the change has it (others could not enter, stay in or leave its selection).
+   */
+  indexValue?: string;
   /** Handles one batch (writes it to the client); the cache ignores what it throws. */
   deliver(events: readonly CacheEvent[]): void;
 }
@@ -94,6 +115,11 @@ export interface CacheListOptions {
   /** Start after this key (`namespace\0name`). */
   after?: string;
   limit?: number;
+  /**
+   * Only objects whose indexed field has this value (the cache's {@link CacheIndex}; ignored when it has
+   * none): `match` must require it too, as the index only narrows what is read.
+   */
+  index?: string;
   match?: (o: KubeObject) => boolean;
 }
 
@@ -115,7 +141,13 @@ export class ResourceCache {
   #droppedUpTo = 0;
   /** The version of the last event applied (or of the initial list). */
   #appliedRv = 0;
+  /** Watchers offered every event, and those offered only their index value's. */
   readonly #watchers = new Set<CacheWatcher>();
+  readonly #indexedWatchers = new Map<string, Set<CacheWatcher>>();
+  #watcherTotal = 0;
+  /** The indexed field, and the sorted keys of the current objects per value of it. */
+  readonly index: CacheIndex | undefined;
+  readonly #byValue = new Map<string, string[]>();
   #pending: CacheEvent[] = [];
   #dispatchScheduled = false;
   /** Events that arrived while the initial list was read. */
@@ -123,8 +155,9 @@ export class ResourceCache {
   /** Settles when the initial list is in. */
   readonly ready: Promise<void>;
 
-  constructor(cacher: Cacher, resource: string, prefix: string, windowSize: number) {
+  constructor(cacher: Cacher, resource: string, prefix: string, windowSize: number, index?: CacheIndex) {
     this.#cacher = cacher;
+    this.index = index;
     this.resource = resource;
     this.#prefix = prefix;
     this.#windowSize = windowSize;
@@ -141,6 +174,11 @@ export class ResourceCache {
       this.#byKey.set(o.key, o);
     }
     this.#sorted = [...this.#byKey.keys()].sort(cmp);
+    if (this.index) {
+      for (const k of this.#sorted) {
+        this.#keysOf(this.index.read(this.#byKey.get(k)!.object)).push(k);
+      }
+    }
     this.#droppedUpTo = resourceVersion;
     this.#appliedRv = resourceVersion;
     const early = this.#early ?? [];
@@ -177,10 +215,19 @@ export class ResourceCache {
       if (previous) {
         this.#byKey.delete(obj.key);
         this.#sorted.splice(this.#indexOf(obj.key), 1);
+        this.#unindex(previous);
       }
     } else {
       if (!previous) this.#sorted.splice(this.#indexOf(obj.key), 0, obj.key);
       this.#byKey.set(obj.key, obj);
+      if (this.index) {
+        const v = this.index.read(obj.object);
+        if (!previous || this.index.read(previous.object) !== v) {
+          if (previous) this.#unindex(previous);
+          const keys = this.#keysOf(v);
+          keys.splice(indexIn(keys, obj.key), 0, obj.key);
+        }
+      }
     }
     // An update that did not change the key's state to the cache's eyes (a replayed ADDED) still moves the version.
     this.#appliedRv = e.rv;
@@ -194,7 +241,7 @@ export class ResourceCache {
         this.#start = 0;
       }
     }
-    if (this.#watchers.size > 0) {
+    if (this.#watcherTotal > 0) {
       this.#pending.push(ce);
       this.#scheduleDispatch();
     }
@@ -202,14 +249,28 @@ export class ResourceCache {
 
   /** The first index in #sorted whose key is >= `key`. */
   #indexOf(key: string): number {
-    let lo = 0;
-    let hi = this.#sorted.length;
-    while (lo < hi) {
-      const mid = (lo + hi) >>> 1;
-      if (this.#sorted[mid]! < key) lo = mid + 1;
-      else hi = mid;
+    return indexIn(this.#sorted, key);
+  }
+
+  /** The sorted keys of the objects whose indexed field is `value` (made empty when none). */
+  #keysOf(value: string): string[] {
+    let keys = this.#byValue.get(value);
+    if (!keys) {
+      keys = [];
+      this.#byValue.set(value, keys);
     }
-    return lo;
+    return keys;
+  }
+
+  /** Removes `o`'s key from its index value's keys. */
+  #unindex(o: CachedObject): void {
+    if (!this.index) return;
+    const v = this.index.read(o.object);
+    const keys = this.#byValue.get(v);
+    if (!keys) return;
+    const i = indexIn(keys, o.key);
+    if (keys[i] === o.key) keys.splice(i, 1);
+    if (keys.length === 0) this.#byValue.delete(v);
   }
 
   /** The object at `namespace/name` now. */
@@ -237,15 +298,18 @@ export class ResourceCache {
         if (!undone.has(e.object.key)) undone.set(e.object.key, e.previous);
       }
     }
-    const restored = [...undone.values()].filter((o): o is CachedObject => o !== undefined && inRange(o.key)).sort((a, b) => cmp(a.key, b.key));
+    // With the index, the current keys read are the value's only, and an undone object counts when it had the value then.
+    const index = this.index && opts.index !== undefined ? this.index : undefined;
+    const sorted = index ? (this.#byValue.get(opts.index!) ?? []) : this.#sorted;
+    const restored = [...undone.values()].filter((o): o is CachedObject => o !== undefined && inRange(o.key) && (!index || index.read(o.object) === opts.index)).sort((a, b) => cmp(a.key, b.key));
     const limit = opts.limit && opts.limit > 0 ? opts.limit : Number.POSITIVE_INFINITY;
     const items: CachedObject[] = [];
-    let i = this.#indexOf(from);
+    let i = indexIn(sorted, from);
     let j = 0;
-    const end = hi === undefined ? this.#sorted.length : this.#indexOf(hi);
+    const end = hi === undefined ? sorted.length : indexIn(sorted, hi);
     const next = (): CachedObject | undefined => {
       for (;;) {
-        const k = i < end ? this.#sorted[i]! : undefined;
+        const k = i < end ? sorted[i]! : undefined;
         const r = restored[j];
         if (k !== undefined && undone.has(k)) {
           i++;
@@ -273,7 +337,7 @@ export class ResourceCache {
     if (more && !opts.match) {
       // The one looked ahead, then what is left of both sources (an undone key still counts once).
       let rest = 1;
-      for (; i < end; i++) if (!undone.has(this.#sorted[i]!)) rest++;
+      for (; i < end; i++) if (!undone.has(sorted[i]!)) rest++;
       page.remaining = rest + (restored.length - j);
     }
     return page;
@@ -295,15 +359,35 @@ export class ResourceCache {
     for (let i = this.#firstAfter(sinceRv); i < this.#events.length; i++) replayed.push(this.#events[i]!);
     w.fromRv = Math.max(sinceRv, this.#appliedRv);
     start(replayed);
-    this.#watchers.add(w);
-    return { stop: () => this.#watchers.delete(w) };
+    return this.#add(w);
   }
 
   /** Registers `w` for the events after the current state (which the caller sent as it is now). */
   watchFromNow(w: CacheWatcher): WatchHandle {
     w.fromRv = this.#appliedRv;
-    this.#watchers.add(w);
-    return { stop: () => this.#watchers.delete(w) };
+    return this.#add(w);
+  }
+
+  /** Adds `w` to the watchers of every event, or of its index value's when the cache has the index. */
+  #add(w: CacheWatcher): WatchHandle {
+    const value = this.index ? w.indexValue : undefined;
+    let set = this.#watchers;
+    if (value !== undefined) {
+      set = this.#indexedWatchers.get(value) ?? new Set();
+      this.#indexedWatchers.set(value, set);
+    }
+    set.add(w);
+    this.#watcherTotal++;
+    let stopped = false;
+    return {
+      stop: () => {
+        if (stopped) return;
+        stopped = true;
+        set.delete(w);
+        this.#watcherTotal--;
+        if (value !== undefined && set.size === 0 && this.#indexedWatchers.get(value) === set) this.#indexedWatchers.delete(value);
+      },
+    };
   }
 
   #scheduleDispatch(): void {
@@ -318,14 +402,38 @@ export class ResourceCache {
     const batch = this.#pending;
     if (batch.length === 0) return;
     this.#pending = [];
-    for (const w of [...this.#watchers]) {
-      const events = batch[0]!.rv > w.fromRv ? batch : batch.filter((e) => e.rv > w.fromRv);
-      if (events.length === 0) continue;
+    const offer = (w: CacheWatcher, events: readonly CacheEvent[]) => {
+      const after = events[0]!.rv > w.fromRv ? events : events.filter((e) => e.rv > w.fromRv);
+      if (after.length === 0) return;
       try {
-        w.deliver(events);
+        w.deliver(after);
       } catch {
         // A watcher's failure is its own.
       }
+    };
+    for (const w of [...this.#watchers]) offer(w, batch);
+    if (this.index && this.#indexedWatchers.size > 0) {
+      // Indexed triggers: each event to the watchers of its object's value after and before the change, in order.
+      const read = this.index.read;
+      const per = new Map<CacheWatcher, CacheEvent[]>();
+      const add = (value: string, e: CacheEvent) => {
+        const set = this.#indexedWatchers.get(value);
+        if (!set) return;
+        for (const w of set) {
+          const list = per.get(w);
+          if (!list) per.set(w, [e]);
+          else if (list[list.length - 1] !== e) list.push(e);
+        }
+      };
+      for (const e of batch) {
+        const now = read(e.object.object);
+        add(now, e);
+        if (e.previous) {
+          const before = read(e.previous.object);
+          if (before !== now) add(before, e);
+        }
+      }
+      for (const [w, events] of per) offer(w, events);
     }
     // The encodings were for this dispatch's watchers: the window keeps the events, not their bytes.
     for (const e of batch) e.encoded = undefined;
@@ -333,8 +441,20 @@ export class ResourceCache {
 
   /** How many watchers it has. */
   get watcherCount(): number {
-    return this.#watchers.size;
+    return this.#watcherTotal;
   }
+}
+
+/** The first index in sorted `keys` whose key is >= `key`. */
+function indexIn(keys: readonly string[], key: string): number {
+  let lo = 0;
+  let hi = keys.length;
+  while (lo < hi) {
+    const mid = (lo + hi) >>> 1;
+    if (keys[mid]! < key) lo = mid + 1;
+    else hi = mid;
+  }
+  return lo;
 }
 
 /**
@@ -382,12 +502,13 @@ export class Cacher {
   /**
    * The cache of `resource` (a storage key, `pods`, `deployments.apps`), ready.
    * @param prefix `{"apiVersion":...,"kind":...,` of its objects' encoding
+   * @param index the field to index (when the cache is made by this call)
    */
-  async cache(resource: string, prefix: string): Promise<ResourceCache> {
+  async cache(resource: string, prefix: string, index?: CacheIndex): Promise<ResourceCache> {
     let c = this.#caches.get(resource);
     if (c?.isReady) return c;
     if (!c) {
-      c = new ResourceCache(this, resource, prefix, this.#windowSize);
+      c = new ResourceCache(this, resource, prefix, this.#windowSize, index);
       this.#caches.set(resource, c);
       const made = c;
       made.ready.catch(() => {
@@ -442,6 +563,12 @@ export class Cacher {
       t.unref();
       this.#rvWaiters.add(w);
     });
+  }
+
+  /** How many objects of `resource` the cache holds, or undefined when it has no ready cache of it. */
+  sizeOf(resource: string): number | undefined {
+    const c = this.#caches.get(resource);
+    return c?.isReady ? c.size : undefined;
   }
 
   /** Watchers ended as too slow, by resource (`apiserver_terminated_watchers_total`). */
