@@ -199,6 +199,8 @@ export interface FeosNodesOptions {
   accel?: string;
   /** Every feosd's `--object-store`. @default `file://<dataDir>/feos/objects` */
   objectStore?: string;
+  /** feosd's `--s3-endpoint` (an http(s) URL) for an s3:// object store. */
+  s3Endpoint?: string;
   /** Registries, `HOST:PORT`: every feosd's `--registry-forward` (a loopback one forwarded into each namespace). */
   registries?: string[];
   readyTimeoutMs: number;
@@ -338,6 +340,7 @@ export async function startFeosNodes(o: FeosNodesOptions): Promise<FeosNodes> {
         podPrefix,
         '--object-store',
         objectStore,
+        ...(o.s3Endpoint ? ['--s3-endpoint', o.s3Endpoint] : []),
         ...registries.flatMap((r) => ['--registry-forward', r]),
         // At the stop its pods are suspended (their memory on its disk) and the next `up` resumes them:
         // no microVM runs on after `up` (without it feosd leaves them running).

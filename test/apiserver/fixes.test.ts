@@ -112,6 +112,26 @@ test('API server fixes from the fresh-user trial', { timeout: 120_000 }, async (
     assert.equal(k.code, 0, k.stderr);
   });
 
+  await t.test('kubectl logs of a microVM pod being restored says its container is waiting to start (it said NotFound, then SUSPENDED)', async () => {
+    const node = { apiVersion: 'v1', kind: 'Node', metadata: { name: 'feos-a', labels: { 'kube32.io/runtime': 'feos' } } };
+    const pod = { apiVersion: 'v1', kind: 'Pod', metadata: { name: 'vm-restoring' }, spec: { runtimeClassName: 'feos', nodeName: 'feos-a', containers: [{ name: 'main', image: '127.0.0.1:5000/busybox:1' }] } };
+    let k = await api.kubectl(['apply', '-f', '-'], { input: JSON.stringify({ apiVersion: 'v1', kind: 'List', items: [node, pod] }) });
+    assert.equal(k.code, 0, k.stderr);
+    // no status yet (the kubelet has not written one): waiting on ContainerCreating
+    k = await api.kubectl(['logs', 'vm-restoring']);
+    assert.notEqual(k.code, 0);
+    assert.match(k.stderr, /Error from server \(BadRequest\): container "main" in pod "vm-restoring" is waiting to start: ContainerCreating/, k.stderr);
+    const status = { phase: 'Running', containerStatuses: [{ name: 'main', image: pod.spec.containers[0]!.image, imageID: '', ready: false, restartCount: 0, state: { waiting: { reason: 'ContainerCreating', message: 'restoring from its checkpoint' } } }] };
+    const got = await raw(api, 'GET', '/api/v1/namespaces/default/pods/vm-restoring');
+    const r = await raw(api, 'PUT', '/api/v1/namespaces/default/pods/vm-restoring/status', Buffer.from(JSON.stringify({ ...got.json(), status })), 'application/json');
+    assert.equal(r.status, 200, r.body.toString());
+    k = await api.kubectl(['logs', 'vm-restoring']);
+    assert.match(k.stderr, /Error from server \(BadRequest\): container "main" in pod "vm-restoring" is waiting to start: ContainerCreating/, k.stderr);
+    assert.doesNotMatch(k.stderr, /NotFound|SUSPENDED/);
+    k = await api.kubectl(['delete', 'pod', 'vm-restoring', '--wait=false']);
+    assert.equal(k.code, 0, k.stderr);
+  });
+
   await t.test('a module that does not load is refused at push with the reason, and nothing is stored', async () => {
     const truncated = wasm.subarray(0, 100);
     r = await raw(api, 'PUT', '/apis/kube32.io/v1/modules/broken/data', truncated);

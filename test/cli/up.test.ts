@@ -72,6 +72,8 @@ test('up checks its flags before starting anything: it prints nothing but the er
     [['--feos-nodes', '1', '--feos-registry', '127.0.0.1'], /argument '127\.0\.0\.1' is invalid\. expected HOST:PORT, such as 127\.0\.0\.1:5000/],
     [['--feos-registry', '127.0.0.1:5000'], /--feos-object-store and --feos-registry are for the FeOS nodes of --feos-nodes N/],
     [['--feos-nodes', '1', '--feos-object-store', 'ftp://host/x'], /invalid value "ftp:\/\/host\/x" for --feos-object-store: expected file:\/\/\/absolute\/path or s3:\/\/BUCKET\/PREFIX/],
+    [['--feos-nodes', '1', '--feos-object-store', 's3://b/p', '--feos-s3-endpoint', '127.0.0.1:8080'], /invalid value "127\.0\.0\.1:8080" for --feos-s3-endpoint: expected an http:\/\/ or https:\/\/ URL/],
+    [['--feos-nodes', '1', '--feos-s3-endpoint', 'http://127.0.0.1:8080'], /--feos-s3-endpoint is for an S3 object store: give --feos-object-store s3:\/\/BUCKET\/PREFIX too/],
     // Flags up passes on to the control plane or its workers: checked by up too, before it says it starts.
     [['--pod-eviction-timeout', 'soon'], /^error: --pod-eviction-timeout: invalid duration "soon": expected a number and a unit \(ns, us, ms, s, m, h\), as in "500ms" or "1m30s"\n$/],
     [['--pod-eviction-timeout', '0s'], /^error: --pod-eviction-timeout: must be positive\n$/],

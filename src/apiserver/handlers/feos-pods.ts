@@ -175,6 +175,21 @@ export async function serveFeosPodSubresource(scope: RequestScope, pod: KubeObje
   );
 }
 
+/**
+ * The waiting reason of `container` in `pod`'s status (Suspended, Hibernated, ContainerCreating, ...) when
+ * its status says it is waiting, else undefined. A Pod with no status for it yet waits on ContainerCreating.
+ */
+function waitingReasonOf(pod: KubeObject, container: string): string | undefined {
+  const status = rec(pod.status);
+  const all = [...arr(status.containerStatuses), ...arr(status.initContainerStatuses)];
+  const c = all.find((s) => s.name === container);
+  if (!c) return status.phase === 'Pending' || status.phase === undefined ? 'ContainerCreating' : undefined;
+  const state = rec(c.state);
+  if (state.waiting === undefined) return undefined;
+  const reason = rec(state.waiting).reason;
+  return typeof reason === 'string' && reason ? reason : 'ContainerCreating';
+}
+
 async function serveLog(scope: RequestScope, pod: KubeObject, node: string, streams: FeosPodStreams | undefined): Promise<void> {
   const { url, res, ctx } = scope;
   const name = pod.metadata.name;
@@ -190,6 +205,8 @@ async function serveLog(scope: RequestScope, pod: KubeObject, node: string, stre
     const v = url.searchParams.get(k);
     if (v !== null && v !== '' && v !== 'false') throw badRequest(`${flag} (${k}) is not supported for microVM pods: their guest keeps no times with the log; use --tail`);
   }
+  const waiting = waitingReasonOf(pod, container);
+  if (waiting) throw badRequest(`container "${container}" in pod "${name}" is waiting to start: ${waiting}`);
   const { tailLines = 0, limitBytes = Infinity } = podLogOptions(url.searchParams, name ?? '');
   if (!streams) throw new ApiError('ServiceUnavailable', `this API server has no port for FeOS nodes (kube32-cli control-plane --feos-listen): the log of pod ${name} is on FeOS node ${node}`);
   const podId = feosPodIdOf(pod as unknown as V1Pod)!;
@@ -219,7 +236,13 @@ async function serveLog(scope: RequestScope, pod: KubeObject, node: string, stre
     );
   } catch (err: unknown) {
     if (!abort.signal.aborted) {
-      if (!res.headersSent) throw fromGrpc(err, podId, node);
+      if (!res.headersSent) {
+        // A pod being resumed or restored is not (yet) on its node, or not RUNNING there: as Kubernetes
+        // answers for a container that has not started.
+        const code = (err as Partial<GrpcFailure>).code;
+        if (code === 5 || code === 9) throw badRequest(`container "${container}" in pod "${name}" is waiting to start: ContainerCreating`);
+        throw fromGrpc(err, podId, node);
+      }
       ctx.log.info({ pod: name, node, err: (err as Partial<GrpcFailure>).details ?? String(err) }, 'a FeOS pod log ended early');
     }
   } finally {

@@ -45,6 +45,8 @@ export interface UpFlags {
   feosAccel?: string;
   /** `--feos-object-store`: every FeOS node's `--object-store` (default `file://DATA_DIR/feos/objects`). */
   feosObjectStore?: string;
+  /** `--feos-s3-endpoint`: every FeOS node's `--s3-endpoint` (an http(s) URL), with an s3:// `--feos-object-store`. */
+  feosS3Endpoint?: string;
   /** `--feos-registry` (repeatable): registries the FeOS nodes' pods pull from, `HOST:PORT`. */
   feosRegistry?: string[];
 }
@@ -149,6 +151,14 @@ export async function up(flags: UpFlags): Promise<void> {
   if (flags.feosObjectStore !== undefined && !/^(file:\/\/\/|s3:\/\/[^/]+)/.test(flags.feosObjectStore)) {
     throw new CliError(`invalid value "${flags.feosObjectStore}" for --feos-object-store: expected file:///absolute/path or s3://BUCKET/PREFIX`);
   }
+  if (flags.feosS3Endpoint !== undefined) {
+    if (!flags.feosObjectStore?.startsWith('s3://')) throw new CliError('--feos-s3-endpoint is for an S3 object store: give --feos-object-store s3://BUCKET/PREFIX too');
+    let u: URL | undefined;
+    try {
+      u = new URL(flags.feosS3Endpoint);
+    } catch {}
+    if (!u || (u.protocol !== 'http:' && u.protocol !== 'https:')) throw new CliError(`invalid value "${flags.feosS3Endpoint}" for --feos-s3-endpoint: expected an http:// or https:// URL (such as http://127.0.0.1:8080)`);
+  }
   // The flags up passes on are checked here too: nothing is printed or started for a bad one.
   if (flags.podEvictionTimeout !== undefined) durationFlagMs('pod-eviction-timeout', flags.podEvictionTimeout);
   if (flags.feosListen !== undefined && flags.feosListen !== 'off') hostPort('--feos-listen', flags.feosListen);
@@ -240,6 +250,7 @@ export async function up(flags: UpFlags): Promise<void> {
             guestDir: flags.feosGuestDir,
             accel: flags.feosAccel,
             ...(flags.feosObjectStore ? { objectStore: flags.feosObjectStore } : {}),
+            ...(flags.feosS3Endpoint ? { s3Endpoint: flags.feosS3Endpoint } : {}),
             registries: flags.feosRegistry ?? [],
             readyTimeoutMs,
             print,

@@ -53,6 +53,7 @@ export function register(program: Command): void {
     .option('--feos-nodes <n>', 'FeOS nodes to start beside the workers, each a feosd in a network namespace of its own (root only; the port for nodes then listens on their bridge)', '0')
     .option('--feos-guest-dir <dir>', "with --feos-nodes: the FeOS guest versions (default: /usr/lib/feos/guest if it has one, else one built into the package's build/guest)")
     .option('--feos-accel <accel>', "with --feos-nodes: feosd's --accel (auto, kvm or tcg)", 'auto')
+    .option('--feos-s3-endpoint <url>', "with --feos-object-store s3://...: the S3 server of the FeOS nodes' object store (feosd's --s3-endpoint, an http(s) URL)")
     .option('--feos-object-store <url>', "with --feos-nodes: the nodes' shared object store, where microVM pods hibernate to move (file:///path or s3://BUCKET/PREFIX; default file://DATA_DIR/feos/objects)")
     .option('--feos-registry <host:port>', "with --feos-nodes: a registry the microVM pods pull from, named in their images as here (repeatable; a loopback one is forwarded into the nodes' namespaces)", feosRegistryFlag)
     .option('--ready-timeout <seconds>', 'how long each component may take to become ready', '60')
