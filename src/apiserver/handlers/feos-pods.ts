@@ -177,13 +177,15 @@ export async function serveFeosPodSubresource(scope: RequestScope, pod: KubeObje
 
 /**
  * The waiting reason of `container` in `pod`'s status (Suspended, Hibernated, ContainerCreating, ...) when
- * its status says it is waiting, else undefined. A Pod with no status for it yet waits on ContainerCreating.
+ * its status says it is waiting, else undefined. A Pod with no status for it yet is asked of its node, as
+ * kube-apiserver asks the kubelet: the node says whether it has the FeOS pod at all (NOT_FOUND, named) or
+ * has it not yet running (FAILED_PRECONDITION, answered as waiting on ContainerCreating).
  */
 function waitingReasonOf(pod: KubeObject, container: string): string | undefined {
   const status = rec(pod.status);
   const all = [...arr(status.containerStatuses), ...arr(status.initContainerStatuses)];
   const c = all.find((s) => s.name === container);
-  if (!c) return status.phase === 'Pending' || status.phase === undefined ? 'ContainerCreating' : undefined;
+  if (!c) return undefined;
   const state = rec(c.state);
   if (state.waiting === undefined) return undefined;
   const reason = rec(state.waiting).reason;
@@ -237,10 +239,11 @@ async function serveLog(scope: RequestScope, pod: KubeObject, node: string, stre
   } catch (err: unknown) {
     if (!abort.signal.aborted) {
       if (!res.headersSent) {
-        // A pod being resumed or restored is not (yet) on its node, or not RUNNING there: as Kubernetes
-        // answers for a container that has not started.
+        // A pod being resumed or restored is on its node but not RUNNING there: as Kubernetes answers for
+        // a container that has not started. A pod the node does not have gets the node's NOT_FOUND, naming
+        // the FeOS pod and the node (the kubelet's "pod cannot be found").
         const code = (err as Partial<GrpcFailure>).code;
-        if (code === 5 || code === 9) throw badRequest(`container "${container}" in pod "${name}" is waiting to start: ContainerCreating`);
+        if (code === 9) throw badRequest(`container "${container}" in pod "${name}" is waiting to start: ContainerCreating`);
         throw fromGrpc(err, podId, node);
       }
       ctx.log.info({ pod: name, node, err: (err as Partial<GrpcFailure>).details ?? String(err) }, 'a FeOS pod log ended early');
