@@ -22,7 +22,7 @@ import type { IncomingMessage } from 'node:http';
 import type { Duplex } from 'node:stream';
 import type { TLSSocket } from 'node:tls';
 import type { V1Pod } from '@kubernetes/client-node';
-import { feosPodIdOf } from '../../api/index.ts';
+import { ANNOTATIONS, feosPodIdOf } from '../../api/index.ts';
 import type { Logger } from '../../lib/index.ts';
 import { ApiError, badRequest, errorToStatus, type StatusReason } from '../errors.ts';
 import { ADMIN_USER, userOfCertificate } from '../pki.ts';
@@ -177,9 +177,7 @@ export async function serveFeosPodSubresource(scope: RequestScope, pod: KubeObje
 
 /**
  * The waiting reason of `container` in `pod`'s status (Suspended, Hibernated, ContainerCreating, ...) when
- * its status says it is waiting, else undefined. A Pod with no status for it yet is asked of its node, as
- * kube-apiserver asks the kubelet: the node says whether it has the FeOS pod at all (NOT_FOUND, named) or
- * has it not yet running (FAILED_PRECONDITION, answered as waiting on ContainerCreating).
+ * its status says it is waiting, else undefined (no status for it yet, or not waiting).
  */
 function waitingReasonOf(pod: KubeObject, container: string): string | undefined {
   const status = rec(pod.status);
@@ -207,8 +205,12 @@ async function serveLog(scope: RequestScope, pod: KubeObject, node: string, stre
     const v = url.searchParams.get(k);
     if (v !== null && v !== '' && v !== 'false') throw badRequest(`${flag} (${k}) is not supported for microVM pods: their guest keeps no times with the log; use --tail`);
   }
+  // As the kubelet answers for a container that has not started. A reason the node settles (Suspended,
+  // Hibernated, ErrImagePull, ...) is answered here; ContainerCreating, which the Pod's status also says
+  // before its node answered at all, is asked of the node, which knows whether it has the FeOS pod.
   const waiting = waitingReasonOf(pod, container);
-  if (waiting) throw badRequest(`container "${container}" in pod "${name}" is waiting to start: ${waiting}`);
+  const notStarted = () => badRequest(`container "${container}" in pod "${name}" is waiting to start: ${waiting ?? 'ContainerCreating'}`);
+  if (waiting && (waiting !== 'ContainerCreating' || !streams)) throw notStarted();
   const { tailLines = 0, limitBytes = Infinity } = podLogOptions(url.searchParams, name ?? '');
   if (!streams) throw new ApiError('ServiceUnavailable', `this API server has no port for FeOS nodes (kube32-cli control-plane --feos-listen): the log of pod ${name} is on FeOS node ${node}`);
   const podId = feosPodIdOf(pod as unknown as V1Pod)!;
@@ -239,11 +241,11 @@ async function serveLog(scope: RequestScope, pod: KubeObject, node: string, stre
   } catch (err: unknown) {
     if (!abort.signal.aborted) {
       if (!res.headersSent) {
-        // A pod being resumed or restored is on its node but not RUNNING there: as Kubernetes answers for
-        // a container that has not started. A pod the node does not have gets the node's NOT_FOUND, naming
-        // the FeOS pod and the node (the kubelet's "pod cannot be found").
+        // On its node but not RUNNING there (being resumed, restored, created), or not yet on it while a
+        // move restores it: not started. Else a pod the node does not have gets the node's NOT_FOUND,
+        // naming the FeOS pod and the node (the kubelet's "pod cannot be found").
         const code = (err as Partial<GrpcFailure>).code;
-        if (code === 9) throw badRequest(`container "${container}" in pod "${name}" is waiting to start: ContainerCreating`);
+        if (code === 9 || (code === 5 && pod.metadata.annotations?.[ANNOTATIONS.restoreFrom] !== undefined)) throw notStarted();
         throw fromGrpc(err, podId, node);
       }
       ctx.log.info({ pod: name, node, err: (err as Partial<GrpcFailure>).details ?? String(err) }, 'a FeOS pod log ended early');
