@@ -121,8 +121,8 @@ interface Moved {
 }
 
 /**
- * Where a moved pod runs now: `node`, running at `host`; `moving`, bound to the node at `host` and not
- * running there yet (restoring, starting; or the replacement of a move still named by `restore-from`).
+ * Where a moved pod runs now: `node`, running (phase `Running`, a pod IP) at `host`; `moving`, bound to
+ * the node at `host` and not running there yet (its replacement restoring or starting).
  */
 type Where = { kind: 'here' } | { kind: 'node'; host: string } | { kind: 'moving'; host: string } | { kind: 'unbound' } | { kind: 'gone' };
 
@@ -472,7 +472,7 @@ export class PodPorts {
       const node = pod.spec?.nodeName;
       if (!node) return { kind: 'unbound' };
       if (node === nodeName) return { kind: 'here' };
-      const running = pod.status?.podIP !== undefined && pod.status.phase === 'Running';
+      const running = !!pod.status?.podIP && pod.status.phase === 'Running';
       if (running && pod.metadata?.annotations?.['kube32.io/restore-from'] === undefined) return { kind: 'node', host: pod.status!.podIP! };
       const n = await cp.json<V1Node>('GET', `/api/v1/nodes/${encodeURIComponent(node)}`);
       const host = n.status?.addresses?.find((a) => a.type === 'InternalIP')?.address;
