@@ -11,6 +11,12 @@
  * - When a pod leaves the node (a move replaced it, elsewhere or here), its ports keep answering for
  *   {@link HoldLimits.forwardMs} (30 s): a request is forwarded to the node the pod is bound to now (the
  *   API server says where), or, when that is this node, to the pod that holds the port here now. A
+ *   request another node forwarded here is forwarded on only after a lookup made since it came (not the
+ *   last one, up to 250 ms old, which may predate a move that began meanwhile and point back at the node
+ *   it came from), and only to a node where the pod runs: while the pod is bound here, unbound, or
+ *   bound elsewhere and not running yet (moving), it is held here and looked up again every 20 ms. So
+ *   two nodes whose last lookups point at each other do not send it to and fro; {@link MAX_FORWARDS}
+ *   (4) stays the last resort. A
  *   forwarded answer carries `Connection: close`, so that a client holding a kept-alive connection to
  *   the old address reconnects, to wherever its Service or lookup now points, without a refused
  *   connection or a request cut off. A connection left idle is closed by the keep-alive timeout (5 s),
@@ -46,8 +52,8 @@ export const DEFAULT_HOLD_LIMITS: Readonly<HoldLimits> = { timeoutMs: 10_000, ma
 export const FORWARDED_HEADER = 'x-kube32-forwarded';
 /** The header a forwarding node adds: how long the request may still be held, ms. */
 export const HOLD_LEFT_HEADER = 'x-kube32-hold-ms';
-/** A request forwarded this many times is not forwarded again (a loop between stale lookups). */
-const MAX_FORWARDS = 4;
+/** A request forwarded this many times is answered 503, not forwarded again: the last resort against a loop. */
+export const MAX_FORWARDS = 4;
 /** How long a lookup of where a moved pod runs now is used before it is made again, ms. */
 const LOOKUP_TTL_MS = 250;
 /** The pause before a forward that found no listener (or a lookup that found no node yet) tries again, ms. */
@@ -88,6 +94,15 @@ interface Held {
   timer: NodeJS.Timeout | undefined;
   /** True while a forward of it is under way (not re-dispatched meanwhile). */
   busy: boolean;
+  /** The next look at a pod that left (its new place known, its port open), while one is due. */
+  retry: NodeJS.Timeout | undefined;
+  /** How many nodes forwarded it here ({@link FORWARDED_HEADER}); 0 for a client's request. */
+  hops: number;
+  /**
+   * A forwarded request's: the lookups of where the pod runs that it may act on began at this
+   * `performance.now()` or later (its arrival; then each time it was held because the pod was moving).
+   */
+  freshFrom: number;
 }
 
 /** A pod that left the node: its port forwards until `until`. */
@@ -97,14 +112,19 @@ interface Moved {
   name: string;
   until: number;
   timer: NodeJS.Timeout;
-  /** The last lookup of where it runs. */
-  lookup?: { at: number; where: Where };
-  /** True while a lookup is under way. */
-  looking?: boolean;
+  /** The last lookup of where it runs: when it ended (ms since the epoch) and began (`performance.now()`). */
+  lookup?: { at: number; began: number; where: Where };
+  /** When the lookup under way began (`performance.now()`). */
+  looking?: number;
+  /** A lookup is to begin again once the one under way ends (a forwarded request needs one newer than it). */
+  again?: boolean;
 }
 
-/** Where a moved pod runs now. */
-type Where = { kind: 'here' } | { kind: 'node'; host: string } | { kind: 'unbound' } | { kind: 'gone' };
+/**
+ * Where a moved pod runs now: `node`, running (phase `Running`, a pod IP) at `host`; `moving`, bound to
+ * the node at `host` and not running there yet (its replacement restoring or starting).
+ */
+type Where = { kind: 'here' } | { kind: 'node'; host: string } | { kind: 'moving'; host: string } | { kind: 'unbound' } | { kind: 'gone' };
 
 /** One port on the node's address. */
 interface Port {
@@ -287,7 +307,8 @@ export class PodPorts {
     const key = p.holder?.key ?? p.moved?.key ?? '';
     const given = Number(req.headers[HOLD_LEFT_HEADER]);
     const limit = Number.isFinite(given) && given > 0 ? Math.min(given, this.limits.timeoutMs) : this.limits.timeoutMs;
-    const h: Held = { req, res, body, key, deadline: Date.now() + limit, timer: undefined, busy: false };
+    const hops = Number(req.headers[FORWARDED_HEADER] ?? 0);
+    const h: Held = { req, res, body, key, deadline: Date.now() + limit, timer: undefined, busy: false, retry: undefined, hops: Number.isSafeInteger(hops) && hops > 0 ? hops : 0, freshFrom: performance.now() };
     this.#dispatch(p, h);
   }
 
@@ -315,17 +336,24 @@ export class PodPorts {
       return;
     }
     if (p.moved) {
-      if (Number(h.req.headers[FORWARDED_HEADER] ?? 0) >= MAX_FORWARDS) {
+      if (h.hops >= MAX_FORWARDS) {
         this.#answer503(p, h, 'the pod is moving (forwarded too often)');
         return;
       }
-      const where = this.#where(p.moved);
+      // A forwarded request acts only on a lookup begun since it came (or since it was last held).
+      const where = this.#where(p.moved, h.hops > 0 ? h.freshFrom : undefined);
       if (where === undefined || where.kind === 'unbound' || where.kind === 'here') {
         this.#hold(p, h);
         return;
       }
       if (where.kind === 'gone') {
         this.#answer503(p, h, 'the pod is not running');
+        return;
+      }
+      if (where.kind === 'moving' && h.hops > 0) {
+        // Forwarded once already: held here until the pod runs at its new node (a lookup newer than now says so).
+        h.freshFrom = performance.now();
+        this.#hold(p, h);
         return;
       }
       this.#hold(p, h);
@@ -361,11 +389,17 @@ export class PodPorts {
       h.res.once('close', () => this.#drop(p, h));
     }
     // A pod that left wakes nothing when its new place is known or its port opens: look again soon.
-    if (p.moved && !h.busy) {
-      setTimeout(() => {
-        if (p.held.includes(h) && !h.busy) this.#dispatch(p, h);
-      }, RETRY_MS).unref();
-    }
+    if (p.moved && !h.busy) this.#retry(p, h);
+  }
+
+  /** Dispatches `h` again in {@link RETRY_MS} (one look due at a time, however often it is held). */
+  #retry(p: Port, h: Held): void {
+    if (h.retry) return;
+    h.retry = setTimeout(() => {
+      h.retry = undefined;
+      if (p.held.includes(h) && !h.busy) this.#dispatch(p, h);
+    }, RETRY_MS);
+    h.retry.unref();
   }
 
   /** Takes `h` out of the held ones (answered elsewhere, or its client went). */
@@ -379,6 +413,8 @@ export class PodPorts {
   /** Ends `h`'s timer and takes it off its pod's count and bytes held. */
   #release(h: Held): void {
     if (h.timer) clearTimeout(h.timer);
+    if (h.retry) clearTimeout(h.retry);
+    h.retry = undefined;
     const load = this.#load.get(h.key);
     if (load) {
       load.count--;
@@ -398,18 +434,35 @@ export class PodPorts {
     if (!h.busy) unavailable(h.res, why);
   }
 
-  /** Where a moved pod runs now: the last lookup while fresh, else a new one in the background (undefined meanwhile). */
-  #where(m: Moved): Where | undefined {
-    if (m.lookup && Date.now() - m.lookup.at < LOOKUP_TTL_MS) return m.lookup.where;
-    if (!m.looking) {
-      m.looking = true;
-      void this.#lookup(m).then((where) => {
-        m.looking = false;
-        if (where) m.lookup = { at: Date.now(), where };
-        for (const p of this.#ports.values()) if (p.moved === m) this.#dispatchAll(p);
-      });
+  /**
+   * Where a moved pod runs now. Without `freshFrom`: the last lookup while under {@link LOOKUP_TTL_MS}
+   * old, else the last one while a new one runs in the background. With `freshFrom` (a
+   * `performance.now()`): only a lookup begun at or after it, else undefined while one runs. The held
+   * requests are dispatched again when a lookup ends.
+   */
+  #where(m: Moved, freshFrom?: number): Where | undefined {
+    const last = m.lookup;
+    if (freshFrom === undefined) {
+      if (last && Date.now() - last.at < LOOKUP_TTL_MS) return last.where;
+    } else if (last && last.began >= freshFrom) {
+      return last.where;
     }
-    return m.lookup?.where;
+    if (m.looking === undefined) this.#look(m);
+    else if (freshFrom !== undefined && m.looking < freshFrom) m.again = true;
+    return freshFrom === undefined ? last?.where : undefined;
+  }
+
+  /** Begins a lookup of where `m` runs; once it ends, the held requests of its ports are dispatched again. */
+  #look(m: Moved): void {
+    const began = performance.now();
+    m.looking = began;
+    m.again = false;
+    void this.#lookup(m).then((where) => {
+      m.looking = undefined;
+      if (where) m.lookup = { at: Date.now(), began, where };
+      if (m.again) this.#look(m);
+      for (const p of this.#ports.values()) if (p.moved === m) this.#dispatchAll(p);
+    });
   }
 
   async #lookup(m: Moved): Promise<Where | undefined> {
@@ -419,10 +472,12 @@ export class PodPorts {
       const node = pod.spec?.nodeName;
       if (!node) return { kind: 'unbound' };
       if (node === nodeName) return { kind: 'here' };
-      if (pod.status?.podIP && pod.status.phase === 'Running' && pod.metadata?.annotations?.['kube32.io/restore-from'] === undefined) return { kind: 'node', host: pod.status.podIP };
+      const running = !!pod.status?.podIP && pod.status.phase === 'Running';
+      if (running && pod.metadata?.annotations?.['kube32.io/restore-from'] === undefined) return { kind: 'node', host: pod.status!.podIP! };
       const n = await cp.json<V1Node>('GET', `/api/v1/nodes/${encodeURIComponent(node)}`);
       const host = n.status?.addresses?.find((a) => a.type === 'InternalIP')?.address;
-      return host ? { kind: 'node', host } : { kind: 'unbound' };
+      if (!host) return { kind: 'unbound' };
+      return running ? { kind: 'node', host } : { kind: 'moving', host };
     } catch (err: unknown) {
       if (isApiError(err, 404)) return { kind: 'gone' };
       this.#o.log.debug({ pod: m.key, err: errorMessage(err) }, 'cannot look up where the moved pod runs');
@@ -467,9 +522,8 @@ export class PodPorts {
           return;
         }
         if (p.moved?.lookup) p.moved.lookup.at = 0;
-        setTimeout(() => {
-          if (p.held.includes(h) && !h.busy) this.#dispatch(p, h);
-        }, RETRY_MS).unref();
+        h.freshFrom = performance.now();
+        this.#retry(p, h);
         return;
       }
       this.#drop(p, h);

@@ -139,7 +139,7 @@ test('with a prepare hook, the restore is prepared from the pieces as they arriv
   await push(staged, bytes, '');
   await push(staged, bytes, '');
   assert.equal(made.length, 3);
-  await assert.rejects(made[1]!.commit({ module, namespace: 'default', podName: 'p', containerName: 'c' }), /committed already/, 'the replaced copy\'s restore was cancelled');
+  await assert.rejects(made[1]!.commit({ module, namespace: 'default', podName: 'p', containerName: 'c' }), /the prepared restore was cancelled/, 'the replaced copy\'s restore was cancelled');
   await staged.clear();
-  await assert.rejects(made[2]!.commit({ module, namespace: 'default', podName: 'p', containerName: 'c' }), /committed already/, 'cleared with the node');
+  await assert.rejects(made[2]!.commit({ module, namespace: 'default', podName: 'p', containerName: 'c' }), /the prepared restore was cancelled/, 'cleared with the node');
 });

@@ -160,12 +160,14 @@ export class PodInstance extends EventEmitter {
     const starting = pod.#starting!;
     // Ended before its commit (a cancel, the thread's end): the start fails, for a commit waiting on it too.
     void pod.exited.then(() => starting.fail(new PodStartError('Error', 'the prepared restore was cancelled')));
-    let committed = false;
+    // Once committed the pod is the container's (a cancel then ends nothing); once cancelled it commits no more.
+    let state: 'prepared' | 'committed' | 'cancelled' = 'prepared';
     return {
       restored: starting.restored.promise,
       commit: async (final: PodStartOptions): Promise<PodInstance> => {
-        if (committed) throw new PodStartError('Error', 'the prepared restore was committed already');
-        committed = true;
+        if (state === 'committed') throw new PodStartError('Error', 'the prepared restore was committed already');
+        if (state === 'cancelled') throw new PodStartError('Error', 'the prepared restore was cancelled');
+        state = 'committed';
         const differs = await preparedDiffers(rest, module, final);
         if (differs) {
           void pod.terminate();
@@ -186,7 +188,8 @@ export class PodInstance extends EventEmitter {
         }
       },
       cancel: async (): Promise<void> => {
-        committed = true;
+        if (state === 'committed') return;
+        state = 'cancelled';
         await pod.terminate();
       },
     };

@@ -269,10 +269,13 @@ export interface PreparedRestore {
    * Once only.
    * @returns the running pod
    * @throws PodStartError `Error` when `final` needs another module, memory limit, environment, assets
-   *   or fs limit than it was prepared with (it is then ended: start the container afresh), or as
-   *   {@link PodInstance.start} throws
+   *   or fs limit than it was prepared with (it is then ended: start the container afresh), when it was
+   *   committed already or cancelled, or as {@link PodInstance.start} throws
    */
   commit(final: PodStartOptions): Promise<PodInstance>;
-  /** Ends it: its thread's context is freed; nothing of the pod ran. */
+  /**
+   * Ends it: its thread's context is freed; nothing of the pod ran. After a {@link commit} (begun or
+   * done) it does nothing: the pod is the container's then, ended by its own `terminate()`.
+   */
   cancel(): Promise<void>;
 }

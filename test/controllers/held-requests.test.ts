@@ -13,7 +13,7 @@ import type { Checkpoint } from '../../src/api/index.ts';
 import { type Count, counterPod, runPod, startControllersCluster } from './cluster.ts';
 
 /** One GET with its own keep-alive agent's connection; never rejects (a failure is status 0). */
-function get(agent: http.Agent, host: string, port: number, path: string, headers: Record<string, string> = {}): Promise<{ status: number; body: string; headers: http.IncomingHttpHeaders; error?: string }> {
+function get(agent: http.Agent, host: string, port: number, path: string, headers: Record<string, string> = {}): Promise<Reply & { headers: http.IncomingHttpHeaders }> {
   return new Promise((resolve) => {
     const req = http.get({ host, port, path, agent, headers, timeout: 30_000 }, (res) => {
       let body = '';
@@ -27,6 +27,50 @@ function get(agent: http.Agent, host: string, port: number, path: string, header
     req.on('timeout', () => req.destroy(new Error('timeout')));
     req.on('error', (err) => resolve({ status: 0, body: '', headers: {}, error: err.message }));
   });
+}
+
+type Reply = { status: number; body: string; error?: string };
+
+/**
+ * Steady streams of counter requests, one each 20 ms per stream (a pace, not a synchronisation), until
+ * `stop()`, which waits for the requests in flight and answers the failed ones (`where: status body`),
+ * the counts answered and how many.
+ */
+function steadyStreams(sources: Array<[where: string, once: () => Promise<Reply>]>): { add(where: string, once: () => Promise<Reply>): void; stop(): Promise<{ failures: string[]; counts: number[]; answered: number }> } {
+  const failures: string[] = [];
+  const counts: number[] = [];
+  let answered = 0;
+  let stopped = false;
+  const inflight = new Set<Promise<void>>();
+  const loops: Promise<void>[] = [];
+  const record = (where: string, r: Reply): void => {
+    if (r.status !== 200) {
+      failures.push(`${where}: ${r.status} ${r.error ?? r.body.slice(0, 200)}`);
+      return;
+    }
+    answered++;
+    counts.push((JSON.parse(r.body) as Count).count);
+  };
+  const add = (where: string, once: () => Promise<Reply>): void => {
+    loops.push((async () => {
+      while (!stopped) {
+        const p = once().then((r) => record(where, r));
+        inflight.add(p);
+        void p.finally(() => inflight.delete(p));
+        await new Promise((r) => setTimeout(r, 20)); // the stream's pace, not a synchronisation
+      }
+    })());
+  };
+  for (const [where, once] of sources) add(where, once);
+  return {
+    add,
+    async stop() {
+      stopped = true;
+      await Promise.all(loops);
+      await Promise.all([...inflight]);
+      return { failures, counts, answered };
+    },
+  };
 }
 
 /**
@@ -44,7 +88,7 @@ async function movesUnderStream(t: TestContext, push: boolean): Promise<void> {
     method: 'POST', path: '/api/v1/namespaces/default/services',
     body: { apiVersion: 'v1', kind: 'Service', metadata: { name: 'steady' }, spec: { selector: { app: 'steady' }, ports: [{ name: 'http', port: 80, targetPort: port }] } },
   });
-  const viaService = async (path = '/count'): Promise<{ status: number; body: string; error?: string }> => {
+  const viaService = async (path = '/count'): Promise<Reply> => {
     try {
       const r = await c.rest.request({ method: 'GET', path: `/api/v1/namespaces/default/services/steady:http/proxy${path}` });
       let body = '';
@@ -63,29 +107,8 @@ async function movesUnderStream(t: TestContext, push: boolean): Promise<void> {
   const address = pod.status!.podIP!;
   const agent = new http.Agent({ keepAlive: true, maxSockets: 4 });
   t.after(() => agent.destroy());
-  const failures: string[] = [];
-  const counts: number[] = [];
-  let answered = 0;
-  let stop = false;
-  const inflight = new Set<Promise<void>>();
-  const record = (where: string, r: { status: number; body: string; error?: string }): void => {
-    if (r.status !== 200) {
-      failures.push(`${where}: ${r.status} ${r.error ?? r.body.slice(0, 200)}`);
-      return;
-    }
-    answered++;
-    counts.push((JSON.parse(r.body) as Count).count);
-  };
-  // Two steady streams, 50 requests a second each (a count, not a timing: the machine is shared).
-  const stream = (where: string, once: () => Promise<{ status: number; body: string; error?: string }>): Promise<void> => (async () => {
-    while (!stop) {
-      const p = once().then((r) => record(where, r));
-      inflight.add(p);
-      void p.finally(() => inflight.delete(p));
-      await new Promise((r) => setTimeout(r, 20)); // the stream's pace, not a synchronisation
-    }
-  })();
-  const streams = [stream('service', () => viaService()), stream('address', () => get(agent, address, port, '/count'))];
+  // Two steady streams, 50 requests a second each.
+  const streams = steadyStreams([['service', () => viaService()], ['address', () => get(agent, address, port, '/count')]]);
 
   const moves = 10;
   for (let i = 0; i < moves; i++) {
@@ -101,9 +124,7 @@ async function movesUnderStream(t: TestContext, push: boolean): Promise<void> {
       return p?.status?.phase === 'Running' && !p.metadata?.annotations?.['kube32.io/restore-from'];
     });
   }
-  stop = true;
-  await Promise.all(streams);
-  await Promise.all([...inflight]);
+  const { failures, counts, answered } = await streams.stop();
 
   assert.deepEqual(failures, [], `${failures.length} of ${failures.length + answered} requests failed`);
   assert.ok(answered > moves * 4, `a steady stream through the moves (${answered} answered)`);
@@ -118,6 +139,39 @@ async function movesUnderStream(t: TestContext, push: boolean): Promise<void> {
 test('a counter moved 10 times under a steady request stream, through its Service and at its address: no request fails, each runs once', { timeout: 300_000 }, (t) => movesUnderStream(t, false));
 
 test('the same with the snapshot pushed to the target while it is stored (pushSnapshotsToTarget): no request fails, each runs once', { timeout: 300_000 }, (t) => movesUnderStream(t, true));
+
+/** Moves the pod `name` to `node` and waits for its Checkpoint `ck` to end; asserts it Completed. */
+async function moveTo(c: Awaited<ReturnType<typeof startControllersCluster>>, name: string, ck: string, node: string): Promise<void> {
+  await c.createCheckpoint({ metadata: { name: ck }, spec: { podName: name, action: 'Move', target: { nodeName: node } } });
+  const done = await c.until(`move ${ck}`, async () => {
+    const k = await c.getCheckpoint(ck);
+    return k?.status?.phase === 'Completed' || k?.status?.phase === 'Failed' ? k : undefined;
+  }, 60_000);
+  assert.equal(done.status?.phase, 'Completed', done.status?.message ?? '');
+}
+
+test('back-to-back moves between two nodes (each begun as the last completes) under streams at both old addresses: no request fails, none is forwarded to and fro', { timeout: 180_000 }, async (t) => {
+  const c = await startControllersCluster(t);
+  const w1 = await c.startWorker('w1');
+  const w2 = await c.startWorker('w2');
+  const port = 18282;
+  await runPod(c, counterPod('bounce', port, { nodeName: 'w1' }));
+  const agent = new http.Agent({ keepAlive: true, maxSockets: 8 });
+  t.after(() => agent.destroy());
+  const streams = steadyStreams([]);
+  for (let i = 0; i < 3; i++) streams.add('w1', () => get(agent, w1.address, port, '/count'));
+  await moveTo(c, 'bounce', 'bounce-m0', 'w2');
+  // Both addresses are old ones now: the port of the node the pod left forwards while the pod moves on.
+  for (let i = 0; i < 3; i++) streams.add('w2', () => get(agent, w2.address, port, '/count'));
+  // Each move begins within a few ms of the last one's end: the forwarding nodes' last lookups of
+  // where the pod runs (up to 250 ms old) point at each other.
+  const moves = 6;
+  for (let i = 1; i <= moves; i++) await moveTo(c, 'bounce', `bounce-m${i}`, i % 2 === 1 ? 'w1' : 'w2');
+  const { failures, counts, answered } = await streams.stop();
+  assert.deepEqual(failures, [], `${failures.length} of ${failures.length + answered} requests failed`);
+  assert.ok(answered > moves * 2, `a steady stream through the moves (${answered} answered)`);
+  assert.equal(new Set(counts).size, counts.length, 'no count answered twice');
+});
 
 test('a frozen pod: a call in flight finishes first, a request meanwhile is held and answered once it thaws; past the bounds 503 with Retry-After: 1', { timeout: 180_000 }, async (t) => {
   const c = await startControllersCluster(t);

@@ -98,7 +98,25 @@ test('a commit that needs another environment is refused and ends the prepared p
   const b = await PodInstance.prepareRestore({ module: mod, namespace: 'test', podName: 'p', containerName: 'c', restoreFrom: (async function* () { yield bytes; })() });
   await b.restored;
   await b.cancel();
-  await assert.rejects(b.commit({ module: mod, namespace: 'test', podName: 'p', containerName: 'c' }), /committed already/);
+  await assert.rejects(
+    b.commit({ module: mod, namespace: 'test', podName: 'p', containerName: 'c' }),
+    (err: unknown) => err instanceof PodStartError && /the prepared restore was cancelled/.test(err.message),
+    'a commit after the cancel is refused',
+  );
+});
+
+test('a cancel after the commit ends nothing: the committed pod runs on and answers', { timeout: 30_000 }, async (t) => {
+  const bytes = await snapshotOfThree(t);
+  const mod = await stateMod();
+  const prepared = await PodInstance.prepareRestore({ module: mod, namespace: 'test', podName: 'p', containerName: 'c', restoreFrom: (async function* () { yield bytes; })() });
+  const pod = await prepared.commit({ module: mod, namespace: 'test', podName: 'p', containerName: 'c' });
+  t.after(() => pod.terminate());
+  assert.equal(stateNumbers(await pod.handle(get('/x'))).requests, 4);
+  await prepared.cancel();
+  let ended = false;
+  void pod.exited.then(() => { ended = true; });
+  assert.equal(stateNumbers(await pod.handle(get('/x'))).requests, 5, 'the committed pod still answers after the cancel, counting on');
+  assert.equal(ended, false, 'the committed pod did not end');
 });
 
 test('a prepared restore of bytes that are not its snapshot fails with RestoreError; a module with a start function is not prepared', { timeout: 30_000 }, async (t) => {
