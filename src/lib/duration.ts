@@ -48,3 +48,21 @@ export function humanDuration(ms: number): string {
   if (d < 365 * 2) return `${d}d`;
   return `${Math.floor(d / 365)}y`;
 }
+
+/**
+ * Node's longest timer, in ms (2^31 - 1, 596h31m23.647s): `setTimeout`, `setInterval` and
+ * `AbortSignal.timeout` given more fire after 1 ms instead (a `TimeoutOverflowWarning`).
+ */
+export const MAX_TIMER_MS = 2 ** 31 - 1;
+
+/**
+ * Parses a duration a timer will wait (a wait's timeout, a tick interval): as parseDuration, and no
+ * longer than MAX_TIMER_MS, since a longer one would fire at once.
+ * @returns milliseconds (may be fractional)
+ * @throws RangeError naming the text when it is not a duration or is longer than 596h31m23.647s
+ */
+export function parseTimerDuration(text: string): number {
+  const ms = parseDuration(text);
+  if (ms > MAX_TIMER_MS) throw new RangeError(`duration "${text.trim()}" is too long: at most 596h31m23.647s (${MAX_TIMER_MS} ms)`);
+  return ms;
+}
