@@ -10,6 +10,7 @@ import { type Command, InvalidArgumentError } from 'commander';
 import type { UpFlags } from '../actions/up.ts';
 
 import { defaultDataDir } from '../paths.ts';
+import { dataDirFlag } from '../flags.ts';
 
 /** A `--feos-registry` value, `HOST:PORT` (repeatable). @throws InvalidArgumentError saying what to give */
 function feosRegistryFlag(value: string, prev: string[] = []): string[] {
@@ -38,7 +39,7 @@ export function register(program: Command): void {
       ].join('\n\n'),
     )
     .option('--workers <n>', 'number of kube32-sim workers (0: the control plane alone)', '2')
-    .option('--data-dir <dir>', 'where the cluster keeps its state (default: $KUBE32_DATA_DIR or ~/.kube32)')
+    .option('--data-dir <dir>', 'where the cluster keeps its state (default: $KUBE32_DATA_DIR or ~/.kube32)', dataDirFlag)
     .option('--port <port>', "the API server's port on 127.0.0.1 (0: pick a free one)", '6443')
     .option('--first-address <ip>', "the first worker's loopback address; the others take the next ones (default: 127.0.0.2, or the next free range)")
     .option('--worker-heap <bytes>', "each worker's heap for pods, e.g. 64Mi (default: kube32-sim's)")
