@@ -84,7 +84,8 @@ export async function main(argv: string[]): Promise<void> {
     // An API refusal in kubectl's words; the client is loaded only then (start-up time, see above).
     const message =
       err instanceof Error && err.name === 'ApiError' ? (await import('./api-client.ts')).kubectlMessage(err as never) : err instanceof Error ? err.message : String(err);
-    process.stderr.write(message.startsWith('error: ') ? `${message}\n` : `error: ${message}\n`);
+    // kubectl prints a server's refusal bare (`Error from server (NotFound): ...`), its other errors after `error: `.
+    process.stderr.write(message.startsWith('error: ') || message.startsWith('Error from server') ? `${message}\n` : `error: ${message}\n`);
     process.exitCode = err instanceof CliError ? err.exitCode : 1;
   }
 }
