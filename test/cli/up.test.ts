@@ -185,6 +185,21 @@ test('an empty --data-dir (a variable left unset) is refused by up, control-plan
   assert.deepEqual(readdirSync(cwd), [], 'nothing written in the current directory');
 });
 
+test('down stops the cluster up runs on a data dir, as Ctrl-C there; down again says nothing runs and exits 0', { timeout: 180_000 }, async (t) => {
+  const c = await startCluster(t, { workers: 1 });
+  const upPid = c.process.pid!;
+  const r = await run(process.execPath, [CLI, 'down', '--data-dir', c.dataDir], { timeoutMs: 150_000 });
+  assert.equal(r.code, 0, r.stderr);
+  assert.equal(r.stdout, `stopping the cluster in ${c.dataDir} (kube32-cli up, pid ${upPid}; its workers drain first)\ncluster stopped\n`);
+  assert.ok(!isProcessAlive(upPid), 'up has exited');
+  assert.equal(await c.stop(), 0, 'up exited 0, as on Ctrl-C');
+  assert.match(c.output(), /SIGTERM: stopping the cluster[\s\S]*cluster stopped/);
+  assert.ok(!existsSync(join(c.dataDir, 'up.lock')), 'the lock is released');
+  const again = await run(process.execPath, [CLI, 'down', '--data-dir', c.dataDir], { timeoutMs: 30_000 });
+  assert.equal(again.code, 0, again.stderr);
+  assert.equal(again.stdout, `kube32: no cluster runs in ${c.dataDir}: nothing to stop\n`);
+});
+
 test('up refuses a worker heap below one WebAssembly page, or not a quantity, before starting anything', { timeout: 60_000 }, async (t) => {
   const dataDir = join(tempDir(t), 'cluster');
   for (const [value, message] of [

@@ -62,4 +62,19 @@ export function register(program: Command): void {
       const { up } = await import('../actions/up.ts');
       await up({ ...options, dataDir: resolve(options.dataDir ?? defaultDataDir()) });
     });
+  program
+    .command('down')
+    .summary('Stop the local cluster that kube32-cli up runs on a data dir')
+    .description(
+      [
+        'Stop the local cluster of DATA_DIR from another terminal, as Ctrl-C where kube32-cli up runs does: SIGTERM to the up named in DATA_DIR/up.lock, then wait until it has stopped (its workers drain first, then the control plane stops). A kube32-cli control-plane or apiserver holding DATA_DIR is stopped the same way.',
+        'When nothing runs on DATA_DIR it says so and exits 0: down twice stops the cluster once. After --timeout it signals again, which stops everything at once.',
+      ].join('\n\n'),
+    )
+    .option('--data-dir <dir>', 'the cluster\'s data dir (default: $KUBE32_DATA_DIR or ~/.kube32)', dataDirFlag)
+    .option('--timeout <duration>', 'how long to wait for the stop before killing it at once (0: forever)', '2m')
+    .action(async (options: { dataDir?: string; timeout: string }) => {
+      const { down } = await import('../actions/down.ts');
+      await down({ timeout: options.timeout, dataDir: resolve(options.dataDir ?? defaultDataDir()) });
+    });
 }
