@@ -3,6 +3,8 @@
  * Units: ns, us (µs), ms, s, m, h. A bare number is refused: the unit is always required.
  */
 
+import { MAX_TIMER_DELAY_MS } from './workqueue.ts';
+
 const UNIT_MS: Record<string, number> = { ns: 1e-6, us: 1e-3, 'µs': 1e-3, ms: 1, s: 1000, m: 60_000, h: 3_600_000 };
 const PART = /(\d+(?:\.\d+)?)(ns|us|µs|ms|s|m|h)/y;
 
@@ -50,19 +52,13 @@ export function humanDuration(ms: number): string {
 }
 
 /**
- * Node's longest timer, in ms (2^31 - 1, 596h31m23.647s): `setTimeout`, `setInterval` and
- * `AbortSignal.timeout` given more fire after 1 ms instead (a `TimeoutOverflowWarning`).
- */
-export const MAX_TIMER_MS = 2 ** 31 - 1;
-
-/**
  * Parses a duration a timer will wait (a wait's timeout, a tick interval): as parseDuration, and no
- * longer than MAX_TIMER_MS, since a longer one would fire at once.
+ * longer than MAX_TIMER_DELAY_MS (2^31 - 1 ms, Node's longest timer), since a longer one would fire after 1 ms.
  * @returns milliseconds (may be fractional)
  * @throws RangeError naming the text when it is not a duration or is longer than 596h31m23.647s
  */
 export function parseTimerDuration(text: string): number {
   const ms = parseDuration(text);
-  if (ms > MAX_TIMER_MS) throw new RangeError(`duration "${text.trim()}" is too long: at most 596h31m23.647s (${MAX_TIMER_MS} ms)`);
+  if (ms > MAX_TIMER_DELAY_MS) throw new RangeError(`duration "${text.trim()}" is too long: at most 596h31m23.647s (${MAX_TIMER_DELAY_MS} ms)`);
   return ms;
 }
