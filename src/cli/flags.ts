@@ -3,7 +3,7 @@
  * This file is loaded to build the command tree (every `--help`), so it imports nothing heavier than
  * commander: the code that acts on the flags lives in `kubeconfig.ts` and `output.ts`.
  */
-import { type Command, Option } from 'commander';
+import { type Command, InvalidArgumentError, Option } from 'commander';
 
 /** The flags every cluster command takes, as commander parses them. */
 export interface ClusterFlags {
@@ -31,4 +31,15 @@ export function addClusterFlags(command: Command, namespaced = true): Command {
 /** The `-o, --output` option, with kubectl's wording. */
 export function outputOption(): Option {
   return new Option('-o, --output <format>', 'Output format. One of: (json, yaml, name).');
+}
+
+/**
+ * Commander's parser of a `--data-dir` value: any path but an empty one. `--data-dir "$DIR"` with `DIR`
+ * unset gave "", which resolved to the current directory: `up` wrote a whole cluster there (kube32.db,
+ * pki/, kubeconfig, logs/, nodes/), and the API server and control plane took "" for no data dir at all.
+ * @throws InvalidArgumentError (commander: `option '--data-dir <dir>' argument '' is invalid. ...`)
+ */
+export function dataDirFlag(value: string): string {
+  if (value.trim() === '') throw new InvalidArgumentError('the data dir must be a path (an empty one would be the current directory)');
+  return value;
 }

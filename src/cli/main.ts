@@ -24,7 +24,7 @@ const COMMAND_MODULES: readonly CommandModule[] = [
   { commands: ['dev'], load: () => import('./commands/dev.ts') },
   { commands: ['apiserver'], load: () => import('./commands/apiserver.ts') },
   { commands: ['control-plane'], load: () => import('./commands/control-plane.ts') },
-  { commands: ['up'], load: () => import('./commands/cluster.ts') },
+  { commands: ['up', 'down'], load: () => import('./commands/cluster.ts') },
   { commands: ['push', 'move', 'checkpoint'], load: () => import('./commands/workloads.ts') },
   { commands: ['feos'], load: () => import('./commands/feos.ts') },
   { commands: ['kubeconfig'], load: () => import('./commands/kubeconfig.ts') },
@@ -84,7 +84,8 @@ export async function main(argv: string[]): Promise<void> {
     // An API refusal in kubectl's words; the client is loaded only then (start-up time, see above).
     const message =
       err instanceof Error && err.name === 'ApiError' ? (await import('./api-client.ts')).kubectlMessage(err as never) : err instanceof Error ? err.message : String(err);
-    process.stderr.write(message.startsWith('error: ') ? `${message}\n` : `error: ${message}\n`);
+    // kubectl prints a server's refusal bare (`Error from server (NotFound): ...`), its other errors after `error: `.
+    process.stderr.write(message.startsWith('error: ') || message.startsWith('Error from server') ? `${message}\n` : `error: ${message}\n`);
     process.exitCode = err instanceof CliError ? err.exitCode : 1;
   }
 }

@@ -31,12 +31,15 @@ export function parseOutputFormat(value: string | undefined): OutputFormat {
 }
 
 /**
- * Writes one object as `-o json` or `-o yaml` print it.
+ * Writes one object as `-o json` or `-o yaml` print it. YAML is written for YAML 1.1 readers, as
+ * kubectl's is (go-yaml v2, sigs.k8s.io/yaml): strings that 1.1 reads as something else are quoted
+ * (`"2026-12-03T14:30:04Z"`, `"on"`, `"yes"`, `"y"`), so that `kubectl apply -f` or PyYAML reads them back as
+ * strings; YAML 1.2's rules left them bare, which kubectl read as a timestamp or a bool.
  * @param kindPlural for `-o name`: the resource, e.g. `checkpoint.kube32.io`
  */
 export function formatObject(obj: unknown, format: Exclude<OutputFormat, ''>, kindPlural = ''): string {
   if (format === 'json') return `${JSON.stringify(obj, null, 4)}\n`;
-  if (format === 'yaml') return yaml().stringify(obj, { lineWidth: 0 });
+  if (format === 'yaml') return yaml().stringify(obj, { lineWidth: 0, version: '1.1' });
   const name = (obj as { metadata?: { name?: string } }).metadata?.name ?? '';
   return `${kindPlural}/${name}\n`;
 }

@@ -4,7 +4,7 @@
  * any start"): environment, ConfigMap assets, the memory limit, the tick interval and the topics.
  */
 import type { V1ConfigMap, V1Container, V1Pod, V1Secret } from '@kubernetes/client-node';
-import { parseBytes, parseDuration } from '../lib/index.ts';
+import { parseBytes, parseTimerDuration } from '../lib/index.ts';
 import { type ControlPlane, isApiError } from './client.ts';
 import { ANNOTATIONS } from '../api/index.ts';
 
@@ -25,12 +25,15 @@ export class ContainerConfigError extends Error {
   }
 }
 
-/** The tick interval in ms from the pod's annotation, or undefined for none. @throws ContainerConfigError */
+/**
+ * The tick interval in ms from the pod's annotation (1ms to 596h31m23.647s), or undefined for none.
+ * @throws ContainerConfigError for a value that is not a duration, below 1ms or longer than that
+ */
 export function tickIntervalMs(pod: V1Pod): number | undefined {
   const text = pod.metadata?.annotations?.[TICK_INTERVAL_ANNOTATION];
   if (text === undefined || text.trim() === '') return undefined;
   try {
-    const ms = parseDuration(text);
+    const ms = parseTimerDuration(text);
     if (ms < 1) throw new RangeError('below 1ms');
     return ms;
   } catch (err: unknown) {

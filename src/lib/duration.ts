@@ -3,6 +3,8 @@
  * Units: ns, us (µs), ms, s, m, h. A bare number is refused: the unit is always required.
  */
 
+import { MAX_TIMER_DELAY_MS } from './workqueue.ts';
+
 const UNIT_MS: Record<string, number> = { ns: 1e-6, us: 1e-3, 'µs': 1e-3, ms: 1, s: 1000, m: 60_000, h: 3_600_000 };
 const PART = /(\d+(?:\.\d+)?)(ns|us|µs|ms|s|m|h)/y;
 
@@ -47,4 +49,16 @@ export function humanDuration(ms: number): string {
   if (d < 8) return h % 24 === 0 ? `${d}d` : `${d}d${h % 24}h`;
   if (d < 365 * 2) return `${d}d`;
   return `${Math.floor(d / 365)}y`;
+}
+
+/**
+ * Parses a duration a timer will wait (a wait's timeout, a tick interval): as parseDuration, and no
+ * longer than MAX_TIMER_DELAY_MS (2^31 - 1 ms, Node's longest timer), since a longer one would fire after 1 ms.
+ * @returns milliseconds (may be fractional)
+ * @throws RangeError naming the text when it is not a duration or is longer than 596h31m23.647s
+ */
+export function parseTimerDuration(text: string): number {
+  const ms = parseDuration(text);
+  if (ms > MAX_TIMER_DELAY_MS) throw new RangeError(`duration "${text.trim()}" is too long: at most 596h31m23.647s (${MAX_TIMER_DELAY_MS} ms)`);
+  return ms;
 }

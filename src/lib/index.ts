@@ -1,5 +1,5 @@
 /** Small pieces shared by more than one component. */
-export { parseDuration, humanDuration } from './duration.ts';
+export { parseDuration, parseTimerDuration, humanDuration } from './duration.ts';
 export { parseQuantity, parseBytes, formatBytes } from './quantity.ts';
 export { AtomicFileWriter, writeFileAtomic, writeFileAtomicSync } from './atomic-write.ts';
 export { createLogger, type Logger } from './log.ts';

@@ -29,3 +29,33 @@ test('a name over 253 characters (or a namespace over 63) says so; a bad charact
   r = await api.kubectl(['create', 'configmap', 'l'.repeat(253)]);
   assert.equal(r.code, 0, r.stderr);
 });
+
+test('label and annotation keys and label values too long say so (as apimachinery IsQualifiedName, IsValidLabelValue), apart from a bad character', { timeout: 60_000 }, async (t) => {
+  const api = await startApiServer(t);
+  assert.equal((await api.kubectl(['create', 'configmap', 'm'])).code, 0);
+  // A 70-character key of good characters was refused with "name part must consist of alphanumeric characters ...".
+  let r = await api.kubectl(['label', 'configmap', 'm', `${'a'.repeat(70)}=x`]);
+  assert.notEqual(r.code, 0, 'a 70-character label key was taken');
+  assert.match(r.stderr, /metadata\.labels: Invalid value: "a{70}": name part must be no more than 63 characters/);
+  assert.doesNotMatch(r.stderr, /must consist of/, 'every character of the key is allowed');
+
+  // (kubectl label checks a value itself; a patch leaves it to the server)
+  r = await api.kubectl(['patch', 'configmap', 'm', '-p', JSON.stringify({ metadata: { labels: { k: 'v'.repeat(64) } } })]);
+  assert.notEqual(r.code, 0, 'a 64-character label value was taken');
+  assert.match(r.stderr, /metadata\.labels: Invalid value: "v{64}": must be no more than 63 characters/);
+  assert.doesNotMatch(r.stderr, /a valid label must be/);
+
+  r = await api.kubectl(['annotate', 'configmap', 'm', `${'p'.repeat(254)}/k=x`]);
+  assert.notEqual(r.code, 0);
+  assert.match(r.stderr, /metadata\.annotations: Invalid value: "p{254}\/k": prefix part must be no more than 253 characters/);
+  assert.doesNotMatch(r.stderr, /must consist of/);
+
+  // A bad character is still named with what is allowed, as kube-apiserver says it.
+  r = await api.kubectl(['label', 'configmap', 'm', 'bad-=x']);
+  assert.notEqual(r.code, 0);
+  const badChar = `Invalid value: "bad-": name part must consist of alphanumeric characters, '-', '_' or '.', and must start and end with an alphanumeric character (e.g. 'MyName',  or 'my.name',  or '123-abc', regex used for validation is '([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9]')`;
+  assert.ok(r.stderr.includes(badChar), r.stderr);
+
+  r = await api.kubectl(['label', 'configmap', 'm', `${'a'.repeat(63)}=${'v'.repeat(63)}`, 'example.com/k=ok']);
+  assert.equal(r.code, 0, r.stderr);
+});

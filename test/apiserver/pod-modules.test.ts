@@ -93,3 +93,30 @@ test('kubectl explain says which container fields Kube32 keeps but does not run:
     assert.match(r.stdout, /DESCRIPTION:\n\s+Kept but not run by Kube32: a module has no processes and no command line\./, `${field}: ${r.stdout}`);
   }
 });
+
+test("an update that changes a WebAssembly pod's image is refused, naming what to do; other pods' images still change", { timeout: 90_000 }, async (t) => {
+  const api = await startApiServer(t);
+  const dir = mkdtempSync(join(tmpdir(), 'k32-pod-image-update-'));
+  t.after(() => rmSync(dir, { recursive: true, force: true }));
+  await push(api.kubeconfigPath, dir, 'mod-a', 1);
+  await push(api.kubeconfigPath, dir, 'mod-b', 2);
+  const create = (name: string, image: string) =>
+    api.kubectl(['create', '-f', '-'], { input: JSON.stringify({ apiVersion: 'v1', kind: 'Pod', metadata: { name }, spec: { containers: [{ name: 'c', image }] } }) });
+  assert.equal((await create('p', 'wasm://mod-a')).code, 0);
+  // It was taken (pod/p image updated) and the node went on running mod-a, the spec naming mod-b.
+  let r = await api.kubectl(['set', 'image', 'pod/p', 'c=wasm://mod-b']);
+  assert.notEqual(r.code, 0, 'the image of a pod pinned to mod-a changed');
+  assert.match(r.stderr, /spec\.containers\[0\]\.image: Forbidden: a Kube32 pod runs the module it was created with \("wasm:\/\/mod-a", sha256:[0-9a-f]{12}\), and its snapshots name it: create a new pod with "wasm:\/\/mod-b"/);
+  r = await api.kubectl(['patch', 'pod', 'p', '-p', JSON.stringify({ spec: { containers: [{ name: 'c', image: 'mod-b' }] } })]);
+  assert.notEqual(r.code, 0);
+  assert.match(r.stderr, /Forbidden: a Kube32 pod runs the module it was created with/);
+  r = await api.kubectl(['get', 'pod', 'p', '-o', 'jsonpath={.spec.containers[0].image}']);
+  assert.equal(r.stdout, 'wasm://mod-a');
+  // What an update may change otherwise still changes.
+  r = await api.kubectl(['patch', 'pod', 'p', '-p', '{"spec":{"activeDeadlineSeconds":60}}']);
+  assert.equal(r.code, 0, r.stderr);
+  // A pod no module was resolved for (no kube32.io/image-sha256) changes its image as in Kubernetes.
+  assert.equal((await create('other', 'not-pushed')).code, 0);
+  r = await api.kubectl(['set', 'image', 'pod/other', 'c=still-not-pushed']);
+  assert.equal(r.code, 0, r.stderr);
+});

@@ -8,8 +8,8 @@
  * started at the same moment).
  */
 import assert from 'node:assert/strict';
-import { spawn } from 'node:child_process';
-import { existsSync, mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
+import { execFile, spawn } from 'node:child_process';
+import { existsSync, mkdtempSync, readFileSync, readdirSync, rmSync, writeFileSync } from 'node:fs';
 import { type AddressInfo, createServer } from 'node:net';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
@@ -159,6 +159,45 @@ test('up refuses a data dir that is a file, or under a file, saying so, and leav
   const under = await run(process.execPath, [CLI, 'up', '--data-dir', join(file, 'sub'), '--port', '0'], { timeoutMs: 20_000 });
   assert.equal(under.code, 1);
   assert.match(under.stderr, /is not a directory \(a file stands in its path\)/);
+});
+
+test('an empty --data-dir (a variable left unset) is refused by up, control-plane, apiserver and kubeconfig user; nothing is written in the current directory', { timeout: 120_000 }, async (t) => {
+  const cwd = tempDir(t);
+  // Run from cwd: "" resolved to it, and up wrote a whole cluster there (kube32.db, pki/, kubeconfig, logs/, nodes/).
+  const inCwd = (args: string[]) =>
+    new Promise<{ code: number | null; stdout: string; stderr: string }>((resolve) => {
+      execFile(process.execPath, [CLI, ...args], { cwd, timeout: 20_000, killSignal: 'SIGKILL' }, (err, stdout, stderr) => {
+        resolve({ code: err ? (typeof err.code === 'number' ? err.code : null) : 0, stdout: String(stdout), stderr: String(stderr) });
+      });
+    });
+  for (const args of [
+    ['up', '--data-dir', '', '--port', '0', '--workers', '0', '--ready-timeout', '5'],
+    ['up', '--data-dir', ' ', '--port', '0', '--workers', '0', '--ready-timeout', '5'],
+    ['control-plane', '--data-dir', '', '--port', '0'],
+    ['apiserver', '--data-dir', '', '--port', '0'],
+    ['kubeconfig', 'user', 'ed', '--data-dir', ''],
+  ]) {
+    const r = await inCwd(args);
+    assert.equal(r.code, 1, `${args.join(' ')}: ${r.stdout}${r.stderr}`);
+    assert.match(r.stderr, /^error: option '--data-dir <dir>' argument ' ?' is invalid\. the data dir must be a path \(an empty one would be the current directory\)\n/, args.join(' '));
+    assert.doesNotMatch(r.stdout, /starting a local cluster/, args.join(' '));
+  }
+  assert.deepEqual(readdirSync(cwd), [], 'nothing written in the current directory');
+});
+
+test('down stops the cluster up runs on a data dir, as Ctrl-C there; down again says nothing runs and exits 0', { timeout: 180_000 }, async (t) => {
+  const c = await startCluster(t, { workers: 1 });
+  const upPid = c.process.pid!;
+  const r = await run(process.execPath, [CLI, 'down', '--data-dir', c.dataDir], { timeoutMs: 150_000 });
+  assert.equal(r.code, 0, r.stderr);
+  assert.equal(r.stdout, `stopping the cluster in ${c.dataDir} (kube32-cli up, pid ${upPid}; its workers drain first)\ncluster stopped\n`);
+  assert.ok(!isProcessAlive(upPid), 'up has exited');
+  assert.equal(await c.stop(), 0, 'up exited 0, as on Ctrl-C');
+  assert.match(c.output(), /SIGTERM: stopping the cluster[\s\S]*cluster stopped/);
+  assert.ok(!existsSync(join(c.dataDir, 'up.lock')), 'the lock is released');
+  const again = await run(process.execPath, [CLI, 'down', '--data-dir', c.dataDir], { timeoutMs: 30_000 });
+  assert.equal(again.code, 0, again.stderr);
+  assert.equal(again.stdout, `kube32: no cluster runs in ${c.dataDir}: nothing to stop\n`);
 });
 
 test('up refuses a worker heap below one WebAssembly page, or not a quantity, before starting anything', { timeout: 60_000 }, async (t) => {

@@ -199,7 +199,7 @@ test('kubeconfig: $KUBECONFIG merges files, the first wins; --context switches; 
   assert.equal(refused.stderr.trim(), 'The connection to the server 127.0.0.1:1 was refused - did you specify the right host or port?');
 });
 
-test('move refuses, before creating anything, what cannot move: a Pending pod, an unknown container, an empty --to, its own node, an empty pod name', { timeout: 180_000 }, async (t) => {
+test('move refuses, before creating anything, what cannot move: a Pending pod, an unknown container, an empty --to, its own node, an empty pod name, a --timeout longer than a timer waits', { timeout: 180_000 }, async (t) => {
   const api = await startFakeApiServer(t, {
     'GET /api/v1/namespaces/default/pods/waiting': pod('default', 'waiting', '', 'Pending'),
     'GET /api/v1/namespaces/default/pods/done': pod('default', 'done', 'worker-1', 'Succeeded'),
@@ -220,6 +220,11 @@ test('move refuses, before creating anything, what cannot move: a Pending pod, a
     // An empty name read the pods list as a pod: "pod  is Pending and not bound to a node yet".
     [['move', ''], /^error: resource name may not be empty\n$/],
     [['checkpoint', ' '], /^error: resource name may not be empty\n$/],
+    // Past Node's longest timer (2^31-1 ms) AbortSignal.timeout fired after 1 ms: the Checkpoint was
+    // created, then "timed out waiting"; past 2^32-1 ms it threw "The value of "delay" is out of range".
+    [['move', 'p', '--timeout', '700h'], /^error: invalid argument "700h" for "--timeout" flag: duration "700h" is too long: at most 596h31m23\.647s/],
+    [['move', 'p', '--timeout', '99999999999h'], /^error: invalid argument "99999999999h" for "--timeout" flag: duration .* is too long/],
+    [['checkpoint', 'p', '--timeout', '700h'], /^error: invalid argument "700h" for "--timeout" flag: duration "700h" is too long/],
   ];
   for (const [args, message] of cases) {
     const r = await cli([...args, '--kubeconfig', kc]);

@@ -380,6 +380,11 @@ test('feos token create on a control plane without a port for nodes warns that n
   assert.equal(made.code, 0, made.stderr);
   assert.match(made.stdout, /^feos-join-[a-z0-9]{6}-[a-z0-9]{16}\.[0-9a-f]{64}\n$/);
   assert.match(made.stderr, /warning: no control plane serves FeOS nodes now \(none was started with --feos-listen HOST:PORT\)/);
+  // A token that is not there: kubectl's words, without the "error: " it puts only before its own errors
+  // (it printed "error: Error from server (NotFound): ...").
+  const missing = await run(process.execPath, [CLI, 'feos', 'token', 'delete', 'abcdef', '--kubeconfig', cp.kubeconfig]);
+  assert.equal(missing.code, 1);
+  assert.equal(missing.stderr, 'Error from server (NotFound): token "abcdef" not found (feos token list shows the tokens)\n');
 });
 
 test('control-plane refuses bad --feos-listen, --trust-domain and --feos-node-cert-ttl before starting anything', { timeout: 60_000 }, async () => {

@@ -5,6 +5,7 @@ import { mkdtemp, rm, writeFile } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { describe, it } from 'node:test';
+import { parse as parseYaml } from 'yaml';
 import { encodeSnapshot } from '../../src/k32s/index.ts';
 import { GOLDEN_A } from './golden.ts';
 
@@ -77,6 +78,10 @@ describe('kube32-cli snapshot inspect', { timeout: 60_000 }, () => {
     const yaml = await cli(['snapshot', 'inspect', '-', '-o', 'yaml'], GOLDEN_A);
     assert.equal(yaml.code, 0, yaml.stderr);
     assert.match(yaml.stdout, /^trailerOk: true$/m);
+    // Read back as YAML 1.1 (kubectl's go-yaml v2, PyYAML), the same object: unixTime was written bare
+    // and came back a timestamp, not its string.
+    assert.match(yaml.stdout, /^unixTime: "\d{4}-\d\d-\d\dT[\d:.]+Z"$/m);
+    assert.deepEqual(parseYaml(yaml.stdout, { version: '1.1' }), obj);
   });
 
   it('streams a large snapshot from standard input', async () => {

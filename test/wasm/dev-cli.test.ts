@@ -237,3 +237,12 @@ async function secondInterrupt(t: TestContext, tmp: { dir: string }): Promise<vo
   assert.deepEqual(readdirSync(tmp.dir).filter((f) => f.endsWith('.tmp')), []);
   assert.deepEqual(readdirSync(tmpdir()).filter((f) => f.startsWith(`kube32-dev-${name}-`)), [], 'the temporary directory is removed');
 }
+
+test('kube32-cli dev refuses a --tick-interval longer than a timer waits (it ticked every 1 ms)', { timeout: 30_000 }, async () => {
+  const wasm = join(ROOT, 'build/examples/counter.wasm');
+  example('counter');
+  const r = await devFails([wasm, '--port', '0', '--tick-interval', '1000h']);
+  assert.equal(r.code, 1);
+  assert.match(r.stderr, /--tick-interval: duration "1000h" is too long: at most 596h31m23\.647s \(2147483647 ms\)/);
+  assert.doesNotMatch(r.stderr, /serving/);
+});

@@ -49,15 +49,13 @@ export function validateMetaMaps(obj: KubeObject): StatusCause[] {
   const labels = obj.metadata.labels ?? {};
   if (typeof labels !== 'object' || Array.isArray(labels)) return [{ reason: 'FieldValueInvalid', message: 'Invalid value: must be a map of strings', field: 'metadata.labels' }];
   for (const [k, v] of Object.entries(labels)) {
-    if (!validKey(k)) out.push({ reason: 'FieldValueInvalid', message: `Invalid value: "${k}": name part must consist of alphanumeric characters, '-', '_' or '.', and must start and end with an alphanumeric character`, field: 'metadata.labels' });
-    if (typeof v !== 'string' || v.length > 63 || !LABEL_VALUE.test(v)) {
-      out.push({ reason: 'FieldValueInvalid', message: `Invalid value: "${String(v)}": a valid label must be an empty string or consist of alphanumeric characters, '-', '_' or '.', and must start and end with an alphanumeric character`, field: 'metadata.labels' });
-    }
+    for (const msg of qualifiedNameErrors(k)) out.push({ reason: 'FieldValueInvalid', message: `Invalid value: "${k}": ${msg}`, field: 'metadata.labels' });
+    for (const msg of labelValueErrors(v)) out.push({ reason: 'FieldValueInvalid', message: `Invalid value: "${String(v)}": ${msg}`, field: 'metadata.labels' });
   }
   const ann = obj.metadata.annotations ?? {};
   if (typeof ann !== 'object' || Array.isArray(ann)) return [{ reason: 'FieldValueInvalid', message: 'Invalid value: must be a map of strings', field: 'metadata.annotations' }];
   for (const [k, v] of Object.entries(ann)) {
-    if (!validKey(k)) out.push({ reason: 'FieldValueInvalid', message: `Invalid value: "${k}": name part must consist of alphanumeric characters, '-', '_' or '.'`, field: 'metadata.annotations' });
+    for (const msg of qualifiedNameErrors(k)) out.push({ reason: 'FieldValueInvalid', message: `Invalid value: "${k}": ${msg}`, field: 'metadata.annotations' });
     if (typeof v !== 'string') out.push({ reason: 'FieldValueInvalid', message: `Invalid value: annotation "${k}" must be a string`, field: 'metadata.annotations' });
   }
   const annotationBytes = Object.entries(ann).reduce((n, [k, v]) => n + k.length + (typeof v === 'string' ? v.length : 0), 0);
@@ -85,13 +83,44 @@ export function tooLong(field: string, max: number): StatusCause {
   return { reason: 'FieldValueTooLong', message: `Too long: must have at most ${max} bytes`, field };
 }
 
-function validKey(k: string): boolean {
-  const slash = k.lastIndexOf('/');
-  const name = slash >= 0 ? k.slice(slash + 1) : k;
-  const prefix = slash >= 0 ? k.slice(0, slash) : undefined;
-  if (name.length === 0 || name.length > 63 || !QUALIFIED_NAME.test(name)) return false;
-  if (prefix !== undefined && (prefix.length === 0 || prefix.length > 253 || !DNS1123_SUBDOMAIN.test(prefix))) return false;
-  return true;
+/**
+ * What is wrong with a label or annotation key, in apimachinery's IsQualifiedName words, one message
+ * for each problem (the length and the form of each part apart): `[prefix/]name`, the name 1 to 63
+ * characters, the prefix an RFC 1123 subdomain of at most 253. Empty for a good key.
+ */
+function qualifiedNameErrors(k: string): string[] {
+  const parts = k.split('/');
+  if (parts.length > 2) {
+    return ["a qualified name must consist of alphanumeric characters, '-', '_' or '.', and must start and end with an alphanumeric character (e.g. 'MyName',  or 'my.name',  or '123-abc', regex used for validation is '([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9]') with an optional DNS subdomain prefix and '/' (e.g. 'example.com/MyName')"];
+  }
+  const out: string[] = [];
+  const [prefix, name] = parts.length === 2 ? [parts[0]!, parts[1]!] : [undefined, parts[0]!];
+  if (prefix !== undefined) {
+    if (prefix.length === 0) out.push('prefix part must be non-empty');
+    else {
+      if (prefix.length > 253) out.push('prefix part must be no more than 253 characters');
+      if (!DNS1123_SUBDOMAIN.test(prefix)) {
+        out.push("prefix part a lowercase RFC 1123 subdomain must consist of lower case alphanumeric characters, '-' or '.', and must start and end with an alphanumeric character (e.g. 'example.com', regex used for validation is '[a-z0-9]([-a-z0-9]*[a-z0-9])?(\\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*')");
+      }
+    }
+  }
+  if (name.length === 0) return [...out, 'name part must be non-empty'];
+  if (name.length > 63) out.push('name part must be no more than 63 characters');
+  if (!QUALIFIED_NAME.test(name)) {
+    out.push("name part must consist of alphanumeric characters, '-', '_' or '.', and must start and end with an alphanumeric character (e.g. 'MyName',  or 'my.name',  or '123-abc', regex used for validation is '([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9]')");
+  }
+  return out;
+}
+
+/** What is wrong with a label value, in apimachinery's IsValidLabelValue words (length and form apart). Empty for a good one. */
+function labelValueErrors(v: unknown): string[] {
+  if (typeof v !== 'string') return ['a label value must be a string'];
+  const out: string[] = [];
+  if (v.length > 63) out.push('must be no more than 63 characters');
+  if (!LABEL_VALUE.test(v)) {
+    out.push("a valid label must be an empty string or consist of alphanumeric characters, '-', '_' or '.', and must start and end with an alphanumeric character (e.g. 'MyValue',  or 'my_value',  or '12345', regex used for validation is '(([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9])?')");
+  }
+  return out;
 }
 
 /** Reads `obj.a.b.c` for path `['a','b','c']`; undefined when absent. */

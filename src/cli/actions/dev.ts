@@ -13,7 +13,7 @@ import { access, mkdtemp, open, readFile, rename, rm } from 'node:fs/promises';
 import { createServer, type Server } from 'node:http';
 import { tmpdir } from 'node:os';
 import { basename, dirname, join } from 'node:path';
-import { parseBytes, parseDuration } from '../../lib/index.ts';
+import { parseBytes, parseDuration, parseTimerDuration } from '../../lib/index.ts';
 import { ModuleError, PodInstance, PodStartError, PodStateError, loadModule, serveHttp, type PodModule } from '../../wasm/index.ts';
 import { CliError } from '../errors.ts';
 
@@ -50,7 +50,7 @@ function parseFlags(file: string, flags: DevFlags) {
       throw new CliError(`${what}: ${err instanceof Error ? err.message : String(err)}`);
     }
   };
-  const tickIntervalMs = flags.tickInterval ? num('--tick-interval', () => parseDuration(flags.tickInterval!)) : 0;
+  const tickIntervalMs = flags.tickInterval ? num('--tick-interval', () => parseTimerDuration(flags.tickInterval!)) : 0;
   const memoryLimitBytes = num('--memory-limit', () => parseBytes(flags.memoryLimit));
   const fsLimitBytes = flags.fsLimit === undefined ? undefined : num('--fs-limit', () => parseBytes(flags.fsLimit!));
   if (memoryLimitBytes < 1) throw new CliError('--memory-limit must be at least 1 byte');

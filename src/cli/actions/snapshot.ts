@@ -5,10 +5,9 @@
  * in ../commands/snapshot.ts), so that `--help` and the other commands do not load the K32S reader.
  */
 import { createReadStream } from 'node:fs';
-import { stringify } from 'yaml';
 import { inspectSnapshot, K32SError, toHex, valTypeName, type SnapshotInspection } from '../../k32s/index.ts';
 import { CliError } from '../errors.ts';
-import { formatTable } from '../output.ts';
+import { formatObject, formatTable } from '../output.ts';
 
 /** `snapshot inspect`'s flags as commander parses them. */
 export interface InspectFlags {
@@ -89,8 +88,7 @@ function toObject(i: SnapshotInspection): Record<string, unknown> {
 }
 
 function print(i: SnapshotInspection, format: 'json' | 'yaml'): string {
-  const obj = toObject(i);
-  return format === 'json' ? `${JSON.stringify(obj, null, 4)}\n` : stringify(obj, { lineWidth: 0 });
+  return formatObject(toObject(i), format);
 }
 
 /** The human form: the header as `kubectl describe` lays out fields, then the sections as a `kubectl get` table. */

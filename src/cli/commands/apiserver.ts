@@ -13,6 +13,7 @@
  */
 import { Option, type Command } from 'commander';
 import { apiServerClusterOptions } from '../apiserver-flags.ts';
+import { dataDirFlag } from '../flags.ts';
 import type { ApiServerFlags } from '../actions/apiserver.ts';
 
 /** Adds this file's commands to `program`. */
@@ -21,7 +22,7 @@ export function register(program: Command): void {
   program
     .command('apiserver')
     .description('Run the Kube32 API server (Kubernetes-compatible; kubectl works against it)')
-    .addOption(new Option('--data-dir <dir>', 'directory of the database (kube32.db), the CA (pki/) and the admin kubeconfig'))
+    .addOption(new Option('--data-dir <dir>', 'directory of the database (kube32.db), the CA (pki/) and the admin kubeconfig').argParser(dataDirFlag))
     .addOption(new Option('--port <port>', 'TCP port; 0 picks a free one: the one this data dir had last, while it is free (node kubeconfigs name it)').default('6443'))
     .addOption(new Option('--bind <address>', 'address to listen on').default('127.0.0.1'))
     .addOption(new Option('--storage <kind>', 'object store').choices(['sqlite', 'memory', 'etcd']).default('sqlite'))

@@ -10,6 +10,7 @@ import { type Command, InvalidArgumentError } from 'commander';
 import type { UpFlags } from '../actions/up.ts';
 
 import { defaultDataDir } from '../paths.ts';
+import { dataDirFlag } from '../flags.ts';
 
 /** A `--feos-registry` value, `HOST:PORT` (repeatable). @throws InvalidArgumentError saying what to give */
 function feosRegistryFlag(value: string, prev: string[] = []): string[] {
@@ -38,7 +39,7 @@ export function register(program: Command): void {
       ].join('\n\n'),
     )
     .option('--workers <n>', 'number of kube32-sim workers (0: the control plane alone)', '2')
-    .option('--data-dir <dir>', 'where the cluster keeps its state (default: $KUBE32_DATA_DIR or ~/.kube32)')
+    .option('--data-dir <dir>', 'where the cluster keeps its state (default: $KUBE32_DATA_DIR or ~/.kube32)', dataDirFlag)
     .option('--port <port>', "the API server's port on 127.0.0.1 (0: pick a free one)", '6443')
     .option('--first-address <ip>', "the first worker's loopback address; the others take the next ones (default: 127.0.0.2, or the next free range)")
     .option('--worker-heap <bytes>', "each worker's heap for pods, e.g. 64Mi (default: kube32-sim's)")
@@ -60,5 +61,20 @@ export function register(program: Command): void {
     .action(async (options: UpOptions) => {
       const { up } = await import('../actions/up.ts');
       await up({ ...options, dataDir: resolve(options.dataDir ?? defaultDataDir()) });
+    });
+  program
+    .command('down')
+    .summary('Stop the local cluster that kube32-cli up runs on a data dir')
+    .description(
+      [
+        'Stop the local cluster of DATA_DIR from another terminal, as Ctrl-C where kube32-cli up runs does: SIGTERM to the up named in DATA_DIR/up.lock, then wait until it has stopped (its workers drain first, then the control plane stops). A kube32-cli control-plane or apiserver holding DATA_DIR is stopped the same way.',
+        'When nothing runs on DATA_DIR it says so and exits 0: down twice stops the cluster once. After --timeout it signals again, which stops everything at once.',
+      ].join('\n\n'),
+    )
+    .option('--data-dir <dir>', 'the cluster\'s data dir (default: $KUBE32_DATA_DIR or ~/.kube32)', dataDirFlag)
+    .option('--timeout <duration>', 'how long to wait for the stop before killing it at once (0: forever)', '2m')
+    .action(async (options: { dataDir?: string; timeout: string }) => {
+      const { down } = await import('../actions/down.ts');
+      await down({ timeout: options.timeout, dataDir: resolve(options.dataDir ?? defaultDataDir()) });
     });
 }

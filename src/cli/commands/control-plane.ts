@@ -23,6 +23,7 @@
  */
 import { InvalidArgumentError, Option, type Command } from 'commander';
 import { apiServerClusterOptions } from '../apiserver-flags.ts';
+import { dataDirFlag } from '../flags.ts';
 import { feosPortOptions } from '../feos-flags.ts';
 import type { ControlPlaneFlags } from '../actions/control-plane.ts';
 
@@ -39,7 +40,7 @@ export function register(program: Command): void {
   const cmd = program
     .command('control-plane')
     .description('Run the Kube32 control plane: the API server and the controllers (scheduler, moves, drain, policies, checkpoints) in one process')
-    .addOption(new Option('--data-dir <dir>', 'directory of the database, the CA and the admin kubeconfig').makeOptionMandatory())
+    .addOption(new Option('--data-dir <dir>', 'directory of the database, the CA and the admin kubeconfig').makeOptionMandatory().argParser(dataDirFlag))
     .addOption(new Option('--storage <kind>', 'object store: sqlite (<data-dir>/kube32.db) or etcd (several control planes on one cluster)').choices(['sqlite', 'etcd']).default('sqlite'))
     .addOption(new Option('--etcd-endpoints <urls>', 'with --storage etcd: etcd client URLs, comma-separated (http://127.0.0.1:2379,...)'))
     .addOption(new Option('--port <port>', 'TCP port of the API server; 0 picks a free one: the one this data dir had last, while it is free (node kubeconfigs name it)').default('6443'))

@@ -7,6 +7,7 @@
 import { resolve } from 'node:path';
 import type { Command } from 'commander';
 import { defaultDataDir } from '../paths.ts';
+import { dataDirFlag } from '../flags.ts';
 
 /** `kubeconfig user`'s options. */
 export interface KubeconfigUserFlags {
@@ -29,7 +30,7 @@ export function register(program: Command): void {
     )
     .argument('<name>', 'the user name (the certificate CN)')
     .option('--group <group>', 'a group of the user (the certificate O); repeat for more', (v: string, prev: string[]) => [...prev, v], [] as string[])
-    .option('--data-dir <dir>', 'the data dir of the cluster (its pki/ca.key and kubeconfig; default: $KUBE32_DATA_DIR or ~/.kube32)')
+    .option('--data-dir <dir>', 'the data dir of the cluster (its pki/ca.key and kubeconfig; default: $KUBE32_DATA_DIR or ~/.kube32)', dataDirFlag)
     .option('-n, --namespace <ns>', "the context's namespace", 'default')
     .option('--out <file>', 'write the kubeconfig there (0600) instead of standard output')
     .action(async (name: string, flags: KubeconfigUserFlags) => {

@@ -1,4 +1,4 @@
-/** The node lifecycle controller's wiring: nodes and their Leases → the node's name. */
+/** The node lifecycle controller's wiring: nodes (deleted ones too), their Leases, and pods bound to a node with no Node object → the node's name. */
 import type { Informers } from '../runtime/cache.ts';
 import { Controller } from '../runtime/controller.ts';
 import type { ControllerContext } from '../runtime/context.ts';
@@ -19,8 +19,14 @@ export function newNodeLifecycleController(ctx: ControllerContext, informers: In
   }
   const c = new Controller('nodelifecycle', (k) => reconcileNode(k, ctx), { clock: ctx.clock, log: ctx.log, workers: 1 });
   informers.on('nodes', (verb, node) => {
-    if (verb !== 'delete') c.enqueue(node.metadata?.name ?? '');
-    else ctx.state.leaseSeen.delete(node.metadata?.name ?? '');
+    if (verb === 'delete') ctx.state.leaseSeen.delete(node.metadata?.name ?? '');
+    // A deleted node too: the pods still bound to it go after the grace period (reconcileNode).
+    c.enqueue(node.metadata?.name ?? '');
+  });
+  // A pod bound to a node that has no Node object (deleted, never registered): the node's key, likewise.
+  informers.on('pods', (verb, pod) => {
+    const node = pod.spec?.nodeName;
+    if (verb !== 'delete' && node && !ctx.cache.nodes.get(node)) c.enqueue(node);
   });
   informers.on('leases', (_verb, lease) => {
     if (lease.metadata?.namespace === 'kube-node-lease' && ctx.cache.nodes.get(lease.metadata?.name ?? '')) c.enqueue(lease.metadata?.name ?? '');

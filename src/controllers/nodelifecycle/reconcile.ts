@@ -14,6 +14,12 @@
  *   DaemonSet pods stay. Evictions stop while more than 55 % of at least 3 nodes look unhealthy (a partition
  *   of the control plane rather than node losses).
  * - A node that renews its Lease again loses the controller's taints.
+ * - A node that is gone (its Node deleted, `kubectl delete node`, or never registered) while pods are still
+ *   bound to it (Kubernetes' PodGC of orphaned pods): `nodeMonitorGracePeriodMs` after this controller first
+ *   saw it so, its pods with a Saved periodic checkpoint restore elsewhere, and every other pod bound to it
+ *   (DaemonSet, terminating and finished ones included) is deleted at once, so owners make new ones and
+ *   Services stop routing to it. A kube32-sim that still runs registers its Node again within a Lease
+ *   renewal, and one that cannot reach the API server has fenced its pods by then.
  */
 import type { V1Node, V1NodeCondition, V1Taint } from '@kubernetes/client-node';
 import { latestPeriodic } from '../checkpoint/retention.ts';
@@ -78,8 +84,9 @@ export async function reconcileNode(name: string, ctx: ControllerContext): Promi
   const node = ctx.cache.nodes.get(name);
   if (!node) {
     ctx.state.leaseSeen.delete(name);
-    return undefined;
+    return reconcileGoneNode(name, ctx);
   }
+  ctx.state.nodeGoneSince.delete(name);
   const now = ctx.clock.now();
   const grace = ctx.timings.nodeMonitorGracePeriodMs;
   const silent = silentForMs(ctx, node);
@@ -141,15 +148,41 @@ export async function reconcileNode(name: string, ctx: ControllerContext): Promi
 }
 
 /**
+ * The pods still bound to a node that has no Node object (Kubernetes' PodGC "orphaned pods"): nothing until
+ * it has been gone for `nodeMonitorGracePeriodMs` (its worker, if it runs, registers again or fences), then
+ * {@link evictPods} with every pod bound to it. Pods bound to a deleted node stayed Running, counted as
+ * available by their Deployment and routed to by their Service, forever.
+ */
+async function reconcileGoneNode(name: string, ctx: ControllerContext): Promise<ReconcileResult | undefined> {
+  if (!ctx.cache.pods.list().some((p) => p.spec?.nodeName === name)) {
+    ctx.state.nodeGoneSince.delete(name);
+    return undefined;
+  }
+  const now = ctx.clock.now();
+  const since = ctx.state.nodeGoneSince.get(name) ?? now;
+  ctx.state.nodeGoneSince.set(name, since);
+  const due = since + ctx.timings.nodeMonitorGracePeriodMs;
+  if (now < due) return { requeueAfterMs: due - now };
+  ctx.log.warn({ node: name, goneMs: now - since }, 'node is gone (no Node object): deleting the pods still bound to it, restoring the checkpointed ones');
+  await evictPods(ctx, name, { orphaned: true });
+  ctx.state.nodeGoneSince.delete(name);
+  return undefined;
+}
+
+/**
  * Evicts the pods of a lost node for rescheduling; restores from the latest Saved periodic checkpoint where one exists.
  * @param opts.checkpointedOnly only the pods that restore from a checkpoint (the others wait for the eviction timeout)
+ * @param opts.orphaned the node is gone: DaemonSet pods, terminating and finished pods are deleted too (none restores)
  */
-export async function evictPods(ctx: ControllerContext, nodeName: string, opts: { checkpointedOnly?: boolean } = {}): Promise<void> {
+export async function evictPods(ctx: ControllerContext, nodeName: string, opts: { checkpointedOnly?: boolean; orphaned?: boolean } = {}): Promise<void> {
   for (const pod of ctx.cache.pods.list()) {
-    if (pod.spec?.nodeName !== nodeName || !isPodActive(pod) || isDaemonSetPod(pod)) continue;
+    if (pod.spec?.nodeName !== nodeName) continue;
+    const active = isPodActive(pod);
+    if (!opts.orphaned && (!active || isDaemonSetPod(pod))) continue;
     const ns = pod.metadata?.namespace ?? 'default';
     const name = pod.metadata?.name ?? '';
-    const latest = migrationPolicy(pod) === 'Never' ? undefined : latestPeriodic(ctx, ns, name);
+    const restorable = active && !isDaemonSetPod(pod) && migrationPolicy(pod) !== 'Never';
+    const latest = restorable ? latestPeriodic(ctx, ns, name) : undefined;
     if (latest) {
       // A microVM's checkpoint restores its FeOS pod: the replacement names it (a new uid).
       const replaced = await replacePod(ctx, latest.status?.snapshotKind === 'microvm' ? withFeosPodId(pod) : pod, undefined, latest.metadata?.name);
@@ -159,7 +192,7 @@ export async function evictPods(ctx: ControllerContext, nodeName: string, opts: 
     if (opts.checkpointedOnly) continue;
     try {
       await ctx.api.deletePod(ns, name, { uid: pod.metadata?.uid, gracePeriodSeconds: 0 });
-      ctx.log.info({ pod: `${ns}/${name}`, node: nodeName }, 'node lost: pod deleted for rescheduling');
+      ctx.log.info({ pod: `${ns}/${name}`, node: nodeName, orphaned: opts.orphaned === true }, 'node lost: pod deleted for rescheduling');
     } catch (err: unknown) {
       if (!isNotFound(err) && !isConflict(err)) throw err;
     }

@@ -143,6 +143,8 @@ export interface SharedState {
   replacedAt: Map<string, number>;
   /** Node name → observer time its Lease last changed, and that Lease's renew time. */
   leaseSeen: Map<string, { renew: string; at: number }>;
+  /** A node with no Node object but pods still bound to it → when this controller first saw it so (ms). */
+  nodeGoneSince: Map<string, number>;
   /** Events recorded lately, for aggregation ({@link recordEvent}). */
   events: RecordedEvents;
   /** The rate limit of events per source and object ({@link recordEvent}). */
@@ -166,6 +168,7 @@ export function newSharedState(clock: TimerClock): SharedState {
     frozenAt: new Map(),
     replacedAt: new Map(),
     leaseSeen: new Map(),
+    nodeGoneSince: new Map(),
     events: new Map(),
     eventSpam: new EventSpamFilter(),
     annotationWarnings: new Map(),

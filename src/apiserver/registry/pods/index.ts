@@ -5,6 +5,7 @@
  * (NAME READY STATUS RESTARTS AGE | IP NODE NOMINATED NODE READINESS GATES).
  */
 import { isDeepStrictEqual } from 'node:util';
+import { ANNOTATIONS } from '../../../api/index.ts';
 import { parseQuantity } from '../../../lib/index.ts';
 import type { StatusCause } from '../../errors.ts';
 import type { KubeObject } from '../../storage/index.ts';
@@ -203,6 +204,7 @@ export function validatePod(obj: KubeObject, old?: KubeObject): StatusCause[] {
   if (old) {
     const oldSpec = rec(old.spec);
     if (oldSpec.nodeName && spec.nodeName !== oldSpec.nodeName) out.push(immutable('spec.nodeName'));
+    out.push(...moduleImageChanges(spec, oldSpec, old));
     if (!isDeepStrictEqual(mutableMasked(spec), mutableMasked(oldSpec))) {
       out.push({
         reason: 'FieldValueForbidden',
@@ -211,6 +213,32 @@ export function validatePod(obj: KubeObject, old?: KubeObject): StatusCause[] {
         field: 'spec',
       });
     }
+  }
+  return out;
+}
+
+/**
+ * A WebAssembly pod's module is the one it was created with (its `kube32.io/image-sha256`, which its
+ * snapshots name): an update that changes a container's image is refused, Forbidden, naming what to do.
+ * Kubernetes restarts the container with the new image; a Kube32 node would go on running the old
+ * module, the spec naming another one (a `kubectl set image pod/...` or a patch was taken and nothing
+ * changed). Pods without the annotation (FeOS microVM pods, images no module resolved) are left alone.
+ */
+function moduleImageChanges(spec: Record<string, unknown>, oldSpec: Record<string, unknown>, old: KubeObject): StatusCause[] {
+  const pinned = old.metadata.annotations?.[ANNOTATIONS.imageSha256];
+  if (!pinned) return [];
+  const out: StatusCause[] = [];
+  for (const list of ['containers', 'initContainers']) {
+    const before = arr(oldSpec[list]);
+    arr(spec[list]).forEach((c, i) => {
+      const was = before[i]?.image;
+      if (was === undefined || c.image === was) return;
+      out.push({
+        reason: 'FieldValueForbidden',
+        message: `Forbidden: a Kube32 pod runs the module it was created with (${JSON.stringify(was)}, sha256:${String(pinned).slice(0, 12)}), and its snapshots name it: create a new pod with ${JSON.stringify(c.image)} (or change the image in the pod's Deployment, StatefulSet or Job template) instead`,
+        field: `spec.${list}[${i}].image`,
+      });
+    });
   }
   return out;
 }
