@@ -5,8 +5,13 @@
  */
 import { readdirSync, readFileSync } from 'node:fs';
 
-/** Whether the process runs: a zombie counts as ended (QEMU outlives feosd, and whoever reaps it then may take its time). */
+/**
+ * Whether the process runs: a zombie counts as ended (QEMU outlives feosd, and whoever reaps it then may take its time).
+ * @throws Error for a pid ≤ 0 (a record whose pid was cleared), which would otherwise read as "ended" and let
+ *   an assertion that a process is gone pass without one
+ */
 export function alive(pid: number): boolean {
+  if (!(pid > 0)) throw new Error(`no pid: ${pid}`);
   try {
     const stat = readFileSync(`/proc/${pid}/stat`, 'utf8');
     return stat.slice(stat.lastIndexOf(')') + 2)[0] !== 'Z';
