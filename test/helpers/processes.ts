@@ -27,6 +27,15 @@ export function alive(pid: number): boolean {
   }
 }
 
+/** A process's name (`/proc/PID/comm`, such as `wireguard-go`); undefined once it ended. */
+export function processName(pid: number): string | undefined {
+  try {
+    return readFileSync(`/proc/${pid}/comm`, 'utf8').trim();
+  } catch {
+    return undefined;
+  }
+}
+
 /** The pids of the running processes (zombies left out) whose command line holds `text` in one of its arguments. */
 export function processesNaming(text: string): number[] {
   const out: number[] = [];
@@ -59,13 +68,8 @@ export async function processesInNetns(ns: string): Promise<NetnsProcess[]> {
   const { stdout } = await execFileP('ip', ['netns', 'pids', ns], { timeout: 20_000 });
   const out: NetnsProcess[] = [];
   for (const pid of stdout.split('\n').filter(Boolean).map(Number)) {
-    let name: string;
-    try {
-      name = readFileSync(`/proc/${pid}/comm`, 'utf8').trim();
-    } catch {
-      continue; // ended meanwhile
-    }
-    if (alive(pid)) out.push({ pid, name });
+    const name = processName(pid);
+    if (name !== undefined && alive(pid)) out.push({ pid, name });
   }
   return out;
 }
@@ -77,6 +81,18 @@ export async function processesInNetns(ns: string): Promise<NetnsProcess[]> {
  */
 export async function endProcessesInNetns(ns: string, graceMs = 5_000): Promise<NetnsProcess[]> {
   const procs = await processesInNetns(ns);
+  await endProcesses(procs.map((p) => p.pid), graceMs, ns);
+  return procs;
+}
+
+/**
+ * Ends processes `pids`: SIGTERM (wireguard-go then removes its UAPI socket), SIGKILL for what still runs after
+ * `graceMs`; answers once none of them runs.
+ * @param what whose processes, for the error
+ * @throws Error when one still runs 10 s after its SIGKILL, naming it
+ */
+export async function endProcesses(pids: number[], graceMs = 5_000, what = 'the test'): Promise<void> {
+  const procs = pids.map((pid) => ({ pid }));
   const signal = (sig: NodeJS.Signals) => {
     for (const p of procs) {
       try {
@@ -87,10 +103,9 @@ export async function endProcessesInNetns(ns: string, graceMs = 5_000): Promise<
   const running = () => procs.filter((p) => alive(p.pid));
   signal('SIGTERM');
   try {
-    await waitFor(`the processes of ${ns} to end on SIGTERM`, graceMs, () => running().length === 0, { intervalMs: 50 });
+    await waitFor(`the processes of ${what} to end on SIGTERM`, graceMs, () => running().length === 0, { intervalMs: 50 });
   } catch {
     signal('SIGKILL');
-    await waitFor(`the processes of ${ns} to end on SIGKILL`, 10_000, () => running().length === 0, { intervalMs: 50, describe: () => JSON.stringify(running()) });
+    await waitFor(`the processes of ${what} to end on SIGKILL`, 10_000, () => running().length === 0, { intervalMs: 50, describe: () => JSON.stringify(running()) });
   }
-  return procs;
 }
