@@ -7,8 +7,8 @@
  * The FeOS pod is made with feosd's CreatePod (the FeOS kubelet that makes them from Pods is another
  * issue's part); the Pod object is bound to the FeOS node with `feos.kube32.io/pod-id` naming it.
  * A Pod bound to a Node that is not a FeOS node keeps the WebAssembly refusals of exec and port-forward.
- * Without --pod-prefix the node is meshed: its mesh device, a name of the suite's own (wireguard-go's UAPI
- * sockets are the machine's), is a wireguard-go in the host's namespace, a daemon that outlives feosd by
+ * Without --pod-prefix the node is meshed: its mesh device, a name and a UDP port of the suite's own
+ * (wireguard-go's UAPI sockets are the machine's; 51820 in the host's namespace may be another's), is a wireguard-go in the host's namespace, a daemon that outlives feosd by
  * design: the suite ends it, and none of it is left.
  */
 import assert from 'node:assert/strict';
@@ -22,6 +22,7 @@ import { fromBinary } from '@bufbuild/protobuf';
 import { MicroVmSchema } from '../../../src/feos/gen/feos/microvm/v1/microvm_pb.js';
 import { PodState, startFeosd, tempDir, waitForPod, type FeosdProcess } from '../../feos/harness.ts';
 import { buildBusyboxLayout, push, startRegistry } from '../../feos/registry.ts';
+import { unusedUdpPort } from '../../helpers/ports.ts';
 import { endProcesses, processesNaming, processName } from '../../helpers/processes.ts';
 import { createToken, freePort, keepLog, kubectl, ROOT, readyOf, run, startControlPlane, until } from './helpers.ts';
 
@@ -51,7 +52,7 @@ test('kubectl logs, exec and port-forward reach a microVM pod through its node c
   const feosd: FeosdProcess = await startFeosd(base, {
     guestDir: GUEST_DIR,
     env: { ...process.env, LOG_LEVEL: 'info' },
-    extra: ['--control-plane', `127.0.0.1:${port}`, '--join-token-file', tokenFile, '--node-dir', join(base, 'nodedir'), '--node-name', NODE, '--registry-forward', reg.gated, '--stop-grace', '10', '--mesh-device', meshDevice],
+    extra: ['--control-plane', `127.0.0.1:${port}`, '--join-token-file', tokenFile, '--node-dir', join(base, 'nodedir'), '--node-name', NODE, '--registry-forward', reg.gated, '--stop-grace', '10', '--mesh-device', meshDevice, '--mesh-port', String(await unusedUdpPort())],
   });
   const children: Array<{ kill(s?: NodeJS.Signals): void }> = [];
   t.after(async () => {
