@@ -3,9 +3,9 @@
 // guest's uptime goes on) and removes the record; it hibernates into a local-directory object store and
 // another feosd (another state dir, the same store) restores it with its memory and its volume (which
 // was CHECKPOINTED meanwhile); a checkpoint restores once; a corrupt manifest is DATA_LOSS with nothing lost; a ResumePod during a hibernation abandons it
-// or restores after it; a disk-only restore boots it anew; a ResumePod whose QEMU cannot start and a
-// recorded pod whose snapshot does not load leave it SUSPENDED with its snapshot; and the pod keeps its
-// creation time through every resume and restore.
+// or restores after it; a disk-only restore boots it anew; a ResumePod whose QEMU cannot start (of a
+// SUSPENDED pod, and of a HIBERNATED one, after the claim) and a recorded pod whose snapshot does not load
+// leave it SUSPENDED with its snapshot; and the pod keeps its creation time through every resume and restore.
 import assert from 'node:assert/strict';
 import { test } from 'node:test';
 import { execFileSync } from 'node:child_process';
@@ -65,6 +65,9 @@ test('suspend on stop, then hibernate on one feosd and restore on another throug
   mkdirSync(baseA);
   mkdirSync(baseB);
   const storeDir = join(dir, 'store');
+  // feosd B's guests: hard links to the built ones, so that a step can take a file of them away from B alone.
+  const guestB = join(dir, 'guest-b');
+  execFileSync('cp', ['-al', GUEST_DIR, guestB]);
   const flags = ['--object-store', pathToFileURL(storeDir).href, '--stop-grace', '120'];
   let a: FeosdProcess = await startFeosd(baseA, { guestDir: GUEST_DIR, extra: ['--suspend-on-stop', ...flags] });
   let b: FeosdProcess | undefined;
@@ -201,7 +204,7 @@ test('suspend on stop, then hibernate on one feosd and restore on another throug
   });
 
   await step('feosd B (another state dir, the same store) restores it with its memory; the checkpoint restores once', async () => {
-    b = await startFeosd(baseB, { guestDir: GUEST_DIR, extra: flags });
+    b = await startFeosd(baseB, { guestDir: guestB, extra: flags });
     const out = await feosctl(b.socket, ['pod', 'restore', ID, '-o', 'json'], 300_000);
     assert.equal(out.code, 0, out.stderr);
     assert.equal(JSON.parse(out.stdout).state, 'POD_STATE_RUNNING', out.stdout);
@@ -234,6 +237,28 @@ test('suspend on stop, then hibernate on one feosd and restore on another throug
     assert.equal(r.pod!.state, PodState.RUNNING, r.pod!.reason);
     await sameBootLater(b!, 'resumed from the checkpoint on B');
     await sameCreatedAt(b!, 'restored on feosd B from its HIBERNATED record');
+  });
+
+  await step("a ResumePod of a HIBERNATED pod whose QEMU cannot start (its guest's system.img gone) leaves it SUSPENDED with the checkpoint's memory; put back, the next ResumePod resumes it", async () => {
+    const h = await b!.pods.hibernatePod({ id: ID, noAbandon: true });
+    assert.equal(h.pod!.state, PodState.HIBERNATED);
+    const system = join(guestB, h.pod!.guestVersion, 'system.img');
+    renameSync(system, `${system}.aside`);
+    try {
+      await assert.rejects(b!.pods.resumePod({ id: ID }), (e) => code(e) === status.INTERNAL && /stays SUSPENDED/.test(details(e)) && details(e).includes(system));
+    } finally {
+      renameSync(`${system}.aside`, system);
+    }
+    const pod = (await b!.pods.getPod({ id: ID })).pod!;
+    assert.equal(pod.state, PodState.SUSPENDED, pod.reason);
+    assert.match(pod.reason, /^resume failed: .*system\.img/, "the reason says the resume's failure");
+    assert.equal(pod.checkpoint, '', 'the checkpoint is claimed: its memory is the snapshot on the node now');
+    assert.equal(microVm(b!.stateDir).state, MicroVmState.SUSPENDED);
+    assert.ok(existsSync(join(b!.stateDir, 'vms', ID, 'snapshot', 'vmstate')), 'the snapshot is kept');
+    const r = await b!.pods.resumePod({ id: ID });
+    assert.equal(r.pod!.state, PodState.RUNNING, r.pod!.reason);
+    await sameBootLater(b!, 'resumed by the second ResumePod');
+    await sameCreatedAt(b!, 'resumed after a failed restore');
   });
 
   await step('a ResumePod during a hibernation abandons it (ABORTED) or, past its manifest, restores after it', async () => {
@@ -291,7 +316,7 @@ test('suspend on stop, then hibernate on one feosd and restore on another throug
     writeFileSync(vmstate, whole.subarray(0, Math.floor(whole.length / 2)));
     const record = join(b!.stateDir, 'suspended-for-stop.json');
     writeFileSync(record, JSON.stringify({ version: 1, stoppedAt: new Date().toISOString(), pods: [ID] }));
-    b = await startFeosd(baseB, { guestDir: GUEST_DIR, extra: flags });
+    b = await startFeosd(baseB, { guestDir: guestB, extra: flags });
     // The failure is logged before the record goes, but its line reaches this process through a pipe:
     // a poll that finds the record gone may come before the line is read. Wait for both.
     await until('the record is removed, and the failed resume said', async () => (!existsSync(record) && /the resume failed; the pod stays suspended/.test(b!.stderr()) ? true : undefined), 120_000);
