@@ -10,6 +10,7 @@
  * A child that can bind port 0 itself and report the port (`--port 0`, `--kubelet-port 0`) needs
  * none of this.
  */
+import { createSocket } from 'node:dgram';
 import { connect, createServer } from 'node:net';
 import { canListen, ephemeralLow, unusedPort } from '../../src/lib/index.ts';
 
@@ -67,4 +68,29 @@ export async function claimLoopbackRange(): Promise<string> {
     return prefix;
   }
   throw new Error('no loopback range 127.A.B could be claimed: 200 tries found each one held');
+}
+
+/** Where `unusedUdpPort` picks: [21000, 26000), below the ephemeral range. */
+const UDP_PORTS = { low: 21_000, high: 26_000 } as const;
+
+/**
+ * A UDP port that nothing holds now on any address (bound on `::`, both families, and let go), below the
+ * ephemeral range: for a WireGuard device's listen port (feosd's `--mesh-port`) in the host's namespace, where
+ * the default 51820 may be another's.
+ * @throws Error when 200 tries find each one taken
+ */
+export async function unusedUdpPort(): Promise<number> {
+  for (let attempt = 0; attempt < 200; attempt++) {
+    const port = UDP_PORTS.low + Math.floor(Math.random() * (UDP_PORTS.high - UDP_PORTS.low));
+    const free = await new Promise<boolean>((resolve) => {
+      const s = createSocket({ type: 'udp6', ipv6Only: false });
+      s.once('error', () => {
+        s.close();
+        resolve(false);
+      });
+      s.bind({ port, address: '::', exclusive: true }, () => s.close(() => resolve(true)));
+    });
+    if (free) return port;
+  }
+  throw new Error('no free UDP port: 200 tries found each one taken');
 }

@@ -42,9 +42,9 @@ export type PodAction =
   | { kind: 'suspend'; deadline?: number; reason?: string }
   /**
    * SUSPENDED (RUNNING answers as it is); HIBERNATED restores from the pod's checkpoint (`diskOnly`:
-   * a fresh boot on the checkpoint's disk). `keepSuspendedOnFailure` (feosd's resumes after a stop):
-   * a resume that fails before the vCPUs run leaves the pod SUSPENDED with its snapshot, and one whose
-   * guest does not answer after leaves it RUNNING, logged, instead of FAILED.
+   * a fresh boot on the checkpoint's disk). A resume that fails before the vCPUs run leaves the pod
+   * SUSPENDED with its snapshot and the failure as its reason. `keepSuspendedOnFailure` (feosd's resumes
+   * after a stop): one whose guest does not answer after its vCPUs run leaves it RUNNING, logged, instead of FAILED.
    */
   | { kind: 'resume'; keepSuspendedOnFailure?: boolean; diskOnly?: boolean }
   /**

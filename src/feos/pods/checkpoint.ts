@@ -13,6 +13,7 @@
  *
  * ```json
  * { "version": 1, "podId": "abcdefghjkm", "checkpoint": "20261129T162100Z-1a2b", "createdAt": "...",
+ *   "podCreatedAt": "2026-11-29T16:02:11.123456789Z",
  *   "node": "host", "guestVersion": "2026...", "memory": true, "spec": { PodSpec as protobuf JSON },
  *   "files": [{ "name": "memory", "sizeBytes": 179306496, "sha256": "..." },
  *             { "name": "disk.qcow2", "sizeBytes": 1966080, "sha256": "..." }],
@@ -24,6 +25,7 @@
 import { createHash, randomBytes } from 'node:crypto';
 import { open, rm } from 'node:fs/promises';
 import { fromJson, type JsonValue, toJson } from '@bufbuild/protobuf';
+import { type Timestamp, TimestampSchema, timestampNow } from '@bufbuild/protobuf/wkt';
 import { type PodSpec, PodSpecSchema } from '../gen/feos/pod/v1/pod_pb.js';
 import { errorMessage, FeosError } from '../api/index.ts';
 import { type ChunkIndex, type ChunkRef, getChunked, isPackName, ObjectNotFoundError, type ObjectStore, PACKED_CHUNKS, type PackedChunk, PIECE_BYTES, type PieceBuffers, pruneChunks, prunePacks, readPacked, storeFailureCode } from '../store/index.ts';
@@ -80,6 +82,11 @@ export interface CheckpointManifest {
   checkpoint: string;
   /** When the manifest was written (ISO 8601). */
   createdAt: string;
+  /**
+   * When the pod was created (its record's `createdAt`, RFC 3339 as protobuf JSON writes a Timestamp, to the
+   * nanosecond), which a restore on any node keeps; absent in a manifest written before it was kept.
+   */
+  podCreatedAt?: string;
   /** The hibernating node's hostname. */
   node: string;
   /** The guest version the pod's microVM ran (a restore needs it installed). */
@@ -327,6 +334,7 @@ export async function readManifest(store: ObjectStore, podId: string, checkpoint
     podId,
     checkpoint,
     createdAt: String(doc.createdAt ?? ''),
+    ...(doc.podCreatedAt === undefined ? {} : { podCreatedAt: podCreatedAtOf(doc.podCreatedAt, bad) }),
     node: String(doc.node ?? ''),
     guestVersion: doc.guestVersion,
     memory: doc.memory,
@@ -338,6 +346,25 @@ export async function readManifest(store: ObjectStore, podId: string, checkpoint
   };
   read.set(checkpoint, m);
   return m;
+}
+
+/** A manifest's `podCreatedAt`, checked. @throws the `bad` error when it is not an RFC 3339 time */
+function podCreatedAtOf(v: unknown, bad: (why: string) => Error): string {
+  try {
+    if (typeof v !== 'string') throw new Error('not a string');
+    fromJson(TimestampSchema, v);
+    return v;
+  } catch {
+    throw bad(`podCreatedAt ${JSON.stringify(v)}: want an RFC 3339 time such as 2026-11-29T16:02:11.123Z`);
+  }
+}
+
+/**
+ * The creation time a restored pod's new record takes: the manifest's `podCreatedAt` (the pod keeps the time it
+ * was created, whichever node restores it), or now for a manifest written before it was kept.
+ */
+export function restoredCreatedAt(m: CheckpointManifest): Timestamp {
+  return m.podCreatedAt ? fromJson(TimestampSchema, m.podCreatedAt) : timestampNow();
 }
 
 /**

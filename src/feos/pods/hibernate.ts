@@ -14,7 +14,8 @@
 import { hostname } from 'node:os';
 import { existsSync } from 'node:fs';
 import { rm, stat } from 'node:fs/promises';
-import { clone, create } from '@bufbuild/protobuf';
+import { clone, create, toJson } from '@bufbuild/protobuf';
+import { TimestampSchema } from '@bufbuild/protobuf/wkt';
 import { HibernationStatusSchema, type HibernationStatus, type PodInfo, PodInfoSchema, PodState, type PodVolume } from '../gen/feos/pod/v1/pod_pb.js';
 import { errorMessage, FeosError } from '../api/index.ts';
 import { vmPaths } from '../microvm/index.ts';
@@ -294,6 +295,7 @@ async function hibernateLocked(core: PodCore, pod: PodInfo, h: Hibernation): Pro
         podId: id,
         checkpoint: h.checkpoint,
         createdAt: new Date().toISOString(),
+        ...(pod.createdAt ? { podCreatedAt: toJson(TimestampSchema, pod.createdAt) as string } : {}),
         node: hostname(),
         guestVersion: pod.guestVersion,
         memory: h.memory,

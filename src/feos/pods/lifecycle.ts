@@ -135,11 +135,15 @@ export async function suspendPod(core: PodCore, id: string, deadline?: number, r
 
 /**
  * Resumes a SUSPENDED pod under its lock: network set up, snapshot loaded, vCPUs run, guest pinged
- * (30 s) and pushed the time: RUNNING. RUNNING answers as it is.
- * @param keepSuspendedOnFailure feosd's resumes after a stop: a failure before the vCPUs run leaves the
- *   pod SUSPENDED with its snapshot; a guest that does not answer after leaves it RUNNING, logged
- * @throws FeosError FAILED_PRECONDITION (not SUSPENDED), INTERNAL (the resume failed: the pod is FAILED,
- *   or SUSPENDED with `keepSuspendedOnFailure`)
+ * (30 s) and pushed the time: RUNNING. RUNNING answers as it is. A failure before the vCPUs run (its
+ * network, a QEMU that does not start, a snapshot that does not load) changed nothing: the microVM is
+ * SUSPENDED with its snapshot (microvm/service.ts), and the pod stays SUSPENDED with the failure as its
+ * reason, so that the next ResumePod resumes it once the cause is gone (seed 000, "A pod": Resume).
+ * @param keepSuspendedOnFailure feosd's resumes after a stop: a guest that does not answer once its vCPUs
+ *   run leaves the pod RUNNING, logged, instead of FAILED
+ * @throws FeosError FAILED_PRECONDITION (not SUSPENDED; its network cannot be set up: it stays SUSPENDED),
+ *   INTERNAL (the resume failed: the pod stays SUSPENDED with its snapshot when its vCPUs had not run,
+ *   else it is FAILED)
  */
 export async function resumeLocked(core: PodCore, pod: PodInfo, keepSuspendedOnFailure = false, reason = 'resumed by ResumePod'): Promise<PodInfo> {
   refuseUnsettled(core, pod.id);
@@ -161,9 +165,12 @@ export async function resumeLocked(core: PodCore, pod: PodInfo, keepSuspendedOnF
     }
     await o.vms.resume(id);
   } catch (err: unknown) {
-    if (keepSuspendedOnFailure && o.vms.get(id)?.state === MicroVmState.SUSPENDED) {
+    if (o.vms.get(id)?.state === MicroVmState.SUSPENDED) {
       await core.detach(pod);
-      throw new FeosError('INTERNAL', `resume of pod ${id} failed; it stays SUSPENDED: ${errorMessage(err)}`, { cause: err });
+      await core.setState(pod, PodState.SUSPENDED, `resume failed: ${errorMessage(err)}`);
+      // A network that cannot be set up (its security groups or name tables not on the node: FeosError or NetworkError) is the caller's to mend.
+      const code = (err as { code?: unknown }).code === 'FAILED_PRECONDITION' ? 'FAILED_PRECONDITION' : 'INTERNAL';
+      throw new FeosError(code, `resume of pod ${id} failed; it stays SUSPENDED with its snapshot: ${errorMessage(err)}`, { cause: err });
     }
     return failResume(core, pod, err);
   }

@@ -28,7 +28,7 @@ import { asFeosError, errorMessage, FeosError } from '../api/index.ts';
 import { vmPaths } from '../microvm/index.ts';
 import { normalizeSpec } from './spec.ts';
 import { POD_RECORD_VERSION } from './records.ts';
-import { checkpointKey, readManifest, volumeKey, type CheckpointManifest } from './checkpoint.ts';
+import { checkpointKey, readManifest, restoredCreatedAt, volumeKey, type CheckpointManifest } from './checkpoint.ts';
 import type { PodCore } from './core.ts';
 import { pruneAfter, releaseHibernated, stateDirOf } from './hibernate.ts';
 import { type InFlight, readInFlight, removeInFlight } from './in-flight.ts';
@@ -132,7 +132,7 @@ async function recoverRestore(core: PodCore, m: InFlight): Promise<RecoveryOutco
   const reason = `restored from checkpoint ${m.checkpoint}`;
   const pod: PodInfo =
     existing ??
-    create(PodInfoSchema, { id: m.id, spec: normalizeSpec(manifest.spec), state: PodState.STOPPED, createdAt: timestampNow(), stateChangedAt: timestampNow(), recordVersion: POD_RECORD_VERSION });
+    create(PodInfoSchema, { id: m.id, spec: normalizeSpec(manifest.spec), state: PodState.STOPPED, createdAt: restoredCreatedAt(manifest), stateChangedAt: timestampNow(), recordVersion: POD_RECORD_VERSION });
   await placeRestoredFiles(core, m.id, manifest, join(o.guestDir, manifest.guestVersion));
   pod.guestVersion = manifest.guestVersion;
   pod.checkpoint = '';

@@ -1,16 +1,18 @@
 // Relative manifests (checkpoint.ts, version 4): a checkpoint of a pod whose files changed little names runs of its
 // base's chunks, is a small part of a whole manifest, and reads back to the very chunks a whole one names; a chain of
 // bases is read through and cut at MAX_BASE_DEPTH; a base whose manifest is missing is DATA_LOSS naming it; the bases
-// a checkpoint not restored yet stands on are the ones a delete of claimed checkpoints leaves.
+// a checkpoint not restored yet stands on are the ones a delete of claimed checkpoints leaves. A manifest keeps the
+// pod's creation time (podCreatedAt), which a restore on another node keeps.
 import assert from 'node:assert/strict';
 import { randomBytes } from 'node:crypto';
 import { pathToFileURL } from 'node:url';
 import { test } from 'node:test';
-import { create } from '@bufbuild/protobuf';
+import { create, toJson } from '@bufbuild/protobuf';
+import { TimestampSchema } from '@bufbuild/protobuf/wkt';
 import { PodSpecSchema } from '../gen/feos/pod/v1/pod_pb.js';
 import { FeosError } from '../api/index.ts';
 import { LocalDirObjectStore, PackWriter } from '../store/index.ts';
-import { type CheckpointManifest, checkpointKey, manifestBytes, MANIFEST_VERSION, MAX_BASE_DEPTH, neededBases, packPrefix, readManifest } from './checkpoint.ts';
+import { type CheckpointManifest, checkpointKey, manifestBytes, MANIFEST_VERSION, MAX_BASE_DEPTH, neededBases, packPrefix, readManifest, restoredCreatedAt } from './checkpoint.ts';
 import { tempDir } from '../../../test/feos/harness.ts';
 
 const ID = 'relmanif0aa';
@@ -93,4 +95,43 @@ test('relative manifests: a few runs of the base for an unchanged file, read bac
       e.message.includes('is relative to checkpoint 20261202T100000Z-0001') &&
       e.message.includes(`pods/${ID}/20261202T100000Z-0001/manifest.json is not in the object store`),
   );
+});
+
+test("a manifest keeps the pod's creation time to the nanosecond; a bad one is DATA_LOSS; an old manifest without it restores with now", { timeout: 60_000 }, async (t) => {
+  const { dir, cleanup } = tempDir('feos-podcreated-');
+  t.after(cleanup);
+  const store = new LocalDirObjectStore(pathToFileURL(dir).href);
+  const created = create(TimestampSchema, { seconds: 1_796_300_000n, nanos: 123_456_789 });
+  const w = new PackWriter(store, packPrefix(ID), new Map());
+  const dsk = await w.putFile(once(randomBytes(64 << 10)));
+  await w.finish();
+  const manifest = (checkpoint: string, podCreatedAt?: string): CheckpointManifest => ({
+    version: MANIFEST_VERSION,
+    podId: ID,
+    checkpoint,
+    createdAt: new Date().toISOString(),
+    ...(podCreatedAt === undefined ? {} : { podCreatedAt }),
+    node: 'here',
+    guestVersion: 'g1',
+    memory: false,
+    spec: create(PodSpecSchema, { vcpus: 1, memoryBytes: 256n << 20n }),
+    files: [{ name: 'disk.qcow2', sizeBytes: dsk.sizeBytes, sha256: dsk.sha256, packed: dsk.chunks }],
+    volumes: [],
+  });
+  const put = (m: CheckpointManifest) => store.put(checkpointKey(ID, m.checkpoint, 'manifest.json'), manifestBytes(m));
+  await put(manifest('20261203T100000Z-0001', toJson(TimestampSchema, created) as string));
+  const m = await readManifest(store, ID, '20261203T100000Z-0001');
+  assert.equal(m.podCreatedAt, '2026-12-03T12:13:20.123456789Z');
+  const back = restoredCreatedAt(m);
+  assert.equal(back.seconds, created.seconds);
+  assert.equal(back.nanos, created.nanos);
+
+  await put(manifest('20261203T100100Z-0002', 'yesterday'));
+  await assert.rejects(readManifest(store, ID, '20261203T100100Z-0002'), (e) => e instanceof FeosError && e.code === 'DATA_LOSS' && e.message.includes('podCreatedAt "yesterday"'));
+
+  await put(manifest('20261203T100200Z-0003'));
+  const old = await readManifest(store, ID, '20261203T100200Z-0003');
+  assert.equal(old.podCreatedAt, undefined);
+  const before = BigInt(Math.floor(Date.now() / 1000));
+  assert.ok(restoredCreatedAt(old).seconds >= before, 'a manifest written before podCreatedAt: the time of the restore');
 });

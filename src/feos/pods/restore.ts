@@ -10,7 +10,9 @@
  * recorded, its volumes ATTACHED to it again (recorded anew on a node that did not have them); its
  * microVM is made, given the memory and resumed, or its bring-up boots it. Until the
  * claim, a failure leaves nothing behind: no local file, the record (if any) HIBERNATED as it was,
- * the store untouched. After it, a failure leaves the pod FAILED with its disk, which StartPod boots.
+ * the store untouched. After it, a resume that fails before the vCPUs run leaves the pod SUSPENDED with
+ * the checkpoint's memory as its snapshot (ResumePod resumes it); another failure leaves it FAILED with
+ * its disk, which StartPod boots. The pod keeps its creation time (the manifest's `podCreatedAt`).
  */
 import { existsSync } from 'node:fs';
 import { mkdir, rename, rm } from 'node:fs/promises';
@@ -22,13 +24,14 @@ import { create } from '@bufbuild/protobuf';
 import { timestampNow } from '@bufbuild/protobuf/wkt';
 import { type PodInfo, PodInfoSchema, PodState } from '../gen/feos/pod/v1/pod_pb.js';
 import { VolumeState } from '../gen/feos/volume/v1/volume_pb.js';
+import { MicroVmState } from '../gen/feos/microvm/v1/microvm_pb.js';
 import { asFeosError, errorMessage, FeosError } from '../api/index.ts';
 import { storeFailureCode } from '../store/index.ts';
 import { normalizeSpec } from './spec.ts';
 import { POD_RECORD_VERSION } from './records.ts';
 import type { PodNetworkAttachment } from './network.ts';
 import { createMicroVm, podDiskPath, startBringUp } from './bring-up.ts';
-import { type CheckpointManifest, checkpointKey, chunkPrefix, DISK_FILE, packPrefix, fetchVerified, listCheckpoints, MEMORY_FILE, parseCheckpointName, readManifest } from './checkpoint.ts';
+import { type CheckpointManifest, checkpointKey, chunkPrefix, DISK_FILE, packPrefix, fetchVerified, listCheckpoints, MEMORY_FILE, parseCheckpointName, readManifest, restoredCreatedAt } from './checkpoint.ts';
 import { stateDirOf } from './hibernate.ts';
 import { removeInFlight, writeInFlight } from './in-flight.ts';
 import { randomBytes } from 'node:crypto';
@@ -51,7 +54,8 @@ export interface RestoreRequest {
  * @throws FeosError FAILED_PRECONDITION (no object store; the pod is on the node and not HIBERNATED; the
  *   checkpoint was restored already; its guest version is not installed; its network cannot be made),
  *   NOT_FOUND (no such checkpoint), DATA_LOSS (a manifest that is not one, a file that differs from it),
- *   UNAVAILABLE (the store failed), INTERNAL (the resume failed: the pod is FAILED with its disk)
+ *   UNAVAILABLE (the store failed), INTERNAL (the resume failed: the pod is SUSPENDED with its snapshot
+ *   when its vCPUs had not run, else FAILED with its disk)
  */
 export async function restorePod(core: PodCore, id: string, req: RestoreRequest): Promise<PodInfo> {
   if (!core.o.objectStore) throw new FeosError('FAILED_PRECONDITION', 'feosd has no object store: pods do not restore (start it with --object-store s3://BUCKET/PREFIX or file:///path)');
@@ -197,7 +201,7 @@ async function restoreLocked(core: PodCore, id: string, existing: PodInfo | unde
       throw new FeosError('INTERNAL', `restore pod ${id}: ${errorMessage(err)}; nothing was restored`, { cause: err });
     }
     // The checkpoint is this node's now: the pod is recorded FAILED with what it has, never lost.
-    const pod = existing ?? create(PodInfoSchema, { id, spec, state: PodState.STOPPED, createdAt: timestampNow(), stateChangedAt: timestampNow(), recordVersion: POD_RECORD_VERSION });
+    const pod = existing ?? create(PodInfoSchema, { id, spec, state: PodState.STOPPED, createdAt: restoredCreatedAt(m), stateChangedAt: timestampNow(), recordVersion: POD_RECORD_VERSION });
     pod.guestVersion = m.guestVersion;
     pod.checkpoint = '';
     await rm(tmpMemory, { force: true });
@@ -209,7 +213,7 @@ async function restoreLocked(core: PodCore, id: string, existing: PodInfo | unde
   const now = timestampNow();
   const pod =
     existing ??
-    create(PodInfoSchema, { id, spec, state: PodState.STOPPED, createdAt: now, stateChangedAt: now, recordVersion: POD_RECORD_VERSION });
+    create(PodInfoSchema, { id, spec, state: PodState.STOPPED, createdAt: restoredCreatedAt(m), stateChangedAt: now, recordVersion: POD_RECORD_VERSION });
   pod.guestVersion = m.guestVersion;
   pod.checkpoint = '';
   pod.ipv6Address = '';
@@ -237,6 +241,9 @@ async function restoreLocked(core: PodCore, id: string, existing: PodInfo | unde
   } catch (err: unknown) {
     await rm(tmpMemory, { force: true });
     const p = o.records.get(id) ?? pod;
+    // A resume that failed before the vCPUs ran kept the snapshot (the checkpoint's memory, this node's now):
+    // the pod stays SUSPENDED with it and the failure as its reason, and the next ResumePod resumes it.
+    if (p.state === PodState.SUSPENDED && o.vms.get(id)?.state === MicroVmState.SUSPENDED) throw err;
     if (p.state !== PodState.FAILED) await core.setState(p, PodState.FAILED, `restore: ${errorMessage(err)}`);
     throw asFeosError(err) ? err : new FeosError('INTERNAL', `restore pod ${id}: ${errorMessage(err)}; the pod is FAILED with its disk`, { cause: err });
   } finally {

@@ -6,6 +6,7 @@ import http from 'node:http';
 import * as grpc from '@grpc/grpc-js';
 import type { DescService } from '@bufbuild/protobuf';
 import { grpcServiceDefinition } from '../../../src/feos/network/index.ts';
+import { endProcessesInNetns } from '../../helpers/processes.ts';
 
 /** The result of a command: its exit code and output. */
 export interface Ran {
@@ -49,8 +50,21 @@ export class Namespaces {
     return ns;
   }
 
+  /**
+   * Ends every process in the namespaces made ({@link endProcessesInNetns}: a wireguard-go or a listener left running
+   * would keep a deleted namespace alive, orphaned), then removes them. A second call has nothing to do.
+   * @throws Error naming a process that did not end (the namespaces are removed all the same)
+   */
   async removeAll(): Promise<void> {
-    for (const ns of this.#made.reverse()) await sh(['ip', 'netns', 'del', ns]);
+    const made = this.#made.splice(0).reverse();
+    let failed: unknown;
+    for (const ns of made) {
+      await endProcessesInNetns(ns).catch((err: unknown) => {
+        failed ??= err;
+      });
+      await sh(['ip', 'netns', 'del', ns]);
+    }
+    if (failed) throw failed;
   }
 }
 

@@ -107,7 +107,7 @@ describe('the mesh between two nodes in namespaces', { timeout: 300_000 }, () =>
 
   after(async () => {
     for (const n of ['a', 'b'] as const) await nodes[n]?.stop();
-    // The namespaces' end takes the TUN devices, and wireguard-go ends with them.
+    // wireguard-go runs on as a daemon of its own: the namespaces' removal ends it first (a deleted namespace would keep it).
     await nss.removeAll();
     for (const n of ['a', 'b'] as const) await rm(`/var/run/wireguard/${device[n]}.sock`, { force: true });
     await rm(dir, { recursive: true, force: true });

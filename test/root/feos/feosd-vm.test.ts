@@ -14,6 +14,7 @@ import { VolumeService, VolumeState } from '../../../src/feos/gen/feos/volume/v1
 import { makeClient } from '../../../src/feos/api/index.ts';
 import { writeFileSync } from 'node:fs';
 import { feosctl, PodState, startFeosd, tempDir, until, waitForPod, type FeosdProcess } from '../../feos/harness.ts';
+import { alive } from '../../helpers/processes.ts';
 
 const REPO = new URL('../../../', import.meta.url).pathname;
 const GUEST_DIR = join(REPO, 'build/guest');
@@ -35,17 +36,6 @@ function guestAnswers(feosd: FeosdProcess) {
     },
     60_000,
   );
-}
-
-/** Whether the process runs: a zombie counts as ended (QEMU outlives feosd, and whoever reaps it then may take its time). */
-function alive(pid: number): boolean {
-  if (pid <= 0) throw new Error(`no pid: ${pid}`);
-  try {
-    const stat = readFileSync(`/proc/${pid}/stat`, 'utf8');
-    return stat.slice(stat.lastIndexOf(')') + 2)[0] !== 'Z';
-  } catch {
-    return false;
-  }
 }
 
 test('a pod as a microVM: boot, guest, suspend/resume, takeover, stop/start, crash, delete', { timeout: 900_000 }, async (t) => {

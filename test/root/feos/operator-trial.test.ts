@@ -12,6 +12,7 @@ import { test } from 'node:test';
 import { fromBinary } from '@bufbuild/protobuf';
 import { MicroVmSchema } from '../../../src/feos/gen/feos/microvm/v1/microvm_pb.js';
 import { feosctl, PodState, startFeosd, tempDir, waitForPod, routeOut } from '../../feos/harness.ts';
+import { alive } from '../../helpers/processes.ts';
 
 const REPO = new URL('../../../', import.meta.url).pathname;
 const GUEST_DIR = join(REPO, 'build/guest');
@@ -22,16 +23,6 @@ function inNs(ns: string, args: string[]): { ok: boolean; out: string } {
     return { ok: true, out: execFileSync('ip', ['netns', 'exec', ns, ...args], { encoding: 'utf8', stdio: ['ignore', 'pipe', 'pipe'], timeout: 20_000 }) };
   } catch (err: unknown) {
     return { ok: false, out: String((err as { stderr?: string }).stderr ?? err) };
-  }
-}
-
-/** Whether the process runs (a zombie counts as ended). */
-function alive(pid: number): boolean {
-  try {
-    const stat = readFileSync(`/proc/${pid}/stat`, 'utf8');
-    return stat.slice(stat.lastIndexOf(')') + 2)[0] !== 'Z';
-  } catch {
-    return false;
   }
 }
 

@@ -3,20 +3,23 @@
 // guest's uptime goes on) and removes the record; it hibernates into a local-directory object store and
 // another feosd (another state dir, the same store) restores it with its memory and its volume (which
 // was CHECKPOINTED meanwhile); a checkpoint restores once; a corrupt manifest is DATA_LOSS with nothing lost; a ResumePod during a hibernation abandons it
-// or restores after it; a disk-only restore boots it anew; and a recorded pod whose snapshot does not
-// load stays SUSPENDED with it.
+// or restores after it; a disk-only restore boots it anew; a ResumePod whose QEMU cannot start (of a
+// SUSPENDED pod, and of a HIBERNATED one, after the claim) and a recorded pod whose snapshot does not load
+// leave it SUSPENDED with its snapshot; and the pod keeps its creation time through every resume and restore.
 import assert from 'node:assert/strict';
 import { test } from 'node:test';
 import { execFileSync } from 'node:child_process';
-import { existsSync, mkdirSync, readdirSync, readFileSync, writeFileSync } from 'node:fs';
+import { existsSync, mkdirSync, readdirSync, readFileSync, renameSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { pathToFileURL } from 'node:url';
 import { fromBinary } from '@bufbuild/protobuf';
+import { timestampDate } from '@bufbuild/protobuf/wkt';
 import { status } from '@grpc/grpc-js';
 import { MicroVmSchema, MicroVmState } from '../../../src/feos/gen/feos/microvm/v1/microvm_pb.js';
 import { VolumeService, VolumeState } from '../../../src/feos/gen/feos/volume/v1/volume_pb.js';
 import { makeClient } from '../../../src/feos/api/index.ts';
 import { feosctl, PodState, startFeosd, tempDir, until, waitForPod, type FeosdProcess } from '../../feos/harness.ts';
+import { alive } from '../../helpers/processes.ts';
 
 const REPO = new URL('../../../', import.meta.url).pathname;
 const GUEST_DIR = join(REPO, 'build/guest');
@@ -36,16 +39,6 @@ async function volumeOf(f: FeosdProcess) {
 
 function microVm(stateDir: string) {
   return fromBinary(MicroVmSchema, readFileSync(join(stateDir, 'vms', ID, 'microvm.pb')));
-}
-
-/** Whether the process runs (a zombie counts as ended). */
-function alive(pid: number): boolean {
-  try {
-    const stat = readFileSync(`/proc/${pid}/stat`, 'utf8');
-    return stat.slice(stat.lastIndexOf(')') + 2)[0] !== 'Z';
-  } catch {
-    return false;
-  }
 }
 
 /** The pod once its guest answers GetPod. */
@@ -72,6 +65,9 @@ test('suspend on stop, then hibernate on one feosd and restore on another throug
   mkdirSync(baseA);
   mkdirSync(baseB);
   const storeDir = join(dir, 'store');
+  // feosd B's guests: hard links to the built ones, so that a step can take a file of them away from B alone.
+  const guestB = join(dir, 'guest-b');
+  execFileSync('cp', ['-al', GUEST_DIR, guestB]);
   const flags = ['--object-store', pathToFileURL(storeDir).href, '--stop-grace', '120'];
   let a: FeosdProcess = await startFeosd(baseA, { guestDir: GUEST_DIR, extra: ['--suspend-on-stop', ...flags] });
   let b: FeosdProcess | undefined;
@@ -102,6 +98,13 @@ test('suspend on stop, then hibernate on one feosd and restore on another throug
 
   let bootId = '';
   let uptime = 0n;
+  let createdAt = '';
+  /** The pod's creation time on feosd `f` is the one CreatePod gave it. */
+  const sameCreatedAt = async (f: FeosdProcess, what: string) => {
+    const pod = (await f.pods.getPod({ id: ID })).pod!;
+    assert.ok(pod.createdAt, `${what}: a creation time`);
+    assert.equal(timestampDate(pod.createdAt).toISOString(), createdAt, `${what}: the pod keeps its creation time`);
+  };
   /** The guest answers with the same boot and a later uptime: its memory came back. */
   const sameBootLater = async (f: FeosdProcess, what: string) => {
     const got = await guestAnswers(f);
@@ -121,6 +124,7 @@ test('suspend on stop, then hibernate on one feosd and restore on another throug
     const got = await guestAnswers(a);
     bootId = got.guest!.bootId;
     uptime = got.guest!.uptimeMs;
+    createdAt = timestampDate(got.createdAt!).toISOString();
     assert.equal((await volumeOf(a)).formatted, true, 'the guest formatted and mounted the volume');
   });
 
@@ -143,6 +147,29 @@ test('suspend on stop, then hibernate on one feosd and restore on another throug
     await until('the record is removed', async () => (existsSync(join(a.stateDir, 'suspended-for-stop.json')) ? undefined : true), 120_000);
     await sameBootLater(a, 'resumed after the stop');
     assert.match((await a.pods.getPod({ id: ID })).pod!.reason, /resumed/);
+  });
+
+  await step('a ResumePod whose QEMU cannot start (the disk is gone) fails, the pod SUSPENDED with its snapshot and the reason; the disk put back, the next ResumePod resumes it', async () => {
+    assert.equal((await a.pods.suspendPod({ id: ID })).pod!.state, PodState.SUSPENDED);
+    const vmstate = join(a.stateDir, 'vms', ID, 'snapshot', 'vmstate');
+    const size = readFileSync(vmstate).byteLength;
+    const disk = join(a.stateDir, 'disks', `${ID}.qcow2`);
+    renameSync(disk, `${disk}.aside`);
+    try {
+      await assert.rejects(a.pods.resumePod({ id: ID }), (e) => code(e) === status.INTERNAL && /stays SUSPENDED/.test(details(e)) && details(e).includes(disk));
+    } finally {
+      renameSync(`${disk}.aside`, disk);
+    }
+    const pod = (await a.pods.getPod({ id: ID })).pod!;
+    assert.equal(pod.state, PodState.SUSPENDED, pod.reason);
+    assert.match(pod.reason, /^resume failed: .*qcow2/, "the reason says the resume's failure");
+    assert.equal(microVm(a.stateDir).state, MicroVmState.SUSPENDED, 'the microVM is SUSPENDED with its snapshot');
+    assert.equal(readFileSync(vmstate).byteLength, size, 'its snapshot stays whole');
+    const out = await feosctl(a.socket, ['pod', 'resume', ID, '-o', 'json'], 120_000);
+    assert.equal(out.code, 0, out.stderr);
+    assert.equal(JSON.parse(out.stdout).state, 'POD_STATE_RUNNING', out.stdout);
+    await sameBootLater(a, 'resumed by the second ResumePod');
+    await sameCreatedAt(a, 'resumed');
   });
 
   let checkpoint = '';
@@ -177,10 +204,11 @@ test('suspend on stop, then hibernate on one feosd and restore on another throug
   });
 
   await step('feosd B (another state dir, the same store) restores it with its memory; the checkpoint restores once', async () => {
-    b = await startFeosd(baseB, { guestDir: GUEST_DIR, extra: flags });
+    b = await startFeosd(baseB, { guestDir: guestB, extra: flags });
     const out = await feosctl(b.socket, ['pod', 'restore', ID, '-o', 'json'], 300_000);
     assert.equal(out.code, 0, out.stderr);
     assert.equal(JSON.parse(out.stdout).state, 'POD_STATE_RUNNING', out.stdout);
+    await sameCreatedAt(b, 'restored on feosd B, which had no record of it');
     await sameBootLater(b, 'restored on feosd B');
     const vol = await volumeOf(b);
     assert.equal(vol.state, VolumeState.ATTACHED, 'the volume came with it');
@@ -208,6 +236,29 @@ test('suspend on stop, then hibernate on one feosd and restore on another throug
     const r = await b!.pods.resumePod({ id: ID });
     assert.equal(r.pod!.state, PodState.RUNNING, r.pod!.reason);
     await sameBootLater(b!, 'resumed from the checkpoint on B');
+    await sameCreatedAt(b!, 'restored on feosd B from its HIBERNATED record');
+  });
+
+  await step("a ResumePod of a HIBERNATED pod whose QEMU cannot start (its guest's system.img gone) leaves it SUSPENDED with the checkpoint's memory; put back, the next ResumePod resumes it", async () => {
+    const h = await b!.pods.hibernatePod({ id: ID, noAbandon: true });
+    assert.equal(h.pod!.state, PodState.HIBERNATED);
+    const system = join(guestB, h.pod!.guestVersion, 'system.img');
+    renameSync(system, `${system}.aside`);
+    try {
+      await assert.rejects(b!.pods.resumePod({ id: ID }), (e) => code(e) === status.INTERNAL && /stays SUSPENDED/.test(details(e)) && details(e).includes(system));
+    } finally {
+      renameSync(`${system}.aside`, system);
+    }
+    const pod = (await b!.pods.getPod({ id: ID })).pod!;
+    assert.equal(pod.state, PodState.SUSPENDED, pod.reason);
+    assert.match(pod.reason, /^resume failed: .*system\.img/, "the reason says the resume's failure");
+    assert.equal(pod.checkpoint, '', 'the checkpoint is claimed: its memory is the snapshot on the node now');
+    assert.equal(microVm(b!.stateDir).state, MicroVmState.SUSPENDED);
+    assert.ok(existsSync(join(b!.stateDir, 'vms', ID, 'snapshot', 'vmstate')), 'the snapshot is kept');
+    const r = await b!.pods.resumePod({ id: ID });
+    assert.equal(r.pod!.state, PodState.RUNNING, r.pod!.reason);
+    await sameBootLater(b!, 'resumed by the second ResumePod');
+    await sameCreatedAt(b!, 'resumed after a failed restore');
   });
 
   await step('a ResumePod during a hibernation abandons it (ABORTED) or, past its manifest, restores after it', async () => {
@@ -254,6 +305,7 @@ test('suspend on stop, then hibernate on one feosd and restore on another throug
     assert.equal((await volumeOf(b!)).state, VolumeState.ATTACHED);
     bootId = got.guest!.bootId;
     uptime = got.guest!.uptimeMs;
+    await sameCreatedAt(b!, "booted anew on its checkpoint's disk");
   });
 
   await step('a recorded pod whose snapshot does not load stays SUSPENDED with it; the record goes; the snapshot put back, it resumes', async () => {
@@ -264,7 +316,7 @@ test('suspend on stop, then hibernate on one feosd and restore on another throug
     writeFileSync(vmstate, whole.subarray(0, Math.floor(whole.length / 2)));
     const record = join(b!.stateDir, 'suspended-for-stop.json');
     writeFileSync(record, JSON.stringify({ version: 1, stoppedAt: new Date().toISOString(), pods: [ID] }));
-    b = await startFeosd(baseB, { guestDir: GUEST_DIR, extra: flags });
+    b = await startFeosd(baseB, { guestDir: guestB, extra: flags });
     // The failure is logged before the record goes, but its line reaches this process through a pipe:
     // a poll that finds the record gone may come before the line is read. Wait for both.
     await until('the record is removed, and the failed resume said', async () => (!existsSync(record) && /the resume failed; the pod stays suspended/.test(b!.stderr()) ? true : undefined), 120_000);

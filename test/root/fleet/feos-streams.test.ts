@@ -7,10 +7,13 @@
  * The FeOS pod is made with feosd's CreatePod (the FeOS kubelet that makes them from Pods is another
  * issue's part); the Pod object is bound to the FeOS node with `feos.kube32.io/pod-id` naming it.
  * A Pod bound to a Node that is not a FeOS node keeps the WebAssembly refusals of exec and port-forward.
+ * Without --pod-prefix the node is meshed: its mesh device, a name and a UDP port of the suite's own
+ * (wireguard-go's UAPI sockets are the machine's; 51820 in the host's namespace may be another's), is a wireguard-go in the host's namespace, a daemon that outlives feosd by
+ * design: the suite ends it, and none of it is left.
  */
 import assert from 'node:assert/strict';
 import { execFileSync, spawn } from 'node:child_process';
-import { randomUUID } from 'node:crypto';
+import { randomBytes, randomUUID } from 'node:crypto';
 import { existsSync, mkdirSync, readdirSync, readFileSync, writeFileSync } from 'node:fs';
 import net from 'node:net';
 import { join } from 'node:path';
@@ -19,6 +22,8 @@ import { fromBinary } from '@bufbuild/protobuf';
 import { MicroVmSchema } from '../../../src/feos/gen/feos/microvm/v1/microvm_pb.js';
 import { PodState, startFeosd, tempDir, waitForPod, type FeosdProcess } from '../../feos/harness.ts';
 import { buildBusyboxLayout, push, startRegistry } from '../../feos/registry.ts';
+import { unusedUdpPort } from '../../helpers/ports.ts';
+import { endProcesses, processesNaming, processName } from '../../helpers/processes.ts';
 import { createToken, freePort, keepLog, kubectl, ROOT, readyOf, run, startControlPlane, until } from './helpers.ts';
 
 const GUEST_DIR = join(ROOT, 'build/guest');
@@ -41,10 +46,13 @@ test('kubectl logs, exec and port-forward reach a microVM pod through its node c
   const tokenFile = join(base, 'join-token');
   writeFileSync(tokenFile, `${token}\n`, { mode: 0o600 });
   const podId = randomUUID();
+  const meshDevice = `wg${randomBytes(3).toString('hex')}s`;
+  /** The wireguard-go processes of the suite's mesh device (feosd's own command line names it too). */
+  const wireguard = () => processesNaming(meshDevice).filter((pid) => processName(pid) === 'wireguard-go');
   const feosd: FeosdProcess = await startFeosd(base, {
     guestDir: GUEST_DIR,
     env: { ...process.env, LOG_LEVEL: 'info' },
-    extra: ['--control-plane', `127.0.0.1:${port}`, '--join-token-file', tokenFile, '--node-dir', join(base, 'nodedir'), '--node-name', NODE, '--registry-forward', reg.gated, '--stop-grace', '10'],
+    extra: ['--control-plane', `127.0.0.1:${port}`, '--join-token-file', tokenFile, '--node-dir', join(base, 'nodedir'), '--node-name', NODE, '--registry-forward', reg.gated, '--stop-grace', '10', '--mesh-device', meshDevice, '--mesh-port', String(await unusedUdpPort())],
   });
   const children: Array<{ kill(s?: NodeJS.Signals): void }> = [];
   t.after(async () => {
@@ -61,6 +69,9 @@ test('kubectl logs, exec and port-forward reach a microVM pod through its node c
     }
     await reg.stop();
     cleanup();
+    // Its mesh device's wireguard-go runs on after feosd, in the host's namespace.
+    await endProcesses(wireguard(), 5_000, `wireguard-go ${meshDevice}`);
+    assert.deepEqual(wireguard(), [], 'no wireguard-go of the suite is left');
   });
   let broken = '';
   const step = (name: string, fn: () => Promise<void>) =>
@@ -77,6 +88,7 @@ test('kubectl logs, exec and port-forward reach a microVM pod through its node c
 
   await step('the node joins and its microVM pod runs two containers', async () => {
     await until('the FeOS node is Ready', async () => (await readyOf(cp.kubeconfig, NODE)) === 'True', 90_000);
+    await until(`its mesh device ${meshDevice}, a wireguard-go`, async () => wireguard().length === 1, 60_000);
     await feosd.pods.createPod({
       id: podId,
       spec: {

@@ -4,14 +4,18 @@
  * with a veth pair to the host, joined with tokens of `kube32-cli feos token create`. What a user
  * checks: kubectl (nodes, events, delete node), feosctl through the cluster (`--kubeconfig --node`),
  * and the node's directory. No microVM: the pods are records whose guest is not installed (FAILED).
+ * The control plane meshes its nodes: each feosd makes its mesh device with wireguard-go (a name of the suite's
+ * own: wireguard-go's UAPI sockets share /var/run/wireguard whatever the namespace), which the namespaces' end
+ * takes with them: no wireguard-go of the suite is left.
  */
 import assert from 'node:assert/strict';
-import { X509Certificate } from 'node:crypto';
+import { randomBytes, X509Certificate } from 'node:crypto';
 import { existsSync, readdirSync, readFileSync, writeFileSync } from 'node:fs';
 import { cpus, totalmem } from 'node:os';
 import { join } from 'node:path';
 import { test } from 'node:test';
 import { tempDir } from '../../feos/harness.ts';
+import { alive, processesInNetns } from '../../helpers/processes.ts';
 import { CLI, createToken, FEOSCTL, type FleetNode, feosctlNode, freePort, keepLog, kubectl, Nets, readyOf, run, spawnFeosctlNode, startControlPlane, startNode, until  } from './helpers.ts';
 
 const CP_NAME = 'feos-cp.test';
@@ -30,6 +34,8 @@ test('two feosd in network namespaces join the control plane: Ready nodes, event
   });
   const netA = await nets.add('a');
   const netB = await nets.add('b');
+  const tag = randomBytes(3).toString('hex');
+  const meshDevice = (n: string) => ['--mesh-device', `wg${tag}${n}`];
   const port = await freePort();
   const cpArgs = [
     '--feos-listen',
@@ -49,9 +55,9 @@ test('two feosd in network namespaces join the control plane: Ready nodes, event
   assert.match(token, /^feos-join-[a-z0-9]{6}-[a-z0-9]{16}\.[0-9a-f]{64}$/);
 
   // --- two nodes join, each through the host side of its own veth
-  const a = await startNode(join(dir, 'a'), 'fleet-a', netA, port, CP_NAME, token);
+  const a = await startNode(join(dir, 'a'), 'fleet-a', netA, port, CP_NAME, token, meshDevice('a'));
   nodes.push(a);
-  const b = await startNode(join(dir, 'b'), 'fleet-b', netB, port, CP_NAME, token);
+  const b = await startNode(join(dir, 'b'), 'fleet-b', netB, port, CP_NAME, token, meshDevice('b'));
   nodes.push(b);
   const table = await until(
     'kubectl get nodes lists both Ready with the runtime feos',
@@ -158,7 +164,7 @@ test('two feosd in network namespaces join the control plane: Ready nodes, event
   assert.equal(patched.code, 0, patched.stderr);
   const listed = JSON.parse((await run(process.execPath, [CLI, 'feos', 'token', 'list', '-o', 'json', '--kubeconfig', cp.kubeconfig])).stdout) as { items: { id: string; expiration: string }[] };
   assert.equal(listed.items.find((i) => i.id === expiringId)!.expiration, past);
-  const c = await startNode(join(dir, 'c'), 'fleet-c', netB, port, CP_NAME, expiring);
+  const c = await startNode(join(dir, 'c'), 'fleet-c', netB, port, CP_NAME, expiring, meshDevice('c'));
   nodes.push(c);
   await until('feosd says the token was refused', async () => c.proc.stderr().includes('the join token was refused'), 60_000);
   assert.ok(!existsSync(join(c.nodeDir, 'node.json')), 'nothing issued');
@@ -212,4 +218,11 @@ test('two feosd in network namespaces join the control plane: Ready nodes, event
     async () => /Stopping\s+node\/fleet-a/.test((await k('get', 'events', '--field-selector', 'involvedObject.name=fleet-a')).stdout),
     30_000,
   );
+
+  // --- the end: the namespaces go with every process in them, the mesh's wireguard-go among them
+  for (const n of nodes) await n.proc.stop('SIGKILL');
+  const wireguard = [...(await processesInNetns(netA.ns)), ...(await processesInNetns(netB.ns))].filter((p) => p.name === 'wireguard-go');
+  assert.equal(wireguard.length, 2, `each node's mesh device is a wireguard-go of its own: ${JSON.stringify(wireguard)}`);
+  await nets.removeAll();
+  assert.deepEqual(wireguard.filter((p) => alive(p.pid)), [], 'no wireguard-go of the suite is left');
 });

@@ -13,6 +13,7 @@ import { createInterface } from 'node:readline';
 import { type FeosdProcess, startFeosd } from '../../feos/harness.ts';
 import { buildBusyboxLayout, type LocalRegistry, push, startRegistry } from '../../feos/registry.ts';
 import { unusedPort } from '../../helpers/ports.ts';
+import { endProcessesInNetns } from '../../helpers/processes.ts';
 
 export const ROOT = new URL('../../../', import.meta.url).pathname;
 export const CLI = join(ROOT, 'bin/kube32-cli.js');
@@ -105,9 +106,22 @@ export class Nets {
     return { ns, host: `${net}.1`, node: `${net}.2` };
   }
 
-  /** Removes every namespace made (their veth pairs go with them). */
+  /**
+   * Ends every process in the namespaces made ({@link endProcessesInNetns}: what feosd leaves running, its microVMs'
+   * QEMU and the mesh's wireguard-go, would keep a deleted namespace alive, orphaned), then removes them (their veth
+   * pairs go with them). A second call has nothing to do.
+   * @throws Error naming a process that did not end (the namespaces are removed all the same)
+   */
   async removeAll(): Promise<void> {
-    for (const ns of this.#made.reverse()) await run('ip', ['netns', 'del', ns], 20_000);
+    const made = this.#made.splice(0).reverse();
+    let failed: unknown;
+    for (const ns of made) {
+      await endProcessesInNetns(ns).catch((err: unknown) => {
+        failed ??= err;
+      });
+      await run('ip', ['netns', 'del', ns], 20_000);
+    }
+    if (failed) throw failed;
   }
 }
 
