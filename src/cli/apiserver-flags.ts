@@ -9,6 +9,9 @@ import { isIP } from 'node:net';
 import { Option } from 'commander';
 import { CliError } from './errors.ts';
 
+/** The most API server processes `kube32-cli up --apiservers` runs on one port. */
+export const MAX_APISERVERS = 16;
+
 /** The shared flags as commander parses them (strings as typed). */
 export interface ApiServerClusterFlags {
   advertiseAddress?: string;
