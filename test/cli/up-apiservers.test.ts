@@ -3,7 +3,7 @@
  * (the control plane's and `apiserver-2`) listen on the one port with SO_REUSEPORT and share etcd.
  * kubectl creates and lists pods through that port; each process's own `/metrics`, read on the peer
  * port `up` prints for it, shows it answered pod requests; after `apiserver-2` is SIGKILLed kubectl goes
- * on through the same port; stopping `up` leaves no process. `--apiservers` above 1 without etcd, and
+ * on through the same port; stopping `up` leaves no process. Both hold the cluster's one CA and token key. `--apiservers` above 1 without etcd, and
  * values that are not a whole number of at least 1, are refused before anything starts.
  */
 import assert from 'node:assert/strict';
@@ -76,7 +76,9 @@ test(
     const port = new URL(parseYaml(readFileSync(c.kubeconfig, 'utf8')).clusters[0].cluster.server as string).port;
     assert.ok(c.output().includes(`2 API server processes share port ${port}`), 'the kubeconfig names the shared port');
     assert.notEqual(procs[0]!.peerPort, procs[1]!.peerPort);
-    assert.ok(existsSync(join(c.dataDir, 'apiservers', 'apiserver-2')), "apiserver-2's data dir");
+    // One cluster: apiserver-2 took the CA and the token key from etcd (its own data dir, the same files).
+    const second = join(c.dataDir, 'apiservers', 'apiserver-2');
+    for (const f of ['pki/ca.crt', 'pki/token.key']) assert.equal(readFileSync(join(second, f), 'utf8'), readFileSync(join(c.dataDir, f), 'utf8'), f);
 
     for (const name of ['one', 'two']) {
       const r = await c.kubectl(['create', '-f', '-'], { input: pod(name) });
