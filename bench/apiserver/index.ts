@@ -24,13 +24,22 @@
  * watcher per node (`fieldSelector=spec.nodeName=<node>`, as each kubelet), each write (a label
  * patch) delivered to its node's watcher: p50/p99 from sending to receipt; and lists by node
  * (`/api/v1/pods?fieldSelector=spec.nodeName=<node>`, 4 concurrent) per second. With `--compare`.
+ *
+ * `--apiservers N` (N >= 2) measures instead GETs of one pod on BENCH_GET_CONCURRENCY (50) connections
+ * against 1 and N API server processes on one etcd, started as `kube32-cli up --apiservers N` starts
+ * them (`--reuse-port` on one port, each with a `--peer-advertise-port`): 1 is the first process's peer
+ * port, N the shared port, alternating over BENCH_ROUNDS (2) rounds in one run, driven by the Node.js
+ * client of this file and, when Debian's `wrk` is installed, by `wrk -t2 -c50` (C, with the admin's
+ * bearer token) for BENCH_WRK_SECONDS (8) each; ratios N/1 and the load average are printed.
  */
 import { EventEmitter } from 'node:events';
-import { mkdtempSync, rmSync } from 'node:fs';
+import { existsSync, mkdtempSync, rmSync } from 'node:fs';
 import { Agent, request } from 'node:https';
-import { tmpdir } from 'node:os';
+import { execFileSync } from 'node:child_process';
+import { loadavg, tmpdir } from 'node:os';
 import { join } from 'node:path';
 import Database from 'better-sqlite3';
+import { startEtcd } from '../../test/apiserver-etcd/etcd-server.ts';
 import { startApiServer } from '../../test/helpers/apiserver.ts';
 
 const PODS = Number(process.env.BENCH_PODS ?? 1000);
@@ -227,6 +236,89 @@ if (process.argv.includes('--node-index')) {
   line(`write → its node's watcher (of ${NODES}), p50`, (r) => pct(r.fan.deliveries, 50), 'ms', 2);
   line(`write → its node's watcher (of ${NODES}), p99`, (r) => pct(r.fan.deliveries, 99), 'ms', 2);
   line('  the write answered, p99', (r) => pct(r.fan.answered, 99), 'ms', 2);
+  process.exit(0);
+}
+
+/** `wrk`'s requests per second of GETs of `url` on 50 connections (2 threads) for `seconds`, with a bearer token. */
+function wrkRps(url: string, token: string, seconds: number): number {
+  const out = execFileSync('wrk', ['-t2', `-c${GET_CONCURRENCY}`, `-d${seconds}s`, '-H', `Authorization: Bearer ${token}`, '-H', 'Accept: application/json', url], { encoding: 'utf8' });
+  const non2xx = /Non-2xx or 3xx responses: (\d+)/.exec(out);
+  if (non2xx) throw new Error(`wrk: ${non2xx[1]} answers were not 200:\n${out}`);
+  const rps = /Requests\/sec:\s+([\d.]+)/.exec(out);
+  if (!rps) throw new Error(`wrk printed no Requests/sec:\n${out}`);
+  return Number(rps[1]);
+}
+
+/**
+ * `--apiservers N`: GET of one pod against the first process alone (its peer port) and against the N
+ * processes sharing one port, alternating; answers the mean requests per second of each, by client.
+ */
+async function apiserversBench(n: number): Promise<void> {
+  const cleanups: (() => unknown)[] = [];
+  const servers: Api[] = [];
+  try {
+    const etcd = await startEtcd({ after: (fn) => cleanups.push(fn) });
+    const etcdArgs = ['--storage', 'etcd', '--etcd-endpoints', etcd.url, '--reuse-port', '--peer-advertise-port', '0'];
+    const first = await startApiServer(undefined, { args: etcdArgs, env: { LOG_LEVEL: 'warn' } });
+    servers.push(first);
+    // The others on the first one's port (a later --port wins over the helper's --port 0).
+    for (let i = 1; i < n; i++) servers.push(await startApiServer(undefined, { args: [...etcdArgs, '--port', String(first.port)], env: { LOG_LEVEL: 'warn' } }));
+    if (first.peerPort === undefined) throw new Error('the API server printed no peerPort');
+    const { call, agent } = caller(first);
+    const tCreate = await pool(PODS, 16, async (i) => {
+      const r = await call('POST', '/api/v1/namespaces/default/pods', podBody(i));
+      if (r.status !== 201) throw new Error(`create pod-${i}: ${r.status} ${r.text}`);
+    });
+    agent.destroy();
+    console.log(`created ${PODS} pods on etcd in ${tCreate.toFixed(2)} s; ${n} API server processes on port ${first.port}, the first alone on ${first.peerPort}`);
+    const token = first.kubeConfig.getCurrentUser()!.token!;
+    const ca = Buffer.from(first.kubeConfig.getCurrentCluster()!.caData!, 'base64');
+    const targets = [
+      { name: '1 process', url: new URL(`https://127.0.0.1:${first.peerPort}`) },
+      { name: `${n} processes`, url: new URL(first.url) },
+    ];
+    const hasWrk = existsSync('/usr/bin/wrk');
+    const rounds = Number(process.env.BENCH_ROUNDS ?? 2);
+    const wrkSeconds = Number(process.env.BENCH_WRK_SECONDS ?? 8);
+    const node = targets.map(() => [] as number[]);
+    const wrk = targets.map(() => [] as number[]);
+    const load0 = loadavg();
+    for (let round = 0; round < rounds; round++) {
+      for (const [k, t] of targets.entries()) {
+        // A new agent per measure: its 50 connections are spread among the listeners afresh.
+        const a = new Agent({ keepAlive: true, maxSockets: 64, ca });
+        const get = (i: number) => callOn(t.url, token, a, 'GET', `/api/v1/namespaces/default/pods/pod-${i % PODS}`, undefined, undefined, undefined, false);
+        await pool(500, GET_CONCURRENCY, async (i) => void (await get(i)));
+        const secs = await pool(GETS, GET_CONCURRENCY, async (i) => {
+          const r = await get(i);
+          if (r.status !== 200) throw new Error(`get: ${r.status}`);
+        });
+        a.destroy();
+        node[k]!.push(GETS / secs);
+        if (hasWrk) wrk[k]!.push(wrkRps(`${t.url.origin}/api/v1/namespaces/default/pods/pod-0`, token, wrkSeconds));
+        console.log(`round ${round + 1}, ${t.name}: node client ${node[k]!.at(-1)!.toFixed(0)} /s${hasWrk ? `, wrk ${wrk[k]!.at(-1)!.toFixed(0)} /s` : ''}`);
+      }
+    }
+    const load1 = loadavg();
+    const mean = (xs: number[]) => xs.reduce((a, b) => a + b, 0) / xs.length;
+    const row = (what: string, ...cells: string[]) => console.log(`${what.padEnd(40)} ${cells.map((c) => c.padStart(14)).join(' ')}`);
+    console.log();
+    row(`get pod, ${GET_CONCURRENCY} connections, etcd`, '1 process', `${n} processes`, `${n}/1`);
+    row('  Node.js client (this process)', `${mean(node[0]!).toFixed(0)} /s`, `${mean(node[1]!).toFixed(0)} /s`, (mean(node[1]!) / mean(node[0]!)).toFixed(2));
+    if (hasWrk) row('  wrk -t2 -c50', `${mean(wrk[0]!).toFixed(0)} /s`, `${mean(wrk[1]!).toFixed(0)} /s`, (mean(wrk[1]!) / mean(wrk[0]!)).toFixed(2));
+    else console.log('  (wrk is not installed: apt-get install wrk for the C client figure)');
+    console.log(`load average before ${load0.map((l) => l.toFixed(2)).join(' ')}, after ${load1.map((l) => l.toFixed(2)).join(' ')}; ${rounds} rounds alternating`);
+  } finally {
+    for (const s of servers) await s.stop();
+    for (const fn of cleanups.reverse()) await fn();
+  }
+}
+
+const apiserversAt = process.argv.indexOf('--apiservers');
+if (apiserversAt >= 0) {
+  const n = Number(process.argv[apiserversAt + 1]);
+  if (!Number.isInteger(n) || n < 2) throw new Error(`--apiservers needs a whole number of at least 2: current value is ${process.argv[apiserversAt + 1]}`);
+  await apiserversBench(n);
   process.exit(0);
 }
 

@@ -11,7 +11,7 @@ import { randomBytes, randomUUID } from 'node:crypto';
 import { chmodSync, existsSync, mkdirSync, readFileSync } from 'node:fs';
 import { createServer as createHttpServer, type IncomingMessage, type Server, type ServerResponse } from 'node:http';
 import { createServer as createHttpsServer } from 'node:https';
-import type { AddressInfo } from 'node:net';
+import { type AddressInfo, createServer as createNetServer, type Server as NetServer } from 'node:net';
 import { join } from 'node:path';
 import type { Duplex } from 'node:stream';
 import { createLogger, type Logger, writeFileAtomicSync } from '../lib/index.ts';
@@ -56,6 +56,18 @@ export interface ApiServerOptions {
    * serving certificate). @default the bind address, or this host's first non-internal address when it is 0.0.0.0 or ::
    */
   advertiseAddress?: string;
+  /**
+   * Listen on `port` with `SO_REUSEPORT` (Node's `reusePort`, Linux): several API server processes of one
+   * cluster on one etcd then share the port, and the kernel spreads new connections among them. @default false
+   */
+  reusePort?: boolean;
+  /**
+   * A port of this server's own on the bind address, where the other API servers reach it (the
+   * checkpoint-data peers' URL, as kube-apiserver's `--peer-advertise-port`): with `reusePort` the shared
+   * `port` may lead to another process. It serves every request as `port` does. 0 picks a free one.
+   * @default none: the peers reach this server at `port`
+   */
+  peerPort?: number;
   /** With `storage: 'etcd'`: duration of this server's identity Lease, s (a killed server leaves the Endpoints within it). @default 30 */
   identityLeaseDurationSeconds?: number;
   /** `sqlite` (default, `<data-dir>/kube32.db`) or `memory` (tests only: nothing survives). */
@@ -94,6 +106,8 @@ export interface ApiServer {
   /** `https://127.0.0.1:PORT` (or http://). */
   url: string;
   port: number;
+  /** The port of this server alone (`peerPort`), once bound; undefined without one. */
+  peerPort: number | undefined;
   /** The admin kubeconfig's path (undefined with memory storage and no data dir). */
   kubeconfigPath: string | undefined;
   /** The admin's bearer token. */
@@ -125,6 +139,8 @@ function checkOptions(opts: ApiServerOptions): { bind: string; kind: 'sqlite' | 
   const ht = opts.headersTimeoutMs;
   if (ht !== undefined && (!Number.isInteger(ht) || ht < 100)) throw new RangeError(`headersTimeoutMs must be an integer of at least 100: current value is ${ht}`);
   const leaseSeconds = opts.identityLeaseDurationSeconds;
+  const pp = opts.peerPort;
+  if (pp !== undefined && (!Number.isInteger(pp) || pp < 0 || pp > 65535)) throw new RangeError(`peerPort must be a TCP port (0-65535): current value is ${pp}`);
   if (leaseSeconds !== undefined && (!Number.isInteger(leaseSeconds) || leaseSeconds < 3 || leaseSeconds > 3600)) throw new RangeError(`identityLeaseDurationSeconds must be an integer of 3 to 3600: current value is ${leaseSeconds}`);
   return { bind, kind, maxBodyBytes };
 }
@@ -180,12 +196,15 @@ async function httpServer(opts: ApiServerOptions, bind: string, advertise: strin
   return { server, caCertPem };
 }
 
-/** Listens on `bind:port`; resolves with the port bound. @throws Error naming the address when it cannot */
-async function listen(server: Server, port: number, bind: string): Promise<number> {
+/**
+ * Listens on `bind:port` (with `SO_REUSEPORT` when `reusePort`); resolves with the port bound.
+ * @throws Error naming the address when it cannot
+ */
+async function listen(server: Server | NetServer, port: number, bind: string, reusePort = false): Promise<number> {
   try {
     await new Promise<void>((resolve, reject) => {
       server.once('error', reject);
-      server.listen(port, bind, () => {
+      server.listen({ port, host: bind, reusePort }, () => {
         server.off('error', reject);
         resolve();
       });
@@ -298,6 +317,9 @@ export async function createApiServer(opts: ApiServerOptions): Promise<ApiServer
   let server: Server;
   let caCertPem: string | undefined;
   let port: number;
+  let peerServer: NetServer | undefined;
+  let peerPort: number | undefined;
+  let mainListening = false;
   // FeOS nodes' node proxy: an upgrade to a tunnel that the control plane's port for nodes takes (handlers/node-tunnel.ts).
   let nodeTunnel: NodeTunnel | undefined;
   let feosPodStreams: FeosPodStreams | undefined;
@@ -311,10 +333,18 @@ export async function createApiServer(opts: ApiServerOptions): Promise<ApiServer
       if (isNodeTunnelUpgrade(req)) await serveNodeTunnel(req, socket, head, { registry, authenticateToken, insecure: !!opts.insecureHttp, tunnel: () => nodeTunnel });
       else await serveFeosPodUpgrade(req, socket, head, { registry, log, authenticateToken, insecure: !!opts.insecureHttp, streams: () => feosPodStreams, sockets: feosSockets });
     });
-    port = await listen(server, opts.port ?? 0, bind);
+    port = await listen(server, opts.port ?? 0, bind, opts.reusePort === true);
+    mainListening = true;
+    if (opts.peerPort !== undefined) {
+      // This server's own port: its connections are the main server's (TLS and all), only the socket differs.
+      const main = server;
+      peerServer = createNetServer((socket) => main.emit('connection', socket));
+      peerPort = await listen(peerServer, opts.peerPort, bind);
+    }
   } catch (err: unknown) {
     // Nothing stays behind a server that could not start (in-process callers go on).
     closed = true;
+    if (mainListening) server!.close();
     gc.stop();
     feosPods.stop();
     quotaNamespaces.stop();
@@ -328,17 +358,18 @@ export async function createApiServer(opts: ApiServerOptions): Promise<ApiServer
   const scheme = opts.insecureHttp ? 'http' : 'https';
   const url = urlOf(scheme, bind === '0.0.0.0' ? '127.0.0.1' : bind, port);
   const dataPeers =
-    kind === 'etcd' ? attachCheckpointDataPeers(ctx, storage, { selfUrl: urlOf(scheme, advertise, port), caCertPem, leaseDurationSeconds: opts.identityLeaseDurationSeconds, ...(opts.dataDir ? { instance: stableInstanceId(opts.dataDir) } : {}) }) : undefined;
+    kind === 'etcd' ? attachCheckpointDataPeers(ctx, storage, { selfUrl: urlOf(scheme, advertise, peerPort ?? port), caCertPem, leaseDurationSeconds: opts.identityLeaseDurationSeconds, ...(opts.dataDir ? { instance: stableInstanceId(opts.dataDir) } : {}) }) : undefined;
   let kubeconfigPath: string | undefined;
   if (opts.dataDir) {
     kubeconfigPath = adminKubeconfigPath(opts.dataDir);
     writeFileAtomicSync(kubeconfigPath, kubeconfigYaml({ server: url, token: adminToken, user: ADMIN_USER.name, caCertPem }), 0o600);
   }
-  log.info({ url, storage: kind, dataDir: opts.dataDir }, 'API server listening');
+  log.info({ url, ...(peerPort !== undefined ? { peerPort } : {}), storage: kind, dataDir: opts.dataDir }, 'API server listening');
 
   return {
     url,
     port,
+    peerPort,
     kubeconfigPath,
     adminToken,
     caCertPem,
@@ -360,6 +391,7 @@ export async function createApiServer(opts: ApiServerOptions): Promise<ApiServer
       cacher.stop();
       for (const s of ctx.streams) s.destroy();
       destroyAll(feosSockets);
+      peerServer?.close();
       await new Promise<void>((resolve) => {
         server.close(() => resolve());
         server.closeAllConnections();

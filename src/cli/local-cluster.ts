@@ -5,7 +5,10 @@
  * `<data-dir>/logs/`. With `storage: 'etcd'` the control plane keeps its objects in etcd (issue 11,
  * docs/etcd.md): the endpoints given, or else a local `etcd` (Debian's etcd-server) that `up` starts
  * first as one more child, on 127.0.0.1 with free ports and its data in `<data-dir>/etcd/`, and stops
- * last.
+ * last. With `apiservers: N` (etcd only) N-1 more API server processes (`kube32-cli apiserver`,
+ * children `apiserver-2`...) serve beside the control plane's on the same port (SO_REUSEPORT: the kernel
+ * spreads connections among them) and the same etcd; each has a peer port of its own, where the others
+ * (checkpoint data) and a user (its `/metrics`) reach that one process.
  *
  * Data dir layout:
  * ```
@@ -15,23 +18,25 @@
  *   ...                     the control plane's own files (SQLite database, CA, tokens)
  *   etcd/                   the local etcd's --data-dir (storage 'etcd' without endpoints)
  *   etcd-ports.json         {"client":port,"peer":port}: the local etcd's last ports, taken again when free
+ *   apiservers/apiserver-N/ each extra API server's --data-dir (the CA and token key come from etcd)
  *   nodes/<worker>/         each worker's --data-dir and its node kubeconfig
  *   logs/<component>.log    each child's standard output and error, appended
  * ```
  * Readiness is read from the cluster itself: the control plane is up when `/readyz` answers 200
  * through the kubeconfig it writes; a worker is up when its Node reports Ready with a heartbeat from this run.
  * Stopping sends SIGTERM to the workers first (each drains itself: cordon, evict, up to 20 s), then to
- * the control plane, then to the local etcd; a second interrupt kills what is left at once. If the process exits any other way
+ * the extra API servers and the control plane, then to the local etcd; a second interrupt kills what is left at once. If the process exits any other way
  * while children run (an uncaught error, `process.exit`), they are killed (SIGKILL) on its way out.
  */
 import { type ChildProcess, spawn } from 'node:child_process';
 import { chmodSync, closeSync, existsSync, fchmodSync, mkdirSync, openSync, readFileSync, rmSync, statSync, writeFileSync } from 'node:fs';
 import { constants as osConstants } from 'node:os';
 import { join } from 'node:path';
-import type { KubeConfig } from '@kubernetes/client-node';
+import { KubeConfig } from '@kubernetes/client-node';
 import { ANNOTATIONS } from '../api/index.ts';
 import { isProcessAlive, PARENT_PID_ENV, unusedPort } from '../lib/index.ts';
 import { apiJson, rawRequest, serverUrl } from './api-client.ts';
+import { MAX_APISERVERS } from './apiserver-flags.ts';
 import { dataDirHolder, inUseMessage, UP_LOCK_FILE } from './data-dir-lock.ts';
 import { CliError } from './errors.ts';
 import { loadClusterTarget } from './kubeconfig.ts';
@@ -73,6 +78,11 @@ export interface LocalClusterOptions {
    * or empty: `up` runs its own etcd in `<data-dir>/etcd/`.
    */
   etcdEndpoints?: string[];
+  /**
+   * API server processes, 1 to {@link MAX_APISERVERS}: the control plane's and N-1 `kube32-cli apiserver`
+   * on its port; more than 1 needs `storage: 'etcd'`. @default 1
+   */
+  apiservers?: number;
   /** Extra flags for `kube32-cli control-plane`, e.g. `['--node-monitor-grace-period', '20s']`. */
   controlPlaneArgs?: string[];
   /** How long each component may take to become ready, ms. @default 60000 */
@@ -93,6 +103,11 @@ export interface LocalCluster {
   workers: string[];
   /** With `storage: 'etcd'`: the etcd client URLs the control plane uses (the local etcd's, or those given). */
   etcdEndpoints?: string[];
+  /**
+   * Every API server process: the control plane's first (`control-plane`), then `apiserver-2`...; each
+   * with its pid and its peer port (undefined with one API server: it has none).
+   */
+  apiservers: { name: string; pid: number; peerPort: number | undefined }[];
   /** worker-1's address; worker-N has the N-th one from it. */
   firstAddress: string;
   /** Resolves when the control plane exits on its own (not through `stop`), with its exit code. */
@@ -116,8 +131,14 @@ const LOCK_FILE = UP_LOCK_FILE;
 const WORKER_STOP_MS = 35_000;
 const CONTROL_PLANE_STOP_MS = 15_000;
 const ETCD_STOP_MS = 15_000;
-/** The children that are not workers. */
-const NOT_WORKERS = new Set(['control-plane', 'etcd']);
+/** Whether child `name` is a worker (not the control plane, an extra API server or etcd). */
+const isWorker = (name: string): boolean => name.startsWith('worker-');
+
+
+/** The name of extra API server `i` (2-based: the control plane's is the first). */
+export function apiserverName(i: number): string {
+  return `apiserver-${i}`;
+}
 
 /** The Node name of worker `i` (1-based). */
 export function workerName(i: number): string {
@@ -327,7 +348,7 @@ async function until<T>(
     if (signal?.aborted) throw new CliError(`interrupted while waiting for ${child.name} (${what})`);
     if (child.exitCode !== null) {
       const end = tail(child.log);
-      const taken = !NOT_WORKERS.has(child.name) && end.includes('EADDRINUSE');
+      const taken = isWorker(child.name) && end.includes('EADDRINUSE');
       const hint = taken
         ? '\n(its address is taken: another cluster on this computer, maybe one started at the same moment that found the same addresses free? run up again to let it pick free addresses, or pass another range, e.g. --first-address 127.0.1.2)'
         : '';
@@ -354,12 +375,15 @@ interface NodeObject {
 
 /**
  * Starts the cluster and returns once every component is ready.
- * @throws CliError when the data dir or the port is taken, or a component exits or is not ready in
+ * @throws CliError for `apiservers` out of range or above 1 without etcd (before anything starts), when the data dir or the port is taken, or a component exits or is not ready in
  *   time (every child started is stopped first, and the message ends with that child's log)
  */
 export async function startLocalCluster(opts: LocalClusterOptions): Promise<LocalCluster> {
   const { dataDir, print } = opts;
   const readyTimeoutMs = opts.readyTimeoutMs ?? 60_000;
+  const apiservers = opts.apiservers ?? 1;
+  if (!Number.isInteger(apiservers) || apiservers < 1 || apiservers > MAX_APISERVERS) throw new CliError(`apiservers must be a whole number from 1 to ${MAX_APISERVERS}: current value is ${apiservers}`);
+  if (apiservers > 1 && opts.storage !== 'etcd') throw new CliError('--apiservers above 1 needs --storage etcd: API servers share their objects through etcd only');
   prepareDataDir(dataDir);
   const logDir = join(dataDir, 'logs');
   // Logs may hold what pods print and objects' contents: the folder 0700, each log 0600 (startChild).
@@ -394,9 +418,14 @@ export async function startLocalCluster(opts: LocalClusterOptions): Promise<Loca
   };
   const stop = (): Promise<void> => {
     stopping ??= (async () => {
-      const workers = children.filter((c) => !NOT_WORKERS.has(c.name) && c.exitCode === null);
+      const workers = children.filter((c) => isWorker(c.name) && c.exitCode === null);
       if (workers.length > 0) print(`stopping ${workers.map((w) => w.name).join(', ')} (each drains its pods first)`);
       await Promise.all(workers.map((w) => stopChild(w, WORKER_STOP_MS)));
+      const extra = children.filter((c) => c.name.startsWith('apiserver-') && c.exitCode === null);
+      if (extra.length > 0) {
+        print(`stopping ${extra.map((a) => a.name).join(', ')}`);
+        await Promise.all(extra.map((a) => stopChild(a, CONTROL_PLANE_STOP_MS)));
+      }
       const cp = children.find((c) => c.name === 'control-plane');
       if (cp && cp.exitCode === null) {
         print('stopping the control plane');
@@ -433,10 +462,17 @@ export async function startLocalCluster(opts: LocalClusterOptions): Promise<Loca
       etcdEndpoints = opts.etcdEndpoints?.length ? opts.etcdEndpoints : [await startLocalEtcd(dataDir, logDir, children, lockPath, readyTimeoutMs, opts)];
       storageArgs.push('--storage', 'etcd', '--etcd-endpoints', etcdEndpoints.join(','));
     }
+    // Several API servers: each listens on the shared port with SO_REUSEPORT, and on a peer port of its own.
+    const peerPorts: number[] = [];
+    if (apiservers > 1) {
+      const picked = new Set<number>();
+      for (let i = 0; i < apiservers; i++) peerPorts.push(await unusedPort('127.0.0.1', picked));
+    }
+    const sharing = (i: number): string[] => (apiservers > 1 ? ['--reuse-port', '--peer-advertise-port', String(peerPorts[i])] : []);
     const cp = startChild(
       'control-plane',
       cli,
-      ['control-plane', '--data-dir', dataDir, '--port', String(opts.port), ...storageArgs, ...(opts.controlPlaneArgs ?? [])],
+      ['control-plane', '--data-dir', dataDir, '--port', String(opts.port), ...storageArgs, ...sharing(0), ...(opts.controlPlaneArgs ?? [])],
       logDir,
     );
     children.push(cp);
@@ -454,7 +490,37 @@ export async function startLocalCluster(opts: LocalClusterOptions): Promise<Loca
       admin = kc;
       return serverUrl(kc);
     });
-    print(`control plane   ready      ${server}   (${((Date.now() - started) / 1000).toFixed(1)}s)`);
+    print(`control plane   ready      ${server}   (${((Date.now() - started) / 1000).toFixed(1)}s${apiservers > 1 ? `, peer port ${peerPorts[0]}` : ''})`);
+
+    // The extra API servers, on the port the control plane bound (--port 0: the one it picked).
+    const extras: Child[] = [];
+    for (let i = 2; i <= apiservers; i++) {
+      const name = apiserverName(i);
+      const dir = join(dataDir, 'apiservers', name);
+      mkdirSync(dir, { recursive: true, mode: 0o700 });
+      const port = new URL(server).port;
+      const a = startChild(name, cli, ['apiserver', '--data-dir', dir, '--port', port, ...storageArgs, ...sharing(i - 1)], logDir);
+      a.proc.once('exit', (code, signal) => {
+        if (!stopping) print(`${name} ${exitText(code, signal)}; the others serve port ${port} on; it stays down until up is started again (log ${a.log})`);
+      });
+      children.push(a);
+      extras.push(a);
+      recordChildren(lockPath, children);
+      print(`${name.padEnd(15)} starting   (log ${a.log})`);
+    }
+    await Promise.all(
+      extras.map(async (a, k) => {
+        const t0 = Date.now();
+        const peer = `https://127.0.0.1:${peerPorts[k + 1]}`;
+        const kc = withServer(admin!, peer);
+        await until('answering /readyz on its peer port', a, readyTimeoutMs, opts.signal, async () => {
+          const res = await rawRequest(kc, { path: '/readyz', signal: AbortSignal.timeout(5000) });
+          res.body.resume();
+          return res.status === 200 ? true : undefined;
+        });
+        print(`${a.name.padEnd(15)} ready      ${server}   (${((Date.now() - t0) / 1000).toFixed(1)}s, peer port ${peerPorts[k + 1]})`);
+      }),
+    );
 
     const sim = repoFile('bin/kube32-sim.js');
     // Starts the workers on the range from `first` and waits until each Node is Ready.
@@ -510,7 +576,7 @@ export async function startLocalCluster(opts: LocalClusterOptions): Promise<Loca
         // A range free at the check and taken since (another up started at the same moment): the next free
         // range, unless --first-address chose this one.
         if (!(err instanceof AddressTakenError) || opts.pickFreeAddresses !== true || attempt >= ADDRESS_RETRIES) throw err;
-        const ours = children.filter((c) => !NOT_WORKERS.has(c.name));
+        const ours = children.filter((c) => isWorker(c.name));
         for (const w of ours) retired.add(w);
         await Promise.all(ours.map((w) => stopChild(w, WORKER_STOP_MS)));
         children.splice(0, children.length, ...children.filter((c) => !retired.has(c)));
@@ -527,6 +593,7 @@ export async function startLocalCluster(opts: LocalClusterOptions): Promise<Loca
       server: server!,
       kubeconfig,
       workers,
+      apiservers: [cp, ...extras].map((c, i) => ({ name: c.name, pid: c.proc.pid ?? 0, peerPort: peerPorts[i] })),
       firstAddress,
       ...(etcdEndpoints ? { etcdEndpoints } : {}),
       controlPlaneExited: cp.exited,
@@ -537,6 +604,13 @@ export async function startLocalCluster(opts: LocalClusterOptions): Promise<Loca
     await stop().catch(() => kill());
     throw err;
   }
+}
+
+/** `kc` with its clusters' server replaced by `url` (an API server's peer port: the same CA and token). */
+function withServer(kc: KubeConfig, url: string): KubeConfig {
+  const out = new KubeConfig();
+  out.loadFromOptions({ clusters: kc.clusters.map((c) => ({ ...c, server: url })), users: kc.users, contexts: kc.contexts, currentContext: kc.currentContext });
+  return out;
 }
 
 /** How a child ended, for the line `up` prints: `exited with code 1` or `was killed by SIGKILL`. */

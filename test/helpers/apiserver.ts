@@ -23,6 +23,8 @@ export interface TestApiServer {
   /** `https://127.0.0.1:PORT` */
   url: string;
   port: number;
+  /** The port of this process alone (`--peer-advertise-port`), when it has one. */
+  peerPort?: number;
   dataDir: string;
   /** The admin kubeconfig's path. */
   kubeconfigPath: string;
@@ -95,7 +97,7 @@ export async function startApiServer(t?: TestContext, opts: StartOptions = {}): 
     await stop();
     throw err;
   });
-  const info = JSON.parse(first) as { url: string; port: number; kubeconfig: string };
+  const info = JSON.parse(first) as { url: string; port: number; peerPort?: number; kubeconfig: string };
   const kubeConfig = new KubeConfig();
   kubeConfig.loadFromFile(info.kubeconfig);
   const cacheRoot = mkdtempSync(join(dataDir, 'kubectl-cache-'));
@@ -103,6 +105,7 @@ export async function startApiServer(t?: TestContext, opts: StartOptions = {}): 
   return {
     url: info.url,
     port: info.port,
+    ...(info.peerPort !== undefined ? { peerPort: info.peerPort } : {}),
     dataDir,
     kubeconfigPath: info.kubeconfig,
     kubeConfig,

@@ -148,7 +148,7 @@ export async function controlPlane(flags: ControlPlaneFlags): Promise<void> {
     release();
     throw new CliError(`--feos-listen: ${err instanceof Error ? err.message : String(err)}`, 1, { cause: err });
   }
-  await serveUntilStopped({ url: server.url, port: server.port, kubeconfigPath: server.kubeconfigPath, feosAddress: feos?.address }, flags.listenFile, () =>
+  await serveUntilStopped({ url: server.url, port: server.port, kubeconfigPath: server.kubeconfigPath, peerPort: server.peerPort, feosAddress: feos?.address }, flags.listenFile, () =>
     (feos?.close() ?? Promise.resolve())
       .catch(() => {})
       .then(() => controllers.stop())

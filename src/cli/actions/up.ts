@@ -18,6 +18,7 @@ import { hostPort } from '../feos-flags.ts';
 import { checkFeosDataDir, checkFeosNodesRoot, type FeosNodes, makeFeosBridge, MAX_FEOS_NODES, removeFeosBridge, startFeosNodes } from '../feos-nodes.ts';
 import { nodeMonitorGracePeriodMs } from '../node-monitor.ts';
 import type { LocalCluster } from '../local-cluster.ts';
+import { MAX_APISERVERS } from '../apiserver-flags.ts';
 import { workerAddress } from '../worker-addresses.ts';
 
 /** `up`'s flags as commander parses them. */
@@ -33,6 +34,8 @@ export interface UpFlags {
   storage?: string;
   /** `--etcd-endpoints`: etcd client URLs, comma-separated; only with `--storage etcd`. */
   etcdEndpoints?: string;
+  /** `--apiservers`: API server processes on the one port (above 1 only with `--storage etcd`). @default '1' */
+  apiservers?: string;
   nodeMonitorGracePeriod?: string;
   podEvictionTimeout?: string;
   /** `--feos-listen`: the port for FeOS nodes; absent: a free port on 127.0.0.1; `off`: none. */
@@ -138,6 +141,10 @@ export async function up(flags: UpFlags): Promise<void> {
   const storage = storageFlag(flags.storage ?? 'sqlite');
   const etcdEndpoints = flags.etcdEndpoints === undefined ? undefined : endpointsFlag(flags.etcdEndpoints);
   if (etcdEndpoints && storage !== 'etcd') throw new CliError('--etcd-endpoints needs --storage etcd');
+  const apiservers = intFlag('--apiservers', flags.apiservers ?? '1', 1, MAX_APISERVERS);
+  if (apiservers > 1 && storage !== 'etcd') {
+    throw new CliError(`--apiservers ${apiservers} needs --storage etcd: several API server processes share their objects through etcd only (SQLite is one process's)`);
+  }
   if (flags.nodeMonitorGracePeriod !== undefined) nodeMonitorGracePeriodMs(flags.nodeMonitorGracePeriod);
   const dataDir = flags.dataDir;
   const feosNodeCount = intFlag('--feos-nodes', flags.feosNodes ?? '0', 0, MAX_FEOS_NODES);
@@ -219,6 +226,7 @@ export async function up(flags: UpFlags): Promise<void> {
       pickFreeAddresses: flags.firstAddress === undefined,
       storage,
       ...(etcdEndpoints ? { etcdEndpoints } : {}),
+      apiservers,
       controlPlaneArgs: [
         ...(flags.nodeMonitorGracePeriod ? ['--node-monitor-grace-period', flags.nodeMonitorGracePeriod] : []),
         ...(flags.podEvictionTimeout ? ['--pod-eviction-timeout', flags.podEvictionTimeout] : []),
@@ -234,6 +242,10 @@ export async function up(flags: UpFlags): Promise<void> {
       print('');
       print(`Cluster ready: a control plane at ${cluster.server} and ${workers} worker${workers === 1 ? '' : 's'}.`);
       if (cluster.etcdEndpoints) print(`Objects are kept in etcd at ${cluster.etcdEndpoints.join(',')}.`);
+      if (cluster.apiservers.length > 1) {
+        const port = new URL(cluster.server).port;
+        print(`${cluster.apiservers.length} API server processes share port ${port}: ${cluster.apiservers.map((a) => `${a.name} (pid ${a.pid}, peer port ${a.peerPort})`).join(', ')}.`);
+      }
       print('Point kubectl at it:');
       print(`  export KUBECONFIG=${cluster.kubeconfig}`);
       print('  kubectl get nodes');

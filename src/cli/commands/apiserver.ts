@@ -39,6 +39,8 @@ export function register(program: Command): void {
     .addOption(new Option('--cert-san <name...>', 'extra DNS names or IP addresses for the serving certificate').default([]))
     .addOption(cluster[0]!)
     .addOption(cluster[1]!)
+    .addOption(cluster[2]!)
+    .addOption(cluster[3]!)
     .addOption(new Option('--issue-node-kubeconfig <node>', "write a kubelet's kubeconfig for NODE (user system:node:NODE), print its path and exit"))
     .addOption(new Option('--out <file>', 'with --issue-node-kubeconfig: where to write it (default <data-dir>/nodes/<node>.kubeconfig)'))
     .action(async (flags: ApiServerFlags) => {

@@ -34,6 +34,7 @@ export function register(program: Command): void {
         'Start a local Kube32 cluster in the foreground: the control plane (API server on SQLite in the data dir, and the controllers) and N kube32-sim workers on 127.0.0.2, 127.0.0.3, ... as child processes. It writes the admin kubeconfig to DATA_DIR/kubeconfig.',
         'Each worker listens on its address, port 10250. When those of the default range are taken (another cluster on this computer), up takes the next free range (127.0.1.2, ...) and says so; with --first-address, a taken address is an error.',
         'With --storage etcd the objects are kept in etcd: at --etcd-endpoints, or else in a local etcd that up starts first (loopback, free ports, data in DATA_DIR/etcd) and stops last.',
+        'With --storage etcd --apiservers N, N API server processes serve the one port (the kernel spreads connections among them; one killed, the others go on): the control plane\'s and N-1 kube32-cli apiserver with their data in DATA_DIR/apiservers/. The controllers stay in the control plane.',
         "Ctrl-C, SIGTERM or SIGHUP stops the workers first (each drains its pods), then the control plane. Starting again on the same data dir finds the cluster's objects again. Logs are in DATA_DIR/logs/.",
         'Use it with kubectl:\n  export KUBECONFIG=DATA_DIR/kubeconfig\n  kubectl get nodes',
       ].join('\n\n'),
@@ -49,6 +50,11 @@ export function register(program: Command): void {
     .option(
       '--etcd-endpoints <urls>',
       'with --storage etcd: etcd client URLs, comma-separated (default: up runs its own etcd, /usr/bin/etcd, with its data in DATA_DIR/etcd)',
+    )
+    .option(
+      '--apiservers <n>',
+      'API server processes, with --storage etcd: the control plane\'s and N-1 more on the same port (SO_REUSEPORT) and etcd, each with a peer port of its own',
+      '1',
     )
     .option('--feos-listen <address:port>', 'passed to the control plane: the port for FeOS nodes (default: a free port on 127.0.0.1; "off" for none)')
     .option('--feos-nodes <n>', 'FeOS nodes to start beside the workers, each a feosd in a network namespace of its own (root only; the port for nodes then listens on their bridge)', '0')

@@ -60,6 +60,8 @@ export function register(program: Command): void {
     .addOption(new Option('--cert-san <name...>', 'extra DNS names or IP addresses for the serving certificate').default([]))
     .addOption(cluster[0]!)
     .addOption(cluster[1]!)
+    .addOption(cluster[2]!)
+    .addOption(cluster[3]!)
     .addOption(
       new Option(
         '--leader-elect [bool]',
