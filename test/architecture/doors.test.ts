@@ -67,6 +67,8 @@ const TEST_REACH: ReadonlySet<string> = new Set([
   'src/controllers/checkpoint/timeline.ts',
   'src/kubelet/auth.ts',
   'src/kubelet/client.ts',
+  'src/kubelet/pod-ports.ts',
+  'src/kubelet/pod-spec.ts',
   'src/kubelet/pods.ts',
   'src/kubelet/server.ts',
   'src/wasm/binary.ts',

@@ -25,8 +25,8 @@ test('the advertise address: given, else the bind address, else a host address; 
 });
 
 test('--advertise-address and --identity-lease-duration-seconds refuse bad values naming the flag', () => {
-  assert.deepEqual(parseApiServerClusterFlags({ identityLeaseDurationSeconds: '30' }), { identityLeaseDurationSeconds: 30 });
-  assert.deepEqual(parseApiServerClusterFlags({ advertiseAddress: '::1', identityLeaseDurationSeconds: '3' }), { advertiseAddress: '::1', identityLeaseDurationSeconds: 3 });
+  assert.deepEqual(parseApiServerClusterFlags({ identityLeaseDurationSeconds: '30' }), { identityLeaseDurationSeconds: 30, reusePort: false });
+  assert.deepEqual(parseApiServerClusterFlags({ advertiseAddress: '::1', identityLeaseDurationSeconds: '3' }), { advertiseAddress: '::1', identityLeaseDurationSeconds: 3, reusePort: false });
   assert.throws(() => parseApiServerClusterFlags({ advertiseAddress: 'node-a', identityLeaseDurationSeconds: '30' }), /--advertise-address must be a specified IP address .*: current value is node-a/);
   for (const bad of ['2', '3601', '1.5', 'ten', '']) {
     assert.throws(() => parseApiServerClusterFlags({ identityLeaseDurationSeconds: bad }), new RegExp(`--identity-lease-duration-seconds must be an integer of 3 to 3600: current value is ${bad}$`));
