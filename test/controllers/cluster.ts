@@ -76,11 +76,7 @@ export async function startControllersCluster(
     rest.close();
     rmSync(tmp, { recursive: true, force: true });
   });
-  const wasm = join(tmp, 'counter.wasm');
-  execFileSync('wat2wasm', [join(ROOT, 'test/kubelet/fixtures/counter.wat'), '-o', wasm]);
-  const res = await rest.request({ method: 'PUT', path: '/apis/kube32.io/v1/modules/counter-fixture/data', body: bufferStream(readFileSync(wasm)), contentType: 'application/octet-stream', contentLength: readFileSync(wasm).length });
-  res.body.resume();
-  if (res.status >= 300) throw new Error(`pushing the fixture module: ${res.status}`);
+  await pushCounterModule(rest, tmp);
 
   const until = <T>(what: string, fn: () => Promise<T | undefined | false> | T | undefined | false, ms = 20_000): Promise<T> => waitFor(what, ms, fn);
 
@@ -160,6 +156,19 @@ export async function startControllersCluster(
 
 function bufferStream(buf: Buffer): Readable {
   return Readable.from([buf]);
+}
+
+/**
+ * Builds the counter fixture (test/kubelet/fixtures/counter.wat) into `dir` and pushes it as the Module
+ * `counter-fixture`, which {@link counterPod}'s pods run. @throws Error when the push is not answered 2xx
+ */
+export async function pushCounterModule(rest: RestClient, dir: string): Promise<void> {
+  const wasm = join(dir, 'counter.wasm');
+  execFileSync('wat2wasm', [join(ROOT, 'test/kubelet/fixtures/counter.wat'), '-o', wasm]);
+  const bytes = readFileSync(wasm);
+  const res = await rest.request({ method: 'PUT', path: '/apis/kube32.io/v1/modules/counter-fixture/data', body: bufferStream(bytes), contentType: 'application/octet-stream', contentLength: bytes.length });
+  res.body.resume();
+  if (res.status >= 300) throw new Error(`pushing the fixture module: ${res.status}`);
 }
 
 /** A counter pod (the kubelet's fixture) with one container `c` serving on `port`. */

@@ -12,16 +12,16 @@
  */
 import assert from 'node:assert/strict';
 import { type ChildProcess, execFileSync, spawn } from 'node:child_process';
-import { existsSync, mkdirSync, mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
+import { existsSync, mkdirSync, mkdtempSync, rmSync, writeFileSync } from 'node:fs';
 import http from 'node:http';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
-import { Readable } from 'node:stream';
 import { test } from 'node:test';
 import { KubeConfig, type V1Pod } from '@kubernetes/client-node';
 import { type Checkpoint, RestClient } from '../../src/api/index.ts';
 import { claimLoopbackRange, unusedPort } from '../helpers/ports.ts';
 import { waitFor } from '../helpers/wait.ts';
+import { pushCounterModule } from './cluster.ts';
 
 const ROOT = new URL('../../', import.meta.url).pathname;
 const CLI = join(ROOT, 'bin/kube32-cli.js');
@@ -100,11 +100,7 @@ test('a move survives a SIGKILL of any one process at any step: one pod, countin
   t.after(() => rest.close());
 
   // The fixture module.
-  const wasm = join(tmp, 'counter.wasm');
-  execFileSync('wat2wasm', [join(ROOT, 'test/kubelet/fixtures/counter.wat'), '-o', wasm]);
-  const bytes = readFileSync(wasm);
-  const up = await rest.request({ method: 'PUT', path: '/apis/kube32.io/v1/modules/counter-fixture/data', body: Readable.from([bytes]), contentType: 'application/octet-stream', contentLength: bytes.length });
-  up.body.resume();
+  await pushCounterModule(rest, tmp);
 
   // Two workers on loopback addresses of their own; restartable on their data dirs.
   const prefix = await claimLoopbackRange();

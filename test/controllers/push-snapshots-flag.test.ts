@@ -8,16 +8,16 @@
  */
 import assert from 'node:assert/strict';
 import { type ChildProcess, execFileSync, spawn } from 'node:child_process';
-import { mkdtempSync, readFileSync, rmSync } from 'node:fs';
+import { mkdtempSync, rmSync } from 'node:fs';
 import http from 'node:http';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
-import { Readable } from 'node:stream';
 import { type TestContext, test } from 'node:test';
 import { KubeConfig, type V1Pod } from '@kubernetes/client-node';
 import { type Checkpoint, RestClient } from '../../src/api/index.ts';
 import { claimLoopbackRange } from '../helpers/ports.ts';
 import { waitFor } from '../helpers/wait.ts';
+import { pushCounterModule } from './cluster.ts';
 
 const ROOT = new URL('../../', import.meta.url).pathname;
 const CLI = join(ROOT, 'bin/kube32-cli.js');
@@ -74,12 +74,7 @@ async function moveOnce(t: TestContext, flags: string[]): Promise<Array<Record<s
   kc.loadFromFile(join(cpDir, 'kubeconfig'));
   const rest = new RestClient(kc);
   t.after(() => rest.close());
-  const wasm = join(tmp, 'counter.wasm');
-  execFileSync('wat2wasm', [join(ROOT, 'test/kubelet/fixtures/counter.wat'), '-o', wasm]);
-  const bytes = readFileSync(wasm);
-  const up = await rest.request({ method: 'PUT', path: '/apis/kube32.io/v1/modules/counter-fixture/data', body: Readable.from([bytes]), contentType: 'application/octet-stream', contentLength: bytes.length });
-  up.body.resume();
-  assert.ok(up.status < 300, `pushing the module: ${up.status}`);
+  await pushCounterModule(rest, tmp);
 
   const prefix = await claimLoopbackRange();
   const address = { w1: `${prefix}.2`, w2: `${prefix}.3` };
