@@ -151,6 +151,40 @@ export function decodeBody(buf: Buffer, type: string, opts: DecodeOptions = {}):
   }
 }
 
+/** What an empty body was sent for: a create or update decoding into `kind`, or a patch of a type. */
+export type EmptyBodyOf = { kind: string } | { patch: PatchType; fieldValidation: string | null };
+
+/**
+ * The 400 kube-apiserver answers an empty (or white-space) write body with, word for word:
+ * - create or update (`POST`, `PUT`, and their subresources): the decoder finds no kind,
+ *   `the object provided is unrecognized (must be of type Pod): couldn't get version/kind; json parse
+ *   error: unexpected end of JSON input (<empty>)` (protobuf: `empty data`);
+ * - strategic merge patch: `unexpected end of JSON input`;
+ * - merge and JSON patch: `error decoding patch: unexpected end of JSON input` under `fieldValidation`
+ *   Strict or Warn (Warn when absent, kube's default), else the patch library's `Invalid JSON Patch`
+ *   (merge) or `unexpected end of JSON input` (JSON);
+ * - apply (server-side apply of an empty YAML, which kube decodes as null and refuses deeper in its field
+ *   manager): this server's own words, `error decoding YAML: the body is empty: send the object to apply`.
+ */
+export function emptyBodyError(buf: Buffer, type: string, of: EmptyBodyOf): ApiError {
+  const eof = 'unexpected end of JSON input';
+  if ('kind' in of) {
+    const why = type === 'application/vnd.kubernetes.protobuf' ? 'empty data' : `couldn't get version/kind; json parse error: ${eof}`;
+    return badRequest(`the object provided is unrecognized (must be of type ${of.kind}): ${why} (${summarize(buf)})`);
+  }
+  const strict = of.fieldValidation === null || of.fieldValidation === 'Strict' || of.fieldValidation === 'Warn';
+  switch (of.patch) {
+    case 'strategic':
+      return badRequest(eof);
+    case 'merge':
+      return badRequest(strict ? `error decoding patch: ${eof}` : 'Invalid JSON Patch');
+    case 'json':
+      return badRequest(strict ? `error decoding patch: ${eof}` : eof);
+    default:
+      return badRequest('error decoding YAML: the body is empty: send the object to apply');
+  }
+}
+
 /** Whether the client asks for a `meta.k8s.io` Table (`Accept: application/json;as=Table;...`). */
 export function wantsTable(req: IncomingMessage): boolean {
   const accept = String(req.headers.accept ?? '');

@@ -9,7 +9,7 @@ import type { FieldValidation } from '../registry/meta.ts';
 import { apiVersionOf, storageKey } from '../registry/types.ts';
 import { escalationAdmission } from '../auth/escalation.ts';
 import type { RequestScope } from './context.ts';
-import { decodeBody, mediaType, patchTypeOf, readBody, sendJson, sendRawJson, wantsPartial, wantsTable, warningHeader } from './http.ts';
+import { decodeBody, emptyBodyError, mediaType, patchTypeOf, readBody, sendJson, sendRawJson, wantsPartial, wantsTable, warningHeader } from './http.ts';
 import { type IncludeObject, partialMetadata, toTable } from './table.ts';
 import { serveWatch } from './watch.ts';
 import { serveSubresource } from './subresources.ts';
@@ -26,17 +26,27 @@ export function writeOptions(url: URL, warnings: string[]): WriteOptions {
   return { dryRun: dry.length > 0, fieldValidation: fv as FieldValidation, fieldManager: q.get('fieldManager') ?? undefined, warnings };
 }
 
+/** The kind kube-apiserver decodes a subresource's create or update body into (else the resource's own kind). */
+const SUBRESOURCE_KINDS: Readonly<Record<string, string>> = { binding: 'Binding', eviction: 'Eviction', scale: 'Scale' };
+
 /**
- * Reads and decodes a JSON/YAML/protobuf body (bounded). A create or update of the resource or its status
- * names the resource's kind in a decode error, as kube-apiserver does.
- * @throws ApiError what decodeBody throws
+ * Reads and decodes a JSON/YAML/protobuf body (bounded). A create or update (of the resource or a
+ * subresource) names the kind it decodes into in a decode error, as kube-apiserver does. An empty body
+ * (no bytes, or only white space) of a POST, PUT or PATCH is refused in kube-apiserver's words
+ * ({@link emptyBodyError}); a DELETE's may be empty (no DeleteOptions).
+ * @throws ApiError what decodeBody throws; BadRequest for an empty write body
  */
 export async function readObject(scope: RequestScope): Promise<unknown> {
   const buf = await readBody(scope.req, scope.ctx.maxBodyBytes);
   const method = scope.req.method ?? 'GET';
   const sub = scope.info.subresource;
-  const kind = (method === 'POST' || method === 'PUT') && (sub === undefined || sub === 'status') ? scope.info.def?.kind : undefined;
-  return decodeBody(buf, mediaType(scope.req), { patch: method === 'PATCH', kind });
+  const kind = method === 'POST' || method === 'PUT' ? ((sub && SUBRESOURCE_KINDS[sub]) ?? scope.info.def?.kind) : undefined;
+  const type = mediaType(scope.req);
+  const body = decodeBody(buf, type, { patch: method === 'PATCH', kind });
+  if (body === undefined && (method === 'POST' || method === 'PUT' || method === 'PATCH')) {
+    throw emptyBodyError(buf, type, method === 'PATCH' ? { patch: patchTypeOf(scope.req), fieldValidation: scope.url.searchParams.get('fieldValidation') } : { kind: kind ?? 'Object' });
+  }
+  return body;
 }
 
 function deleteOptions(url: URL, body: unknown): DeleteOptions {
