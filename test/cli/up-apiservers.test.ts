@@ -3,7 +3,8 @@
  * (the control plane's and `apiserver-2`) listen on the one port with SO_REUSEPORT and share etcd.
  * kubectl creates and lists pods through that port; each process's own `/metrics`, read on the peer
  * port `up` prints for it, shows it answered pod requests; after `apiserver-2` is SIGKILLed kubectl goes
- * on through the same port; stopping `up` leaves no process. Both hold the cluster's one CA and token key. `--apiservers` above 1 without etcd, and
+ * on through the same port; stopping `up` leaves no process. Both hold the cluster's one CA and token key, and each one's
+ * identity Lease names its own peer port. `--apiservers` above 1 without etcd, and
  * values that are not a whole number of at least 1, are refused before anything starts.
  */
 import assert from 'node:assert/strict';
@@ -79,6 +80,17 @@ test(
     // One cluster: apiserver-2 took the CA and the token key from etcd (its own data dir, the same files).
     const second = join(c.dataDir, 'apiservers', 'apiserver-2');
     for (const f of ['pki/ca.crt', 'pki/token.key']) assert.equal(readFileSync(join(second, f), 'utf8'), readFileSync(join(c.dataDir, f), 'utf8'), f);
+
+    // Each process's identity Lease names its own peer port (the URL the checkpoint-data peers use), not the
+    // shared one; each writes its Lease once it serves, so the two may come a moment apart.
+    const peerUrls = procs.map((p) => `https://127.0.0.1:${p.peerPort}`).sort();
+    let seen = '';
+    await waitFor(`identity Leases naming ${peerUrls.join(', ')}`, 30_000, async () => {
+      const r = await c.kubectl(['get', 'leases', '-n', 'kube-system', '-l', 'apiserver.kubernetes.io/identity=kube-apiserver', '-o', "jsonpath={range .items[*]}{.metadata.annotations['kube32\\.io/apiserver-url']}{'\\n'}{end}"]);
+      assert.equal(r.code, 0, r.stderr);
+      seen = r.stdout;
+      return JSON.stringify(r.stdout.trim().split('\n').sort()) === JSON.stringify(peerUrls);
+    }).catch((err: unknown) => assert.fail(`${err instanceof Error ? err.message : String(err)}; the Leases name: ${seen}`));
 
     for (const name of ['one', 'two']) {
       const r = await c.kubectl(['create', '-f', '-'], { input: pod(name) });
