@@ -37,7 +37,8 @@ function leaving(pods: PodManager): V1Pod[] {
 }
 
 /**
- * Drains the node; see the file's comment. Evictions refused with 429 (a disruption budget) are
+ * Drains the node; see the file's comment. A worker that does not hold the node's Lease (another
+ * took it, or it cannot be read) changes nothing and reports every pod as remaining. Evictions refused with 429 (a disruption budget) are
  * retried every second until the deadline. Never throws: failures are logged and the pods they
  * concern are reported as remaining.
  * @param timeoutMs how long to wait for the pods to leave @default 20000
@@ -45,6 +46,17 @@ function leaving(pods: PodManager): V1Pod[] {
 export async function selfDrain(cp: ControlPlane, node: NodeAgent, pods: PodManager, log: Logger, timeoutMs = SELF_DRAIN_TIMEOUT_MS): Promise<DrainReport> {
   const started = Date.now();
   const deadline = started + timeoutMs;
+  // Only the Lease's holder drains the node: a worker another one took the node from (its Lease names
+  // another holder) would cordon that one's node and evict its pods. Unconfirmed (no answer): left alone too.
+  const held = await node.confirmLease().catch((err: unknown) => {
+    log.warn({ err: errorMessage(err) }, 'cannot read the node\'s Lease');
+    return false;
+  });
+  if (!held) {
+    const remaining = leaving(pods).map(key);
+    log.error({ remaining }, 'this worker does not hold the node\'s Lease: not cordoning the node nor evicting its pods');
+    return { evicted: [], remaining, durationMs: Date.now() - started };
+  }
   try {
     await node.cordonAndMarkLeft();
     log.info('node cordoned and marked left');

@@ -13,6 +13,10 @@ export {
   LEASE_DURATION_SECONDS,
   INTERP_MOPS_ANNOTATION,
   LEFT_ANNOTATION,
+  HOLDER_IDENTITY_FILE,
+  NodeHeldError,
+  heldByAnother,
+  loadHolderIdentity,
   formatMops,
 } from './node.ts';
 export { IMAGE_SHA256_ANNOTATION, DIGEST_IMAGE_PREFIX, imageDigest } from './modules.ts';

@@ -17,7 +17,7 @@ import { type DrainReport, SELF_DRAIN_TIMEOUT_MS, selfDrain } from './drain.ts';
 import { EventRecorder } from './events.ts';
 import { NodeFence } from './fence.ts';
 import { LoadedModules, ModuleCache } from './modules.ts';
-import { NodeAgent } from './node.ts';
+import { loadHolderIdentity, NodeAgent } from './node.ts';
 import { type HoldLimits, PodPorts } from './pod-ports.ts';
 import { PodManager } from './pods.ts';
 import { createKubeletServer } from './server.ts';
@@ -113,7 +113,8 @@ async function untilReachable<T>(step: () => Promise<T>, what: string, log: Logg
  * Starts a worker: checks the options, locks the data dir, measures the interpreter speed,
  * serves the kubelet endpoint, registers the Node, starts the pods bound to it and the heartbeat.
  * @throws RangeError for a bad option (naming it and the value); Error when the data dir is locked
- *   or the API server refuses the registration
+ *   or the API server refuses the registration; NodeHeldError (node.ts) while another worker renews the
+ *   node's Lease
  */
 export async function startKubelet(opts: KubeletOptions): Promise<Kubelet> {
   const { nodeName } = opts;
@@ -135,6 +136,8 @@ export async function startKubelet(opts: KubeletOptions): Promise<Kubelet> {
   const cleanups: Array<() => Promise<void>> = [unlock];
   try {
     const cp = new ControlPlane(opts.kubeConfig);
+    // Who holds the node's Lease: one identity per data dir, so that a restart from it is the same holder.
+    const holder = await loadHolderIdentity(dataDir);
     let interpMops = opts.interpMops;
     if (interpMops === undefined) {
       try {
@@ -164,7 +167,7 @@ export async function startKubelet(opts: KubeletOptions): Promise<Kubelet> {
       server.closeAllConnections();
     }));
     const port = (server.address() as AddressInfo).port;
-    const node = new NodeAgent(cp, { name: nodeName, address, kubeletPort: port, heapBytes, maxPods, labels: opts.labels ?? {}, interpMops }, () => pods?.heldBytes() ?? 0, log);
+    const node = new NodeAgent(cp, { name: nodeName, address, kubeletPort: port, heapBytes, maxPods, labels: opts.labels ?? {}, interpMops, holderIdentity: holder.identity, holderIdentityFile: holder.file }, () => pods?.heldBytes() ?? 0, log);
     let pressure = false;
     const ports = new PodPorts({ cp, nodeName, address, log, ...(opts.hold ? { limits: opts.hold } : {}) });
     cleanups.push(() => ports.stop());
@@ -207,7 +210,7 @@ export async function startKubelet(opts: KubeletOptions): Promise<Kubelet> {
     return {
       nodeName, address, kubeletPort: port, interpMops, pods: podManager, node,
       drain: (timeoutMs = SELF_DRAIN_TIMEOUT_MS) => {
-        events.record(nodeRef(), 'Normal', 'NodeNotSchedulable', `Node ${nodeName} status is now: NodeNotSchedulable`);
+        if (node.holdsLease) events.record(nodeRef(), 'Normal', 'NodeNotSchedulable', `Node ${nodeName} status is now: NodeNotSchedulable`);
         return selfDrain(cp, node, podManager, log, timeoutMs);
       },
       stop() {

@@ -5,10 +5,12 @@
  * below 24 KiB of free heap, the annotation `kube32.io/interp-mops`), "Drain and evictions"
  * (`kube32.io/left`).
  */
-import { arch, platform, release } from 'node:os';
+import { arch, hostname, platform, release } from 'node:os';
 import { randomUUID } from 'node:crypto';
+import { readFile } from 'node:fs/promises';
+import { join } from 'node:path';
 import type { V1Lease, V1Node, V1NodeCondition } from '@kubernetes/client-node';
-import { formatBytes, type Logger } from '../lib/index.ts';
+import { formatBytes, type Logger, writeFileAtomic } from '../lib/index.ts';
 import { type ControlPlane, errorMessage, isApiError } from './client.ts';
 import { ANNOTATIONS } from '../api/index.ts';
 
@@ -51,6 +53,78 @@ export interface NodeIdentity {
   labels: Record<string, string>;
   /** The interpreter speed measured at boot, MOPS. */
   interpMops: number;
+  /**
+   * Who holds the node's Lease when this worker does (`holderIdentity`): the one kept in the worker's data
+   * dir ({@link loadHolderIdentity}), so that a restart from the same data dir takes its own Lease back at
+   * once. @default the node's name (as Kubernetes' kubelet; every process of that name is then the same holder)
+   */
+  holderIdentity?: string;
+  /** The file the holder identity is kept in, named in the refusal's message. */
+  holderIdentityFile?: string;
+}
+
+/** The file in a worker's data dir that keeps its Lease holder identity. */
+export const HOLDER_IDENTITY_FILE = 'lease-holder-identity';
+
+/**
+ * The worker's Lease holder identity, kept in `<data-dir>/lease-holder-identity`: read when the file holds
+ * one, else made (`<host name>_<random UUID>`, as client-go's leader election names its holders) and written
+ * whole (temporary file, fsync, rename). One data dir, one holder: a worker restarted from its data dir
+ * holds the Lease it held; a second worker with another data dir and the same `--name` is another holder.
+ * @param dataDir the worker's data dir (it exists)
+ * @throws Error when the file can be neither read nor written
+ */
+export async function loadHolderIdentity(dataDir: string): Promise<{ identity: string; file: string }> {
+  const file = join(dataDir, HOLDER_IDENTITY_FILE);
+  const kept = (await readFile(file, 'utf8').catch((err: NodeJS.ErrnoException) => {
+    if (err.code === 'ENOENT') return '';
+    throw err;
+  })).trim();
+  if (/^[A-Za-z0-9][-A-Za-z0-9_.]{0,252}$/.test(kept)) return { identity: kept, file };
+  const identity = `${hostname().toLowerCase().replace(/[^a-z0-9.-]/g, '-')}_${randomUUID()}`;
+  await writeFileAtomic(file, `${identity}\n`);
+  return { identity, file };
+}
+
+/**
+ * A worker refused the node because another holder renews its Lease: another kube32-sim (or a FeOS
+ * node, or a Kubernetes kubelet) of the same name runs, and a second one would run its pods twice.
+ */
+export class NodeHeldError extends Error {
+  /** The Lease's holder. */
+  readonly holder: string;
+  /** How long ago it renewed the Lease, ms. */
+  readonly renewedAgoMs: number;
+  constructor(node: string, holder: string, renewedAgoMs: number, durationSeconds: number, own: string, ownFile: string | undefined) {
+    const ago = Math.max(0, Math.round(renewedAgoMs / 1000));
+    const left = Math.max(1, Math.ceil(durationSeconds - renewedAgoMs / 1000));
+    super(`node ${node} is held by another worker: its Lease kube-node-lease/${node} names holder "${holder}", renewed ${ago} s ago `
+      + `(leaseDurationSeconds ${durationSeconds}); this worker is "${own}"${ownFile ? ` (${ownFile})` : ''}. Stop the other worker, `
+      + `or start this one with that worker's --data-dir; once the other holder is gone its Lease expires (in ${left} s at most) and a new start takes the node over`);
+    this.name = 'NodeHeldError';
+    this.holder = holder;
+    this.renewedAgoMs = renewedAgoMs;
+  }
+}
+
+/** The node's Lease's path. */
+function leasePath(name: string): string {
+  return `/apis/coordination.k8s.io/v1/namespaces/kube-node-lease/leases/${encodeURIComponent(name)}`;
+}
+
+/**
+ * Whether a Lease names a holder other than `own` that renewed it within its `leaseDurationSeconds` (by
+ * this machine's clock, at `nowMs`): that holder, how long ago, and the duration; undefined when the Lease
+ * is free (no holder, `own`, or expired). A Lease without a renew time or a duration counts as expired.
+ */
+export function heldByAnother(lease: V1Lease, own: string, nowMs: number): { holder: string; renewedAgoMs: number; durationSeconds: number } | undefined {
+  const holder = lease.spec?.holderIdentity ?? '';
+  if (holder === '' || holder === own) return undefined;
+  const durationSeconds = Number(lease.spec?.leaseDurationSeconds ?? 0);
+  const renewed = Date.parse(String(lease.spec?.renewTime ?? ''));
+  if (!(durationSeconds > 0) || Number.isNaN(renewed)) return undefined;
+  const renewedAgoMs = nowMs - renewed;
+  return renewedAgoMs < durationSeconds * 1000 ? { holder, renewedAgoMs, durationSeconds } : undefined;
 }
 
 /** `process.arch` as Kubernetes names architectures (`kubernetes.io/arch`). */
@@ -84,6 +158,10 @@ export class NodeAgent {
   readonly #log: Logger;
   readonly #heldBytes: () => number;
   readonly #bootId = randomUUID();
+  readonly #holder: string;
+  readonly #holderFile: string | undefined;
+  /** Whether this worker held the Lease at its last read of it (false until acquired, and once another holder took it). */
+  #held = false;
   #uid = '';
   #timer: NodeJS.Timeout | undefined;
   #conditions = new Map<string, V1NodeCondition>();
@@ -104,6 +182,8 @@ export class NodeAgent {
     this.identity = identity;
     this.#heldBytes = heldBytes;
     this.#log = log;
+    this.#holder = identity.holderIdentity ?? identity.name;
+    this.#holderFile = identity.holderIdentityFile;
   }
 
   /** The Node's labels: the caller's, then the well-known ones (which win). */
@@ -122,12 +202,18 @@ export class NodeAgent {
   }
 
   /**
-   * Creates the Node, or updates the one a former run left (labels, annotations, status), and
-   * uncordons it when the former run had left with a self-drain (`kube32.io/left: "true"`).
-   * @throws ApiError when the API server refuses the registration
+   * Takes the node's Lease ({@link acquireLease}: refused while another holder renews it), then creates
+   * the Node, or updates the one a former run left (labels, annotations, status), and uncordons it when
+   * the former run had left with a self-drain (`kube32.io/left: "true"`).
+   * @throws NodeHeldError while another worker holds the node; ApiError when the API server refuses the registration
    */
   async register(): Promise<V1Node> {
     const { name } = this.identity;
+    // The Lease before anything else: a worker that another holder's Lease refuses must change nothing
+    // of the Node (labels, uncordon, status) the other one runs. The same Lease also means that a node
+    // lifecycle controller that sees Ready=True beside a Lease a former run left (renewed before the node
+    // was lost) does not judge the node by that old renewal.
+    await this.acquireLease();
     const annotations = { [INTERP_MOPS_ANNOTATION]: formatMops(this.identity.interpMops) };
     let node: V1Node;
     try {
@@ -145,9 +231,7 @@ export class NodeAgent {
       this.#log.info({ rejoined: left }, 'updated the registered node');
     }
     this.#uid = node.metadata?.uid ?? '';
-    // The Lease first: a node lifecycle controller that sees Ready=True beside a Lease a former run
-    // left (renewed before the node was lost) must not judge the node by that old renewal.
-    await this.renewLease();
+    await this.renewLease(); // with the Node's uid as the Lease's owner
     await this.postStatus();
     return node;
   }
@@ -158,17 +242,24 @@ export class NodeAgent {
    */
   start(): void {
     this.#timer = setInterval(() => {
-      this.renewLease().catch((err: unknown) => this.#log.warn({ err: errorMessage(err) }, 'lease renewal failed'));
+      this.renewLease().catch((err: unknown) => {
+        // Another holder: said once (renewLease), then quiet until the Lease is ours again.
+        if (err instanceof NodeHeldError) this.#log.debug({ holder: err.holder }, 'the node\'s Lease is held by another worker');
+        else this.#log.warn({ err: errorMessage(err) }, 'lease renewal failed');
+      });
       this.refresh({ ifChanged: true });
     }, HEARTBEAT_MS);
     this.#timer.unref();
   }
 
-  /** Stops the heartbeat. With `ready: false`, posts the node NotReady first. */
+  /**
+   * Stops the heartbeat. With `ready: false`, posts the node NotReady first, unless another holder has
+   * taken the node's Lease (that one's node is not this worker's to mark).
+   */
   async stop(opts: { ready?: boolean } = {}): Promise<void> {
     clearInterval(this.#timer);
     this.#timer = undefined;
-    if (opts.ready === false) {
+    if (opts.ready === false && this.#held) {
       this.#ready = false;
       await this.postStatus().catch(() => {});
     }
@@ -210,10 +301,11 @@ export class NodeAgent {
   /**
    * Builds and sends the Node's status (merge patch of `/status`). With `ifChanged`, a status equal
    * to the last one posted (heartbeat times aside) less than {@link NODE_STATUS_REPORT_MS} ago is not
-   * sent; the Node is read instead.
+   * sent; the Node is read instead. Nothing is posted while another holder has the node's Lease.
    * @throws ApiError as the API server answers (404 when the Node is gone)
    */
   async postStatus(opts: { ifChanged?: boolean } = {}): Promise<void> {
+    if (!this.#held) return;
     const now = rfc3339();
     const { heapBytes, maxPods, address, kubeletPort, name } = this.identity;
     const free = this.freeHeapBytes();
@@ -252,25 +344,96 @@ export class NodeAgent {
     this.#posted = { status: unchanged, at };
   }
 
-  /** Creates or renews the node's Lease (`kube-node-lease/<node>`). */
+  /** Whether this worker held the node's Lease at its last acquisition or renewal. */
+  get holdsLease(): boolean {
+    return this.#held;
+  }
+
+  /**
+   * Takes the node's Lease (`kube-node-lease/<node>`) for this worker's holder identity, or refuses:
+   * while the Lease names another holder renewed within its `leaseDurationSeconds`, another worker (or a
+   * FeOS node) runs this node, and a second one would run its pods twice. A Lease that names no holder,
+   * this worker's own (a restart from the same data dir), or one not renewed for its duration (the
+   * holder is gone) is taken: `holderIdentity` ours, `renewTime` now, `acquireTime` and
+   * `leaseTransitions` bumped when the holder changes. The write carries the read's resourceVersion,
+   * so of two workers starting at once one gets a conflict, reads again and is refused.
+   * @throws NodeHeldError while another holder renews the Lease; ApiError as the API server answers
+   */
+  async acquireLease(): Promise<void> {
+    for (let attempt = 0; ; attempt++) {
+      try {
+        await this.#writeLease({ acquiring: true });
+        return;
+      } catch (err: unknown) {
+        // Another writer came between our read and our write (409): read again (a few times at most).
+        if (!isApiError(err, 409) || attempt >= 4) throw err;
+      }
+    }
+  }
+
+  /**
+   * Renews the node's Lease (creates it when it is gone). A Lease another holder took meanwhile (see
+   * {@link acquireLease}) is not written: the node stops posting its status, its pods are fenced once
+   * the renewals have failed for `--fence-after`, and its exit neither cordons the node nor evicts its
+   * pods (drain.ts). Once that holder's Lease expires this worker takes it back.
+   * @throws NodeHeldError while another holder renews the Lease; ApiError as the API server answers
+   */
   async renewLease(): Promise<void> {
+    await this.#writeLease({ acquiring: false });
+  }
+
+  /**
+   * Reads the Lease and answers whether it names this worker's holder identity now.
+   * @throws ApiError as the API server answers (404 when there is no Lease)
+   */
+  async confirmLease(): Promise<boolean> {
+    const lease = await this.#cp.json<V1Lease>('GET', leasePath(this.identity.name));
+    this.#held = lease.spec?.holderIdentity === this.#holder;
+    return this.#held;
+  }
+
+  async #writeLease(opts: { acquiring: boolean }): Promise<void> {
     const { name } = this.identity;
-    const path = `/apis/coordination.k8s.io/v1/namespaces/kube-node-lease/leases/${encodeURIComponent(name)}`;
-    const spec = { holderIdentity: name, leaseDurationSeconds: LEASE_DURATION_SECONDS, renewTime: microTime() };
+    const path = leasePath(name);
+    const now = new Date();
+    const spec = { holderIdentity: this.#holder, leaseDurationSeconds: LEASE_DURATION_SECONDS, renewTime: microTime(now) };
+    const ownerReferences = this.#uid ? [{ apiVersion: 'v1', kind: 'Node', name, uid: this.#uid }] : undefined;
     let lease: V1Lease;
     try {
       lease = await this.#cp.json<V1Lease>('GET', path);
     } catch (err: unknown) {
       if (!isApiError(err, 404)) throw err;
-      const ownerReferences = this.#uid ? [{ apiVersion: 'v1', kind: 'Node', name, uid: this.#uid }] : undefined;
       await this.#cp.json('POST', '/apis/coordination.k8s.io/v1/namespaces/kube-node-lease/leases', {
-        body: { apiVersion: 'coordination.k8s.io/v1', kind: 'Lease', metadata: { name, namespace: 'kube-node-lease', ownerReferences }, spec },
+        body: { apiVersion: 'coordination.k8s.io/v1', kind: 'Lease', metadata: { name, namespace: 'kube-node-lease', ownerReferences }, spec: { ...spec, acquireTime: spec.renewTime, leaseTransitions: 0 } },
       });
-      this.lastRenewedAt = Date.now();
-      this.onRenewed?.();
+      this.#renewed();
       return;
     }
-    await this.#cp.json('PUT', path, { body: { ...lease, spec: { ...lease.spec, ...spec } } });
+    const holder = lease.spec?.holderIdentity ?? '';
+    if (holder !== this.#holder) {
+      const held = heldByAnother(lease, this.#holder, now.getTime());
+      if (held) {
+        const wasHeld = this.#held;
+        this.#held = false;
+        const error = new NodeHeldError(name, held.holder, held.renewedAgoMs, held.durationSeconds, this.#holder, this.#holderFile);
+        if (wasHeld && !opts.acquiring) this.#log.error({ holder: held.holder, renewedAgoMs: held.renewedAgoMs }, 'another worker took the node\'s Lease: no longer renewing it nor posting the node\'s status; its pods are fenced after --fence-after, and this worker\'s exit leaves the node alone');
+        throw error;
+      }
+      this.#log.info({ formerHolder: holder || undefined }, 'taking the node\'s Lease');
+    }
+    const taken = holder !== this.#holder;
+    const metadata = { ...lease.metadata, ...(ownerReferences && !lease.metadata?.ownerReferences?.length ? { ownerReferences } : {}) };
+    await this.#cp.json('PUT', path, {
+      body: {
+        ...lease, metadata,
+        spec: { ...lease.spec, ...spec, ...(taken ? { acquireTime: spec.renewTime, leaseTransitions: (lease.spec?.leaseTransitions ?? 0) + (holder ? 1 : 0) } : {}) },
+      },
+    });
+    this.#renewed();
+  }
+
+  #renewed(): void {
+    this.#held = true;
     this.lastRenewedAt = Date.now();
     this.onRenewed?.();
   }
