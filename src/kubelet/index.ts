@@ -23,5 +23,5 @@ export { IMAGE_SHA256_ANNOTATION, DIGEST_IMAGE_PREFIX, imageDigest } from './mod
 export { TICK_INTERVAL_ANNOTATION, TOPICS_ANNOTATION, RESTORE_FROM_ANNOTATION } from './pod-spec.ts';
 export { DEFAULT_FREEZE_TIMEOUT_MS, MAX_FREEZE_TIMEOUT_MS } from './server.ts';
 export { CONTROL_PLANE_USER, ADMIN_GROUP } from './auth.ts';
-export { buildPodStatus, podPhase, type ContainerView } from './pod-status.ts';
+export { buildPodStatus, ownedStatusText, podPhase, type ContainerView } from './pod-status.ts';
 export { crashBackoff, BACKOFF_INITIAL_MS, BACKOFF_MAX_MS, BACKOFF_RESET_MS } from './container.ts';

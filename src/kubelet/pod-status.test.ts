@@ -1,7 +1,7 @@
 import { test } from 'node:test';
 import assert from 'node:assert/strict';
 import type { V1Pod } from '@kubernetes/client-node';
-import { buildPodStatus, crashBackoff, podPhase, type ContainerView } from './index.ts';
+import { buildPodStatus, crashBackoff, ownedStatusText, podPhase, type ContainerView } from './index.ts';
 import { parseLabels } from './main.ts';
 
 const pod: V1Pod = {
@@ -66,4 +66,17 @@ test('crash back-off: at once, then 10 s doubling to 5 min; reset after 10 min o
   }
   assert.deepEqual(delays, [0, 10_000, 20_000, 40_000, 80_000, 160_000, 300_000, 300_000]);
   assert.deepEqual(crashBackoff(300_000, 600_000), { delay: 0, next: 10_000 });
+});
+
+test('ownedStatusText: a phase someone overwrote differs; condition times, key order and other components\' conditions do not', () => {
+  const owned = buildPodStatus(pod, [view({ state: { kind: 'running', startedAt: Date.now() } })], '127.0.0.2', Date.now());
+  const same = ownedStatusText(owned, owned);
+  const reordered = Object.fromEntries(Object.entries(owned).reverse()) as typeof owned;
+  const retimed = { ...reordered, conditions: [...(owned.conditions ?? []).map((c) => ({ ...c, lastTransitionTime: '2020-01-01T00:00:00Z' as unknown as Date })), { type: 'DisruptionTarget', status: 'True' }], nominatedNodeName: 'x' };
+  assert.equal(ownedStatusText(retimed, owned), same);
+  assert.notEqual(ownedStatusText({ ...owned, phase: 'Bogus' }, owned), same);
+  assert.notEqual(ownedStatusText({ ...owned, conditions: owned.conditions?.filter((c) => c.type !== 'Ready') }, owned), same);
+  assert.notEqual(ownedStatusText({ ...owned, podIP: '10.0.0.1' }, owned), same);
+  assert.notEqual(ownedStatusText({ ...owned, containerStatuses: [] }, owned), same);
+  assert.notEqual(ownedStatusText(undefined, owned), same);
 });

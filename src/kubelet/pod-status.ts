@@ -120,3 +120,35 @@ export function buildPodStatus(pod: V1Pod, containers: ContainerView[], address:
     qosClass: limited ? 'Guaranteed' : requested ? 'Burstable' : 'BestEffort',
   };
 }
+
+/** JSON with every object's keys sorted: one text for equal values whatever their keys' order. */
+function canonical(v: unknown): string {
+  return JSON.stringify(v, (_k, x: unknown) => (x && typeof x === 'object' && !Array.isArray(x)
+    ? Object.fromEntries(Object.entries(x as Record<string, unknown>).sort(([a], [b]) => (a < b ? -1 : a > b ? 1 : 0)))
+    : x));
+}
+
+/**
+ * The part of a pod's status the node owns, as one text to compare (the status manager's "does the API
+ * server's copy differ from what I computed"): each field of `owned` (the status the node wrote: `phase`,
+ * `podIP`, `containerStatuses`, ...) read from `status`, and of the conditions only the types `owned` has,
+ * each by `status`, `reason` and `message` (not their times). Conditions of other types (another
+ * component's) and fields the node does not write are left out, so that they never make a difference.
+ * @param status the status to read, as the API server answers it (a watch event, a GET, a PATCH's answer)
+ * @param owned the status the node wrote, which names the fields and condition types it owns
+ */
+export function ownedStatusText(status: V1PodStatus | undefined, owned: V1PodStatus): string {
+  const s = (status ?? {}) as Record<string, unknown>;
+  const out: Record<string, unknown> = {};
+  for (const k of Object.keys(owned)) {
+    if (k === 'conditions') {
+      out.conditions = (owned.conditions ?? []).map((o) => {
+        const c = status?.conditions?.find((x) => x.type === o.type);
+        return c ? { type: c.type, status: c.status, reason: c.reason ?? '', message: c.message ?? '' } : { type: o.type, missing: true };
+      });
+    } else {
+      out[k] = s[k] ?? null;
+    }
+  }
+  return canonical(out);
+}

@@ -7,14 +7,14 @@
  */
 import { mkdir, rm } from 'node:fs/promises';
 import { join } from 'node:path';
-import type { V1Pod } from '@kubernetes/client-node';
+import type { V1Pod, V1PodStatus } from '@kubernetes/client-node';
 import type { Logger } from '../lib/index.ts';
 import { type ControlPlane, errorMessage, isApiError } from './client.ts';
 import { ContainerRunner } from './container.ts';
 import type { EventRecorder } from './events.ts';
 import type { LoadedModules } from './modules.ts';
 import type { PodPorts, PortHolder } from './pod-ports.ts';
-import { buildPodStatus } from './pod-status.ts';
+import { buildPodStatus, ownedStatusText } from './pod-status.ts';
 import { RESTORE_FROM_ANNOTATION, podTopics } from './pod-spec.ts';
 import type { StagedRestores } from './staged-restores.ts';
 
@@ -54,6 +54,13 @@ export class PodWorker {
   readonly #unserved = new Set<string>();
   readonly #acceptedAt = Date.now();
   #lastWritten = '';
+  /**
+   * The status last written, and its owned part as the API server answered the write
+   * ({@link ownedStatusText}): what a copy of the pod read later must show, or someone else overwrote it.
+   */
+  #written: { status: V1PodStatus; text: string } | undefined;
+  /** A GET is checking whether the API server's copy differs (one at a time). */
+  #checking = false;
   #writing = false;
   #dirty = false;
   #stopped = false;
@@ -157,7 +164,45 @@ export class PodWorker {
     this.#pod = pod;
     for (const r of this.runners) r.pod = pod;
     this.#topics = podTopics(pod);
-    if (pod.metadata?.deletionTimestamp) void this.delete();
+    if (pod.metadata?.deletionTimestamp) {
+      void this.delete();
+      return;
+    }
+    this.resync(pod.status);
+  }
+
+  /**
+   * The status manager's re-sync (as the kubelet's): when a copy of the pod (a watch event; by default the
+   * one last seen, as the node's periodic sweep asks) shows a status whose owned part
+   * ({@link ownedStatusText}) differs from what this node last wrote, someone else overwrote it (`kubectl
+   * patch --subresource=status`, say): the pod is read again, and if the API server's copy still differs
+   * the node's status is written again. An equal copy costs nothing; a stale watch event (one of this
+   * node's own earlier writes) costs one GET and no write. Not while a write is in flight, nor for a
+   * frozen pod (a move or a Save: its freeze is reported by the container itself, or not at all).
+   */
+  resync(status: V1PodStatus | undefined = this.#pod.status): void {
+    const written = this.#written;
+    if (!written || this.#stopped || this.#deleting || this.#writing || this.#checking) return;
+    if (ownedStatusText(status, written.status) === written.text) return;
+    if (this.runners.some((r) => r.view().frozen)) return;
+    this.#checking = true;
+    const { name, namespace } = this.#pod.metadata ?? {};
+    void this.#ctx.cp.json<V1Pod>('GET', `/api/v1/namespaces/${namespace}/pods/${encodeURIComponent(name ?? '')}`)
+      .then((pod) => {
+        if (this.#stopped || pod.metadata?.uid !== this.uid || this.#written !== written) return;
+        // The fresh copy replaces a stale one (so that the periodic sweep does not read it again and again).
+        this.#pod = { ...this.#pod, status: pod.status };
+        if (ownedStatusText(pod.status, written.status) === written.text) return;
+        this.#log.info({ phase: pod.status?.phase, written: written.status.phase }, 'the pod\'s status on the API server is not the one this node computed: writing it again');
+        this.#lastWritten = '';
+        this.requestStatus();
+      })
+      .catch((err: unknown) => {
+        if (!isApiError(err, 404)) this.#log.debug({ err: errorMessage(err) }, 'cannot read the pod to compare its status');
+      })
+      .finally(() => {
+        this.#checking = false;
+      });
   }
 
   /**
@@ -220,6 +265,7 @@ export class PodWorker {
           });
           if (pod?.metadata?.uid === this.uid && !this.#stopped) this.#pod = { ...this.#pod, status: pod.status };
           this.#lastWritten = text;
+          this.#written = { status, text: ownedStatusText(pod?.status, status) };
           this.#log.debug({ phase: status.phase }, 'pod status written');
         } catch (err: unknown) {
           if (isApiError(err, 404, 409)) return; // gone or replaced: the informer will tell

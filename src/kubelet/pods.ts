@@ -31,6 +31,13 @@ export interface PodManagerOptions {
   events: EventRecorder;
 }
 
+/**
+ * How often the node compares the status of each of its pods on the API server (its informer's copy)
+ * with the one it computed, and writes it again where someone else changed it: 10 s, the kubelet status
+ * manager's sync period. A watch event compares at once (PodWorker.resync).
+ */
+export const POD_STATUS_RESYNC_MS = 10_000;
+
 function terminal(pod: V1Pod): boolean {
   return pod.status?.phase === 'Succeeded' || pod.status?.phase === 'Failed';
 }
@@ -40,6 +47,7 @@ export class PodManager {
   readonly #o: PodManagerOptions;
   readonly #workers = new Map<string, PodWorker>();
   #informer: Informer<V1Pod> | undefined;
+  #resyncTimer: NodeJS.Timeout | undefined;
   #stopped = false;
   /**
    * True while the node has fenced its pods (fence.ts): the kubelet endpoint then refuses to checkpoint
@@ -106,11 +114,16 @@ export class PodManager {
       throw new ApiError("watching the node's pods", code, '', errorMessage(firstError), undefined, { cause: firstError });
     }
     await this.#removeOrphans();
+    this.#resyncTimer = setInterval(() => {
+      for (const w of this.#workers.values()) w.resync();
+    }, POD_STATUS_RESYNC_MS);
+    this.#resyncTimer.unref();
   }
 
   /** Stops the informer and every pod (files kept: a restart of the node finds them). */
   async stop(): Promise<void> {
     this.#stopped = true;
+    clearInterval(this.#resyncTimer);
     await this.#informer?.stop();
     await Promise.all([...this.#workers.values()].map((w) => w.stop()));
     await this.staged.clear();

@@ -40,7 +40,10 @@ export interface Cluster {
   nodeKubeconfig(name: string): string | Promise<string>;
   /** The fixture's digest (hex) and module name. */
   module: { name: string; sha256: string };
-  startWorker(name: string, address: string, extra?: string[]): Promise<Worker>;
+  /** Starts a worker and waits for its ready line; `dataDir` defaults to `<tmp>/<name>`. */
+  startWorker(name: string, address: string, extra?: string[], opts?: { dataDir?: string }): Promise<Worker>;
+  /** Starts a worker without waiting for it (one that should refuse to start, say); stopped in `t.after` too. */
+  spawnWorker(name: string, address: string, extra?: string[], opts?: { dataDir?: string }): Promise<Worker>;
   /** Polls `fn` until it returns a value other than undefined/false, or throws after `ms`. */
   until<T>(what: string, fn: () => Promise<T | undefined | false> | T | undefined | false, ms?: number): Promise<T>;
   getPod(name: string, ns?: string): Promise<V1Pod | undefined>;
@@ -126,8 +129,8 @@ export async function startCluster(t: TestContext, opts: { controllers?: boolean
     workers.map((w) => `--- ${w.name} (${w.proc.exitCode === null && w.proc.signalCode === null ? 'running' : `exited ${w.proc.exitCode ?? w.proc.signalCode}`}), the end of its output:\n${w.stdout().slice(-1500)}${w.stderr().slice(-1500)}`).join('\n');
   const until = <T>(what: string, fn: () => Promise<T | undefined | false> | T | undefined | false, ms = 15_000): Promise<T> => waitFor(what, ms, fn, { describe: said });
 
-  const startWorker = async (name: string, address: string, extra: string[] = []): Promise<Worker> => {
-    const dataDir = join(tmp, name);
+  const spawnWorker = async (name: string, address: string, extra: string[] = [], opts: { dataDir?: string } = {}): Promise<Worker> => {
+    const dataDir = opts.dataDir ?? join(tmp, name);
     const kubeconfig = await api.nodeKubeconfig(name);
     const proc = spawn(process.execPath, [join(ROOT, 'bin/kube32-sim.js'), '--kubeconfig', kubeconfig, '--name', name, '--address', address, '--kubelet-port', '0', '--data-dir', dataDir, ...extra], {
       stdio: ['ignore', 'pipe', 'pipe'],
@@ -144,9 +147,13 @@ export async function startCluster(t: TestContext, opts: { controllers?: boolean
     const exited = new Promise<number | null>((resolve) => proc.once('exit', (code) => resolve(code)));
     const w: Worker = { name, address, dataDir, proc, stdout: () => out, stderr: () => err, exited };
     workers.push(w);
+    return w;
+  };
+  const startWorker = async (name: string, address: string, extra: string[] = [], opts: { dataDir?: string } = {}): Promise<Worker> => {
+    const w = await spawnWorker(name, address, extra, opts);
     await until(`worker ${name} to start`, () => {
-      if (proc.exitCode !== null) throw new Error(`kube32-sim ${name} exited ${proc.exitCode}: ${err.slice(-2000)}`);
-      return out.includes('ready:');
+      if (w.proc.exitCode !== null) throw new Error(`kube32-sim ${name} exited ${w.proc.exitCode}: ${w.stderr().slice(-2000)}`);
+      return w.stdout().includes('ready:');
     }, 30_000);
     return w;
   };
@@ -159,6 +166,7 @@ export async function startCluster(t: TestContext, opts: { controllers?: boolean
     nodeKubeconfig: api.nodeKubeconfig,
     module: { name: 'counter-fixture', sha256 },
     startWorker,
+    spawnWorker,
     until,
     getPod: async (name, ns = 'default') => {
       try {
