@@ -98,7 +98,7 @@ export class NodeHeldError extends Error {
   constructor(node: string, holder: string, renewedAgoMs: number, durationSeconds: number, own: string, ownFile: string | undefined) {
     const ago = Math.max(0, Math.round(renewedAgoMs / 1000));
     const left = Math.max(1, Math.ceil(durationSeconds - renewedAgoMs / 1000));
-    super(`node ${node} is held by another worker: its Lease kube-node-lease/${node} names holder "${holder}", renewed ${ago} s ago `
+    super(`the node is held by another worker: its Lease kube-node-lease/${node} names holder "${holder}", renewed ${ago} s ago `
       + `(leaseDurationSeconds ${durationSeconds}); this worker is "${own}"${ownFile ? ` (${ownFile})` : ''}. Stop the other worker, `
       + `or start this one with that worker's --data-dir; once the other holder is gone its Lease expires (in ${left} s at most) and a new start takes the node over`);
     this.name = 'NodeHeldError';

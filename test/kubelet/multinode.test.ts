@@ -99,7 +99,7 @@ test('kube32-sim --nodes 3: three nodes in one process run pods, a drain moves a
     assert.equal(n.status?.addresses?.find((a) => a.type === 'InternalIP')?.address, addrs[i]);
     ports.add(n.status?.daemonEndpoints?.kubeletEndpoint?.Port ?? 0);
     const lease = await c.admin.json<V1Lease>('GET', `/apis/coordination.k8s.io/v1/namespaces/kube-node-lease/leases/${name}`);
-    assert.equal(lease.spec?.holderIdentity, name);
+    assert.equal(lease.spec?.holderIdentity, readFileSync(join(c.tmp, 'sim', name, 'lease-holder-identity'), 'utf8').trim(), 'the holder identity kept in its own data dir');
     assert.ok(existsSync(join(c.tmp, 'sim', name, 'kube32-sim.lock')), `${name} has its own data dir`);
     assert.match(sim.stdout(), new RegExp(`node ${name} ready: pods at ${addrs[i]!.replaceAll('.', '\\.')}, kubelet endpoint http://`));
   }
@@ -170,13 +170,14 @@ test('kube32-sim --nodes 3 with one node that cannot start leaves none running a
   const c = await startCluster(t, { controllers: false });
   const names = ['f-1', 'f-2', 'f-3'];
   const dir = await issueAll(c, names);
-  // f-2's kubeconfig is f-1's identity: the API server refuses to let it register Node f-2.
+  // f-2's kubeconfig is f-1's identity: the API server refuses to let it take Lease f-2 (or register Node f-2).
   copyFileSync(join(dir, 'f-1.kubeconfig'), join(dir, 'f-2.kubeconfig'));
   const addrs = await addresses();
   const sim = startSim(t, ['--nodes', '3', '--name', 'f', '--address', addrs[0]!, '--kubelet-port', '0', '--kubeconfig-dir', dir,
     '--data-dir', join(c.tmp, 'sim'), '--interp-mops', '1000']);
   assert.equal(await sim.exited, 1);
-  assert.match(sim.stderr(), /nodes could not start, so none runs:\n {2}node f-2: .*forbidden.*may only create its own Node/);
+  // The node takes its Lease before it registers its Node: the Lease is what the API server refuses first.
+  assert.match(sim.stderr(), /nodes could not start, so none runs:\n {2}node f-2: .*forbidden.*may only create its own Lease/);
   assert.doesNotMatch(sim.stderr(), /node f-[13]:/, 'only the node that failed is named');
   assert.doesNotMatch(sim.stdout(), /ready:/, 'no node is announced ready');
   for (const name of names) {

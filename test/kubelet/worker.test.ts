@@ -8,7 +8,7 @@ import { test } from 'node:test';
 import assert from 'node:assert/strict';
 import { createHash } from 'node:crypto';
 import { spawn } from 'node:child_process';
-import { existsSync } from 'node:fs';
+import { existsSync, readFileSync } from 'node:fs';
 import { createServer as createNetServer } from 'node:net';
 import { join } from 'node:path';
 import type { V1Lease, V1Node, V1Pod } from '@kubernetes/client-node';
@@ -71,7 +71,7 @@ test('kube32-sim runs, serves, checkpoints and restores pods, and drains itself'
     const n2 = await c.admin.json<V1Node>('GET', '/api/v1/nodes/w2');
     assert.equal(n2.metadata?.annotations?.['kube32.io/interp-mops'], '1450');
     const lease = await c.admin.json<V1Lease>('GET', '/apis/coordination.k8s.io/v1/namespaces/kube-node-lease/leases/w1');
-    assert.equal(lease.spec?.holderIdentity, 'w1');
+    assert.equal(lease.spec?.holderIdentity, readFileSync(join(c.tmp, 'w1', 'lease-holder-identity'), 'utf8').trim(), 'the holder identity kept in its data dir');
     assert.ok(lease.spec?.renewTime);
     const r = await c.kubectl(['get', 'nodes']);
     assert.equal(r.code, 0, r.stderr);
