@@ -100,7 +100,8 @@ export class NodeHeldError extends Error {
     const left = Math.max(1, Math.ceil(durationSeconds - renewedAgoMs / 1000));
     super(`the node is held by another worker: its Lease kube-node-lease/${node} names holder "${holder}", renewed ${ago} s ago `
       + `(leaseDurationSeconds ${durationSeconds}); this worker is "${own}"${ownFile ? ` (${ownFile})` : ''}. Stop the other worker, `
-      + `or start this one with that worker's --data-dir; once the other holder is gone its Lease expires (in ${left} s at most) and a new start takes the node over`);
+      + `or start this one with that worker's --data-dir; once the other holder is gone its Lease expires (in ${left} s at most) and a new start takes the node over`
+      + (holder === node ? ' (a holder named as the node is a FeOS node, or a kube32-sim from before holder identities: its Lease is waited out once)' : ''));
     this.name = 'NodeHeldError';
     this.holder = holder;
     this.renewedAgoMs = renewedAgoMs;
