@@ -254,7 +254,11 @@ export class PodWorker {
           const v = r.view();
           return [...this.#unserved].some((k) => k.startsWith(`${v.name}/`)) ? { ...v, unserved: true } : v;
         });
-        const status = buildPodStatus(this.#pod, views, this.#ctx.address, this.#acceptedAt);
+        // Built on what this node wrote last (its start time, its conditions' transition times), not on the
+        // API server's copy, which someone else may have overwritten (see resync).
+        const written = this.#written?.status;
+        const base = written ? { ...this.#pod, status: { ...this.#pod.status, startTime: written.startTime, conditions: written.conditions } } : this.#pod;
+        const status = buildPodStatus(base, views, this.#ctx.address, this.#acceptedAt);
         const text = JSON.stringify(status, (k, v) => (k === 'lastTransitionTime' ? undefined : v));
         if (text === this.#lastWritten) continue;
         const { name, namespace } = this.#pod.metadata ?? {};

@@ -28,12 +28,12 @@ test('a pod status overwritten with kubectl patch --subresource=status is writte
   assert.match(patched.stdout, /patched/);
   await c.until('steady Running and Ready again after the Bogus phase', async () => (await get()) === healthy, 20_000);
 
-  // Conditions and the pod's IP overwritten too (a merge patch replaces the whole conditions list).
+  // Conditions, the pod's IP and its start time overwritten too (a merge patch replaces the whole conditions list).
+  const times = async () => (await c.kubectl(['get', 'pod', 'steady', '-o', 'jsonpath={.status.startTime} {.status.conditions[*].type}'])).stdout;
+  const before = await times();
+  assert.match(before, /^\S+Z PodReadyToStartContainers Initialized Ready ContainersReady PodScheduled$/);
   const again = await c.kubectl(['patch', 'pod', 'steady', '--subresource=status', '--type=merge', '-p',
-    '{"status":{"podIP":"10.9.9.9","conditions":[{"type":"Ready","status":"False","reason":"Bogus"}]}}']);
+    '{"status":{"podIP":"10.9.9.9","startTime":"2000-01-01T00:00:00Z","conditions":[{"type":"Ready","status":"False","reason":"Bogus"}]}}']);
   assert.equal(again.code, 0, again.stderr);
-  await c.until('steady Ready with its own podIP again', async () => {
-    const s = await get();
-    return s === healthy && (await c.kubectl(['get', 'pod', 'steady', '-o', 'jsonpath={.status.conditions[*].type}'])).stdout.includes('ContainersReady');
-  }, 20_000);
+  await c.until('steady Ready with its own podIP, start time and conditions again', async () => (await get()) === healthy && (await times()) === before, 20_000);
 });
