@@ -69,12 +69,14 @@ test('eviction move-target check: a pod no other node can take is deleted as an 
   assert.equal((await reg.list(events, 'default')).items.length, 1, 'a move makes no such Warning');
 });
 
-test('evictions at once (kubectl drain evicts a whole node together) list the pods once between them, not once each', async () => {
+test('evictions at once (kubectl drain evicts a whole node together) list the pods and the Nodes once between them, not once each', async () => {
   // A MemoryStorage that counts its lists of pods: the check's cost is what is asserted.
   class CountingStorage extends MemoryStorage {
     podLists = 0;
+    nodeLists = 0;
     override async list(resource: string, namespace?: string) {
       if (resource === 'pods') this.podLists++;
+      if (resource === 'nodes') this.nodeLists++;
       return super.list(resource, namespace);
     }
   }
@@ -88,4 +90,5 @@ test('evictions at once (kubectl drain evicts a whole node together) list the po
   assert.deepEqual(answers.map((a) => a.code), movers.map(() => 201));
   assert.equal((await reg.list(checkpoints, 'default')).items.length, movers.length, 'every eviction became a move');
   assert.equal(storage.podLists, 1, 'one list of pods feeds the per-node sums of every eviction');
+  assert.equal(storage.nodeLists, 1, 'one list of Nodes for every eviction');
 });
