@@ -14,6 +14,7 @@ import { checkpoints } from '../registry/checkpoints/index.ts';
 import { pods } from '../registry/pods/index.ts';
 import type { Registry } from '../registry/store.ts';
 import { arr, rec } from '../registry/util.ts';
+import { nodeGraphOf } from './node-graph.ts';
 import type { KubeObject } from '../storage/index.ts';
 import type { UserInfo } from '../handlers/context.ts';
 import type { ResourceRequest } from '../handlers/router.ts';
@@ -70,16 +71,21 @@ export async function authorizeNode(reg: Registry, node: string, verb: string, i
     const ckpt = await reg.find(checkpoints, ns, info.name ?? '');
     const podName = rec(ckpt?.spec).podName;
     if (typeof podName === 'string' && restores(await reg.find(pods, ns, podName))) return ALLOW;
-    // Any other pod may restore from it too (a pod created with the annotation): look through them.
-    if ((await reg.list(pods, ns)).items.some(restores)) return ALLOW;
+    // Any other pod bound to this node may restore from it too (a pod created with the annotation):
+    // the graph's pods of this node, each read by name to confirm (not a list of the namespace).
+    for (const p of (await nodeGraphOf(reg.storage, podReferences)).podsOn(ns, node)) {
+      if (p.restoreFrom === info.name && p.name !== podName && restores(await reg.find(pods, ns, p.name))) return ALLOW;
+    }
     return deny(`no pod bound to node "${node}" restores from this Checkpoint`);
   }
   if (read && (key === '/secrets' || key === '/configmaps') && sub === undefined) {
     const what = key === '/secrets' ? 'secret' : 'configMap';
     if (verb !== 'get' || !info.name) return deny(`a node may only get ${info.plural} by name`);
     const name = info.name;
-    const bound = (await reg.list(pods, ns, { fieldSelector: `spec.nodeName=${node}` })).items;
-    if (bound.some((p) => podReferences(p, what).has(name))) return ALLOW;
+    // The graph's pods of this node (kube's node authorizer graph), not a list of every pod of the namespace.
+    for (const p of (await nodeGraphOf(reg.storage, podReferences)).podsOn(ns, node)) {
+      if ((what === 'secret' ? p.secrets : p.configMaps).has(name)) return ALLOW;
+    }
     return deny(`no relationship found between node '${node}' and this object`);
   }
   if (read && sub !== 'proxy' && sub !== 'log' && key !== '/secrets' && key !== '/configmaps') return ALLOW;

@@ -68,3 +68,27 @@ test('eviction move-target check: a pod no other node can take is deleted as an 
   assert.deepEqual((await reg.list(checkpoints, 'default')).items.map((c) => [c.metadata.labels?.['kube32.io/trigger'], (c.spec as { action: string }).action]), [['eviction', 'Move']]);
   assert.equal((await reg.list(events, 'default')).items.length, 1, 'a move makes no such Warning');
 });
+
+test('evictions at once (kubectl drain evicts a whole node together) list the pods and the Nodes once between them, not once each', async () => {
+  // A MemoryStorage that counts its lists of pods: the check's cost is what is asserted.
+  class CountingStorage extends MemoryStorage {
+    podLists = 0;
+    nodeLists = 0;
+    override async list(resource: string, namespace?: string) {
+      if (resource === 'pods') this.podLists++;
+      if (resource === 'nodes') this.nodeLists++;
+      return super.list(resource, namespace);
+    }
+  }
+  const storage = new CountingStorage();
+  const reg = new Registry(storage);
+  await storage.create({ resource: 'namespaces', namespace: '', name: 'default' }, { metadata: { name: 'default', uid: 'u-ns' }, status: { phase: 'Active' } });
+  for (const n of ['a', 'b']) await storage.create({ resource: 'nodes', namespace: '', name: n }, node(n));
+  const movers = Array.from({ length: 20 }, (_, i) => `m${i}`);
+  for (const m of movers) await storage.create({ resource: 'pods', namespace: 'default', name: m }, { ...pod(m, 'a'), spec: { nodeName: 'a', containers: [{ name: 'app', image: 'counter' }] } });
+  const answers = await Promise.all(movers.map((m) => evictPod(reg, 'default', m, { kind: 'Eviction' })));
+  assert.deepEqual(answers.map((a) => a.code), movers.map(() => 201));
+  assert.equal((await reg.list(checkpoints, 'default')).items.length, movers.length, 'every eviction became a move');
+  assert.equal(storage.podLists, 1, 'one list of pods feeds the per-node sums of every eviction');
+  assert.equal(storage.nodeLists, 1, 'one list of Nodes for every eviction');
+});

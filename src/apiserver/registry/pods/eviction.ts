@@ -12,19 +12,18 @@
  * (a move that failed after it was accepted: seed "When a move that an eviction asked for fails before
  * the replacement, the pod is deleted"), is deleted gracefully, as Kubernetes' eviction deletes it.
  */
-import type { V1Node, V1Pod } from '@kubernetes/client-node';
+import type { V1Pod } from '@kubernetes/client-node';
 import { ANNOTATIONS, budgetCounts, LABELS, pickNode } from '../../../api/index.ts';
 import { ApiError, badRequest, type Status, successStatus } from '../../errors.ts';
 import type { KubeObject } from '../../storage/index.ts';
 import { checkpoints } from '../checkpoints/index.ts';
 import { events } from '../core/index.ts';
-import { nodes } from '../nodes/index.ts';
 import { poddisruptionbudgets } from '../policy/index.ts';
 import { labelSelectorFromObject } from '../selectors.ts';
 import type { DeleteOptions, Registry } from '../store.ts';
 import { arr, rec } from '../util.ts';
 import { pods } from './index.ts';
-import { nodeUsageOf } from './node-usage.ts';
+import { nodesOf, nodeUsageOf } from './node-usage.ts';
 
 /** The annotation of a pod's migration policy. */
 export const MIGRATION_ANNOTATION = ANNOTATIONS.migration;
@@ -91,8 +90,9 @@ export async function checkDisruptionBudgets(reg: Registry, pod: KubeObject): Pr
  */
 export async function moveTargetProblem(reg: Registry, pod: KubeObject): Promise<string | undefined> {
   const source = String(rec(pod.spec).nodeName ?? '');
-  const allNodes = (await reg.list(nodes, undefined)).items as unknown as V1Node[];
-  // What each node's pods take, kept from the storage watch: O(nodes) a check, not a read of every pod.
+  // The Nodes and what each node's pods take, kept from the storage watch: O(nodes) a check, not a read
+  // of every pod and every Node.
+  const allNodes = await nodesOf(reg.storage);
   const usage = await nodeUsageOf(reg.storage);
   const placement = pickNode(pod as unknown as V1Pod, allNodes, [], { usage, exclude: new Map([[source, "node(s) were the pod's own node"]]) });
   if (placement.nodeName !== undefined) return undefined;
