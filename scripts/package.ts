@@ -9,12 +9,13 @@
 //   feos-guest-<G>_<V>_amd64.deb           /usr/lib/feos/guest/<G>/, for every guest version G in --guest-dir
 //   feos-guest_<V>_all.deb                 nothing; depends on the newest feos-guest-<G>
 // V is package.json's version, ~dev.<UTC time>.<commit> for a build of a checkout, below the release it
-// leads to. The code is the build's JavaScript (dist/src, rebuilt here when older than src/) with the npm
+// leads to. The code is the build's JavaScript (dist/src, rebuilt here unless the build stamp says it was built from src/ as it is) with the npm
 // packages it imports, and their dependencies, from node_modules.
 import { execFileSync } from 'node:child_process';
-import { chmodSync, copyFileSync, cpSync, existsSync, mkdirSync, mkdtempSync, readFileSync, readdirSync, realpathSync, rmSync, statSync, writeFileSync } from 'node:fs';
+import { chmodSync, copyFileSync, cpSync, existsSync, mkdirSync, mkdtempSync, readFileSync, readdirSync, realpathSync, rmSync, writeFileSync } from 'node:fs';
 import { dirname, join, relative, resolve } from 'node:path';
 import { parseArgs } from 'node:util';
+import { buildStamp, FEOS_SOURCES, freshEntry } from '../bin/fresh-entry.js';
 
 const REPO = resolve(import.meta.dirname, '..');
 const { values: args } = (() => {
@@ -57,15 +58,16 @@ function devVersion(): string {
   return `${base}~dev.${time}.${commit}`;
 }
 
-/** The build's JavaScript, rebuilt when missing or older than a source of src/feos or src/lib. */
+/** The build's JavaScript, rebuilt unless it was built from src/feos and src/lib as they are (the build's stamp, bin/fresh-entry.js). */
 function ensureBuilt(): void {
-  const built = join(REPO, 'dist/src/feos/main.js');
-  const newest = (dir: string): number =>
-    Math.max(0, ...readdirSync(dir, { recursive: true, withFileTypes: true }).filter((e) => e.isFile() && /\.[jt]s$/.test(e.name)).map((e) => statSync(join(e.parentPath, e.name)).mtimeMs));
-  if (existsSync(built) && statSync(built).mtimeMs >= Math.max(newest(join(REPO, 'src/feos')), newest(join(REPO, 'src/lib')))) return;
-  process.stderr.write('package: building (dist/ is missing or older than src/)\n');
+  const { entry, stale } = freshEntry('feos/main', FEOS_SOURCES);
+  if (!stale && entry.pathname.endsWith('.js')) return;
+  process.stderr.write('package: building (dist/ is missing or was not built from these sources)\n');
   execFileSync('bash', [join(REPO, 'scripts/build-proto.sh')], { stdio: 'inherit', cwd: REPO });
+  mkdirSync(join(REPO, 'dist'), { recursive: true });
+  buildStamp('prepare');
   execFileSync(process.execPath, [join(REPO, 'node_modules/typescript/bin/tsc'), '-p', 'tsconfig.build.json'], { stdio: 'inherit', cwd: REPO });
+  buildStamp('commit');
 }
 
 /** The JavaScript files an entry imports, relative ones followed, and the npm packages named. */

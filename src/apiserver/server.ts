@@ -307,6 +307,7 @@ export async function createApiServer(opts: ApiServerOptions): Promise<ApiServer
     mintToken: mint,
     authorizer,
     streams: new Set(),
+    streamEnders: new Map(),
   };
   const handler = createDispatcher(ctx, {
     metrics: createMetrics(storage, checkpointData, ctx.streams, cacher),
@@ -389,17 +390,51 @@ export async function createApiServer(opts: ApiServerOptions): Promise<ApiServer
       quotaNamespaces.stop();
       gc.stop();
       cacher.stop();
-      for (const s of ctx.streams) s.destroy();
-      destroyAll(feosSockets);
+      // No new connections; then every watch ends cleanly (res.end(): the chunked body's last chunk), as
+      // kube-apiserver's graceful shutdown ends them: its client sees the watch end, not a reset, and watches
+      // again (another API server). What has not finished within WATCH_END_GRACE_MS is cut, as the other streams.
       peerServer?.close();
-      await new Promise<void>((resolve) => {
-        server.close(() => resolve());
-        server.closeAllConnections();
-      });
+      const closedServer = new Promise<void>((resolve) => server.close(() => resolve()));
+      const ending = [...ctx.streamEnders];
+      for (const [, end] of ending) end();
+      for (const s of ctx.streams) if (!s.writableEnded) s.destroy();
+      destroyAll(feosSockets);
+      await endedWithin(ending.map(([res]) => res), WATCH_END_GRACE_MS);
+      server.closeAllConnections();
+      await closedServer;
       feosPods.stop();
       await storage.close();
     },
   };
+}
+
+/** How long close() waits for the ended watches' last bytes to leave before it cuts their connections, ms. */
+const WATCH_END_GRACE_MS = 5_000;
+
+/** Resolves once every response has finished (its last byte handed to the socket) or closed, or after `ms`. */
+function endedWithin(responses: ServerResponse[], ms: number): Promise<void> {
+  const open = responses.filter((r) => !r.writableFinished && !r.destroyed);
+  if (open.length === 0) return Promise.resolve();
+  return new Promise<void>((resolve) => {
+    let left = open.length;
+    const timer = setTimeout(resolve, ms);
+    const one = () => {
+      if (--left === 0) {
+        clearTimeout(timer);
+        resolve();
+      }
+    };
+    for (const r of open) {
+      let counted = false;
+      const once = () => {
+        if (counted) return;
+        counted = true;
+        one();
+      };
+      r.once('finish', once);
+      r.once('close', once);
+    }
+  });
 }
 
 export { SYSTEM_NAMESPACES } from './bootstrap.ts';

@@ -435,3 +435,44 @@ test('pods indexed by spec.nodeName: lists and watches by node give exactly what
     assert.match(metrics.text, new RegExp(`apiserver_storage_objects\\{resource="pods"\\} ${count}\\n`));
   });
 });
+
+test('events.k8s.io/v1 Tables come from the watch cache, with the columns kubectl prints for events', { timeout: 120_000 }, async (t) => {
+  const api = await startApiServer(t, { args: ['--storage', 'memory'] });
+  const core = api.kubeConfig.makeApiClient(CoreV1Api);
+  await core.createNamespace({ body: { metadata: { name: 'ev' } } });
+  // The cache's window starts at its first read: kubectl's, before the writes.
+  let r = await api.kubectl(['get', 'events.events.k8s.io', '-n', 'ev']);
+  assert.equal(r.code, 0, r.stderr);
+  assert.match(r.stderr, /No resources found in ev namespace/);
+  const event = (name: string) => ({ metadata: { name }, involvedObject: { kind: 'Pod', namespace: 'ev', name: 'p' }, reason: 'Test', message: `said ${name}`, type: 'Normal', source: { component: 'kubelet', host: 'node-1' }, count: 3 });
+  const first = await core.createNamespacedEvent({ namespace: 'ev', body: event('first') });
+  await core.createNamespacedEvent({ namespace: 'ev', body: event('second') });
+  const rv = first.metadata!.resourceVersion!;
+
+  r = await api.kubectl(['get', 'events.events.k8s.io', '-A']);
+  assert.equal(r.code, 0, r.stderr);
+  assert.match(r.stdout, /^NAMESPACE\s+LAST SEEN\s+TYPE\s+REASON\s+OBJECT\s+MESSAGE$/m);
+  assert.match(r.stdout, /^ev\s+\S+\s+Normal\s+Test\s+pod\/p\s+said first$/m);
+  assert.match(r.stdout, /^ev\s+\S+\s+Normal\s+Test\s+pod\/p\s+said second$/m);
+  r = await api.kubectl(['get', 'events.v1.events.k8s.io', '-n', 'ev', '-o', 'wide']);
+  assert.equal(r.code, 0, r.stderr);
+  assert.match(r.stdout, /^LAST SEEN\s+TYPE\s+REASON\s+OBJECT\s+SUBOBJECT\s+SOURCE\s+MESSAGE\s+FIRST SEEN\s+COUNT\s+NAME$/m);
+  assert.match(r.stdout, /Normal\s+Test\s+pod\/p\s+kubelet, node-1\s+said first\s+\S+\s+3\s+first$/m);
+  // One by name: a Table too (kubectl prints the same columns).
+  r = await api.kubectl(['get', 'events.events.k8s.io', '-n', 'ev', 'first']);
+  assert.equal(r.code, 0, r.stderr);
+  assert.match(r.stdout, /^LAST SEEN\s+TYPE\s+REASON\s+OBJECT\s+MESSAGE\n\S+\s+Normal\s+Test\s+pod\/p\s+said first\n$/);
+
+  // From the cache: a Table at an exact version is the state then (the store would answer its latest).
+  const TABLE = 'application/json;as=Table;v=v1;g=meta.k8s.io';
+  const exact = await rawRequest(api, 'GET', `/apis/events.k8s.io/v1/namespaces/ev/events?resourceVersion=${rv}&resourceVersionMatch=Exact&includeObject=Object`, undefined, { accept: TABLE });
+  assert.equal(exact.status, 200, exact.text);
+  const table = exact.json() as { kind: string; metadata: { resourceVersion: string }; rows: { cells: unknown[]; object: { apiVersion: string; kind: string; note?: string; regarding?: { name: string } } }[] };
+  assert.equal(table.kind, 'Table');
+  assert.equal(table.metadata.resourceVersion, rv);
+  assert.deepEqual(table.rows.map((row) => row.cells[6]), ['said first'], 'the state at the first event');
+  const o = table.rows[0]!.object;
+  assert.deepEqual([o.apiVersion, o.kind, o.note, o.regarding?.name], ['events.k8s.io/v1', 'Event', 'said first', 'p'], 'rows carry events.k8s.io/v1 objects');
+  const tooNew = await rawRequest(api, 'GET', `/apis/events.k8s.io/v1/namespaces/ev/events?resourceVersion=${Number(rv) + 1_000_000}`, undefined, { accept: TABLE });
+  assert.equal(tooNew.status, 504, tooNew.text);
+});

@@ -143,14 +143,15 @@ export interface RawReply {
 /**
  * A raw HTTPS request to `api`, for what a client library would not send or would hide: `body` is sent as is
  * (bytes or a string) or as JSON; `opts.type` its Content-Type (default JSON); `opts.token` the bearer token
- * (default the admin's; null for none). Rejects when no answer comes within `opts.timeoutMs` (default 20 s).
+ * (default the admin's; null for none); `opts.accept` the Accept header (a Table's, say). Rejects when no answer comes
+ * within `opts.timeoutMs` (default 20 s).
  */
 export function rawRequest(
   api: TestApiServer,
   method: string,
   path: string,
   body?: unknown,
-  opts: { type?: string; token?: string | null; timeoutMs?: number } = {},
+  opts: { type?: string; token?: string | null; timeoutMs?: number; accept?: string } = {},
 ): Promise<RawReply> {
   const ca = Buffer.from(api.kubeConfig.getCurrentCluster()!.caData!, 'base64');
   const data = body === undefined ? undefined : body instanceof Uint8Array ? Buffer.from(body) : Buffer.from(typeof body === 'string' ? body : JSON.stringify(body));
@@ -158,6 +159,7 @@ export function rawRequest(
   const headers: Record<string, string | number> = {};
   const token = opts.token === undefined ? api.kubeConfig.getCurrentUser()!.token : opts.token;
   if (token) headers.Authorization = `Bearer ${token}`;
+  if (opts.accept) headers.Accept = opts.accept;
   if (data) {
     headers['Content-Type'] = opts.type ?? 'application/json';
     headers['Content-Length'] = data.length;

@@ -170,7 +170,8 @@ export async function serveCachedList(scope: RequestScope, cache: ResourceCache,
   if (page.more && last) metadata.continue = encodeContinue(page.rv, last);
   if (page.more && page.remaining !== undefined) metadata.remainingItemCount = page.remaining;
   if (wantsTable(req)) {
-    sendJson(res, 200, toTable(def, page.items.map((o) => withTypeMeta(def, o.object)), String(page.rv), include, new Date(), { continue: metadata.continue as string | undefined, remainingItemCount: metadata.remainingItemCount as number | undefined }));
+    // A converted resource's Table reads its stored objects (./table.ts).
+    sendJson(res, 200, toTable(def, page.items.map((o) => (def.storedAs ? o.object : withTypeMeta(def, o.object))), String(page.rv), include, new Date(), { continue: metadata.continue as string | undefined, remainingItemCount: metadata.remainingItemCount as number | undefined }));
     return true;
   }
   if (wantsPartial(req)) {

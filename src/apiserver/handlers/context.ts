@@ -44,6 +44,11 @@ export interface ServerContext {
   watchBufferBytes?: number;
   /** Open streaming responses (watch, proxy), ended on close. */
   streams: Set<ServerResponse>;
+  /**
+   * How each open watch ends cleanly (its terminating chunk, then its client watches again), by response:
+   * the server's close() ends these first and cuts the other streams.
+   */
+  streamEnders: Map<ServerResponse, () => void>;
   /** The streams of FeOS pods, once the control plane's port for nodes registered them (./feos-pods.ts). */
   feosPodStreams?: () => FeosPodStreams | undefined;
 }

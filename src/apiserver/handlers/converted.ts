@@ -10,7 +10,7 @@ import { apiVersionOf } from '../registry/types.ts';
 import type { KubeObject } from '../storage/index.ts';
 import type { RequestScope } from './context.ts';
 import { cacheOf, serveCachedList } from './cached.ts';
-import { mediaType, sendJson, wantsPartial, wantsTable, warningHeader } from './http.ts';
+import { mediaType, sendJson, wantsTable, warningHeader } from './http.ts';
 import { readObject, writeOptions } from './resources.ts';
 import { type IncludeObject, toTable } from './table.ts';
 import { serveWatch } from './watch.ts';
@@ -40,11 +40,9 @@ export async function serveConverted(scope: RequestScope): Promise<void> {
   };
   if (info.name === undefined) {
     if (method === 'GET') {
-      // JSON lists from the stored resource's watch cache, with its resourceVersion semantics (handlers/cached.ts).
-      if (!wantsTable(req) && !wantsPartial(req)) {
-        const cache = await cacheOf(ctx, def);
-        if (cache && (await serveCachedList(scope, cache, include))) return;
-      }
+      // Lists (JSON, Table, metadata) from the stored resource's watch cache, with its resourceVersion semantics (handlers/cached.ts).
+      const cache = await cacheOf(ctx, def);
+      if (cache && (await serveCachedList(scope, cache, include))) return;
       const limit = q.get('limit');
       const list = await reg.list(stored, info.namespace, {
         labelSelector: q.get('labelSelector') ?? undefined,
@@ -52,14 +50,7 @@ export async function serveConverted(scope: RequestScope): Promise<void> {
         limit: limit && /^\d+$/.test(limit) ? Number(limit) : undefined,
         continue: q.get('continue') ?? undefined,
       });
-      if (wantsTable(req)) {
-        const table = toTable(stored, list.items, list.resourceVersion, include === 'Object' ? 'None' : include, new Date(), { continue: list.continue });
-        if (include === 'Object') {
-          const rows = table.rows as { object?: unknown }[];
-          for (let i = 0; i < rows.length; i++) rows[i]!.object = out(list.items[i]!);
-        }
-        return sendJson(res, 200, table);
-      }
+      if (wantsTable(req)) return sendJson(res, 200, toTable(def, list.items, list.resourceVersion, include, new Date(), { continue: list.continue }));
       const metadata: Record<string, unknown> = { resourceVersion: list.resourceVersion };
       if (list.continue) metadata.continue = list.continue;
       return sendJson(res, 200, { kind: def.listKind, apiVersion: apiVersionOf(def), metadata, items: list.items.map(out) });
@@ -72,8 +63,12 @@ export async function serveConverted(scope: RequestScope): Promise<void> {
   }
   const name = info.name;
   switch (method) {
-    case 'GET':
-      return sendJson(res, 200, out(await reg.get(stored, namespace, name)));
+    case 'GET': {
+      const o = await reg.get(stored, namespace, name);
+      // kubectl get events.events.k8s.io NAME asks for a Table, as for a list.
+      if (wantsTable(req)) return sendJson(res, 200, toTable(def, [o], o.metadata.resourceVersion ?? '', include, new Date()));
+      return sendJson(res, 200, out(o));
+    }
     case 'PUT':
       return sendJson(res, 200, out(await reg.update(stored, namespace, name, toStoredBody(await readObject(scope)), writeOptions(url, warnings))), warningHeader(warnings));
     case 'PATCH': {

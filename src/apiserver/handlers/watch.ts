@@ -110,6 +110,7 @@ export async function serveWatch(scope: RequestScope, filter?: (o: KubeObject) =
   res.writeHead(200, { 'Content-Type': 'application/json', 'Cache-Control': 'no-cache, private', 'Transfer-Encoding': 'chunked' });
   res.flushHeaders();
   ctx.streams.add(res);
+  ctx.streamEnders.set(res, () => close());
   let handle: WatchHandle | undefined;
   let closed = false;
   const timers: NodeJS.Timeout[] = [];
@@ -119,6 +120,7 @@ export async function serveWatch(scope: RequestScope, filter?: (o: KubeObject) =
     handle?.stop();
     for (const t of timers) clearTimeout(t);
     ctx.streams.delete(res);
+    ctx.streamEnders.delete(res);
     if (!res.writableEnded) res.end();
   };
   res.on('close', close);
