@@ -193,6 +193,34 @@ test('calls are bounded: a stopped etcd gives EtcdError within the request timeo
   }
 });
 
+test('no circuit breaker: after several calls timed out on a stopped etcd, the next call once it answers succeeds at once', { timeout: 30_000 }, async (t) => {
+  const e = await startEtcd(t);
+  const s = await open(t, e.url, { requestTimeoutMs: 500 });
+  await s.create(key('a'), obj('a'));
+  t.after(() => e.proc.kill('SIGCONT'));
+  await stopProcess(e.proc.pid!);
+  // Three consecutive timeouts opened etcd3's default breaker (5 s of "circuit breaker is open").
+  for (let i = 0; i < 4; i++) {
+    await assert.rejects(async () => await s.get(key('a')), (err: unknown) => err instanceof EtcdError && /no answer within 500 ms|deadline/i.test(err.message));
+  }
+  e.proc.kill('SIGCONT');
+  // etcd answers again: a fresh client sees it (retried until it does, bounded) ...
+  const c = client(t, e.url);
+  const deadline = Date.now() + 10_000;
+  for (;;) {
+    try {
+      await c.get('/registry/pods/default/a').string();
+      break;
+    } catch (err: unknown) {
+      if (Date.now() > deadline) throw err;
+      await new Promise<void>((r) => setTimeout(r, 50));
+    }
+  }
+  // ... and so does the storage's very next call, with no wait for a breaker to close.
+  assert.equal((await s.get(key('a')))?.metadata.name, 'a');
+  await s.create(key('b'), obj('b'));
+});
+
 test('the watch survives an etcd restart: it resumes from its last event, without repeats', { timeout: 60_000 }, async (t) => {
   const e = await startEtcd(t);
   const s = await open(t, e.url, { requestTimeoutMs: 3000 });

@@ -32,7 +32,8 @@
  */
 import { AsyncLocalStorage } from 'node:async_hooks';
 import { isDeepStrictEqual } from 'node:util';
-import { Etcd3 } from 'etcd3';
+import { ExponentialBackoff, handleType, noop, retry } from 'cockatiel';
+import { Etcd3, GRPCUnavailableError } from 'etcd3';
 import { EtcdKv, scheduleCompaction, toRow } from './etcd-kv.ts';
 import { RegistryWatch } from './etcd-watch.ts';
 import { type Cond, num, prefixEnd, REGISTRY_PREFIX, type Row, type WatchBatch, type WireEvent, type Write, withResourceVersion } from './etcd-wire.ts';
@@ -207,6 +208,19 @@ export class EtcdStorage implements Storage {
       hosts: opts.endpoints.map((e) => e.replace(/\/$/, '')),
       defaultCallOptions: (ctx) => (ctx.isStream ? {} : { deadline: Date.now() + opts.requestTimeoutMs }),
       grpcOptions: { 'grpc.max_receive_message_length': 256 * 1024 * 1024 },
+      // No circuit breaker per host. etcd3's default opens one after three consecutive recoverable
+      // errors (a deadline passed, Unavailable, ...) and then refuses every call for 5 s with "Execution
+      // prevented because the circuit breaker is open", without asking etcd: one busy moment (a drain's
+      // hundred evictions at 10 000 pods timed out three reads) made the API server answer every
+      // request with 500s for seconds after etcd was well again. kube-apiserver's clientv3 has no
+      // breaker: each call is bounded by its deadline (`requestTimeoutMs`) and the next call tries again.
+      // Nor a retry of a call that ran out of time (etcd3's default retries every recoverable error three
+      // times, so a call took up to four deadlines): only an Unavailable one (no connection to etcd, the
+      // request was not sent) is tried again, after 50, 100 and 200 ms, as clientv3 retries Unavailable.
+      faultHandling: {
+        host: () => noop,
+        global: retry(handleType(GRPCUnavailableError), { maxAttempts: 3, backoff: new ExponentialBackoff({ initialDelay: 50, maxDelay: 200 }) }),
+      },
     });
     this.kv = new EtcdKv(this.client);
     this.registryWatch = new RegistryWatch(this.client, { postMessage: (m) => this.onBatch(m) });
