@@ -74,9 +74,9 @@ export interface FeosdOptions {
   fleet?: FleetFlags;
   /**
    * The mesh's flags, with `fleet` (seed 000, "The mesh"): `--mesh-port` (51820), `--mesh-address`,
-   * `--mesh-device` (feos-mesh). Without `--pod-prefix`, the node's /96 of the mesh is its pod prefix.
+   * `--mesh-device` (feos-mesh), `--wireguard-go` (wireguard-go, from PATH). Without `--pod-prefix`, the node's /96 of the mesh is its pod prefix.
    */
-  mesh?: { port?: number; address?: string; device?: string; implementation?: 'auto' | 'kernel' | 'wireguard-go' };
+  mesh?: { port?: number; address?: string; device?: string; implementation?: 'auto' | 'kernel' | 'wireguard-go'; wireguardGo?: string };
   log?: Logger;
 }
 

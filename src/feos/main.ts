@@ -196,6 +196,7 @@ export async function main(argv: string[]): Promise<void> {
     .option('--mesh-port <port>', "the UDP port of the mesh's WireGuard device, on a node without --pod-prefix", meshPort, 51820)
     .option('--mesh-address <address>', "where the other nodes reach the node's mesh (default: the address from which the node reaches the control plane)", meshAddress)
     .option('--mesh-device <name>', "the mesh's WireGuard device (distinct names for nodes side by side on one machine)", meshDevice, 'feos-mesh')
+    .option('--wireguard-go <path>', "the wireguard-go that makes the mesh's device without kernel WireGuard (a path, or a name looked up in PATH)", 'wireguard-go')
     .option('--fence-after <seconds>', "with --control-plane: suspend the cluster's pods once no report reached it for this long, as it may restore them elsewhere (0: never)", nonNegative('--fence-after'), 40)
     .allowExcessArguments(false);
   program.parse(argv);
@@ -234,6 +235,7 @@ export async function main(argv: string[]): Promise<void> {
     meshPort: number;
     meshAddress?: string;
     meshDevice: string;
+    wireguardGo: string;
   }>();
   if (opts.vmsCgroup !== undefined) {
     try {
@@ -311,7 +313,7 @@ export async function main(argv: string[]): Promise<void> {
         fleet: opts.controlPlane
           ? { controlPlane: opts.controlPlane, controlPlaneName: opts.controlPlaneName, trustDomain: opts.trustDomain, joinTokenFile: opts.joinTokenFile, nodeDir: opts.nodeDir ?? join(opts.stateDir, 'node'), nodeName: opts.nodeName, fenceAfterMs: opts.fenceAfter * 1000 }
           : undefined,
-        mesh: { port: opts.meshPort, address: opts.meshAddress, device: opts.meshDevice },
+        mesh: { port: opts.meshPort, address: opts.meshAddress, device: opts.meshDevice, wireguardGo: opts.wireguardGo },
         log,
       },
       ac.signal,

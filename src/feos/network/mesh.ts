@@ -31,7 +31,7 @@ import { MESH_DEVICE, type WireGuardDevice, checkKey, ensureDevice, generatePriv
 /** The mesh's UDP port's default. */
 export const MESH_PORT = 51820;
 
-/** How the mesh is made: feosd's `--node-dir`, `--mesh-port`, `--mesh-address`, `--mesh-device`. */
+/** How the mesh is made: feosd's `--node-dir`, `--mesh-port`, `--mesh-address`, `--mesh-device`, `--wireguard-go`. */
 export interface MeshOptions {
   /** `--node-dir`: the key and mesh.pb are in its `mesh/`. */
   nodeDir: string;
@@ -43,6 +43,8 @@ export interface MeshOptions {
   device?: string;
   /** @default 'auto' */
   implementation?: 'auto' | WireGuardImplementation;
+  /** `--wireguard-go`: wireguard-go's path, or a name looked up in PATH. @default 'wireguard-go' */
+  wireguardGo?: string;
   /** wireguard-go's UAPI sockets' directory. @default '/var/run/wireguard' */
   uapiDir?: string;
   log: Logger;
@@ -286,7 +288,7 @@ export class NodeMesh {
       const cluster = this.clusterPrefix;
       const node = this.nodePrefix;
       if (!cluster || !node) throw new NetworkError('FAILED_PRECONDITION', 'the node has no /96 of the mesh yet');
-      const dev = await ensureDevice({ name: this.deviceName, implementation: this.#o.implementation, uapiDir: this.#o.uapiDir });
+      const dev = await ensureDevice({ name: this.deviceName, implementation: this.#o.implementation, wireguardGo: this.#o.wireguardGo, uapiDir: this.#o.uapiDir });
       this.#device = dev;
       const have = await dev.get();
       const want = new Map(this.#mesh.peers.map((p) => [p.publicKey, p]));

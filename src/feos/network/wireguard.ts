@@ -11,11 +11,10 @@
  * base64 everywhere else.
  */
 import { createPrivateKey, createPublicKey, generateKeyPairSync } from 'node:crypto';
-import { stat } from 'node:fs/promises';
 import net from 'node:net';
-import { setTimeout as sleep } from 'node:timers/promises';
 import { NetworkError } from './errors.ts';
 import { ip, ipJson, isMissing, run, setSysctl } from './system.ts';
+import { checkUapiServer, startWireguardGo, uapiServer } from './wireguard-go.ts';
 
 /** The mesh's MTU: 1500 less WireGuard's 80 bytes over IPv6. */
 export const MESH_MTU = 1420;
@@ -227,7 +226,7 @@ export interface EnsureDeviceOptions {
   name: string;
   /** `auto`: the kernel's where `ip link add type wireguard` works, else wireguard-go. @default 'auto' */
   implementation?: 'auto' | WireGuardImplementation;
-  /** @default 'wireguard-go' */
+  /** `--wireguard-go`: its path, or a name looked up in PATH. @default 'wireguard-go' */
   wireguardGo?: string;
   /** @default UAPI_DIR */
   uapiDir?: string;
@@ -236,17 +235,28 @@ export interface EnsureDeviceOptions {
 /**
  * Makes the device, or takes the one there (an earlier feosd's: wireguard-go runs on as its own
  * daemon, as the pods outlive feosd), with MTU 1420, no addresses and no router advertisements, up.
+ * A wireguard-go device is taken, or made, only once the process serving its UAPI socket is found
+ * to serve a TUN device of that name in feosd's network namespace ({@link checkUapiServer}): the
+ * socket's folder is the machine's, and another namespace's node may use the same name.
  * @throws NetworkError FAILED_PRECONDITION when neither kernel WireGuard nor wireguard-go can make
- *   it, or a link of that name is of another kind; INTERNAL for a step that failed
+ *   it (naming why wireguard-go failed), a link of that name is of another kind, or the UAPI socket
+ *   is another network namespace's; INTERNAL for a step that failed
  */
 export async function ensureDevice(o: EnsureDeviceOptions): Promise<WireGuardDevice> {
   const uapiDir = o.uapiDir ?? UAPI_DIR;
+  const socketPath = `${uapiDir}/${o.name}.sock`;
   let impl = await existingImplementation(o.name);
   if (impl === 'other') throw new NetworkError('FAILED_PRECONDITION', `the link ${o.name} is there and is not a WireGuard device: remove it or give --mesh-device another name`);
-  if (impl === 'wireguard-go' && !(await stat(`${uapiDir}/${o.name}.sock`).catch(() => undefined))) {
-    // A TUN device left by a wireguard-go that ended: made anew.
-    await ip('link', 'del', 'dev', o.name);
-    impl = undefined;
+  if (impl === 'wireguard-go') {
+    // Taken only when its socket's server is this namespace's wireguard-go of that device: another
+    // namespace's node that uses the name would otherwise be given this node's key and peers.
+    const server = await uapiServer(socketPath);
+    if (server) await checkUapiServer(o.name, socketPath, server, true);
+    else {
+      // A TUN device left by a wireguard-go that ended: made anew.
+      await ip('link', 'del', 'dev', o.name);
+      impl = undefined;
+    }
   }
   const want = o.implementation ?? 'auto';
   if (impl === undefined && want !== 'wireguard-go') {
@@ -258,13 +268,21 @@ export async function ensureDevice(o: EnsureDeviceOptions): Promise<WireGuardDev
     }
   }
   if (impl === undefined) {
+    // A socket served already is another namespace's (the device is not in this one): said before
+    // wireguard-go would fail on it ("UAPI listen error: unix socket in use").
+    const other = await uapiServer(socketPath);
+    if (other) await checkUapiServer(o.name, socketPath, other, false);
+    let file: string;
     try {
       // wireguard-go forks its daemon and exits once the device and its UAPI socket are there.
-      await run(o.wireguardGo ?? 'wireguard-go', [o.name]);
+      file = await startWireguardGo(o.wireguardGo ?? 'wireguard-go', o.name);
     } catch (err: unknown) {
-      throw new NetworkError('FAILED_PRECONDITION', `neither kernel WireGuard nor wireguard-go can make ${o.name} (install wireguard-go): ${(err as Error).message}`, { cause: err });
+      const kernel = want === 'wireguard-go' ? '' : 'no kernel WireGuard (`ip link add type wireguard` failed), and ';
+      throw new NetworkError('FAILED_PRECONDITION', `the mesh device ${o.name}: ${kernel}${(err as Error).message}`, { cause: err });
     }
-    for (let i = 0; i < 100 && !(await stat(`${uapiDir}/${o.name}.sock`).catch(() => undefined)); i++) await sleep(50);
+    const server = await uapiServer(socketPath);
+    if (!server) throw new NetworkError('FAILED_PRECONDITION', `the mesh device ${o.name}: \`${file} ${o.name}\` exited 0 but nothing serves its UAPI socket ${socketPath}`);
+    await checkUapiServer(o.name, socketPath, server, (await existingImplementation(o.name)) === 'wireguard-go');
     impl = 'wireguard-go';
   }
   const dev = new WireGuardDevice(o.name, impl, uapiDir);

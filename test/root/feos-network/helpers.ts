@@ -77,10 +77,11 @@ export interface Started {
 
 /**
  * Starts `node FILE ARGS` in a namespace and waits for its "ready" line.
+ * @param wrap a command that runs node (`unshare -m ...`), before it on the command line
  * @throws Error with its output when it exits or does not get ready within the deadline
  */
-export function startInNs(ns: string, file: string, args: string[], timeoutMs = 30_000): Promise<Started> {
-  const child = spawn('ip', ['netns', 'exec', ns, process.execPath, file, ...args], { stdio: ['ignore', 'pipe', 'pipe'] });
+export function startInNs(ns: string, file: string, args: string[], timeoutMs = 30_000, wrap: string[] = []): Promise<Started> {
+  const child = spawn('ip', ['netns', 'exec', ns, ...wrap, process.execPath, file, ...args], { stdio: ['ignore', 'pipe', 'pipe'] });
   let out = '';
   let err = '';
   child.stderr!.on('data', (d) => {
