@@ -15,27 +15,29 @@
  * ```
  * Or through the pod layer's interface: `new PodService({ network: network.podNetworkProvider(), ... })`.
  */
-export { createNetwork, PodNetwork, RULES_INTERVAL_MS } from './network.ts';
-export type { NetworkOptions, PodNetworkSpec, KeptPod, GuestNetwork, AttachedPod, PodRecordView } from './network.ts';
-export { parseNetworkFlags, checkPodUpstreams, DEFAULT_DNS_UPSTREAMS, IPV4_GATEWAY, IPV6_GATEWAY, METADATA_ADDRESS } from './options.ts';
-export type { NetworkFlags, NetworkSettings } from './options.ts';
+
+export type { AddressAllocatorOptions, PodAddresses } from './addresses.ts';
 export { AddressAllocator } from './addresses.ts';
-export type { PodAddresses, AddressAllocatorOptions } from './addresses.ts';
-export { NetworkError, networkErrorToGrpc, type NetworkErrorCode } from './errors.ts';
-export { tapName, podMac, checkPodId, TAP_PREFIX } from './pod-link.ts';
-export { checkMetadata, metadataDocument, MetadataService, METADATA_MAX_BYTES } from './metadata.ts';
-export { Resolver, lookupName, stripEch, bindResolverSockets, NAME_TTL_SECONDS, type DnsQueryRecord, type ResolverPod } from './dns.ts';
-export { compileTable, tableUpdate, defaultGroup, DEFAULT_GROUP, TABLE, NFLOG_DROPS, NFLOG_COPIES } from './table.ts';
+export { type ConntrackEvent, type ConntrackTuple, parseConntrackLine, parseCtimeUtc } from './conntrack-events.ts';
+export { bindResolverSockets, type DnsQueryRecord, lookupName, NAME_TTL_SECONDS, Resolver, type ResolverPod, stripEch } from './dns.ts';
+export { NetworkError, type NetworkErrorCode, networkErrorToGrpc } from './errors.ts';
+export { type GrpcService, grpcServiceDefinition, nameService, securityGroupService } from './grpc.ts';
+export { canonicalAddress, type Family, formatAddress, formatPrefix, normalizePrefixes, type Prefix, parseAddress, parsePrefix, subtractPrefixes } from './ip.ts';
+export { type ListenFds, takeListenFds } from './listen-fds.ts';
+export { checkPeers, formatEndpoint, type JoinMeshAnswer, type JoinMeshAsk, MESH_PORT, type MeshOptions, NodeMesh, parseEndpoint } from './mesh.ts';
+export { checkMetadata, METADATA_MAX_BYTES, MetadataService, metadataDocument } from './metadata.ts';
+export type { AttachedPod, GuestNetwork, KeptPod, NetworkOptions, PodNetworkSpec, PodRecordView } from './network.ts';
+export { createNetwork, PodNetwork, RULES_INTERVAL_MS } from './network.ts';
+export { type IpPacket, LINKTYPE_NFLOG, type NflogPacket, PcapNflogReader, parseIpPacket, parseNflog, protocolName } from './nflog.ts';
+export type { NetworkFlags, NetworkSettings } from './options.ts';
+export { checkPodUpstreams, DEFAULT_DNS_UPSTREAMS, IPV4_GATEWAY, IPV6_GATEWAY, METADATA_ADDRESS, parseNetworkFlags } from './options.ts';
+export { checkPodId, podMac, TAP_PREFIX, tapName } from './pod-link.ts';
+export { hasIpv4DefaultRoute, hasIpv6DefaultRoute, missingPreconditions, type NodeNetworkState, nodeNetworkReason, type ProcPaths, readNodeNetwork } from './preflight.ts';
+export { MAX_SCAN_BYTES, type NameScan, ServerNameAssembler, scanHttpRequest, scanServerName, scanTlsClientHello, type TcpSegment } from './server-names.ts';
+export { checkNameTable, checkSecurityGroup, NameTableStore, SecurityGroupStore } from './stores.ts';
 export type { CompiledTable, TableInput, TablePod } from './table.ts';
-export { SecurityGroupStore, NameTableStore, checkSecurityGroup, checkNameTable } from './stores.ts';
-export { grpcServiceDefinition, securityGroupService, nameService, type GrpcService } from './grpc.ts';
-export { takeListenFds, type ListenFds } from './listen-fds.ts';
-export { trafficService, WATCH_BUFFER_RECORDS, LEFT_POD_MEMORY_MS, TrafficChannel, TrafficCollector, RecentPods, flowEntries, nflogEntries, dnsQueryEntry } from './traffic.ts';
-export type { TrafficEntry, TrafficPods, TrafficCollectorOptions, TrafficServiceOptions } from './traffic.ts';
-export { scanServerName, scanTlsClientHello, scanHttpRequest, ServerNameAssembler, MAX_SCAN_BYTES, type NameScan, type TcpSegment } from './server-names.ts';
-export { PcapNflogReader, parseNflog, parseIpPacket, protocolName, LINKTYPE_NFLOG, type NflogPacket, type IpPacket } from './nflog.ts';
-export { parseConntrackLine, parseCtimeUtc, type ConntrackEvent, type ConntrackTuple } from './conntrack-events.ts';
-export { parsePrefix, parseAddress, formatPrefix, formatAddress, canonicalAddress, subtractPrefixes, normalizePrefixes, type Prefix, type Family } from './ip.ts';
-export { hasIpv4DefaultRoute, hasIpv6DefaultRoute, missingPreconditions, nodeNetworkReason, readNodeNetwork, type NodeNetworkState, type ProcPaths } from './preflight.ts';
-export { NodeMesh, MESH_PORT, checkPeers, parseEndpoint, formatEndpoint, type MeshOptions, type JoinMeshAsk, type JoinMeshAnswer } from './mesh.ts';
-export { WireGuardDevice, ensureDevice, generatePrivateKey, publicKeyOf, checkKey, MESH_DEVICE, MESH_MTU, UAPI_DIR, type WireGuardImplementation, type DeviceState, type DevicePeer } from './wireguard.ts';
+export { compileTable, DEFAULT_GROUP, defaultGroup, NFLOG_COPIES, NFLOG_DROPS, TABLE, tableUpdate } from './table.ts';
+export type { TrafficCollectorOptions, TrafficEntry, TrafficPods, TrafficServiceOptions } from './traffic.ts';
+export { dnsQueryEntry, flowEntries, LEFT_POD_MEMORY_MS, nflogEntries, RecentPods, TrafficChannel, TrafficCollector, trafficService, WATCH_BUFFER_RECORDS } from './traffic.ts';
+export { checkKey, type DevicePeer, type DeviceState, ensureDevice, generatePrivateKey, MESH_DEVICE, MESH_MTU, publicKeyOf, UAPI_DIR, WireGuardDevice, type WireGuardImplementation } from './wireguard.ts';
+export { checkUapiServer, INSTALL_HINT, lastLines, ownNetns, resolveExecutable, startWireguardGo, type UapiServer, uapiServer } from './wireguard-go.ts';
