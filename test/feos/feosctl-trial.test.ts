@@ -3,6 +3,7 @@
  * (its bring-ups fail, which these checks do not mind) or none:
  * - a failure to connect names the address tried and how to point feosctl elsewhere (no socket, a socket
  *   it may not open, nothing answering over TCP);
+ * - `feosctl get pods` (kubectl's order) says feosctl's form;
  * - a `--pull-token-file` that is missing or empty is a usage error naming the flag;
  * - `pod list -o wide` and `pod get -o wide` add the images, the guest version, STARTED and CHECKPOINT;
  * - `pod events -o yaml` prints a YAML document per event.
@@ -45,6 +46,14 @@ test('feosctl names the address it tried and how to point it elsewhere when it c
     connectFailureMessage('No connection established. Last error: connect EACCES /run/feos/api.sock (2026-12-07T03:00:00.000Z)', { socket: '/run/feos/api.sock' }),
     `UNAVAILABLE: permission denied on the socket /run/feos/api.sock: it is for root and the group feos (run feosctl as root or as a member of feos); ${ELSEWHERE}`,
   );
+});
+
+test("kubectl's verb first (feosctl get pods -o wide) is a usage error saying feosctl's form", { timeout: 30_000 }, async () => {
+  const r = await feosctl('/nonexistent.sock', ['get', 'pods', '-o', 'wide'], 20_000);
+  assert.equal(r.code, 2);
+  assert.equal(r.stderr, "error: unknown command 'get': feosctl puts the noun first (feosctl pod list [-o wide], feosctl pod get ID)\n");
+  const other = await feosctl('/nonexistent.sock', ['frob'], 20_000);
+  assert.equal(other.stderr, "error: unknown command 'frob'\n");
 });
 
 test('a --pull-token-file that is missing or empty is a usage error naming the flag', { timeout: 60_000 }, async (t) => {
