@@ -190,7 +190,7 @@ export async function main(argv: string[]): Promise<void> {
     .option('--control-plane <host:port>', "join the control plane at its port for nodes (Kube32's --feos-listen)", controlPlane)
     .option('--control-plane-name <name>', "the DNS name the control plane's certificate is checked for (default: the host of --control-plane)")
     .option('--trust-domain <name>', "the control plane's SPIFFE trust domain", 'feos.local')
-    .option('--join-token-file <path>', 'the join token, feos-join-<secret>.<pin>, read while the node has not joined', '/etc/feos/join-token')
+    .option('--join-token-file <path>', 'the join token, feos-join-<token-id>-<token-secret>.<pin> as kube32-cli feos token create prints it, read while the node has not joined', '/etc/feos/join-token')
     .option('--node-dir <dir>', "the node's identity for the control plane (default: STATE-DIR/node, /var/lib/feos/node)")
     .option('--node-name <name>', "the node's name in the cluster (default: the hostname, lowercased)", nodeName)
     .option('--mesh-port <port>', "the UDP port of the mesh's WireGuard device, on a node without --pod-prefix", meshPort, 51820)

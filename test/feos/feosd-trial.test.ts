@@ -167,7 +167,7 @@ test('feosctl: no feosd is "is feosd running?"; host info as protobuf JSON and Y
   const YAML = (await import('yaml')).default;
   const none = await feosctl(join(dir, 'none.sock'), ['pod', 'list'], 20_000);
   assert.equal(none.code, 1);
-  assert.equal(none.stderr, `feosctl: UNAVAILABLE: is feosd running? (no socket at ${join(dir, 'none.sock')}; pass --socket)\n`);
+  assert.equal(none.stderr, `feosctl: UNAVAILABLE: is feosd running? no socket at ${join(dir, 'none.sock')}; to reach another feosd, pass --socket PATH (its <run-dir>/api.sock), --tcp HOST:PORT or --kubeconfig FILE --node NAME\n`);
   // A guest version whose files are empty: the bring-up records it (a second PENDING record), then fails.
   const guest = join(dir, 'guest', '20260101-000000');
   mkdirSync(guest, { recursive: true });

@@ -18,8 +18,8 @@ export interface CtlContext {
   deadline: () => Date;
   /** Runs a call; a gRPC error becomes feosctl's `<CODE>: <message>` (exit 1). */
   call: <T>(fn: () => Promise<T>) => Promise<T>;
-  /** The `-o table|json|yaml` option. */
-  output: () => Option;
+  /** The `-o table|json|yaml` option; with `wide`, `-o wide` too (pod commands: more columns). */
+  output: (o?: { wide?: boolean }) => Option;
   /** Columns padded as kubectl pads them. */
   table: (rows: string[][]) => string;
 }
@@ -30,7 +30,24 @@ export interface CtlContext {
  * (a store that failed with ENOENT, say), which feosctl shows as it is.
  */
 export function isConnectFailure(details: string): boolean {
-  return /^No connection established\b/.test(details) || /^(?:connect )?(?:ENOENT|ECONNREFUSED)\b/.test(details);
+  return /^No connection established\b/.test(details) || /^(?:connect )?(?:ENOENT|ECONNREFUSED|EACCES)\b/.test(details);
+}
+
+/** How else feosctl reaches a feosd: said after each failure to connect. */
+const ELSEWHERE = 'to reach another feosd, pass --socket PATH (its <run-dir>/api.sock), --tcp HOST:PORT or --kubeconfig FILE --node NAME';
+
+/**
+ * feosctl's message for a failure to reach feosd ({@link isConnectFailure}): the address it tried, why
+ * (no socket, permission denied, nothing listening or answering) and how to point it elsewhere.
+ * @param details grpc-js's details (`No connection established. Last error: connect EACCES /run/feos/api.sock ...`)
+ */
+export function connectFailureMessage(details: string, o: { socket: string; tcp?: string }): string {
+  if (o.tcp) return `UNAVAILABLE: is feosd running? nothing answers at ${o.tcp}; ${ELSEWHERE}`;
+  if (/\bEACCES\b/.test(details)) {
+    return `UNAVAILABLE: permission denied on the socket ${o.socket}: it is for root and the group feos (run feosctl as root or as a member of feos); ${ELSEWHERE}`;
+  }
+  const why = /\bENOENT\b/.test(details) ? `no socket at ${o.socket}` : `nothing listens on ${o.socket}`;
+  return `UNAVAILABLE: is feosd running? ${why}; ${ELSEWHERE}`;
 }
 
 /**
@@ -44,7 +61,10 @@ export function ctlContext(program: Command, tunnel: () => ClusterTunnel | undef
     return t ? t.target : o.tcp ? o.tcp : `unix:${o.socket}`;
   };
   const deadline = () => new Date(Date.now() + program.opts<{ timeout: number }>().timeout * 1000);
-  const output = () => new Option('-o, --output <format>', 'table, json or yaml').choices(['table', 'json', 'yaml']).default('table');
+  const output = (w?: { wide?: boolean }) =>
+    w?.wide
+      ? new Option('-o, --output <format>', 'table, wide (more columns), json or yaml').choices(['table', 'wide', 'json', 'yaml']).default('table')
+      : new Option('-o, --output <format>', 'table, json or yaml').choices(['table', 'json', 'yaml']).default('table');
   const call = async <T>(fn: () => Promise<T>): Promise<T> => {
     try {
       return await fn();
@@ -57,14 +77,7 @@ export function ctlContext(program: Command, tunnel: () => ClusterTunnel | undef
       // ENOENT, say) are shown as they are.
       const t = tunnel();
       if (e.code === 14 && t?.lastError()) throw new CallFailed(`UNAVAILABLE: ${t.lastError()}`);
-      if (e.code === 14 && isConnectFailure(e.details ?? '')) {
-        const where = o.tcp
-          ? `nothing answers at ${o.tcp}; pass --tcp`
-          : /ENOENT/.test(e.details ?? '')
-            ? `no socket at ${o.socket}; pass --socket`
-            : `nothing listens on ${o.socket}; pass --socket`;
-        throw new CallFailed(`UNAVAILABLE: is feosd running? (${where})`);
-      }
+      if (e.code === 14 && isConnectFailure(e.details ?? '')) throw new CallFailed(connectFailureMessage(e.details ?? '', o));
       if (typeof e.code === 'number') {
         throw new CallFailed(`${codeName(e.code)}: ${e.details ?? ''}${isVmBusy(err) ? ' (VmBusy)' : ''}`);
       }

@@ -12,11 +12,19 @@ import { parseBytes } from '../../lib/index.ts';
 import { MAX_MEMORY_BYTES, MIN_MEMORY_BYTES } from '../pods/index.ts';
 import { MAX_VOLUME_BYTES, MIN_VOLUME_BYTES } from '../volumes/index.ts';
 
-/** A pull token from a file (trimmed), or empty; a token never goes on a command line, where ps shows it. */
+/**
+ * A pull token from a file (trimmed), or empty; a token never goes on a command line, where ps shows it.
+ * @throws InvalidArgumentError naming `--pull-token-file` and the file when it cannot be read or is empty
+ */
 export function readToken(file: string | undefined): string {
   if (!file) return '';
-  const t = readFileSync(file, 'utf8').trim();
-  if (!t) throw new InvalidArgumentError(`${file}: empty pull token`);
+  let t: string;
+  try {
+    t = readFileSync(file, 'utf8').trim();
+  } catch (err: unknown) {
+    throw new InvalidArgumentError(`--pull-token-file ${file}: ${err instanceof Error ? err.message.replace(/^(\w+): ([^,]+),.*$/, '$2 ($1)') : String(err)}: give a file that holds the registry's Bearer token`);
+  }
+  if (!t) throw new InvalidArgumentError(`--pull-token-file ${file}: the file is empty: put the registry's Bearer token in it`);
   return t;
 }
 

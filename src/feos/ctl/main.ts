@@ -27,6 +27,25 @@ import { addVolumeCommands } from './volume.ts';
 export { isConnectFailure } from './context.ts';
 
 /** Runs feosctl with `argv` (process.argv). Exits the process with its status. */
+/** feosctl's form of a kubectl verb a user types first (`feosctl get pods`): the noun comes first here. */
+const KUBECTL_VERBS: Record<string, string> = {
+  get: 'feosctl pod list [-o wide], feosctl pod get ID',
+  describe: 'feosctl pod get ID [-o yaml]',
+  logs: 'feosctl pod logs ID',
+  exec: 'feosctl pod exec ID -- COMMAND',
+  delete: 'feosctl pod delete ID',
+  create: 'feosctl pod create',
+  run: 'feosctl pod create --image REF',
+  events: 'feosctl pod events [ID]',
+};
+
+/** Commander's `unknown command 'get'` with feosctl's form of that kubectl verb; other messages as they are. */
+export function kubectlHabit(message: string): string {
+  const m = /^error: unknown command '([a-z]+)'\n?$/.exec(message);
+  const form = m ? KUBECTL_VERBS[m[1]!] : undefined;
+  return form ? `error: unknown command '${m![1]}': feosctl puts the noun first (${form})\n` : message;
+}
+
 export async function main(argv: string[]): Promise<void> {
   // Whether commander printed its error itself (its parse errors); errors thrown by an action it does not print.
   let commanderSaid = false;
@@ -50,7 +69,7 @@ export async function main(argv: string[]): Promise<void> {
     .configureOutput({
       writeErr: (s) => {
         commanderSaid = true;
-        process.stderr.write(s);
+        process.stderr.write(kubectlHabit(s));
       },
     });
 

@@ -9,8 +9,8 @@ import { type PodInfo, PodInfoSchema, PodState } from '../gen/feos/pod/v1/pod_pb
 import { type Volume, VolumeSchema, VolumeState } from '../gen/feos/volume/v1/volume_pb.js';
 import { formatBytes, humanDuration } from '../../lib/index.ts';
 
-/** The `-o` formats. */
-export type Output = 'table' | 'json' | 'yaml';
+/** The `-o` formats (`wide`: a table with more columns, for pods). */
+export type Output = 'table' | 'wide' | 'json' | 'yaml';
 
 /** A pod as protobuf JSON, its `id` first. */
 export function podJson(pod: PodInfo): JsonValue {
@@ -33,9 +33,15 @@ export function table(rows: string[][]): string {
   return `${rows.map((r) => r.map((c, i) => (i === r.length - 1 ? c : c.padEnd(widths[i]))).join('   ')).join('\n')}\n`;
 }
 
+/** How long ago `t` was, as kubectl prints ages; `-` without it. */
+function since(t: PodInfo['startedAt']): string {
+  return t ? humanDuration(Date.now() - timestampDate(t).getTime()) : '-';
+}
+
 /**
- * Prints pods to stdout: a table (one pod's containers below it), or JSON / YAML (one pod alone when
- * `single`, else `{ pods: [...] }`).
+ * Prints pods to stdout: a table (one pod's containers below it; `wide` adds, as `kubectl get -o wide`
+ * does, the images, the guest version, how long ago the pod was brought up and its checkpoint), or JSON /
+ * YAML (one pod alone when `single`, else `{ pods: [...] }`).
  */
 export function printPods(pods: PodInfo[], output: Output, single: boolean): void {
   if (output === 'json') {
@@ -43,7 +49,8 @@ export function printPods(pods: PodInfo[], output: Output, single: boolean): voi
   } else if (output === 'yaml') {
     process.stdout.write(YAML.stringify(single ? podJson(pods[0]) : { pods: pods.map(podJson) }));
   } else {
-    const rows = [['ID', 'STATE', 'VCPUS', 'MEMORY', 'IPV6', 'IPV4', 'AGE', 'REASON']];
+    const wide = output === 'wide';
+    const rows = [['ID', 'STATE', 'VCPUS', 'MEMORY', 'IPV6', 'IPV4', 'AGE', ...(wide ? ['IMAGES', 'GUEST', 'STARTED', 'CHECKPOINT'] : []), 'REASON']];
     for (const p of pods) {
       rows.push([
         p.id,
@@ -53,6 +60,7 @@ export function printPods(pods: PodInfo[], output: Output, single: boolean): voi
         p.ipv6Address || '-',
         p.ipv4Address || '-',
         age(p),
+        ...(wide ? [p.spec?.containers.map((c) => c.image).join(',') || '-', p.guestVersion || '-', since(p.startedAt), p.checkpoint || '-'] : []),
         p.reason,
       ]);
     }

@@ -17,6 +17,7 @@ import {
 } from '../gen/feos/pod/v1/pod_pb.js';
 import { codeName, makeClient } from '../api/index.ts';
 import type { CtlContext } from './context.ts';
+import YAML from 'yaml';
 import { podJson } from './output.ts';
 
 /** Adds the streaming commands to feosctl's `pod` command. */
@@ -25,9 +26,9 @@ export function addPodStreamCommands(pod: Command, ctx: CtlContext): void {
   const pods = () => makeClient(PodService, ctx.target());
   pod
     .command('events [id]')
-    .description("streams the pods' changes (one pod's with an ID), one line each, or JSON lines with -o json")
-    .addOption(new Option('-o, --output <format>', 'table or json').choices(['table', 'json']).default('table'))
-    .action(async (id: string | undefined, o: { output: 'table' | 'json' }) => {
+    .description("streams the pods' changes (one pod's with an ID), one line each, JSON lines with -o json, YAML documents with -o yaml")
+    .addOption(new Option('-o, --output <format>', 'table, json or yaml').choices(['table', 'json', 'yaml']).default('table'))
+    .action(async (id: string | undefined, o: { output: 'table' | 'json' | 'yaml' }) => {
       const c = pods();
       const stream = c.watchPodEvents({ podId: id ?? '' });
       // The table shows a pod's state and reason: a recorded change that keeps both (its guest version,
@@ -37,8 +38,10 @@ export function addPodStreamCommands(pod: Command, ctx: CtlContext): void {
         () =>
           new Promise<void>((resolve, reject) => {
             stream.on('data', (e: PodEvent) => {
-              if (o.output === 'json') {
-                process.stdout.write(`${JSON.stringify({ podId: e.podId, deleted: e.deleted, initial: e.initial, pod: e.pod ? podJson(e.pod) : null })}\n`);
+              if (o.output === 'json' || o.output === 'yaml') {
+                const doc = { podId: e.podId, deleted: e.deleted, initial: e.initial, pod: e.pod ? podJson(e.pod) : null };
+                // YAML: a document per event, each started with `---`, as a stream of documents.
+                process.stdout.write(o.output === 'json' ? `${JSON.stringify(doc)}\n` : `---\n${YAML.stringify(doc)}`);
               } else {
                 const state = e.deleted ? 'DELETED' : PodState[e.pod?.state ?? 0];
                 const line = `${state}\0${e.pod?.reason ?? ''}`;

@@ -56,7 +56,7 @@ export function addPodCommands(program: Command, ctx: CtlContext): void {
     .option('--metadata-file <file>', 'metadata as a YAML or JSON mapping of keys to strings')
     .option('--image-layer <layer...>', "baked layers of the pod's one container's image to start its disk on, in order (a pod's BAKED layer ID); one the node cannot fetch is passed over")
     .option('--bake', "let the pod bake its one container's image into a layer when its disk is on the blank data volume (needs feosd's --object-store)")
-    .addOption(output())
+    .addOption(output({ wide: true }))
     .action(async (o: { id?: string; vcpus?: number; memory?: bigint; image?: string[]; network?: boolean; filename?: string; wait?: boolean; pullTokenFile?: string; metadata?: string[]; metadataFile?: string; imageLayer?: string[]; bake?: boolean; output: Output }) => {
       let spec = create(PodSpecSchema);
       if (o.filename) {
@@ -99,7 +99,7 @@ export function addPodCommands(program: Command, ctx: CtlContext): void {
   pod
     .command('get <id>')
     .description('shows a pod')
-    .addOption(output())
+    .addOption(output({ wide: true }))
     .action(async (id: string, o: { output: Output }) => {
       const c = pods();
       const res = await call(() => c.getPod({ id }, { deadline: deadline() }));
@@ -109,7 +109,7 @@ export function addPodCommands(program: Command, ctx: CtlContext): void {
   pod
     .command('list')
     .description("lists the node's pods")
-    .addOption(output())
+    .addOption(output({ wide: true }))
     .action(async (o: { output: Output }) => {
       const c = pods();
       const res = await call(() => c.listPods({}, { deadline: deadline() }));
@@ -123,7 +123,7 @@ export function addPodCommands(program: Command, ctx: CtlContext): void {
     ['suspend', "writes a RUNNING pod's microVM into its snapshot"],
     ['resume', 'resumes a SUSPENDED pod, or restores a HIBERNATED one from its checkpoint'],
   ] as const) {
-    const cmd = pod.command(`${name} <id>`).description(desc).addOption(output());
+    const cmd = pod.command(`${name} <id>`).description(desc).addOption(output({ wide: true }));
     if (name === 'start') {
       cmd.option('--pull-token-file <file>', "a Bearer token of the images' registry for this bring-up's pulls");
       cmd.option('--wait', 'wait until the pod is RUNNING or FAILED (FAILED exits 1)');
@@ -147,7 +147,7 @@ export function addPodCommands(program: Command, ctx: CtlContext): void {
     .command('hibernate <id>')
     .description("puts a pod into feosd's object store (its memory and disk) and releases it on the node: HIBERNATED")
     .option('--no-abandon', 'a ResumePod waits for this hibernation instead of abandoning it (a drain)')
-    .addOption(output())
+    .addOption(output({ wide: true }))
     .action(async (id: string, o: { output: Output; abandon: boolean }) => {
       const c = pods();
       const res = await call(() => c.hibernatePod({ id, noAbandon: !o.abandon }, { deadline: deadline() }));
@@ -159,7 +159,7 @@ export function addPodCommands(program: Command, ctx: CtlContext): void {
     .description("brings a pod back from its checkpoint in feosd's object store (a HIBERNATED pod, or one hibernated by another feosd)")
     .option('--checkpoint <name>', "the checkpoint (default: the pod's own, or its latest in the store)")
     .option('--disk-only', "boot anew on the checkpoint's disk, without its memory")
-    .addOption(output())
+    .addOption(output({ wide: true }))
     .action(async (id: string, o: { output: Output; checkpoint?: string; diskOnly?: boolean }) => {
       const c = pods();
       const res = await call(() => c.restorePod({ id, checkpoint: o.checkpoint ?? '', diskOnly: o.diskOnly ?? false }, { deadline: deadline() }));

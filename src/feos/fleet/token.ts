@@ -19,7 +19,7 @@ export interface JoinToken {
  */
 export function parseJoinToken(text: string): JoinToken {
   const t = text.trim();
-  if (!t) throw new Error('the join token file is empty: put the token `kube32-cli feos token create` printed into it (feos-join-<secret>.<pin>)');
+  if (!t) throw new Error('the join token file is empty: put the token `kube32-cli feos token create` printed into it (feos-join-<token-id>-<token-secret>.<pin>)');
   const m = /^feos-join-([a-z0-9]{6}-[a-z0-9]{16})\.([0-9a-f]{64})$/.exec(t);
   if (!m) {
     throw new Error(

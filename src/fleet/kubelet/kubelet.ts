@@ -6,7 +6,11 @@
  * For each FeOS node with a node connection it keeps the node's pods (ListPods, then WatchPodEvents). Every
  * second, and at every event of a Pod on a FeOS node, each Pod there is brought towards its FeOS pod:
  * - none yet: CreatePod (ID {@link feosPodIdOf}; ./spec.ts; the pull token from `imagePullSecrets`, read
- *   when needed and never written anywhere), with `Pulling` events;
+ *   when needed and never written anywhere), with `Pulling` events; a CreatePod the node refuses
+ *   (INVALID_ARGUMENT, RESOURCE_EXHAUSTED, FAILED_PRECONDITION, ...) is a Warning `FailedCreatePodSandBox`
+ *   naming the gRPC code and the node's message, the containers waiting (InvalidImageName,
+ *   CreateContainerConfigError, CreateContainerError), and a new try after a back-off of 10 s doubling to 5 min
+ *   (at once when the containers change, e.g. `kubectl set image`), as a kubelet retries a sandbox;
  * - its FeOS pod's changes: the Pod's status (./status.ts) and the events `Pulled`, `Created`, `Started`;
  *   a bring-up whose container create failed (`container X: create: ...`, the pull) is `ErrImagePull`, then
  *   `ImagePullBackOff` until StartPod tries again after a back-off (10 s doubling to 5 min), as a kubelet
@@ -36,6 +40,30 @@ import { startMicrovmMoves } from './move.ts';
 const NOT_FOUND = 5;
 const ALREADY_EXISTS = 6;
 const INVALID_ARGUMENT = 3;
+
+/** gRPC codes by number as grpc-go prints them (`rpc error: code = InvalidArgument desc = ...`), as a kubelet's events show a runtime's errors. */
+const GRPC_CODE_NAMES = [
+  'OK',
+  'Canceled',
+  'Unknown',
+  'InvalidArgument',
+  'DeadlineExceeded',
+  'NotFound',
+  'AlreadyExists',
+  'PermissionDenied',
+  'ResourceExhausted',
+  'FailedPrecondition',
+  'Aborted',
+  'OutOfRange',
+  'Unimplemented',
+  'Internal',
+  'Unavailable',
+  'DataLoss',
+  'Unauthenticated',
+];
+
+/** The longest back-off of a refused CreatePod (a kubelet's MaxContainerBackOff), ms. */
+const MAX_BACKOFF_MS = 300_000;
 
 /** Options of {@link startFeosKubelet}. */
 export interface FeosKubeletOptions {
@@ -150,8 +178,15 @@ interface PodWork {
   deleting?: Promise<void>;
   /** The status last written, as JSON. */
   written?: string;
-  /** A create's failure that no retry fixes (an invalid spec). */
+  /** A Pod whose spec the kubelet cannot turn into a FeOS PodSpec (a quantity that is none): not tried again. */
   refused?: boolean;
+  /**
+   * CreatePod failed (the node refused the microVM: FailedCreatePodSandBox): no new try before `at` (ms), the
+   * next back-off `backoffMs` (10 s doubling to 5 min), `spec` the containers it was refused for (a changed
+   * image is tried at once), `event` the Event of the last refusal (a refusal again with the same message
+   * counts in it, as a kubelet's recorder aggregates).
+   */
+  create?: { at: number; backoffMs: number; spec: string; event?: { name: string; message: string; count: number } };
   /** A restore (a move's, a rollback's) failed: the Pod was ended `Failed`, `RestoreError`. */
   restoreFailed?: boolean;
 }
@@ -198,9 +233,11 @@ export async function startFeosKubelet(o: FeosKubeletOptions): Promise<FeosKubel
   // Moves of microVM pods (./move.ts): the hibernation on the source, the restore on the target.
   const moves = startMicrovmMoves({ rest, log, pods, isFeosNode: (n) => nodes.get(n) !== undefined, connection: o.connection });
 
-  const event = async (pod: V1Pod, type: 'Normal' | 'Warning', reason: string, message: string): Promise<void> => {
+  /** Records an Event on the Pod; its name, or undefined when it was not recorded. */
+  const event = async (pod: V1Pod, type: 'Normal' | 'Warning', reason: string, message: string): Promise<string | undefined> => {
     const node = pod.spec?.nodeName ?? '';
     const now = new Date().toISOString();
+    const name = `${pod.metadata?.name}.${Date.now().toString(16)}${randomBytes(2).toString('hex')}`;
     try {
       await rest.json({
         method: 'POST',
@@ -208,7 +245,7 @@ export async function startFeosKubelet(o: FeosKubeletOptions): Promise<FeosKubel
         body: {
           apiVersion: 'v1',
           kind: 'Event',
-          metadata: { name: `${pod.metadata?.name}.${Date.now().toString(16)}${randomBytes(2).toString('hex')}`, namespace: pod.metadata?.namespace },
+          metadata: { name, namespace: pod.metadata?.namespace },
           involvedObject: { apiVersion: 'v1', kind: 'Pod', name: pod.metadata?.name, namespace: pod.metadata?.namespace, uid: pod.metadata?.uid },
           reason,
           message,
@@ -221,9 +258,56 @@ export async function startFeosKubelet(o: FeosKubeletOptions): Promise<FeosKubel
           reportingInstance: node,
         },
       });
+      return name;
     } catch (err: unknown) {
       log.warn({ pod: keyOf(pod), reason, err: errorMessage(err) }, 'event not recorded');
+      return undefined;
     }
+  };
+
+  /** The same Event once more: its `count` and `lastTimestamp` (`kubectl describe`: `(x3 over 70s)`). @returns false when it is gone */
+  const eventAgain = async (pod: V1Pod, name: string, count: number): Promise<boolean> => {
+    try {
+      await rest.json({
+        method: 'PATCH',
+        path: `/api/v1/namespaces/${pod.metadata?.namespace}/events/${encodeURIComponent(name)}`,
+        body: { count, lastTimestamp: new Date().toISOString() },
+        contentType: 'application/merge-patch+json',
+      });
+      return true;
+    } catch (err: unknown) {
+      if (!isApiError(err, 404)) log.warn({ pod: keyOf(pod), event: name, err: errorMessage(err) }, 'event not counted');
+      return false;
+    }
+  };
+
+  /**
+   * A CreatePod the node answered with an error (its microVM refused: a spec feosd does not take, no address
+   * left, the network not set up, ...): as a kubelet's FailedCreatePodSandBox, a Warning Event naming the gRPC
+   * code and the node's message, the containers waiting, and a new try after the back-off.
+   */
+  const createRefused = async (pod: V1Pod, w: PodWork, spec: string, err: unknown): Promise<void> => {
+    const code = grpcCode(err) ?? 2;
+    const details = err instanceof GrpcCallError ? err.details : errorMessage(err);
+    const node = pod.spec?.nodeName ?? '';
+    const c = w.create?.spec === spec ? w.create : { at: 0, backoffMs: firstBackoff, spec };
+    const wait = c.backoffMs;
+    c.at = Date.now() + wait;
+    c.backoffMs = Math.min(wait * 2, MAX_BACKOFF_MS);
+    w.create = c;
+    const codeName = GRPC_CODE_NAMES[code] ?? String(code);
+    // kubelet's reasons: InvalidImageName for a reference it cannot parse, CreateContainerConfigError for a
+    // spec it cannot run, CreateContainerError for what the runtime could not do now.
+    const reason = code === INVALID_ARGUMENT ? (/\bcontainers\[\d+\]\.image\b/.test(details) ? 'InvalidImageName' : 'CreateContainerConfigError') : 'CreateContainerError';
+    w.waiting = { reason, message: `FeOS node ${node} refused the pod's microVM (CreatePod: ${codeName}: ${details}); trying again in ${Math.round(wait / 1000)}s` };
+    log.warn({ pod: keyOf(pod), node, code: codeName, err: details, retryInMs: wait }, 'CreatePod refused; trying again after the back-off');
+    const message = `Failed to create pod sandbox: rpc error: code = ${codeName} desc = ${details}`;
+    if (c.event && c.event.message === message && (await eventAgain(pod, c.event.name, c.event.count + 1))) {
+      c.event.count += 1;
+      return;
+    }
+    const name = await event(pod, 'Warning', 'FailedCreatePodSandBox', message);
+    c.event = name ? { name, message, count: 1 } : undefined;
   };
 
   /** The pull token of the pod's bring-up: read from its imagePullSecrets now, kept nowhere. */
@@ -277,19 +361,14 @@ export async function startFeosKubelet(o: FeosKubeletOptions): Promise<FeosKubel
       const r = await unary(session, PodService.method.createPod, { id, spec, pullToken: token }, { timeoutMs: 60_000 });
       if (r.pod) np.infos.set(r.pod.id, r.pod);
       w.sawPending = true;
+      w.create = undefined;
+      w.waiting = undefined;
       log.info({ pod: keyOf(pod), node, feosPod: id }, 'FeOS pod created');
       for (const c of pod.spec?.containers ?? []) await event(pod, 'Normal', 'Pulling', `Pulling image "${c.image}"`);
     } catch (err: unknown) {
       const code = grpcCode(err);
       if (code === ALREADY_EXISTS) return; // made meanwhile (another look): its events tell
-      if (code === INVALID_ARGUMENT) {
-        w.refused = true;
-        const why = err instanceof GrpcCallError ? err.details : errorMessage(err);
-        w.waiting = { reason: 'CreateContainerConfigError', message: `the FeOS node refused the pod: ${why}` };
-        await event(pod, 'Warning', 'Failed', `Error: the FeOS node refused the pod: ${why}`);
-        return;
-      }
-      log.warn({ pod: keyOf(pod), node, err: errorMessage(err) }, 'CreatePod failed; trying again');
+      await createRefused(pod, w, containersOf(pod), err);
     }
   };
 
@@ -418,7 +497,8 @@ export async function startFeosKubelet(o: FeosKubeletOptions): Promise<FeosKubel
         w.sawPending = true;
         w.startedEvents = false;
       } else if (!info) {
-        if (!w.refused) await createPod(pod, w, session, np, id);
+        // After a refusal, not before its back-off ends, unless the containers changed (`kubectl set image`).
+        if (!w.refused && (!w.create || now >= w.create.at || w.create.spec !== containersOf(pod))) await createPod(pod, w, session, np, id);
       } else if (info.state === PodState.PENDING) {
         w.sawPending = true;
         if (w.waiting?.reason !== 'CreateContainerConfigError') w.waiting = undefined;
@@ -570,6 +650,11 @@ export async function startFeosKubelet(o: FeosKubeletOptions): Promise<FeosKubel
       rest.close();
     },
   };
+}
+
+/** What a refused CreatePod depends on in a Pod's spec that can change (its containers' images): a change is tried at once. */
+function containersOf(pod: V1Pod): string {
+  return JSON.stringify(pod.spec?.containers ?? []);
 }
 
 /** A status without the fields the comparison skips (times that are made anew). */

@@ -15,7 +15,7 @@ import { type PodInfo, PodState } from '../../feos/gen/feos/pod/v1/pod_pb.js';
 
 /** What the kubelet adds to a PodInfo: why the containers wait, how often the pod was brought up again. */
 export interface LocalState {
-  /** A waiting reason and message for every container (ErrImagePull, ImagePullBackOff, CrashLoopBackOff, CreateContainerConfigError). */
+  /** A waiting reason and message for every container (ErrImagePull, ImagePullBackOff, CrashLoopBackOff, InvalidImageName, CreateContainerConfigError, CreateContainerError). */
   waiting?: { reason: string; message: string };
   /** How many times the FeOS pod was started again after it stopped or failed. */
   restartCount: number;
