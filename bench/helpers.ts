@@ -1,8 +1,9 @@
 /**
  * Helpers shared by the benchmarks that drive a real API server from their own process
- * (bench/apiserver, bench/list): a keep-alive HTTPS caller on a test API server's URL and admin
- * token, a pool of concurrent calls, and percentiles.
+ * (bench/apiserver, bench/list; bench/scale its CPU time): a keep-alive HTTPS caller on a test API server's URL and admin
+ * token, a pool of concurrent calls, percentiles, and a process's CPU time.
  */
+import { readFileSync } from 'node:fs';
 import { Agent, request } from 'node:https';
 import type { TestApiServer } from '../test/helpers/apiserver.ts';
 
@@ -55,4 +56,11 @@ export async function pool(n: number, concurrency: number, fn: (i: number) => Pr
 export function pct(xs: number[], p: number): number {
   const s = [...xs].sort((a, b) => a - b);
   return s[Math.min(s.length - 1, Math.floor((p / 100) * s.length))]!;
+}
+
+/** CPU seconds (user + system, every thread) a process has used; `/proc/<pid>/stat` counts in 1/100 s. */
+export function cpuSeconds(pid: number): number {
+  const stat = readFileSync(`/proc/${pid}/stat`, 'utf8');
+  const fields = stat.slice(stat.lastIndexOf(')') + 2).split(' ');
+  return (Number(fields[11]) + Number(fields[12])) / 100;
 }

@@ -8,7 +8,8 @@
  * - the real `kubectl` v1.32 (a warm discovery cache, as a user's): `kubectl version` (kubectl's own
  *   start and one request), `kubectl get pods -A` (the Table, kubectl's default `--chunk-size=500`),
  *   the same with `--chunk-size=0`, and `-o name` (the whole JSON list decoded by kubectl) chunked
- *   and not: each timed end to end, p50 / p99 in ms;
+ *   and not: each timed end to end, p50 / p99 in ms, with kubectl's CPU time (GNU time) and the API
+ *   server's (`/proc`) meanwhile, p50: what the run costs either side whatever the machine's load;
  * - the server's own time, from a plain Node.js HTTPS client on a keep-alive connection: the pages of
  *   `GET /api/v1/pods?limit=500` one after the other (JSON, and the Table kubectl asks for), per page
  *   and summed over the list, and one unchunked GET of the Table and of the JSON list;
@@ -20,14 +21,14 @@
  *   node bench/list/index.ts [--pods 10000] [--runs 10] [--storage sqlite|etcd]
  */
 import { execFileSync } from 'node:child_process';
-import { mkdtempSync } from 'node:fs';
+import { mkdtempSync, readFileSync } from 'node:fs';
 import { loadavg } from 'node:os';
 import { join } from 'node:path';
 import { parseArgs } from 'node:util';
 import { startEtcd } from '../../test/apiserver-etcd/etcd-server.ts';
 import { run } from '../../test/e2e/cluster.ts';
 import { startApiServer, type TestApiServer } from '../../test/helpers/apiserver.ts';
-import { type Call, caller, pct, pool } from '../helpers.ts';
+import { type Call, caller, cpuSeconds, pct, pool } from '../helpers.ts';
 
 const { values } = parseArgs({
   options: {
@@ -117,7 +118,11 @@ async function main(): Promise<void> {
     console.log(`${STORAGE}: created ${PODS} pods in ${NAMESPACES} namespaces in ${tCreate.toFixed(1)} s (${(PODS / tCreate).toFixed(0)}/s)`);
 
     const cacheDir = mkdtempSync(join(api.dataDir, 'kubectl-cache-'));
-    const kubectl = (a: string[]) => run('kubectl', ['--kubeconfig', api!.kubeconfigPath, '--cache-dir', cacheDir, ...a], { timeoutMs: 300_000 });
+    const timeFile = join(api.dataDir, 'kubectl-time');
+    const apiPid = api.proc.pid!;
+    /** kubectl under GNU time (`-o`: its CPU seconds in a file of their own, out of kubectl's output). */
+    const kubectl = (a: string[]) => run('/usr/bin/time', ['-f', '%U %S', '-o', timeFile, 'kubectl', '--kubeconfig', api!.kubeconfigPath, '--cache-dir', cacheDir, ...a], { timeoutMs: 300_000 });
+    const kubectlCpuMs = () => readFileSync(timeFile, 'utf8').trim().split(/\s+/).slice(-2).reduce((a, x) => a + 1000 * Number(x), 0);
     const variants: Variant[] = [
       { name: 'kubectl version (its start, one request)', args: ['version', '-o', 'json'] },
       { name: `kubectl get pods -A (Table, chunks of ${CHUNK})`, args: ['get', 'pods', '-A'], lines: PODS + 1 },
@@ -125,31 +130,42 @@ async function main(): Promise<void> {
       { name: `kubectl get pods -A -o name (JSON, chunks of ${CHUNK})`, args: ['get', 'pods', '-A', '-o', 'name'], lines: PODS },
       { name: 'kubectl get pods -A -o name --chunk-size=0', args: ['get', 'pods', '-A', '-o', 'name', '--chunk-size=0'], lines: PODS },
     ];
-    const runOnce = async (v: Variant): Promise<number> => {
+    /** One run of a variant: its wall time, kubectl's CPU time and the API server's meanwhile, ms. */
+    const runOnce = async (v: Variant): Promise<{ wall: number; kubectl: number; server: number }> => {
+      const c0 = cpuSeconds(apiPid);
       const t0 = performance.now();
       const r = await kubectl(v.args);
-      const ms = performance.now() - t0;
+      const wall = performance.now() - t0;
+      const server = 1000 * (cpuSeconds(apiPid) - c0);
       if (r.code !== 0) throw new Error(`kubectl ${v.args.join(' ')} exited ${r.code}: ${r.stderr.slice(0, 500)}`);
       const lines = r.stdout.split('\n').filter((l) => l).length;
       if (v.lines !== undefined && lines !== v.lines) throw new Error(`kubectl ${v.args.join(' ')} printed ${lines} lines, not ${v.lines}`);
-      return ms;
+      return { wall, kubectl: kubectlCpuMs(), server };
     };
     // Warm-up (not counted): the discovery cache, the server's first lists.
     for (const v of variants) await runOnce(v);
     await pages(call, TABLE);
 
     const load0 = loadavg().map((x) => x.toFixed(2)).join(' ');
-    const times = new Map<string, number[]>(variants.map((v) => [v.name, []]));
+    const times = new Map<string, { wall: number; kubectl: number; server: number }[]>(variants.map((v) => [v.name, []]));
     const server = { jsonPage: [] as number[], jsonList: [] as number[], tablePage: [] as number[], tableList: [] as number[], tableWhole: [] as number[], jsonWhole: [] as number[] };
+    /** The API server's CPU ms for each paged Table list and unchunked Table GET. */
+    const serverCpu = { tableList: [] as number[], tableWhole: [] as number[] };
+    const cpuOf = async <T>(into: number[], fn: () => Promise<T>): Promise<T> => {
+      const c0 = cpuSeconds(apiPid);
+      const out = await fn();
+      into.push(1000 * (cpuSeconds(apiPid) - c0));
+      return out;
+    };
     for (let k = 0; k < RUNS; k++) {
       for (const v of variants) times.get(v.name)!.push(await runOnce(v));
       const j = await pages(call, 'application/json');
       server.jsonPage.push(...j.times);
       server.jsonList.push(j.times.reduce((a, b) => a + b, 0));
-      const tb = await pages(call, TABLE);
+      const tb = await cpuOf(serverCpu.tableList, () => pages(call, TABLE));
       server.tablePage.push(...tb.times);
       server.tableList.push(tb.times.reduce((a, b) => a + b, 0));
-      server.tableWhole.push(await whole(call, TABLE));
+      server.tableWhole.push(await cpuOf(serverCpu.tableWhole, () => whole(call, TABLE)));
       server.jsonWhole.push(await whole(call, 'application/json'));
     }
 
@@ -166,22 +182,23 @@ async function main(): Promise<void> {
     const load1 = loadavg().map((x) => x.toFixed(2)).join(' ');
 
     const ms = (x: number) => `${x.toFixed(0)} ms`;
-    const row = (what: string, ...cells: string[]) => console.log(`${what.padEnd(58)} ${cells.map((c) => c.padStart(10)).join(' ')}`);
+    const row = (what: string, ...cells: string[]) => console.log(`${what.padEnd(58)} ${cells.map((c) => c.padStart(11)).join(' ')}`);
     console.log(`\n${PODS} pods, ${STORAGE}, ${RUNS} runs each (p99 of ${RUNS} is the largest); ${new Date().toISOString()}`);
     console.log(`uptime before: ${uptimeBefore}`);
     console.log(`load average at the first run: ${load0}; after the last: ${load1}; uptime now: ${uptime()}`);
-    row('kubectl (end to end)', 'p50', 'p99');
-    for (const v of variants) row(v.name, ms(pct(times.get(v.name)!, 50)), ms(pct(times.get(v.name)!, 99)));
+    row('kubectl (end to end), ms', 'p50', 'p99', 'kubectl CPU', 'server CPU');
+    const of = (v: Variant, k: 'wall' | 'kubectl' | 'server') => times.get(v.name)!.map((x) => x[k]);
+    for (const v of variants) row(v.name, ms(pct(of(v, 'wall'), 50)), ms(pct(of(v, 'wall'), 99)), ms(pct(of(v, 'kubectl'), 50)), ms(pct(of(v, 'server'), 50)));
     const pagesPerList = Math.ceil(PODS / CHUNK);
-    row(`server, plain HTTPS client (${pagesPerList} pages of ${CHUNK})`, 'p50', 'p99');
+    row(`server, plain HTTPS client (${pagesPerList} pages of ${CHUNK}), ms`, 'p50', 'p99', '', 'server CPU');
     row(`  one page, JSON (GET /api/v1/pods?limit=${CHUNK})`, ms(pct(server.jsonPage, 50)), ms(pct(server.jsonPage, 99)));
     row('  the pages of the list summed, JSON', ms(pct(server.jsonList, 50)), ms(pct(server.jsonList, 99)));
     row('  one page, Table (what kubectl get asks)', ms(pct(server.tablePage, 50)), ms(pct(server.tablePage, 99)));
-    row('  the pages of the list summed, Table', ms(pct(server.tableList, 50)), ms(pct(server.tableList, 99)));
-    row('  one unchunked GET, Table', ms(pct(server.tableWhole, 50)), ms(pct(server.tableWhole, 99)));
+    row('  the pages of the list summed, Table', ms(pct(server.tableList, 50)), ms(pct(server.tableList, 99)), '', ms(pct(serverCpu.tableList, 50)));
+    row('  one unchunked GET, Table', ms(pct(server.tableWhole, 50)), ms(pct(server.tableWhole, 99)), '', ms(pct(serverCpu.tableWhole, 50)));
     row('  one unchunked GET, JSON', ms(pct(server.jsonWhole, 50)), ms(pct(server.jsonWhole, 99)));
-    const chunked = times.get(variants[1]!.name)!;
-    const unchunked = times.get(variants[2]!.name)!;
+    const chunked = of(variants[1]!, 'wall');
+    const unchunked = of(variants[2]!, 'wall');
     row('ratio: get pods -A chunked / --chunk-size=0', (pct(chunked, 50) / pct(unchunked, 50)).toFixed(2), (pct(chunked, 99) / pct(unchunked, 99)).toFixed(2));
     // Pages past the burst of 10 start no sooner than 200 ms apart (5 a second), the first page at 0.
     const floor = Math.max(0, pagesPerList - 10) * 200;
