@@ -35,6 +35,7 @@
 import { EventEmitter } from 'node:events';
 import { existsSync, mkdtempSync, rmSync } from 'node:fs';
 import { Agent, request } from 'node:https';
+import { type Call, caller, callOn, pct, pool } from '../helpers.ts';
 import { execFileSync } from 'node:child_process';
 import { loadavg, tmpdir } from 'node:os';
 import { join } from 'node:path';
@@ -58,53 +59,7 @@ const compareAt = process.argv.indexOf('--compare');
 const compareRoot = compareAt >= 0 ? process.argv[compareAt + 1] : undefined;
 if (compareAt >= 0 && !compareRoot) throw new Error('--compare needs the directory of the other tree');
 
-type Call = (method: string, path: string, body?: unknown, type?: string, accept?: string, read?: boolean) => Promise<{ status: number; text: string }>;
 type Api = Awaited<ReturnType<typeof startApiServer>>;
-
-/** A caller on `api`'s URL and admin token, over keep-alive connections. */
-function caller(api: Api): { call: Call; agent: Agent } {
-  const agent = new Agent({ keepAlive: true, maxSockets: 64, ca: Buffer.from(api.kubeConfig.getCurrentCluster()!.caData!, 'base64') });
-  const u = new URL(api.url);
-  const tok = api.kubeConfig.getCurrentUser()!.token!;
-  return { agent, call: (method, path, body, type = 'application/json', accept = 'application/json', read = true) => callOn(u, tok, agent, method, path, body, type, accept, read) };
-}
-
-function callOn(url: URL, token: string, agent: Agent, method: string, path: string, body?: unknown, type = 'application/json', accept = 'application/json', read = true): Promise<{ status: number; text: string }> {
-  const data = body === undefined ? undefined : JSON.stringify(body);
-  return new Promise((resolve, reject) => {
-    const req = request(
-      { host: url.hostname, port: url.port, path, method, agent, headers: { Authorization: `Bearer ${token}`, Accept: accept, ...(data ? { 'Content-Type': type, 'Content-Length': Buffer.byteLength(data) } : {}) } },
-      (res) => {
-        let text = '';
-        if (read) {
-          res.setEncoding('utf8');
-          res.on('data', (d: string) => {
-            text += d;
-          });
-        } else res.resume();
-        res.on('end', () => resolve({ status: res.statusCode ?? 0, text }));
-      },
-    );
-    req.on('error', reject);
-    req.end(data);
-  });
-}
-
-async function pool(n: number, concurrency: number, fn: (i: number) => Promise<void>): Promise<number> {
-  let next = 0;
-  const start = performance.now();
-  await Promise.all(
-    Array.from({ length: concurrency }, async () => {
-      while (next < n) await fn(next++);
-    }),
-  );
-  return (performance.now() - start) / 1000;
-}
-
-function pct(xs: number[], p: number): number {
-  const s = [...xs].sort((a, b) => a - b);
-  return s[Math.min(s.length - 1, Math.floor((p / 100) * s.length))]!;
-}
 
 const podBody = (i: number) => ({
   metadata: { name: `pod-${i}`, labels: { app: 'bench', i: String(i) } },

@@ -34,6 +34,7 @@ import { COUNTER_WASM, run } from '../../test/e2e/cluster.ts';
 import { CLI, eventually, kubectl, ROOT, startControlPlane } from '../../test/apiserver-etcd/control-plane.ts';
 import { startEtcd } from '../../test/apiserver-etcd/etcd-server.ts';
 import { nextAddress } from '../../src/kubelet/index.ts';
+import { cpuSeconds } from '../helpers.ts';
 
 const { values } = parseArgs({
   options: {
@@ -75,13 +76,6 @@ const t = { after: (fn: () => unknown) => cleanups.push(fn) } as unknown as Test
 function rssMiB(pid: number): number {
   const m = /VmRSS:\s+(\d+) kB/.exec(readFileSync(`/proc/${pid}/status`, 'utf8'));
   return m ? Number(m[1]) / 1024 : Number.NaN;
-}
-
-/** CPU seconds (user + system, every thread) a process has used; `/proc/<pid>/stat` counts in 1/100 s. */
-function cpuSeconds(pid: number): number {
-  const stat = readFileSync(`/proc/${pid}/stat`, 'utf8');
-  const fields = stat.slice(stat.lastIndexOf(')') + 2).split(' ');
-  return (Number(fields[11]) + Number(fields[12])) / 100;
 }
 
 const pct = (xs: number[], p: number) => {
