@@ -15,7 +15,7 @@ import { chmodSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { test } from 'node:test';
 import YAML from 'yaml';
-import { connectFailureMessage } from '../../src/feos/ctl/context.ts';
+import { connectFailureMessage } from '../../src/feos/ctl/index.ts';
 import { FEOSCTL, feosctl, startFeosd, tempDir } from './harness.ts';
 
 const ELSEWHERE = 'to reach another feosd, pass --socket PATH (its <run-dir>/api.sock), --tcp HOST:PORT or --kubeconfig FILE --node NAME';
