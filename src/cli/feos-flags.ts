@@ -40,12 +40,12 @@ export function feosPortOptions(): Option[] {
 
 /**
  * `host:port` or `[v6]:port` split.
- * @throws CliError (exit code 2) naming the flag
+ * @throws CliError (exit code 1, as kubectl's usage errors) naming the flag
  */
 export function hostPort(flag: string, v: string): { host: string; port: number } {
   const m = /^(?:\[([0-9A-Fa-f:.]+)\]|([^:[\]\s]+)):(\d{1,5})$/.exec(v);
   const port = m ? Number(m[3]) : Number.NaN;
-  if (!m || port > 65535) throw new CliError(`${flag} ${JSON.stringify(v)}: want ADDRESS:PORT or [IPv6]:PORT with a port from 0 to 65535, e.g. 0.0.0.0:7443`, 2);
+  if (!m || port > 65535) throw new CliError(`${flag} ${JSON.stringify(v)}: want ADDRESS:PORT or [IPv6]:PORT with a port from 0 to 65535, e.g. 0.0.0.0:7443`);
   return { host: m[1] ?? m[2]!, port };
 }
 
@@ -59,7 +59,7 @@ export function checkFeosPortFlags(flags: FeosPortFlags): void {
   if (flags.feosAdvertiseAddress) hostPort('--feos-advertise-address', flags.feosAdvertiseAddress);
   ttl(flags);
   meshNodeLimit(flags);
-  if (!/^[a-z0-9]([-a-z0-9.]*[a-z0-9])?$/.test(flags.trustDomain ?? 'feos.local')) throw new CliError(`--trust-domain ${JSON.stringify(flags.trustDomain)}: want a lowercase DNS name such as feos.local`, 2);
+  if (!/^[a-z0-9]([-a-z0-9.]*[a-z0-9])?$/.test(flags.trustDomain ?? 'feos.local')) throw new CliError(`--trust-domain ${JSON.stringify(flags.trustDomain)}: want a lowercase DNS name such as feos.local`);
 }
 
 function ttl(flags: FeosPortFlags): number {
@@ -68,7 +68,7 @@ function ttl(flags: FeosPortFlags): number {
     if (!(ms >= 60_000)) throw new RangeError('must be at least 1m');
     return ms;
   } catch (err: unknown) {
-    throw new CliError(`--feos-node-cert-ttl: ${err instanceof Error ? err.message : String(err)}`, 2);
+    throw new CliError(`--feos-node-cert-ttl: ${err instanceof Error ? err.message : String(err)}`);
   }
 }
 
@@ -77,7 +77,7 @@ function meshNodeLimit(flags: FeosPortFlags): number {
   const v = flags.feosMeshNodeLimit ?? String(DEFAULT_MESH_NODE_LIMIT);
   const n = /^\d{1,5}$/.test(v) ? Number(v) : Number.NaN;
   if (!(n >= 1 && n <= MAX_MESH_NODE_LIMIT)) {
-    throw new CliError(`--feos-mesh-node-limit ${JSON.stringify(v)}: want a whole number from 1 to ${MAX_MESH_NODE_LIMIT} (the mesh's record is one ConfigMap, about 200 bytes a node)`, 2);
+    throw new CliError(`--feos-mesh-node-limit ${JSON.stringify(v)}: want a whole number from 1 to ${MAX_MESH_NODE_LIMIT} (the mesh's record is one ConfigMap, about 200 bytes a node)`);
   }
   return n;
 }

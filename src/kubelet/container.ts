@@ -93,6 +93,8 @@ export class ContainerRunner {
    * restored into a pod thread while it arrived, see prepared-restores.ts), or fetched.
    */
   #restoreData: 'prepared' | 'pushed' | 'fetched' = 'fetched';
+  /** The node the last restore's snapshot was taken on, as the data GET answered it (`X-Kube32-Source-Node`). */
+  #restoreSource: string | undefined;
   readonly #stop = new AbortController();
   /** The running instance, if any. */
   instance: PodInstance | undefined;
@@ -187,7 +189,7 @@ export class ContainerRunner {
   }
 
   /**
-   * Records an event, or holds it while a restore starts: `Pulled` and `Created` then go out with `Started`
+   * Records an event, or holds it while a restore starts: `Pulled` then goes out with `Restored`
    * (or `Failed`), in the same order, after the status write that says the container runs, so that they do
    * not queue before the restore's data and that write at the API server (a move's critical path).
    */
@@ -287,6 +289,8 @@ export class ContainerRunner {
       throw new PodStartError('Error', `cannot fetch the snapshot of Checkpoint ${name}: ${errorMessage(err)}`);
     });
     if (res.status !== 304) void staged?.prepared?.then((p) => p?.cancel());
+    const source = res.headers['x-kube32-source-node'];
+    this.#restoreSource = typeof source === 'string' && source ? source : undefined;
     if (res.status === 304 && staged) {
       res.body?.resume();
       const prepared = await staged.prepared;
@@ -348,7 +352,8 @@ export class ContainerRunner {
       let ran = false;
       let exit: PodExit;
       try {
-        this.#record('Normal', 'Created', restore ? `Created container ${this.spec.name} from Checkpoint ${restore}` : `Created container ${this.spec.name}`);
+        // A restored container is not a new one: no Created and Started, but Restored once it runs.
+        if (!restore) this.#record('Normal', 'Created', `Created container ${this.spec.name}`);
         const restoreFrom = data ? await data : undefined;
         const opts: PodStartOptions = {
           module,
@@ -398,7 +403,12 @@ export class ContainerRunner {
         this.#set({ kind: 'running', startedAt });
         ran = true;
         this.#release();
-        this.#ctx.record('Normal', 'Started', `Started container ${this.spec.name}`);
+        if (restore) {
+          const from = this.#restoreSource ? `, taken on node ${this.#restoreSource}` : '';
+          this.#ctx.record('Normal', 'Restored', `Restored container ${this.spec.name} from Checkpoint ${restore}${from}`);
+        } else {
+          this.#ctx.record('Normal', 'Started', `Started container ${this.spec.name}`);
+        }
         exit = await inst.exited;
         // Ended by the runtime with an error (a call past its deadline on a shared thread, the shared
         // thread stopped or failed under it): a Warning naming the cause, as for a failed start.

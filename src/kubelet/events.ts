@@ -1,7 +1,8 @@
 /**
  * The events a kubelet records, as `kubectl describe` shows them (core/v1 Events, source
  * `kubelet` on the node): `Pulling`, `Pulled`, `Created`, `Started`, `Killing`, `BackOff`,
- * `Failed` for pods; `Starting`, `NodeReady`, `NodeHasInsufficientMemory`,
+ * `Failed` for pods, and `Restored` instead of `Created` and `Started` for a container restored from a
+ * Checkpoint (naming it and the node it was taken on); `Starting`, `NodeReady`, `NodeHasInsufficientMemory`,
  * `NodeHasSufficientMemory` for the node. A repeat of the same event within 10 minutes raises the
  * first one's `count`, as Kubernetes' event correlator does. Recording never throws and never
  * blocks the caller.

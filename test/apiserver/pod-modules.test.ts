@@ -120,3 +120,21 @@ test("an update that changes a WebAssembly pod's image is refused, naming what t
   r = await api.kubectl(['set', 'image', 'pod/other', 'c=still-not-pushed']);
   assert.equal(r.code, 0, r.stderr);
 });
+
+test('a wasm:// image that cannot name a module is refused as invalid, not as a module to push', { timeout: 60_000 }, async (t) => {
+  const api = await startApiServer(t);
+  const create = (image: string) =>
+    api.kubectl(['create', '-f', '-'], { input: JSON.stringify({ apiVersion: 'v1', kind: 'Pod', metadata: { name: 'bad-image' }, spec: { containers: [{ name: 'c', image }] } }) });
+  for (const image of ['wasm://Bad Name', 'wasm://a/b', 'wasm://../x']) {
+    const r = await create(image);
+    assert.equal(r.code, 1, r.stderr);
+    const name = image.slice('wasm://'.length).replace(/[.]/g, '\\.');
+    assert.match(r.stderr, new RegExp(`spec\\.containers\\[0\\]\\.image: Invalid value: "wasm://${name}": "${name}" cannot be a module's name: a lowercase RFC 1123 subdomain must consist of`));
+    assert.doesNotMatch(r.stderr, /push it with/, 'pushing under that name is refused too');
+  }
+  const empty = await create('wasm://');
+  assert.match(empty.stderr, /Invalid value: "wasm:\/\/": it names no module: want wasm:\/\/NAME, NAME the --name of kube32-cli push/);
+  // A good name nobody pushed is still Not found, with what to do.
+  const missing = await create('wasm://nosuch');
+  assert.match(missing.stderr, /Not found: "wasm:\/\/nosuch": no module "nosuch" is stored \(push it with kube32-cli push\)/);
+});

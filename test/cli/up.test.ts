@@ -119,7 +119,10 @@ test('up --workers 0: the control plane alone; kubectl works; Ctrl-C stops it; a
   // The data dir is taken while this up runs.
   const second = await run(process.execPath, [CLI, 'up', '--data-dir', c.dataDir, '--port', '0'], { timeoutMs: 20_000 });
   assert.equal(second.code, 1);
-  assert.match(second.stderr, /is in use by another kube32-cli up/);
+  assert.match(second.stderr, new RegExp(`the data dir ${c.dataDir} is in use by another kube32-cli up \\(pid ${c.process.pid}\\)`));
+  // Nothing lost: the first up runs on, its lock as it was.
+  assert.equal(JSON.parse(readFileSync(join(c.dataDir, 'up.lock'), 'utf8')).pid, c.process.pid);
+  assert.equal((await c.kubectl(['get', 'configmap', 'kept', '-o', 'jsonpath={.data.a}'])).stdout, '1');
   assert.equal(await c.stop('SIGINT'), 0, c.output()); // Ctrl-C
   assert.match(c.output(), /SIGINT: stopping the cluster[\s\S]*stopping the control plane[\s\S]*cluster stopped/);
   assert.ok(!existsSync(join(c.dataDir, 'up.lock')));

@@ -46,7 +46,7 @@ test('a move that does not run in time rolls back; a lost node restores from the
       assert.ok(third.podTimeMs >= second.podTimeMs, 'the pod clock never goes backward');
       // Each event follows the write that decided it: wait for both.
       await c.until('MoveFailed and Restored on the pod', async () => {
-        const reasons = (await c.events()).filter((e) => e.involvedObject?.name === 'roller').map((e) => e.reason);
+        const reasons = (await c.events()).filter((e) => e.involvedObject?.name === 'roller' && e.source?.component === 'kube32-controller-manager').map((e) => e.reason);
         return reasons.includes('MoveFailed') && reasons.includes('Restored');
       });
     } finally {
@@ -93,8 +93,16 @@ test('a move that does not run in time rolls back; a lost node restores from the
       assert.fail(`restored with count ${fourth.count}, not 4 (the state of ${saved.metadata?.name}); events: ${JSON.stringify(why)}; checkpoints: ${JSON.stringify(cks.items.map((x) => [x.metadata?.name, x.status?.phase, x.status?.takenAt, x.status?.message]))}`);
     }
     assert.ok(fourth.podTimeMs >= shown.podTimeMs, 'the pod clock continues from the checkpoint, after the third request');
-    const restored = await c.until('the Restored event', async () => (await c.events()).find((e) => e.reason === 'Restored' && e.involvedObject?.name === 'keeper'));
+    // Two Restored events: the controller's (the checkpoint's age) and the kubelet's (the checkpoint and its node).
+    const restored = await c.until('the Restored event', async () =>
+      (await c.events()).find((e) => e.reason === 'Restored' && e.involvedObject?.uid === back.metadata?.uid && e.source?.component === 'kube32-controller-manager'));
     assert.match(restored.message ?? '', /restored from checkpoint keeper-periodic-\w+, taken \d+s ago/);
+    const byKubelet = await c.until('the kubelet\'s Restored event', async () => {
+      const mine = (await c.events()).filter((e) => e.involvedObject?.uid === back.metadata?.uid && e.source?.component === 'kubelet').map((e) => `${e.reason}: ${e.message}`);
+      return mine.some((e) => e.startsWith('Restored:')) ? mine : undefined;
+    });
+    assert.ok(byKubelet.some((e) => /^Restored: Restored container \S+ from Checkpoint keeper-periodic-\w+, taken on node w1$/.test(e)), byKubelet.join('\n'));
+    assert.ok(!byKubelet.some((e) => /^(Created|Started):/.test(e)), `no Created or Started for the restored container: ${byKubelet.join('; ')}`);
     // The pod without a checkpoint on the lost node is deleted for rescheduling (it has no owner).
     await c.until('roller to be deleted', async () => (await c.getPod('roller')) === undefined, 20_000);
   });

@@ -226,7 +226,8 @@ test('a lost node: a pod with periodic checkpoints comes back on another node fr
   const restored = await waitFor('a Restored event', 30_000, async () => {
     const events = await c.kubectl(['get', 'events', '--field-selector', 'involvedObject.name=survivor', '-o', 'json']);
     if (events.code !== 0) throw new Error(events.stderr);
-    return (JSON.parse(events.stdout) as { items: { reason?: string; message?: string }[] }).items.find((e) => e.reason === 'Restored');
+    return (JSON.parse(events.stdout) as { items: { reason?: string; message?: string; source?: { component?: string } }[] }).items
+      .find((e) => e.reason === 'Restored' && e.source?.component === 'kube32-controller-manager');
   });
   // It names a periodic checkpoint taken after the requests: one Saved as the node was lost, or one
   // Saved in the moment before the kill. (Once the pod runs again, newer periodic checkpoints replace it.)

@@ -50,7 +50,7 @@ test('feosctl names the address it tried and how to point it elsewhere when it c
 
 test("kubectl's verb first (feosctl get pods -o wide) is a usage error saying feosctl's form", { timeout: 30_000 }, async () => {
   const r = await feosctl('/nonexistent.sock', ['get', 'pods', '-o', 'wide'], 20_000);
-  assert.equal(r.code, 2);
+  assert.equal(r.code, 1);
   assert.equal(r.stderr, "error: unknown command 'get': feosctl puts the noun first (feosctl pod list [-o wide], feosctl pod get ID)\n");
   const other = await feosctl('/nonexistent.sock', ['frob'], 20_000);
   assert.equal(other.stderr, "error: unknown command 'frob'\n");
@@ -60,13 +60,13 @@ test('a --pull-token-file that is missing or empty is a usage error naming the f
   const { dir, cleanup } = tempDir('feosctl-trial-');
   t.after(cleanup);
   const missing = await feosctl(join(dir, 'none.sock'), ['pod', 'create', '--pull-token-file', join(dir, 'nope')], 20_000);
-  assert.equal(missing.code, 2);
+  assert.equal(missing.code, 1);
   assert.equal(missing.stderr, `feosctl: --pull-token-file ${join(dir, 'nope')}: no such file or directory (ENOENT): give a file that holds the registry's Bearer token\n`);
   const empty = join(dir, 'empty');
   writeFileSync(empty, '\n');
   chmodSync(empty, 0o600);
   const r = await feosctl(join(dir, 'none.sock'), ['pod', 'start', 'abcdefghjkm', '--pull-token-file', empty], 20_000);
-  assert.equal(r.code, 2);
+  assert.equal(r.code, 1);
   assert.equal(r.stderr, `feosctl: --pull-token-file ${empty}: the file is empty: put the registry's Bearer token in it\n`);
 });
 

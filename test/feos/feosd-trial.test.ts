@@ -64,7 +64,7 @@ test("server streams' errors reach feosctl, which prints the code and exits 1", 
   }
 });
 
-test('feosctl names the field or flag, the value and what it wants for what it cannot convert, and exits 2', { timeout: 60_000 }, async (t) => {
+test('feosctl names the field or flag, the value and what it wants for what it cannot convert, and exits 1', { timeout: 60_000 }, async (t) => {
   const { dir, cleanup } = tempDir('feos-trial-');
   t.after(cleanup);
   const { writeFileSync } = await import('node:fs');
@@ -83,20 +83,20 @@ test('feosctl names the field or flag, the value and what it wants for what it c
     const f = join(dir, `spec${i}.yaml`);
     writeFileSync(f, text);
     const r = await feosctl(socket, ['pod', 'create', '-f', f], 20_000);
-    assert.equal(r.code, 2, `${JSON.stringify(text)}: ${r.stderr}`);
+    assert.equal(r.code, 1, `${JSON.stringify(text)}: ${r.stderr}`);
     assert.match(r.stderr, want, JSON.stringify(text));
     assert.match(r.stderr, new RegExp(`spec${i}\\.yaml`));
   }
   for (const v of ['0', '-1', 'abc', '1.5', '99999999999999999999']) {
     const r = await feosctl(socket, ['pod', 'create', `--vcpus=${v}`], 20_000);
-    assert.equal(r.code, 2, r.stderr);
+    assert.equal(r.code, 1, r.stderr);
     assert.match(r.stderr, new RegExp(`--vcpus "${v.replace('.', '\\.')}": want a whole number from 1 to 32`));
   }
   const mem = await feosctl(socket, ['pod', 'create', '--memory', '18446744073709551616'], 20_000);
-  assert.equal(mem.code, 2);
+  assert.equal(mem.code, 1);
   assert.match(mem.stderr, /--memory "18446744073709551616": want whole Mi/);
   const label = await feosctl(socket, ['volume', 'create', '0e9c4f3e-1111-4222-8333-444455556666', '--size', '1Gi', '--label', 'novalue'], 20_000);
-  assert.equal(label.code, 2);
+  assert.equal(label.code, 1);
   assert.match(label.stderr, /--label "novalue": want key=value/);
 });
 

@@ -24,7 +24,7 @@ test('feosctl and CreatePod refuse what never boots or could never be put; nothi
 
   await t.test('128 MiB (a guest that never attached: its agent killed for lack of memory) is refused', async () => {
     const cli = await feosctl(feosd.socket, ['pod', 'create', '--memory', '128Mi']);
-    assert.equal(cli.code, 2, cli.stderr);
+    assert.equal(cli.code, 1, cli.stderr);
     assert.match(cli.stderr, /--memory "128Mi": want whole Mi from 192Mi to 65536Mi/);
     await assert.rejects(feosd.pods.createPod({ id: 'mempqd0aaaa', spec: { memoryBytes: 128n * MiB } }), (e) => {
       assert.equal(code(e), status.INVALID_ARGUMENT);
@@ -65,7 +65,7 @@ test('feosctl and CreatePod refuse what never boots or could never be put; nothi
     assert.match(got.stdout, /^ID\s+STATE.*\nkmgpqd0aaab\s.*\n\nCONTAINER\s+IMAGE\s+STATE\nbusybox\s+127\.0\.0\.1:5000\/busybox:1\s+-\nbusybox-2\s+busybox@sha256:a{64}\s+-\n$/);
   });
 
-  await t.test('volume create: --size out of range, not a quantity, or too large to send, and a label given twice exit 2', async () => {
+  await t.test('volume create: --size out of range, not a quantity, or too large to send, and a label given twice exit 1', async () => {
     const id = '0e9c4f3e-1111-4222-8333-444455556666';
     for (const [size, want] of [
       ['99999999999999999999999Gi', /--size "99999999999999999999999Gi": want whole Mi from 64Mi to 16Ti/],
@@ -75,12 +75,12 @@ test('feosctl and CreatePod refuse what never boots or could never be put; nothi
       ['17Ti', /--size "17Ti": want whole Mi/],
     ] as const) {
       const r = await feosctl(feosd.socket, ['volume', 'create', id, '--size', size]);
-      assert.equal(r.code, 2, `${size}: ${r.stderr}`);
+      assert.equal(r.code, 1, `${size}: ${r.stderr}`);
       assert.match(r.stderr, want);
       assert.doesNotMatch(r.stderr, /INTERNAL|serialization/);
     }
     const twice = await feosctl(feosd.socket, ['volume', 'create', id, '--size', '1Gi', '--label', 'a=b', '--label', 'a=c']);
-    assert.equal(twice.code, 2, twice.stderr);
+    assert.equal(twice.code, 1, twice.stderr);
     assert.match(twice.stderr, /--label "a=c": label a given twice/);
     const list = await feosctl(feosd.socket, ['volume', 'list']);
     assert.equal(list.stdout, 'No volumes.\n');
@@ -102,23 +102,23 @@ test('feosctl and CreatePod refuse what never boots or could never be put; nothi
       assert.equal(r.stderr, 'feosctl: UNIMPLEMENTED: feosd serves no network: start it with --pod-prefix (docs/feos/network.md)\n');
     }
     const noFile = await feosctl(feosd.socket, ['sg', 'put']);
-    assert.equal(noFile.code, 2);
+    assert.equal(noFile.code, 1);
     assert.match(noFile.stderr, /--filename/);
     const missing = await feosctl(feosd.socket, ['sg', 'put', '-f', join(dir, 'nope.yaml')]);
-    assert.equal(missing.code, 2);
+    assert.equal(missing.code, 1);
     assert.match(missing.stderr, /nope\.yaml: ENOENT/);
     const notGroup = join(dir, 'pod.yaml');
     writeFileSync(notGroup, 'vcpus: 2\n');
     const wrong = await feosctl(feosd.socket, ['sg', 'put', '-f', notGroup]);
-    assert.equal(wrong.code, 2);
+    assert.equal(wrong.code, 1);
     assert.match(wrong.stderr, /pod\.yaml: not a SecurityGroup: key "vcpus" is unknown \(fields: id, version, ingress/);
     for (const tcp of ['nothing', '127.0.0.1:99999', '127.0.0.1:0']) {
       const r = await feosctl(feosd.socket, ['--tcp', tcp, 'pod', 'list']);
-      assert.equal(r.code, 2, r.stderr);
+      assert.equal(r.code, 1, r.stderr);
       assert.match(r.stderr, /--tcp ".*": want host:port or \[IPv6\]:port with a port from 1 to 65535/);
     }
     const badVersion = await feosctl(feosd.socket, ['sg', 'members', 'web', '--from', '-1', '--to', '2']);
-    assert.equal(badVersion.code, 2);
+    assert.equal(badVersion.code, 1);
     assert.match(badVersion.stderr, /--from "-1": want a whole number/);
   });
 });

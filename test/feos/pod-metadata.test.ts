@@ -43,7 +43,7 @@ test('pod create --metadata and --metadata-file: the pod has them; keys and size
     assert.equal(got.pod?.spec?.metadata.query, 'a=b');
   });
 
-  await t.test('feosctl refuses a bad key, a missing "=", a file that is no mapping and more than 32 KiB, exit 2, nothing sent', async () => {
+  await t.test('feosctl refuses a bad key, a missing "=", a file that is no mapping and more than 32 KiB, exit 1, nothing sent', async () => {
     const big = join(dir, 'big.json');
     writeFileSync(big, JSON.stringify({ blob: 'x'.repeat(33 * 1024) }));
     const list = join(dir, 'list.yaml');
@@ -58,7 +58,7 @@ test('pod create --metadata and --metadata-file: the pod has them; keys and size
       [['--metadata-file', big], /metadata: \d+ bytes as JSON, more than 32768 \(32 KiB\)/],
     ] as const) {
       const r = await feosctl(feosd.socket, ['pod', 'create', '--id', 'mdpqd0aaaab', ...args]);
-      assert.equal(r.code, 2, `${args.join(' ')}: ${r.stderr}`);
+      assert.equal(r.code, 1, `${args.join(' ')}: ${r.stderr}`);
       assert.match(r.stderr, want);
     }
     assert.ok(!readdirSync(join(feosd.stateDir, 'pods')).some((f) => f.startsWith('mdpqd0aaaab')), 'nothing was recorded');

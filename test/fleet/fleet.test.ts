@@ -126,7 +126,7 @@ test('a FeOS node joins the control plane, reports, sends events, renews, stops 
   assert.equal(secretObj.code, 0, secretObj.stderr);
   assert.equal((JSON.parse(secretObj.stdout) as { type: string }).type, 'bootstrap.kubernetes.io/token');
   const badTtl = await cli('feos', 'token', 'create', '--ttl', 'soon');
-  assert.equal(badTtl.code, 2);
+  assert.equal(badTtl.code, 1);
   assert.match(badTtl.stderr, /--ttl "soon"/);
   // A token that expires before a node could use it, or past what RFC 3339 writes, is refused.
   for (const [ttl, why] of [
@@ -134,11 +134,11 @@ test('a FeOS node joins the control plane, reports, sends events, renews, stops 
     ['99999999h', /--ttl "99999999h": at most 87600h/],
   ] as const) {
     const r = await cli('feos', 'token', 'create', '--ttl', ttl);
-    assert.equal(r.code, 2, r.stderr);
+    assert.equal(r.code, 1, r.stderr);
     assert.match(r.stderr, why);
   }
   const badId = await cli('feos', 'token', 'delete', 'NOPE');
-  assert.equal(badId.code, 2);
+  assert.equal(badId.code, 1);
   assert.match(badId.stderr, /token ID "NOPE": want the 6 characters/);
   const badOut = await cli('feos', 'token', 'list', '-o', 'wide');
   assert.notEqual(badOut.code, 0);
@@ -319,7 +319,7 @@ test('a FeOS node joins the control plane, reports, sends events, renews, stops 
   assert.equal(nowhere.code, 1);
   assert.match(nowhere.stderr, /NotFound: nodes "no-such-node" not found/);
   const noFlag = await run(process.execPath, [FEOSCTL, '--node', name, 'pod', 'list'], { KUBECONFIG: '' });
-  assert.equal(noFlag.code, 2);
+  assert.equal(noFlag.code, 1);
   assert.match(noFlag.stderr, /--node needs --kubeconfig/);
   // $KUBECONFIG serves as --kubeconfig, as for kubectl; half or crossed flags are refused, nothing falls back to the socket.
   const fromEnv = await run(process.execPath, [FEOSCTL, '--node', name, 'pod', 'list'], { KUBECONFIG: cp.kubeconfig });
@@ -330,7 +330,7 @@ test('a FeOS node joins the control plane, reports, sends events, renews, stops 
     [['--kubeconfig', cp.kubeconfig, '--node', name, '--socket', '/tmp/x.sock', 'pod', 'list'], /leave out --socket and --tcp/],
   ] as const) {
     const r = await run(process.execPath, [FEOSCTL, ...args]);
-    assert.equal(r.code, 2, `${args.join(' ')}: ${r.stderr}`);
+    assert.equal(r.code, 1, `${args.join(' ')}: ${r.stderr}`);
     assert.match(r.stderr, why);
   }
   assert.doesNotMatch(nowhere.stderr + forbidden.stderr, /%3F|%20/, 'messages through the tunnel are decoded');
@@ -398,7 +398,7 @@ test('control-plane refuses bad --feos-listen, --trust-domain and --feos-node-ce
   try {
     for (const [args, want] of cases) {
       const r = await run(process.execPath, [CLI, 'control-plane', '--data-dir', join(dir, 'd'), '--port', '0', ...args]);
-      assert.equal(r.code, 2, `${args.join(' ')}: ${r.stderr}`);
+      assert.equal(r.code, 1, `${args.join(' ')}: ${r.stderr}`);
       assert.match(r.stderr, want);
     }
   } finally {

@@ -72,6 +72,8 @@ export async function serveCheckpointData(scope: RequestScope): Promise<void> {
     if (typeof st.imageSha256 === 'string') headers['X-Kube32-Image-Sha256'] = st.imageSha256;
     if (typeof st.snapshotSha256 === 'string') headers['X-Kube32-Snapshot-Sha256'] = st.snapshotSha256;
     if (typeof st.podTimeMs === 'number') headers['X-Kube32-Pod-Time-Ms'] = String(st.podTimeMs);
+    // Where the snapshot was taken: the restoring kubelet's `Restored` event names it.
+    if (typeof st.nodeName === 'string' && st.nodeName) headers['X-Kube32-Source-Node'] = st.nodeName;
     const noData = () => new ApiError('NotFound', `checkpoints.kube32.io "${name}" has no data`, { name, group: 'kube32.io', kind: 'checkpoints' });
     // Several API servers (docs/etcd.md): the annotation names the servers holding the latest data;
     // a copy held here but not named is of an older PUT. A request proxied by a peer is never proxied on.
@@ -220,7 +222,13 @@ async function readSnapshot(
  * @returns the Checkpoint as written
  * @throws ApiError NotFound when the Checkpoint went (or was replaced) meanwhile: its data is then dropped
  */
-async function storeSnapshot(scope: RequestScope, ckpt: Awaited<ReturnType<ServerContext['registry']['get']>>, buf: Buffer, facts: SnapshotFacts, file?: AtomicFileWriter): Promise<unknown> {
+async function storeSnapshot(
+  scope: RequestScope,
+  ckpt: Awaited<ReturnType<ServerContext['registry']['get']>>,
+  buf: Buffer,
+  facts: SnapshotFacts & { nodeName?: string },
+  file?: AtomicFileWriter,
+): Promise<unknown> {
   const { ctx } = scope;
   const reg = ctx.registry;
   const ns = scope.info.namespace ?? '';
@@ -311,7 +319,9 @@ async function captureFromNode(scope: RequestScope): Promise<void> {
     const push = pushTo ? await SnapshotPush.open(ctx, { node: pushTo, namespace: ns, pod: podName, container, checkpoint: name }, Number(len)) : undefined;
     const { buf, facts } = await readSnapshot(up, Number(len), name, { drain: false, file, push });
     ctx.log.debug({ checkpoint: `${ns}/${name}` }, 'checkpoint data: snapshot read');
-    const stored = await storeSnapshot(scope, ckpt, buf, facts, file);
+    // Taken on that node: status.nodeName says so when no controller did (a Checkpoint made by hand).
+    const where = typeof rec(ckpt.status).nodeName === 'string' ? {} : { nodeName };
+    const stored = await storeSnapshot(scope, ckpt, buf, { ...facts, ...where }, file);
     ctx.log.debug({ checkpoint: `${ns}/${name}` }, 'checkpoint data: stored');
     sendJson(res, 200, stored);
   } finally {

@@ -285,3 +285,40 @@ export function specTypeError(spec: unknown, struct: GoStruct, path = 'spec'): s
   }
   return undefined;
 }
+
+/**
+ * Go's error decoding `v` as a standard base64 string (encoding/base64's `CorruptInputError`:
+ * `illegal base64 data at input byte 3`), or undefined when it decodes.
+ */
+export function base64Error(v: string): string | undefined {
+  const bad = (at: number) => `illegal base64 data at input byte ${at}`;
+  const firstBad = v.search(/[^A-Za-z0-9+/=]/);
+  const pad = v.indexOf('=');
+  if (firstBad >= 0 && (pad < 0 || firstBad < pad)) return bad(firstBad);
+  if (pad >= 0) {
+    // Padding only at the end of the last quantum, one or two of it.
+    const tail = v.slice(pad);
+    if (!/^={1,2}$/.test(tail) || v.length % 4 !== 0 || (tail.length === 2 && pad % 4 !== 2) || (tail.length === 1 && pad % 4 !== 3)) return bad(pad);
+    return undefined;
+  }
+  return v.length % 4 === 0 ? undefined : bad(v.length - (v.length % 4));
+}
+
+/**
+ * Go's error decoding `v` as the map field `field` of `struct` (`map[string]string`, or `map[string][]byte`
+ * as base64 strings), or undefined when it decodes (null is the zero value).
+ */
+export function mapFieldError(v: unknown, struct: string, field: string, values: 'string' | 'bytes'): string | undefined {
+  if (v === null || v === undefined) return undefined;
+  const goValue = values === 'string' ? 'string' : '[]uint8';
+  if (typeof v !== 'object' || Array.isArray(v)) return `json: cannot unmarshal ${jsonKind(v)} into Go struct field ${struct}.${field} of type map[string]${goValue}`;
+  for (const x of Object.values(v as Record<string, unknown>)) {
+    if (x === null) continue;
+    if (typeof x !== 'string') return `json: cannot unmarshal ${jsonKind(x)} into Go struct field ${struct}.${field} of type ${goValue}`;
+    if (values === 'bytes') {
+      const err = base64Error(x);
+      if (err) return err;
+    }
+  }
+  return undefined;
+}

@@ -50,7 +50,7 @@ export type FieldValidation = 'Strict' | 'Warn' | 'Ignore';
  * Checks a request body's shape against the resource: an object, `apiVersion`/`kind` (when given)
  * those of the resource, known top-level and metadata fields. Answers warnings for `Warn`.
  * @throws ApiError BadRequest for a wrong kind or apiVersion, a spec value of the wrong Go type
- *   (`field-types.ts`), or an unknown field under `Strict`
+ *   (`field-types.ts`), a top-level one (`def.decodeError`: ConfigMap and Secret data), or an unknown field under `Strict`
  */
 export function checkBodyShape(def: ResourceDef, body: unknown, mode: FieldValidation, expectKind = def.kind, expectApiVersion = apiVersionOf(def)): string[] {
   if (body === null || typeof body !== 'object' || Array.isArray(body)) throw badRequest('the request body must be a JSON object');
@@ -66,7 +66,7 @@ export function checkBodyShape(def: ResourceDef, body: unknown, mode: FieldValid
   }
   // kube-apiserver's JSON decoder refuses a value of the wrong type whatever the field validation.
   const types = specTypesOf(def.group, def.version, expectKind);
-  const typeError = types && specTypeError(obj.spec, types);
+  const typeError = def.decodeError?.(obj) ?? (types && specTypeError(obj.spec, types));
   if (typeError) throw new ApiError('BadRequest', `${expectKind} in version "${def.version}" cannot be handled as a ${expectKind}: ${typeError}`);
   if (mode === 'Ignore') return [];
   const unknown: string[] = [];

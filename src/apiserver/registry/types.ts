@@ -45,6 +45,12 @@ export interface ResourceDef {
   scale?: { specReplicas: string[]; statusReplicas: string[]; selector: string[] };
   /** Top-level fields a valid object may carry besides apiVersion, kind and metadata (strict field validation). */
   fields: string[];
+  /**
+   * Go's decoding error for a top-level field of the wrong JSON type (`json: cannot unmarshal number into Go
+   * struct field ConfigMap.data of type string`, `illegal base64 data at input byte 3`), or undefined: the body
+   * is then refused with 400 BadRequest, as kube-apiserver's decoder refuses it, whatever the field validation.
+   */
+  decodeError?(obj: Record<string, unknown>): string | undefined;
   /** Sets defaults on a new object (after status was cleared), in place. */
   prepareForCreate?(obj: KubeObject, ctx: StrategyContext): void;
   /**

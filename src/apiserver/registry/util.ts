@@ -163,9 +163,12 @@ export function required(field: string): StatusCause {
   return { reason: 'FieldValueRequired', message: 'Required value', field };
 }
 
-/** An invalid value's cause. */
+/**
+ * An invalid value's cause: `Invalid value: <value as JSON>: why`; a value that is absent (undefined) is
+ * kube's `Required value: why` (it printed `Invalid value: undefined`, JavaScript's word, not kube's).
+ */
 export function invalidValue(field: string, value: unknown, why: string): StatusCause {
-  return { reason: 'FieldValueInvalid', message: `Invalid value: ${JSON.stringify(value)}: ${why}`, field };
+  return value === undefined ? { reason: 'FieldValueRequired', message: `Required value: ${why}`, field } : { reason: 'FieldValueInvalid', message: `Invalid value: ${JSON.stringify(value)}: ${why}`, field };
 }
 
 /** A cause for a field that may not change. */

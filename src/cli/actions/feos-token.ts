@@ -66,7 +66,7 @@ export async function tokenCreate(flags: TokenFlags): Promise<void> {
     if (ttlMs > 0 && ttlMs < MIN_TTL_MS) throw new RangeError('at least 1m, so that a node can use it');
     if (ttlMs > MAX_TTL_MS) throw new RangeError('at most 87600h (ten years)');
   } catch (err: unknown) {
-    throw new CliError(`--ttl ${JSON.stringify(flags.ttl)}: ${err instanceof Error ? err.message : String(err)} (want a duration such as 24h or 30m, or 0 for a token that does not expire)`, 2);
+    throw new CliError(`--ttl ${JSON.stringify(flags.ttl)}: ${err instanceof Error ? err.message : String(err)} (want a duration such as 24h or 30m, or 0 for a token that does not expire)`);
   }
   const { core, coord, caPem } = target(flags);
   if (!caPem) throw new CliError("the kubeconfig names no certificate authority for the cluster: the token's pin is the cluster CA's; use the kubeconfig the control plane wrote");
@@ -129,7 +129,7 @@ export async function tokenList(flags: TokenFlags): Promise<void> {
 export async function tokenDelete(ids: string[], flags: TokenFlags): Promise<void> {
   for (const id of ids) {
     if (!/^[a-z0-9]{6}$/.test(id)) {
-      throw new CliError(`token ID ${JSON.stringify(id)}: want the 6 characters of [a-z0-9] after "feos-join-" (feos token list shows them)`, 2);
+      throw new CliError(`token ID ${JSON.stringify(id)}: want the 6 characters of [a-z0-9] after "feos-join-" (feos token list shows them)`);
     }
   }
   const { core } = target(flags);

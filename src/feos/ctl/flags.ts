@@ -1,7 +1,7 @@
 /**
  * feosctl's flag values and files: whole numbers, memory and volume sizes within their bounds, pull
  * tokens from files, a PodSpec from `-f`. Each bad value is commander's InvalidArgumentError naming the
- * flag (or file) and what to give instead (exit 2).
+ * flag (or file) and what to give instead (exit 1).
  */
 import { readFileSync } from 'node:fs';
 import { InvalidArgumentError } from 'commander';

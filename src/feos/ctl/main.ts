@@ -8,7 +8,9 @@
  *   feosctl [--socket PATH | --tcp ADDRESS] mesh get [-o json|yaml] (./mesh.ts)
  *   feosctl --kubeconfig FILE --node NAME <any command>: through the cluster the node joined (./through-cluster.ts)
  * Every command prints a table, or with `-o json|yaml` the PodInfo (its `id` first). A gRPC error prints
- * as `feosctl: <CODE_NAME>: <message>` (with "(VmBusy)" when marked) and exits 1; bad usage exits 2.
+ * as `feosctl: <CODE_NAME>: <message>` (with "(VmBusy)" when marked) and exits 1; bad usage (an unknown
+ * flag or command, a missing argument, a bad value) prints what to fix on standard error and exits 1 too,
+ * as kubectl does.
  *
  * This file is the program: its global flags and how it exits. The command groups are ./pod.ts,
  * ./pod-streams.ts, ./volume.ts, ./host.ts and ./network.ts; ./context.ts maps errors, ./output.ts prints,
@@ -25,6 +27,9 @@ import { addPodCommands } from './pod.ts';
 import { addVolumeCommands } from './volume.ts';
 
 export { isConnectFailure } from './context.ts';
+
+/** The exit code of a usage error: 1, as kubectl's (cobra's) and kube32-cli's. */
+export const USAGE_EXIT_CODE = 1;
 
 /** Runs feosctl with `argv` (process.argv). Exits the process with its status. */
 /** feosctl's form of a kubectl verb a user types first (`feosctl get pods`): the noun comes first here. */
@@ -105,9 +110,9 @@ export async function main(argv: string[]): Promise<void> {
     if (typeof e.code === 'string' && e.code.startsWith('commander.')) {
       // An InvalidArgumentError thrown by an action (not by commander's parsing) was not printed.
       if (e.exitCode !== 0 && !commanderSaid) process.stderr.write(`feosctl: ${(e.message ?? '').replace(/^error: /, '')}\n`);
-      process.exit(e.exitCode === 0 ? 0 : 2);
+      process.exit(e.exitCode === 0 ? 0 : USAGE_EXIT_CODE);
     }
     process.stderr.write(`feosctl: ${e.message ?? String(err)}\n`);
-    process.exit(2);
+    process.exit(1);
   }
 }

@@ -19,7 +19,7 @@ export const METADATA_MAX_BYTES = 32 * 1024;
  * wins) over the spec's own (`-f`), and checks the whole.
  * @param flags the `--metadata` values, `KEY=VALUE` each (VALUE may hold '=' and be empty)
  * @param file a YAML or JSON mapping of keys to strings
- * @throws InvalidArgumentError (a usage error, exit 2) naming the flag, the file, the key or the size
+ * @throws InvalidArgumentError (a usage error, exit 1) naming the flag, the file, the key or the size
  */
 export function applyMetadata(spec: PodSpec, flags: readonly string[] | undefined, file: string | undefined): void {
   if (file !== undefined) Object.assign(spec.metadata, metadataFromFile(file));

@@ -166,6 +166,8 @@ interface PodWork {
   /** This process saw the FeOS pod PENDING (so Pulled, Created, Started are news). */
   sawPending: boolean;
   startedEvents: boolean;
+  /** Restored by this process (where from, see MicrovmMoves.restore): its events are Pulled and Restored, not Created and Started. */
+  restoredFrom?: string;
   restartCount: number;
   waiting?: { reason: string; message: string };
   /** The FeOS pod generation whose failure was taken in. */
@@ -377,6 +379,7 @@ export async function startFeosKubelet(o: FeosKubeletOptions): Promise<FeosKubel
     w.restartCount += 1;
     w.sawPending = true;
     w.startedEvents = false;
+    w.restoredFrom = undefined;
     // No second StartPod until this one's outcome is in (the FeOS pod's next failure sets the next time).
     w.nextStartAt = Number.POSITIVE_INFINITY;
     for (const c of pod.spec?.containers ?? []) await event(pod, 'Normal', 'Pulling', `Pulling image "${c.image}"`);
@@ -496,6 +499,7 @@ export async function startFeosKubelet(o: FeosKubeletOptions): Promise<FeosKubel
         if (r.pod) np.infos.set(r.pod.id, r.pod);
         w.sawPending = true;
         w.startedEvents = false;
+        w.restoredFrom = r.from;
       } else if (!info) {
         // After a refusal, not before its back-off ends, unless the containers changed (`kubectl set image`).
         if (!w.refused && (!w.create || now >= w.create.at || w.create.spec !== containersOf(pod))) await createPod(pod, w, session, np, id);
@@ -507,7 +511,15 @@ export async function startFeosKubelet(o: FeosKubeletOptions): Promise<FeosKubel
         w.backoffMs = firstBackoff;
         if (w.sawPending && !w.startedEvents) {
           w.startedEvents = true;
+          const restored = w.restoredFrom;
+          w.restoredFrom = undefined;
           for (const c of pod.spec?.containers ?? []) {
+            if (restored !== undefined) {
+              // The container goes on from its snapshot (its image's layers came with it): not a new one.
+              await event(pod, 'Normal', 'Pulled', `Container image "${c.image}" already present on machine`);
+              await event(pod, 'Normal', 'Restored', `Restored container ${c.name} from ${restored}`);
+              continue;
+            }
             await event(pod, 'Normal', 'Pulled', `Successfully pulled image "${c.image}"`);
             await event(pod, 'Normal', 'Created', `Created container: ${c.name}`);
             await event(pod, 'Normal', 'Started', `Started container ${c.name}`);

@@ -59,8 +59,10 @@ export interface MicrovmMoves {
    * @returns the restored pod, or `{ failed }` with why (the caller ends the Pod `Failed`, `RestoreError`);
    *   `stale`: the node's HIBERNATED record names a checkpoint another node restored already (the pod's
    *   memory lives there), so it can only start afresh
+   *   On success, `from` says where its memory came from, for the `Restored` event (`Checkpoint NAME, taken
+   *   on node NODE`, or `its hibernation on this node`).
    */
-  restore(pod: V1Pod, info: PodInfo | undefined, session: http2.ClientHttp2Session): Promise<{ pod: PodInfo | undefined } | { failed: string; stale: boolean }>;
+  restore(pod: V1Pod, info: PodInfo | undefined, session: http2.ClientHttp2Session): Promise<{ pod: PodInfo | undefined; from: string } | { failed: string; stale: boolean }>;
   start(): Promise<void>;
   stop(): Promise<void>;
 }
@@ -160,6 +162,7 @@ export function startMicrovmMoves(o: MicrovmMovesOptions): MicrovmMoves {
       const id = feosPodIdOf(pod) ?? '';
       const from = pod.metadata?.annotations?.[ANNOTATIONS.restoreFrom];
       let checkpoint = info?.state === PodState.HIBERNATED ? info.checkpoint : '';
+      let where = 'its hibernation on this node';
       if (from) {
         let ck: Checkpoint;
         try {
@@ -172,12 +175,13 @@ export function startMicrovmMoves(o: MicrovmMovesOptions): MicrovmMoves {
           return { failed: `checkpoint ${from} holds no microVM snapshot (snapshotKind ${ck.status?.snapshotKind ?? 'none'})`, stale: false };
         }
         checkpoint = ck.status.snapshotName;
+        where = `Checkpoint ${from}${ck.status.nodeName ? `, taken on node ${ck.status.nodeName}` : ''}`;
       }
       log.info({ pod: `${ns}/${pod.metadata?.name}`, node: pod.spec?.nodeName, feosPod: id, feosCheckpoint: checkpoint, from }, 'restoring the microVM');
       try {
         const r = await unary(session, PodService.method.restorePod, { id, checkpoint }, { timeoutMs: RESTORE_TIMEOUT_MS });
         log.info({ pod: `${ns}/${pod.metadata?.name}`, feosPod: id, state: r.pod ? PodState[r.pod.state] : undefined }, 'microVM restored');
-        return { pod: r.pod };
+        return { pod: r.pod, from: where };
       } catch (err: unknown) {
         const stale = err instanceof GrpcCallError && err.code === FAILED_PRECONDITION && /restored already/.test(err.details) && info?.state === PodState.HIBERNATED;
         return { failed: `RestorePod of ${id}${checkpoint ? ` from ${checkpoint}` : ''} on ${pod.spec?.nodeName}: ${why(err)}`, stale };

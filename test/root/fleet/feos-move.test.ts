@@ -20,7 +20,7 @@ import { execFileSync } from 'node:child_process';
 import { join } from 'node:path';
 import { test } from 'node:test';
 import { tempDir } from '../../feos/harness.ts';
-import { addIpv6Default, applyText, CLI, createToken, eventsOf, type FleetNode, feosDeployment, feosctlNode, forwardTo, freePort, keepLog, killNodes, kubectl, Nets, pullSecret, readyOf, run, startControlPlane, startNode, suiteRegistry, until } from './helpers.ts';
+import { addIpv6Default, applyText, CLI, createToken, eventsOf, eventsWithSource, type FleetNode, feosDeployment, feosctlNode, forwardTo, freePort, keepLog, killNodes, kubectl, Nets, pullSecret, readyOf, run, startControlPlane, startNode, suiteRegistry, until } from './helpers.ts';
 
 const REPO = new URL('../../../', import.meta.url).pathname;
 const GUEST_DIR = join(REPO, 'build/guest');
@@ -151,6 +151,11 @@ test('a microVM pod of a Deployment moves to another FeOS node with kube32-cli m
     assert.equal(most, 1, 'one pod of the Deployment throughout');
     const ev = await events(after.metadata.name);
     assert.match(ev, /^Moved\s+\S+: moved from fleet-a to fleet-b in \d+ ms from the freeze to Running$/m);
+    // The kubelet's events of the restored container: Pulled and Restored (from where), not Created and Started.
+    const mine = (await eventsWithSource(cp.kubeconfig, after.metadata.name)).split('\n').filter((l) => /^\S+\s+kubelet\s/.test(l));
+    assert.ok(mine.some((l) => /^Pulled\s+kubelet\s+Container image ".*" already present on machine$/.test(l)), mine.join('\n'));
+    assert.ok(mine.some((l) => /^Restored\s+kubelet\s+Restored container app from Checkpoint \S+, taken on node fleet-a$/.test(l)), mine.join('\n'));
+    assert.ok(!mine.some((l) => /^(Created|Started)\s/.test(l)), `no Created or Started: ${mine.join('\n')}`);
     t.diagnostic(`kube32-cli move: ${moved.stdout.trim()}`);
     const wide = await k('get', 'ckpt', '-o', 'wide');
     assert.match(wide.stdout, /^NAME\s+POD\s+ACTION\s+PHASE\s+NODE\s+SIZE\s+AGE\s+TARGET\s+NEW POD\s+MESSAGE\s+KIND$/m);
@@ -209,6 +214,6 @@ test('a microVM pod of a Deployment moves to another FeOS node with kube32-cli m
     assert.ok(count > countBefore, `the count goes on after the rollback: ${count}, ${countBefore} before`);
     const up = await until('the guest\'s uptime', () => uptime(again.metadata.name), 60_000);
     assert.ok(up > uptimeBefore, `the guest's uptime goes on: ${up} s after, ${uptimeBefore} s before`);
-    assert.match(await events(again.metadata.name), /^Restored\s+restored from checkpoint \S+, taken/m);
+    assert.match(await eventsWithSource(cp.kubeconfig, again.metadata.name), /^Restored\s+kube32-controller-manager\s+restored from checkpoint \S+, taken/m);
   });
 });

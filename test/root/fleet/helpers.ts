@@ -477,6 +477,12 @@ export async function eventsOf(kubeconfig: string, name: string): Promise<string
   return r.stdout;
 }
 
+/** The events of the object `name` with their source component, oldest first: `REASON  COMPONENT  MESSAGE` a line. */
+export async function eventsWithSource(kubeconfig: string, name: string): Promise<string> {
+  const r = await kubectl(kubeconfig, 'get', 'events', '--field-selector', `involvedObject.name=${name}`, '--sort-by', '.lastTimestamp', '-o', 'custom-columns=REASON:.reason,SOURCE:.source.component,MESSAGE:.message', '--no-headers');
+  return r.stdout;
+}
+
 /**
  * The end of a suite's feosds: each one's log kept as `<prefix>-<name>` ({@link keepLog}), each
  * SIGKILLed, then whatever still runs in their namespaces (the QEMU processes of their microVMs,

@@ -2,12 +2,34 @@
  * The simple core (`v1`) resources: config maps, secrets, service accounts, services, endpoints,
  * events; and `coordination.k8s.io/v1` leases. Each with the Table columns kubectl prints for it.
  */
+import type { StatusCause } from '../../errors.ts';
 import type { KubeObject } from '../../storage/index.ts';
+import { base64Error, mapFieldError, scalarError } from '../field-types.ts';
 import type { ResourceDef } from '../types.ts';
 import { AGE_COLUMN, MAX_DATA_BYTES, NAME_COLUMN, age, arr, invalidValue, immutable, rec, required, tooLong, validateLabel, validateMetaMaps, validateSubdomain } from '../util.ts';
 
 const base = (obj: KubeObject) => [...validateSubdomain(obj.metadata.name, 'metadata.name'), ...validateMetaMaps(obj)];
-const BASE64 = /^[A-Za-z0-9+/]*={0,2}$/;
+
+/** kube's message for a change of an immutable ConfigMap's or Secret's `field`. */
+const IMMUTABLE_SET = 'Forbidden: field is immutable when `immutable` is set';
+
+/** An immutable ConfigMap's or Secret's fields that may not change (kube's ValidateConfigMapUpdate, ValidateSecretUpdate). */
+function immutableChanges(obj: KubeObject, old: KubeObject | undefined, fields: string[]): StatusCause[] {
+  if (old?.immutable !== true) return [];
+  const out: StatusCause[] = [];
+  if (obj.immutable !== true) out.push({ reason: 'FieldValueForbidden', message: IMMUTABLE_SET, field: 'immutable' });
+  for (const f of fields) {
+    if (!sameMap(obj[f], old[f])) out.push({ reason: 'FieldValueForbidden', message: IMMUTABLE_SET, field: f });
+  }
+  return out;
+}
+
+/** Whether two string maps hold the same entries (an empty map is none, as Go's DeepEqual of decoded maps nearly is). */
+function sameMap(a: unknown, b: unknown): boolean {
+  const x = Object.entries(rec(a)).sort(([k], [l]) => (k < l ? -1 : k > l ? 1 : 0));
+  const y = Object.entries(rec(b)).sort(([k], [l]) => (k < l ? -1 : k > l ? 1 : 0));
+  return JSON.stringify(x) === JSON.stringify(y);
+}
 
 /** config maps */
 export const configmaps: ResourceDef = {
@@ -22,15 +44,20 @@ export const configmaps: ResourceDef = {
   subresources: [],
   hasStatus: false,
   fields: ['data', 'binaryData', 'immutable'],
+  decodeError: (obj) =>
+    mapFieldError(obj.data, 'ConfigMap', 'data', 'string') ??
+    mapFieldError(obj.binaryData, 'ConfigMap', 'binaryData', 'bytes') ??
+    scalarError(obj.immutable, 'bool', 'ConfigMap', 'immutable'),
   validate(obj, old) {
     const out = base(obj);
     for (const [k, v] of Object.entries(rec(obj.data))) if (typeof v !== 'string') out.push(invalidValue(`data[${k}]`, v, 'must be a string'));
+    for (const [k, v] of Object.entries(rec(obj.binaryData))) if (typeof v !== 'string' || base64Error(v)) out.push(invalidValue(`binaryData[${k}]`, '<binary>', 'must be base64-encoded'));
     // As Kubernetes counts it: keys and values of data, keys and decoded values of binaryData.
     let bytes = 0;
     for (const [k, v] of Object.entries(rec(obj.data))) bytes += k.length + (typeof v === 'string' ? Buffer.byteLength(v) : 0);
     for (const [k, v] of Object.entries(rec(obj.binaryData))) bytes += k.length + (typeof v === 'string' ? Buffer.from(v, 'base64').length : 0);
     if (bytes > MAX_DATA_BYTES) out.push(tooLong('data', MAX_DATA_BYTES));
-    if (old?.immutable === true && JSON.stringify([obj.data, obj.binaryData]) !== JSON.stringify([old.data, old.binaryData])) out.push(immutable('data'));
+    out.push(...immutableChanges(obj, old, ['data', 'binaryData']));
     return out;
   },
   columns: [NAME_COLUMN, { name: 'Data', type: 'integer', description: 'Number of data entries' }, AGE_COLUMN],
@@ -58,6 +85,11 @@ export const secrets: ResourceDef = {
   subresources: [],
   hasStatus: false,
   fields: ['data', 'stringData', 'type', 'immutable'],
+  decodeError: (obj) =>
+    mapFieldError(obj.data, 'Secret', 'data', 'bytes') ??
+    mapFieldError(obj.stringData, 'Secret', 'stringData', 'string') ??
+    scalarError(obj.type, 'string', 'Secret', 'type')?.replace(/string$/, 'v1.SecretType') ??
+    scalarError(obj.immutable, 'bool', 'Secret', 'immutable'),
   prepareForCreate(obj) {
     foldStringData(obj);
     if (!obj.type) obj.type = 'Opaque';
@@ -73,11 +105,12 @@ export const secrets: ResourceDef = {
     }
     let bytes = 0;
     for (const [k, v] of Object.entries(rec(obj.data))) {
-      if (typeof v !== 'string' || !BASE64.test(v)) out.push(invalidValue(`data[${k}]`, '<secret contents redacted>', 'must be base64-encoded'));
+      if (typeof v !== 'string' || base64Error(v)) out.push(invalidValue(`data[${k}]`, '<secret contents redacted>', 'must be base64-encoded'));
       else bytes += Buffer.from(v, 'base64').length;
     }
     if (bytes > MAX_DATA_BYTES) out.push(tooLong('data', MAX_DATA_BYTES));
     if (old && old.type !== obj.type) out.push(immutable('type'));
+    out.push(...immutableChanges(obj, old, ['data']));
     return out;
   },
   fieldSelectors: { type: (o) => o.type as string | undefined },

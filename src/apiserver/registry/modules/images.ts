@@ -9,7 +9,7 @@
 import { isBareModuleImage } from '../../../lib/index.ts';
 import { invalid } from '../../errors.ts';
 import type { KubeObject, Storage } from '../../storage/index.ts';
-import { arr, rec } from '../util.ts';
+import { arr, rec, validateSubdomain } from '../util.ts';
 import { ANNOTATIONS, DIGEST_IMAGE_PREFIX } from '../../../api/index.ts';
 
 /** The annotation naming the SHA-256 (hex) of a pod's module. */
@@ -50,11 +50,18 @@ export async function resolvePodImage(storage: Storage, pod: KubeObject): Promis
 /**
  * The module digest an image names (64 hex digits), or undefined for an image that names no stored
  * module (a bare name nobody pushed, left for the kubelet to refuse or to find once pushed).
- * @throws ApiError Invalid when a `wasm://NAME` is not stored or a digest is malformed
+ * @throws ApiError Invalid when a `wasm://NAME` is not a module's name or is not stored, or a digest is malformed
  */
 async function imageSha(storage: Storage, pod: KubeObject, image: string, f: string): Promise<string | undefined> {
   if (image.startsWith(WASM_PREFIX)) {
     const name = image.slice(WASM_PREFIX.length);
+    // A name no module can have (modules are named as kube32-cli push --name takes them) is not "not found":
+    // pushing it would be refused too.
+    const bad = validateSubdomain(name, f).map((c) => c.message.replace(/^Invalid value: "[^"]*": /, ''));
+    if (bad.length > 0) {
+      const why = name ? `"${name}" cannot be a module's name: ${bad.join('; ')}` : 'it names no module: want wasm://NAME, NAME the --name of kube32-cli push';
+      throw invalid('Pod', '', pod.metadata.name ?? '', [{ reason: 'FieldValueInvalid', message: `Invalid value: "${image}": ${why}`, field: f }]);
+    }
     const mod = await storage.get({ resource: 'modules.kube32.io', namespace: '', name });
     const digest = rec(mod?.spec).sha256;
     if (!mod || typeof digest !== 'string') {
