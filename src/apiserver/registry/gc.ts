@@ -10,7 +10,7 @@
  * Work is queued by key and done in order, off the request path; a sweep at start catches what a
  * restart missed.
  */
-import type { Logger } from '../../lib/index.ts';
+import { Backoff, type Logger } from '../../lib/index.ts';
 import { ApiError } from '../errors.ts';
 import type { KubeObject, StorageEvent, WatchHandle } from '../storage/index.ts';
 import { RESOURCES, resourceByKey } from './catalog.ts';
@@ -48,10 +48,20 @@ export class GarbageCollector {
   async start(eventTtlMs?: number): Promise<void> {
     this.reg.ownerIndex = this;
     if (eventTtlMs !== undefined && eventTtlMs > 0) this.expiry = new EventExpiry(this.reg.storage, eventTtlMs, this.log, () => this.reg.now().getTime());
-    // The watch from before the lists (their reads are asynchronous): what changes meanwhile is replayed
-    // after them, so the index ends at the store's state.
+    await this.subscribe();
+  }
+
+  /** Times the store ended the collector's watch and it listed everything again. */
+  relists = 0;
+  private stopped = false;
+
+  /**
+   * Watches every resource, lists them all, and sweeps. The watch comes before the lists (their reads are
+   * asynchronous): what changes meanwhile is replayed after them, so the index ends at the store's state.
+   * The index and the events' due times are replaced by the lists' at once (no reader sees them empty).
+   */
+  private async subscribe(): Promise<void> {
     const rv = this.reg.storage.currentResourceVersion();
-    const lists = RESOURCES.map((def) => this.reg.storage.list(storageKey(def)));
     const replay: StorageEvent[] = [];
     let listed = false;
     this.handle = this.reg.storage.watch('*', rv, (e) => {
@@ -60,10 +70,16 @@ export class GarbageCollector {
         return;
       }
       this.observe(e);
-    });
-    const listedItems = await Promise.all(lists);
+    }, (err) => this.onWatchEnd(err));
+    const listedItems = await Promise.all(RESOURCES.map((def) => this.reg.storage.list(storageKey(def))));
+    this.owned.clear();
+    this.expiry?.reset();
+    const seen = new Set<string>();
     RESOURCES.forEach((def, i) => {
       const key = storageKey(def);
+      // events.k8s.io Events are core Events: one storage key, listed once.
+      if (seen.has(key)) return;
+      seen.add(key);
       for (const o of listedItems[i]!.items) {
         this.index(key, undefined, o);
         if (key === 'events') this.expiry?.observe(o);
@@ -83,7 +99,30 @@ export class GarbageCollector {
     }
   }
 
+  /**
+   * The store ended the watch (etcd compacted events it had not delivered): the index and the events' due
+   * times missed them, so everything is listed again and watched from there (tried again with back-off).
+   */
+  private onWatchEnd(err: Error): void {
+    this.handle = undefined;
+    if (this.stopped) return;
+    this.relists++;
+    this.log.warn({ err: err.message }, 'garbage collector: the store ended its watch; listing everything again');
+    const backoff = new Backoff({ initialMs: 100, maxMs: 5000 });
+    const again = (): void => {
+      if (this.stopped) return;
+      this.subscribe().catch((e: unknown) => {
+        this.handle?.stop();
+        this.handle = undefined;
+        this.log.warn({ err: e instanceof Error ? e.message : String(e) }, 'garbage collector: listing again failed; trying again');
+        setTimeout(again, backoff.next()).unref();
+      });
+    };
+    again();
+  }
+
   stop(): void {
+    this.stopped = true;
     if (this.reg.ownerIndex === this) this.reg.ownerIndex = undefined;
     this.expiry?.stop();
     this.handle?.stop();
