@@ -13,7 +13,6 @@ import { pino } from 'pino';
 import { GarbageCollector } from '../../src/apiserver/registry/gc.ts';
 import { nodesOf } from '../../src/apiserver/registry/pods/node-usage.ts';
 import { Registry } from '../../src/apiserver/registry/store.ts';
-import type { CacheEvent } from '../../src/apiserver/storage/cacher.ts';
 import { EtcdStorage } from '../../src/apiserver/storage/etcd.ts';
 import { Cacher, type KubeObject, StorageError } from '../../src/apiserver/storage/index.ts';
 import { waitFor } from '../helpers/wait.ts';
@@ -79,7 +78,7 @@ test('etcd compacted past a watch that was away: the store ends its watches and 
   const cache = await cacher.cache('nodes', prefix);
   assert.ok(cache.get('', 'before'));
   let watcherEnded: StorageError | undefined;
-  cache.watchFromNow({ fromRv: 0, deliver: (_: readonly CacheEvent[]) => {}, end: (err) => { watcherEnded = err; } });
+  cache.watchFromNow({ fromRv: 0, deliver: () => {}, end: (err) => { watcherEnded = err; } });
   const gc = new GarbageCollector(new Registry(a), pino({ level: 'silent' }));
   await gc.start();
   t.after(() => gc.stop());
