@@ -1,9 +1,8 @@
 /**
  * A PodDisruptionBudget's arithmetic (policy/v1; Kubernetes' disruption controller, `pkg/controller/
  * disruption`): how many of its pods are expected and healthy, how many must stay healthy, and so how many
- * may be disrupted now. The API server's eviction check (seed 002 "Drain and evictions") and the
- * disruption controller, which writes it into the budget's status for `kubectl get pdb`, use this one
- * function, so the two never disagree.
+ * may be disrupted now. The disruption controller writes it into the budget's status (`kubectl get pdb`),
+ * which the API server's eviction checks and decrements (seed 002 "Drain and evictions").
  *
  * One simplification, written down in docs/controllers.md: Kubernetes counts the expected pods of a
  * percentage or a `maxUnavailable` from the scale of the pods' controllers (a Deployment's replicas);
@@ -50,10 +49,12 @@ export function scaledIntOrPercent(v: unknown, total: number): number {
  * The counts of a budget over the pods its selector matches.
  * @param spec the budget's `spec` (`minAvailable` or `maxUnavailable`; neither means `minAvailable: 1`)
  * @param pods the pods of the budget's namespace that its selector matches
+ * @param disrupted pods an accepted eviction is about to take (the budget's `status.disruptedPods` still
+ *   pending): not healthy, whatever their conditions say
  */
-export function budgetCounts(spec: { minAvailable?: unknown; maxUnavailable?: unknown }, pods: readonly BudgetPod[]): BudgetCounts {
+export function budgetCounts(spec: { minAvailable?: unknown; maxUnavailable?: unknown }, pods: readonly BudgetPod[], disrupted: (pod: BudgetPod) => boolean = () => false): BudgetCounts {
   const expectedPods = pods.length;
-  const currentHealthy = pods.filter(isBudgetHealthy).length;
+  const currentHealthy = pods.filter((p) => isBudgetHealthy(p) && !disrupted(p)).length;
   const desiredHealthy = spec.maxUnavailable !== undefined && spec.maxUnavailable !== null
     ? Math.max(0, expectedPods - scaledIntOrPercent(spec.maxUnavailable, expectedPods))
     : scaledIntOrPercent(spec.minAvailable ?? 1, expectedPods);

@@ -12,3 +12,4 @@ export { type CronSchedule, CronScheduleError, isTimeZone, parseCronSchedule } f
 export { serviceDefinition } from './grpc-service.ts';
 export { PARENT_PID_ENV, watchParent } from './parent-watch.ts';
 export { pauseAt } from './test-pause.ts';
+export { MinHeap } from './min-heap.ts';

@@ -170,6 +170,9 @@ test('client-node and raw clients against the API server', { timeout: 240_000 },
     assert.equal(r.status, 429);
     assert.equal(r.json().reason, 'TooManyRequests');
     assert.match(String(r.json().message), /disruption budget/);
+    // No disruption controller here: the budget's status was never written for its generation (kube's answer, with Retry-After).
+    assert.equal(r.headers['retry-after'], '10');
+    assert.deepEqual((r.json().details as { causes: unknown[] }).causes, [{ reason: 'DisruptionBudget', message: 'The disruption budget guard is still being processed by the server.' }]);
     r = await eviction('nobody');
     assert.equal(r.status, 404);
   });

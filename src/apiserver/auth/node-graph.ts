@@ -6,12 +6,12 @@
  * Checkpoint's data is then decided from the pods bound to that node, not from a list of every pod of
  * the namespace (at 10 000 pods in one namespace that list was ~14 MB from etcd per request).
  *
- * Started on the first use (one list of pods, then a watch from its resourceVersion), per storage;
- * concurrent first uses share that list. The watch is one of the storage watch's listeners, as the
+ * Started on the first use (one list of pods, then a watch from its resourceVersion; listed again when the
+ * store ends that watch), per storage; concurrent first uses share that list. The watch is one of the storage watch's listeners, as the
  * watch cache is: a pod's binding is in the graph before a kubelet can have seen it through a watch.
  */
 import { ANNOTATIONS } from '../../api/index.ts';
-import type { KubeObject, Storage } from '../storage/index.ts';
+import { type KubeObject, keepListed, type Storage } from '../storage/index.ts';
 import { rec } from '../registry/util.ts';
 
 /** What the graph keeps of one pod bound to a node. */
@@ -33,6 +33,12 @@ export class NodeGraph {
   /** @param refs the Secrets or ConfigMaps a pod names (auth/node.ts's podReferences) */
   constructor(refs: (pod: KubeObject, kind: 'secret' | 'configMap') => Set<string>) {
     this.#refs = refs;
+  }
+
+  /** Forgets every pod (before a fresh list). */
+  clear(): void {
+    this.#byNode.clear();
+    this.#where.clear();
   }
 
   /** Applies a pod as it now is (`deleted`: gone). */
@@ -78,9 +84,14 @@ export function nodeGraphOf(storage: Storage, refs: (pod: KubeObject, kind: 'sec
   if (!graph) {
     graph = (async () => {
       const g = new NodeGraph(refs);
-      const { items, resourceVersion } = await storage.list('pods');
-      for (const p of items) g.observe(p, false);
-      storage.watch('pods', resourceVersion, (e) => g.observe(e.object, e.type === 'DELETED'));
+      // Listed again when the store ends the watch (etcd compacted past it): the graph is rebuilt.
+      await keepListed(storage, 'pods', {
+        replace(items) {
+          g.clear();
+          for (const p of items) g.observe(p, false);
+        },
+        event: (e) => g.observe(e.object, e.type === 'DELETED'),
+      });
       return g;
     })();
     byStorage.set(storage, graph);

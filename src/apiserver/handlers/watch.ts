@@ -187,12 +187,19 @@ export async function serveWatch(scope: RequestScope, filter?: (o: KubeObject) =
   /** The BOOKMARK that ends a streaming list's initial events, at the version of the state they were. */
   const initialEventsEnd = (rv: number): KubeObject => ({ kind: def.kind, apiVersion: apiVersionOf(def), metadata: { resourceVersion: String(rv), annotations: { [INITIAL_EVENTS_END_ANNOTATION]: 'true' } } }) as KubeObject;
 
+  /** The store (or the cache) ended this watch: events are missing, so the client must list again (410, as kube). */
+  const expired = (err: StorageError) => {
+    if (closed) return;
+    res.write(`${JSON.stringify({ type: 'ERROR', object: new ApiError('Expired', err.message).toStatus() })}\n`);
+    close();
+  };
+
   try {
     const key = storageKey(def);
     if (cache && fromCache) {
       // A spec.nodeName selector: offered only the events of its node's pods (indexed triggers), its state read from the index.
       const indexValue = indexValueOf(cache, q.get('fieldSelector') ?? undefined);
-      const watcher: CacheWatcher = { fromRv: 0, indexValue, deliver: (events) => deliver(events) };
+      const watcher: CacheWatcher = { fromRv: 0, indexValue, deliver: (events) => deliver(events), end: expired };
       if (start === 'state' || start === 'now') {
         // The current state as ADDED (unless from now), then every later event: both at once, nothing between.
         res.cork();
@@ -209,9 +216,9 @@ export async function serveWatch(scope: RequestScope, filter?: (o: KubeObject) =
       const { items, resourceVersion } = await ctx.registry.storage.list(key, namespace);
       if (start === 'state') for (const o of items) if (inScope(o)) send('ADDED', o);
       if (endBookmark) send('BOOKMARK', initialEventsEnd(resourceVersion));
-      handle = ctx.registry.storage.watch(key, resourceVersion, onEvent);
+      handle = ctx.registry.storage.watch(key, resourceVersion, onEvent, expired);
     } else {
-      handle = ctx.registry.storage.watch(key, Number(rvParam), onEvent);
+      handle = ctx.registry.storage.watch(key, Number(rvParam), onEvent, expired);
     }
   } catch (err: unknown) {
     if (err instanceof StorageError && err.code === 'Expired') {

@@ -10,10 +10,11 @@
  * Work is queued by key and done in order, off the request path; a sweep at start catches what a
  * restart missed.
  */
-import type { Logger } from '../../lib/index.ts';
+import { Backoff, type Logger } from '../../lib/index.ts';
 import { ApiError } from '../errors.ts';
 import type { KubeObject, StorageEvent, WatchHandle } from '../storage/index.ts';
 import { RESOURCES, resourceByKey } from './catalog.ts';
+import { EventExpiry } from './event-expiry.ts';
 import { FINALIZER_FOREGROUND, FINALIZER_ORPHAN, type Registry } from './store.ts';
 import { type ResourceDef, storageKey } from './types.ts';
 
@@ -30,7 +31,7 @@ export class GarbageCollector {
   private handle: WatchHandle | undefined;
   private scheduled = false;
   private idleWaiters: (() => void)[] = [];
-  private ttlTimer: NodeJS.Timeout | undefined;
+  private expiry: EventExpiry | undefined;
   /** Owner uid → keys (`resource/namespace/name`) of the objects that name it, kept from the store's events. */
   private readonly owned = new Map<string, Set<string>>();
 
@@ -40,21 +41,27 @@ export class GarbageCollector {
   }
 
   /**
-   * Subscribes to the store and sweeps once; with `eventTtlMs`, deletes core events whose last
-   * occurrence is older than that, once a minute (Kubernetes keeps events for 1 h).
+   * Subscribes to the store and sweeps once; with `eventTtlMs`, deletes each core event once its last
+   * occurrence is older than that, at its due time (Kubernetes keeps events for 1 h; `EventExpiry`: a heap
+   * of due times fed from the same watch, not a scan of every event).
    */
   async start(eventTtlMs?: number): Promise<void> {
     this.reg.ownerIndex = this;
-    if (eventTtlMs !== undefined && eventTtlMs > 0) {
-      this.ttlTimer = setInterval(() => {
-        this.expireEvents(eventTtlMs).catch((err: unknown) => this.log.warn({ err: err instanceof Error ? err.message : String(err) }, 'garbage collector: expiring events failed'));
-      }, Math.min(60_000, eventTtlMs));
-      this.ttlTimer.unref();
-    }
-    // The watch from before the lists (their reads are asynchronous): what changes meanwhile is replayed
-    // after them, so the index ends at the store's state.
+    if (eventTtlMs !== undefined && eventTtlMs > 0) this.expiry = new EventExpiry(this.reg.storage, eventTtlMs, this.log, () => this.reg.now().getTime());
+    await this.subscribe();
+  }
+
+  /** Times the store ended the collector's watch and it listed everything again. */
+  relists = 0;
+  private stopped = false;
+
+  /**
+   * Watches every resource, lists them all, and sweeps. The watch comes before the lists (their reads are
+   * asynchronous): what changes meanwhile is replayed after them, so the index ends at the store's state.
+   * The index and the events' due times are replaced by the lists' at once (no reader sees them empty).
+   */
+  private async subscribe(): Promise<void> {
     const rv = this.reg.storage.currentResourceVersion();
-    const lists = RESOURCES.map((def) => this.reg.storage.list(storageKey(def)));
     const replay: StorageEvent[] = [];
     let listed = false;
     this.handle = this.reg.storage.watch('*', rv, (e) => {
@@ -62,18 +69,24 @@ export class GarbageCollector {
         replay.push(e);
         return;
       }
-      this.index(e.resource, e.previous, e.type === 'DELETED' ? undefined : e.object);
-      this.onEvent(e).catch((err: unknown) => this.log.warn({ err: err instanceof Error ? err.message : String(err) }, 'garbage collector: event failed'));
-    });
-    const listedItems = await Promise.all(lists);
+      this.observe(e);
+    }, (err) => this.onWatchEnd(err));
+    const listedItems = await Promise.all(RESOURCES.map((def) => this.reg.storage.list(storageKey(def))));
+    this.owned.clear();
+    this.expiry?.reset();
+    const seen = new Set<string>();
     RESOURCES.forEach((def, i) => {
-      for (const o of listedItems[i]!.items) this.index(storageKey(def), undefined, o);
+      const key = storageKey(def);
+      // events.k8s.io Events are core Events: one storage key, listed once.
+      if (seen.has(key)) return;
+      seen.add(key);
+      for (const o of listedItems[i]!.items) {
+        this.index(key, undefined, o);
+        if (key === 'events') this.expiry?.observe(o);
+      }
     });
     listed = true;
-    for (const e of replay.splice(0)) {
-      this.index(e.resource, e.previous, e.type === 'DELETED' ? undefined : e.object);
-      this.onEvent(e).catch((err: unknown) => this.log.warn({ err: err instanceof Error ? err.message : String(err) }, 'garbage collector: event failed'));
-    }
+    for (const e of replay.splice(0)) this.observe(e);
     this.enqueue({ kind: 'orphans', namespace: undefined });
     for (const ns of (await this.reg.storage.list('namespaces')).items) if (ns.metadata.deletionTimestamp) this.enqueue({ kind: 'namespace', name: ns.metadata.name! });
     for (const def of RESOURCES) {
@@ -86,9 +99,32 @@ export class GarbageCollector {
     }
   }
 
+  /**
+   * The store ended the watch (etcd compacted events it had not delivered): the index and the events' due
+   * times missed them, so everything is listed again and watched from there (tried again with back-off).
+   */
+  private onWatchEnd(err: Error): void {
+    this.handle = undefined;
+    if (this.stopped) return;
+    this.relists++;
+    this.log.warn({ err: err.message }, 'garbage collector: the store ended its watch; listing everything again');
+    const backoff = new Backoff({ initialMs: 100, maxMs: 5000 });
+    const again = (): void => {
+      if (this.stopped) return;
+      this.subscribe().catch((e: unknown) => {
+        this.handle?.stop();
+        this.handle = undefined;
+        this.log.warn({ err: e instanceof Error ? e.message : String(e) }, 'garbage collector: listing again failed; trying again');
+        setTimeout(again, backoff.next()).unref();
+      });
+    };
+    again();
+  }
+
   stop(): void {
+    this.stopped = true;
     if (this.reg.ownerIndex === this) this.reg.ownerIndex = undefined;
-    if (this.ttlTimer) clearInterval(this.ttlTimer);
+    this.expiry?.stop();
     this.handle?.stop();
     this.queue.length = 0;
   }
@@ -102,6 +138,16 @@ export class GarbageCollector {
   /** The keys (`resource/namespace/name`) of the objects whose ownerReferences name `uid`, as the store's events last showed them. */
   dependentsOf(uid: string): ReadonlySet<string> {
     return this.owned.get(uid) ?? NONE;
+  }
+
+  /** One store event: the owner index, the event's time to live, then the collector's work. */
+  private observe(e: StorageEvent): void {
+    this.index(e.resource, e.previous, e.type === 'DELETED' ? undefined : e.object);
+    if (e.resource === 'events') {
+      if (e.type === 'DELETED') this.expiry?.forget(e.object);
+      else this.expiry?.observe(e.object);
+    }
+    this.onEvent(e).catch((err: unknown) => this.log.warn({ err: err instanceof Error ? err.message : String(err) }, 'garbage collector: event failed'));
   }
 
   private index(resource: string, before: KubeObject | undefined, after: KubeObject | undefined): void {
@@ -280,24 +326,6 @@ export class GarbageCollector {
       if (o.metadata.finalizers.length === 0) delete o.metadata.finalizers;
       return o;
     });
-  }
-
-  private async expireEvents(ttlMs: number): Promise<void> {
-    const cutoff = this.reg.now().getTime() - ttlMs;
-    let n = 0;
-    for (const ev of (await this.reg.storage.list('events')).items) {
-      const series = (ev.series ?? {}) as Record<string, unknown>;
-      const last = [ev.lastTimestamp, series.lastObservedTime, ev.eventTime, ev.metadata.creationTimestamp].find((v) => typeof v === 'string') as string | undefined;
-      if (last && Date.parse(last) < cutoff) {
-        try {
-          await this.reg.storage.delete({ resource: 'events', namespace: ev.metadata.namespace ?? '', name: ev.metadata.name! }, { uid: ev.metadata.uid });
-          n++;
-        } catch {
-          // changed or gone meanwhile
-        }
-      }
-    }
-    if (n > 0) this.log.debug({ expired: n }, 'events past their time to live deleted');
   }
 
   private async finalizeNamespace(name: string): Promise<void> {

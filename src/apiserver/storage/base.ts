@@ -340,8 +340,9 @@ export abstract class BaseStorage implements Storage {
     });
   }
 
-  watch(resource: string, sinceRv: number, listener: (e: StorageEvent) => void): WatchHandle {
-    // Replay what the window holds after sinceRv, then go live; both happen synchronously, so no event is lost or repeated.
+  watch(resource: string, sinceRv: number, listener: (e: StorageEvent) => void, _onEnd?: (err: StorageError) => void): WatchHandle {
+    // Replay what the window holds after sinceRv, then go live; both happen synchronously, so no event is lost or
+    // repeated, and a watch never has to end (`onEnd` is not called).
     this.window.replay(resource, sinceRv, listener);
     const w: Watcher = { resource, listener };
     this.watchers.add(w);

@@ -93,6 +93,11 @@ export interface CacheWatcher {
   indexValue?: string;
   /** Handles one batch (writes it to the client); the cache ignores what it throws. */
   deliver(events: readonly CacheEvent[]): void;
+  /**
+   * Called once when the cache ends the watcher because the cache itself is being listed again (the store
+   * ended its watch: etcd compacted past it): the client must list again (a 410 Expired ERROR event).
+   */
+  end?(err: StorageError): void;
 }
 
 /** A page of a list. */
@@ -390,6 +395,22 @@ export class ResourceCache {
     };
   }
 
+  /** Ends every watcher (the cache is stale: {@link CacheWatcher.end}); the cache takes no more. */
+  endWatchers(err: StorageError): void {
+    const all = [...this.#watchers, ...[...this.#indexedWatchers.values()].flatMap((set) => [...set])];
+    this.#watchers.clear();
+    this.#indexedWatchers.clear();
+    this.#watcherTotal = 0;
+    this.#pending = [];
+    for (const w of all) {
+      try {
+        w.end?.(err);
+      } catch {
+        // A watcher's failure is its own.
+      }
+    }
+  }
+
   #scheduleDispatch(): void {
     if (this.#dispatchScheduled) return;
     this.#dispatchScheduled = true;
@@ -485,14 +506,41 @@ export class Cacher {
     this.#windowSize = windowSize;
     this.#ring = new Float64Array(Math.max(1, storeWindow));
     this.#droppedUpTo = storage.currentResourceVersion();
-    this.#handle = storage.watch('*', storage.currentResourceVersion(), (e) => {
+    this.#subscribe();
+  }
+
+  /** Times the store ended the caches' watch and every cache was dropped to be listed again. */
+  restarts = 0;
+
+  #subscribe(): void {
+    this.#handle = this.storage.watch('*', this.storage.currentResourceVersion(), (e) => {
       const slot = this.#count++ % this.#ring.length;
-      if (this.#count > this.#ring.length) this.#droppedUpTo = this.#ring[slot]!;
+      if (this.#count > this.#ring.length) this.#droppedUpTo = Math.max(this.#droppedUpTo, this.#ring[slot]!);
       this.#ring[slot] = e.rv;
       this.#caches.get(e.resource)?.apply(e);
       for (const w of this.#rvWaiters) if (e.rv >= w.rv) w.resolve(true);
-    });
+    }, (err) => this.#restart(err));
   }
+
+  /**
+   * The store ended the watch (etcd compacted events it had not delivered): every cache missed them. As
+   * kube's cacher re-initializes, each cache's watchers are ended (their clients list again and watch from
+   * there), the caches are dropped (the next use of each lists the store afresh), reads at older versions
+   * become Expired, and the watch starts again from the store's position.
+   */
+  #restart(err: StorageError): void {
+    this.#handle = undefined;
+    if (this.#stopped) return;
+    this.restarts++;
+    const caches = [...this.#caches.values()];
+    this.#caches.clear();
+    for (const c of caches) c.endWatchers(err);
+    this.#droppedUpTo = this.storage.currentResourceVersion();
+    this.#count = 0;
+    this.#subscribe();
+  }
+
+  #stopped = false;
 
   /** Events with a version up to this one have left the store-wide window. */
   get oldestRv(): number {
@@ -505,18 +553,21 @@ export class Cacher {
    * @param index the field to index (when the cache is made by this call)
    */
   async cache(resource: string, prefix: string, index?: CacheIndex): Promise<ResourceCache> {
-    let c = this.#caches.get(resource);
-    if (c?.isReady) return c;
-    if (!c) {
-      c = new ResourceCache(this, resource, prefix, this.#windowSize, index);
-      this.#caches.set(resource, c);
-      const made = c;
-      made.ready.catch(() => {
-        if (this.#caches.get(resource) === made) this.#caches.delete(resource);
-      });
+    for (;;) {
+      let c = this.#caches.get(resource);
+      if (c?.isReady) return c;
+      if (!c) {
+        c = new ResourceCache(this, resource, prefix, this.#windowSize, index);
+        this.#caches.set(resource, c);
+        const made = c;
+        made.ready.catch(() => {
+          if (this.#caches.get(resource) === made) this.#caches.delete(resource);
+        });
+      }
+      await c.ready;
+      // Dropped while it listed (the store ended the watch: #restart): list afresh.
+      if (this.#caches.get(resource) === c) return c;
     }
-    await c.ready;
-    return c;
   }
 
   /**
@@ -581,6 +632,7 @@ export class Cacher {
 
   /** Stops feeding the caches. */
   stop(): void {
+    this.#stopped = true;
     this.#handle?.stop();
     this.#handle = undefined;
   }

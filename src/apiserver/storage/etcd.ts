@@ -107,6 +107,7 @@ interface Watcher {
   resource: string;
   sinceRv: number;
   listener: (e: StorageEvent) => void;
+  onEnd?: (err: StorageError) => void;
 }
 
 const DEFAULTS = { watchWindow: 50_000, replayRevisions: 5000, requestTimeoutMs: 10_000, compactionIntervalMs: 300_000, maxAttempts: 16, cachedReads: true };
@@ -546,7 +547,7 @@ export class EtcdStorage implements Storage {
 
   // ---- watch ----
 
-  watch(resource: string, sinceRv: number, listener: (e: StorageEvent) => void): WatchHandle {
+  watch(resource: string, sinceRv: number, listener: (e: StorageEvent) => void, onEnd?: (err: StorageError) => void): WatchHandle {
     // The replay and the registration happen with no event published in between (a listener that
     // asks for currentResourceVersion must not publish events this watcher would then miss).
     const was = this.publishing;
@@ -556,7 +557,7 @@ export class EtcdStorage implements Storage {
     } finally {
       this.publishing = was;
     }
-    const w: Watcher = { resource, sinceRv, listener };
+    const w: Watcher = { resource, sinceRv, listener, onEnd };
     this.watchers.add(w);
     return { stop: () => this.watchers.delete(w) };
   }
@@ -575,9 +576,28 @@ export class EtcdStorage implements Storage {
       }
       this.skipForeign();
     } else if ('gap' in m) {
-      // Events were compacted away while the watch was disconnected: no watch can resume before the gap.
+      // Events were compacted away while the watch was disconnected: no watch can resume before the gap,
+      // and every watch open now missed them: each is ended (its user lists again), as kube's cacher
+      // ends its watchers when its own watch of etcd is compacted. The events in the gap will never
+      // come: the store has passed them.
       this.window.droppedUpTo = Math.max(this.window.droppedUpTo, m.gap);
+      this.deliveredUpTo = Math.max(this.deliveredUpTo, m.gap);
       process.emitWarning(m.message, 'EtcdWatchGap');
+      this.endWatchers(m.message);
+      this.skipForeign();
+    }
+  }
+
+  /** Ends every watch (removed, `onEnd` called with Expired): they missed events that are gone. */
+  private endWatchers(message: string): void {
+    const ended = [...this.watchers];
+    this.watchers.clear();
+    for (const w of ended) {
+      try {
+        w.onEnd?.(new StorageError('Expired', `the watch ended: ${message}`));
+      } catch {
+        // A watcher's failure is the watcher's.
+      }
     }
   }
 

@@ -139,9 +139,13 @@ export interface Storage {
   /**
    * Calls `listener` for every event with `rv > sinceRv` on `resource` (all resources when `'*'`),
    * first those still in the watch window, then live ones (synchronously: nothing is missed between).
+   * A watch that cannot go on in order (etcd compacted events it had not delivered yet: the store's own
+   * watch was away meanwhile) is ended: removed, and `onEnd` called once with StorageError Expired. Its
+   * user lists again and watches from that list's resourceVersion ({@link keepListed} does it); a watch
+   * without `onEnd` would miss those events silently. The local stores never end a watch.
    * @throws StorageError Expired when events after `sinceRv` have left the window (410 Gone)
    */
-  watch(resource: string, sinceRv: number, listener: (e: StorageEvent) => void): WatchHandle;
+  watch(resource: string, sinceRv: number, listener: (e: StorageEvent) => void, onEnd?: (err: StorageError) => void): WatchHandle;
   /** Content-addressed bytes (the module store): stores `bytes` under its SHA-256 hex digest. */
   putBlob(sha256: string, bytes: Uint8Array): Promise<void>;
   /** The bytes stored under `sha256`, or undefined. */

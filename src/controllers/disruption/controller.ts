@@ -8,11 +8,12 @@ import type { Informers } from '../runtime/cache.ts';
 import { Controller, keyOf } from '../runtime/controller.ts';
 import type { ControllerContext } from '../runtime/context.ts';
 import { matchLabelSelector } from '../runtime/selectors.ts';
-import { reconcileBudget } from './reconcile.ts';
+import { type DisruptedUids, reconcileBudget } from './reconcile.ts';
 
 /** Builds the disruption controller (PodDisruptionBudget status) and subscribes it. */
 export function newDisruptionController(ctx: ControllerContext, informers: Informers): Controller {
-  const c = new Controller('disruption', (k) => reconcileBudget(k, ctx), { clock: ctx.clock, log: ctx.log, workers: 1 });
+  const uids: DisruptedUids = new Map();
+  const c = new Controller('disruption', (k) => reconcileBudget(k, ctx, uids), { clock: ctx.clock, log: ctx.log, workers: 1 });
   informers.on('podDisruptionBudgets', (verb, pdb) => {
     if (verb !== 'delete') c.enqueue(keyOf(pdb));
   });

@@ -1,6 +1,8 @@
 /**
  * The eviction subresource (`POST pods/<name>/eviction`, policy/v1 Eviction; seed 002 "Drain and
- * evictions"). PodDisruptionBudgets are honoured first (429 TooManyRequests). Then a pod that is
+ * evictions"). PodDisruptionBudgets are honoured first, as kube-apiserver does (eviction-budget.ts: the
+ * budget's status checked and written with the pod in `disruptedPods`, bound to its resourceVersion; 429
+ * TooManyRequests when it allows no disruption). Then a pod that is
  * Running on a node, whose `kube32.io/migration` is not `Never` and that no DaemonSet owns, is
  * MOVED: a `kube32.io/v1` Checkpoint `<pod>-evict-<first 8 characters of the pod's uid>` with
  * `spec {podName, action: Move}` and label `kube32.io/trigger: eviction` is created (idempotently)
@@ -13,15 +15,14 @@
  * the replacement, the pod is deleted"), is deleted gracefully, as Kubernetes' eviction deletes it.
  */
 import type { V1Pod } from '@kubernetes/client-node';
-import { ANNOTATIONS, budgetCounts, LABELS, pickNode } from '../../../api/index.ts';
+import { ANNOTATIONS, LABELS, pickNode } from '../../../api/index.ts';
 import { ApiError, badRequest, type Status, successStatus } from '../../errors.ts';
 import type { KubeObject } from '../../storage/index.ts';
 import { checkpoints } from '../checkpoints/index.ts';
 import { events } from '../core/index.ts';
-import { poddisruptionbudgets } from '../policy/index.ts';
-import { labelSelectorFromObject } from '../selectors.ts';
 import type { DeleteOptions, Registry } from '../store.ts';
-import { arr, rec } from '../util.ts';
+import { rec } from '../util.ts';
+import { checkDisruptionBudgets } from './eviction-budget.ts';
 import { pods } from './index.ts';
 import { nodesOf, nodeUsageOf } from './node-usage.ts';
 
@@ -43,43 +44,6 @@ export function evictionMoves(pod: KubeObject): boolean {
   if (!spec.nodeName || rec(pod.status).phase !== 'Running' || pod.metadata.deletionTimestamp) return false;
   if (pod.metadata.annotations?.[MIGRATION_ANNOTATION] === 'Never') return false;
   return !(pod.metadata.ownerReferences ?? []).some((o) => o.kind === 'DaemonSet' && o.controller === true);
-}
-
-function isReady(pod: KubeObject): boolean {
-  return arr(rec(pod.status).conditions).some((c) => c.type === 'Ready' && c.status === 'True') && !pod.metadata.deletionTimestamp;
-}
-
-/**
- * Checks the PodDisruptionBudgets of `pod`.
- * @throws ApiError TooManyRequests (429) when the eviction would break a budget; InternalError for more than one budget
- */
-export async function checkDisruptionBudgets(reg: Registry, pod: KubeObject): Promise<void> {
-  const ns = pod.metadata.namespace ?? '';
-  const labels = pod.metadata.labels ?? {};
-  const budgets = (await reg.list(poddisruptionbudgets, ns)).items.filter((b) => {
-    const sel = rec(b.spec).selector;
-    try {
-      return sel !== undefined && labelSelectorFromObject(sel)(labels);
-    } catch {
-      return false;
-    }
-  });
-  if (budgets.length === 0) return;
-  if (budgets.length > 1) throw new ApiError('InternalError', 'This pod has more than one PodDisruptionBudget, which the eviction subresource does not support.');
-  // An unready pod may always go: evicting it does not lower the healthy count.
-  if (!isReady(pod)) return;
-  const b = budgets[0]!;
-  const spec = rec(b.spec);
-  const matching = (await reg.list(pods, ns)).items.filter((p) => labelSelectorFromObject(spec.selector)(p.metadata.labels ?? {}));
-  // The disruption controller writes the same counts into the budget's status (controllers/disruption).
-  const { currentHealthy: healthy, desiredHealthy: desired, disruptionsAllowed } = budgetCounts(spec, matching as unknown as Parameters<typeof budgetCounts>[1]);
-  if (disruptionsAllowed < 1) {
-    throw new ApiError(
-      'TooManyRequests',
-      "Cannot evict pod as it would violate the pod's disruption budget.",
-      { causes: [{ reason: 'DisruptionBudget', message: `The disruption budget ${b.metadata.name} needs ${desired} healthy pods and has ${healthy} currently` }] },
-    );
-  }
 }
 
 /**
@@ -116,10 +80,14 @@ export async function evictPod(reg: Registry, namespace: string, name: string, b
   if (delOpts.preconditions?.uid && delOpts.preconditions.uid !== pod.metadata.uid) {
     throw new ApiError('Conflict', `Operation cannot be fulfilled on pods "${name}": Precondition failed: UID in precondition: ${delOpts.preconditions.uid}, UID in object meta: ${pod.metadata.uid}`, { name, kind: 'pods' });
   }
-  if (!pod.metadata.deletionTimestamp) await checkDisruptionBudgets(reg, pod);
   // A move this eviction already asked for that Failed means the pod cannot move: it is deleted, as the seed says.
   const existing = await reg.find(checkpoints, namespace, evictionCheckpointName(pod));
   const failed = rec(existing?.status).phase === 'Failed';
+  // A move already accepted and under way is this eviction again (a retry): 201 without spending the budget twice.
+  if (existing && !failed && evictionMoves(pod)) return successStatus(201);
+  // The budget (kube's check-and-decrement of its status) before the pod is moved or deleted; a pod whose
+  // accepted move failed is already counted in the budget's disruptedPods and is not counted again.
+  if (!pod.metadata.deletionTimestamp) await checkDisruptionBudgets(reg, pod, { dryRun: opts.dryRun, allowCounted: failed });
   // A move no other node can take fails before the replacement: the pod is deleted as an eviction deletes it,
   // so that the drain completes (seed 002 "Drain and evictions"), without a Checkpoint that could only fail.
   const noTarget = evictionMoves(pod) && !failed && !existing ? await moveTargetProblem(reg, pod) : undefined;
