@@ -1,10 +1,13 @@
 /**
- * Core Events' time to live (kube-apiserver's `--event-ttl`, 1 h by default): an Event is deleted once its
- * last occurrence (`lastTimestamp`, else `series.lastObservedTime`, `eventTime`, `creationTimestamp`) is older
- * than the TTL. The due times are kept in a min-heap fed from the store's events (the garbage collector's
- * watch and its first list), and one timer waits for the earliest: an expiry costs O(log n) and nothing is
- * scanned. An Event that is written again (its `count` and `lastTimestamp` raised) gets a new due time; its
- * old heap entry is skipped when it comes out (the Event's resourceVersion no longer matches).
+ * Core Events' time to live (kube-apiserver's `--event-ttl`, 1 h by default). As kube-apiserver, which
+ * writes each Event under an etcd lease of the TTL granted at the write, an Event lives for the TTL from
+ * its last write, whatever times it carries: one created now with an `eventTime` of last week stays its
+ * hour, and one written again (a repeat raising `count` and `lastTimestamp`) lives on from that write.
+ * The due times are kept in a min-heap fed from the store's events (the garbage collector's watch and its
+ * lists), and one timer waits for the earliest: an expiry costs O(log n) and nothing is scanned. A watched
+ * write is due a TTL after it is seen; a listed Event (at the start, or a list again after the watch
+ * ended) a TTL after the latest time it carries of its writing (`lastWrite`). A stale heap entry (the
+ * Event written again since) is skipped when it comes out: its resourceVersion no longer matches.
  */
 import type { Logger } from '../../lib/index.ts';
 import { clampDelay, MinHeap } from '../../lib/index.ts';
@@ -19,12 +22,20 @@ interface Due {
   resourceVersion: string;
 }
 
-/** The instant an Event's time to live runs from (ms), or undefined when it carries no time at all. */
-export function lastOccurrence(ev: KubeObject): number | undefined {
+/**
+ * The latest instant (ms) a listed Event tells of its writing: the greatest of `lastTimestamp`,
+ * `series.lastObservedTime`, `eventTime`, `metadata.creationTimestamp` and its `managedFields` times
+ * (the server sets the last two at each create and update); undefined when it carries none.
+ */
+export function lastWrite(ev: KubeObject): number | undefined {
   const series = (ev.series ?? {}) as Record<string, unknown>;
-  const last = [ev.lastTimestamp, series.lastObservedTime, ev.eventTime, ev.metadata.creationTimestamp].find((v) => typeof v === 'string' && v !== '');
-  const ms = Date.parse(String(last ?? ''));
-  return Number.isFinite(ms) ? ms : undefined;
+  const managed = Array.isArray(ev.metadata.managedFields) ? (ev.metadata.managedFields as { time?: unknown }[]).map((m) => m?.time) : [];
+  let latest: number | undefined;
+  for (const v of [ev.lastTimestamp, series.lastObservedTime, ev.eventTime, ev.metadata.creationTimestamp, ...managed]) {
+    const ms = typeof v === 'string' && v !== '' ? Date.parse(v) : Number.NaN;
+    if (Number.isFinite(ms) && (latest === undefined || ms > latest)) latest = ms;
+  }
+  return latest;
 }
 
 /** Deletes core Events past their time to live, each at its due time. */
@@ -57,10 +68,14 @@ export class EventExpiry {
     return this.#current.size;
   }
 
-  /** Takes in an Event as stored now (listed, added or modified). */
-  observe(ev: KubeObject): void {
+  /**
+   * Takes in an Event as stored now.
+   * @param writtenAt when it was written (ms, the server's clock): a watched write passes the time it is
+   *   seen; a listed Event passes nothing and is dated by `lastWrite`
+   */
+  observe(ev: KubeObject, writtenAt?: number): void {
     if (this.#stopped) return;
-    const at = lastOccurrence(ev);
+    const at = writtenAt ?? lastWrite(ev);
     const key = `${ev.metadata.namespace ?? ''}/${ev.metadata.name}`;
     const rv = ev.metadata.resourceVersion ?? '';
     if (at === undefined) {

@@ -145,7 +145,7 @@ export class GarbageCollector {
     this.index(e.resource, e.previous, e.type === 'DELETED' ? undefined : e.object);
     if (e.resource === 'events') {
       if (e.type === 'DELETED') this.expiry?.forget(e.object);
-      else this.expiry?.observe(e.object);
+      else this.expiry?.observe(e.object, this.reg.now().getTime());
     }
     this.onEvent(e).catch((err: unknown) => this.log.warn({ err: err instanceof Error ? err.message : String(err) }, 'garbage collector: event failed'));
   }
