@@ -204,3 +204,23 @@ test('feosctl: no feosd is "is feosd running?"; host info as protobuf JSON and Y
   }
   assert.equal(out.match(/trpqd0eeeee\s+PENDING\s+created/g)?.length, 1, out);
 });
+
+test("a node that has not joined its cluster yet logs once that the pods' network is not up, with the reason", { timeout: 60_000 }, async (t) => {
+  const { dir, cleanup } = tempDir('feos-trial-');
+  t.after(cleanup);
+  // Nothing answers at the control plane's port and there is no token: the node stays unjoined, without its /96.
+  const feosd = await startFeosd(dir, {
+    extra: ['--control-plane', '127.0.0.1:1', '--join-token-file', `${dir}/no-token`, '--node-name', 'trial-unjoined', '--mesh-device', `wgtr${process.pid % 100000}`],
+  });
+  t.after(() => feosd.stop('SIGKILL'));
+  const deadline = Date.now() + 30_000;
+  while (!feosd.stderr().includes('control plane: join token')) {
+    if (Date.now() > deadline) assert.fail(`no word of the join token within 30 s: ${feosd.stderr()}`);
+    await new Promise((r) => setTimeout(r, 100));
+  }
+  const lines = feosd.stderr().split('\n').filter((l) => /pods'? network is not (set )?up/.test(l));
+  assert.equal(lines.length, 1, lines.join('\n'));
+  const { msg, reason } = JSON.parse(lines[0]) as { msg: string; reason: string };
+  assert.equal(msg, "the pods' network is not up; pods with a network fail");
+  assert.equal(reason, "the node has no /96 of its cluster's mesh yet (the control plane gives it after the join)");
+});

@@ -405,3 +405,18 @@ test('control-plane refuses bad --feos-listen, --trust-domain and --feos-node-ce
     rmSync(dir, { recursive: true, force: true });
   }
 });
+
+test('feosctl --node NAME of a node the cluster does not have is NOT_FOUND naming it and how to list the nodes', { timeout: 120_000 }, async (t) => {
+  const cp = await startControlPlane(t, ['--feos-listen', '127.0.0.1:0']);
+  const r = await run(process.execPath, [FEOSCTL, '--kubeconfig', cp.kubeconfig, '--node', 'nosuch', '--timeout', '20', 'pod', 'list']);
+  assert.equal(r.code, 1);
+  assert.equal(r.stdout, '');
+  assert.equal(
+    r.stderr,
+    `feosctl: NOT_FOUND: node nosuch is not in the cluster (NotFound: nodes "nosuch" not found): list its nodes with kubectl --kubeconfig ${cp.kubeconfig} get nodes\n`,
+  );
+  // Whatever the command: a pod's too.
+  const get = await run(process.execPath, [FEOSCTL, '--kubeconfig', cp.kubeconfig, '--node', 'nosuch', '--timeout', '20', 'pod', 'get', 'abcdefghjkm']);
+  assert.equal(get.code, 1);
+  assert.match(get.stderr, /^feosctl: NOT_FOUND: node nosuch is not in the cluster/);
+});

@@ -75,8 +75,8 @@ export function ctlContext(program: Command, tunnel: () => ClusterTunnel | undef
       const o = program.opts<{ socket: string; tcp?: string }>();
       // Only grpc-js's own failure to connect: feosd's UNAVAILABLE answers (a store that failed with
       // ENOENT, say) are shown as they are.
-      const t = tunnel();
-      if (e.code === 14 && t?.lastError()) throw new CallFailed(`UNAVAILABLE: ${t.lastError()}`);
+      const refused = e.code === 14 ? tunnel()?.lastError() : undefined;
+      if (refused) throw new CallFailed(`${refused.code}: ${refused.message}`);
       if (e.code === 14 && isConnectFailure(e.details ?? '')) throw new CallFailed(connectFailureMessage(e.details ?? '', o));
       if (typeof e.code === 'number') {
         throw new CallFailed(`${codeName(e.code)}: ${e.details ?? ''}${isVmBusy(err) ? ' (VmBusy)' : ''}`);

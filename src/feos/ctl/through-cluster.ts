@@ -17,8 +17,11 @@ const TUNNEL_PROTOCOL = 'feos-tunnel/1';
 export interface ClusterTunnel {
   /** The grpc-js target to dial: `127.0.0.1:PORT`. */
   target: string;
-  /** Why the last tunnel was refused (the API server's Status message, or the connection's error). */
-  lastError(): string | undefined;
+  /**
+   * Why the last tunnel was refused (the API server's Status message, or the connection's error), as a
+   * gRPC code's name and a message: NOT_FOUND for a node the cluster does not have, else UNAVAILABLE.
+   */
+  lastError(): { code: 'NOT_FOUND' | 'UNAVAILABLE'; message: string } | undefined;
   /** Stops listening and ends the tunnels. */
   close(): void;
 }
@@ -41,7 +44,7 @@ export async function openClusterTunnel(kubeconfigPath: string, node: string): P
   const options: https.RequestOptions = {};
   await kc.applyToHTTPSOptions(options);
   const path = `/api/v1/nodes/${encodeURIComponent(node)}/proxy/`;
-  let lastError: string | undefined;
+  let lastError: { code: 'NOT_FOUND' | 'UNAVAILABLE'; message: string } | undefined;
   const open = new Set<net.Socket>();
   const listener = net.createServer((local) => {
     open.add(local);
@@ -83,12 +86,17 @@ export async function openClusterTunnel(kubeconfigPath: string, node: string): P
         } catch {
           if (body) message = `${message}: ${body.slice(0, 200)}`;
         }
-        lastError = `the cluster refused the tunnel to node ${node}: ${message}`;
+        // A node the cluster does not have (the API server's NotFound for nodes/NAME): no tunnel could
+        // ever reach it, so not UNAVAILABLE, which says to try again.
+        lastError =
+          res.statusCode === 404
+            ? { code: 'NOT_FOUND', message: `node ${node} is not in the cluster (${message}): list its nodes with kubectl --kubeconfig ${kubeconfigPath} get nodes` }
+            : { code: 'UNAVAILABLE', message: `the cluster refused the tunnel to node ${node}: ${message}` };
         local.destroy();
       });
     });
     req.on('error', (err) => {
-      lastError = `the cluster at ${cluster.server} did not answer: ${err.message}`;
+      lastError = { code: 'UNAVAILABLE', message: `the cluster at ${cluster.server} did not answer: ${err.message}` };
       local.destroy();
     });
     req.end();

@@ -46,6 +46,7 @@ import {
   writeRecord,
 } from './identity.ts';
 import { NodeConnections, type ServedService } from './node-conn.ts';
+import { allocatableMemoryBytes } from '../pods/index.ts';
 import { bundleHoldsPin, dialControlPlane, splitAddress } from './tls.ts';
 import { parseJoinToken } from './token.ts';
 
@@ -261,7 +262,7 @@ function nodeInfo(deps: FleetDeps) {
     cpus,
     memoryBytes: BigInt(os.totalmem()),
     allocatableCpus: cpus,
-    allocatableMemoryBytes: BigInt(os.totalmem()),
+    allocatableMemoryBytes: allocatableMemoryBytes(),
     maxPods: 110,
     guestVersions: deps.guestVersions(),
     architecture: process.arch === 'x64' ? 'amd64' : process.arch,

@@ -200,8 +200,9 @@ export class PodNetwork {
    * removed, forwarding, the unreachable prefix, `feos-dns`, the addresses reconciled with the
    * kept pods (which get the addresses they lack), TAP devices of pods that are gone removed,
    * the metadata responder, the table, and the resolver, which answers once the pods are known.
-   * Never throws for the network: without a prefix, or when a step fails, it logs the reason,
-   * which {@link createPod} and {@link attachPod} then fail with (FAILED_PRECONDITION).
+   * Never throws for the network: without a prefix, or when a step fails, it keeps the reason in
+   * {@link unavailableReason}, which {@link createPod} and {@link attachPod} then fail with
+   * (FAILED_PRECONDITION), and which feosd logs once (this layer does not: it was logged twice).
    * @returns the kept pods' addresses, by ID, for feosd to record where they changed
    */
   async start(kept: KeptPod[] = []): Promise<Map<string, PodAddresses>> {
@@ -219,7 +220,6 @@ export class PodNetwork {
         await mesh.load();
       } catch (err: unknown) {
         this.#unavailable = `the mesh cannot be read: ${errorMessage(err)}`;
-        this.#log.error({ reason: this.#unavailable }, 'the pods network is not set up; pods with a network fail');
         return result;
       }
       if (mesh.keyed) {
@@ -236,7 +236,6 @@ export class PodNetwork {
     }
     if (!this.settings.podPrefix) {
       this.#unavailable = mesh?.keyed ? "the node has no /96 of its cluster's mesh yet (the control plane gives it after the join)" : 'the node has no pod prefix (--pod-prefix)';
-      this.#log.error({ reason: this.#unavailable }, 'the pods network is not set up; pods with a network fail');
       return result;
     }
     return this.#bringUp(kept, result);
@@ -286,7 +285,6 @@ export class PodNetwork {
       if (lacking !== undefined) this.#log.warn({ reason: lacking }, `${lacking}; until then a create of a pod with a network is FAILED_PRECONDITION`);
     } catch (err: unknown) {
       this.#unavailable = `the pods network could not be set up: ${errorMessage(err)}`;
-      this.#log.error({ err: errorMessage(err) }, 'the pods network is not set up; pods with a network fail');
     }
     return result;
   }

@@ -17,6 +17,7 @@ import type { PodNetworkAttachment, PodNetworkProvider } from './network.ts';
 import { PUSH_MS } from './actions.ts';
 import { hostNowNs } from './clock.ts';
 import type { Hibernation } from './hibernate.ts';
+import { MemoryAdmission } from './admission.ts';
 
 /** Options of the pod service. */
 export interface PodServiceOptions {
@@ -43,6 +44,8 @@ export interface PodServiceOptions {
   insecureRegistries?: string[];
   /** Where pods hibernate (`--object-store`); none = HibernatePod and RestorePod are FAILED_PRECONDITION. */
   objectStore?: ObjectStore;
+  /** The node's allocatable memory (memory admission, admission.ts). @default the host's, `os.totalmem()` */
+  allocatableMemoryBytes?: () => bigint;
 }
 
 /** A pod's entry: its lock, and what runs on it. */
@@ -71,11 +74,14 @@ export class PodCore {
    * later start settles them (src/feos/pods/recovery.ts).
    */
   readonly unsettled = new Map<string, string>();
+  /** The node's memory and what the pods hold of it: CreatePod, StartPod, ResumePod and RestorePod admit their pod. */
+  readonly memory: MemoryAdmission;
   readonly #emit: (ev: PodEvent) => void;
 
   constructor(opts: PodServiceOptions, emit: (ev: PodEvent) => void) {
     this.o = opts;
     this.#emit = emit;
+    this.memory = new MemoryAdmission(() => opts.records.list(), opts.allocatableMemoryBytes);
   }
 
   get log(): Logger {

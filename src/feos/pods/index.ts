@@ -14,3 +14,4 @@ export { suspendForStop, resumeAfterStop, type StopPods, type SuspendForStopOpti
 export { readStopRecord, writeStopRecord, removeStopRecord, setStopRecordAside, stopRecordPath, StopRecordError, type StopRecord, STOP_RECORD_FILE } from './stop-record.ts';
 export { unforwardedHint } from './bring-up.ts';
 export { attachFailureHint, lastBootConsole } from './console.ts';
+export { allocatableMemoryBytes, formatMemory, MemoryAdmission } from './admission.ts';

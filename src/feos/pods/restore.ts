@@ -150,6 +150,20 @@ async function restoreLocked(core: PodCore, id: string, existing: PodInfo | unde
     const why = o.network.check(spec!.network);
     if (why) throw new FeosError('FAILED_PRECONDITION', why);
   }
+  // Memory admission, before anything is fetched or claimed; held until the pod is recorded PENDING or RUNNING.
+  const release = core.memory.admit(id, spec!.memoryBytes, 'RestorePod');
+  try {
+    return await restoreAdmitted(core, id, existing, checkpoint, m, spec!, diskOnly, restoredAlready);
+  } finally {
+    release();
+  }
+}
+
+async function restoreAdmitted(core: PodCore, id: string, existing: PodInfo | undefined, checkpoint: string, m: CheckpointManifest, spec: PodInfo['spec'], diskOnly: boolean, restoredAlready: () => Promise<FeosError>): Promise<PodInfo> {
+  const o = core.o;
+  const store = o.objectStore!;
+  const claimKey = checkpointKey(id, checkpoint, 'restored');
+  const guestDir = join(o.guestDir, m.guestVersion);
   const memory = m.memory && !diskOnly;
   const disk = podDiskPath(core, id);
   const tmpDisk = `${disk}.restore`;

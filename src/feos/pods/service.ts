@@ -241,6 +241,8 @@ export class PodService extends EventEmitter<{ event: [PodEvent] }> {
     if (spec.volumes.length > 0 && !o.volumes) {
       throw new FeosError('FAILED_PRECONDITION', `volume ${spec.volumes[0].volumeId} is not on the node`);
     }
+    // Memory admission, before anything is written: a pod the node cannot give its memory is refused.
+    const release = core.memory.admit(id, spec.memoryBytes, 'CreatePod');
     const entry = core.entry(id);
     return entry.lock.run(async () => {
       const again = o.records.get(id);
@@ -266,7 +268,7 @@ export class PodService extends EventEmitter<{ event: [PodEvent] }> {
       o.log.info({ id }, 'pod created');
       void startBringUp(core, id, entry);
       return o.records.get(id)!;
-    });
+    }).finally(release);
   }
 
   async #start(id: string, pullToken?: string): Promise<PodInfo> {
@@ -284,8 +286,13 @@ export class PodService extends EventEmitter<{ event: [PodEvent] }> {
     await core.locked(id, async (pod) => {
       refuse(pod);
       refuseUnsettled(core, id);
-      if (pullToken) core.pullTokens.set(id, pullToken);
-      await core.setState(pod, PodState.PENDING, 'started');
+      const release = core.memory.admit(id, pod.spec!.memoryBytes, 'StartPod');
+      try {
+        if (pullToken) core.pullTokens.set(id, pullToken);
+        await core.setState(pod, PodState.PENDING, 'started');
+      } finally {
+        release();
+      }
     });
     await startBringUp(core, id, entry!);
     return this.get(id);
@@ -315,7 +322,13 @@ export class PodService extends EventEmitter<{ event: [PodEvent] }> {
         await core.o.vms.continueAfterError(id);
         return pod;
       }
-      return resumeLocked(core, pod, keepSuspendedOnFailure, reason);
+      if (pod.state !== PodState.SUSPENDED) return resumeLocked(core, pod, keepSuspendedOnFailure, reason);
+      const release = core.memory.admit(id, pod.spec!.memoryBytes, 'ResumePod');
+      try {
+        return await resumeLocked(core, pod, keepSuspendedOnFailure, reason);
+      } finally {
+        release();
+      }
     });
     return resumed ?? restorePod(core, id, { diskOnly });
   }
