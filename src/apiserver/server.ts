@@ -88,7 +88,7 @@ export interface ApiServerOptions {
   watchWindow?: number;
   /** Bytes a watcher may leave unsent before it is ended as too slow (its client watches again). @default 8388608 (8 MiB) */
   watchBufferBytes?: number;
-  /** Core events older than this (by their last occurrence) are deleted, ms; 0 keeps them. @default 3600000 (1 h) */
+  /** A core event is deleted this long after its last write (registry/event-expiry.ts), ms; 0 keeps them. @default 3600000 (1 h) */
   eventTtlMs?: number;
   /** Extra names or addresses for the serving certificate. */
   certificateSans?: string[];

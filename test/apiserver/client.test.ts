@@ -50,7 +50,7 @@ function nodeClient(api: TestApiServer, node: string): KubeConfig {
 const podBody = (name: string, extra: Partial<V1Pod> = {}): V1Pod => ({ metadata: { name, ...extra.metadata }, spec: { containers: [{ name: 'c', image: 'x' }], ...extra.spec } });
 
 test('client-node and raw clients against the API server', { timeout: 240_000 }, async (t) => {
-  const api = await startApiServer(t, { args: ['--watch-window', '20', '--checkpoint-data-bytes', '300Ki', '--max-body-bytes', '64Ki', '--event-ttl', '1s'] });
+  const api = await startApiServer(t, { args: ['--watch-window', '20', '--checkpoint-data-bytes', '300Ki', '--max-body-bytes', '64Ki'] });
   const core = api.kubeConfig.makeApiClient(CoreV1Api);
   const apps = api.kubeConfig.makeApiClient(AppsV1Api);
   const custom = api.kubeConfig.makeApiClient(CustomObjectsApi);
@@ -491,14 +491,6 @@ test('client-node and raw clients against the API server', { timeout: 240_000 },
     assert.deepEqual([ev.object.apiVersion, ev.object.note], ['events.k8s.io/v1', 'patched']);
     assert.equal((await raw(api, 'DELETE', `${base}/new.1`)).status, 200);
     assert.equal((await raw(api, 'GET', '/api/v1/namespaces/default/events/new.1')).status, 404);
-  });
-
-  await t.test('events past their time to live are deleted', async () => {
-    const ev = (name: string, last: Date) => core.createNamespacedEvent({ namespace: 'default', body: { metadata: { name }, involvedObject: { kind: 'Pod', name: 'p', namespace: 'default' }, reason: 'R', message: 'm', lastTimestamp: last } });
-    await ev('old.1', new Date(Date.now() - 3600_000));
-    await ev('future.1', new Date(Date.now() + 3600_000));
-    await until('the old event deleted', async () => (await raw(api, 'GET', '/api/v1/namespaces/default/events/old.1')).status === 404);
-    assert.equal((await raw(api, 'GET', '/api/v1/namespaces/default/events/future.1')).status, 200);
   });
 
   await t.test('health, metrics and version', async () => {

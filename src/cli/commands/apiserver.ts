@@ -34,7 +34,7 @@ export function register(program: Command): void {
     .addOption(new Option('--headers-timeout <duration>', 'time a connection has to send a request header before it is closed (kube-apiserver: 32s)').default('32s'))
     .addOption(new Option('--watch-window <events>', 'events kept in memory for watches to resume from (older resourceVersions get 410 Expired)').default('50000'))
     .addOption(new Option('--watch-buffer-bytes <quantity>', 'bytes a watcher may leave unsent before its watch is ended as too slow (its client watches again)').default('8Mi'))
-    .addOption(new Option('--event-ttl <duration>', 'core events older than this are deleted (0s keeps them)').default('1h'))
+    .addOption(new Option('--event-ttl <duration>', 'a core event is deleted this long after its last write, as kube-apiserver (0s keeps them)').default('1h'))
     .addOption(new Option('--listen-file <file>', 'also write the JSON line with the URL and kubeconfig to this file'))
     .addOption(new Option('--cert-san <name...>', 'extra DNS names or IP addresses for the serving certificate').default([]))
     .addOption(cluster[0]!)
