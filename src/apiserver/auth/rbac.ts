@@ -9,7 +9,7 @@
 import type { Logger } from '../../lib/index.ts';
 import type { UserInfo } from '../handlers/context.ts';
 import type { Registry } from '../registry/store.ts';
-import { storageKey } from '../registry/types.ts';
+import { type ResourceDef, storageKey } from '../registry/types.ts';
 import { arr, rec } from '../registry/util.ts';
 import type { KubeObject, WatchHandle } from '../storage/index.ts';
 import type { PolicyRule } from './policy.ts';
@@ -127,16 +127,32 @@ export class RbacAuthorizer {
   /** Subscribes to changes of the RBAC kinds (each one makes the next decision read them again) and aggregates once. */
   start(): void {
     const rv = this.#registry.storage.currentResourceVersion();
-    for (const def of [roles, clusterroles, rolebindings, clusterrolebindings]) {
-      this.#watches.push(
-        this.#registry.storage.watch(storageKey(def), rv, () => {
-          this.#snapshot = undefined;
-          this.#generation++;
-          if (def === clusterroles) this.#scheduleAggregation();
-        }),
-      );
-    }
+    for (const def of [roles, clusterroles, rolebindings, clusterrolebindings]) this.#watch(def, rv);
     this.#startAggregation();
+  }
+
+  /**
+   * Follows one RBAC kind. A watch the store ends (etcd compacted events it had not delivered) may have
+   * missed changes: the snapshot is dropped as for a change (the next decision reads the store) and the kind
+   * is watched again from the store's position.
+   */
+  #watch(def: ResourceDef, rv: number): void {
+    const changed = () => {
+      this.#snapshot = undefined;
+      this.#generation++;
+      if (def === clusterroles) this.#scheduleAggregation();
+    };
+    let handle: WatchHandle | undefined;
+    // onEnd is called from the store's watch, never from within watch(): handle is set by then. The new
+    // watch starts at once (no await), so a stop() before or after it finds every handle in #watches.
+    handle = this.#registry.storage.watch(storageKey(def), rv, changed, () => {
+      const i = this.#watches.indexOf(handle!);
+      if (i < 0) return; // stopped
+      this.#watches.splice(i, 1);
+      changed();
+      this.#watch(def, this.#registry.storage.currentResourceVersion());
+    });
+    this.#watches.push(handle);
   }
 
   #startAggregation(): void {

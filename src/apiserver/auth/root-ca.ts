@@ -10,7 +10,7 @@ import { namespaces } from '../registry/nodes/index.ts';
 import type { Registry } from '../registry/store.ts';
 import { rec } from '../registry/util.ts';
 import { storageKey } from '../registry/types.ts';
-import type { WatchHandle } from '../storage/index.ts';
+import type { StorageEvent, WatchHandle } from '../storage/index.ts';
 
 /** The ConfigMap's name, as in Kubernetes. */
 export const ROOT_CA_CONFIGMAP = 'kube-root-ca.crt';
@@ -23,6 +23,7 @@ export class RootCaPublisher {
   readonly #watches: WatchHandle[] = [];
   readonly #pending = new Set<string>();
   #scheduled = false;
+  #stopped = false;
 
   constructor(registry: Registry, caCertPem: string, log: Logger) {
     this.#registry = registry;
@@ -32,20 +33,43 @@ export class RootCaPublisher {
 
   /** Publishes into every namespace now and after each namespace or ConfigMap change that needs it. */
   async start(): Promise<void> {
+    this.#stopped = false;
     const rv = this.#registry.storage.currentResourceVersion();
-    this.#watches.push(
-      this.#registry.storage.watch(storageKey(namespaces), rv, (e) => {
-        if (e.type !== 'DELETED') this.#enqueue(e.object.metadata.name ?? '');
-      }),
-      this.#registry.storage.watch(storageKey(configmaps), rv, (e) => {
-        if (e.object.metadata.name === ROOT_CA_CONFIGMAP) this.#enqueue(e.object.metadata.namespace ?? '');
-      }),
-    );
-    for (const ns of (await this.#registry.list(namespaces, undefined)).items) this.#enqueue(ns.metadata.name ?? '');
+    this.#follow(storageKey(namespaces), rv, (e) => {
+      if (e.type !== 'DELETED') this.#enqueue(e.object.metadata.name ?? '');
+    });
+    this.#follow(storageKey(configmaps), rv, (e) => {
+      if (e.object.metadata.name === ROOT_CA_CONFIGMAP) this.#enqueue(e.object.metadata.namespace ?? '');
+    });
+    await this.#enqueueAll();
+  }
+
+  /**
+   * Follows one kind. A watch the store ends (etcd compacted events it had not delivered) is watched again
+   * from the store's position, and every namespace is published again: what changed meanwhile is unknown.
+   */
+  #follow(key: string, rv: number, listener: (e: StorageEvent) => void): void {
+    let handle: WatchHandle | undefined;
+    // onEnd is called from the store's watch, never from within watch(): handle is set by then.
+    handle = this.#registry.storage.watch(key, rv, listener, () => {
+      const i = this.#watches.indexOf(handle!);
+      if (i < 0) return; // stopped
+      this.#watches.splice(i, 1);
+      this.#follow(key, this.#registry.storage.currentResourceVersion(), listener);
+      this.#enqueueAll().catch((err: unknown) => this.#log.warn({ err: err instanceof Error ? err.message : String(err) }, 'cannot list the namespaces for kube-root-ca.crt'));
+    });
+    this.#watches.push(handle);
+  }
+
+  async #enqueueAll(): Promise<void> {
+    const items = (await this.#registry.list(namespaces, undefined)).items;
+    if (this.#stopped) return;
+    for (const ns of items) this.#enqueue(ns.metadata.name ?? '');
   }
 
   /** Stops the watches. */
   stop(): void {
+    this.#stopped = true;
     for (const w of this.#watches.splice(0)) w.stop();
     this.#pending.clear();
   }

@@ -30,7 +30,7 @@ import { nodes } from '../registry/nodes/index.ts';
 import { pods } from '../registry/pods/index.ts';
 import type { Registry } from '../registry/store.ts';
 import { arr, rec } from '../registry/util.ts';
-import type { KubeObject, Storage, WatchHandle } from '../storage/index.ts';
+import { type KubeObject, keepListed, type Storage, type WatchHandle } from '../storage/index.ts';
 import { authorize, bearerToken } from './auth.ts';
 import { podLogOptions } from './log-options.ts';
 import type { RequestScope, UserInfo } from './context.ts';
@@ -287,16 +287,29 @@ export class FeosPodIndex {
   readonly #podNode = new Map<string, string>();
   readonly #handles: WatchHandle[] = [];
 
-  /** Lists pods and nodes, then follows their events (those since the lists began are replayed). */
+  /**
+   * Lists pods and nodes, then follows their events; each kind is listed again when the store ends its
+   * watch (etcd compacted events it had not delivered): keepListed.
+   */
   async start(storage: Storage): Promise<void> {
-    const rv = storage.currentResourceVersion();
-    const [n, p] = await Promise.all([storage.list('nodes'), storage.list('pods')]);
-    for (const o of n.items) this.#node(o, false);
-    for (const o of p.items) this.#pod(o, false);
-    this.#handles.push(
-      storage.watch('nodes', rv, (e) => this.#node(e.object, e.type === 'DELETED')),
-      storage.watch('pods', rv, (e) => this.#pod(e.object, e.type === 'DELETED')),
-    );
+    const kept = await Promise.allSettled([
+      keepListed(storage, 'nodes', {
+        replace: (items) => {
+          this.#feosNodes.clear();
+          for (const o of items) this.#node(o, false);
+        },
+        event: (e) => this.#node(e.object, e.type === 'DELETED'),
+      }),
+      keepListed(storage, 'pods', {
+        replace: (items) => {
+          this.#podNode.clear();
+          for (const o of items) this.#pod(o, false);
+        },
+        event: (e) => this.#pod(e.object, e.type === 'DELETED'),
+      }),
+    ]);
+    for (const k of kept) if (k.status === 'fulfilled') this.#handles.push(k.value);
+    for (const k of kept) if (k.status === 'rejected') throw k.reason;
   }
 
   /** Stops following the store. */

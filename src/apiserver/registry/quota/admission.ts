@@ -27,7 +27,7 @@ import {
   quotaMatches,
 } from '../../../api/index.ts';
 import { ApiError } from '../../errors.ts';
-import type { KubeObject, Storage, WatchHandle } from '../../storage/index.ts';
+import { type KubeObject, keepListed, type Storage, type WatchHandle } from '../../storage/index.ts';
 import { qosClass } from '../pods/index.ts';
 import type { ResourceDef } from '../types.ts';
 import { storageKey } from '../types.ts';
@@ -226,18 +226,25 @@ export class QuotaNamespaces {
 
   /** Lists both kinds and follows them. */
   async start(): Promise<void> {
-    const rv = this.#storage.currentResourceVersion();
     for (const key of ['resourcequotas', 'limitranges']) {
       const names = new Map<string, Set<string>>();
-      this.#counts.set(key, names);
       const add = (ns: string, name: string) => names.set(ns, (names.get(ns) ?? new Set()).add(name));
-      for (const o of (await this.#storage.list(key)).items) add(o.metadata.namespace ?? '', o.metadata.name ?? '');
+      // Listed again when the store ends the watch (etcd compacted past it): keepListed. Until that list is
+      // in, the kind is unknown (`has` answers true: admission reads the store) rather than stale.
       this.#watches.push(
-        this.#storage.watch(key, rv, (e) => {
-          if (e.type === 'DELETED') {
-            names.get(e.namespace)?.delete(e.name);
-            if (names.get(e.namespace)?.size === 0) names.delete(e.namespace);
-          } else add(e.namespace, e.name);
+        await keepListed(this.#storage, key, {
+          replace: (items) => {
+            names.clear();
+            for (const o of items) add(o.metadata.namespace ?? '', o.metadata.name ?? '');
+            this.#counts.set(key, names);
+          },
+          event: (e) => {
+            if (e.type === 'DELETED') {
+              names.get(e.namespace)?.delete(e.name);
+              if (names.get(e.namespace)?.size === 0) names.delete(e.namespace);
+            } else add(e.namespace, e.name);
+          },
+          relisted: () => this.#counts.delete(key),
         }),
       );
     }
