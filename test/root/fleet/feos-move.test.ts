@@ -151,8 +151,9 @@ test('a microVM pod of a Deployment moves to another FeOS node with kube32-cli m
     assert.equal(most, 1, 'one pod of the Deployment throughout');
     const ev = await events(after.metadata.name);
     assert.match(ev, /^Moved\s+\S+: moved from fleet-a to fleet-b in \d+ ms from the freeze to Running$/m);
-    // The kubelet's events of the restored container: Pulled and Restored (from where), not Created and Started.
-    const mine = (await eventsWithSource(cp.kubeconfig, after.metadata.name)).split('\n').filter((l) => /^\S+\s+kubelet\s/.test(l));
+    // The kubelet's events of the restored container (the new uid's; the source pod's are its own): Pulled and
+    // Restored (from where), not Created and Started.
+    const mine = (await eventsWithSource(cp.kubeconfig, after.metadata.name, after.metadata.uid)).split('\n').filter((l) => /^\S+\s+kubelet\s/.test(l));
     assert.ok(mine.some((l) => /^Pulled\s+kubelet\s+Container image ".*" already present on machine$/.test(l)), mine.join('\n'));
     assert.ok(mine.some((l) => /^Restored\s+kubelet\s+Restored container app from Checkpoint \S+, taken on node fleet-a$/.test(l)), mine.join('\n'));
     assert.ok(!mine.some((l) => /^(Created|Started)\s/.test(l)), `no Created or Started: ${mine.join('\n')}`);

@@ -477,9 +477,14 @@ export async function eventsOf(kubeconfig: string, name: string): Promise<string
   return r.stdout;
 }
 
-/** The events of the object `name` with their source component, oldest first: `REASON  COMPONENT  MESSAGE` a line. */
-export async function eventsWithSource(kubeconfig: string, name: string): Promise<string> {
-  const r = await kubectl(kubeconfig, 'get', 'events', '--field-selector', `involvedObject.name=${name}`, '--sort-by', '.lastTimestamp', '-o', 'custom-columns=REASON:.reason,SOURCE:.source.component,MESSAGE:.message', '--no-headers');
+/**
+ * The events of the object `name` with their source component, oldest first: `REASON  COMPONENT  MESSAGE` a
+ * line. With `uid`, only that object's: a moved pod keeps its name with a new uid, and its source's events
+ * are another object's.
+ */
+export async function eventsWithSource(kubeconfig: string, name: string, uid?: string): Promise<string> {
+  const selector = `involvedObject.name=${name}${uid ? `,involvedObject.uid=${uid}` : ''}`;
+  const r = await kubectl(kubeconfig, 'get', 'events', '--field-selector', selector, '--sort-by', '.lastTimestamp', '-o', 'custom-columns=REASON:.reason,SOURCE:.source.component,MESSAGE:.message', '--no-headers');
   return r.stdout;
 }
 
