@@ -25,6 +25,7 @@ import type { PodEvent } from '../../../src/feos/gen/feos/pod/v1/pod_pb.js';
 import { startS3Server } from '../../helpers/s3-server.ts';
 import { feosctl, PodState, startFeosd, tempDir, until, waitForPod, type FeosdProcess } from '../../feos/harness.ts';
 import { buildBusyboxLayout, push, startRegistry } from '../../feos/registry.ts';
+import { steps } from '../../helpers/steps.ts';
 
 const REPO = new URL('../../../', import.meta.url).pathname;
 const GUEST_DIR = join(REPO, 'build/guest');
@@ -76,18 +77,10 @@ test('a pod bakes its image into S3, a second pod on another feosd starts on the
     // Last: the microVMs' records are in it.
     cleanup();
   });
-  let broken = '';
-  const step = (name: string, fn: () => Promise<void>) =>
-    t.test(name, { skip: broken ? `an earlier step failed: ${broken}` : false }, async () => {
-      try {
-        await fn();
-      } catch (err: unknown) {
-        broken = name;
-        t.diagnostic(`feosd A's log:\n${a.stderr().split('\n').slice(-25).join('\n')}`);
-        t.diagnostic(`feosd B's log:\n${b.stderr().split('\n').slice(-25).join('\n')}`);
-        throw err;
-      }
-    });
+  const step = steps(t, () => [
+    `feosd A's log:\n${a.stderr().split('\n').slice(-25).join('\n')}`,
+    `feosd B's log:\n${b.stderr().split('\n').slice(-25).join('\n')}`,
+  ]);
   const keys = async (below: string) => {
     const r = await client.send(new ListObjectsV2Command({ Bucket: BUCKET, Prefix: `${PREFIX}/${below}` }));
     return (r.Contents ?? []).map((o) => o.Key!.slice(PREFIX.length + 1)).sort();

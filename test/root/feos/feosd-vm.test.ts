@@ -15,6 +15,7 @@ import { makeClient } from '../../../src/feos/api/index.ts';
 import { writeFileSync } from 'node:fs';
 import { feosctl, PodState, startFeosd, tempDir, until, waitForPod, type FeosdProcess } from '../../feos/harness.ts';
 import { alive } from '../../helpers/processes.ts';
+import { steps } from '../../helpers/steps.ts';
 
 const REPO = new URL('../../../', import.meta.url).pathname;
 const GUEST_DIR = join(REPO, 'build/guest');
@@ -43,17 +44,9 @@ test('a pod as a microVM: boot, guest, suspend/resume, takeover, stop/start, cra
   execFileSync('bash', [join(REPO, 'scripts/build-guest.sh'), GUEST_DIR], { stdio: ['ignore', 'ignore', 'inherit'], timeout: 300_000 });
   const { dir, cleanup } = tempDir('feos-vm-');
   // Each step needs the one before: after a failure the rest are skipped, not run on a broken pod.
-  let broken = '';
-  const step = (name: string, fn: () => Promise<void>) =>
-    t.test(name, { skip: broken ? `an earlier step failed: ${broken}` : false }, async () => {
-      try {
-        await fn();
-      } catch (err: unknown) {
-        broken = name;
-        t.diagnostic(`feosd's log:\n${feosd.stderr().split('\n').slice(-30).join('\n')}`);
-        throw err;
-      }
-    });
+  const step = steps(t, () => [
+    `feosd's log:\n${feosd.stderr().split('\n').slice(-30).join('\n')}`,
+  ]);
   let feosd: FeosdProcess = await startFeosd(dir, { guestDir: GUEST_DIR });
   t.after(async () => {
     await feosd.stop('SIGKILL');

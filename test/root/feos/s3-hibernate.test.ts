@@ -25,6 +25,7 @@ import { makeClient } from '../../../src/feos/api/index.ts';
 import { processesNaming } from '../../helpers/processes.ts';
 import { startS3Server } from '../../helpers/s3-server.ts';
 import { feosctl, PodState, startFeosd, tempDir, until, waitForPod, type FeosdProcess } from '../../feos/harness.ts';
+import { steps } from '../../helpers/steps.ts';
 
 const REPO = new URL('../../../', import.meta.url).pathname;
 const GUEST_DIR = join(REPO, 'build/guest');
@@ -77,18 +78,10 @@ test('hibernate to S3 on one feosd, restore on another with its memory, dedup th
     }
     cleanup();
   });
-  let broken = '';
-  const step = (name: string, fn: () => Promise<void>) =>
-    t.test(name, { skip: broken ? `an earlier step failed: ${broken}` : false }, async () => {
-      try {
-        await fn();
-      } catch (err: unknown) {
-        broken = name;
-        t.diagnostic(`feosd A's log:\n${a.stderr().split('\n').slice(-25).join('\n')}`);
-        t.diagnostic(`feosd B's log:\n${b.stderr().split('\n').slice(-25).join('\n')}`);
-        throw err;
-      }
-    });
+  const step = steps(t, () => [
+    `feosd A's log:\n${a.stderr().split('\n').slice(-25).join('\n')}`,
+    `feosd B's log:\n${b.stderr().split('\n').slice(-25).join('\n')}`,
+  ]);
   const keys = async (below: string) => {
     const out: string[] = [];
     let token: string | undefined;

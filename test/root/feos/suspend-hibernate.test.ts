@@ -20,6 +20,7 @@ import { VolumeService, VolumeState } from '../../../src/feos/gen/feos/volume/v1
 import { makeClient } from '../../../src/feos/api/index.ts';
 import { feosctl, PodState, startFeosd, tempDir, until, waitForPod, type FeosdProcess } from '../../feos/harness.ts';
 import { alive } from '../../helpers/processes.ts';
+import { steps } from '../../helpers/steps.ts';
 
 const REPO = new URL('../../../', import.meta.url).pathname;
 const GUEST_DIR = join(REPO, 'build/guest');
@@ -83,18 +84,10 @@ test('suspend on stop, then hibernate on one feosd and restore on another throug
     }
     cleanup();
   });
-  let broken = '';
-  const step = (name: string, fn: () => Promise<void>) =>
-    t.test(name, { skip: broken ? `an earlier step failed: ${broken}` : false }, async () => {
-      try {
-        await fn();
-      } catch (err: unknown) {
-        broken = name;
-        t.diagnostic(`feosd A's log:\n${a.stderr().split('\n').slice(-25).join('\n')}`);
-        if (b) t.diagnostic(`feosd B's log:\n${b.stderr().split('\n').slice(-25).join('\n')}`);
-        throw err;
-      }
-    });
+  const step = steps(t, () => [
+    `feosd A's log:\n${a.stderr().split('\n').slice(-25).join('\n')}`,
+    ...(b ? [`feosd B's log:\n${b.stderr().split('\n').slice(-25).join('\n')}`] : []),
+  ]);
 
   let bootId = '';
   let uptime = 0n;

@@ -15,6 +15,7 @@ import { writeFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { test } from 'node:test';
 import { kubectl, run, startUp, suiteRegistry, until } from './helpers.ts';
+import { steps } from '../../helpers/steps.ts';
 
 const REPO = new URL('../../../', import.meta.url).pathname;
 /** A boot and the pull in the guest under TCG on a loaded machine. */
@@ -52,17 +53,9 @@ test('a microVM pod\'s periodic Save checkpoints leave it running; after its nod
     return r.code === 0 && nums.length > 0 ? nums[nums.length - 1] : undefined;
   };
 
-  let broken = '';
-  const step = (name: string, fn: () => Promise<void>) =>
-    t.test(name, { skip: broken ? `an earlier step failed: ${broken}` : false }, async () => {
-      try {
-        await fn();
-      } catch (err: unknown) {
-        broken = name;
-        t.diagnostic(`up:\n${up.out().split('\n').slice(-20).join('\n')}`);
-        throw err;
-      }
-    });
+  const step = steps(t, () => [
+    `up:\n${up.out().split('\n').slice(-20).join('\n')}`,
+  ]);
 
   let pod: Pod;
   await step('a Deployment of one microVM pod with a checkpoint interval runs on a FeOS node', async () => {

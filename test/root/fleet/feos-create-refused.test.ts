@@ -20,6 +20,7 @@ import { test } from 'node:test';
 import { tempDir } from '../../feos/harness.ts';
 import { processesInNetns, processesNaming, processName } from '../../helpers/processes.ts';
 import { addIpv6Default, applyText, createToken, type FleetNode, forwardTo, freePort, keepLog, killNodes, kubectl, Nets, readyOf, startControlPlane, startNode, suiteRegistry, until } from './helpers.ts';
+import { steps } from '../../helpers/steps.ts';
 
 const REPO = new URL('../../../', import.meta.url).pathname;
 const GUEST_DIR = join(REPO, 'build/guest');
@@ -79,18 +80,10 @@ test('a Pod whose microVM its FeOS node refuses: FailedCreatePodSandBox with the
   };
   const tries = (evs: KEvent[]) => evs.reduce((n, e) => n + (e.count ?? 1), 0);
 
-  let broken = '';
-  const step = (name: string, fn: () => Promise<void>) =>
-    t.test(name, { skip: broken ? `an earlier step failed: ${broken}` : false }, async () => {
-      try {
-        await fn();
-      } catch (err: unknown) {
-        broken = name;
-        t.diagnostic(`control plane:\n${cp.logs().split('\n').filter((l) => /feos-kubelet|CreatePod/.test(l)).slice(-30).join('\n')}`);
-        for (const n of nodes) t.diagnostic(`feosd ${n.name}:\n${n.proc.stderr().split('\n').slice(-30).join('\n')}`);
-        throw err;
-      }
-    });
+  const step = steps(t, () => [
+    `control plane:\n${cp.logs().split('\n').filter((l) => /feos-kubelet|CreatePod/.test(l)).slice(-30).join('\n')}`,
+    ...nodes.map((n) => `feosd ${n.name}:\n${n.proc.stderr().split('\n').slice(-30).join('\n')}`),
+  ]);
 
   await step('a feosd joins: its Node is Ready', async () => {
     const token = await createToken(cp.kubeconfig, '--ttl', '1h');

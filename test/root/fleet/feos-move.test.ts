@@ -21,6 +21,7 @@ import { join } from 'node:path';
 import { test } from 'node:test';
 import { tempDir } from '../../feos/harness.ts';
 import { addIpv6Default, applyText, CLI, createToken, eventsOf, eventsWithSource, type FleetNode, feosDeployment, feosctlNode, forwardTo, freePort, keepLog, killNodes, kubectl, Nets, pullSecret, readyOf, run, startControlPlane, startNode, suiteRegistry, until } from './helpers.ts';
+import { steps } from '../../helpers/steps.ts';
 
 const REPO = new URL('../../../', import.meta.url).pathname;
 const GUEST_DIR = join(REPO, 'build/guest');
@@ -83,18 +84,10 @@ test('a microVM pod of a Deployment moves to another FeOS node with kube32-cli m
   };
   const events = (name: string) => eventsOf(cp.kubeconfig, name);
 
-  let broken = '';
-  const step = (name: string, fn: () => Promise<void>) =>
-    t.test(name, { skip: broken ? `an earlier step failed: ${broken}` : false }, async () => {
-      try {
-        await fn();
-      } catch (err: unknown) {
-        broken = name;
-        t.diagnostic(`control plane:\n${cp.logs().split('\n').filter((l) => /feos-kubelet|checkpoint|fleet/.test(l)).slice(-40).join('\n')}`);
-        for (const n of nodes) t.diagnostic(`feosd ${n.name}:\n${n.proc.stderr().split('\n').slice(-30).join('\n')}`);
-        throw err;
-      }
-    });
+  const step = steps(t, () => [
+    `control plane:\n${cp.logs().split('\n').filter((l) => /feos-kubelet|checkpoint|fleet/.test(l)).slice(-40).join('\n')}`,
+    ...nodes.map((n) => `feosd ${n.name}:\n${n.proc.stderr().split('\n').slice(-30).join('\n')}`),
+  ]);
 
   await step('two feosds with one object store join: their Nodes are Ready', async () => {
     const token = await createToken(cp.kubeconfig, '--ttl', '1h');

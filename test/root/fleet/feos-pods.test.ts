@@ -20,6 +20,7 @@ import { join } from 'node:path';
 import { test } from 'node:test';
 import { tempDir } from '../../feos/harness.ts';
 import { addIpv6Default, applyText, createToken, eventsOf, type FleetNode, feosDeployment, feosctlNode, forwardTo, freePort, keepLog, killNodes, kubectl, Nets, pullSecret, readyOf, startControlPlane, startNode, suiteRegistry, until } from './helpers.ts';
+import { steps } from '../../helpers/steps.ts';
 
 const REPO = new URL('../../../', import.meta.url).pathname;
 const GUEST_DIR = join(REPO, 'build/guest');
@@ -74,18 +75,10 @@ test('microVM pods of a Deployment run on a FeOS node through the control plane;
   };
   const events = (name: string) => eventsOf(cp.kubeconfig, name);
 
-  let broken = '';
-  const step = (name: string, fn: () => Promise<void>) =>
-    t.test(name, { skip: broken ? `an earlier step failed: ${broken}` : false }, async () => {
-      try {
-        await fn();
-      } catch (err: unknown) {
-        broken = name;
-        t.diagnostic(`control plane:\n${cp.logs().split('\n').filter((l) => /feos-kubelet|fleet/.test(l)).slice(-30).join('\n')}`);
-        for (const n of nodes) t.diagnostic(`feosd ${n.name}:\n${n.proc.stderr().split('\n').slice(-30).join('\n')}`);
-        throw err;
-      }
-    });
+  const step = steps(t, () => [
+    `control plane:\n${cp.logs().split('\n').filter((l) => /feos-kubelet|fleet/.test(l)).slice(-30).join('\n')}`,
+    ...nodes.map((n) => `feosd ${n.name}:\n${n.proc.stderr().split('\n').slice(-30).join('\n')}`),
+  ]);
 
   await step('no FeOS node yet: a pod of RuntimeClass feos stays Pending with a FailedScheduling event naming the class', async () => {
     const r = await k('run', 'lonely', '--image=busybox:1.36', '--overrides', '{"spec":{"runtimeClassName":"feos"}}');

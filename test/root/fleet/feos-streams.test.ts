@@ -25,6 +25,7 @@ import { buildBusyboxLayout, push, startRegistry } from '../../feos/registry.ts'
 import { unusedUdpPort } from '../../helpers/ports.ts';
 import { endProcesses, processesNaming, processName } from '../../helpers/processes.ts';
 import { createToken, freePort, keepLog, kubectl, ROOT, readyOf, run, startControlPlane, until } from './helpers.ts';
+import { steps } from '../../helpers/steps.ts';
 
 const GUEST_DIR = join(ROOT, 'build/guest');
 const NODE = 'streams-a';
@@ -73,18 +74,10 @@ test('kubectl logs, exec and port-forward reach a microVM pod through its node c
     await endProcesses(wireguard(), 5_000, `wireguard-go ${meshDevice}`);
     assert.deepEqual(wireguard(), [], 'no wireguard-go of the suite is left');
   });
-  let broken = '';
-  const step = (name: string, fn: () => Promise<void>) =>
-    t.test(name, { skip: broken ? `an earlier step failed: ${broken}` : false }, async () => {
-      try {
-        await fn();
-      } catch (err: unknown) {
-        broken = name;
-        t.diagnostic(`feosd:\n${feosd.stderr().split('\n').slice(-20).join('\n')}`);
-        t.diagnostic(`control plane:\n${cp.logs().split('\n').slice(-20).join('\n')}`);
-        throw err;
-      }
-    });
+  const step = steps(t, () => [
+    `feosd:\n${feosd.stderr().split('\n').slice(-20).join('\n')}`,
+    `control plane:\n${cp.logs().split('\n').slice(-20).join('\n')}`,
+  ]);
 
   await step('the node joins and its microVM pod runs two containers', async () => {
     await until('the FeOS node is Ready', async () => (await readyOf(cp.kubeconfig, NODE)) === 'True', 90_000);

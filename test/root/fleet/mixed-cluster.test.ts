@@ -16,6 +16,7 @@ import { writeFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { test } from 'node:test';
 import { CLI, kubectl, run, startUp, suiteRegistry, until } from './helpers.ts';
+import { steps } from '../../helpers/steps.ts';
 
 const REPO = new URL('../../../', import.meta.url).pathname;
 /** A boot and the pull in the guest under TCG on a loaded machine. */
@@ -53,17 +54,9 @@ test('one cluster runs a Wasm pod and a microVM pod; kubectl drain moves each wi
     return r.code === 0 ? (JSON.parse(r.stdout) as { count: number }).count : undefined;
   };
 
-  let broken = '';
-  const step = (name: string, fn: () => Promise<void>) =>
-    t.test(name, { skip: broken ? `an earlier step failed: ${broken}` : false }, async () => {
-      try {
-        await fn();
-      } catch (err: unknown) {
-        broken = name;
-        t.diagnostic(`up:\n${up.out().split('\n').slice(-30).join('\n')}`);
-        throw err;
-      }
-    });
+  const step = steps(t, () => [
+    `up:\n${up.out().split('\n').slice(-30).join('\n')}`,
+  ]);
 
   await step('kubectl get nodes: two Wasm workers and two FeOS nodes, Ready', async () => {
     const r = await k('get', 'nodes', '-L', 'kube32.io/runtime', '--no-headers');

@@ -18,6 +18,7 @@ import { join } from 'node:path';
 import { makeClient } from '../../../src/feos/api/index.ts';
 import { PodService, PodState } from '../../../src/feos/gen/feos/pod/v1/pod_pb.js';
 import { waitFor } from '../../helpers/wait.ts';
+import { steps } from '../../helpers/steps.ts';
 
 const REPO = new URL('../../../', import.meta.url).pathname;
 const GUEST_BUILD = join(REPO, 'build/guest');
@@ -164,17 +165,9 @@ test('feosd and feosctl from a local apt repository: files, units, socket activa
     rmSync(work, { recursive: true, force: true });
   });
 
-  let broken = '';
-  const step = (name: string, fn: () => Promise<void>) =>
-    t.test(name, { skip: broken ? `an earlier step failed: ${broken}` : false }, async () => {
-      try {
-        await fn();
-      } catch (err: unknown) {
-        broken = name;
-        t.diagnostic(`feosd's log:\n${logs.feosd.split('\n').slice(-40).join('\n')}\nnotify: ${logs.notify}`);
-        throw err;
-      }
-    });
+  const step = steps(t, () => [
+    `feosd's log:\n${logs.feosd.split('\n').slice(-40).join('\n')}\nnotify: ${logs.notify}`,
+  ]);
 
   await step('npm run package builds both versions, and package-repo a signed repository of the first', async () => {
     const build = (version: string, guests: string[], out: string) => {
