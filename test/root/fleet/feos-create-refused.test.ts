@@ -14,16 +14,12 @@
  * One microVM boots.
  */
 import assert from 'node:assert/strict';
-import { execFileSync } from 'node:child_process';
 import { join } from 'node:path';
 import { test } from 'node:test';
-import { tempDir } from '../../feos/harness.ts';
 import { processesInNetns, processesNaming, processName } from '../../helpers/processes.ts';
-import { addIpv6Default, applyText, createToken, type FleetNode, forwardTo, freePort, keepLog, killNodes, kubectl, Nets, readyOf, startControlPlane, startNode, suiteRegistry, until } from './helpers.ts';
+import { addIpv6Default, applyText, createToken, forwardTo, freePort, keepLog, kubectl, readyOf, startControlPlane, startNode, suiteRegistry, until, fleetSuite, GUEST_DIR } from './helpers.ts';
 import { steps } from '../../helpers/steps.ts';
 
-const REPO = new URL('../../../', import.meta.url).pathname;
-const GUEST_DIR = join(REPO, 'build/guest');
 const CP_NAME = 'feos-cp.test';
 /** A boot under TCG on a loaded machine. */
 const BOOT_MS = 600_000;
@@ -48,16 +44,7 @@ interface KEvent {
 }
 
 test('a Pod whose microVM its FeOS node refuses: FailedCreatePodSandBox with the code and message, tries on a back-off, Runs once fixed', { timeout: 1_500_000 }, async (t) => {
-  assert.equal(process.getuid?.(), 0, 'this suite runs as root');
-  execFileSync('bash', [join(REPO, 'scripts/build-guest.sh'), GUEST_DIR], { stdio: ['ignore', 'ignore', 'inherit'], timeout: 600_000 });
-  const nets = new Nets();
-  const { dir, cleanup } = tempDir('k32t-feos-refused-');
-  const nodes: FleetNode[] = [];
-  t.after(async () => {
-    await killNodes(nodes, 'feos-refused');
-    await nets.removeAll();
-    cleanup();
-  });
+  const { nets, dir, nodes } = fleetSuite(t, 'feos-refused');
   const net = await nets.add('r');
   // No IPv6 default route yet: a pod with a network is FAILED_PRECONDITION until one is added (below).
   const { reg } = await suiteRegistry(t, 'k32t-feos-refused-reg-', 'unused-token', 'public/busybox');

@@ -16,15 +16,11 @@
  * One microVM boots (on fleet-a); the moves restore it (fleet-b, fleet-a, fleet-a again).
  */
 import assert from 'node:assert/strict';
-import { execFileSync } from 'node:child_process';
 import { join } from 'node:path';
 import { test } from 'node:test';
-import { tempDir } from '../../feos/harness.ts';
-import { addIpv6Default, applyText, CLI, createToken, eventsOf, eventsWithSource, type FleetNode, feosDeployment, feosctlNode, forwardTo, freePort, keepLog, killNodes, kubectl, Nets, pullSecret, readyOf, run, startControlPlane, startNode, suiteRegistry, until } from './helpers.ts';
+import { addIpv6Default, applyText, CLI, createToken, eventsOf, eventsWithSource, feosDeployment, feosctlNode, forwardTo, freePort, keepLog, kubectl, pullSecret, readyOf, run, startControlPlane, startNode, suiteRegistry, until, fleetSuite, GUEST_DIR } from './helpers.ts';
 import { steps } from '../../helpers/steps.ts';
 
-const REPO = new URL('../../../', import.meta.url).pathname;
-const GUEST_DIR = join(REPO, 'build/guest');
 const CP_NAME = 'feos-move-cp.test';
 const TOKEN = 'feos-move-pull-5b2e81c4';
 /** A boot under TCG on a loaded machine. */
@@ -39,16 +35,7 @@ interface Pod {
 }
 
 test('a microVM pod of a Deployment moves to another FeOS node with kube32-cli move, its count and uptime going on', { timeout: 2_400_000 }, async (t) => {
-  assert.equal(process.getuid?.(), 0, 'this suite runs as root');
-  execFileSync('bash', [join(REPO, 'scripts/build-guest.sh'), GUEST_DIR], { stdio: ['ignore', 'ignore', 'inherit'], timeout: 600_000 });
-  const nets = new Nets();
-  const { dir, cleanup } = tempDir('k32t-feos-move-');
-  const nodes: FleetNode[] = [];
-  t.after(async () => {
-    await killNodes(nodes, 'feos-move');
-    await nets.removeAll();
-    cleanup();
-  });
+  const { nets, dir, nodes } = fleetSuite(t, 'feos-move');
   const netA = await nets.add('a');
   const netB = await nets.add('b');
   for (const ns of [netA.ns, netB.ns]) addIpv6Default(ns);

@@ -15,15 +15,11 @@
  * Two microVMs boot, side by side.
  */
 import assert from 'node:assert/strict';
-import { execFileSync } from 'node:child_process';
 import { join } from 'node:path';
 import { test } from 'node:test';
-import { tempDir } from '../../feos/harness.ts';
-import { addIpv6Default, applyText, createToken, eventsOf, type FleetNode, feosDeployment, feosctlNode, forwardTo, freePort, keepLog, killNodes, kubectl, Nets, pullSecret, readyOf, startControlPlane, startNode, suiteRegistry, until } from './helpers.ts';
+import { addIpv6Default, applyText, createToken, eventsOf, type FleetNode, feosDeployment, feosctlNode, forwardTo, freePort, keepLog, kubectl, pullSecret, readyOf, startControlPlane, startNode, suiteRegistry, until, fleetSuite, GUEST_DIR } from './helpers.ts';
 import { steps } from '../../helpers/steps.ts';
 
-const REPO = new URL('../../../', import.meta.url).pathname;
-const GUEST_DIR = join(REPO, 'build/guest');
 const CP_NAME = 'feos-cp.test';
 const TOKEN = 'feos-pods-pull-3c1d9e7a';
 /** A boot under TCG on a loaded machine, two side by side. */
@@ -42,16 +38,7 @@ interface Pod {
 }
 
 test('microVM pods of a Deployment run on a FeOS node through the control plane; bad inputs are refused', { timeout: 2_400_000 }, async (t) => {
-  assert.equal(process.getuid?.(), 0, 'this suite runs as root');
-  execFileSync('bash', [join(REPO, 'scripts/build-guest.sh'), GUEST_DIR], { stdio: ['ignore', 'ignore', 'inherit'], timeout: 600_000 });
-  const nets = new Nets();
-  const { dir, cleanup } = tempDir('k32t-feos-pods-');
-  const nodes: FleetNode[] = [];
-  t.after(async () => {
-    await killNodes(nodes, 'feos-pods');
-    await nets.removeAll();
-    cleanup();
-  });
+  const { nets, dir, nodes } = fleetSuite(t, 'feos-pods');
   const netA = await nets.add('a');
   addIpv6Default(netA.ns);
   // The registry on the host's loopback, reached from the node's namespace through the veth's host side.

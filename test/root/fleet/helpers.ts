@@ -3,6 +3,7 @@
  * namespaces with a veth pair each to the host namespace, a free port on the host, feosd joined to a
  * control plane from inside a namespace, kubectl, feosctl through the cluster and bounded polls.
  */
+import assert from 'node:assert/strict';
 import { execFile, execFileSync, spawn } from 'node:child_process';
 import { randomBytes, randomInt } from 'node:crypto';
 import { appendFileSync, mkdirSync, mkdtempSync, readdirSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
@@ -10,7 +11,8 @@ import { tmpdir } from 'node:os';
 import { connect, createServer } from 'node:net';
 import { join } from 'node:path';
 import { createInterface } from 'node:readline';
-import { type FeosdProcess, startFeosd } from '../../feos/harness.ts';
+import type { TestContext } from 'node:test';
+import { type FeosdProcess, startFeosd, tempDir } from '../../feos/harness.ts';
 import { buildBusyboxLayout, type LocalRegistry, push, startRegistry } from '../../feos/registry.ts';
 import { unusedPort } from '../../helpers/ports.ts';
 import { endProcessesInNetns } from '../../helpers/processes.ts';
@@ -18,6 +20,8 @@ import { endProcessesInNetns } from '../../helpers/processes.ts';
 export const ROOT = new URL('../../../', import.meta.url).pathname;
 export const CLI = join(ROOT, 'bin/kube32-cli.js');
 export const FEOSCTL = join(ROOT, 'bin/feosctl.js');
+/** The microVM guest the suites' feosds boot (scripts/build-guest.sh builds it once). */
+export const GUEST_DIR = join(ROOT, 'build/guest');
 
 /** A command's exit code and output. */
 export interface Ran {
@@ -504,4 +508,25 @@ export async function killNodes(nodes: FleetNode[], prefix: string): Promise<voi
       } catch {}
     }
   }
+}
+
+/**
+ * The start of a suite of FeOS nodes in network namespaces: it runs as root, the guest is built, and its end
+ * SIGKILLs the nodes pushed on `nodes` (their logs kept as `<name>-<node>`, {@link killNodes}), removes the
+ * namespaces made with `nets` and the suite's directory.
+ * @param name the suite's short name: `k32t-<name>-` its directory, `<name>` its kept logs
+ * @throws AssertionError when not root; Error when the guest cannot be built
+ */
+export function fleetSuite(t: TestContext, name: string): { nets: Nets; dir: string; nodes: FleetNode[] } {
+  assert.equal(process.getuid?.(), 0, 'this suite runs as root');
+  execFileSync('bash', [join(ROOT, 'scripts/build-guest.sh'), GUEST_DIR], { stdio: ['ignore', 'ignore', 'inherit'], timeout: 600_000 });
+  const nets = new Nets();
+  const { dir, cleanup } = tempDir(`k32t-${name}-`);
+  const nodes: FleetNode[] = [];
+  t.after(async () => {
+    await killNodes(nodes, name);
+    await nets.removeAll();
+    cleanup();
+  });
+  return { nets, dir, nodes };
 }
