@@ -11,7 +11,7 @@ import type { UserInfo } from '../handlers/context.ts';
 import type { Registry } from '../registry/store.ts';
 import { type ResourceDef, storageKey } from '../registry/types.ts';
 import { arr, rec } from '../registry/util.ts';
-import type { KubeObject, WatchHandle } from '../storage/index.ts';
+import { type KubeObject, keepWatching, type WatchHandle } from '../storage/index.ts';
 import type { PolicyRule } from './policy.ts';
 import { clusterrolebindings, clusterroles, rolebindings, roles } from './resources.ts';
 
@@ -133,8 +133,8 @@ export class RbacAuthorizer {
 
   /**
    * Follows one RBAC kind. A watch the store ends (etcd compacted events it had not delivered) may have
-   * missed changes: the snapshot is dropped as for a change (the next decision reads the store) and the kind
-   * is watched again from the store's position.
+   * missed changes: the kind is watched again from the store's position and the snapshot dropped as for a
+   * change (the next decision reads the store).
    */
   #watch(def: ResourceDef, rv: number): void {
     const changed = () => {
@@ -142,17 +142,7 @@ export class RbacAuthorizer {
       this.#generation++;
       if (def === clusterroles) this.#scheduleAggregation();
     };
-    let handle: WatchHandle | undefined;
-    // onEnd is called from the store's watch, never from within watch(): handle is set by then. The new
-    // watch starts at once (no await), so a stop() before or after it finds every handle in #watches.
-    handle = this.#registry.storage.watch(storageKey(def), rv, changed, () => {
-      const i = this.#watches.indexOf(handle!);
-      if (i < 0) return; // stopped
-      this.#watches.splice(i, 1);
-      changed();
-      this.#watch(def, this.#registry.storage.currentResourceVersion());
-    });
-    this.#watches.push(handle);
+    this.#watches.push(keepWatching(this.#registry.storage, storageKey(def), rv, changed, changed));
   }
 
   #startAggregation(): void {

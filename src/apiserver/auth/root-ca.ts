@@ -10,7 +10,7 @@ import { namespaces } from '../registry/nodes/index.ts';
 import type { Registry } from '../registry/store.ts';
 import { rec } from '../registry/util.ts';
 import { storageKey } from '../registry/types.ts';
-import type { StorageEvent, WatchHandle } from '../storage/index.ts';
+import { keepWatching, type StorageEvent, type WatchHandle } from '../storage/index.ts';
 
 /** The ConfigMap's name, as in Kubernetes. */
 export const ROOT_CA_CONFIGMAP = 'kube-root-ca.crt';
@@ -49,16 +49,11 @@ export class RootCaPublisher {
    * from the store's position, and every namespace is published again: what changed meanwhile is unknown.
    */
   #follow(key: string, rv: number, listener: (e: StorageEvent) => void): void {
-    let handle: WatchHandle | undefined;
-    // onEnd is called from the store's watch, never from within watch(): handle is set by then.
-    handle = this.#registry.storage.watch(key, rv, listener, () => {
-      const i = this.#watches.indexOf(handle!);
-      if (i < 0) return; // stopped
-      this.#watches.splice(i, 1);
-      this.#follow(key, this.#registry.storage.currentResourceVersion(), listener);
-      this.#enqueueAll().catch((err: unknown) => this.#log.warn({ err: err instanceof Error ? err.message : String(err) }, 'cannot list the namespaces for kube-root-ca.crt'));
-    });
-    this.#watches.push(handle);
+    this.#watches.push(
+      keepWatching(this.#registry.storage, key, rv, listener, () => {
+        this.#enqueueAll().catch((err: unknown) => this.#log.warn({ err: err instanceof Error ? err.message : String(err) }, 'cannot list the namespaces for kube-root-ca.crt'));
+      }),
+    );
   }
 
   async #enqueueAll(): Promise<void> {

@@ -68,3 +68,30 @@ export async function keepListed(storage: Storage, resource: string, copy: Liste
     },
   };
 }
+
+/**
+ * Watches `resource` from `resourceVersion` and, whenever the store ends the watch (etcd compacted events it
+ * had not delivered), watches again from the store's position and calls `gap`: for a user whose state is
+ * not a copy to list again (a cache to drop, work to redo for everything), where {@link keepListed} lists.
+ * @param gap told after each new watch began: changes may have been missed since the last event
+ * @returns the handle whose stop ends the current watch (and no gap is told after it)
+ */
+export function keepWatching(storage: Storage, resource: string, resourceVersion: number, listener: (e: StorageEvent) => void, gap: (err: StorageError) => void): WatchHandle {
+  let stopped = false;
+  let handle: WatchHandle;
+  const watch = (rv: number): void => {
+    // onEnd comes from the store's watch, never from within watch(): handle is set by then.
+    handle = storage.watch(resource, rv, listener, (err) => {
+      if (stopped) return;
+      watch(storage.currentResourceVersion());
+      gap(err);
+    });
+  };
+  watch(resourceVersion);
+  return {
+    stop() {
+      stopped = true;
+      handle.stop();
+    },
+  };
+}
