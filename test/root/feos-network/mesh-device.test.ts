@@ -12,8 +12,6 @@
 
 import assert from 'node:assert/strict';
 import { existsSync } from 'node:fs';
-import { mkdtemp, rm } from 'node:fs/promises';
-import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { after, before, describe, it } from 'node:test';
 import { MeshService } from '../../../src/feos/gen/feos/network/v1/network_pb.js';
@@ -75,6 +73,25 @@ async function wgHead(ns: string, device: string): Promise<{ privateKey: string;
   return { privateKey: f[0], publicKey: f[1], port: f[2] };
 }
 
+/**
+ * The cases of a describe, each a node in a namespace of its own on a mesh device named for this run
+ * (`wg<run><suffix>`): the describe's directory, and an after() that stops the nodes pushed on `nodes`,
+ * removes the namespaces and the directory, and checks that no device or process of the run is left.
+ */
+function meshCases<K extends string>(prefix: string, suffixes: Record<K, string>): { nss: Namespaces; devices: Record<K, string>; dir: string; nodes: Started[] } {
+  const nss = new Namespaces();
+  const devices = Object.fromEntries(Object.entries<string>(suffixes).map(([k, suffix]) => [k, `wg${nss.prefix.slice(5)}${suffix}`])) as Record<K, string>;
+  const { dir, cleanup } = tempDir(prefix);
+  const nodes: Started[] = [];
+  after(async () => {
+    for (const n of nodes) await n.stop();
+    await nss.removeAll();
+    cleanup();
+    await assertGone(Object.values(devices), nss.prefix);
+  });
+  return { nss, devices, dir, nodes };
+}
+
 describe('feosd with --wireguard-go naming no file', { timeout: 120_000 }, () => {
   const SECRET = 'abcdef-0123456789abcdef';
   const { dir, cleanup } = tempDir('k32t-wgmiss-');
@@ -122,21 +139,7 @@ describe('feosd with --wireguard-go naming no file', { timeout: 120_000 }, () =>
 });
 
 describe('the network layer when wireguard-go cannot run', { timeout: 60_000 }, () => {
-  const nss = new Namespaces();
-  const devices = { path: `wg${nss.prefix.slice(5)}p`, tun: `wg${nss.prefix.slice(5)}t` } as const;
-  let dir = '';
-  const nodes: Started[] = [];
-
-  before(async () => {
-    dir = await mkdtemp(join(tmpdir(), 'k32t-wgrun-'));
-  });
-
-  after(async () => {
-    for (const n of nodes) await n.stop();
-    await nss.removeAll();
-    await rm(dir, { recursive: true, force: true });
-    await assertGone(Object.values(devices), nss.prefix);
-  });
+  const { nss, devices, dir, nodes } = meshCases('k32t-wgrun-', { path: 'p', tun: 't' });
 
   it('says wireguard-go is not installed when PATH lacks it, naming PATH and the apt-get to run', async () => {
     const device = devices.path;
@@ -164,22 +167,8 @@ describe('the network layer when wireguard-go cannot run', { timeout: 60_000 }, 
 });
 
 describe("a node whose mesh device name is another namespace's node's", { timeout: 120_000 }, () => {
-  const nss = new Namespaces();
   // A device name of each case: case 1's wireguard-go must not be what case 2 finds.
-  const devices = { absent: `wg${nss.prefix.slice(5)}x`, tun: `wg${nss.prefix.slice(5)}y` } as const;
-  let dir = '';
-  const nodes: Started[] = [];
-
-  before(async () => {
-    dir = await mkdtemp(join(tmpdir(), 'k32t-wgns-'));
-  });
-
-  after(async () => {
-    for (const n of nodes) await n.stop();
-    await nss.removeAll();
-    await rm(dir, { recursive: true, force: true });
-    await assertGone(Object.values(devices), nss.prefix);
-  });
+  const { nss, devices, dir, nodes } = meshCases('k32t-wgns-', { absent: 'x', tun: 'y' });
 
   /** Node A in a namespace of its own with its mesh up on `device`; answers its namespace and its device's head. */
   async function nodeA(device: string, port: number): Promise<{ ns: string; head: Awaited<ReturnType<typeof wgHead>> }> {
